@@ -1,0 +1,63 @@
+"""Atomic file writes: a temp file in the destination folder, then ``os.replace``.
+
+A reader never sees a half-written plan, checkpoint or export, and an existing file stays
+intact when writing fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+__all__ = ["atomic_path", "atomic_write"]
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; on success it replaces ``path``.
+
+    Use it with libraries that write to a path themselves (``torch.save``,
+    ``safetensors.torch.save_file``).
+
+    Args:
+        path: the destination file.
+
+    Yields:
+        The temporary file's path (same folder, so the rename is atomic).
+
+    Raises:
+        OSError: the folder is not writable. Whatever the body raises propagates and the
+            temporary file is removed.
+    """
+    dest = Path(path)
+    parent = dest.parent if str(dest.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, dest)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write(path: str | os.PathLike[str], data: str | bytes, encoding: str = "utf-8") -> None:
+    """Write ``data`` to ``path`` atomically.
+
+    Args:
+        path: destination file.
+        data: text (encoded with ``encoding``) or bytes.
+        encoding: text encoding.
+
+    Raises:
+        OSError: the folder is not writable.
+    """
+    payload = data.encode(encoding) if isinstance(data, str) else data
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(payload)

@@ -1,0 +1,475 @@
+"""Datasets for the workbench: synthetic (the default), ImageFolder, local torchvision sets.
+
+Nothing here downloads anything: torchvision datasets are opened with ``download=False``
+and a missing dataset is a :class:`DataError` that names the folder layout expected.
+
+Spec strings accepted by :func:`make_dataset`::
+
+    synthetic                 1024 generated images (no files)
+    synthetic:N               N generated images
+    imagefolder:PATH          PATH/<class>/<image>.jpg  (or PATH/train/<class>/..., PATH/val/...)
+    cifar10:PATH  cifar100:PATH  mnist:PATH  fashionmnist:PATH  svhn:PATH  stl10:PATH
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sized
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset, Sampler, Subset
+
+__all__ = [
+    "IMAGENET_MEAN",
+    "IMAGENET_STD",
+    "DataError",
+    "SyntheticImageDataset",
+    "dataset_num_classes",
+    "default_transform",
+    "make_dataset",
+    "make_loader",
+]
+
+IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
+IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
+
+#: Default number of samples of ``synthetic``.
+SYNTHETIC_DEFAULT_LENGTH = 1024
+#: Offset added to sample indices of the validation split of ``synthetic`` so that its
+#: images differ from the training ones (same class patterns, other noise).
+_VAL_INDEX_OFFSET = 1 << 30
+_PATTERN_CELLS = 8
+
+_SPEC_FORMS = (
+    "synthetic, synthetic:N, imagefolder:PATH, cifar10:PATH, cifar100:PATH, mnist:PATH, "
+    "fashionmnist:PATH, svhn:PATH, stl10:PATH"
+)
+
+
+class DataError(Exception):
+    """A dataset could not be provided; the message says why and what to do."""
+
+
+# --------------------------------------------------------------------------------------
+# synthetic data
+# --------------------------------------------------------------------------------------
+
+
+class SyntheticImageDataset(Dataset[tuple[torch.Tensor, int]]):
+    """Deterministic generated images with a learnable class signal; no files.
+
+    Sample ``i`` is produced from a ``torch.Generator`` seeded with
+    ``seed * 1_000_003 + index_offset + i``: its label is drawn uniformly, and its image is
+    ``signal * pattern[label] + noise * N(0, 1)`` where ``pattern[c]`` is a fixed, smooth,
+    class-specific image (a random 8x8 grid per channel, upsampled). A model can therefore
+    learn it, so loss curves go down in demos and benchmarks.
+
+    Args:
+        length: Number of samples.
+        image_size: Side of the square image, or ``(height, width)``.
+        num_classes: Number of classes (labels are ``0..num_classes-1``).
+        channels: Image channels (3 for RGB-like, 1 for MNIST-like).
+        seed: Seed of the class patterns and of the samples.
+        signal: Amplitude of the class pattern.
+        noise: Standard deviation of the per-sample noise.
+        index_offset: Added to the index when seeding a sample (a validation split uses
+            another offset to get different samples of the same classes).
+        transform: Optional callable applied to the image tensor.
+
+    Raises:
+        DataError: Non-positive sizes.
+    """
+
+    def __init__(
+        self,
+        length: int = SYNTHETIC_DEFAULT_LENGTH,
+        image_size: int | tuple[int, int] = 224,
+        num_classes: int = 10,
+        *,
+        channels: int = 3,
+        seed: int = 0,
+        signal: float = 1.0,
+        noise: float = 1.0,
+        index_offset: int = 0,
+        transform: Callable[[torch.Tensor], Any] | None = None,
+    ) -> None:
+        height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
+        for label, value in (
+            ("length", length),
+            ("image_size", min(height, width)),
+            ("num_classes", num_classes),
+            ("channels", channels),
+        ):
+            if not isinstance(value, int) or value < 1:
+                raise DataError(f"synthetic dataset: {label} must be a positive integer, got {value!r}")
+        self.length = length
+        self.image_size = (height, width)
+        self.num_classes = num_classes
+        self.channels = channels
+        self.seed = seed
+        self.signal = signal
+        self.noise = noise
+        self.index_offset = index_offset
+        self.transform = transform
+        self.classes = [f"class_{i}" for i in range(num_classes)]
+        gen = torch.Generator().manual_seed(seed)
+        # Small per-class grids; upsampled per sample so memory stays tiny for many classes.
+        self._patterns = torch.randn(
+            num_classes, channels, _PATTERN_CELLS, _PATTERN_CELLS, generator=gen
+        )
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index < 0:
+            index += self.length
+        if not 0 <= index < self.length:
+            raise IndexError(f"index {index} out of range for {self.length} synthetic samples")
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.index_offset + index)
+        label = int(torch.randint(self.num_classes, (1,), generator=gen))
+        pattern = F.interpolate(
+            self._patterns[label : label + 1], size=self.image_size, mode="nearest"
+        )[0]
+        image = self.signal * pattern + self.noise * torch.randn(
+            self.channels, *self.image_size, generator=gen
+        )
+        if self.transform is not None:
+            image = self.transform(image)
+        return image, label
+
+    def __repr__(self) -> str:
+        return (
+            f"SyntheticImageDataset(length={self.length}, image_size={self.image_size}, "
+            f"num_classes={self.num_classes}, channels={self.channels}, seed={self.seed})"
+        )
+
+
+# --------------------------------------------------------------------------------------
+# transforms
+# --------------------------------------------------------------------------------------
+
+
+def default_transform(
+    image_size: int, weights_transforms: Callable[[Any], torch.Tensor] | None = None
+) -> Callable[[Any], torch.Tensor]:
+    """The evaluation-style preprocessing for PIL images.
+
+    Args:
+        image_size: Side of the square crop fed to the model.
+        weights_transforms: A torchvision weights preset (``weights.transforms()``); when
+            given it is returned unchanged, so data matches what the weights were trained on.
+
+    Returns:
+        ``weights_transforms``, or Resize(image_size / 0.875) + CenterCrop(image_size) +
+        ToTensor + Normalize(ImageNet mean/std).
+
+    Raises:
+        DataError: ``image_size`` is not a positive integer.
+    """
+    if weights_transforms is not None:
+        return weights_transforms
+    if not isinstance(image_size, int) or image_size < 1:
+        raise DataError(f"image_size must be a positive integer, got {image_size!r}")
+    from torchvision import transforms as T
+
+    return T.Compose(
+        [
+            T.Resize(max(image_size, round(image_size / 0.875))),
+            T.CenterCrop(image_size),
+            T.ToTensor(),
+            T.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+        ]
+    )
+
+
+def _with_channels(
+    transform: Callable[[Any], Any], *, source_channels: int, channels: int
+) -> Callable[[Any], Any]:
+    """Prepend a PIL Grayscale conversion when the data's channels differ from the model's."""
+    if source_channels == channels:
+        return transform
+    from torchvision import transforms as T
+
+    return T.Compose([T.Grayscale(num_output_channels=channels), transform])
+
+
+# --------------------------------------------------------------------------------------
+# dataset specs
+# --------------------------------------------------------------------------------------
+
+_IMAGEFOLDER_TRAIN = ("train", "training")
+_IMAGEFOLDER_VAL = ("val", "valid", "validation", "test")
+
+
+def _imagefolder(root: Path, *, train: bool, transform: Callable[[Any], Any]) -> Dataset[Any]:
+    from torchvision.datasets import ImageFolder
+
+    layout = f"{root}/<class>/<image>.jpg (or {root}/train/<class>/... and {root}/val/<class>/...)"
+    if not root.exists():
+        raise DataError(f"image folder {root} does not exist; expected the layout {layout}")
+    if not root.is_dir():
+        raise DataError(f"image folder {root} is not a directory; expected the layout {layout}")
+    names = _IMAGEFOLDER_TRAIN if train else _IMAGEFOLDER_VAL
+    folder = next((root / n for n in names if (root / n).is_dir()), root)
+    try:
+        return ImageFolder(str(folder), transform=transform)
+    except FileNotFoundError as exc:
+        raise DataError(
+            f"no images found in {folder}: {exc}; expected one sub-folder per class with "
+            f"images inside, {layout}"
+        ) from exc
+    except OSError as exc:
+        raise DataError(f"cannot read image folder {folder}: {exc}") from exc
+
+
+# name -> (torchvision class name, uses split= instead of train=, grayscale, expected layout)
+_TV_DATASETS: dict[str, tuple[str, bool, bool, str]] = {
+    "cifar10": ("CIFAR10", False, False, "{root}/cifar-10-batches-py/ (data_batch_1..5, test_batch)"),
+    "cifar100": ("CIFAR100", False, False, "{root}/cifar-100-python/ (train, test, meta)"),
+    "mnist": (
+        "MNIST",
+        False,
+        True,
+        "{root}/MNIST/raw/ (train-images-idx3-ubyte, train-labels-idx1-ubyte, "
+        "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte)",
+    ),
+    "fashionmnist": (
+        "FashionMNIST",
+        False,
+        True,
+        "{root}/FashionMNIST/raw/ (train-images-idx3-ubyte, train-labels-idx1-ubyte, "
+        "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte)",
+    ),
+    "svhn": ("SVHN", True, False, "{root}/train_32x32.mat and {root}/test_32x32.mat"),
+    "stl10": ("STL10", True, False, "{root}/stl10_binary/ (train_X.bin, train_y.bin, test_X.bin, test_y.bin)"),
+}
+
+
+def _torchvision_dataset(
+    kind: str, root: Path, *, train: bool, transform: Callable[[Any], Any]
+) -> Dataset[Any]:
+    import torchvision.datasets as tvd
+
+    cls_name, uses_split, _, layout = _TV_DATASETS[kind]
+    expected = layout.format(root=root)
+    if not root.is_dir():
+        raise DataError(
+            f"{kind} root {root} does not exist; expected {expected}. Downloading is not done "
+            "by the workbench: fetch the dataset with torchvision (download=True) on a machine "
+            "with network and copy it there"
+        )
+    cls = getattr(tvd, cls_name)
+    kwargs: dict[str, Any] = {"transform": transform, "download": False}
+    if uses_split:
+        kwargs["split"] = "train" if train else "test"
+    else:
+        kwargs["train"] = train
+    try:
+        return cls(str(root), **kwargs)
+    except ImportError as exc:
+        raise DataError(f"{kind} needs an extra package ({exc}); install it, e.g. pip install scipy") from exc
+    except (RuntimeError, OSError, ValueError) as exc:
+        raise DataError(
+            f"{kind} files not found or unreadable under {root} ({str(exc).splitlines()[0]}); "
+            f"expected {expected}. Downloading is not done by the workbench: fetch the dataset "
+            "with torchvision (download=True) on a machine with network and copy it there"
+        ) from exc
+
+
+def _limit(dataset: Dataset[Any], length: int | None, seed: int) -> Dataset[Any]:
+    if length is None:
+        return dataset
+    total = len(dataset)  # type: ignore[arg-type]
+    if length >= total:
+        return dataset
+    gen = torch.Generator().manual_seed(seed)
+    indices = torch.randperm(total, generator=gen)[:length].sort().values.tolist()
+    return Subset(dataset, indices)
+
+
+def make_dataset(
+    spec: str,
+    *,
+    image_size: int,
+    num_classes: int,
+    train: bool = True,
+    transform: Callable[[Any], Any] | None = None,
+    seed: int = 0,
+    length: int | None = None,
+    channels: int = 3,
+) -> Dataset[Any]:
+    """Open a dataset from a spec string (see the module docstring for the forms).
+
+    Args:
+        spec: ``"synthetic"``, ``"synthetic:N"``, ``"imagefolder:PATH"`` or
+            ``"<cifar10|cifar100|mnist|fashionmnist|svhn|stl10>:PATH"``.
+        image_size: Square side of the images fed to the model.
+        num_classes: Classes of the synthetic data (file datasets have their own).
+        train: Training split (``False``: validation/test split).
+        transform: Transform for file datasets; defaults to :func:`default_transform`.
+            For synthetic data it is applied to the generated tensor when given.
+        seed: Seed of the synthetic data and of the subset chosen by ``length``.
+        length: Number of samples (synthetic), or a deterministic random subset of a file
+            dataset; ``None`` for all.
+        channels: Channels the model expects; grayscale datasets are converted to it.
+
+    Returns:
+        A map-style dataset yielding ``(image_tensor, label)``.
+
+    Raises:
+        DataError: Unknown spec, bad N, missing folder or dataset files.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise DataError(f"empty dataset spec; use one of: {_SPEC_FORMS}")
+    kind, sep, arg = spec.strip().partition(":")
+    kind = kind.strip().lower()
+    arg = arg.strip()
+    if length is not None and (not isinstance(length, int) or length < 1):
+        raise DataError(f"length must be a positive integer or None, got {length!r}")
+
+    if kind == "synthetic":
+        n = length if length is not None else SYNTHETIC_DEFAULT_LENGTH
+        if arg:
+            try:
+                n = int(arg)
+            except ValueError:
+                n = -1
+            if n < 1:
+                raise DataError(
+                    f"bad synthetic size in {spec!r}; use synthetic:N with N a positive integer"
+                )
+            if length is not None:
+                n = min(n, length)
+        return SyntheticImageDataset(
+            n,
+            image_size,
+            num_classes,
+            channels=channels,
+            seed=seed,
+            index_offset=0 if train else _VAL_INDEX_OFFSET,
+            transform=transform,
+        )
+
+    if kind == "imagefolder" or kind in _TV_DATASETS:
+        if not sep or not arg:
+            raise DataError(f"dataset spec {spec!r} needs a folder: use {kind}:PATH")
+        root = Path(arg).expanduser()
+        base = transform if transform is not None else default_transform(image_size)
+        if kind == "imagefolder":
+            # ImageFolder opens every image as RGB.
+            tf = _with_channels(base, source_channels=3, channels=channels)
+            dataset = _imagefolder(root, train=train, transform=tf)
+        else:
+            grayscale = _TV_DATASETS[kind][2]
+            tf = _with_channels(base, source_channels=1 if grayscale else 3, channels=channels)
+            dataset = _torchvision_dataset(kind, root, train=train, transform=tf)
+        return _limit(dataset, length, seed)
+
+    raise DataError(f"unknown dataset spec {spec!r}; valid forms: {_SPEC_FORMS}")
+
+
+# --------------------------------------------------------------------------------------
+# loaders
+# --------------------------------------------------------------------------------------
+
+
+def _seed_worker(worker_id: int) -> None:
+    """Seed Python's and NumPy's RNGs in a worker from torch's per-worker seed."""
+    worker_seed = torch.initial_seed() % 2**32
+    random.seed(worker_seed)
+    try:
+        import numpy as np
+
+        np.random.seed(worker_seed)
+    except ImportError:  # numpy is optional here
+        pass
+
+
+def make_loader(
+    dataset: Dataset[Any],
+    batch_size: int,
+    *,
+    shuffle: bool = True,
+    num_workers: int = 0,
+    pin_memory: bool = False,
+    seed: int = 0,
+    sampler: Sampler[Any] | None = None,
+    drop_last: bool = True,
+) -> DataLoader[Any]:
+    """A reproducible ``DataLoader`` (seeded shuffling and worker seeds).
+
+    Args:
+        dataset: The dataset.
+        batch_size: Samples per batch.
+        shuffle: Shuffle each epoch (ignored when ``sampler`` is given).
+        num_workers: Worker processes; when > 0 workers are persistent across epochs.
+        pin_memory: Pin batches for faster host-to-GPU copies.
+        seed: Seed of the shuffling generator.
+        sampler: Custom sampler (e.g. ``DistributedSampler``); disables ``shuffle``.
+        drop_last: Drop the last incomplete batch (keeps step times comparable).
+
+    Returns:
+        The loader.
+
+    Raises:
+        DataError: Invalid ``batch_size``/``num_workers``, or ``drop_last`` with fewer
+            samples than one batch (the loader would yield nothing).
+    """
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise DataError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if not isinstance(num_workers, int) or num_workers < 0:
+        raise DataError(f"num_workers must be a non-negative integer, got {num_workers!r}")
+    if drop_last and isinstance(dataset, Sized) and len(dataset) < batch_size:
+        raise DataError(
+            f"the dataset has {len(dataset)} samples, fewer than batch_size={batch_size}, and "
+            "drop_last=True would leave no batch; lower batch_size or pass drop_last=False"
+        )
+    generator = torch.Generator().manual_seed(seed)
+    kwargs: dict[str, Any] = {}
+    if num_workers > 0:
+        kwargs["persistent_workers"] = True
+        kwargs["worker_init_fn"] = _seed_worker
+    return DataLoader(
+        dataset,
+        batch_size=batch_size,
+        shuffle=shuffle if sampler is None else False,
+        sampler=sampler,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        drop_last=drop_last,
+        generator=generator,
+        **kwargs,
+    )
+
+
+_KNOWN_CLASS_COUNTS = {"SVHN": 10}
+
+
+def dataset_num_classes(ds: Dataset[Any]) -> int | None:
+    """Number of classes of a dataset, when it says so.
+
+    Looks at ``.classes`` (torchvision datasets, ImageFolder, synthetic), then an int
+    ``.num_classes``; unwraps ``Subset``.
+
+    Args:
+        ds: The dataset.
+
+    Returns:
+        The count, or ``None`` if unknown.
+    """
+    while isinstance(ds, Subset):
+        ds = ds.dataset
+    classes = getattr(ds, "classes", None)
+    if classes is not None:
+        try:
+            return len(classes)
+        except TypeError:
+            pass
+    n = getattr(ds, "num_classes", None)
+    if isinstance(n, int) and not isinstance(n, bool):
+        return n
+    return _KNOWN_CLASS_COUNTS.get(type(ds).__name__)

@@ -1,0 +1,194 @@
+"""Proof that a freezing setup did what it claims, by hashing tensors.
+
+A :class:`Snapshot` records a digest of every tensor that must not change (frozen
+parameters, the fixed part A of A+B, running statistics of BatchNorm kept in eval mode) and of
+every trainable tensor. :func:`compare` checks them again after training: frozen tensors must
+be bit-identical (a hash, not ``allclose``), eval-mode BatchNorm statistics must not have
+moved, and each trainable tensor should have changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch
+
+__all__ = ["Snapshot", "Violation", "VerifyReport", "compare", "tensor_digest"]
+
+
+def tensor_digest(t: torch.Tensor) -> str:
+    """A digest of a tensor's exact bytes, dtype and shape.
+
+    Args:
+        t: any dense tensor, on any device.
+
+    Returns:
+        A hex string; equal digests mean bit-identical tensors.
+    """
+    t = t.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    t = t.contiguous()
+    h = hashlib.blake2b(digest_size=16)
+    h.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
+    if t.numel():
+        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One tensor that did not behave as the plan says.
+
+    Attributes:
+        name: dotted name of the tensor (parameter or buffer).
+        module: dotted path of the module it belongs to (as shown in the tree).
+        kind: ``frozen_changed``, ``bn_stats_changed``, ``fixed_changed`` (A of A+B),
+            or ``trainable_unchanged``.
+        severity: ``error`` or ``warning``.
+        message: what happened and what it means.
+    """
+
+    name: str
+    module: str
+    kind: str
+    severity: str
+    message: str
+
+
+@dataclass
+class VerifyReport:
+    """Result of :meth:`AppliedPlan.verify`.
+
+    Attributes:
+        violations: every violation found.
+        checked: counts of tensors checked per category.
+        module_status: ``{module path: "ok" | "error" | "warning"}`` for every module that
+            owns a checked tensor (the GUI colours rows from it).
+    """
+
+    violations: list[Violation] = field(default_factory=list)
+    checked: dict[str, int] = field(default_factory=dict)
+    module_status: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """No error-level violation (unchanged trainable tensors are warnings)."""
+        return not self.errors
+
+    @property
+    def errors(self) -> list[Violation]:
+        """Error-level violations."""
+        return [v for v in self.violations if v.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Violation]:
+        """Warning-level violations."""
+        return [v for v in self.violations if v.severity == "warning"]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form."""
+        return {
+            "ok": self.ok,
+            "checked": dict(self.checked),
+            "violations": [v.__dict__ for v in self.violations],
+            "module_status": dict(self.module_status),
+        }
+
+    def summary(self) -> str:
+        """One line: what was checked and how it went."""
+        c = self.checked
+        head = (
+            f"{c.get('frozen', 0)} frozen tensors, {c.get('fixed', 0)} fixed A tensors, "
+            f"{c.get('bn_stats', 0)} eval-BN buffers, {c.get('trainable', 0)} trainable tensors checked"
+        )
+        if self.ok and not self.violations:
+            return f"verify OK: {head}"
+        return f"verify {'OK' if self.ok else 'FAILED'}: {len(self.errors)} errors, {len(self.warnings)} warnings; {head}"
+
+    def __str__(self) -> str:
+        lines = [self.summary()]
+        lines += [f"  {v.severity}: {v.name}: {v.message}" for v in self.violations]
+        return "\n".join(lines)
+
+
+_MESSAGES = {
+    "frozen": ("frozen_changed", "error", "frozen tensor changed during training"),
+    "fixed": ("fixed_changed", "error", "fixed tensor A of A+B changed; only B may train"),
+    "bn_stats": (
+        "bn_stats_changed",
+        "error",
+        "running statistics of a BatchNorm kept in eval mode moved (it ran in train mode)",
+    ),
+    "trainable": (
+        "trainable_unchanged",
+        "warning",
+        "trainable tensor did not change (no gradient reached it, or lr is 0)",
+    ),
+}
+
+
+@dataclass
+class Snapshot:
+    """Digests of tensors by category: ``frozen``, ``fixed``, ``bn_stats``, ``trainable``.
+
+    Each entry maps a tensor name to ``(module path, digest)``.
+    """
+
+    entries: dict[str, dict[str, tuple[str, str]]] = field(
+        default_factory=lambda: {k: {} for k in _MESSAGES}
+    )
+
+    def record(self, category: str, items: Iterable[tuple[str, str, torch.Tensor]], *, keep: bool = False) -> None:
+        """Hash tensors into ``category``.
+
+        Args:
+            category: one of ``frozen``, ``fixed``, ``bn_stats``, ``trainable``.
+            items: ``(tensor name, module path, tensor)``.
+            keep: keep an existing digest for a name instead of re-hashing it.
+        """
+        bucket = self.entries[category]
+        for name, module, t in items:
+            if keep and name in bucket:
+                continue
+            bucket[name] = (module, tensor_digest(t))
+
+    def drop(self, category: str, names: Iterable[str]) -> None:
+        """Forget tensors of a category."""
+        bucket = self.entries[category]
+        for n in names:
+            bucket.pop(n, None)
+
+
+def compare(snapshot: Snapshot, current: dict[str, dict[str, torch.Tensor]]) -> VerifyReport:
+    """Compare a snapshot with the tensors as they are now.
+
+    Args:
+        snapshot: digests taken when the plan was applied (or last updated).
+        current: ``{category: {tensor name: tensor}}`` for the same categories.
+
+    Returns:
+        The report. Tensors that vanished from the model are skipped.
+    """
+    report = VerifyReport()
+    for category, bucket in snapshot.entries.items():
+        kind, severity, msg = _MESSAGES[category]
+        now = current.get(category, {})
+        n = 0
+        for name, (module, digest) in bucket.items():
+            t = now.get(name)
+            if t is None:
+                continue
+            n += 1
+            same = tensor_digest(t) == digest
+            bad = (not same) if category != "trainable" else same
+            status = report.module_status.get(module, "ok")
+            if bad:
+                report.violations.append(Violation(name, module, kind, severity, msg))
+                if severity == "error" or status == "ok":
+                    status = severity
+            report.module_status[module] = status
+        report.checked[category] = n
+    return report
