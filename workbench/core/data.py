@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
+from workbench.core.errors import WorkbenchError
+
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
@@ -49,7 +51,7 @@ _SPEC_FORMS = (
 )
 
 
-class DataError(Exception):
+class DataError(WorkbenchError):
     """A dataset could not be provided; the message says why and what to do."""
 
 
@@ -104,7 +106,9 @@ class SyntheticImageDataset(Dataset[tuple[torch.Tensor, int]]):
             ("channels", channels),
         ):
             if not isinstance(value, int) or value < 1:
-                raise DataError(f"synthetic dataset: {label} must be a positive integer, got {value!r}")
+                raise DataError(
+                    f"synthetic dataset: {label} must be a positive integer, got {value!r}"
+                )
         self.length = length
         self.image_size = (height, width)
         self.num_classes = num_classes
@@ -154,7 +158,10 @@ class SyntheticImageDataset(Dataset[tuple[torch.Tensor, int]]):
 
 
 def default_transform(
-    image_size: int, weights_transforms: Callable[[Any], torch.Tensor] | None = None
+    image_size: int,
+    weights_transforms: Callable[[Any], torch.Tensor] | None = None,
+    *,
+    channels: int = 3,
 ) -> Callable[[Any], torch.Tensor]:
     """The evaluation-style preprocessing for PIL images.
 
@@ -162,10 +169,12 @@ def default_transform(
         image_size: Side of the square crop fed to the model.
         weights_transforms: A torchvision weights preset (``weights.transforms()``); when
             given it is returned unchanged, so data matches what the weights were trained on.
+        channels: Channels of the images the transform receives (3, or 1 for grayscale:
+            normalised with the mean of the ImageNet statistics).
 
     Returns:
         ``weights_transforms``, or Resize(image_size / 0.875) + CenterCrop(image_size) +
-        ToTensor + Normalize(ImageNet mean/std).
+        ToTensor + Normalize(ImageNet mean/std, averaged for other channel counts).
 
     Raises:
         DataError: ``image_size`` is not a positive integer.
@@ -176,12 +185,19 @@ def default_transform(
         raise DataError(f"image_size must be a positive integer, got {image_size!r}")
     from torchvision import transforms as T
 
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    if channels == 3:
+        mean, std = IMAGENET_MEAN, IMAGENET_STD
+    else:
+        mean = (sum(IMAGENET_MEAN) / 3,) * channels
+        std = (sum(IMAGENET_STD) / 3,) * channels
     return T.Compose(
         [
             T.Resize(max(image_size, round(image_size / 0.875))),
             T.CenterCrop(image_size),
             T.ToTensor(),
-            T.Normalize(IMAGENET_MEAN, IMAGENET_STD),
+            T.Normalize(mean, std),
         ]
     )
 
@@ -228,7 +244,12 @@ def _imagefolder(root: Path, *, train: bool, transform: Callable[[Any], Any]) ->
 
 # name -> (torchvision class name, uses split= instead of train=, grayscale, expected layout)
 _TV_DATASETS: dict[str, tuple[str, bool, bool, str]] = {
-    "cifar10": ("CIFAR10", False, False, "{root}/cifar-10-batches-py/ (data_batch_1..5, test_batch)"),
+    "cifar10": (
+        "CIFAR10",
+        False,
+        False,
+        "{root}/cifar-10-batches-py/ (data_batch_1..5, test_batch)",
+    ),
     "cifar100": ("CIFAR100", False, False, "{root}/cifar-100-python/ (train, test, meta)"),
     "mnist": (
         "MNIST",
@@ -245,7 +266,12 @@ _TV_DATASETS: dict[str, tuple[str, bool, bool, str]] = {
         "t10k-images-idx3-ubyte, t10k-labels-idx1-ubyte)",
     ),
     "svhn": ("SVHN", True, False, "{root}/train_32x32.mat and {root}/test_32x32.mat"),
-    "stl10": ("STL10", True, False, "{root}/stl10_binary/ (train_X.bin, train_y.bin, test_X.bin, test_y.bin)"),
+    "stl10": (
+        "STL10",
+        True,
+        False,
+        "{root}/stl10_binary/ (train_X.bin, train_y.bin, test_X.bin, test_y.bin)",
+    ),
 }
 
 
@@ -271,7 +297,9 @@ def _torchvision_dataset(
     try:
         return cls(str(root), **kwargs)
     except ImportError as exc:
-        raise DataError(f"{kind} needs an extra package ({exc}); install it, e.g. pip install scipy") from exc
+        raise DataError(
+            f"{kind} needs an extra package ({exc}); install it, e.g. pip install scipy"
+        ) from exc
     except (RuntimeError, OSError, ValueError) as exc:
         raise DataError(
             f"{kind} files not found or unreadable under {root} ({str(exc).splitlines()[0]}); "
@@ -358,7 +386,9 @@ def make_dataset(
         if not sep or not arg:
             raise DataError(f"dataset spec {spec!r} needs a folder: use {kind}:PATH")
         root = Path(arg).expanduser()
-        base = transform if transform is not None else default_transform(image_size)
+        base = (
+            transform if transform is not None else default_transform(image_size, channels=channels)
+        )
         if kind == "imagefolder":
             # ImageFolder opens every image as RGB.
             tf = _with_channels(base, source_channels=3, channels=channels)

@@ -45,6 +45,7 @@ __all__ = [
     "PlanWarning",
     "Rule",
     "Stage",
+    "select_paths",
 ]
 
 FORMAT = "freeze-plan"
@@ -389,6 +390,21 @@ def _matcher(tree: ModelTree) -> _Matcher:
         hit = (tree, _Matcher(tree))
         _MATCHERS[id(tree)] = hit
     return hit[1]
+
+
+def select_paths(selector: str, model_or_tree: nn.Module | ModelTree, *, subtree: bool = True) -> list[str]:
+    """Module paths a selector reaches.
+
+    Args:
+        selector: ``"*"``, a dotted path, a glob, or ``type:ClassName``.
+        model_or_tree: the model or its tree.
+        subtree: include the subtrees of the matched modules (as inherited keys do).
+
+    Returns:
+        Paths in tree order (empty when nothing matches).
+    """
+    m = _matcher(_as_tree(model_or_tree))
+    return m.covered(selector) if subtree else list(m.direct(selector))
 
 
 def _as_tree(model_or_tree: nn.Module | ModelTree) -> ModelTree:

@@ -29,7 +29,6 @@ import os
 import pickle
 import re
 import socket
-import tempfile
 import urllib.error
 import zipfile
 from collections.abc import Iterator, Mapping
@@ -42,6 +41,9 @@ from urllib.parse import urlparse
 import torch
 import torchvision
 from torch import nn
+
+from workbench.core.atomic import atomic_path
+from workbench.core.errors import WorkbenchError
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",
@@ -80,7 +82,7 @@ _DEFAULT_INPUT_SIZE = 224
 _MAX_LISTED_KEYS = 10
 
 
-class ModelSourceError(Exception):
+class ModelSourceError(WorkbenchError):
     """A model, its weights or a checkpoint could not be provided.
 
     The message is meant for the user as-is (CLI output, GUI dialog): it says what went
@@ -93,7 +95,7 @@ class ModelSourceError(Exception):
 # --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass
 class ModelInfo:
     """What the GUI and CLI show about one torchvision classification model.
 
@@ -129,7 +131,9 @@ def _check_model_name(name: str) -> str:
     if lowered in names:
         return lowered
     close = difflib.get_close_matches(lowered, names, n=3, cutoff=0.5)
-    hint = f"did you mean {', '.join(close)}?" if close else "see list_models() for the valid names."
+    hint = (
+        f"did you mean {', '.join(close)}?" if close else "see list_models() for the valid names."
+    )
     raise ModelSourceError(f"unknown torchvision classification model {name!r}; {hint}")
 
 
@@ -387,6 +391,7 @@ def build_model(
 # classification heads
 # --------------------------------------------------------------------------------------
 
+
 def _get(model: nn.Module, path: str) -> nn.Module | None:
     try:
         return model.get_submodule(path)
@@ -466,19 +471,25 @@ def current_num_classes(model: nn.Module) -> int | None:
 
 
 def _new_head(old: nn.Module, num_classes: int) -> nn.Module:
-    weight = old.weight
-    factory = {"device": weight.device, "dtype": weight.dtype}
     if isinstance(old, nn.Linear):
-        return nn.Linear(old.in_features, num_classes, bias=old.bias is not None, **factory)
+        return nn.Linear(
+            old.in_features,
+            num_classes,
+            bias=old.bias is not None,
+            device=old.weight.device,
+            dtype=old.weight.dtype,
+        )
     assert isinstance(old, nn.Conv2d)
+    padding = old.padding if isinstance(old.padding, str) else (old.padding[0], old.padding[1])
     return nn.Conv2d(
         old.in_channels,
         num_classes,
-        kernel_size=old.kernel_size,
-        stride=old.stride,
-        padding=old.padding,
+        kernel_size=(old.kernel_size[0], old.kernel_size[1]),
+        stride=(old.stride[0], old.stride[1]),
+        padding=padding,
         bias=old.bias is not None,
-        **factory,
+        device=old.weight.device,
+        dtype=old.weight.dtype,
     )
 
 
@@ -525,7 +536,8 @@ def replace_head(model: nn.Module, num_classes: int) -> list[str]:
         _set_submodule(model, path, _new_head(old, num_classes))
         replaced.append(path)
     if isinstance(getattr(model, "num_classes", None), int):
-        model.num_classes = num_classes  # squeezenet uses it in forward; vit keeps it too
+        # squeezenet uses it in forward; vit keeps it too
+        setattr(model, "num_classes", num_classes)  # noqa: B010
     return replaced
 
 
@@ -605,9 +617,7 @@ def _refuse_pickle(path: Path, exc: BaseException) -> ModelSourceError:
     )
 
 
-def _read_checkpoint(
-    path: Path, *, trust_pickle: bool, map_location: Any
-) -> _RawCheckpoint:
+def _read_checkpoint(path: Path, *, trust_pickle: bool, map_location: Any) -> _RawCheckpoint:
     """Read a checkpoint file into a flat state dict plus metadata."""
     if not path.exists():
         raise ModelSourceError(f"checkpoint file not found: {path}; check the path")
@@ -706,11 +716,7 @@ def _extract(obj: Any, path: Path) -> _RawCheckpoint:
                 for k, v in _primitives(current[extra]).items():
                     metadata.setdefault(k, v)
         nested = next(
-            (
-                current[k]
-                for k in _NESTED_KEYS
-                if isinstance(current.get(k), (Mapping, nn.Module))
-            ),
+            (current[k] for k in _NESTED_KEYS if isinstance(current.get(k), (Mapping, nn.Module))),
             None,
         )
         if nested is None:
@@ -743,7 +749,7 @@ def _normalize_keys(state: dict[str, torch.Tensor], model: nn.Module) -> dict[st
             if all(k.startswith(prefix) for k in state) and not (
                 model_keys and all(k.startswith(prefix) for k in model_keys)
             ):
-                state = {k[len(prefix):]: v for k, v in state.items()}
+                state = {k[len(prefix) :]: v for k, v in state.items()}
                 changed = True
     return state
 
@@ -767,11 +773,11 @@ def _head_classes_in_state(model: nn.Module, state: Mapping[str, torch.Tensor]) 
 def _shape_mismatches(
     model: nn.Module, state: Mapping[str, torch.Tensor]
 ) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
-    own = model.state_dict()
     out = []
-    for key, tensor in state.items():
-        if key in own and tuple(own[key].shape) != tuple(tensor.shape):
-            out.append((key, tuple(tensor.shape), tuple(own[key].shape)))
+    for key, own in model.state_dict().items():  # model order: weight before bias
+        tensor = state.get(key)
+        if tensor is not None and tuple(own.shape) != tuple(tensor.shape):
+            out.append((key, tuple(tensor.shape), tuple(own.shape)))
     return out
 
 
@@ -781,20 +787,22 @@ def _load_state(
     mismatches = _shape_mismatches(model, state)
     if mismatches:
         key, theirs, ours = mismatches[0]
-        more = f" (and {len(mismatches) - 1} more)" if len(mismatches) > 1 else ""
+        shown = "; ".join(
+            f"{k!r}: checkpoint {list(t)} vs model {list(o)}" for k, t, o in mismatches[:3]
+        )
+        more = f" (and {len(mismatches) - 3} more)" if len(mismatches) > 3 else ""
         hint = ""
         heads = find_head(model)
-        if heads and key.startswith(heads[0] + "."):
+        head_only = bool(heads) and all(k.startswith(heads[0] + ".") for k, _, _ in mismatches)
+        if head_only and theirs[1:] == ours[1:]:
             hint = (
                 f"; the checkpoint's head has {theirs[0]} classes and the model's has "
-                f"{ours[0]}: pass num_classes={theirs[0]} (then replace_head for a new task)"
+                f"{ours[0]}: give the model {theirs[0]} classes before loading (e.g. "
+                f"replace_head(model, {theirs[0]})), then replace_head for a new task"
             )
         else:
             hint = "; is this checkpoint for a different architecture?"
-        raise ModelSourceError(
-            f"{path}: shape mismatch for {key!r}: checkpoint {list(theirs)} vs model "
-            f"{list(ours)}{more}{hint}"
-        )
+        raise ModelSourceError(f"{path}: shape mismatch for {shown}{more}{hint}")
     result = model.load_state_dict(state, strict=False)
     missing, unexpected = list(result.missing_keys), list(result.unexpected_keys)
     if strict and (missing or unexpected):
@@ -872,7 +880,9 @@ def load_checkpoint(
         try:
             model = build_model(used_arch, weights=None)
         except ModelSourceError as exc:
-            raise ModelSourceError(f"{path}: cannot build architecture {used_arch!r}: {exc}") from exc
+            raise ModelSourceError(
+                f"{path}: cannot build architecture {used_arch!r}: {exc}"
+            ) from exc
         state = _normalize_keys(raw.state, model)
         ckpt_classes = _head_classes_in_state(model, state)
         if num_classes is not None and ckpt_classes is not None and ckpt_classes != num_classes:
@@ -941,36 +951,33 @@ def save_checkpoint(
     num_classes = current_num_classes(model)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        os.close(fd)
+        with atomic_path(path) as tmp_name:
+            if suffix == ".safetensors":
+                from safetensors.torch import save_file
+
+                header: dict[str, str] = {"format": "pt"}
+                for key, value in user_meta.items():
+                    header[str(key)] = (
+                        value if isinstance(value, str) else json.dumps(value, default=str)
+                    )
+                if arch is not None:
+                    header["arch"] = arch
+                if num_classes is not None:
+                    header["num_classes"] = str(num_classes)
+                save_file(_state_for_safetensors(model), str(tmp_name), metadata=header)
+            else:
+                payload: dict[str, Any] = {
+                    "state_dict": {k: v.detach() for k, v in model.state_dict().items()},
+                    "arch": arch,
+                    "num_classes": num_classes,
+                    "metadata": json.loads(json.dumps(user_meta, default=str)),
+                }
+                torch.save(payload, tmp_name)
+    except ModelSourceError:
+        raise
     except OSError as exc:
         raise ModelSourceError(f"cannot write {path}: {exc}; check the folder and permissions") from exc
-    try:
-        if suffix == ".safetensors":
-            from safetensors.torch import save_file
-
-            header: dict[str, str] = {"format": "pt"}
-            for key, value in user_meta.items():
-                header[str(key)] = value if isinstance(value, str) else json.dumps(value, default=str)
-            if arch is not None:
-                header["arch"] = arch
-            if num_classes is not None:
-                header["num_classes"] = str(num_classes)
-            save_file(_state_for_safetensors(model), tmp_name, metadata=header)
-        else:
-            payload: dict[str, Any] = {
-                "state_dict": {k: v.detach() for k, v in model.state_dict().items()},
-                "arch": arch,
-                "num_classes": num_classes,
-                "metadata": json.loads(json.dumps(user_meta, default=str)),
-            }
-            torch.save(payload, tmp_name)
-        os.replace(tmp_name, path)
     except Exception as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        if isinstance(exc, ModelSourceError):
-            raise
         raise ModelSourceError(f"could not save {path}: {_first_line(exc)}") from exc
     return path
 

@@ -1,0 +1,77 @@
+"""The command line: help, version, inspect, and one-line errors with a non-zero exit code."""
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from workbench.cli import COMMANDS, main
+from workbench.core.plan import FreezePlan, Rule
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_help_lists_every_subcommand(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    for name in COMMANDS:
+        assert re.search(rf"^\s+{name}\s+\S", out, re.M), f"{name} missing from --help"
+
+
+def test_version(capsys):
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    assert re.match(r"freeze-workbench \d+\.\d+", capsys.readouterr().out)
+
+
+def test_inspect_table_and_plan(tmp_path, capsys):
+    plan = tmp_path / "p.json"
+    FreezePlan([Rule("*", frozen=True), Rule("fc", frozen=False)]).save(plan)
+    assert main(["inspect", "resnet18", "--plan", str(plan), "--depth", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "Trainable params: 513,000 (4.4%)" in out
+    assert re.search(r"^\s+bn1\s+BatchNorm2d\s+128\s+0\s+128\s+yes", out, re.M)
+    assert re.search(r"^\s+fc\s+Linear\s+513k\s+513k\s+0", out, re.M)
+    assert "layer1.0" not in out  # depth 1
+
+
+def test_inspect_json(capsys):
+    assert main(["inspect", "resnet18", "--num-classes", "10", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    fc = next(m for m in data["modules"] if m["path"] == "fc")
+    assert fc["params"] == 5130 and data["counts"]["total"] == 11_181_642
+    assert len(data["fingerprint"]) == 64
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["inspect", "resnet19"], "did you mean resnet18"),
+        (["inspect", "resnet18", "--plan", "/nope.json"], "no such plan file"),
+        (["inspect", "resnet18", "--checkpoint", "/nope.pt"], "nope.pt"),
+    ],
+)
+def test_bad_input_is_one_line_and_nonzero(argv, words, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and err.count("\n") == 1
+
+
+def test_bad_plan_selector_named(tmp_path, capsys):
+    plan = tmp_path / "p.json"
+    plan.write_text(json.dumps({"rules": [{"select": "*", "frozen": True}, {"select": "layer5", "frozen": False}]}))
+    assert main(["inspect", "resnet18", "--plan", str(plan)]) == 2
+    err = capsys.readouterr().err
+    assert "rule 1" in err and "'layer5' matches no module" in err and "layer4" in err
+
+
+def test_python_dash_m_entry_point():
+    r = subprocess.run([sys.executable, "-m", "workbench", "inspect", "resnet18", "--depth", "0"],
+                       capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    assert "Total params:     11,689,512" in r.stdout

@@ -1,0 +1,1 @@
+"""CLI subcommands: each module exposes ``HELP``, ``add_arguments(parser)`` and ``run(args)``."""

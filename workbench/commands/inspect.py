@@ -1,0 +1,97 @@
+"""``workbench inspect``: the module tree of a model, with a plan's effect, as a table or JSON."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from workbench.commands.common import add_model_arguments, human_bytes, human_count, load_model_and_plan
+from workbench.core.lint import lint_plan
+from workbench.core.tree import ModelTree
+
+HELP = "print a model's module tree with parameter counts and a plan's effect (table or --json)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p)
+    p.add_argument("--depth", type=int, default=None, help="show modules down to this depth (root = 0)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("--optimizer", default="adamw", help="optimizer for the memory estimate (sgd, sgd_momentum, adam, adamw)")
+
+
+def run(args: argparse.Namespace) -> int:
+    model, spec, plan = load_model_and_plan(args)
+    tree = ModelTree.from_model(model)
+    applied = plan.apply(model) if plan is not None else None
+    if applied is not None:
+        tree.refresh(model)
+        eff = applied.effective
+        counts = applied.counts(args.optimizer)
+        findings = lint_plan(plan, tree, args.optimizer)
+    else:
+        from workbench.core.apply import count_parameters
+
+        eff = None
+        counts = count_parameters(model.named_parameters(), args.optimizer)
+        findings = []
+    rows = []
+    for node in tree.root.walk():
+        if args.depth is not None and node.depth > args.depth:
+            continue
+        e = eff[node.path] if eff else None
+        rows.append(
+            {
+                "path": node.path,
+                "type": node.type_name,
+                "params": node.total_params,
+                "own_params": node.own_params,
+                "trainable": node.trainable_params,
+                "frozen": node.total_params - node.trainable_params,
+                "bn_eval": (e.bn_eval if e else not node.training) if node.is_bn else None,
+                "lr_scale": e.lr_scale if e else 1.0,
+            }
+        )
+    if args.json:
+        json.dump(
+            {
+                "model": spec.to_dict(),
+                "fingerprint": tree.fingerprint,
+                "modules": rows,
+                "counts": counts.to_dict(),
+                "findings": [f.to_dict() for f in findings],
+            },
+            sys.stdout,
+            indent=1,
+        )
+        print()
+        return 0
+    _print_table(rows, tree)
+    print()
+    print(f"Total params:     {counts.total:,}")
+    print(f"Trainable params: {counts.trainable:,} ({100 * counts.trainable_fraction:.1f}%)")
+    print(f"Frozen params:    {counts.frozen:,}")
+    print(
+        f"Training memory ({counts.optimizer}): params+grads+state {human_bytes(counts.training_bytes)}"
+        f" (full fine-tuning {human_bytes(counts.full_ft_bytes)})"
+    )
+    for f in findings:
+        print(f.one_line())
+    return 0
+
+
+def _print_table(rows: list[dict], tree: ModelTree) -> None:
+    head = ("Module", "Type", "Params", "Trainable", "Frozen", "BN eval", "LR×")
+    table = []
+    for r in rows:
+        depth = tree.nodes[r["path"]].depth
+        name = "  " * depth + (r["path"].rsplit(".", 1)[-1] if r["path"] else "(root)")
+        bn = "" if r["bn_eval"] is None else ("yes" if r["bn_eval"] else "no")
+        table.append((name, r["type"], human_count(r["params"]), human_count(r["trainable"]),
+                      human_count(r["frozen"]), bn, f"{r['lr_scale']:g}"))
+    widths = [max(len(head[i]), *(len(t[i]) for t in table)) for i in range(len(head))]
+    fmt = "  ".join(f"{{:{'<' if i < 2 else '>'}{w}}}" for i, w in enumerate(widths))
+    print(fmt.format(*head))
+    print("  ".join("-" * w for w in widths))
+    for t in table:
+        print(fmt.format(*t))

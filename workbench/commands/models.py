@@ -1,0 +1,35 @@
+"""``workbench models``: torchvision classification models, their weights and cache state."""
+
+from __future__ import annotations
+
+import argparse
+import fnmatch
+import json
+import sys
+
+from workbench.commands.common import human_count
+from workbench.core.zoo import list_models
+
+HELP = "list torchvision classification models with their weights and whether they are cached"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("pattern", nargs="?", default="*", help="glob on model names, e.g. 'resnet*'")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def run(args: argparse.Namespace) -> int:
+    infos = [m for m in list_models() if fnmatch.fnmatch(m.name, args.pattern)]
+    if args.json:
+        json.dump([m.__dict__ for m in infos], sys.stdout, indent=1)
+        print()
+        return 0
+    if not infos:
+        print(f"no model matches {args.pattern!r}", file=sys.stderr)
+        return 1
+    w = max(len(m.name) for m in infos)
+    for m in infos:
+        weights = ", ".join(f"{x}{' (cached)' if m.cached.get(x) else ''}" for x in m.weights) or "-"
+        n = human_count(m.num_params) if m.num_params else "?"
+        print(f"{m.name:<{w}}  {n:>6}  {m.input_size:>3}px  {weights}")
+    return 0
