@@ -92,6 +92,11 @@ def check_extensions(plan: FreezePlan, tree: ModelTree) -> list[PlanProblem]:
     """
     problems: list[PlanProblem] = []
     eff = plan.resolve(tree)
+    for path, e in eff.items():  # both on one module: refused (docs/partial.md)
+        if e.partial and e.reparam:
+            msg = importlib.import_module("workbench.core.partial").reparam_conflict(path)
+            idx = _rule_index_for(plan, "partial", e.partial)
+            problems.append(PlanProblem(f"module {path or '(root)'!r}: {msg}", idx, "partial"))
     for key, modname in _EXTENSIONS:
         specs = {p: getattr(e, key) for p, e in eff.items() if getattr(e, key)}
         if not specs:
@@ -589,6 +594,9 @@ class AppliedPlan:
                 diff.lr_changed.append(n)
         diff.bn_changed = [p for p, was in bn_before.items() if was != new[p].bn_eval]
         self.plan = plan
+        for bucket in self._snapshot.entries.values():  # reinstalled modules: new tensors, new baseline
+            for name in [n for n, (m, _) in bucket.items() if m in diff.reinstalled]:
+                del bucket[name]
         self._snap(fresh=False)
         return diff
 
@@ -632,9 +640,15 @@ class AppliedPlan:
         self._check_alive()
         return _extension("reparam")
 
-    def merge(self) -> None:
-        """Bake W = A + B into plain parameters and remove the A+B parametrizations."""
-        self._reparam().merge(self)
+    def merge(self) -> PlanDiff:
+        """Bake W = A + B into plain parameters and remove the A+B parametrizations.
+
+        The plan in force loses its ``reparam`` keys; parameter objects keep their identity.
+
+        Returns:
+            What changed (B's parameter names become the plain ones).
+        """
+        return self._reparam().merge(self)
 
     def reset_b(self, paths: list[str] | None = None) -> None:
         """Set B back to its initial value (zeros by default) for all or some modules."""

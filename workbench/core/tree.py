@@ -19,6 +19,7 @@ from typing import Iterator
 import torch
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.utils import parametrize
 
 __all__ = [
     "ModuleNode",
@@ -99,15 +100,18 @@ def canonical_parameters(model: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
     for path, module in model.named_modules():
         if hasattr(module, "_workbench_canonical_parameters"):
             custom[path] = module
-    handled_prefixes = tuple(p + "." for p in custom if p)
-    for path, module in custom.items():
-        for name, shape in module._workbench_canonical_parameters():
-            full = f"{path}.{name}" if path else name
-            if full not in seen:
-                seen.add(full)
-                out.append((full, tuple(shape)))
+    emitted: set[str] = set()
     for raw, p in model.named_parameters():
-        if custom and ("" in custom or raw.startswith(handled_prefixes)):
+        # a custom module's names go where its first parameter is, keeping registration order
+        owner = next((c for c in custom if c == "" or raw.startswith(c + ".")), None)
+        if owner is not None:
+            if owner not in emitted:
+                emitted.add(owner)
+                for name, shape in custom[owner]._workbench_canonical_parameters():
+                    full = f"{owner}.{name}" if owner else name
+                    if full not in seen:
+                        seen.add(full)
+                        out.append((full, tuple(shape)))
             continue
         name = _canonical_name(raw)
         if name in seen:
@@ -121,7 +125,30 @@ def canonical_parameters(model: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
         else:
             shape = tuple(p.shape)
         out.append((name, shape))
-    return out
+    return _plain_order(model, out)
+
+
+def _plain_order(model: nn.Module, out: list[tuple[str, tuple[int, ...]]]) -> list[tuple[str, tuple[int, ...]]]:
+    """Put parametrized tensors back where the plain model has them.
+
+    parametrize moves a tensor into a ``parametrizations`` child, behind the module's other
+    parameters and children. Sort by owning module (``named_modules`` order), then by the
+    module's ``_workbench_param_order`` hint (set by A+B), else keep the order found.
+    """
+    if not any(parametrize.is_parametrized(m) for m in model.modules()):
+        return out
+    index: dict[str, tuple[int, tuple[str, ...]]] = {}
+    for i, (path, m) in enumerate(model.named_modules()):
+        if visible_path(path) == path and path not in index:
+            index[path] = (i, tuple(getattr(m, "_workbench_param_order", ())))
+
+    def key(item: tuple[int, tuple[str, tuple[int, ...]]]) -> tuple[int, int, int]:
+        j, (name, _) = item
+        owner, _, short = name.rpartition(".")
+        mi, hint = index.get(owner, (len(index), ()))
+        return (mi, hint.index(short) if short in hint else len(hint), j)
+
+    return [x for _, x in sorted(enumerate(out), key=key)]
 
 
 def fingerprint(model: nn.Module) -> str:
@@ -230,7 +257,7 @@ class ModelTree:
         for order, (path, module) in enumerate(model.named_modules(remove_duplicate=True)):
             if visible_path(path) != path or getattr(module, "_workbench_internal", False):
                 continue
-            t = type(module)
+            t = parametrize.type_before_parametrizations(module)  # not ParametrizedConv2d
             names = mro_cache.get(t)
             if names is None:
                 names = tuple(

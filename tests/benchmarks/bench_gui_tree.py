@@ -1,0 +1,172 @@
+"""Module tree at scale: populate the window and freeze the root, for small to 5,000+-module models.
+
+Models (all side by side in one process, offscreen):
+
+- ``resnet18`` (68 modules), the baseline;
+- ``vit_l_16`` and ``convnext_large`` with ``weights=None``, built on the ``meta`` device
+  (the tree and counts need shapes only, so no 1 GB of random weights is allocated);
+- ``nested_5k``: nested ``nn.Sequential`` (10 × 10 × 50 ``Linear``), 5,111 modules;
+- ``nested_10k``: 10 × 20 × 50, 10,211 modules.
+
+Measured (median of ``--repeat`` runs), as the user experiences them:
+
+- ``load``: building the ``ModelTree``, byte and shape tables (the worker thread's part);
+- ``populate``: ``Controller.set_loaded`` → model reset, tree expanded to the top level, the
+  cost panel refreshed, and the view painted (GUI thread; the issue's target is < 1 s);
+- ``freeze root`` / ``unfreeze root``: one click's plan edit, ``PlanState`` (resolve + lint),
+  ``dataChanged`` ranges and a repaint of the view (target < 100 ms);
+- ``freeze leaf``: the same for one module deep in the tree;
+- ``expand all``: ``QTreeView.expandAll`` and a repaint.
+
+It prints each time, its ratio to the target and to resnet18; it asserts nothing.
+
+Run::
+
+    QT_QPA_PLATFORM=offscreen python tests/benchmarks/bench_gui_tree.py
+    QT_QPA_PLATFORM=offscreen python tests/benchmarks/bench_gui_tree.py --repeat 5 --json gui_tree.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from typing import Callable
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+TARGETS = {"populate": 1.0, "freeze root": 0.1, "unfreeze root": 0.1, "freeze leaf": 0.1}
+
+
+def nested(width: int, mid: int, leaf: int) -> nn.Module:
+    """``width`` Sequentials of ``mid`` Sequentials of ``leaf`` Linear(4, 4)."""
+    return nn.Sequential(
+        *[nn.Sequential(*[nn.Sequential(*[nn.Linear(4, 4) for _ in range(leaf)]) for _ in range(mid)])
+          for _ in range(width)]
+    )
+
+
+def torchvision_on_meta(name: str) -> nn.Module:
+    from workbench.core.zoo import build_model
+
+    with torch.device("meta"):
+        return build_model(name, weights=None)
+
+
+MODELS: dict[str, Callable[[], nn.Module]] = {
+    "resnet18": lambda: torchvision_on_meta("resnet18"),
+    "vit_l_16": lambda: torchvision_on_meta("vit_l_16"),
+    "convnext_large": lambda: torchvision_on_meta("convnext_large"),
+    "nested_5k": lambda: nested(10, 10, 50),
+    "nested_10k": lambda: nested(10, 20, 50),
+}
+
+
+def timed(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def deepest_leaf(tree: object) -> str:
+    paths = tree.paths()  # type: ignore[attr-defined]
+    return max(paths, key=lambda p: (p.count("."), p))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--repeat", type=int, default=3, help="runs per measurement (median reported)")
+    p.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
+    p.add_argument("--json", help="also write the results to this JSON file")
+    args = p.parse_args(argv)
+    torch.set_num_threads(1)
+
+    from PySide6.QtCore import QSettings
+    from PySide6.QtWidgets import QApplication
+
+    from workbench.gui.app import create_application
+    from workbench.gui.main_window import MainWindow
+    from workbench.gui.model_loading import loaded_from_model
+
+    settings_dir = tempfile.mkdtemp(prefix="bench-gui-settings-")
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, settings_dir)
+    app = create_application()
+    window = MainWindow(load_default=False)
+    window.resize(1400, 850)
+    window.show()
+    app.processEvents()
+    c = window.controller
+    view = window.view
+
+    def settle() -> None:
+        app.processEvents()
+        view.viewport().repaint()
+
+    results: dict[str, dict[str, float | int]] = {}
+    for name in args.models:
+        model = MODELS[name]()
+        runs: dict[str, list[float]] = {k: [] for k in ("load", "populate", "freeze root", "unfreeze root",
+                                                         "freeze leaf", "expand all")}
+        ranges = 0
+        for _ in range(args.repeat):
+            loaded = None
+
+            def load() -> None:
+                nonlocal loaded
+                loaded = loaded_from_model(model, name)
+
+            runs["load"].append(timed(load))
+            assert loaded is not None
+            c.tree = None  # a different model each time: a full reset and a new plan
+            runs["populate"].append(timed(lambda: (c.set_loaded(loaded), settle())))
+            emitted = [0]
+            conn = window.tree_model.dataChanged.connect(lambda *a: emitted.__setitem__(0, emitted[0] + 1))
+            runs["freeze root"].append(timed(lambda: (c.set_value([""], "frozen", True), settle())))
+            ranges = emitted[0]
+            window.tree_model.dataChanged.disconnect(conn)
+            runs["unfreeze root"].append(timed(lambda: (c.set_value([""], "frozen", False), settle())))
+            leaf = deepest_leaf(c.tree)
+            runs["freeze leaf"].append(timed(lambda: (c.set_value([leaf], "frozen", True), settle())))
+            runs["expand all"].append(timed(lambda: (window.expand_to_depth(-1), settle())))
+            window.expand_to_depth(0)
+            c.undo_stack.setClean()
+        res: dict[str, float | int] = {k: statistics.median(v) for k, v in runs.items()}
+        res["modules"] = len(c.tree) if c.tree is not None else 0
+        res["ranges (freeze root)"] = ranges
+        results[name] = res
+        del model
+
+    window.close()
+    window.deleteLater()
+    app.processEvents()
+
+    base = results.get("resnet18")
+    print(f"# GUI tree benchmark — {platform.processor() or platform.machine()}, Python {platform.python_version()}, "
+          f"torch {torch.__version__}, Qt offscreen, median of {args.repeat}")
+    print(f"{'model':<16}{'modules':>8}  {'measure':<14}{'time':>10}  {'vs target':>10}  {'vs resnet18':>11}")
+    for name, res in results.items():
+        for key in ("load", "populate", "freeze root", "unfreeze root", "freeze leaf", "expand all"):
+            t = float(res[key])
+            target = TARGETS.get(key)
+            vs_t = f"{t / target:.2f}×" if target else "—"
+            vs_b = f"{t / float(base[key]):.1f}×" if base and float(base[key]) > 0 else "—"
+            print(f"{name:<16}{int(res['modules']):>8}  {key:<14}{t * 1000:>8.1f}ms  {vs_t:>10}  {vs_b:>11}")
+        print(f"{'':<24}  dataChanged ranges for freeze root: {res['ranges (freeze root)']}")
+    if args.json:
+        from workbench.core.atomic import atomic_write
+
+        atomic_write(args.json, json.dumps({"repeat": args.repeat, "results": results}, indent=2))
+    QApplication.processEvents()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

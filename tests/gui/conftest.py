@@ -1,0 +1,179 @@
+"""Fixtures for the GUI tests: offscreen Qt, private settings, intercepted dialogs, no leaks.
+
+- ``QT_QPA_PLATFORM=offscreen`` is set here, before anything imports Qt.
+- ``QSettings`` writes to a temporary folder for the whole session (never the user's).
+- Every dialog of :mod:`workbench.gui.dialogs` is replaced by :class:`DialogRecorder`,
+  which records it and returns a scripted answer; the Qt static dialogs raise, so a dialog
+  that bypasses the seam fails the test instead of blocking it.
+- After each test, a still-running worker ``QThread`` or a top-level widget still alive
+  fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["QT_QPA_PLATFORM"] = "offscreen"
+
+from collections import defaultdict, deque  # noqa: E402
+from typing import Any, Iterator, Sequence  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _quiet_torch() -> None:
+    torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    from PySide6.QtCore import QSettings
+
+    folder = str(tmp_path_factory.mktemp("qsettings"))
+    for fmt in (QSettings.Format.IniFormat, QSettings.Format.NativeFormat):
+        for scope in (QSettings.Scope.UserScope, QSettings.Scope.SystemScope):
+            QSettings.setPath(fmt, scope, folder)
+    yield
+
+
+class DialogRecorder:
+    """Stands in for :mod:`workbench.gui.dialogs`.
+
+    Attributes:
+        calls: ``(kind, title, text)`` for every dialog shown.
+        answers: scripted answers per kind (``"ask"``, ``"open_file"``, ``"save_file"``,
+            ``"choose"``; ``"dialog"``: a function called with the app's dialog, returning
+            whether it is accepted), consumed first in, first out.
+
+    With no scripted answer, ``ask`` answers ``"Discard"`` when offered (so closing a
+    window with unsaved edits never blocks), else the caller's default; file dialogs
+    answer ``""`` (cancelled) and ``choose`` None.
+    """
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str, str]] = []
+        self.answers: dict[str, deque[Any]] = defaultdict(deque)
+
+    def script(self, kind: str, *answers: Any) -> None:
+        """Queue answers for the next dialogs of ``kind``."""
+        self.answers[kind].extend(answers)
+
+    def _next(self, kind: str, fallback: Any) -> Any:
+        return self.answers[kind].popleft() if self.answers[kind] else fallback
+
+    def kinds(self, kind: str) -> list[tuple[str, str, str]]:
+        """The recorded calls of one kind."""
+        return [c for c in self.calls if c[0] == kind]
+
+    def error(self, parent: Any, title: str, message: str, details: str = "") -> None:
+        self.calls.append(("error", title, message))
+
+    def info(self, parent: Any, title: str, message: str) -> None:
+        self.calls.append(("info", title, message))
+
+    def ask(self, parent: Any, title: str, question: str, choices: Sequence[str], default: str) -> str:
+        self.calls.append(("ask", title, question))
+        answer = self._next("ask", "Discard" if "Discard" in choices else default)
+        assert answer in choices, f"scripted answer {answer!r} is not one of {list(choices)}"
+        return answer
+
+    def open_file(self, parent: Any, caption: str, directory: str, filters: str) -> str:
+        self.calls.append(("open_file", caption, filters))
+        return self._next("open_file", "")
+
+    def save_file(self, parent: Any, caption: str, directory: str, filters: str) -> str:
+        self.calls.append(("save_file", caption, filters))
+        return self._next("save_file", "")
+
+    def choose(self, parent: Any, title: str, label: str, items: Sequence[str], current: str = "") -> str | None:
+        self.calls.append(("choose", title, label))
+        return self._next("choose", None)
+
+    def run_dialog(self, dialog: Any) -> bool:
+        """Run a scripted function on the app's own dialog; its result is "accepted"."""
+        self.calls.append(("dialog", dialog.windowTitle(), type(dialog).__name__))
+        fill = self._next("dialog", None)
+        return bool(fill(dialog)) if fill is not None else False
+
+
+def _refuse(*args: Any, **kwargs: Any) -> Any:
+    raise AssertionError("a real Qt dialog was opened outside workbench.gui.dialogs")
+
+
+@pytest.fixture(autouse=True)
+def dialogs(monkeypatch: pytest.MonkeyPatch) -> DialogRecorder:
+    """Intercept every dialog (see :class:`DialogRecorder`)."""
+    from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
+
+    from workbench.gui import dialogs as real
+
+    rec = DialogRecorder()
+    for name in ("error", "info", "ask", "open_file", "save_file", "choose", "run_dialog"):
+        monkeypatch.setattr(real, name, getattr(rec, name))
+    for cls, names in (
+        (QMessageBox, ("exec", "information", "question", "warning", "critical", "about")),
+        (QFileDialog, ("exec", "getOpenFileName", "getSaveFileName", "getExistingDirectory")),
+        (QInputDialog, ("exec", "getItem", "getText", "getInt", "getDouble")),
+    ):
+        for name in names:
+            monkeypatch.setattr(cls, name, _refuse)
+    return rec
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers(qapp: Any) -> Iterator[None]:
+    """Fail a test that leaves a worker thread running or a top-level widget alive."""
+    yield
+    from PySide6.QtCore import QCoreApplication, QEvent
+    from PySide6.QtWidgets import QApplication
+
+    from workbench.gui.worker import running_threads
+
+    QCoreApplication.processEvents()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    QCoreApplication.processEvents()
+    threads = running_threads()
+    widgets = [
+        w for w in QApplication.topLevelWidgets() if type(w).__name__ != "QTipLabel" and w.objectName() != "qtbot"
+    ]
+    described = [f"{type(w).__name__}({w.objectName() or w.windowTitle()!r})" for w in widgets]
+    for t in threads:  # clean up so later tests are not affected
+        t.quit()
+        t.wait()
+    for w in widgets:
+        w.close()
+        w.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    if threads:
+        pytest.fail(f"{len(threads)} worker thread(s) still running after the test")
+    if widgets:
+        pytest.fail(f"top-level widgets still alive after the test: {', '.join(described)}")
+
+
+def _nested_model(width: int = 10, depth: int = 3, leaf: int = 5) -> nn.Module:
+    """A model of nested Sequentials with ``width**depth * leaf``-ish modules.
+
+    Args:
+        width: children per level.
+        depth: levels of Sequentials.
+        leaf: Linear modules in each innermost Sequential.
+
+    Returns:
+        The model (tiny parameters, many modules).
+    """
+
+    def build(level: int) -> nn.Module:
+        if level == depth:
+            return nn.Sequential(*[nn.Linear(2, 2) for _ in range(leaf)])
+        return nn.Sequential(*[build(level + 1) for _ in range(width)])
+
+    return build(1)
+
+
+@pytest.fixture
+def nested_model() -> Any:
+    """The factory :func:`_nested_model` (``nested_model(width, depth, leaf)``)."""
+    return _nested_model

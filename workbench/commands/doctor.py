@@ -1,0 +1,113 @@
+"""``workbench doctor``: check a model and a plan for freezing pitfalls, statically and over real steps."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+import torch
+from torch import nn
+
+from workbench.commands.common import add_model_arguments, load_model_and_plan
+from workbench.core import doctor
+from workbench.core.findings import SEVERITIES, Finding
+
+HELP = "find freezing pitfalls: static checks plus N real training steps on synthetic data (exit 1 on errors)"
+
+_OPTIMIZERS = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_model_arguments(p, positional=False)
+    p.add_argument("--steps", type=int, default=10, help="training steps to watch (0: static checks only); default 10")
+    p.add_argument("--batch-size", type=int, default=8, help="synthetic batch size (default 8)")
+    p.add_argument("--image-size", type=int, help="input side (default: the model's, e.g. 224)")
+    p.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: cuda when available)")
+    p.add_argument("--optimizer", choices=sorted(_OPTIMIZERS), default="adamw", help="optimizer of the watched steps")
+    p.add_argument("--lr", type=float, default=1e-3, help="base learning rate (default 1e-3)")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def _logits(out: Any) -> torch.Tensor:
+    if isinstance(out, torch.Tensor):
+        return out
+    logits = getattr(out, "logits", None)  # inception / googlenet in train mode
+    return logits if isinstance(logits, torch.Tensor) else out[0]
+
+
+def _optimizer(name: str, model: nn.Module, applied: Any, lr: float) -> torch.optim.Optimizer:
+    if applied is not None:
+        groups: Any = applied.param_groups(lr=lr, weight_decay=0.01 if name == "adamw" else 0.0)
+    else:
+        groups = [p for p in model.parameters() if p.requires_grad]
+    extra = {"momentum": 0.9} if name == "sgd" else {}
+    return _OPTIMIZERS[name](groups, lr=lr, **extra)
+
+
+def run(args: argparse.Namespace) -> int:
+    from workbench.core.data import SyntheticImageDataset
+    from workbench.core.zoo import current_num_classes, model_input_size
+
+    model, spec, plan = load_model_and_plan(args)
+    applied = plan.apply(model) if plan is not None else None
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model.to(device)
+    model.train()
+    optimizer = _optimizer(args.optimizer, model, applied, args.lr)
+    findings: list[Finding] = doctor.check(model, optimizer, plan)
+    watched: doctor.Watch | None = None
+    if args.steps > 0:
+        size = args.image_size or (model_input_size(spec.name) if spec.name else 224)
+        classes = current_num_classes(model) or 1000
+        data = SyntheticImageDataset(length=args.steps * args.batch_size, image_size=size, num_classes=classes)
+        loss_fn = nn.CrossEntropyLoss()
+        with doctor.watch(model, optimizer, steps=args.steps) as watched:
+            for step in range(args.steps):
+                items = [data[step * args.batch_size + i] for i in range(args.batch_size)]
+                x = torch.stack([im for im, _ in items]).to(device)
+                y = torch.tensor([lbl for _, lbl in items], device=device)
+                optimizer.zero_grad(set_to_none=True)
+                loss = loss_fn(_logits(model(x)), y)
+                loss.backward()
+                watched.after_backward(loss)
+                optimizer.step()
+        findings = doctor.merge_findings(findings, watched.findings(), doctor.check(model, optimizer, plan))
+    errors = sum(f.severity == "error" for f in findings)
+    if args.json:
+        out = {
+            "model": spec.to_dict(),
+            "plan": args.plan,
+            "steps": args.steps,
+            "findings": [f.to_dict() for f in findings],
+            "watch": watched.summary() if watched is not None else None,
+        }
+        json.dump(out, sys.stdout, indent=1)
+        print()
+        return 1 if errors else 0
+    _print(findings, watched)
+    return 1 if errors else 0
+
+
+def _print(findings: list[Finding], watched: doctor.Watch | None) -> None:
+    if watched is not None:
+        s = watched.summary()
+        med = s["step_ms_median"]
+        print(f"watched {s['steps']} steps" + (f", median step {med:.1f} ms" if med is not None else ""))
+    if not findings:
+        print("no freezing pitfalls found")
+        return
+    for sev in SEVERITIES:
+        group = [f for f in findings if f.severity == sev]
+        if not group:
+            continue
+        print(f"\n{sev.upper()}S ({len(group)})")
+        for f in group:
+            print(f"  [{f.code}] {f.path or '(model)'}: {f.message}")
+            if f.why:
+                print(f"      why: {f.why}")
+            if f.fix:
+                print(f"      fix: {f.fix}")
+    counts = {s: sum(f.severity == s for f in findings) for s in SEVERITIES}
+    print(f"\n{counts['error']} errors, {counts['warning']} warnings, {counts['info']} info")

@@ -1,0 +1,189 @@
+"""``workbench train``: train with a freeze plan; progress bar, then a summary table.
+
+Exit codes: 0 completed, 1 failed or non-finite loss, 2 bad input (one-line error),
+130 interrupted (Ctrl+C stops after the current step and still prints the summary; a second
+Ctrl+C aborts at once). Under ``torchrun --nproc_per_node N -m workbench train ...`` every
+rank trains (DDP) and only rank 0 shows progress, writes metrics and saves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from workbench.commands.common import add_model_arguments, human_bytes
+from workbench.core.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, TrainConfig
+from workbench.core.engine import RunResult, Trainer
+
+HELP = "train a model with a freeze plan and report step time, memory, trainable parameters and verification"
+
+#: argparse destination -> TrainConfig field, for flags that override a --config file.
+_FIELDS = (
+    "model", "weights", "checkpoint", "num_classes", "plan", "data", "image_size", "batch_size",
+    "optimizer", "lr", "weight_decay", "momentum", "steps", "epochs", "device", "amp",
+    "channels_last", "compile", "num_workers", "pin_memory", "seed", "on_nonfinite",
+    "torch_threads", "log_every", "save_dir", "metrics_path",
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register the ``train`` flags (every one maps onto a :class:`TrainConfig` field)."""
+    add_model_arguments(p, positional=False)
+    p.add_argument("--config", help="TrainConfig JSON file; flags given on the command line override its fields")
+    p.add_argument("--data", help="dataset: synthetic (default), synthetic:N, imagefolder:PATH, cifar10:PATH, ...")
+    p.add_argument("--steps", type=int, help="optimizer steps (default 200 unless --epochs)")
+    p.add_argument("--epochs", type=int, help="passes over the dataset (with --steps: whichever ends first)")
+    p.add_argument("--batch-size", type=int, help="samples per step, per process (default 32)")
+    p.add_argument("--image-size", type=int, help="input side in pixels (default: the weights' crop size, 224)")
+    p.add_argument("--optimizer", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
+    p.add_argument("--lr", type=float, help="base learning rate (default 1e-3); groups get lr x lr_scale")
+    p.add_argument("--weight-decay", type=float, help="weight decay (default 0)")
+    p.add_argument("--momentum", type=float, help="momentum of sgd_momentum (default 0.9)")
+    p.add_argument("--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps")
+    p.add_argument("--amp", choices=AMP_MODES, help="mixed precision (fp16 uses a GradScaler)")
+    p.add_argument("--channels-last", action="store_true", default=None, help="channels-last memory format")
+    p.add_argument("--compile", nargs="?", const=True, default=None, metavar="BACKEND",
+                   help="torch.compile the model (optionally name the backend, default inductor)")
+    p.add_argument("--workers", dest="num_workers", type=int, help="DataLoader worker processes (default 0)")
+    p.add_argument("--pin-memory", action=argparse.BooleanOptionalAction, default=None,
+                   help="pin host batches (default: on for CUDA)")
+    p.add_argument("--seed", type=int, help="seed of init, data order and synthetic data (default 0)")
+    p.add_argument("--on-nonfinite", choices=NONFINITE_MODES, help="a NaN/inf loss stops the run (default) or skips the step")
+    p.add_argument("--threads", dest="torch_threads", type=int, help="torch.set_num_threads for the run")
+    p.add_argument("--log-every", type=int, help="report metrics every N steps (default 1)")
+    p.add_argument("--metrics", dest="metrics_path", help="write per-step metrics to FILE.jsonl or FILE.csv")
+    p.add_argument("--save", dest="save_dir", help="folder for the trainable state, B deltas, plan in force, config, metrics")
+    p.add_argument("--offline", action="store_true", help="never download pretrained weights")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the result as JSON instead of the summary table")
+    p.add_argument("--traceback", action="store_true", help="print the full traceback when a step fails")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The config a command line describes: ``--config`` first, then the flags given.
+
+    Args:
+        args: parsed arguments.
+
+    Returns:
+        The validated config.
+
+    Raises:
+        ConfigError: an invalid field or config file.
+    """
+    base = TrainConfig.load(args.config) if getattr(args, "config", None) else TrainConfig()
+    changes: dict[str, Any] = {}
+    for name in _FIELDS:
+        v = getattr(args, name, None)
+        if v is not None:
+            changes[name] = v
+    if getattr(args, "offline", False):
+        changes["allow_download"] = False
+    return base.replace(**changes)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train; print progress and the summary on rank 0.
+
+    Returns:
+        0 completed, 1 failed / non-finite loss, 130 interrupted.
+
+    Raises:
+        WorkbenchError: bad input (printed by the CLI as one line, exit 2).
+    """
+    from tqdm import tqdm
+
+    cfg = config_from_args(args)
+    trainer = Trainer(cfg, trust_pickle=bool(getattr(args, "trust_pickle", False)))
+    trainer.setup()
+    main = trainer.is_main
+    bar = tqdm(
+        total=trainer.total_steps, unit="step", dynamic_ncols=True, file=sys.stderr,
+        disable=not main or args.no_progress or args.json, desc="train",
+    )
+    stop_requests: list[int] = []
+
+    def on_sigint(signum: int, frame: FrameType | None) -> None:
+        if stop_requests:
+            raise KeyboardInterrupt
+        stop_requests.append(signum)
+        trainer.stop()
+        if main:
+            bar.write("stopping after the current step (Ctrl+C again to abort)", file=sys.stderr)
+
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        for m in trainer.steps():
+            bar.update(m.step + 1 - bar.n)
+            bar.set_postfix(loss=f"{m.loss:.4f}", step_ms=f"{m.step_time_s * 1e3:.1f}", refresh=False)
+            if m.events and main:
+                bar.write(f"step {m.step}: {'; '.join(m.events)}", file=sys.stderr)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        bar.close()
+    result = trainer.result
+    assert result is not None
+    if stop_requests and result.status == "stopped":
+        result.interrupted = True
+    if main:
+        if args.json:
+            json.dump(result.to_dict(), sys.stdout, indent=1)
+            print()
+        else:
+            print_summary(result)
+        if result.status in ("failed", "nonfinite"):
+            print(f"workbench train: {result.status}: {result.message}", file=sys.stderr)
+            if args.traceback and result.error:
+                print(result.error, file=sys.stderr)
+    if result.status == "completed":
+        return 0
+    if result.status == "stopped":
+        return 130
+    return 1
+
+
+def print_summary(result: RunResult) -> None:
+    """Print the final summary table.
+
+    Args:
+        result: the run's result.
+    """
+    s = result.summary
+    total = s.get("total_params") or 0
+    trainable = s.get("trainable_params") or 0
+    rows: list[tuple[str, str]] = [
+        ("status", f"{result.status}: {result.message}"),
+        ("steps", f"{result.steps} of {s.get('total_steps')} (epoch {s.get('epoch', 0)})"),
+        ("device", f"{s.get('device')} x{s.get('world_size', 1)}, batch {s.get('batch_size')}, {s.get('image_size')} px"),
+        ("trainable", f"{trainable:,} of {total:,} params ({100.0 * trainable / total if total else 0:.1f}%)"),
+    ]
+    peak = s.get("peak_memory_bytes")
+    rows.append(("peak memory", f"{human_bytes(peak)} ({s.get('memory_source')})" if peak else "n/a"))
+    med = s.get("median_step_time_s")
+    if med:
+        rate = s.get("median_samples_per_s") or 0.0
+        data = s.get("median_data_time_s") or 0.0
+        rows.append(("median step", f"{med * 1e3:.1f} ms ({1.0 / med:.1f} steps/s, {rate:.0f} samples/s; data {data * 1e3:.1f} ms)"))
+    loss = s.get("final_loss")
+    rows.append(("final loss", f"{loss:.4f}" if isinstance(loss, float) and loss == loss else "n/a"))
+    if s.get("plan_version"):
+        rows.append(("plan changes", str(s["plan_version"])))
+    if s.get("nonfinite_skipped"):
+        rows.append(("skipped", f"{s['nonfinite_skipped']} steps with a non-finite loss"))
+    rows.append(("verify", result.verify.summary() if result.verify is not None else "not run"))
+    if result.save_dir:
+        rows.append(("saved", result.save_dir))
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    if result.verify is not None:
+        for v in result.verify.errors[:10]:
+            print(f"{'':<{width}}  error: {v.name}: {v.message}")

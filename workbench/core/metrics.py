@@ -1,0 +1,456 @@
+"""Per-step training metrics: the :class:`StepMetrics` record, memory probes and counters.
+
+Everything the GUI plots comes from :class:`StepMetrics`. It is plain data (numbers, strings
+and lists), safe to hand across threads and to write as JSON lines or CSV.
+
+Memory is read cheaply once per reported step:
+
+- CUDA: ``torch.cuda.memory_allocated`` / ``max_memory_allocated`` / ``memory_reserved``;
+- MPS: ``torch.mps.current_allocated_memory`` (peak tracked as the maximum seen) and
+  ``torch.mps.driver_allocated_memory`` as reserved;
+- CPU: the process resident set size (RSS) as allocated, the largest RSS seen as peak, no
+  reserved figure. On Linux RSS is read from ``/proc/self/statm`` through a file descriptor
+  kept open (about 1.5 µs; psutil takes about 12 µs, which is the fallback elsewhere).
+
+Parameter and optimizer-state counters are computed by the engine only when the plan
+changes (and once after the next optimizer step, when lazily created optimizer state exists),
+never per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import IO, Any, Iterable
+
+import torch
+
+from workbench.core.atomic import atomic_path
+from workbench.core.errors import WorkbenchError
+
+__all__ = [
+    "METRICS_SUFFIXES",
+    "MemoryProbe",
+    "MetricsError",
+    "MetricsWriter",
+    "StepMetrics",
+    "grad_bytes",
+    "load_metrics",
+    "optimizer_state_bytes",
+    "tensor_bytes",
+]
+
+#: File suffixes :class:`MetricsWriter` understands (JSON lines or CSV).
+METRICS_SUFFIXES: tuple[str, ...] = (".jsonl", ".json", ".csv")
+
+_LIST_SEP = ";"
+_EVENT_SEP = " | "
+
+
+class MetricsError(WorkbenchError):
+    """A metrics file cannot be written or read; the message says what to do."""
+
+
+@dataclass
+class StepMetrics:
+    """What happened in one reported training step (or a window of ``window`` steps).
+
+    Attributes:
+        step: 0-based index of the (last) step of the report.
+        epoch: 0-based epoch of that step.
+        loss: training loss of the step (mean over the window); NaN when it was not finite.
+        step_time_s: forward + backward + optimizer time per step, device-synchronized (CUDA
+            events on CUDA); excludes data loading. Mean over the window.
+        data_time_s: time waiting for the batch and copying it to the device, per step.
+        samples_per_s: samples of this process per second, ``batch / (step + data time)``.
+        wall_time: seconds since the run started (pauses included).
+        mem_allocated: bytes: CUDA/MPS allocated, or the process RSS on CPU.
+        mem_peak: bytes: CUDA peak allocated, or the largest value seen (MPS, CPU RSS).
+        mem_reserved: bytes reserved by the CUDA caching allocator (MPS: driver memory);
+            None on CPU.
+        trainable_params: trainable parameter elements in the plan in force.
+        frozen_params: frozen parameter elements.
+        grad_bytes: bytes of gradients of the trainable parameters (what backward allocates).
+        optimizer_state_bytes: actual bytes held in ``optimizer.state``.
+        lr: learning rate of each optimizer param group.
+        plan_version: 0 for the starting plan, +1 per plan change in force.
+        events: what changed at this step (plan changes, stages), for plot markers.
+        device: the device the model trains on (``cuda:0``, ``cpu`` ...).
+        batch_size: samples per step on this process.
+        nonfinite_skipped: steps skipped so far because the loss was not finite.
+        window: how many steps this report covers (``log_every``; 1 by default).
+    """
+
+    step: int
+    epoch: int
+    loss: float
+    step_time_s: float
+    data_time_s: float
+    samples_per_s: float
+    wall_time: float
+    mem_allocated: int | None
+    mem_peak: int | None
+    mem_reserved: int | None
+    trainable_params: int
+    frozen_params: int
+    grad_bytes: int
+    optimizer_state_bytes: int
+    lr: list[float] = field(default_factory=list)
+    plan_version: int = 0
+    events: list[str] = field(default_factory=list)
+    device: str = "cpu"
+    batch_size: int = 0
+    nonfinite_skipped: int = 0
+    window: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-data copy (lists copied; a non-finite loss stays a float NaN/inf).
+
+        Returns:
+            ``{field: value}`` in field order.
+        """
+        return asdict(self)
+
+    def to_json(self) -> str:
+        """One line of strict JSON (non-finite numbers written as ``null``).
+
+        Returns:
+            The JSON text, without a newline.
+        """
+        return json.dumps(_finite_or_none(self.to_dict()), allow_nan=False, ensure_ascii=False)
+
+    def csv_row(self) -> list[str]:
+        """Values for :meth:`csv_header`'s columns (lists joined, None empty, NaN empty)."""
+        row: list[str] = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name == "lr":
+                row.append(_LIST_SEP.join(repr(float(x)) for x in v))
+            elif f.name == "events":
+                row.append(_EVENT_SEP.join(v))
+            elif v is None or (isinstance(v, float) and not math.isfinite(v)):
+                row.append("")
+            elif isinstance(v, float):
+                row.append(repr(v))
+            else:
+                row.append(str(v))
+        return row
+
+    @staticmethod
+    def csv_header() -> list[str]:
+        """CSV column names: the field names in order."""
+        return [f.name for f in fields(StepMetrics)]
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "StepMetrics":
+        """Build from :meth:`to_dict` / a JSON line (``null`` loss read back as NaN).
+
+        Args:
+            data: the mapping; unknown keys are ignored, missing optional ones defaulted.
+
+        Returns:
+            The record.
+
+        Raises:
+            MetricsError: a required field is missing.
+        """
+        names = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in names}
+        for k in ("loss", "step_time_s", "data_time_s", "samples_per_s", "wall_time"):
+            if k in kwargs and kwargs[k] is None:
+                kwargs[k] = math.nan
+        try:
+            return cls(**kwargs)
+        except TypeError as e:
+            raise MetricsError(f"not a metrics record ({e}); was the file written by `workbench train`?") from None
+
+
+def _finite_or_none(obj: Any) -> Any:
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: _finite_or_none(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite_or_none(v) for v in obj]
+    return obj
+
+
+_INT_FIELDS = {
+    "step", "epoch", "mem_allocated", "mem_peak", "mem_reserved", "trainable_params",
+    "frozen_params", "grad_bytes", "optimizer_state_bytes", "plan_version", "batch_size",
+    "nonfinite_skipped", "window",
+}
+_FLOAT_FIELDS = {"loss", "step_time_s", "data_time_s", "samples_per_s", "wall_time"}
+
+
+def _from_csv_row(row: dict[str, str]) -> StepMetrics:
+    data: dict[str, Any] = {}
+    for k, v in row.items():
+        if k in _INT_FIELDS:
+            data[k] = int(v) if v != "" else None
+        elif k in _FLOAT_FIELDS:
+            data[k] = float(v) if v != "" else math.nan
+        elif k == "lr":
+            data[k] = [float(x) for x in v.split(_LIST_SEP)] if v else []
+        elif k == "events":
+            data[k] = v.split(_EVENT_SEP) if v else []
+        else:
+            data[k] = v
+    return StepMetrics.from_dict(data)
+
+
+def _format_of(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix not in METRICS_SUFFIXES:
+        raise MetricsError(
+            f"metrics file {path} has an unknown suffix {suffix!r}; use .jsonl (JSON lines) or .csv"
+        )
+    return "csv" if suffix == ".csv" else "jsonl"
+
+
+class MetricsWriter:
+    """Write :class:`StepMetrics` records to a JSON-lines or CSV file, one per line.
+
+    Lines go to a temporary file next to ``path`` (flushed after every record, so the run can
+    be followed with ``tail -f`` on it, see :attr:`temp_path`) that replaces ``path``
+    atomically on :meth:`close`. A reader of ``path`` never sees half a file.
+
+    Args:
+        path: ``*.jsonl`` (or ``*.json``) for JSON lines, ``*.csv`` for CSV.
+
+    Raises:
+        MetricsError: unknown suffix, or the folder is not writable.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.format = _format_of(self.path)
+        self._stack = contextlib.ExitStack()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._tmp = self._stack.enter_context(atomic_path(self.path))
+            self._file: IO[str] = open(self._tmp, "w", encoding="utf-8", newline="")
+        except OSError as e:
+            self._stack.close()
+            raise MetricsError(f"cannot write metrics to {self.path} ({e}); check the folder and permissions") from None
+        self._csv = csv.writer(self._file) if self.format == "csv" else None
+        if self._csv is not None:
+            self._csv.writerow(StepMetrics.csv_header())
+        self.count = 0
+        self._closed = False
+
+    @property
+    def temp_path(self) -> Path:
+        """The file being written until :meth:`close` (for following a live run)."""
+        return self._tmp
+
+    def write(self, m: StepMetrics) -> None:
+        """Append one record and flush it.
+
+        Args:
+            m: the record.
+        """
+        if self._csv is not None:
+            self._csv.writerow(m.csv_row())
+        else:
+            self._file.write(m.to_json() + "\n")
+        self._file.flush()
+        self.count += 1
+
+    def close(self) -> None:
+        """Finish the file: it replaces ``path`` atomically (records written so far are kept)."""
+        if self._closed:
+            return
+        self._closed = True
+        self._file.close()
+        self._stack.close()
+
+    def __enter__(self) -> "MetricsWriter":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def load_metrics(path: str | os.PathLike[str]) -> list[StepMetrics]:
+    """Read a metrics file written by :class:`MetricsWriter` (JSON lines or CSV).
+
+    Args:
+        path: the file.
+
+    Returns:
+        The records in file order.
+
+    Raises:
+        MetricsError: missing file, unknown suffix, or a malformed line (its number is named).
+    """
+    p = Path(path)
+    fmt = _format_of(p)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise MetricsError(f"cannot read metrics file {p} ({e}); check the path") from None
+    out: list[StepMetrics] = []
+    if fmt == "csv":
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        if reader.fieldnames != StepMetrics.csv_header():
+            raise MetricsError(f"{p}: unexpected CSV columns {reader.fieldnames}; was it written by `workbench train`?")
+        for i, row in enumerate(reader, start=2):
+            try:
+                out.append(_from_csv_row(row))
+            except (ValueError, MetricsError) as e:
+                raise MetricsError(f"{p}, line {i}: {e}") from None
+        return out
+    for i, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            out.append(StepMetrics.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, MetricsError, AttributeError) as e:
+            raise MetricsError(f"{p}, line {i}: not a metrics record ({e})") from None
+    return out
+
+
+# ---------------------------------------------------------------- counters
+def tensor_bytes(t: torch.Tensor) -> int:
+    """Bytes of a tensor's elements.
+
+    Args:
+        t: any tensor.
+
+    Returns:
+        ``numel * element_size``.
+    """
+    return t.numel() * t.element_size()
+
+
+def grad_bytes(params: Iterable[torch.Tensor]) -> int:
+    """Bytes of the gradients the given parameters would get (one per element, same dtype).
+
+    Args:
+        params: parameters (each counted once, by identity).
+
+    Returns:
+        The byte count.
+    """
+    seen: set[int] = set()
+    total = 0
+    for p in params:
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += tensor_bytes(p)
+    return total
+
+
+def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
+    """Bytes actually held in ``optimizer.state`` (momentum, Adam moments, step counters).
+
+    Args:
+        optimizer: any torch optimizer.
+
+    Returns:
+        The sum over every state tensor (each storage counted once).
+    """
+    seen: set[int] = set()
+    total = 0
+    for state in optimizer.state.values():
+        for v in state.values():
+            if isinstance(v, torch.Tensor) and id(v) not in seen:
+                seen.add(id(v))
+                total += tensor_bytes(v)
+    return total
+
+
+# ---------------------------------------------------------------- memory
+class MemoryProbe:
+    """Cheap memory readings for one device (a few microseconds per :meth:`sample`).
+
+    Args:
+        device: the training device.
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.kind = self.device.type
+        self._peak = 0
+        self._process: Any = None
+        self._statm: int | None = None
+        self._page = 0
+        if self.kind == "cpu":
+            try:
+                self._statm = os.open("/proc/self/statm", os.O_RDONLY)
+                self._page = os.sysconf("SC_PAGE_SIZE")
+                self._read_statm()
+            except (OSError, ValueError, IndexError, AttributeError):
+                self.close()
+                import psutil
+
+                self._process = psutil.Process()
+        self.reset()
+
+    def _read_statm(self) -> int:
+        assert self._statm is not None
+        return int(os.pread(self._statm, 128, 0).split()[1]) * self._page
+
+    def close(self) -> None:
+        """Release the ``/proc/self/statm`` descriptor (also done when garbage-collected)."""
+        fd = getattr(self, "_statm", None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            self._statm = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    @property
+    def source(self) -> str:
+        """What ``mem_allocated`` means on this device (for labels)."""
+        return {"cuda": "CUDA allocated", "mps": "MPS allocated"}.get(self.kind, "process RSS")
+
+    def reset(self) -> None:
+        """Start peak tracking afresh (CUDA: reset the allocator's peak statistics)."""
+        if self.kind == "cuda" and torch.cuda.is_available():
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self._peak = 0
+
+    def sample(self) -> tuple[int | None, int | None, int | None]:
+        """Read memory now.
+
+        Returns:
+            ``(allocated, peak, reserved)`` in bytes; None where the device has no such figure.
+        """
+        if self.kind == "cuda":
+            return (
+                torch.cuda.memory_allocated(self.device),
+                torch.cuda.max_memory_allocated(self.device),
+                torch.cuda.memory_reserved(self.device),
+            )
+        if self.kind == "mps":
+            cur = int(torch.mps.current_allocated_memory())
+            self._peak = max(self._peak, cur)
+            driver = getattr(torch.mps, "driver_allocated_memory", None)
+            return cur, self._peak, int(driver()) if driver is not None else None
+        if self._statm is not None:
+            rss = self._read_statm()
+        elif self._process is not None:
+            rss = self._process.memory_info().rss
+        else:
+            return None, None, None
+        if rss > self._peak:
+            self._peak = rss
+        return rss, self._peak, None
+
+    @property
+    def peak(self) -> int | None:
+        """Largest allocation seen so far (CUDA: the allocator's peak)."""
+        if self.kind == "cuda":
+            return torch.cuda.max_memory_allocated(self.device)
+        return self._peak or None
+

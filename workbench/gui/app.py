@@ -1,0 +1,99 @@
+"""Start the desktop app: ``QApplication`` with name, organization and icon, then the window."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap
+from PySide6.QtWidgets import QApplication
+
+from workbench import __version__
+from workbench.gui.settings import APPLICATION, ORGANIZATION
+
+__all__ = ["app_icon", "create_application", "main"]
+
+
+def app_icon() -> QIcon:
+    """The app icon, drawn in code (a snowflake on a blue rounded square).
+
+    Returns:
+        An icon with 16–256 px pixmaps.
+    """
+    icon = QIcon()
+    for size in (16, 24, 32, 48, 64, 128, 256):
+        pm = QPixmap(size, size)
+        pm.fill(Qt.GlobalColor.transparent)
+        p = QPainter(pm)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        p.setPen(Qt.PenStyle.NoPen)
+        p.setBrush(QColor(45, 105, 170))
+        p.drawRoundedRect(QRectF(0, 0, size, size), size * 0.2, size * 0.2)
+        pen = QPen(QColor(255, 255, 255), max(1.2, size * 0.07))
+        pen.setCapStyle(Qt.PenCapStyle.RoundCap)
+        p.setPen(pen)
+        c = QPointF(size / 2, size / 2)
+        r = size * 0.34
+        p.translate(c)
+        for _ in range(6):
+            p.drawLine(QPointF(0, 0), QPointF(0, -r))
+            p.drawLine(QPointF(0, -r * 0.55), QPointF(r * 0.22, -r * 0.78))
+            p.drawLine(QPointF(0, -r * 0.55), QPointF(-r * 0.22, -r * 0.78))
+            p.rotate(60)
+        p.end()
+        icon.addPixmap(pm)
+    return icon
+
+
+def create_application(argv: Sequence[str] | None = None) -> QApplication:
+    """The ``QApplication`` (reused when one exists), named for ``QSettings``.
+
+    Args:
+        argv: Qt command-line arguments (default: the program name only).
+
+    Returns:
+        The application.
+    """
+    app = QApplication.instance()
+    if app is None:
+        app = QApplication(list(argv) if argv is not None else [sys.argv[0] if sys.argv else "workbench"])
+    assert isinstance(app, QApplication)
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationName(APPLICATION)
+    app.setApplicationVersion(__version__)
+    app.setDesktopFileName("freeze-workbench")
+    app.setWindowIcon(app_icon())
+    return app
+
+
+def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: str | None = None) -> int:
+    """Run the desktop app until its window closes.
+
+    Args:
+        argv: Qt command-line arguments.
+        path: a plan (``.json``) or checkpoint file to open after start-up.
+        model: a torchvision model to load instead of the default.
+
+    Returns:
+        The exit code of the event loop.
+    """
+    from workbench.gui.main_window import MainWindow
+    from workbench.gui.model_loading import LoadRequest
+
+    app = create_application(argv)
+    window = MainWindow()
+    window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+    window.show()
+    if model:
+        window.source_bar.set_current({"name": model})
+        window.load_model_request(LoadRequest(name=model))
+    if path:
+        if not Path(path).is_file():
+            from workbench.gui import dialogs
+
+            dialogs.error(window, "Cannot open file", f"{path}: no such file; check the path")
+        else:
+            window.open_path(path)
+    return app.exec()

@@ -1,0 +1,402 @@
+"""The window's state: the loaded model, its tree, the freeze plan, the file, undo history.
+
+The :class:`Controller` is the one owner of the plan. Widgets read ``controller.plan`` and
+``controller.state`` and change the plan only through :meth:`Controller.edit` (one
+:class:`PlanEditCommand` on the ``QUndoStack`` per user action); they keep no copy of it.
+Other panels (training, plots) connect to :attr:`Controller.planChanged` and
+:attr:`Controller.modelChanged`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtGui import QUndoCommand, QUndoStack
+from torch import nn
+
+from workbench.core.apply import Counts
+from workbench.core.plan import FreezePlan, PlanError
+from workbench.core.tree import ModelTree
+from workbench.gui import plan_edits
+from workbench.gui.model_loading import LoadedModel, LoadRequest, load_model, request_for_plan
+from workbench.gui.plan_state import PlanState
+from workbench.gui.worker import BackgroundTask
+
+__all__ = ["Controller", "OPTIMIZERS", "PlanEditCommand"]
+
+#: Optimizers the cost panel can count state for: ``{name: label}``.
+OPTIMIZERS: dict[str, str] = {
+    "adamw": "AdamW",
+    "adam": "Adam",
+    "sgd_momentum": "SGD + momentum",
+    "sgd": "SGD",
+}
+
+
+class PlanEditCommand(QUndoCommand):
+    """One user edit of the plan: the plan before and after.
+
+    Plans are never changed in place, so both are kept by reference. The ``model`` block is
+    not part of the history (undo keeps the current one).
+    """
+
+    def __init__(self, controller: "Controller", text: str, before: FreezePlan, after: FreezePlan) -> None:
+        super().__init__(text)
+        self._controller = controller
+        self._before = before
+        self._after = after
+        self._done_once = False
+
+    def redo(self) -> None:
+        """Put the edited plan in force."""
+        self._controller._set_plan(self._after, "redo" if self._done_once else "edit")
+        self._done_once = True
+
+    def undo(self) -> None:
+        """Put the plan before the edit back."""
+        self._controller._set_plan(self._before, "undo")
+
+
+class Controller(QObject):
+    """Owner of the model, tree, plan, derived state, file path and undo history.
+
+    Signals:
+        planChanged(kind): the plan (or what is derived from it) changed; ``kind`` is
+            ``"edit"``, ``"undo"``, ``"redo"``, ``"open"``, ``"new"``, ``"model"``,
+            ``"saved"`` or ``"optimizer"``.
+        modelChanged(): a new model (and tree) is loaded.
+        dirtyChanged(dirty): the plan has (or no longer has) unsaved changes.
+        pathChanged(path): the plan file changed (``""`` for an unsaved plan).
+        busyChanged(busy, what): a model load started or ended.
+        loadFinished(ok): a background load ended (after its thread has ended).
+        errorOccurred(title, message, details): something failed; the window shows it.
+
+    Attributes:
+        model: the loaded ``nn.Module`` (None before the first load). Only the controller
+            and the training panel use it; widgets read the tree and the plan.
+        tree: its :class:`ModelTree`.
+        plan: the plan in force (replace it only through :meth:`edit`).
+        state: what the window shows for the plan (:class:`PlanState`).
+        loaded: details of the loaded model (spec, label, note).
+        path: the plan file, or None.
+        undo_stack: the edit history.
+        optimizer: optimizer name the cost panel counts state for.
+    """
+
+    planChanged = Signal(str)
+    modelChanged = Signal()
+    dirtyChanged = Signal(bool)
+    pathChanged = Signal(str)
+    busyChanged = Signal(bool, str)
+    loadFinished = Signal(bool)
+    errorOccurred = Signal(str, str, str)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.model: nn.Module | None = None
+        self.tree: ModelTree | None = None
+        self.plan = FreezePlan()
+        self.state: PlanState | None = None
+        self.loaded: LoadedModel | None = None
+        self.path: Path | None = None
+        self.optimizer = "adamw"
+        self.undo_stack = QUndoStack(self)
+        self._meta_dirty = False
+        self._was_dirty = False
+        self._task: BackgroundTask | None = None
+        self._busy_text = ""
+        self.undo_stack.cleanChanged.connect(self._emit_dirty)
+
+    # ------------------------------------------------------------------ properties
+    @property
+    def dirty(self) -> bool:
+        """Whether the plan has unsaved changes."""
+        return self._meta_dirty or not self.undo_stack.isClean()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a model is being loaded."""
+        return self._task is not None
+
+    @property
+    def counts(self) -> Counts | None:
+        """Parameter counts and training memory of the plan (from the plan, not the model)."""
+        return self.state.counts if self.state is not None else None
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        """The loaded model's spec (the plan's ``model`` block for it)."""
+        return dict(self.loaded.spec) if self.loaded is not None else {}
+
+    # ------------------------------------------------------------------ loading
+    def load(self, request: LoadRequest, plan: FreezePlan | None = None, path: str | Path | None = None) -> bool:
+        """Load a model on a worker thread; the current model stays until it succeeds.
+
+        Args:
+            request: what to load (never downloads unless it says so).
+            plan: a plan to put in force with the new model (an opened plan file).
+            path: the plan's file.
+
+        Returns:
+            False when a load is already running (nothing started).
+        """
+        if self._task is not None:
+            return False
+        self._busy_text = f"Loading {request.describe()}…"
+        task = BackgroundTask(lambda: load_model(request), self)
+        task.done.connect(lambda result, error, details: self._load_done(result, error, details, plan, path))
+        self._task = task
+        self.busyChanged.emit(True, self._busy_text)
+        task.start()
+        return True
+
+    def _load_done(
+        self, result: LoadedModel | None, error: str, details: str, plan: FreezePlan | None, path: str | Path | None
+    ) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.deleteLater()
+        self.busyChanged.emit(False, "")
+        if result is None:
+            self.errorOccurred.emit("Cannot load model", error or "the model could not be loaded", details)
+            self.loadFinished.emit(False)
+            return
+        self.set_loaded(result, plan, path)
+        self.loadFinished.emit(True)
+
+    def set_loaded(self, loaded: LoadedModel, plan: FreezePlan | None = None, path: str | Path | None = None) -> None:
+        """Put a loaded model in place (on the GUI thread).
+
+        Without ``plan``, the current plan is kept when it fits the new model (same
+        parameter names and shapes, or every rule still matches a module; its ``model``
+        block is updated); otherwise a new empty plan starts for the new model.
+
+        Args:
+            loaded: the result of :func:`load_model`.
+            plan: a plan to put in force with it.
+            path: the plan's file.
+        """
+        same = self.tree is not None and (
+            self.tree.fingerprint == loaded.tree.fingerprint
+            or (bool(self.plan.rules) and not self.plan.unmatched(loaded.tree))
+        )
+        self.model, self.tree, self.loaded = loaded.model, loaded.tree, loaded
+        self.undo_stack.clear()
+        if plan is not None:
+            self.plan = plan
+            self.path = Path(path) if path else None
+            self._meta_dirty = False
+            kind = "open"
+        elif same:
+            new = self.plan.copy()
+            new.model = dict(loaded.spec)
+            self._meta_dirty = self._meta_dirty or new.model != self.plan.model
+            self.plan = new
+            kind = "model"
+        else:
+            self.plan = FreezePlan(model=dict(loaded.spec))
+            self.path = None
+            self._meta_dirty = False
+            kind = "model"
+        self._recompute()
+        self.modelChanged.emit()
+        self.pathChanged.emit(str(self.path or ""))
+        self.planChanged.emit(kind)
+        self._emit_dirty()
+        if kind == "open":
+            self._report_problems()
+
+    def open_plan(self, plan: FreezePlan, path: str | Path) -> bool:
+        """Put an opened plan in force, loading the model it names if that is not loaded.
+
+        Args:
+            plan: the plan (already parsed: :meth:`FreezePlan.load`).
+            path: its file.
+
+        Returns:
+            True when a model load was started for it (the plan follows when it ends).
+        """
+        request = request_for_plan(plan, self.spec, Path(path).parent)
+        if request is not None:
+            return self.load(request, plan, path)
+        self.undo_stack.clear()
+        self.plan = plan
+        self.path = Path(path)
+        self._meta_dirty = False
+        self._recompute()
+        self.pathChanged.emit(str(self.path))
+        self.planChanged.emit("open")
+        self._emit_dirty()
+        self._report_problems()
+        return False
+
+    def _report_problems(self) -> None:
+        assert self.state is not None
+        problems = self.state.problems
+        if not problems:
+            return
+        err = PlanError(problems, str(self.path) if self.path else None)
+        n = len(self.plan.rules)
+        bad = sorted({p.rule_index for p in problems if p.rule_index is not None and p.stage_index is None})
+        which = f"Rules that failed: {', '.join(map(str, bad))}. " if bad else ""
+        self.errorOccurred.emit(
+            "Plan does not fit the model",
+            f"{err}\n\n{which}All {n} rules were kept: a rule that matches nothing has no effect "
+            "until you fix its selector or remove it (Edit ▸ Remove Rules That Match Nothing).",
+            "",
+        )
+
+    def wait(self) -> None:
+        """Block until a running load has ended (used when the window closes)."""
+        if self._task is not None:
+            self._task.wait()
+
+    # ------------------------------------------------------------------ editing
+    def edit(self, text: str, fn: Callable[[FreezePlan, ModelTree], Any]) -> bool:
+        """Apply one user action to the plan as an undoable edit.
+
+        Args:
+            text: what the action did, for the Edit menu (``"Freeze layer1"``).
+            fn: edits the plan copy it is given (see :mod:`workbench.gui.plan_edits`).
+
+        Returns:
+            True when the plan changed (an undo step was pushed).
+        """
+        if self.tree is None:
+            return False
+        after = self.plan.copy()
+        try:
+            fn(after, self.tree)
+        except (ValueError, KeyError) as e:
+            msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+            self.errorOccurred.emit("Cannot change the plan", str(msg), "")
+            return False
+        if after.to_dict() == self.plan.to_dict():
+            return False
+        self.undo_stack.push(PlanEditCommand(self, text, self.plan, after))
+        return True
+
+    def set_value(self, paths: Iterable[str], key: str, value: Any, text: str | None = None) -> bool:
+        """Set ``key`` on the subtrees at ``paths`` (one undo step).
+
+        Args:
+            paths: module paths.
+            key: ``"frozen"``, ``"bn_eval"``, ``"lr_scale"`` or ``"reparam"``.
+            value: the value (None: inherit; see :func:`plan_edits.set_minimal`).
+            text: undo text (default: generated).
+
+        Returns:
+            True when the plan changed.
+        """
+        paths = list(paths)
+        if text is None:
+            text = _describe(paths, key, value)
+        return self.edit(text, lambda plan, tree: plan_edits.set_on_paths(plan, tree, paths, key, value))
+
+    def _set_plan(self, plan: FreezePlan, kind: str) -> None:
+        """Put ``plan`` in force (undo/redo); the current ``model`` block is kept."""
+        if plan.model != self.plan.model:
+            plan = plan.copy()
+            plan.model = dict(self.plan.model)
+        self.plan = plan
+        self._recompute()
+        self.planChanged.emit(kind)
+
+    def new_plan(self) -> None:
+        """Start an empty plan for the loaded model (every module trains)."""
+        self.undo_stack.clear()
+        self.plan = FreezePlan(model=self.spec)
+        self.path = None
+        self._meta_dirty = False
+        self._recompute()
+        self.pathChanged.emit("")
+        self.planChanged.emit("new")
+        self._emit_dirty()
+
+    def save(self, path: str | Path) -> bool:
+        """Write the plan to ``path`` atomically.
+
+        The ``model`` block records the loaded model's fingerprint (and its source when the
+        plan does not name one).
+
+        Args:
+            path: destination ``.json`` file.
+
+        Returns:
+            True on success; on failure ``errorOccurred`` is emitted.
+        """
+        plan = self.plan.copy()
+        model = dict(self.spec)
+        model.update({k: v for k, v in plan.model.items() if k != "fingerprint"})
+        if self.tree is not None:
+            model["fingerprint"] = self.tree.fingerprint
+        plan.model = model
+        try:
+            plan.save(path)
+        except OSError as e:
+            self.errorOccurred.emit(
+                "Cannot save plan", f"{path}: {e.strerror or e}; choose another folder or file name", ""
+            )
+            return False
+        self.plan = plan
+        self.path = Path(path)
+        self._meta_dirty = False
+        self.undo_stack.setClean()
+        self.pathChanged.emit(str(self.path))
+        self.planChanged.emit("saved")
+        self._emit_dirty()
+        return True
+
+    def set_optimizer(self, name: str) -> None:
+        """Count optimizer state for ``name`` (a key of :data:`OPTIMIZERS`).
+
+        Args:
+            name: optimizer name.
+
+        Raises:
+            ValueError: unknown name.
+        """
+        if name not in OPTIMIZERS:
+            raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
+        if name == self.optimizer:
+            return
+        self.optimizer = name
+        self._recompute()
+        self.planChanged.emit("optimizer")
+
+    # ------------------------------------------------------------------ internals
+    def _recompute(self) -> None:
+        if self.tree is None:
+            self.state = None
+            return
+        loaded = self.loaded
+        self.state = PlanState.compute(
+            self.tree,
+            self.plan,
+            loaded.own_bytes if loaded is not None else None,
+            self.optimizer,
+            loaded.param_shapes if loaded is not None else None,
+        )
+
+    @Slot()
+    def _emit_dirty(self, *_: Any) -> None:
+        dirty = self.dirty
+        if dirty != self._was_dirty:
+            self._was_dirty = dirty
+            self.dirtyChanged.emit(dirty)
+
+
+def _describe(paths: list[str], key: str, value: Any) -> str:
+    what = (paths[0] or "(root)") if len(paths) == 1 else f"{len(paths)} modules"
+    if key == "frozen":
+        return f"{'Freeze' if value else 'Unfreeze'} {what}"
+    if key == "bn_eval":
+        state = {True: "on", False: "off", None: "follows frozen"}[value]
+        return f"BN eval {state}: {what}"
+    if key == "lr_scale":
+        return f"LR × {value:g} on {what}" if value is not None else f"LR × inherited on {what}"
+    if key == "reparam":
+        return f"A+B {'on' if value else 'off'}: {what}"
+    return f"Set {key} on {what}"

@@ -1,0 +1,837 @@
+"""The main window: model source bar, module tree, cost panel, files, undo.
+
+Layout (other panels plug in here)::
+
+    [menu] [model toolbar: model ▾ weights ▾ classes Load] [plan toolbar: bulk actions]
+    ┌ filter / expand ─────────────┬ right_panel (QTabWidget: Plan, Plots) ┐
+    │ module tree                  │                                        │
+    ├──────────────────────────────┴────────────────────────────────────────┤
+    │ cost panel                                                             │
+    │ bottom_panel (empty: training controls go here)                        │
+    └ status bar: model · device · parameters ───────────────────────────────┘
+
+``MainWindow.controller`` owns the model, tree, plan, file and undo history and emits
+``planChanged(kind)`` / ``modelChanged()``; ``right_panel`` (tabs) and ``bottom_panel``
+(a vertical layout) are where training controls and live plots are added.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from PySide6.QtCore import QByteArray, QPoint, Qt, QTimer
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QFont, QKeySequence
+from PySide6.QtWidgets import (
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMainWindow,
+    QMenu,
+    QPlainTextEdit,
+    QProgressBar,
+    QSizePolicy,
+    QSplitter,
+    QTabWidget,
+    QToolBar,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench import __version__
+from workbench.core.plan import FreezePlan, PlanError
+from workbench.core.zoo import CHECKPOINT_SUFFIXES, ModelSourceError
+from workbench.gui import dialogs, plan_edits
+from workbench.gui import settings as app_settings
+from workbench.gui.controller import Controller
+from workbench.gui.cost_panel import CostPanel
+from workbench.gui.features import has_doctor, has_export, has_partial, has_reparam
+from workbench.gui.formatting import fmt_count
+from workbench.gui.model_loading import LoadRequest, default_request, load_model, request_for_plan
+from workbench.gui.model_source import ModelSourceBar
+from workbench.gui.tree_model import ModuleFilterProxy, ModuleTreeModel
+from workbench.gui.tree_view import ModuleTreeView
+
+__all__ = ["MainWindow", "device_label"]
+
+PLAN_FILTER = "Freeze plans (*.json);;All files (*)"
+CHECKPOINT_FILTER = (
+    "Checkpoints (" + " ".join(f"*{s}" for s in CHECKPOINT_SUFFIXES) + ");;All files (*)"
+)
+#: Tree depth expanded after a model loads (0: the root's children are visible).
+DEFAULT_DEPTH = 0
+
+
+def device_label() -> str:
+    """The device training would use by default, for the status bar.
+
+    Returns:
+        ``"cuda:0 · NVIDIA H200"``, ``"mps"`` or ``"cpu"``.
+    """
+    if torch.cuda.is_available():
+        return f"cuda:0 · {torch.cuda.get_device_name(0)}"
+    mps = getattr(torch.backends, "mps", None)
+    if mps is not None and mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+class MainWindow(QMainWindow):
+    """The Freeze Workbench window.
+
+    Args:
+        load_default: load the start-up model (resnet18, no download) before returning,
+            so the tree is never empty.
+        parent: Qt parent.
+
+    Attributes:
+        controller: owner of model, tree, plan, file and undo history.
+        tree_model / proxy / view: the module tree and its filter.
+        right_panel: tabs on the right (``Plan``; ``Plots`` until training panels replace it;
+            ``Diagnostics`` when the freeze doctor is installed).
+        plots_placeholder: the label in the ``Plots`` tab.
+        diagnostics: the Diagnostics tab (None without ``workbench.core.doctor``).
+        bottom_panel: empty area under the cost panel (``bottom_panel.layout()`` is a
+            ``QVBoxLayout``) for training controls.
+        cost_panel: the cost panel.
+        source_bar: the model source bar.
+    """
+
+    def __init__(self, *, load_default: bool = True, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("MainWindow")
+        self.setWindowTitle("Freeze Workbench")
+        self.setAcceptDrops(True)
+        self.controller = Controller(self)
+        self._settings = app_settings.settings()
+
+        self.tree_model = ModuleTreeModel(self.controller, self)
+        self.proxy = ModuleFilterProxy(self)
+        self.proxy.setSourceModel(self.tree_model)
+        self.view = ModuleTreeView(self)
+        self.view.setModel(self.proxy)
+        self.view.toggle_frozen = self.toggle_frozen
+        self.view.customContextMenuRequested.connect(self._context_menu)
+
+        self.filter_edit = QLineEdit(self)
+        self.filter_edit.setPlaceholderText("Filter modules by path or type (Ctrl+F)")
+        self.filter_edit.setClearButtonEnabled(True)
+        self.filter_edit.textChanged.connect(self._filter_changed)
+        self.depth_box = QComboBox(self)
+        for label, depth in (("Top level", 0), ("2 levels", 1), ("3 levels", 2), ("All", -1)):
+            self.depth_box.addItem(label, depth)
+        self.depth_box.setToolTip("Expand the tree to a depth")
+        self.depth_box.activated.connect(lambda _i: self.expand_to_depth(self.depth_box.currentData()))
+
+        self.source_bar = ModelSourceBar(self)
+        self.source_bar.loadRequested.connect(self.load_model_request)
+        self.cost_panel = CostPanel(self.controller, self)
+        self.cost_panel.findingActivated.connect(self.select_path)
+
+        self._build_central()
+        self._build_actions()
+        self._build_menus()
+        self._build_toolbars()
+        self._build_status_bar()
+
+        c = self.controller
+        c.planChanged.connect(self._plan_changed)
+        c.modelChanged.connect(self._model_changed)
+        c.dirtyChanged.connect(self._update_title)
+        c.pathChanged.connect(self._update_title)
+        c.busyChanged.connect(self._busy_changed)
+        c.errorOccurred.connect(self._show_error)
+        c.undo_stack.canUndoChanged.connect(self.act_undo.setEnabled)
+        c.undo_stack.canRedoChanged.connect(self.act_redo.setEnabled)
+        self.view.selectionModel().selectionChanged.connect(self._update_actions)
+
+        self._restore_settings()
+        if load_default:
+            self.controller.set_loaded(load_model(default_request()))
+        self._update_actions()
+        self._update_title()
+
+    # ------------------------------------------------------------------ building
+    def _build_central(self) -> None:
+        left = self.view
+
+        self.right_panel = QTabWidget(self)
+        self.right_panel.setObjectName("right_panel")
+        self.plan_text = QPlainTextEdit(self)
+        self.plan_text.setReadOnly(True)
+        self.plan_text.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        mono = QFont("monospace")
+        mono.setStyleHint(QFont.StyleHint.TypeWriter)
+        self.plan_text.setFont(mono)
+        self.plan_text.setToolTip("The plan file as it will be saved (read-only: edit it in the tree)")
+        self.plan_summary = QLabel(self)
+        self.plan_summary.setWordWrap(True)
+        plan_tab = QWidget(self)
+        pv = QVBoxLayout(plan_tab)
+        pv.setContentsMargins(6, 6, 6, 6)
+        pv.addWidget(self.plan_summary)
+        pv.addWidget(self.plan_text, 1)
+        self.right_panel.addTab(plan_tab, "Plan")
+        self.plots_placeholder = QLabel("Plots appear here when training runs.", self)
+        self.plots_placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.plots_placeholder.setEnabled(False)
+        self.right_panel.addTab(self.plots_placeholder, "Plots")
+        self.diagnostics = None
+        if has_doctor():
+            from workbench.gui.diagnostics import DiagnosticsPanel
+
+            self.diagnostics = DiagnosticsPanel(self.controller, self.select_path, self)
+            self.right_panel.addTab(self.diagnostics, "Diagnostics")
+
+        self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
+        self.splitter.setObjectName("tree_splitter")
+        self.splitter.addWidget(left)
+        self.splitter.addWidget(self.right_panel)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 2)
+        self.splitter.setChildrenCollapsible(False)
+
+        self.bottom_panel = QWidget(self)
+        self.bottom_panel.setObjectName("bottom_panel")
+        bl = QVBoxLayout(self.bottom_panel)
+        bl.setContentsMargins(0, 0, 0, 0)
+
+        central = QWidget(self)
+        cv = QVBoxLayout(central)
+        cv.setContentsMargins(6, 6, 6, 4)
+        cv.setSpacing(6)
+        cv.addWidget(self.splitter, 1)
+        cv.addWidget(self.cost_panel)
+        cv.addWidget(self.bottom_panel)
+        self.setCentralWidget(central)
+
+    def _action(
+        self, text: str, slot: Callable[[], Any], shortcut: QKeySequence | str | list | None = None, tip: str = ""
+    ) -> QAction:
+        act = QAction(text, self)
+        if isinstance(shortcut, list):
+            act.setShortcuts(shortcut)
+        elif shortcut is not None:
+            act.setShortcut(QKeySequence(shortcut))
+        if tip:
+            act.setStatusTip(tip)
+            act.setToolTip(tip)
+        act.triggered.connect(lambda _checked=False: slot())
+        return act
+
+    def _build_actions(self) -> None:
+        K = QKeySequence.StandardKey
+        self.act_new = self._action("&New Plan", self.new_plan, QKeySequence(K.New), "Start an empty plan")
+        self.act_open = self._action("&Open Plan…", self.open_plan, QKeySequence(K.Open), "Open a freeze plan (.json)")
+        self.act_open_ckpt = self._action(
+            "Open &Checkpoint…", self.open_checkpoint, "Ctrl+Shift+O", "Load weights from .pt/.pth/.safetensors"
+        )
+        self.act_save = self._action("&Save", self.save, QKeySequence(K.Save), "Save the plan")
+        self.act_save_as = self._action("Save &As…", self.save_as, "Ctrl+Shift+S", "Save the plan under a new name")
+        self.act_quit = self._action("&Quit", self.close, QKeySequence(K.Quit))
+        self.act_export = None
+        if has_export():
+            self.act_export = self._action(
+                "Plain PyTorch &Script…", self.export_script, None, "Write a standalone script that applies the plan"
+            )
+
+        stack = self.controller.undo_stack
+        self.act_undo = self._action("&Undo", stack.undo, QKeySequence(K.Undo))
+        self.act_redo = self._action("&Redo", stack.redo, [QKeySequence("Ctrl+Shift+Z"), QKeySequence("Ctrl+Y")])
+        self.act_undo.setEnabled(False)
+        self.act_redo.setEnabled(False)
+        stack.undoTextChanged.connect(lambda t: self.act_undo.setText(f"&Undo {t}".rstrip()))
+        stack.redoTextChanged.connect(lambda t: self.act_redo.setText(f"&Redo {t}".rstrip()))
+
+        self.act_freeze = self._action("Freeze", lambda: self._set_selected("frozen", True), None,
+                                       "Freeze the selected modules and everything below them")
+        self.act_unfreeze = self._action("Unfreeze", lambda: self._set_selected("frozen", False), None,
+                                         "Unfreeze the selected modules and everything below them")
+        self.act_toggle = self._action("Toggle Frozen\tSpace", lambda: self.toggle_frozen(self.view.selected_paths()))
+        self.act_train_only = self._action("Train Only This", self.train_only, None,
+                                           "Freeze everything except the selected modules")
+        self.act_freeze_before = self._action(
+            "Freeze Everything Before This", self.freeze_before, None,
+            "Freeze the modules that run before the selected one; it and what follows train (backbone/head split)",
+        )
+        self.act_bn_on = self._action("All BatchNorm Eval On", lambda: self._bn_everywhere(True), None,
+                                      "Every BatchNorm uses its running statistics (eval mode)")
+        self.act_bn_off = self._action("All BatchNorm Eval Off", lambda: self._bn_everywhere(False), None,
+                                       "Every BatchNorm runs in train mode (updates its statistics)")
+        self.act_bn_auto = self._action("BatchNorm Eval Follows Frozen", lambda: self._bn_everywhere(None), None,
+                                        "Frozen BatchNorm runs in eval mode, trainable BatchNorm in train mode")
+        self.act_ab_on = self._action("A+B On Subtree", lambda: self._set_selected("reparam", dict(plan_edits.A_PLUS_B)),
+                                      None, "Train W = A + B: A fixed pretrained weight, B a trainable delta")
+        self.act_ab_off = self._action("A+B Off Subtree", lambda: self._set_selected("reparam", False))
+        self.act_inherit_lr = self._action("Reset LR × To Inherited", lambda: self._set_selected("lr_scale", None))
+        self.act_remove_unmatched = self._action("Remove Rules That Match Nothing", self.remove_unmatched_rules)
+        self.act_partial = None
+        if has_partial():
+            self.act_partial = self._action("Partial Freezing…", self.edit_partial, None,
+                                            "Freeze ranges of a parameter tensor")
+        if not has_reparam():
+            for act in (self.act_ab_on, self.act_ab_off):
+                act.setEnabled(False)
+                act.setToolTip("A+B needs workbench.core.reparam, which this installation does not have")
+
+        self.act_find = self._action("&Find Module", self.focus_filter, QKeySequence(K.Find))
+        self.act_expand_all = self._action("Expand All", lambda: self.expand_to_depth(-1))
+        self.act_collapse_all = self._action("Collapse All", self.view.collapseAll)
+        self.act_expand_default = self._action("Expand Top Level", lambda: self.expand_to_depth(DEFAULT_DEPTH))
+        self.act_about = self._action("&About Freeze Workbench", self.about)
+        self._selection_actions = [
+            self.act_freeze, self.act_unfreeze, self.act_toggle, self.act_train_only, self.act_freeze_before,
+            self.act_inherit_lr,
+        ] + ([self.act_ab_on, self.act_ab_off] if has_reparam() else [])
+
+    def _build_menus(self) -> None:
+        mb = self.menuBar()
+        f = mb.addMenu("&File")
+        f.addActions([self.act_new, self.act_open, self.act_open_ckpt])
+        self.recent_menu = f.addMenu("Open &Recent")
+        self.recent_menu.aboutToShow.connect(self._fill_recent)
+        f.addSeparator()
+        f.addActions([self.act_save, self.act_save_as])
+        if self.act_export is not None:
+            export = f.addMenu("&Export")
+            export.addAction(self.act_export)
+        f.addSeparator()
+        f.addAction(self.act_quit)
+        e = mb.addMenu("&Edit")
+        e.addActions([self.act_undo, self.act_redo])
+        e.addSeparator()
+        e.addActions([self.act_freeze, self.act_unfreeze, self.act_toggle, self.act_train_only, self.act_freeze_before])
+        e.addSeparator()
+        e.addActions([self.act_bn_on, self.act_bn_off, self.act_bn_auto])
+        e.addSeparator()
+        e.addActions([self.act_ab_on, self.act_ab_off, self.act_inherit_lr])
+        if self.act_partial is not None:
+            e.addAction(self.act_partial)
+        e.addSeparator()
+        e.addAction(self.act_remove_unmatched)
+        v = mb.addMenu("&View")
+        v.addActions([self.act_find, self.act_expand_default, self.act_expand_all, self.act_collapse_all])
+        h = mb.addMenu("&Help")
+        h.addAction(self.act_about)
+
+    def _build_toolbars(self) -> None:
+        tb = QToolBar("Model", self)
+        tb.setObjectName("model_toolbar")
+        tb.setMovable(False)
+        tb.addWidget(self.source_bar)
+        self.addToolBar(tb)
+        pt = QToolBar("Plan", self)
+        pt.setObjectName("plan_toolbar")
+        pt.setMovable(False)
+        pt.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
+        pt.addActions([self.act_undo, self.act_redo])
+        pt.addSeparator()
+        pt.addActions([self.act_freeze, self.act_unfreeze, self.act_train_only, self.act_freeze_before])
+        pt.addSeparator()
+        pt.addAction(self.act_bn_on)
+        if has_reparam():
+            pt.addAction(self.act_ab_on)
+        pt.addSeparator()
+        find = QWidget(pt)
+        row = QHBoxLayout(find)
+        row.setContentsMargins(6, 0, 4, 0)
+        row.setSpacing(6)
+        row.addWidget(self.filter_edit, 1)
+        row.addWidget(QLabel("Expand", find))
+        row.addWidget(self.depth_box)
+        find.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Preferred)
+        self.filter_edit.setMinimumWidth(self.filter_edit.fontMetrics().horizontalAdvance("x" * 28))
+        pt.addWidget(find)
+        self.addToolBarBreak()
+        self.addToolBar(pt)
+        for act in (self.act_undo, self.act_redo):
+            w = pt.widgetForAction(act)
+            if w is not None:
+                w.setMinimumWidth(w.fontMetrics().horizontalAdvance("Redo") + 16)
+        self._plan_toolbar = pt
+        # toolbar buttons show short labels; the menus keep the full ones
+        self._short_labels = {
+            self.act_undo: "Undo",
+            self.act_redo: "Redo",
+            self.act_train_only: "Train Only",
+            self.act_freeze_before: "Freeze Before",
+            self.act_bn_on: "BN Eval On",
+            self.act_ab_on: "A+B On",
+        }
+        for act, label in self._short_labels.items():
+            act.setIconText(label)
+
+    def _build_status_bar(self) -> None:
+        sb = self.statusBar()
+        self.busy_label = QLabel(self)
+        self.busy_bar = QProgressBar(self)
+        self.busy_bar.setRange(0, 0)
+        self.busy_bar.setMaximumWidth(140)
+        self.busy_bar.setMaximumHeight(14)
+        self.busy_label.hide()
+        self.busy_bar.hide()
+        self.model_label = QLabel(self)
+        self.device_label = QLabel(f"device: {device_label()}", self)
+        self.params_label = QLabel(self)
+        sb.addWidget(self.busy_label)
+        sb.addWidget(self.busy_bar)
+        sb.addPermanentWidget(self.model_label)
+        sb.addPermanentWidget(self.device_label)
+        sb.addPermanentWidget(self.params_label)
+
+    # ------------------------------------------------------------------ settings
+    def _restore_settings(self) -> None:
+        s = self._settings
+        geometry = s.value("window/geometry")
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1400, 850)
+        state = s.value("window/state")
+        if isinstance(state, QByteArray) and not state.isEmpty():
+            self.restoreState(state)
+        split = s.value("window/splitter")
+        if isinstance(split, QByteArray) and not split.isEmpty():
+            self.splitter.restoreState(split)
+        else:
+            self.splitter.setSizes([840, 520])
+        opt = s.value("cost/optimizer")
+        if isinstance(opt, str):
+            try:
+                self.controller.set_optimizer(opt)
+            except ValueError:
+                pass
+
+    def save_settings(self) -> None:
+        """Write window geometry, toolbar/splitter state and the optimizer to QSettings."""
+        s = self._settings
+        s.setValue("window/geometry", self.saveGeometry())
+        s.setValue("window/state", self.saveState())
+        s.setValue("window/splitter", self.splitter.saveState())
+        s.setValue("cost/optimizer", self.controller.optimizer)
+        s.sync()
+
+    # ------------------------------------------------------------------ reactions
+    def _plan_changed(self, kind: str) -> None:
+        c = self.controller
+        self.plan_text.setPlainText(c.plan.to_json())
+        if c.state is not None:
+            self.plan_summary.setText(c.state.summary())
+        counts = c.counts
+        if counts is not None:
+            self.params_label.setText(
+                f"{fmt_count(counts.total)} params · {fmt_count(counts.trainable)} trainable"
+            )
+        self._update_actions()
+
+    def _model_changed(self) -> None:
+        c = self.controller
+        loaded = c.loaded
+        if loaded is None:
+            return
+        self.model_label.setText(f"{loaded.label} · {loaded.note}")
+        self.model_label.setToolTip("\n".join([loaded.note, *loaded.messages]))
+        if loaded.spec.get("source") == "torchvision":
+            self.source_bar.set_current(loaded.spec)
+        elif loaded.spec.get("name"):
+            self.source_bar.set_current({"name": loaded.spec["name"]})
+        self.filter_edit.clear()
+        self.expand_to_depth(DEFAULT_DEPTH)
+        root = self.proxy.index(0, 0)
+        if root.isValid():
+            self.view.selectionModel().setCurrentIndex(root, self.view.selectionModel().SelectionFlag.NoUpdate)
+        if loaded.messages:
+            self.statusBar().showMessage("; ".join(loaded.messages), 15000)
+        self._update_title()
+
+    def _busy_changed(self, busy: bool, text: str) -> None:
+        self.busy_label.setText(text)
+        self.busy_label.setVisible(busy)
+        self.busy_bar.setVisible(busy)
+        self.source_bar.set_busy(busy)
+        for act in (self.act_open, self.act_open_ckpt, self.act_new):
+            act.setEnabled(not busy)
+
+    def _show_error(self, title: str, message: str, details: str) -> None:
+        dialogs.error(self, title, message, details)
+
+    def _update_title(self, *_: Any) -> None:
+        c = self.controller
+        name = c.path.name if c.path else "untitled plan"
+        model = c.loaded.label if c.loaded else "no model"
+        self.setWindowTitle(f"{name}[*] — {model} — Freeze Workbench")
+        self.setWindowModified(c.dirty)
+
+    def _update_actions(self, *_: Any) -> None:
+        has = bool(self.view.selected_paths()) and self.controller.tree is not None
+        for act in self._selection_actions:
+            act.setEnabled(has)
+        paths = self.view.selected_paths()
+        self.act_freeze_before.setEnabled(has and len(paths) == 1 and paths[0] != "")
+        if self.act_partial is not None:
+            self.act_partial.setEnabled(has and len(paths) == 1 and self._partial_possible(paths[0]))
+        state = self.controller.state
+        self.act_remove_unmatched.setEnabled(
+            state is not None and any(p.field == "select" for p in state.problems)
+        )
+
+    def _partial_possible(self, path: str) -> bool:
+        from workbench.core import partial  # present: the action exists only then
+
+        tree = self.controller.tree
+        if tree is None or path not in tree.nodes:
+            return False
+        probe = {"param": "weight", "dim": 0, "trainable": [[0, 1]]}
+        return partial.check(probe, tree.nodes[path]) is None
+
+    # ------------------------------------------------------------------ tree helpers
+    def expand_to_depth(self, depth: int) -> None:
+        """Expand the tree: 0 shows the root's children, -1 everything."""
+        self.view.collapseAll()
+        if depth is None or depth < 0:
+            self.view.expandAll()
+        else:
+            self.view.expandToDepth(depth)
+
+    def focus_filter(self) -> None:
+        """Put the keyboard focus in the filter box (Ctrl+F)."""
+        self.filter_edit.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self.filter_edit.selectAll()
+
+    def _filter_changed(self, text: str) -> None:
+        self.proxy.set_pattern(text)
+        if text.strip():
+            self.view.expandAll()
+        else:
+            self.expand_to_depth(DEFAULT_DEPTH)
+
+    def select_path(self, path: str) -> None:
+        """Select and show the row of a module (clears a filter that hides it).
+
+        Args:
+            path: module path.
+        """
+        src = self.tree_model.index_of(path)
+        if not src.isValid():
+            return
+        idx = self.proxy.mapFromSource(src)
+        if not idx.isValid():
+            self.filter_edit.clear()
+            idx = self.proxy.mapFromSource(src)
+        self.view.scrollTo(idx)
+        self.view.setCurrentIndex(idx)
+        self.view.selectionModel().select(
+            idx, self.view.selectionModel().SelectionFlag.ClearAndSelect | self.view.selectionModel().SelectionFlag.Rows
+        )
+
+    def _context_menu(self, pos: QPoint) -> None:
+        idx = self.view.indexAt(pos)
+        if not idx.isValid():
+            return
+        menu = QMenu(self)
+        menu.addActions([self.act_freeze, self.act_unfreeze, self.act_train_only, self.act_freeze_before])
+        menu.addSeparator()
+        menu.addActions([self.act_bn_on, self.act_bn_off, self.act_bn_auto])
+        menu.addSeparator()
+        menu.addActions([self.act_ab_on, self.act_ab_off, self.act_inherit_lr])
+        if self.act_partial is not None:
+            menu.addAction(self.act_partial)
+        menu.exec(self.view.viewport().mapToGlobal(pos))
+        menu.deleteLater()
+
+    # ------------------------------------------------------------------ plan edits
+    def _set_selected(self, key: str, value: Any) -> None:
+        paths = self.view.selected_paths()
+        if paths:
+            self.controller.set_value(paths, key, value)
+
+    def toggle_frozen(self, paths: list[str]) -> None:
+        """Freeze the given modules, or unfreeze them when all are frozen (Space)."""
+        state = self.controller.state
+        if not paths or state is None:
+            return
+        all_frozen = all(state.nodes[p].frozen == "on" for p in paths if p in state.nodes)
+        self.controller.set_value(paths, "frozen", not all_frozen)
+
+    def train_only(self) -> None:
+        """Freeze everything except the selected modules."""
+        paths = self.view.selected_paths()
+        if not paths:
+            return
+        what = (paths[0] or "(root)") if len(paths) == 1 else f"{len(paths)} modules"
+        self.controller.edit(f"Train only {what}", lambda plan, tree: plan_edits.train_only(plan, tree, paths))
+
+    def freeze_before(self) -> None:
+        """Freeze what runs before the selected module; it and what follows train."""
+        paths = self.view.selected_paths()
+        if len(paths) != 1 or not paths[0]:
+            return
+        path = paths[0]
+        self.controller.edit(f"Freeze everything before {path}",
+                             lambda plan, tree: plan_edits.freeze_before(plan, tree, path))
+
+    def _bn_everywhere(self, value: bool | None) -> None:
+        text = {True: "All BatchNorm eval on", False: "All BatchNorm eval off", None: "BatchNorm eval follows frozen"}
+        self.controller.edit(text[value], lambda plan, tree: plan_edits.set_bn_eval_everywhere(plan, tree, value))
+
+    def remove_unmatched_rules(self) -> None:
+        """Delete rules whose selector matches no module (one undo step)."""
+        self.controller.edit("Remove rules that match nothing", plan_edits.remove_unmatched_rules)
+
+    def edit_partial(self) -> None:
+        """Open the partial-freezing dialog for the selected module."""
+        from workbench.gui.partial_dialog import edit_partial  # present with workbench.core.partial
+
+        paths = self.view.selected_paths()
+        if len(paths) == 1:
+            edit_partial(self, self.controller, paths[0])
+
+    # ------------------------------------------------------------------ files
+    def _maybe_save(self, why: str = "") -> bool:
+        if not self.controller.dirty:
+            return True
+        answer = dialogs.ask(
+            self, "Unsaved changes", f"The plan has unsaved changes.{(' ' + why) if why else ''} Save them first?",
+            ("Save", "Discard", "Cancel"), "Save",
+        )
+        if answer == "Save":
+            return self.save()
+        return answer == "Discard"
+
+    def _start_dir(self) -> str:
+        recent = app_settings.recent_files(self._settings)
+        if self.controller.path is not None:
+            return str(self.controller.path.parent)
+        return str(Path(recent[0]).parent) if recent else str(Path.home())
+
+    def new_plan(self) -> None:
+        """Start an empty plan for the loaded model (asks to save unsaved changes)."""
+        if self._maybe_save():
+            self.controller.new_plan()
+
+    def open_plan(self, path: str | None = None) -> bool:
+        """Open a plan file; load the model it names when that is not the loaded one.
+
+        A plan that does not parse is refused with its PlanError; a plan whose rules name
+        modules the model lacks is opened with every rule kept, and the problems shown.
+
+        Args:
+            path: the file (default: ask).
+
+        Returns:
+            True when the plan was opened (or its model load started).
+        """
+        if self.controller.busy or not self._maybe_save():
+            return False
+        if path is None:
+            path = dialogs.open_file(self, "Open plan", self._start_dir(), PLAN_FILTER)
+            if not path:
+                return False
+        try:
+            plan = FreezePlan.load(path)
+        except PlanError as e:
+            dialogs.error(self, "Cannot open plan", str(e))
+            return False
+        request = request_for_plan(plan, self.controller.spec, Path(path).parent)
+        if request is not None:
+            request = self._confirm_download(request)
+            if request is None:
+                return False
+            self.controller.load(request, plan, path)
+        else:
+            self.controller.open_plan(plan, path)
+        app_settings.add_recent(path, self._settings)
+        return True
+
+    def open_checkpoint(self, path: str | None = None) -> bool:
+        """Load weights from a checkpoint file off the GUI thread.
+
+        The architecture is the one the file names; when it names none, the model selected
+        in the model bar is used.
+
+        Args:
+            path: the file (default: ask).
+
+        Returns:
+            True when the load started.
+        """
+        if self.controller.busy or not self._maybe_save("Loading another model may start a new plan."):
+            return False
+        if path is None:
+            path = dialogs.open_file(self, "Open checkpoint", self._start_dir(), CHECKPOINT_FILTER)
+            if not path:
+                return False
+        request = LoadRequest(name=self.source_bar.current_name(), checkpoint=str(path))
+        started = self.controller.load(request)
+        if started:
+            app_settings.add_recent(path, self._settings)
+        return started
+
+    def load_model_request(self, request: LoadRequest) -> bool:
+        """Load a torchvision model described by the model bar (asks before downloading).
+
+        Args:
+            request: what to load.
+
+        Returns:
+            True when the load started.
+        """
+        if self.controller.busy or not self._maybe_save("Loading another model may start a new plan."):
+            return False
+        confirmed = self._confirm_download(request)
+        if confirmed is None:
+            return False
+        return self.controller.load(confirmed)
+
+    def _confirm_download(self, request: LoadRequest) -> LoadRequest | None:
+        try:
+            needs = request.needs_download()
+        except ModelSourceError as e:
+            dialogs.error(self, "Cannot load model", str(e))
+            return None
+        if not needs:
+            return request
+        answer = dialogs.ask(
+            self,
+            "Weights not cached",
+            f"The {request.weights} weights of {request.name} are not in the local cache.\n\n"
+            "Download them now, or start from random initialisation?",
+            ("Download", "Random Init", "Cancel"),
+            "Random Init",
+        )
+        if answer == "Download":
+            return LoadRequest(request.name, request.weights, request.num_classes, allow_download=True)
+        if answer == "Random Init":
+            return LoadRequest(request.name, None, request.num_classes, note="random init (weights not cached)")
+        return None
+
+    def save(self) -> bool:
+        """Save the plan to its file (asks for a name when it has none)."""
+        if self.controller.path is None:
+            return self.save_as()
+        ok = self.controller.save(self.controller.path)
+        if ok:
+            app_settings.add_recent(self.controller.path, self._settings)
+            self.statusBar().showMessage(f"Saved {self.controller.path}", 5000)
+        return ok
+
+    def save_as(self) -> bool:
+        """Save the plan under a new name."""
+        c = self.controller
+        suggested = str(c.path) if c.path else str(Path(self._start_dir()) / f"{c.loaded.label if c.loaded else 'model'}.plan.json")
+        path = dialogs.save_file(self, "Save plan as", suggested, PLAN_FILTER)
+        if not path:
+            return False
+        if not path.lower().endswith(".json"):
+            path += ".json"
+        ok = c.save(path)
+        if ok:
+            app_settings.add_recent(path, self._settings)
+            self.statusBar().showMessage(f"Saved {path}", 5000)
+        return ok
+
+    def export_script(self) -> bool:
+        """Export the plan as a standalone plain-PyTorch script (``workbench.core.export``)."""
+        from workbench.core import export  # present: the menu entry exists only then
+        from workbench.core.errors import WorkbenchError
+        from workbench.core.zoo import ModelSpec
+
+        c = self.controller
+        stem = c.path.stem if c.path else (c.loaded.label if c.loaded else "plan")
+        path = dialogs.save_file(self, "Export plan as script", str(Path(self._start_dir()) / f"{stem}.py"),
+                                 "Python scripts (*.py)")
+        if not path:
+            return False
+        if not path.lower().endswith(".py"):
+            path += ".py"
+        try:
+            spec = ModelSpec.from_dict({**c.spec, **c.plan.model})
+            optimizer = c.optimizer if c.optimizer in export.OPTIMIZERS else "adamw"
+            export.export_script(
+                c.plan, spec, path, model=c.model, optimizer=optimizer,
+                base_dir=c.path.parent if c.path else None,
+            )
+        except (WorkbenchError, OSError) as e:
+            dialogs.error(self, "Cannot export script", str(e))
+            return False
+        self.statusBar().showMessage(f"Exported {path}", 5000)
+        return True
+
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        files = app_settings.recent_files(self._settings)
+        if not files:
+            act = self.recent_menu.addAction("No recent files")
+            act.setEnabled(False)
+            return
+        for f in files:
+            act = self.recent_menu.addAction(Path(f).name)
+            act.setToolTip(f)
+            act.setStatusTip(f)
+            act.triggered.connect(lambda _c=False, f=f: self.open_path(f))
+
+    def open_path(self, path: str) -> bool:
+        """Open a plan (``.json``) or a checkpoint, by suffix (recent files, drag and drop).
+
+        Args:
+            path: the file.
+
+        Returns:
+            True when it was opened or its load started.
+        """
+        if Path(path).suffix.lower() == ".json":
+            return self.open_plan(path)
+        return self.open_checkpoint(path)
+
+    # ------------------------------------------------------------------ drag and drop
+    @staticmethod
+    def _dropped_file(event: QDragEnterEvent | QDropEvent) -> str | None:
+        md = event.mimeData()
+        if not md.hasUrls():
+            return None
+        for url in md.urls():
+            if url.isLocalFile():
+                p = url.toLocalFile()
+                if Path(p).suffix.lower() in (".json", *CHECKPOINT_SUFFIXES):
+                    return p
+        return None
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt API
+        if self._dropped_file(event):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        if self._dropped_file(event):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt API
+        path = self._dropped_file(event)
+        if not path:
+            event.ignore()
+            return
+        event.acceptProposedAction()
+        QTimer.singleShot(0, lambda: self.open_path(path))  # leave the drop handler first
+
+    # ------------------------------------------------------------------ misc
+    def about(self) -> None:
+        """Show the About box."""
+        dialogs.info(
+            self,
+            "About Freeze Workbench",
+            f"Freeze Workbench {__version__}\n\nDecide which parts of a pretrained PyTorch model train, "
+            "and see what each choice costs.\n\nPyTorch " + torch.__version__,
+        )
+
+    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt API
+        if not self._maybe_save():
+            event.ignore()
+            return
+        self.save_settings()
+        self.controller.wait()
+        if self.diagnostics is not None:
+            self.diagnostics.wait()
+        event.accept()

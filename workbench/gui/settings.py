@@ -1,0 +1,62 @@
+"""Persistent window settings: recent files, geometry, the cost panel's optimizer.
+
+Stored with ``QSettings`` (INI format) under :data:`ORGANIZATION` / :data:`APPLICATION`.
+Tests redirect the location with ``QSettings.setPath`` so they never touch the user's files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QSettings
+
+__all__ = ["APPLICATION", "MAX_RECENT", "ORGANIZATION", "add_recent", "recent_files", "settings"]
+
+ORGANIZATION = "FreezeWorkbench"
+APPLICATION = "Freeze Workbench"
+#: How many recent files the File menu lists.
+MAX_RECENT = 8
+
+
+def settings() -> QSettings:
+    """The application's settings store (INI file in the user's config folder).
+
+    Returns:
+        A ``QSettings``; changes are written when it is destroyed or synced.
+    """
+    return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, ORGANIZATION, APPLICATION)
+
+
+def recent_files(store: QSettings | None = None) -> list[str]:
+    """Recently opened or saved plan and checkpoint files that still exist, newest first.
+
+    Args:
+        store: settings to read (default: :func:`settings`).
+
+    Returns:
+        Up to :data:`MAX_RECENT` paths.
+    """
+    store = store or settings()
+    raw = store.value("recentFiles", [])
+    if isinstance(raw, str):  # QSettings returns a lone string for a one-element list
+        raw = [raw]
+    return [p for p in (raw or []) if isinstance(p, str) and Path(p).is_file()][:MAX_RECENT]
+
+
+def add_recent(path: str | Path, store: QSettings | None = None) -> list[str]:
+    """Put ``path`` first in the recent-files list.
+
+    Args:
+        path: the file just opened or saved.
+        store: settings to update (default: :func:`settings`).
+
+    Returns:
+        The new list.
+    """
+    store = store or settings()
+    p = str(Path(path).resolve())
+    files = [p] + [f for f in recent_files(store) if f != p]
+    files = files[:MAX_RECENT]
+    store.setValue("recentFiles", files)
+    store.sync()
+    return files

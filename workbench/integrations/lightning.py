@@ -1,0 +1,375 @@
+"""PyTorch Lightning integration: apply a freeze plan from a callback.
+
+::
+
+    from workbench.integrations.lightning import FreezePlanCallback
+
+    freeze = FreezePlanCallback("resnet18.plan.json", module="model")
+
+    class Classifier(L.LightningModule):
+        def configure_optimizers(self):
+            return torch.optim.AdamW(freeze.param_groups(lr=1e-3, weight_decay=0.01))
+
+    L.Trainer(callbacks=[freeze]).fit(Classifier(), datamodule=dm)
+
+The callback
+
+- applies the plan in ``setup`` (before ``configure_optimizers``), to the LightningModule or
+  to the submodule named by ``module`` (found automatically when the plan's fingerprint
+  matches a child);
+- keeps BatchNorm modules marked ``bn_eval`` in eval mode across Lightning's train/eval
+  switches (the workbench's instance-level lock; Lightning's mode restore keeps it);
+- at each stage of the plan (``at_step`` = ``trainer.global_step``, ``at_epoch`` =
+  ``trainer.current_epoch``) updates the model and the optimizer: newly trainable parameters
+  go into new param groups (one per ``lr_scale``), parameters that are frozen again leave
+  their groups and their optimizer state, parameters whose ``lr_scale`` changed move;
+- saves the plan, the stage and the optimizer's group layout in the checkpoint, and on
+  resume restores the stage and the group layout before Lightning loads the optimizer state.
+
+``lightning`` (or ``pytorch_lightning``) is imported only when :data:`FreezePlanCallback` is
+first accessed; :func:`sync_param_groups` works with any optimizer and needs no Lightning.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from typing import Any, Mapping
+
+import torch
+from torch import nn
+
+from workbench.core.apply import AppliedPlan, apply_plan
+from workbench.core.errors import WorkbenchError
+from workbench.core.plan import FreezePlan, PlanError
+from workbench.core.tree import ModelTree
+
+__all__ = ["FreezePlanCallback", "LightningMissingError", "sync_param_groups"]
+
+_GROUP_SKIP = ("params", "param_names")
+
+
+class LightningMissingError(WorkbenchError, ImportError):
+    """Neither ``lightning`` nor ``pytorch_lightning`` is installed."""
+
+
+def _lr_base(optimizer: torch.optim.Optimizer) -> float:
+    for g in optimizer.param_groups:
+        if g.get("lr_scale"):
+            return float(g["lr"]) / float(g["lr_scale"])
+    return float(optimizer.param_groups[0]["lr"])
+
+
+def sync_param_groups(
+    optimizer: torch.optim.Optimizer, applied: AppliedPlan, *, base_lr: float | None = None
+) -> dict[str, list[str]]:
+    """Make an optimizer hold exactly the trainable parameters of an applied plan.
+
+    Parameters that are no longer trainable leave their groups (and their state is dropped);
+    parameters whose ``lr_scale`` differs from their group's ``lr_scale`` move; parameters
+    that became trainable are added as new groups (one per ``lr_scale``) copying the other
+    hyperparameters (weight decay, betas...) of an existing group. Parameters that stay keep
+    their identity and their optimizer state. Groups are never deleted, so learning-rate
+    schedulers keep their indices.
+
+    Args:
+        optimizer: the optimizer.
+        applied: the applied plan (after :meth:`AppliedPlan.update`).
+        base_lr: learning rate for ``lr_scale`` 1; default: derived from a group that has an
+            ``lr_scale`` (its current lr, so a scheduler's decay carries over), else the first
+            group's lr.
+
+    Returns:
+        ``{"added": [...], "removed": [...], "moved": [...]}`` parameter names.
+    """
+    names = {id(p): n for n, p in applied.model.named_parameters()}
+    trainable = {id(p): (n, p) for n, p in applied.named_trainable()}
+    base = base_lr if base_lr is not None else _lr_base(optimizer)
+    removed: list[str] = []
+    moved: list[str] = []
+    present: set[int] = set()
+    for g in optimizer.param_groups:
+        keep_p, keep_n = [], []
+        for i, p in enumerate(g["params"]):
+            name = names.get(id(p), "")
+            if id(p) not in trainable:
+                optimizer.state.pop(p, None)
+                removed.append(name)
+                continue
+            if "lr_scale" in g and applied.lr_scale_of(name) != g["lr_scale"]:
+                moved.append(name)
+                continue
+            keep_p.append(p)
+            keep_n.append(name)
+            present.add(id(p))
+        g["params"] = keep_p
+        if "param_names" in g:
+            g["param_names"] = keep_n
+    missing = [(n, p) for pid, (n, p) in trainable.items() if pid not in present]
+    added = [n for n, _ in missing if n not in moved]
+    template = {k: v for k, v in optimizer.param_groups[0].items() if k not in _GROUP_SKIP and k != "initial_lr"}
+    by_scale: dict[float, list[tuple[str, nn.Parameter]]] = {}
+    for n, p in missing:
+        by_scale.setdefault(applied.lr_scale_of(n), []).append((n, p))
+    for scale in sorted(by_scale, reverse=True):
+        group = dict(template)
+        group.update(
+            params=[p for _, p in by_scale[scale]],
+            param_names=[n for n, _ in by_scale[scale]],
+            lr=base * scale,
+            lr_scale=scale,
+        )
+        optimizer.add_param_group(group)
+    return {"added": added, "removed": removed, "moved": moved}
+
+
+class _FreezePlanCallbackImpl:
+    """Applies a freeze plan in a Lightning run (see the module docstring).
+
+    Args:
+        plan: a :class:`FreezePlan`, a plan file path, or the plan's dict.
+        module: dotted path of the submodule of the LightningModule the plan was made for
+            (``"model"``, ``"backbone"``); ``None`` finds it: the LightningModule itself, or
+            the child whose fingerprint matches the plan's.
+        optimizer_index: which of ``trainer.optimizers`` follows the stages.
+        base_dir: folder for relative file references in the plan (A+B tensor files);
+            default: the plan file's folder.
+        strict: a fingerprint mismatch is an error.
+
+    Attributes:
+        applied: the :class:`AppliedPlan` once ``setup`` ran.
+    """
+
+    def __init__(
+        self,
+        plan: FreezePlan | str | os.PathLike[str] | Mapping[str, Any],
+        *,
+        module: str | None = None,
+        optimizer_index: int = 0,
+        base_dir: str | os.PathLike[str] | None = None,
+        strict: bool = False,
+    ) -> None:
+        if isinstance(plan, (str, os.PathLike)):
+            from pathlib import Path
+
+            base_dir = base_dir or Path(plan).resolve().parent
+            plan = FreezePlan.load(plan)
+        elif isinstance(plan, Mapping):
+            plan = FreezePlan.from_dict(dict(plan))
+        self.plan: FreezePlan = plan
+        self.module = module
+        self.optimizer_index = optimizer_index
+        self.base_dir = base_dir
+        self.strict = strict
+        self.applied: AppliedPlan | None = None
+        self._stage: tuple[bool, ...] = tuple(False for _ in plan.stages)
+        self._restored_groups: list[list[dict[str, Any]]] | None = None
+        self._trainer: Any = None
+        self._pl_module: nn.Module | None = None
+
+    # ---------------------------------------------------------- helpers
+    def _target(self, pl_module: nn.Module) -> tuple[str, nn.Module]:
+        if self.module is not None:
+            try:
+                return self.module, pl_module.get_submodule(self.module) if self.module else pl_module
+            except AttributeError:
+                raise PlanError(
+                    f"the LightningModule has no submodule {self.module!r}; pass module= the attribute "
+                    "that holds the model the plan was made for (e.g. \"model\")"
+                ) from None
+        fp = self.plan.model.get("fingerprint")
+        candidates = [("", pl_module), *pl_module.named_children()]
+        for name, child in candidates:
+            if fp and ModelTree.from_model(child).fingerprint == fp:
+                return name, child
+        if not fp:
+            for name, child in candidates:
+                if not self.plan.unmatched(child):
+                    return name, child
+        return "", pl_module  # validation names what does not match
+
+    def _key(self, step: int, epoch: int) -> tuple[bool, ...]:
+        return tuple(st.reached(step, epoch) for st in self.plan.stages)
+
+    def _plan_for(self, key: tuple[bool, ...]) -> FreezePlan:
+        """The plan in force with the stages marked in ``key`` (as :meth:`FreezePlan.at`)."""
+        rules = [r for r in self.plan.rules]
+        for st, on in zip(self.plan.stages, key):
+            if on:
+                rules.extend(st.rules)
+        return FreezePlan(rules=copy.deepcopy(rules), model=dict(self.plan.model), description=self.plan.description)
+
+    def _optimizer(self, trainer: Any) -> torch.optim.Optimizer | None:
+        opts = getattr(trainer, "optimizers", None) or []
+        return opts[self.optimizer_index] if len(opts) > self.optimizer_index else None
+
+    # ---------------------------------------------------------- public API
+    def param_groups(self, lr: float, weight_decay: float = 0.0, **extra: Any) -> list[dict[str, Any]]:
+        """Param groups for ``configure_optimizers``: trainable parameters only, by ``lr_scale``.
+
+        Args:
+            lr: base learning rate.
+            weight_decay: weight decay of every group.
+            **extra: other per-group options.
+
+        Returns:
+            Groups as :meth:`AppliedPlan.param_groups` makes them.
+
+        Raises:
+            RuntimeError: called before the callback's ``setup`` (outside ``trainer.fit``).
+        """
+        if self.applied is None:
+            raise RuntimeError(
+                "the freeze plan is applied in the callback's setup(); call param_groups() from "
+                "configure_optimizers(), which Lightning calls after setup"
+            )
+        return self.applied.param_groups(lr, weight_decay, **extra)
+
+    def apply(self, pl_module: nn.Module) -> AppliedPlan:
+        """Apply the plan (at step 0) to the LightningModule or its ``module`` submodule.
+
+        Args:
+            pl_module: the LightningModule.
+
+        Returns:
+            The applied plan (also in :attr:`applied`).
+
+        Raises:
+            PlanError: the plan does not fit the model.
+        """
+        if self.applied is None:
+            self.module, target = self._target(pl_module)
+            self._stage = self._key(-1, -1)
+            self.applied = apply_plan(target, self._plan_for(self._stage), strict=self.strict, base_dir=self.base_dir)
+        return self.applied
+
+    def remove(self, merge: bool = True) -> None:
+        """Take the plan off the model (see :meth:`AppliedPlan.remove`)."""
+        if self.applied is not None:
+            self.applied.remove(merge=merge)
+            self.applied = None
+
+    # ---------------------------------------------------------- Lightning hooks
+    def setup(self, trainer: Any, pl_module: nn.Module, stage: str) -> None:
+        """Apply the plan before ``configure_optimizers``."""
+        self._trainer = trainer
+        self._pl_module = pl_module
+        self.apply(pl_module)
+
+    def on_fit_start(self, trainer: Any, pl_module: nn.Module) -> None:
+        """On resume: give the optimizer the group layout of the checkpoint before its state loads."""
+        if self._restored_groups is None:
+            return
+        named = dict(pl_module.named_parameters())
+        for opt, groups in zip(trainer.optimizers, self._restored_groups):
+            new = []
+            for g in groups:
+                missing = [n for n in g["param_names"] if n not in named]
+                if missing:
+                    raise PlanError(
+                        f"the checkpoint's optimizer has parameters the model lacks ({', '.join(missing[:3])}); "
+                        "resume with the same model and plan"
+                    )
+                group = {k: v for k, v in g.items() if k != "param_names"}
+                group["params"] = [named[n] for n in g["param_names"]]
+                if g.get("has_param_names"):
+                    group["param_names"] = [self._local(n) for n in g["param_names"]]
+                group.pop("has_param_names", None)
+                new.append(group)
+            opt.param_groups = new
+            opt.state.clear()
+        self._restored_groups = None
+
+    def on_train_batch_start(self, trainer: Any, pl_module: nn.Module, batch: Any, batch_idx: int) -> None:
+        """Bring a stage into force when ``global_step`` / ``current_epoch`` reaches it."""
+        if self.applied is None or not self.plan.stages:
+            return
+        key = self._key(trainer.global_step, trainer.current_epoch)
+        if key == self._stage:
+            return
+        self.applied.update(self._plan_for(key), strict=self.strict)
+        self._stage = key
+        opt = self._optimizer(trainer)
+        if opt is not None:
+            sync_param_groups(opt, self.applied)
+
+    def _local(self, full: str) -> str:
+        prefix = f"{self.module}." if self.module else ""
+        return full[len(prefix):] if prefix and full.startswith(prefix) else full
+
+    def state_dict(self) -> dict[str, Any]:
+        """The plan, the stage in force, the step and each optimizer's group layout (parameter names)."""
+        trainer = self._trainer
+        opts = list(getattr(trainer, "optimizers", None) or [])
+        return {
+            "plan": self.plan.to_dict(),
+            "module": self.module,
+            "stage": list(self._stage),
+            "step": int(getattr(trainer, "global_step", 0) or 0),
+            "epoch": int(getattr(trainer, "current_epoch", 0) or 0),
+            "optimizers": [self._layout(o) for o in opts],
+        }
+
+    def _layout(self, optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
+        names = {id(p): n for n, p in self._pl_module.named_parameters()} if self._pl_module is not None else {}
+        out = []
+        for g in optimizer.param_groups:
+            entry = {
+                k: v
+                for k, v in g.items()
+                if k not in _GROUP_SKIP and isinstance(v, (int, float, str, bool, type(None), tuple, list))
+            }
+            entry["param_names"] = [names.get(id(p), "") for p in g["params"]]
+            entry["has_param_names"] = "param_names" in g
+            out.append(entry)
+        return out
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """On resume: put the model in the stage of the checkpoint before the optimizer is built."""
+        saved = FreezePlan.from_dict(state_dict["plan"])
+        if saved.to_dict() != self.plan.to_dict():
+            raise PlanError(
+                "the checkpoint was trained with a different freeze plan than this callback's; resume "
+                "with the same plan (or start a new run)"
+            )
+        step, epoch = int(state_dict.get("step", 0)), int(state_dict.get("epoch", 0))
+        saved_stage = state_dict.get("stage")
+        key = tuple(bool(x) for x in saved_stage) if saved_stage is not None else self._key(step, epoch)
+        if self.applied is not None and key != self._stage:
+            self.applied.update(self._plan_for(key), strict=self.strict)
+        self._stage = key
+        self._restored_groups = state_dict.get("optimizers") or None
+
+
+_CLASS: type | None = None
+
+
+def _callback_base() -> type:
+    try:
+        from lightning.pytorch import Callback
+    except ImportError:
+        try:
+            from pytorch_lightning import Callback  # type: ignore[no-redef]
+        except ImportError:
+            raise LightningMissingError(
+                "FreezePlanCallback needs PyTorch Lightning; install it with `pip install lightning`"
+            ) from None
+    return Callback
+
+
+def _make_class() -> type:
+    global _CLASS
+    if _CLASS is None:
+        base = _callback_base()
+        _CLASS = type(
+            "FreezePlanCallback",
+            (_FreezePlanCallbackImpl, base),
+            {"__doc__": _FreezePlanCallbackImpl.__doc__, "__module__": __name__},
+        )
+    return _CLASS
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FreezePlanCallback":
+        return _make_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
