@@ -117,9 +117,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--model", default="resnet18")
     ap.add_argument("--batch-size", type=int, default=16)
     ap.add_argument("--image-size", type=int, default=96)
-    ap.add_argument("--steps", type=int, default=10, help="timed steps per variant and round")
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per variant and round")
     ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=2, help="interleaved repetitions of every variant")
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved repetitions of every variant")
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (CPU)")
     ap.add_argument("--json", help="also write the numbers to this JSON file")
@@ -160,9 +160,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 if i >= args.warmup:
                     runs[name]["iter"].append(it)
                     runs[name]["step"].append(step)
-        for gen in gens.values():
-            for _ in gen:  # let the engines finish (verify, result)
-                pass
+        for name, gen in gens.items():
+            if name.startswith("engine"):
+                for _ in gen:  # the engine has run all its steps: this finishes it (verify, result)
+                    pass
+            else:
+                gen.close()  # hand loops run until closed
         print(f"  round {r + 1} done", flush=True)
     med = {name: {k: statistics.median(v) for k, v in d.items()} for name, d in runs.items()}
     for key, name in (("full", "engine, full FT"), ("fc", "engine, fc only + BN eval")):

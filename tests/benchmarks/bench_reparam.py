@@ -4,22 +4,24 @@ Run from the repository root::
 
     python tests/benchmarks/bench_reparam.py [--device cuda] [--steps N] [--image-size S] [--batch B] [--json out.json]
 
-One process, the same batches for every mode, Adam. Modes:
+One process, the same batches for every mode, Adam (lr 1e-4), A = the loaded weights and
+B = 0 for every A+B mode. Modes:
 
 - ``plain``: full fine-tuning of the unmodified model (the 1.00 reference);
 - ``exact``: A+B through ``torch.nn.utils.parametrize`` (B is the parameter);
 - ``fused``: A+B training W itself (B = W - A derived on demand);
 - ``hand``: the hand-written version of the user report (in-place ``copy_``/``add_`` +
-  ``retain_grad`` in ``forward``; ``tests/fixtures/broken_patterns.py``), run last for
-  ``--hand-steps`` steps.
+  ``retain_grad`` in ``forward``, Adam over the whole wrapper as in the report;
+  ``tests/fixtures/broken_patterns.py``).
 
-plain/exact/fused are interleaved in chunks (rotating their order) so that load from other
-processes hits every mode alike; the step time of a mode is the median of its ``--steps``
-measured steps after ``--warmup``. Growth is the median of the last 10 measured steps over the
-median of the first 10 (for ``hand``: steps 2-11 against the last 10 of ``--hand-steps``).
-Peak memory is measured afterwards, one mode at a time, over one training step: on CUDA
-``torch.cuda.max_memory_allocated``; on CPU torch's ``MemTracker`` (tensor bytes of
-parameters, buffers, A, gradients, optimizer state, activations and temporaries).
+All modes run interleaved step by step (the order rotates each round), so load from other
+processes hits every mode alike. The first ``--warmup`` steps are left out. ``× plain`` is the
+median over rounds of (mode step time / plain step time of the same round); growth is the
+median of the last 10 measured steps over the median of the first 10, raw and on the paired
+ratios. Peak memory is measured afterwards, one mode at a time, over one training step: on
+CUDA ``torch.cuda.max_memory_allocated``; on CPU torch's ``MemTracker`` (tensor bytes of
+parameters, buffers, A, gradients, optimizer state, activations and temporaries; it cannot
+follow the hand-written version, whose parameters stop being leaves).
 
 The script measures and prints; it asserts nothing.
 """
@@ -145,25 +147,32 @@ def peak_memory(
     return int(sum(v.get("Total", 0) for v in snap.values()))
 
 
+def paired(times: dict[str, list[float]], mode: str, sl: slice = slice(None)) -> float:
+    """Median over steps of ``mode``'s time divided by plain's time in the same round."""
+    return statistics.median(t / p for t, p in zip(times[mode][sl], times["plain"][sl]))
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Run the benchmark, print the table, return the results."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:N] (default cpu)")
-    ap.add_argument("--steps", type=int, default=30, help="measured steps per mode (>= 20; default 30)")
-    ap.add_argument("--warmup", type=int, default=5, help="unmeasured steps per mode first (default 5)")
-    ap.add_argument("--hand-steps", type=int, default=100, help="steps of the hand-written version (default 100)")
+    ap.add_argument("--steps", type=int, default=100, help="steps per mode, warm-up included (>= 40; default 100)")
+    ap.add_argument("--warmup", type=int, default=5, help="first steps left out of every statistic (default 5)")
     ap.add_argument("--image-size", type=int, default=96)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave torch's default)")
-    ap.add_argument("--chunk", type=int, default=5, help="steps per mode before switching modes (default 5)")
+    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: steadier on a shared machine)")
+    ap.add_argument("--modes", default="plain,exact,fused,hand", help="comma-separated; plain is always run")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak memory pass")
     ap.add_argument("--json", type=Path, help="also write the results to this JSON file")
     args = ap.parse_args(argv)
+    if args.steps - args.warmup < 30:
+        ap.error("--steps minus --warmup must be at least 30 (the medians need them)")
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         ap.error("--device cuda given but CUDA is not available")
     if args.threads:
         torch.set_num_threads(args.threads)
+    modes = ["plain"] + [m for m in args.modes.split(",") if m and m != "plain"]
     num_classes, lr = 10, 1e-4
     g = torch.Generator().manual_seed(0)
     batches = [
@@ -174,33 +183,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for _ in range(4)
     ]
 
-    log(f"timing {', '.join(MODES)} interleaved: {args.warmup} + {args.steps} steps each")
-    runners = {m: Runner(m, device, num_classes, lr) for m in MODES}
-    times: dict[str, list[float]] = {m: [] for m in MODES}
-    total = args.warmup + args.steps
-    done = dict.fromkeys(MODES, 0)
-    rnd = 0
-    while any(done[m] < total for m in MODES):
-        order = MODES[rnd % len(MODES):] + MODES[: rnd % len(MODES)]
+    log(f"timing {', '.join(modes)}: {args.steps} steps each, interleaved step by step")
+    runners = {m: Runner(m, device, num_classes, lr) for m in modes}
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    for i in range(args.steps):
+        x, y = batches[i % len(batches)]
+        order = modes[i % len(modes):] + modes[: i % len(modes)]  # rotate: no mode always runs first
         for m in order:
-            for _ in range(min(args.chunk, total - done[m])):
-                i = done[m]
-                t = timed(lambda: runners[m].step(*batches[i % len(batches)]), device)
-                if i >= args.warmup:
-                    times[m].append(t)
-                done[m] += 1
-        rnd += 1
+            times[m].append(timed(lambda: runners[m].step(x, y), device))
+        if (i + 1) % 20 == 0:
+            log(f"step {i + 1}/{args.steps}")
     del runners
     gc.collect()
+    times = {m: t[args.warmup:] for m, t in times.items()}
 
-    log(f"timing the hand-written version: {args.hand_steps} steps")
-    hand = Runner("hand", device, num_classes, lr)
-    hand_times = [timed(lambda i=i: hand.step(*batches[i % len(batches)]), device) for i in range(args.hand_steps)]
-    del hand
-    gc.collect()
-
-    med = {m: statistics.median(times[m]) for m in MODES}
-    hand_first = hand_times[1:11]
     res: dict[str, Any] = {
         "device": str(device),
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
@@ -209,24 +205,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "batch": args.batch,
         "image_size": args.image_size,
         "steps": args.steps,
-        "hand_steps": args.hand_steps,
+        "warmup": args.warmup,
         "modes": {},
     }
-    for m in MODES:
+    first, last = slice(0, 10), slice(-10, None)
+    for m in modes:
         res["modes"][m] = {
-            "median_ms": 1000 * med[m],
-            "ratio": med[m] / med["plain"],
+            "median_ms": 1000 * statistics.median(times[m]),
+            "ratio": paired(times, m),
             "growth": growth(times[m]),
+            "growth_vs_plain": paired(times, m, last) / paired(times, m, first),
         }
-    res["modes"]["hand"] = {
-        "median_ms": 1000 * statistics.median(hand_first),
-        "ratio": statistics.median(hand_first) / med["plain"],
-        "growth": statistics.median(hand_times[-10:]) / statistics.median(hand_first),
-        "last10_ratio": statistics.median(hand_times[-10:]) / med["plain"],
-    }
     if not args.no_memory:
         log("peak memory, one mode at a time")
-        for m in (*MODES, "hand"):
+        for m in modes:
             peak = peak_memory(m, device, num_classes, lr, batches[0])
             if peak is not None:
                 res["modes"][m]["peak_mib"] = peak / 2**20
@@ -237,16 +229,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     print(
         f"A+B benchmark: resnet18, {res['device_name']}, batch {args.batch}, {args.image_size}px, "
-        f"torch {torch.__version__}, {res['threads']} threads; median of {args.steps} steps after {args.warmup} warm-up"
+        f"torch {torch.__version__}, {res['threads']} CPU threads; {args.steps} steps per mode, "
+        f"first {args.warmup} left out"
     )
-    print(f"{'mode':<8}{'step ms':>10}{'× plain':>10}{'last10/first10':>16}{'peak MiB':>11}{'× plain':>9}")
-    for m, r in res["modes"].items():
-        mem = f"{r['peak_mib']:>11.1f}{r['peak_ratio']:>9.2f}" if "peak_mib" in r else f"{'n/a':>11}{'':>9}"
-        label = m if m != "hand" else "hand*"
-        print(f"{label:<8}{r['median_ms']:>10.1f}{r['ratio']:>10.2f}{r['growth']:>16.2f}{mem}")
     print(
-        f"* hand-written version of the report: steps 2-11 of {args.hand_steps}; its last 10 steps take "
-        f"{res['modes']['hand']['last10_ratio']:.2f}× a plain step"
+        f"{'mode':<7}{'median ms':>10}{'× plain':>9}{'last10/first10':>16}{'(vs plain)':>12}"
+        f"{'peak MiB':>10}{'× plain':>9}"
+    )
+    for m, r in res["modes"].items():
+        mem = f"{r['peak_mib']:>10.1f}{r['peak_ratio']:>9.2f}" if "peak_mib" in r else f"{'n/a':>10}{'':>9}"
+        print(f"{m:<7}{r['median_ms']:>10.1f}{r['ratio']:>9.2f}{r['growth']:>16.2f}{r['growth_vs_plain']:>12.2f}{mem}")
+    print(
+        "× plain: median over steps of (mode time / plain time in the same round). last10/first10: "
+        "median of the last 10 measured steps over the first 10; (vs plain): the same on the paired ratios, "
+        "which cancels load changes on a shared machine. hand: the report's hand-written version."
     )
     if args.json:
         from workbench.core.atomic import atomic_write

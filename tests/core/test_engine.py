@@ -239,6 +239,35 @@ def test_stages_run_through_the_same_path():
     assert seen[5].epoch == 1
 
 
+def test_plan_change_that_reinstalls_a_plus_b_rebuilds_optimizer_entries(tmp_path: Path):
+    pytest.importorskip("workbench.core.reparam")
+    base = ({"select": "*", "frozen": True}, {"select": "fc", "frozen": False})
+    start = _plan(*base, {"select": "conv", "frozen": False, "reparam": {"kind": "a_plus_b"}})
+    new = _plan(*base, {"select": "block.0", "frozen": False, "reparam": {"kind": "a_plus_b"}})
+    holder: dict[str, Any] = {}
+
+    def hook(step: int) -> None:
+        t = holder["t"]
+        if step == 2:
+            holder["old"] = [p for n, p in t.model.named_parameters() if p.requires_grad and n.startswith("conv.")]
+            t.request_plan(new)
+
+    t, seen = _trainer(5, start, step_hook=hook, optimizer="adam", save_dir=str(tmp_path / "run"))
+    holder["t"] = t
+    result = t.run()
+    assert result.status == "completed", result.message
+    opt = t.optimizer
+    in_opt = {id(p) for g in opt.param_groups for p in g["params"]}
+    assert holder["old"] and all(id(p) not in in_opt and p not in opt.state for p in holder["old"])
+    trainable = [p for p in t.model.parameters() if p.requires_grad]
+    assert in_opt == {id(p) for p in trainable}
+    new_b = [p for n, p in t.model.named_parameters() if p.requires_grad and n.startswith("block.0.")]
+    assert new_b and all(opt.state[p]["step"].item() == 2 for p in new_b)  # fresh state at step 3
+    assert seen[3].plan_version == 1 and seen[3].events
+    assert result.verify.ok
+    assert (tmp_path / "run" / "deltas.safetensors").exists()
+
+
 # ---------------------------------------------------------------- thread controls
 def test_stop_from_another_thread_ends_within_one_step():
     at_step_2 = threading.Event()
@@ -420,6 +449,32 @@ def test_resnet18_from_the_zoo_with_a_new_head():
     assert all(not m.training for n, m in t.model.named_modules() if isinstance(m, nn.BatchNorm2d))
 
 
+def test_imagefolder_data_fits_the_head_to_its_classes(tmp_path: Path):
+    from PIL import Image
+
+    for c, color in (("cat", (200, 10, 10)), ("dog", (10, 10, 200))):
+        (tmp_path / c).mkdir()
+        for i in range(4):
+            Image.new("RGB", (20, 20), color).save(tmp_path / c / f"{i}.png")
+    seen: list[StepMetrics] = []
+    t = Trainer(TrainConfig(data=f"imagefolder:{tmp_path}", image_size=16, batch_size=4, steps=3),
+                model=Tiny(num_classes=7), on_metrics=seen.append)
+    result = t.run()
+    assert result.status == "completed", result.message
+    assert t.new_heads == ["fc"] and t.model.fc.out_features == 2
+    assert seen[0].epoch == 0 and seen[2].epoch == 1  # 8 images = 2 steps per epoch
+
+
+def test_weights_preset_transforms_follow_the_image_size():
+    from workbench.core.engine import _crop_size, _weights_member, _weights_transform
+
+    member = _weights_member("resnet18", "imagenet1k_v1")
+    assert member is not None and member.name == "IMAGENET1K_V1"
+    assert _crop_size(member) == 224 and _weights_member("resnet18", None) is None
+    assert list(_weights_transform(member, 64).crop_size) == [64]
+    assert list(_weights_transform(member, None).crop_size) == [224]
+
+
 def test_bad_input_raises_workbench_errors():
     with pytest.raises(TrainError, match="resnet18"):
         Trainer(TrainConfig(model="resnet_18", steps=1)).setup()
@@ -431,10 +486,9 @@ def test_bad_input_raises_workbench_errors():
         Trainer(TrainConfig(steps=1, batch_size=4), model=Tiny(), dataset=_data(), plan=_plan({"select": "*", "frozen": True})).setup()
     with pytest.raises(TrainError, match="fewer than batch_size"):
         Trainer(TrainConfig(steps=1, batch_size=64), model=Tiny(), dataset=_data()).setup()
-    with pytest.raises(TrainError, match="CUDA is not available"):
-        if torch.cuda.is_available():
-            raise TrainError("CUDA is not available (skipped check on a GPU machine)")
-        Trainer(TrainConfig(device="cuda", steps=1), model=Tiny(), dataset=_data()).setup()
+    if not torch.cuda.is_available():
+        with pytest.raises(TrainError, match="CUDA is not available"):
+            Trainer(TrainConfig(device="cuda", steps=1), model=Tiny(), dataset=_data()).setup()
 
 
 def test_a_trainer_runs_once():
@@ -499,3 +553,44 @@ def test_config_from_bad_json(tmp_path: Path):
     p.write_text("{bad")
     with pytest.raises(ConfigError, match="not valid JSON"):
         TrainConfig.load(p)
+
+
+# ---------------------------------------------------------------- CUDA (run on a GPU machine)
+cuda_only = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@cuda_only
+def test_cuda_fp16_run_reports_device_memory_and_synced_step_times():
+    t, seen = _trainer(4, _plan(*FC_ONLY), device="cuda", amp="fp16", channels_last=True)
+    result = t.run()
+    assert result.status == "completed", result.message
+    assert t._scaler is not None and t.device.type == "cuda"
+    for m in seen:
+        assert m.device.startswith("cuda") and m.step_time_s > 0
+        assert m.mem_reserved >= m.mem_allocated > 0 and m.mem_peak >= m.mem_allocated
+    assert result.summary["memory_source"] == "CUDA allocated"
+
+
+@cuda_only
+def test_real_cuda_out_of_memory_is_a_result_and_frees_memory():
+    class Hog(Tiny):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if self.calls == 1:
+                self.calls += 1
+                free, _ = torch.cuda.mem_get_info()
+                torch.empty(int(free * 4), dtype=torch.uint8, device=x.device)  # more than the GPU has
+            return super().forward(x)
+
+    t, _ = _trainer(5, model=Hog(), device="cuda")
+    before = None
+
+    def hook(step: int) -> None:
+        nonlocal before
+        if step == 1:
+            before = torch.cuda.memory_allocated()
+
+    t.step_hook = hook
+    result = t.run()
+    assert result.status == "failed" and result.failed_step == 1 and result.failed_batch_size == 4
+    assert "out of memory at step 1 with batch size 4" in result.message
+    assert torch.cuda.memory_allocated() <= before

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import runpy
 import subprocess
@@ -81,7 +82,8 @@ def test_script_in_subprocess_equals_workbench(tmp_path):
         "import sys, runpy; sys.modules['workbench'] = None; "
         f"sys.argv = [{str(script)!r}, '--describe', {str(out)!r}]; runpy.run_path(sys.argv[0], run_name='__main__')"
     )
-    res = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    res = subprocess.run([sys.executable, "-c", blocker], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr
     got = json.loads(out.read_text())
     _, _, want = _workbench_state(plan, SPEC, 1e-3, 0.01)
@@ -128,7 +130,7 @@ def test_script_in_process_has_identical_tensors(tmp_path):
     assert [{k: g[k] for k in KEYS if k in g} for g in groups] == want["groups"]
 
 
-def test_script_trains_with_stages(tmp_path):
+def test_script_trains_with_stages(tmp_path, monkeypatch, capsys):
     spec = ModelSpec(name="mobilenet_v3_small", weights=None, num_classes=5)
     plan = FreezePlan.from_dict(
         {
@@ -137,13 +139,12 @@ def test_script_trains_with_stages(tmp_path):
         }
     )
     script = export_script(plan, spec, tmp_path / "m.py", optimizer="sgd")
-    res = subprocess.run(
-        [sys.executable, str(script), "--steps", "4", "--image-size", "32", "--batch-size", "2"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=600,
-    )
-    assert res.returncode == 0, res.stderr
-    assert "step 2: stage unfreeze last block" in res.stdout
-    assert "step 3: loss" in res.stdout
+    ns = _run_script_in_process(script)
+    monkeypatch.setattr(sys, "argv", [str(script), "--steps", "4", "--image-size", "32", "--batch-size", "2"])
+    ns["main"]()
+    out = capsys.readouterr().out
+    assert "step 2: stage unfreeze last block" in out
+    assert "step 3: loss" in out
 
 
 def test_stage_settings_follow_the_plan(tmp_path):
@@ -226,3 +227,12 @@ def test_cli_export_script_and_plan(tmp_path, capsys):
     assert saved.model["name"] == "resnet18" and len(saved.model["fingerprint"]) == 64
     assert main(["export", "--plan", str(plan_path), "--to", str(tmp_path / "x.txt")]) == 2
     assert ".py (script) or .json" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_script_trains_on_cuda(tmp_path, monkeypatch, capsys):
+    script = export_script(FreezePlan.from_dict(PLAN), SPEC, tmp_path / "s.py")
+    ns = _run_script_in_process(script)
+    monkeypatch.setattr(sys, "argv", [str(script), "--steps", "3", "--image-size", "64", "--batch-size", "4", "--device", "cuda"])
+    ns["main"]()
+    assert "step 2: loss" in capsys.readouterr().out

@@ -114,3 +114,15 @@ def test_python_dash_m_workbench_train_help():
     assert proc.returncode == 0
     for flag in ("--steps", "--epochs", "--amp", "--channels-last", "--compile", "--metrics", "--save", "--config"):
         assert flag in proc.stdout
+
+
+def test_model_comes_from_the_plan_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    plan = tmp_path / "plan.json"
+    FreezePlan([Rule("*", frozen=True), Rule("fc", frozen=False)],
+               model={"source": "torchvision", "name": "resnet18", "num_classes": 10}).save(plan)
+    rc = main(["train", "--plan", str(plan), "--image-size", "32", "--batch-size", "2", "--steps", "1",
+               "--data", "synthetic:4", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    summary = json.loads(out)["summary"]
+    assert summary["trainable_params"] == 5130 and summary["new_heads"] == ["fc"]

@@ -406,10 +406,39 @@ def test_diagnostics_tab_checks_and_restores_the_model(window: MainWindow, qtbot
     assert panel is not None
     c.set_value(["layer1"], "frozen", True)
     c.set_value(["layer1.0.bn1"], "bn_eval", False)
-    assert panel.run()
-    qtbot.waitUntil(lambda: not panel.running, timeout=60_000)
+    with qtbot.waitSignal(c.checkFinished, timeout=60_000):
+        assert panel.run()
+    assert not c.checking
     texts = [panel.findings.item(i).text() for i in range(panel.findings.count())]
     assert any("layer1.0.bn1" in t for t in texts), texts
     assert all(p.requires_grad for p in c.model.parameters())  # the plan was removed again
     c.set_value(["fc"], "frozen", True)
     assert panel.status.text().startswith("Plan changed")
+
+
+def test_lr_cell_editor_commits_to_the_plan(window: MainWindow, qtbot: Any) -> None:
+    from PySide6.QtWidgets import QLineEdit
+
+    idx = view_index(window, "layer4", Column.LR)
+    window.view.setCurrentIndex(idx)
+    window.view.edit(idx)
+    editors = [w for w in window.view.viewport().findChildren(QLineEdit) if w.isVisible()]
+    assert len(editors) == 1
+    editors[0].setText("0.25")
+    qtbot.keyClick(editors[0], Qt.Key.Key_Return)  # the delegate commits on the next event loop pass
+    qtbot.waitUntil(lambda: bool(window.controller.plan.rules), timeout=5000)
+    assert [r.to_dict() for r in window.controller.plan.rules] == [{"select": "layer4", "lr_scale": 0.25}]
+    assert window.tree_model.data(window.tree_model.index_of("layer4.0", Column.LR)) == "0.25"
+
+
+def test_context_menu_offers_the_bulk_actions(window: MainWindow) -> None:
+    window.select_path("layer2")
+    rect = window.view.visualRect(view_index(window, "layer2"))
+    menu = window.context_menu_for(rect.center())
+    assert menu is not None
+    try:
+        texts = {a.text() for a in menu.actions()}
+    finally:
+        menu.deleteLater()
+    assert {"Freeze", "Unfreeze", "Train Only This", "Freeze Everything Before This", "All BatchNorm Eval On"} <= texts
+    assert window.context_menu_for(QPointF(5, window.view.viewport().height() - 2).toPoint()) is None  # below the rows

@@ -37,11 +37,17 @@ def _logits(out: Any) -> torch.Tensor:
     return logits if isinstance(logits, torch.Tensor) else out[0]
 
 
-def _optimizer(name: str, model: nn.Module, applied: Any, lr: float) -> torch.optim.Optimizer:
+def _optimizer(name: str, model: nn.Module, applied: Any, lr: float) -> torch.optim.Optimizer | None:
+    """The optimizer of the watched steps; None when nothing is trainable (the checks say so)."""
     if applied is not None:
-        groups: Any = applied.param_groups(lr=lr, weight_decay=0.01 if name == "adamw" else 0.0)
+        try:
+            groups: Any = applied.param_groups(lr=lr, weight_decay=0.01 if name == "adamw" else 0.0)
+        except ValueError:
+            return None
     else:
         groups = [p for p in model.parameters() if p.requires_grad]
+        if not groups:
+            return None
     extra = {"momentum": 0.9} if name == "sgd" else {}
     return _OPTIMIZERS[name](groups, lr=lr, **extra)
 
@@ -57,8 +63,10 @@ def run(args: argparse.Namespace) -> int:
     model.train()
     optimizer = _optimizer(args.optimizer, model, applied, args.lr)
     findings: list[Finding] = doctor.check(model, optimizer, plan)
+    if optimizer is None and not any(f.code == "nothing-trainable" for f in findings):  # the linter's, with a plan
+        findings = doctor.merge_findings(findings, [_nothing_trainable()])
     watched: doctor.Watch | None = None
-    if args.steps > 0:
+    if args.steps > 0 and optimizer is not None:
         size = args.image_size or (model_input_size(spec.name) if spec.name else 224)
         classes = current_num_classes(model) or 1000
         data = SyntheticImageDataset(length=args.steps * args.batch_size, image_size=size, num_classes=classes)
@@ -88,6 +96,17 @@ def run(args: argparse.Namespace) -> int:
         return 1 if errors else 0
     _print(findings, watched)
     return 1 if errors else 0
+
+
+def _nothing_trainable() -> Finding:
+    return Finding(
+        "nothing-trainable",
+        "error",
+        "",
+        "every parameter is frozen: no training step can run",
+        "the optimizer would get no parameters",
+        "unfreeze at least the head (for example `fc` or `classifier`)",
+    )
 
 
 def _print(findings: list[Finding], watched: doctor.Watch | None) -> None:

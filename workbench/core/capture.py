@@ -31,11 +31,14 @@ from workbench.core.plan import FreezePlan, PlanWarning, Rule
 from workbench.core.tree import ModelTree, ModuleNode, visible_path
 
 __all__ = [
+    "a_plus_b_names",
     "bn_eval_locked",
     "capture_plan",
     "cover_paths",
+    "fixed_parameter_ids",
     "minimal_assignments",
     "param_owner",
+    "partial_spec",
 ]
 
 _Missing = object()
@@ -177,8 +180,15 @@ def bn_eval_locked(module: nn.Module) -> bool:
 
 
 # ---------------------------------------------------------------- capture
-def _a_plus_b_names(module: nn.Module) -> list[str]:
-    """Tensors of ``module`` parametrized as ``W = A + B`` (workbench or exported script)."""
+def a_plus_b_names(module: nn.Module) -> list[str]:
+    """Tensors of ``module`` parametrized as ``W = A + B`` (the workbench's or an exported script's).
+
+    Args:
+        module: any module.
+
+    Returns:
+        Names of its tensors whose only parametrization is an ``APlusB`` with a tensor ``A``.
+    """
     if not parametrize.is_parametrized(module):
         return []
     out = []
@@ -190,7 +200,15 @@ def _a_plus_b_names(module: nn.Module) -> list[str]:
     return out
 
 
-def _partial_spec(module: nn.Module) -> dict[str, Any] | None:
+def partial_spec(module: nn.Module) -> dict[str, Any] | None:
+    """The sub-tensor freezing spec installed on ``module``, or None.
+
+    Args:
+        module: any module.
+
+    Returns:
+        ``{"param", "dim", "trainable"}`` as a plan writes it.
+    """
     try:
         from workbench.core import partial
     except ImportError:  # pragma: no cover - partial freezing not installed
@@ -201,11 +219,18 @@ def _partial_spec(module: nn.Module) -> dict[str, Any] | None:
     return {"param": lay.param, "dim": lay.dim, "trainable": [list(r) for r in lay.trainable]}
 
 
-def _fixed_ids(model: nn.Module) -> set[int]:
-    """Parameters that never train by construction (frozen slices of sub-tensor freezing)."""
+def fixed_parameter_ids(model: nn.Module) -> set[int]:
+    """Parameters that never train by construction (frozen slices of sub-tensor freezing).
+
+    Args:
+        model: the model.
+
+    Returns:
+        ``id()`` of each such parameter.
+    """
     out = set()
     for m in model.modules():
-        if _partial_spec(m) is not None:
+        if partial_spec(m) is not None:
             out.add(id(m.weight_frozen))
     return out
 
@@ -267,7 +292,7 @@ def capture_plan(
     """
     tree = ModelTree.from_model(model)
     problems: list[str] = []
-    fixed = _fixed_ids(model)
+    fixed = fixed_parameter_ids(model)
     own_flags: dict[str, list[bool]] = {}
     own_sizes: dict[str, list[int]] = {}
     non_leaf: list[str] = []
@@ -343,13 +368,13 @@ def capture_plan(
     # extensions
     for path in tree.paths():
         module = model.get_submodule(path) if path else model
-        names = _a_plus_b_names(module)
+        names = a_plus_b_names(module)
         if names:
             own = [n for n, _ in module.named_parameters(recurse=False)] + list(module.parametrizations.keys())
             every = [n for n in dict.fromkeys(own) if n != "parametrizations"]
             params = None if set(names) >= set(every) else names
             rule(path).reparam = {"kind": "a_plus_b", "a": "current", "b_init": "zeros", "mode": "exact", "params": params}
-        spec = _partial_spec(module)
+        spec = partial_spec(module)
         if spec is not None:
             rule(path).partial = spec
 

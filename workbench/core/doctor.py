@@ -38,14 +38,21 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import nn
 
 from workbench.core.apply import optimizer_state_factor
-from workbench.core.capture import _a_plus_b_names, _fixed_ids, _partial_spec, bn_eval_locked, cover_paths, param_owner
+from workbench.core.capture import (
+    a_plus_b_names,
+    bn_eval_locked,
+    cover_paths,
+    fixed_parameter_ids,
+    param_owner,
+    partial_spec,
+)
 from workbench.core.findings import SEVERITIES, Finding
 from workbench.core.lint import lint_plan
 from workbench.core.plan import FreezePlan
@@ -89,15 +96,18 @@ def _common_path(paths: Sequence[str]) -> str:
 
 def _names(paths: Sequence[str], limit: int = 4) -> str:
     if list(paths) == [""]:
-        return "the whole model"
+        return "across the whole model"
     shown = [p or "(model)" for p in paths[:limit]]
     more = len(paths) - limit
     return ", ".join(shown) + (f" and {more} more" if more > 0 else "")
 
 
 def _grouped(tree: ModelTree, flagged: dict[str, int], universe: dict[str, int]) -> list[str]:
-    """Cover paths for modules with flagged tensors, blocking modules with unflagged ones."""
-    blocked = [p for p, n in universe.items() if n and not flagged.get(p)]
+    """Cover paths for modules with flagged tensors, blocking modules with unflagged ones.
+
+    A module with both (some parameters flagged, others not) is named itself.
+    """
+    blocked = [p for p, n in universe.items() if flagged.get(p, 0) < n]
     return cover_paths(tree, [p for p, n in flagged.items() if n], blocked)
 
 
@@ -176,7 +186,10 @@ def check(
     out += _non_leaf(tree, params, owner)
     if optimizer is not None:
         out += _optimizer_findings(model, tree, optimizer, params, owner)
-    out += _bn_findings(model, tree)
+    explicit: set[str] = set()
+    if plan is not None:  # frozen BatchNorm the plan trains on purpose: the linter already says it
+        explicit = {p for p, e in plan.resolve(tree).items() if e.bn_eval_explicit and not e.bn_eval}
+    out += _bn_findings(model, tree, explicit)
     out += _hook_findings(model, tree, params, owner, probe_hooks)
     out += _tied_findings(model, tree, params, owner, plan)
     if plan is None:
@@ -317,7 +330,7 @@ def _optimizer_findings(
     return out
 
 
-def _bn_findings(model: nn.Module, tree: ModelTree) -> list[Finding]:
+def _bn_findings(model: nn.Module, tree: ModelTree, explicit_train: set[str]) -> list[Finding]:
     if not model.training:
         return []
     frozen_train: list[str] = []
@@ -331,7 +344,8 @@ def _bn_findings(model: nn.Module, tree: ModelTree) -> list[Finding]:
         own = list(m.parameters(recurse=False))
         frozen = bool(own) and not any(p.requires_grad for p in own)
         if m.training and frozen:
-            frozen_train.append(path)
+            if path not in explicit_train:
+                frozen_train.append(path)
         elif not m.training and not bn_eval_locked(m):
             unlocked.append(path)
     bns = [p for p, n in tree.nodes.items() if n.is_bn]
@@ -603,7 +617,7 @@ def _plan_mismatch(
     owner: dict[str, str],
 ) -> list[Finding]:
     eff = plan.resolve(tree)
-    fixed = _fixed_ids(model)
+    fixed = fixed_parameter_ids(model)
     wrong: dict[str, int] = {}
     universe: dict[str, int] = {}
     n = 0
@@ -622,9 +636,9 @@ def _plan_mismatch(
         e = eff[path]
         if node.is_bn and model.training and e.bn_eval and m.training:
             bn_wrong.append(path)
-        if e.reparam and e.reparam.get("mode") == "exact" and node.own_params and not _a_plus_b_names(m):
+        if e.reparam and e.reparam.get("mode") == "exact" and node.own_params and not a_plus_b_names(m):
             ext_wrong.append(path)
-        if e.partial and _partial_spec(m) is None:
+        if e.partial and partial_spec(m) is None:
             ext_wrong.append(path)
     out: list[Finding] = []
     if n or bn_wrong or ext_wrong:
@@ -993,26 +1007,33 @@ class Watch:
                     "optimizer; check with applied.verify()",
                 )
             )
+        bns = [p for p, n in tree.nodes.items() if n.is_bn]
+
+        def bn_cover(paths: list[str]) -> list[str]:
+            return cover_paths(tree, paths, [p for p in bns if p not in set(paths)])
+
         if self._bn_changed:
+            where = bn_cover(self._bn_changed)
             out.append(
                 Finding(
                     "bn-eval-stats-changed",
                     "error",
-                    _common_path(self._bn_changed),
+                    _common_path(where),
                     f"running statistics of {len(self._bn_changed)} BatchNorm modules in eval mode changed: "
-                    f"{_names(self._bn_changed)}",
+                    f"{_names(where)}",
                     "a model.train() inside the loop put them back in train mode; they drift with every batch",
                     "lock them in eval mode with a plan (bn_eval) so model.train() cannot undo it",
                 )
             )
         if self._bn_frozen_changed:
+            where = bn_cover(self._bn_frozen_changed)
             out.append(
                 Finding(
                     "bn-frozen-train-mode",
                     "warning",
-                    _common_path(self._bn_frozen_changed),
+                    _common_path(where),
                     f"running statistics of {len(self._bn_frozen_changed)} frozen BatchNorm modules changed: "
-                    f"{_names(self._bn_frozen_changed)}",
+                    f"{_names(where)}",
                     "their weights are frozen but their statistics follow your data: the frozen part of the "
                     "model changes anyway",
                     "keep frozen BatchNorm in eval mode (plan: bn_eval follows frozen by default)",

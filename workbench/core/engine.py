@@ -437,6 +437,7 @@ class Trainer:
         self._opt_bytes = 0
         self._writers: list[MetricsWriter] = []
         self._probe: MemoryProbe | None = None
+        self._spec_classes: int | None = None
 
     # ------------------------------------------------------------ thread-safe controls
     def stop(self) -> None:
@@ -584,7 +585,7 @@ class Trainer:
             d: dict[str, Any] = dict(cfg.model)
         elif isinstance(cfg.model, str):
             d = {"source": "torchvision", "name": cfg.model.strip()}
-        elif plan.model.get("name") or plan.model.get("checkpoint"):
+        elif plan.model.get("name") or plan.model.get("arch") or plan.model.get("checkpoint"):
             d = dict(plan.model)
         elif cfg.checkpoint:
             d = {"source": "checkpoint"}
@@ -593,9 +594,12 @@ class Trainer:
                 "no model given: pass --model NAME (e.g. resnet18), a config with 'model', "
                 "or a plan whose 'model' block names one"
             )
+        if not d.get("name") and d.get("arch"):
+            d["name"] = d["arch"]
         for key in ("weights", "checkpoint"):
             if getattr(cfg, key) is not None:
                 d[key] = getattr(cfg, key)
+        self._spec_classes = d.get("num_classes") if isinstance(d.get("num_classes"), int) else None
         d["num_classes"] = None  # the head is fitted after the dataset is known
         try:
             spec = ModelSpec.from_dict(d)
@@ -618,7 +622,7 @@ class Trainer:
         transform = None
         if not synthetic and member is not None:
             transform = _weights_transform(member, cfg.image_size)
-        n = cfg.num_classes or current_num_classes(model) or 10
+        n = cfg.num_classes or self._spec_classes or current_num_classes(model) or 10
         try:
             return make_dataset(cfg.data, image_size=size, num_classes=n, train=True, transform=transform, seed=cfg.seed)
         except DataError as e:
@@ -632,7 +636,7 @@ class Trainer:
         assert self.dataset is not None
         ds_classes = dataset_num_classes(self.dataset)
         synthetic = self._dataset_arg is None and cfg.data.strip().lower().startswith("synthetic")
-        target = cfg.num_classes or (None if synthetic else ds_classes)
+        target = cfg.num_classes or self._spec_classes or (None if synthetic else ds_classes)
         if target is not None and current_num_classes(model) != target:
             try:
                 self.new_heads = replace_head(model, target)
@@ -846,6 +850,7 @@ class Trainer:
         cfg = self.config
         opt = self.optimizer
         cuda = self.device.type == "cuda"
+        mps = self.device.type == "mps"
         amp_dtype = self._amp_dtype
         scaler = self._scaler
         loss_fn = self.loss_fn
@@ -899,6 +904,7 @@ class Trainer:
                     st.state_dirty = True
             # ---- the step
             failure: tuple[BaseException, str] | None = None
+            out = loss = None
             oom = False
             nonfinite = False
             stepped = False
@@ -908,10 +914,10 @@ class Trainer:
             try:
                 if self.step_hook is not None:
                     self.step_hook(step)
-                opt.zero_grad(set_to_none=True)
                 if cuda:
                     ev0.record()
                 ts = time.perf_counter()
+                opt.zero_grad(set_to_none=True)
                 if amp_dtype is not None:
                     with torch.autocast(self.device.type, dtype=amp_dtype):
                         out = self._fwd(x)
@@ -943,6 +949,8 @@ class Trainer:
                     stepped = True
                 if cuda:
                     ev1.record()
+                elif mps:
+                    torch.mps.synchronize()  # the optimizer step runs asynchronously on MPS
                 te = time.perf_counter()
             except torch.OutOfMemoryError as e:
                 failure, oom = (e, traceback.format_exc()), True
@@ -951,8 +959,8 @@ class Trainer:
             if failure is not None:
                 e, tb = failure
                 failure = None
+                out = loss = x = y = None  # type: ignore[assignment]  # free activations before empty_cache
                 self._clear_grads()
-                x = y = None  # type: ignore[assignment]
                 if oom:
                     msg = (
                         f"out of memory at step {step} with batch size {bs} on {self.device}: "

@@ -32,7 +32,6 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
-import torch
 from torch import nn
 
 from workbench.core.atomic import atomic_write
@@ -247,7 +246,10 @@ def replace_head(model: nn.Module, num_classes: int) -> None:
     if out == num_classes:
         return
     for path in HEADS:
-        old = model.get_submodule(path)
+        try:
+            old = model.get_submodule(path)
+        except AttributeError:  # e.g. googlenet's auxiliary heads, absent with pretrained weights
+            continue
         if isinstance(old, nn.Linear):
             new = nn.Linear(old.in_features, num_classes, bias=old.bias is not None,
                             device=old.weight.device, dtype=old.weight.dtype)
@@ -504,6 +506,8 @@ def fused_decay(optimizer: torch.optim.Optimizer, args, kwargs) -> None:
                 a = FUSED_A.get(id(p))
                 if a is None or p.grad is None:
                     continue
+                if a.device != p.device:  # the model was moved after the plan was applied
+                    a = FUSED_A[id(p)] = a.to(p.device)
                 if decoupled:
                     p.lerp_(a, group["lr"] * wd)
                 else:
@@ -706,6 +710,7 @@ def render_script(
     counts = _counts(tree, eff)
     lines: list[str] = []
     desc = f" ({plan.description})" if plan.description else ""
+    desc = desc.replace("\\", "/").replace('"' * 3, "'" * 3)  # cannot end the docstring
     lines.append("#!/usr/bin/env python3")
     lines.append(f'"""Freeze plan for {arch} in plain PyTorch{desc}.')
     lines.append("")

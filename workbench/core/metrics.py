@@ -237,7 +237,7 @@ class MetricsWriter:
             self._tmp = self._stack.enter_context(atomic_path(self.path))
             self._file: IO[str] = open(self._tmp, "w", encoding="utf-8", newline="")
         except OSError as e:
-            self._stack.close()
+            self._stack.__exit__(type(e), e, e.__traceback__)  # abort: no file appears at path
             raise MetricsError(f"cannot write metrics to {self.path} ({e}); check the folder and permissions") from None
         self._csv = csv.writer(self._file) if self.format == "csv" else None
         if self._csv is not None:

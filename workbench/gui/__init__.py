@@ -11,6 +11,9 @@ Modules:
     tree_view      the tree view and its check/LR × delegates.
     cost_panel     parameter totals, training memory, lint findings.
     model_source   searchable torchvision model list, weights, new head size.
+    partial_dialog sub-tensor freezing ranges (with workbench.core.partial).
+    diagnostics    the freeze doctor on the model with the plan applied (with workbench.core.doctor).
+    features       which optional core modules are installed.
     plan_state     (Qt-free) per-row states and counts derived from plan + tree.
     plan_edits     (Qt-free) the plan edits behind clicks and bulk actions.
     model_loading  (Qt-free) what to load and loading it (runs on a worker thread).

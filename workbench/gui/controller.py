@@ -72,6 +72,8 @@ class Controller(QObject):
         busyChanged(busy, what): a model load started or ended.
         loadFinished(ok): a background load ended (after its thread has ended).
         errorOccurred(title, message, details): something failed; the window shows it.
+        checkFinished(findings, error): a doctor check (:meth:`start_check`) ended;
+            ``findings`` is a list of :class:`~workbench.core.findings.Finding` or None.
 
     Attributes:
         model: the loaded ``nn.Module`` (None before the first load). Only the controller
@@ -92,6 +94,7 @@ class Controller(QObject):
     busyChanged = Signal(bool, str)
     loadFinished = Signal(bool)
     errorOccurred = Signal(str, str, str)
+    checkFinished = Signal(object, str)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -106,6 +109,7 @@ class Controller(QObject):
         self._meta_dirty = False
         self._was_dirty = False
         self._task: BackgroundTask | None = None
+        self._check_task: BackgroundTask | None = None
         self._busy_text = ""
         self.undo_stack.cleanChanged.connect(self._emit_dirty)
 
@@ -142,7 +146,7 @@ class Controller(QObject):
         Returns:
             False when a load is already running (nothing started).
         """
-        if self._task is not None:
+        if self._task is not None or self._check_task is not None:
             return False
         self._busy_text = f"Loading {request.describe()}…"
         task = BackgroundTask(lambda: load_model(request), self)
@@ -249,9 +253,43 @@ class Controller(QObject):
         )
 
     def wait(self) -> None:
-        """Block until a running load has ended (used when the window closes)."""
-        if self._task is not None:
-            self._task.wait()
+        """Block until a running load or check has ended (used when the window closes)."""
+        for task in (self._task, self._check_task):
+            if task is not None:
+                task.wait()
+
+    # ------------------------------------------------------------------ diagnosis
+    @property
+    def checking(self) -> bool:
+        """Whether a doctor check is running."""
+        return self._check_task is not None
+
+    def start_check(self) -> bool:
+        """Run the freeze doctor on the model with the plan applied, on a worker thread.
+
+        The plan is applied to the model, the model put in train mode, checked with
+        :func:`workbench.core.doctor.check`, and the plan removed again. ``checkFinished``
+        reports the findings (needs ``workbench.core.doctor``).
+
+        Returns:
+            False when no model is loaded, or a load or a check is running.
+        """
+        model, plan = self.model, self.plan
+        if model is None or self._check_task is not None or self._task is not None:
+            return False
+        from workbench.gui.model_loading import diagnose
+
+        task = BackgroundTask(lambda: diagnose(model, plan), self)
+        task.done.connect(self._check_done)
+        self._check_task = task
+        task.start()
+        return True
+
+    def _check_done(self, findings: list[Any] | None, error: str, details: str) -> None:
+        task, self._check_task = self._check_task, None
+        if task is not None:
+            task.deleteLater()
+        self.checkFinished.emit(findings, error)
 
     # ------------------------------------------------------------------ editing
     def edit(self, text: str, fn: Callable[[FreezePlan, ModelTree], Any]) -> bool:

@@ -527,9 +527,23 @@ class MainWindow(QMainWindow):
         )
 
     def _context_menu(self, pos: QPoint) -> None:
+        menu = self.context_menu_for(pos)
+        if menu is not None:
+            menu.exec(self.view.viewport().mapToGlobal(pos))
+            menu.deleteLater()
+
+    def context_menu_for(self, pos: QPoint) -> QMenu | None:
+        """The tree's right-click menu for a point in the view's viewport.
+
+        Args:
+            pos: viewport coordinates.
+
+        Returns:
+            The menu (the caller shows and deletes it), or None outside the rows.
+        """
         idx = self.view.indexAt(pos)
         if not idx.isValid():
-            return
+            return None
         menu = QMenu(self)
         menu.addActions([self.act_freeze, self.act_unfreeze, self.act_train_only, self.act_freeze_before])
         menu.addSeparator()
@@ -538,8 +552,7 @@ class MainWindow(QMainWindow):
         menu.addActions([self.act_ab_on, self.act_ab_off, self.act_inherit_lr])
         if self.act_partial is not None:
             menu.addAction(self.act_partial)
-        menu.exec(self.view.viewport().mapToGlobal(pos))
-        menu.deleteLater()
+        return menu
 
     # ------------------------------------------------------------------ plan edits
     def _set_selected(self, key: str, value: Any) -> None:
@@ -600,6 +613,15 @@ class MainWindow(QMainWindow):
             return self.save()
         return answer == "Discard"
 
+    def _can_start(self) -> bool:
+        """Whether a model load may start now (none running, no doctor check running)."""
+        c = self.controller
+        if c.busy or c.checking:
+            what = "a model is loading" if c.busy else "the diagnostics check is running"
+            self.statusBar().showMessage(f"Please wait: {what}.", 5000)
+            return False
+        return True
+
     def _start_dir(self) -> str:
         recent = app_settings.recent_files(self._settings)
         if self.controller.path is not None:
@@ -623,7 +645,7 @@ class MainWindow(QMainWindow):
         Returns:
             True when the plan was opened (or its model load started).
         """
-        if self.controller.busy or not self._maybe_save():
+        if not self._can_start() or not self._maybe_save():
             return False
         if path is None:
             path = dialogs.open_file(self, "Open plan", self._start_dir(), PLAN_FILTER)
@@ -657,7 +679,7 @@ class MainWindow(QMainWindow):
         Returns:
             True when the load started.
         """
-        if self.controller.busy or not self._maybe_save("Loading another model may start a new plan."):
+        if not self._can_start() or not self._maybe_save("Loading another model may start a new plan."):
             return False
         if path is None:
             path = dialogs.open_file(self, "Open checkpoint", self._start_dir(), CHECKPOINT_FILTER)
@@ -678,7 +700,7 @@ class MainWindow(QMainWindow):
         Returns:
             True when the load started.
         """
-        if self.controller.busy or not self._maybe_save("Loading another model may start a new plan."):
+        if not self._can_start() or not self._maybe_save("Loading another model may start a new plan."):
             return False
         confirmed = self._confirm_download(request)
         if confirmed is None:
@@ -832,6 +854,4 @@ class MainWindow(QMainWindow):
             return
         self.save_settings()
         self.controller.wait()
-        if self.diagnostics is not None:
-            self.diagnostics.wait()
         event.accept()

@@ -20,6 +20,7 @@ from workbench.core.tree import ModelTree, canonical_parameters, visible_path
 
 __all__ = [
     "DEFAULT_MODEL",
+    "diagnose",
     "LoadRequest",
     "LoadedModel",
     "default_request",
@@ -274,3 +275,31 @@ def request_for_plan(
         num_classes=num_classes if isinstance(num_classes, int) and not isinstance(num_classes, bool) else None,
         checkpoint=checkpoint,
     )
+
+
+def diagnose(model: nn.Module, plan: FreezePlan) -> list[Any]:
+    """The freeze doctor's findings for ``model`` with ``plan`` applied (slow: off the GUI thread).
+
+    The plan is applied, the model put in train mode (as a training loop would) and checked
+    with :func:`workbench.core.doctor.check`; then the plan is removed, so the model is left
+    as it was.
+
+    Args:
+        model: the model.
+        plan: the plan.
+
+    Returns:
+        :class:`~workbench.core.findings.Finding` list, errors first.
+
+    Raises:
+        PlanError: the plan does not fit the model.
+    """
+    from workbench.core import doctor
+    from workbench.core.apply import apply_plan
+
+    applied = apply_plan(model, plan)
+    try:
+        model.train()
+        return doctor.check(model, None, plan)
+    finally:
+        applied.remove(merge=False)

@@ -4,8 +4,9 @@ Usage::
 
     QT_QPA_PLATFORM=offscreen python -m workbench.gui.screenshot docs/screenshots
 
-writes ``main_window.png`` (resnet18 with layer1–layer3 frozen, fc trainable, a finding in
-the cost panel) and ``filter.png`` (the tree filtered by a search). Settings go to a
+writes ``main_window.png`` (resnet18 with layer1–layer3 frozen, layer4 at LR × 0.1 with A+B
+on its last block, fc trainable, a finding in the cost panel) and ``filter.png`` (the tree
+filtered by a search). Settings go to a
 temporary folder, so the user's recent files and geometry are neither used nor changed.
 """
 
@@ -35,7 +36,9 @@ def render(out_dir: str | Path, size: tuple[int, int] = (1400, 850)) -> list[Pat
 
     from workbench.core.atomic import atomic_path
     from workbench.gui.app import create_application
+    from workbench.gui.features import has_reparam
     from workbench.gui.main_window import MainWindow
+    from workbench.gui.plan_edits import A_PLUS_B
     from workbench.gui.tree_model import Column
 
     out = Path(out_dir)
@@ -51,11 +54,13 @@ def render(out_dir: str | Path, size: tuple[int, int] = (1400, 850)) -> list[Pat
         c = window.controller
         c.set_value(["layer1", "layer2", "layer3"], "frozen", True, "Freeze layer1–layer3")
         c.set_value(["layer4"], "lr_scale", 0.1)
+        if has_reparam():
+            c.set_value(["layer4.1"], "reparam", dict(A_PLUS_B))
         c.set_value(["conv1"], "frozen", True)
         c.set_value(["bn1"], "frozen", True)
         c.set_value(["bn1"], "bn_eval", False)  # a pitfall, so the cost panel shows a finding
-        window.view.expand(window.proxy.mapFromSource(window.tree_model.index_of("layer1")))
-        window.view.expand(window.proxy.mapFromSource(window.tree_model.index_of("layer1.0")))
+        for path in ("layer1", "layer1.0", "layer4", "layer4.1"):
+            window.view.expand(window.proxy.mapFromSource(window.tree_model.index_of(path)))
         window.select_path("layer1.0.conv1")
         app.processEvents()
 

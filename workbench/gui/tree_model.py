@@ -23,7 +23,7 @@ from workbench.gui.controller import Controller
 from workbench.gui.features import has_reparam
 from workbench.gui.formatting import fmt_count, fmt_lr
 from workbench.gui.plan_edits import A_PLUS_B
-from workbench.gui.plan_state import NodeState, Tri, deciding_rule
+from workbench.gui.plan_state import NodeState, deciding_rule
 
 __all__ = [
     "Column",
