@@ -75,3 +75,22 @@ def test_python_dash_m_entry_point():
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert "Total params:     11,689,512" in r.stdout
+
+
+def test_bench_compares_plan_with_full_fine_tuning(tmp_path, capsys):
+    plan = tmp_path / "fc.json"
+    FreezePlan([Rule("*", frozen=True), Rule("fc", frozen=False)]).save(plan)
+    argv = ["bench", "resnet18", "--plan", str(plan), "--steps", "2", "--warmup", "1",
+            "--batch-size", "2", "--image-size", "32", "--device", "cpu", "--json"]
+    assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["variant"] for r in rows] == ["full fine-tuning", "fc.json"]
+    assert rows[0]["ratio"] == 1.0 and rows[0]["trainable_params"] == 11_689_512
+    assert rows[1]["trainable_params"] == 513_000 and rows[1]["verify_ok"]
+    assert 0 <= rows[1]["optimizer_state_bytes"] - 2 * 513_000 * 4 < 64  # exp_avg, exp_avg_sq (+ step scalars)
+    assert rows[1]["training_bytes"] < rows[0]["training_bytes"]
+
+
+def test_bench_bad_plan_is_one_line(capsys):
+    assert main(["bench", "--plan", "/nope.json", "--steps", "1"]) == 2
+    assert "nope.json" in capsys.readouterr().err

@@ -23,6 +23,14 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test in this folder ``gui`` (``-m "not gui"`` skips them)."""
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.gui)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _quiet_torch() -> None:
     torch.set_num_threads(1)

@@ -442,3 +442,29 @@ def test_context_menu_offers_the_bulk_actions(window: MainWindow) -> None:
         menu.deleteLater()
     assert {"Freeze", "Unfreeze", "Train Only This", "Freeze Everything Before This", "All BatchNorm Eval On"} <= texts
     assert window.context_menu_for(QPointF(5, window.view.viewport().height() - 2).toPoint()) is None  # below the rows
+
+
+def test_app_main_with_model_and_plan(qtbot: Any, dialogs: Any, tmp_path: Path) -> None:
+    from workbench.gui import app
+
+    plan = tmp_path / "p.json"
+    FreezePlan.from_dict({"rules": [{"select": "features", "frozen": True}]}).save(plan)
+    seen: dict[str, Any] = {}
+    polls = [0]
+
+    def poll() -> None:  # gives up after ~60 s so a broken start-up fails instead of hanging
+        polls[0] += 1
+        windows = [w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow)]
+        c = windows[0].controller if windows else None
+        if c is not None and not c.busy and c.path == plan:
+            seen.update(label=c.loaded.label, rules=len(c.plan.rules))
+            windows[0].close()
+        elif polls[0] > 3000 and windows and not windows[0].controller.busy:
+            windows[0].close()
+        else:
+            QTimer.singleShot(20, poll)
+
+    QTimer.singleShot(0, poll)
+    assert app.main([], path=str(plan), model="mobilenet_v3_small") == 0
+    assert seen == {"label": "mobilenet_v3_small", "rules": 1}
+    assert not dialogs.kinds("error")

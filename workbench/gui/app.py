@@ -74,7 +74,8 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
     Args:
         argv: Qt command-line arguments.
         path: a plan (``.json``) or checkpoint file to open after start-up.
-        model: a torchvision model to load instead of the default.
+        model: a torchvision model to load instead of the default (with its weights when
+            they are in the local cache, random initialisation otherwise).
 
     Returns:
         The exit code of the event loop.
@@ -87,13 +88,21 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
     window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     window.show()
     if model:
-        window.source_bar.set_current({"name": model})
-        window.load_model_request(LoadRequest(name=model))
+        window.source_bar.set_current({"name": model})  # picks cached weights, if any
+        request = window.source_bar.request() if window.source_bar.current_name() == model else LoadRequest(name=model)
+        window.load_model_request(request)
     if path:
         if not Path(path).is_file():
             from workbench.gui import dialogs
 
             dialogs.error(window, "Cannot open file", f"{path}: no such file; check the path")
+        elif window.controller.busy:  # open it once the --model load has ended
+
+            def open_after_load(_ok: bool) -> None:
+                window.controller.loadFinished.disconnect(open_after_load)
+                window.open_path(path)
+
+            window.controller.loadFinished.connect(open_after_load)
         else:
             window.open_path(path)
     return app.exec()

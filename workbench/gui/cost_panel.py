@@ -168,6 +168,7 @@ class CostPanel(QFrame):
         right.addWidget(self.findings)
         outer.addLayout(right, 4)
 
+        self._shown: list[tuple[str, str, str]] = []
         self.optimizer_box.currentIndexChanged.connect(self._optimizer_chosen)
         controller.planChanged.connect(self.refresh)
         controller.modelChanged.connect(self.refresh)
@@ -188,6 +189,7 @@ class CostPanel(QFrame):
             self.legend_label.clear()
             self.bar.set_counts(None)
             self.findings.clear()
+            self._shown = []
             self.findings_title.clear()
             return
         c = state.counts
@@ -220,6 +222,9 @@ class CostPanel(QFrame):
         self._fill_findings(state.messages())
 
     def _fill_findings(self, messages: list[tuple[str, str, str]]) -> None:
+        if messages == self._shown and self.findings.count():
+            return  # unchanged: no relayout
+        self._shown = list(messages)
         self.findings.clear()
         style = self.style()
         icons = {

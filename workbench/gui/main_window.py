@@ -416,7 +416,9 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ reactions
     def _plan_changed(self, kind: str) -> None:
         c = self.controller
-        self.plan_text.setPlainText(c.plan.to_json())
+        text = c.plan.to_json()
+        if text != self.plan_text.toPlainText():
+            self.plan_text.setPlainText(text)
         if c.state is not None:
             self.plan_summary.setText(c.state.summary())
         counts = c.counts

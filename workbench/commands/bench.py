@@ -1,0 +1,126 @@
+"""``workbench bench``: the measured cost of freeze plans, side by side with full fine-tuning.
+
+Every variant (full fine-tuning, then each ``--plan``) gets its own model and
+:class:`~workbench.core.engine.Trainer` with the same config and data; their steps are
+interleaved round-robin in one process, so machine load affects all variants alike. Step time
+is the median after warm-up; memory is the bytes of params + grads + optimizer state each
+variant really holds (process-wide peaks cannot be split between variants in one process).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+from workbench.commands.common import human_bytes, human_count
+from workbench.core.config import AMP_MODES, OPTIMIZERS, TrainConfig
+from workbench.core.engine import Trainer
+from workbench.core.errors import WorkbenchError
+
+HELP = "measure step time and memory of freeze plans against full fine-tuning, side by side"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """Register the ``bench`` flags."""
+    p.add_argument("model", nargs="?", default="resnet18", help="torchvision model name (default resnet18)")
+    p.add_argument("--plan", action="append", default=[], help="plan file to measure (repeat for several)")
+    p.add_argument("--weights", help="torchvision weights (default: random init; timing does not depend on values)")
+    p.add_argument("--num-classes", type=int, help="replace the head for N classes")
+    p.add_argument("--steps", type=int, default=20, help="measured steps per variant (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="warm-up steps per variant, not measured (default 3)")
+    p.add_argument("--batch-size", type=int, default=16, help="samples per step (default 16)")
+    p.add_argument("--image-size", type=int, default=96, help="synthetic image side (default 96)")
+    p.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)}")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps")
+    p.add_argument("--amp", default="off", choices=AMP_MODES, help="mixed precision")
+    p.add_argument("--json", action="store_true", help="print results as JSON")
+
+
+def _variants(args: argparse.Namespace) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = [("full fine-tuning", None)]
+    for p in args.plan:
+        out.append((Path(p).name, p))
+    return out
+
+
+def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Run the variants interleaved and return one result row per variant.
+
+    Raises:
+        WorkbenchError: bad model, plan or settings; or a variant failed to train.
+    """
+    total = args.warmup + args.steps
+    trainers: list[tuple[str, Trainer]] = []
+    for label, plan in _variants(args):
+        cfg = TrainConfig(
+            model=args.model, weights=args.weights, num_classes=args.num_classes, plan=plan,
+            data="synthetic", image_size=args.image_size, batch_size=args.batch_size,
+            optimizer=args.optimizer, steps=total, device=args.device, amp=args.amp,
+            allow_download=False,
+        ).validate()
+        trainers.append((label, Trainer(cfg)))
+    gens = [(label, t, t.steps()) for label, t in trainers]
+    times: dict[str, list[float]] = {label: [] for label, _ in trainers}
+    last: dict[str, Any] = {}
+    for i in range(total):
+        for label, trainer, gen in gens:
+            m = next(gen, None)
+            if m is None:
+                result = trainer.result
+                msg = result.message if result is not None else "ended early"
+                raise WorkbenchError(f"variant {label!r} stopped at step {i}: {msg}")
+            if i >= args.warmup:
+                times[label].append(m.step_time_s)
+            last[label] = m
+    for _, _, gen in gens:
+        for _ in gen:  # let each run finish (verify, summary)
+            pass
+    rows = []
+    base = statistics.median(times[trainers[0][0]])
+    for label, trainer in trainers:
+        m = last[label]
+        med = statistics.median(times[label])
+        counts = trainer.applied.counts(trainer.optimizer)
+        rows.append(
+            {
+                "variant": label,
+                "median_step_ms": med * 1e3,
+                "ratio": med / base,
+                "trainable_params": m.trainable_params,
+                "total_params": m.trainable_params + m.frozen_params,
+                "grad_bytes": m.grad_bytes,
+                "optimizer_state_bytes": m.optimizer_state_bytes,
+                "training_bytes": counts.param_bytes + m.grad_bytes + m.optimizer_state_bytes + counts.fixed_bytes,
+                "verify_ok": bool(trainer.result and trainer.result.verify and trainer.result.verify.ok),
+                "device": m.device,
+            }
+        )
+    return rows
+
+
+def run(args: argparse.Namespace) -> int:
+    """Measure and print the comparison table."""
+    rows = measure(args)
+    if args.json:
+        json.dump(rows, sys.stdout, indent=1)
+        print()
+        return 0
+    head = ("variant", "step ms", "× full", "trainable", "params+grads+state", "verify")
+    table = [
+        (r["variant"], f"{r['median_step_ms']:.1f}", f"{r['ratio']:.2f}", human_count(r["trainable_params"]),
+         human_bytes(r["training_bytes"]), "ok" if r["verify_ok"] else "FAILED")
+        for r in rows
+    ]
+    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(head)]
+    fmt = "  ".join(f"{{:{'<' if i == 0 else '>'}{w}}}" for i, w in enumerate(widths))
+    print(f"{args.model}, batch {args.batch_size}, {args.image_size}px, {args.optimizer}, device {rows[0]['device']}; "
+          f"median of {args.steps} interleaved steps after {args.warmup} warm-up")
+    print(fmt.format(*head))
+    print("  ".join("-" * w for w in widths))
+    for t in table:
+        print(fmt.format(*t))
+    return 0
