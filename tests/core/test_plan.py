@@ -207,3 +207,19 @@ def test_summary(tree):
 def test_reparam_false_roundtrip():
     plan = FreezePlan.from_dict({"rules": [{"select": "fc", "reparam": False}]})
     assert plan.rules[0].reparam_off and plan.to_dict()["rules"][0] == {"select": "fc", "reparam": False}
+
+
+def test_saved_file_mode_follows_umask_and_existing_file(tmp_path):
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "p.json"
+        FreezePlan([Rule("*", frozen=True)]).save(path)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644  # not mkstemp's 0600
+        os.chmod(path, 0o640)
+        FreezePlan([Rule("*", frozen=False)]).save(path)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    finally:
+        os.umask(old)

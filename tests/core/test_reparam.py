@@ -633,7 +633,7 @@ def test_frozen_module_freezes_b_and_lr_scale_applies_to_b(mode):
 
 def test_stats_report_norms_and_ratio():
     model = small()
-    applied = wb.apply_plan(model, plan_of(ab(params=["weight"])))
+    applied = wb.apply_plan(model, plan_of(ab(params=["weight"]), {"select": "1", "reparam": {}}))
     h = applied.installed("reparam")["4"]
     h.set_b("weight", torch.full_like(h.a("weight"), 0.5))
     s = applied.reparam_stats()["4.weight"]
@@ -642,6 +642,13 @@ def test_stats_report_norms_and_ratio():
     assert s["ratio"] == pytest.approx(s["b_norm"] / a_norm)
     assert applied.reparam_stats()["0.weight"]["b_norm"] == 0.0
     assert "4.bias" not in applied.reparam_stats()
+    per_module = reparam.module_stats(applied)
+    assert per_module["4"]["b_norm"] == pytest.approx(s["b_norm"])  # one tensor: the same numbers
+    h1 = applied.installed("reparam")["1"]  # BatchNorm: weight and bias together
+    h1.set_b("weight", torch.full((6,), 3.0))
+    h1.set_b("bias", torch.full((6,), 4.0))
+    assert per_module != reparam.module_stats(applied)
+    assert reparam.module_stats(applied)["1"]["b_norm"] == pytest.approx(5.0 * 6**0.5)
 
 
 def test_tied_weights_are_refused():

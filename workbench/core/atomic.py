@@ -37,6 +37,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=parent)
     os.close(fd)
     try:
+        os.chmod(tmp, _target_mode(dest))
         yield Path(tmp)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
@@ -45,6 +46,16 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _target_mode(dest: Path) -> int:
+    """The mode a plain ``open(dest, "w")`` would give: the existing file's, else 0o666 & ~umask."""
+    try:
+        return dest.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def atomic_write(path: str | os.PathLike[str], data: str | bytes, encoding: str = "utf-8") -> None:

@@ -56,6 +56,7 @@ __all__ = [
     "install",
     "load_deltas",
     "merge",
+    "module_stats",
     "parse_spec",
     "reset_b",
     "stats",
@@ -853,6 +854,27 @@ def stats(applied: "AppliedPlan") -> dict[str, dict[str, float]]:
                 a = float(torch.linalg.vector_norm(h.a(n).float()))
                 ratio = b / a if a else (math.inf if b else 0.0)
                 out[h.param_path(n)] = {"b_norm": b, "a_norm": a, "ratio": ratio}
+    return out
+
+
+def module_stats(applied: "AppliedPlan") -> dict[str, dict[str, float]]:
+    """Size of B per module (all its reparametrized tensors together), for a tree column.
+
+    Args:
+        applied: the applied plan.
+
+    Returns:
+        ``{module path: {"b_norm": ‖B‖, "a_norm": ‖A‖, "ratio": ‖B‖/‖A‖}}`` with the norms
+        taken over all of the module's A+B tensors.
+    """
+    out: dict[str, dict[str, float]] = {}
+    per_tensor = stats(applied)
+    for h in _handles(applied).values():
+        if not h.names:
+            continue
+        b = math.sqrt(sum(per_tensor[h.param_path(n)]["b_norm"] ** 2 for n in h.names))
+        a = math.sqrt(sum(per_tensor[h.param_path(n)]["a_norm"] ** 2 for n in h.names))
+        out[h.path] = {"b_norm": b, "a_norm": a, "ratio": b / a if a else (math.inf if b else 0.0)}
     return out
 
 

@@ -70,6 +70,7 @@ def render(out_dir: str | Path, size: tuple[int, int] = (1400, 850)) -> list[Pat
             path = out / name
             with atomic_path(path) as tmp_png:
                 window.grab().save(str(tmp_png), "PNG")
+            path.chmod(0o644)  # the temporary file was created private (mkstemp)
             written.append(path)
 
         grab("main_window.png")
