@@ -9,7 +9,9 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest
 import torch
 
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# One intra-op thread: CI machines have 2 cores, and tests use tiny models where more threads
+# only add scheduling noise. Benchmarks (tests/benchmarks/) choose their own thread counts.
+torch.set_num_threads(1)
 
 
 @pytest.fixture

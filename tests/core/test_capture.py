@@ -19,14 +19,6 @@ from workbench.core.tree import ModelTree
 from workbench.core.zoo import ModelSpec
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _state(model: nn.Module, train: bool = True) -> tuple[list[tuple[str, bool]], list[str]]:
     """requires_grad flags and BatchNorm in eval (after ``model.train()`` unless ``train`` is False)."""
     if train:

@@ -18,7 +18,6 @@ from workbench.core.data import (
     make_loader,
 )
 
-torch.set_num_threads(1)
 
 
 # ---------------------------------------------------------------------------- synthetic

@@ -22,14 +22,6 @@ from workbench.core.plan import FreezePlan, PlanError
 NAN = float("nan")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 class Tiny(nn.Module):
     """conv+bn, a block with its own BN, and a head; ``fail_at``/``nan_at`` inject failures."""
 

@@ -37,14 +37,6 @@ SPEC = ModelSpec(name="resnet18", weights=None, num_classes=10)
 KEYS = ("lr", "lr_scale", "weight_decay", "param_names", "reparam_decay")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _workbench_state(plan: FreezePlan, spec: ModelSpec, lr: float, wd: float, base_dir: Path | None = None):
     torch.manual_seed(0)
     model = spec.build(allow_download=False)

@@ -31,14 +31,6 @@ PLAN = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 class Net(nn.Module):
     def __init__(self) -> None:
         super().__init__()

@@ -25,14 +25,6 @@ D = torch.float64
 MULTI = [[0, 2], [4, 5], [7, 8]]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _spec(dim: int, ranges: list[list[int]]) -> dict:
     return {"param": "weight", "dim": dim, "trainable": ranges}
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import copy
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -13,33 +11,20 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn.utils import parametrize
 
-ROOT = Path(__file__).resolve().parents[2]
-if str(ROOT) not in sys.path:  # tests/fixtures is shared with the doctor tests
-    sys.path.insert(0, str(ROOT))
-
-import workbench as wb  # noqa: E402
-from tests.fixtures.broken_patterns import (  # noqa: E402
+import workbench as wb
+from tests.fixtures.broken_patterns import (
     DataAssignAPlusB,
     HandWrittenAPlusB,
     graph_size,
     graph_sizes,
     make_a_b,
 )
-from workbench.core import reparam  # noqa: E402
-from workbench.core.errors import WorkbenchError  # noqa: E402
-from workbench.core.reparam import ReparamError, parse_spec  # noqa: E402
-from workbench.core.tree import ModelTree, canonical_parameters, fingerprint  # noqa: E402
+from workbench.core import reparam
+from workbench.core.errors import WorkbenchError
+from workbench.core.reparam import ReparamError, parse_spec
+from workbench.core.tree import ModelTree, canonical_parameters, fingerprint
 
 MODES = ("exact", "fused")
-
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Deterministic and polite on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
 
 
 def small(seed: int = 0) -> nn.Sequential:

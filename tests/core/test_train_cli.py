@@ -20,14 +20,6 @@ from workbench.core.metrics import load_metrics
 from workbench.core.plan import FreezePlan, Rule
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture
 def fc_plan(tmp_path: Path) -> Path:
     p = tmp_path / "plan.json"

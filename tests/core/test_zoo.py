@@ -27,7 +27,6 @@ from workbench.core.zoo import (
     weights_cached,
 )
 
-torch.set_num_threads(1)
 
 
 @pytest.fixture(autouse=True)

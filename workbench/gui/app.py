@@ -12,12 +12,34 @@ from PySide6.QtWidgets import QApplication
 
 from workbench import __version__
 from workbench.gui.settings import APPLICATION, ORGANIZATION
+from workbench.resources import APP_ID, ResourceError, icon_paths
 
 __all__ = ["app_icon", "create_application", "main"]
 
 
 def app_icon() -> QIcon:
-    """The app icon, drawn in code (a snowflake on a blue rounded square).
+    """The app icon: the packaged PNG sizes (:mod:`workbench.resources`).
+
+    Falls back to :func:`_drawn_icon` only when the resources cannot be loaded (a broken
+    installation), so the window always has an icon.
+
+    Returns:
+        An icon with 16–512 px pixmaps.
+    """
+    icon = QIcon()
+    try:
+        for path in icon_paths().values():
+            pm = QPixmap(str(path))
+            if pm.isNull():
+                raise ResourceError(f"{path}: not a readable PNG; reinstall freeze-workbench")
+            icon.addPixmap(pm)
+    except ResourceError:
+        return _drawn_icon()
+    return icon
+
+
+def _drawn_icon() -> QIcon:
+    """The fallback icon, drawn in code (a snowflake on a blue rounded square).
 
     Returns:
         An icon with 16–256 px pixmaps.
@@ -63,7 +85,7 @@ def create_application(argv: Sequence[str] | None = None) -> QApplication:
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
     app.setApplicationVersion(__version__)
-    app.setDesktopFileName("freeze-workbench")
+    app.setDesktopFileName(APP_ID)  # Wayland: the window's app id, matched to the .desktop file
     app.setWindowIcon(app_icon())
     return app
 

@@ -842,13 +842,10 @@ class MainWindow(QMainWindow):
 
     # ------------------------------------------------------------------ misc
     def about(self) -> None:
-        """Show the About box."""
-        dialogs.info(
-            self,
-            "About Freeze Workbench",
-            f"Freeze Workbench {__version__}\n\nDecide which parts of a pretrained PyTorch model train, "
-            "and see what each choice costs.\n\nPyTorch " + torch.__version__,
-        )
+        """Show the About box (versions, PyTorch build, the device found; copyable)."""
+        from workbench.gui.about import show_about
+
+        show_about(self)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt API
         if not self._maybe_save():
