@@ -223,3 +223,20 @@ def test_saved_file_mode_follows_umask_and_existing_file(tmp_path):
         assert stat.S_IMODE(path.stat().st_mode) == 0o640
     finally:
         os.umask(old)
+
+
+def test_lint_and_summary_say_when_a_plus_b_changes_the_function(tree):
+    from workbench.core.lint import lint_plan
+
+    same = FreezePlan.from_dict({"rules": [{"select": "layer4", "reparam": {"kind": "a_plus_b"}}]})
+    changed = FreezePlan.from_dict(
+        {"rules": [{"select": "layer4", "reparam": {"kind": "a_plus_b", "a": {"random": {"seed": 1}}}}]}
+    )
+    from_file = FreezePlan.from_dict({"rules": [{"select": "layer4", "reparam": {"kind": "a_plus_b", "a": {"file": "a.safetensors"}}}]})
+    assert "function changes" not in same.summary(tree)
+    assert not [f for f in lint_plan(same, tree) if f.code == "reparam-changes-function"]
+    assert "function changes" in changed.summary(tree)
+    (f,) = [f for f in lint_plan(changed, tree) if f.code == "reparam-changes-function"]
+    assert "does not equal" in f.message and f.path == "layer4"
+    (g,) = [f for f in lint_plan(from_file, tree) if f.code == "reparam-changes-function"]
+    assert "may not equal" in g.message and "from a file" in from_file.summary(tree)

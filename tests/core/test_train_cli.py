@@ -118,3 +118,19 @@ def test_model_comes_from_the_plan_file(tmp_path: Path, capsys: pytest.CaptureFi
     assert rc == 0, err
     summary = json.loads(out)["summary"]
     assert summary["trainable_params"] == 5130 and summary["new_heads"] == ["fc"]
+
+
+def test_train_warns_when_a_plus_b_changes_the_function(tmp_path, capsys):
+    from workbench.cli import main
+    from workbench.core.plan import FreezePlan
+
+    plan = tmp_path / "ab.json"
+    FreezePlan.from_dict({"rules": [
+        {"select": "*", "frozen": True},
+        {"select": "fc", "frozen": False, "reparam": {"kind": "a_plus_b", "b_init": {"random": {"seed": 3}}}},
+    ]}).save(plan)
+    rc = main(["train", "--model", "resnet18", "--plan", str(plan), "--steps", "1", "--batch-size", "2",
+               "--image-size", "32", "--device", "cpu", "--no-progress"])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "warning fc: rule 1: A + B does not equal the loaded weights" in err

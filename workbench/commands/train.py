@@ -19,6 +19,7 @@ from typing import Any
 from workbench.commands.common import add_model_arguments, human_bytes
 from workbench.core.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, TrainConfig
 from workbench.core.engine import RunResult, Trainer
+from workbench.core.lint import lint_plan
 
 HELP = "train a model with a freeze plan and report step time, memory, trainable parameters and verification"
 
@@ -102,6 +103,9 @@ def run(args: argparse.Namespace) -> int:
     trainer = Trainer(cfg, trust_pickle=bool(getattr(args, "trust_pickle", False)))
     trainer.setup()
     main = trainer.is_main
+    if main and trainer.applied is not None:
+        for finding in lint_plan(trainer.plan, trainer.applied.tree, cfg.optimizer):
+            print(f"workbench train: {finding.one_line()}", file=sys.stderr)
     bar = tqdm(
         total=trainer.total_steps, unit="step", dynamic_ncols=True, file=sys.stderr,
         disable=not main or args.no_progress or args.json, desc="train",

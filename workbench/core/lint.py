@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from workbench.core.findings import Finding
 from workbench.core.plan import FreezePlan, select_paths
+from workbench.core.reparam import changes_function
 from workbench.core.tree import ModelTree
 
 __all__ = ["lint_plan"]
@@ -103,13 +104,15 @@ def lint_plan(plan: FreezePlan, tree: ModelTree, optimizer: str = "adamw") -> li
                 )
             )
     for i, rule in enumerate(plan.rules):
-        if rule.reparam and (rule.reparam.get("a", "current"), rule.reparam.get("b_init", "zeros")) != ("current", "zeros"):
+        verdict = changes_function(rule.reparam) if rule.reparam else False
+        if verdict is not False:
+            what = "does not equal" if verdict else "comes from a file and may not equal"
             out.append(
                 Finding(
                     "reparam-changes-function",
                     "warning",
                     rule.select,
-                    f"rule {i}: A + B does not equal the loaded weights at the start",
+                    f"rule {i}: A + B {what} the loaded weights at the start",
                     "the model's function changes before training: the pretrained behaviour is lost",
                     'use "a": "current" with "b_init": "zeros" to start exactly at the pretrained model',
                 )

@@ -815,9 +815,13 @@ class FreezePlan:
         ]
         if rp:
             parts.append(f"A+B on {rp} modules")
-            changes = [r for r in self.rules if r.reparam and _reparam_changes_function(r.reparam)]
-            if changes:
+            from workbench.core.reparam import changes_function
+
+            verdicts = [changes_function(r.reparam) for r in self.rules if r.reparam]
+            if any(verdicts):
                 parts.append("A+B does not start at the current weights: the model's function changes")
+            elif None in verdicts:
+                parts.append("A+B reads A or B from a file: the model's function changes unless they add up to the loaded weights")
         if self.stages:
             parts.append(f"{len(self.stages)} stages")
         return "; ".join(parts)
@@ -862,11 +866,6 @@ def _set(target: Rule, key: str, probe: Rule) -> None:
     setattr(target, key, getattr(probe, key))
     if key == "reparam":
         target.reparam_off = probe.reparam_off
-
-
-def _reparam_changes_function(spec: Mapping[str, Any]) -> bool:
-    a, b = spec.get("a", "current"), spec.get("b_init", "zeros")
-    return not (a == "current" and b == "zeros")
 
 
 def _parse_stage(raw: Any, si: int, problems: list[PlanProblem]) -> Stage | None:
