@@ -216,6 +216,40 @@ class Counts:
     full_ft_bytes: int
     optimizer: str
 
+    @classmethod
+    def from_totals(
+        cls,
+        total: int,
+        trainable: int,
+        param_bytes: int,
+        trainable_bytes: int,
+        fixed_bytes: int = 0,
+        optimizer: str | torch.optim.Optimizer = "adamw",
+    ) -> "Counts":
+        """Counts from element and byte totals: gradients and optimizer state follow.
+
+        Args:
+            total / trainable: parameter elements.
+            param_bytes / trainable_bytes: bytes of all / of the trainable parameters.
+            fixed_bytes: extra fixed tensors (A of A+B).
+            optimizer: name or instance, for the state factor.
+
+        Returns:
+            The counts.
+        """
+        factor = optimizer_state_factor(optimizer)
+        return cls(
+            total=total,
+            trainable=trainable,
+            frozen=total - trainable,
+            param_bytes=param_bytes,
+            grad_bytes=trainable_bytes,
+            optimizer_bytes=trainable_bytes * factor,
+            fixed_bytes=fixed_bytes,
+            full_ft_bytes=param_bytes * (2 + factor),
+            optimizer=optimizer if isinstance(optimizer, str) else type(optimizer).__name__.lower(),
+        )
+
     @property
     def training_bytes(self) -> int:
         """Params + grads + optimizer state + fixed tensors."""
@@ -257,7 +291,6 @@ def count_parameters(
     Returns:
         The counts.
     """
-    factor = optimizer_state_factor(optimizer)
     seen: set[int] = set()
     total = trainable = pbytes = tbytes = 0
     for _, p in params:
@@ -271,18 +304,7 @@ def count_parameters(
             trainable += n
             tbytes += b
     fixed_bytes = sum(t.numel() * t.element_size() for t in fixed or [])
-    name = optimizer if isinstance(optimizer, str) else type(optimizer).__name__.lower()
-    return Counts(
-        total=total,
-        trainable=trainable,
-        frozen=total - trainable,
-        param_bytes=pbytes,
-        grad_bytes=tbytes,
-        optimizer_bytes=tbytes * factor,
-        fixed_bytes=fixed_bytes,
-        full_ft_bytes=pbytes * (2 + factor),
-        optimizer=name,
-    )
+    return Counts.from_totals(total, trainable, pbytes, tbytes, fixed_bytes, optimizer)
 
 
 @dataclass
@@ -534,26 +556,9 @@ class AppliedPlan:
         Returns:
             The counts.
         """
-        fixed = [t for h in self._installed.values() for _, t in h.fixed()]
-        fixed_ids = {id(t) for t in fixed}
-        params = [(n, p) for n, p in self.model.named_parameters() if id(p) not in fixed_ids]
-        c = count_parameters(params, optimizer, [t for t in fixed if not isinstance(t, nn.Parameter)])
-        if fixed_ids:  # frozen slices of partial freezing are parameters: count them as frozen params
-            extra = [p for p in fixed if isinstance(p, nn.Parameter)]
-            n = sum(p.numel() for p in extra)
-            b = sum(p.numel() * p.element_size() for p in extra)
-            factor = optimizer_state_factor(optimizer)
-            c = Counts(
-                total=c.total + n,
-                trainable=c.trainable,
-                frozen=c.frozen + n,
-                param_bytes=c.param_bytes + b,
-                grad_bytes=c.grad_bytes,
-                optimizer_bytes=c.optimizer_bytes,
-                fixed_bytes=c.fixed_bytes,
-                full_ft_bytes=c.full_ft_bytes + b * (2 + factor),
-                optimizer=c.optimizer,
-            )
+        # frozen slices of partial freezing are parameters (counted as frozen); A of A+B is extra
+        fixed = [t for h in self._installed.values() for _, t in h.fixed() if not isinstance(t, nn.Parameter)]
+        c = count_parameters(self.model.named_parameters(), optimizer, fixed)
         return c
 
     def update(self, plan: FreezePlan, *, strict: bool = False) -> PlanDiff:

@@ -262,7 +262,7 @@ class PlanState:
         Raises:
             ValueError: unknown optimizer name.
         """
-        factor = optimizer_state_factor(optimizer)
+        optimizer_state_factor(optimizer)  # unknown names fail before any work
         eff = plan.resolve(tree)
         shapes = param_shapes or {}
         lay = _layout(tree)
@@ -328,17 +328,7 @@ class PlanState:
         total = tree.total_params
         trainable_total = nodes[""].trainable if "" in nodes else 0
         train_bytes = total_bytes - frozen_bytes
-        counts = Counts(
-            total=total,
-            trainable=trainable_total,
-            frozen=total - trainable_total,
-            param_bytes=total_bytes,
-            grad_bytes=train_bytes,
-            optimizer_bytes=train_bytes * factor,
-            fixed_bytes=fixed_bytes,
-            full_ft_bytes=total_bytes * (2 + factor),
-            optimizer=optimizer,
-        )
+        counts = Counts.from_totals(total, trainable_total, total_bytes, train_bytes, fixed_bytes, optimizer)
         problems = plan.unmatched(tree)
         if any(e.reparam or e.partial for e in eff.values()):
             problems.extend(check_extensions(plan, tree))
