@@ -104,6 +104,10 @@ def _desktop_integration(args: argparse.Namespace) -> int:
     return 0
 
 
+#: Answers of a question that ``--screenshot`` never gives (they write or download).
+_UNSAFE_ANSWERS = frozenset({"Download", "Save", "Overwrite", "Replace"})
+
+
 class _HeadlessDialogs:
     """Stands in for :mod:`workbench.gui.dialogs` during ``--screenshot``: prints, never blocks."""
 
@@ -118,10 +122,16 @@ class _HeadlessDialogs:
         print(f"workbench gui: {title}: {message}", file=sys.stderr)
 
     def ask(self, parent: Any, title: str, question: str, choices: Sequence[str], default: str) -> str:
-        for safe in ("Discard", "Cancel"):  # never save, download or overwrite anything
-            if safe in choices:
-                return safe
-        return default
+        # never save, download or overwrite anything: unsaved edits are discarded, "weights not
+        # cached" gets its default (random initialisation)
+        if "Discard" in choices:
+            answer = "Discard"
+        elif default not in _UNSAFE_ANSWERS:
+            answer = default
+        else:
+            answer = "Cancel" if "Cancel" in choices else default
+        print(f"workbench gui: {title}: {' '.join(question.split())} -> {answer}", file=sys.stderr)
+        return answer
 
     def open_file(self, *args: Any) -> str:
         return ""

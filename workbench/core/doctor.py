@@ -55,6 +55,7 @@ from workbench.core.capture import (
 )
 from workbench.core.findings import SEVERITIES, Finding
 from workbench.core.lint import lint_plan
+from workbench.core.metrics import MemoryProbe
 from workbench.core.plan import FreezePlan
 from workbench.core.tree import ModelTree
 
@@ -778,6 +779,7 @@ class Watch:
         p0 = next(model.parameters(), None)
         self._device = p0.device if p0 is not None else torch.device("cpu")
         self.memory_kind = {"cuda": "cuda_allocated", "mps": "mps_allocated"}.get(self._device.type, "rss")
+        self._memory = MemoryProbe(self._device, reset_peak=False)
         params = _unique_params(model)
         self._names = {id(p): n for n, p in params}
         self._trainable_start = {n for n, p in params if p.requires_grad}
@@ -825,13 +827,7 @@ class Watch:
         return time.perf_counter()
 
     def _memory_now(self) -> float:
-        if self.memory_kind == "cuda_allocated":
-            return float(torch.cuda.memory_allocated(self._device))
-        if self.memory_kind == "mps_allocated":
-            return float(torch.mps.current_allocated_memory())
-        import psutil
-
-        return float(psutil.Process().memory_info().rss)
+        return float(self._memory.sample()[0] or 0)
 
     def after_backward(self, loss: torch.Tensor | None = None) -> None:
         """Optional, between ``loss.backward()`` and ``optimizer.step()``: record the loss graph size.

@@ -373,9 +373,11 @@ class MemoryProbe:
 
     Args:
         device: the training device.
+        reset_peak: start peak tracking afresh (on CUDA this resets the allocator's peak
+            statistics, which other code may be reading: pass False to leave them alone).
     """
 
-    def __init__(self, device: torch.device | str) -> None:
+    def __init__(self, device: torch.device | str, *, reset_peak: bool = True) -> None:
         self.device = torch.device(device)
         self.kind = self.device.type
         self._peak = 0
@@ -392,7 +394,8 @@ class MemoryProbe:
                 import psutil
 
                 self._process = psutil.Process()
-        self.reset()
+        if reset_peak:
+            self.reset()
 
     def _read_statm(self) -> int:
         assert self._statm is not None
