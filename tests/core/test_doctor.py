@@ -4,6 +4,7 @@ finding on correct setups (workbench plans on resnet18, mobilenet_v3_small, vit_
 from __future__ import annotations
 
 import json
+import mmap
 import sys
 import time
 
@@ -282,22 +283,25 @@ def test_growth_detector_needs_a_real_trend():
 
 
 def test_watch_reports_growing_step_time_and_memory():
-    """A loop that keeps 48 MB per step and gets slower every step (a leak, simulated).
+    """A loop that keeps 16 MB per step and gets slower every step (a leak, simulated).
 
-    48 MB is above glibc's largest dynamic mmap threshold (32 MB), so every block is a fresh
-    mapping and the process RSS grows for real, whatever earlier tests freed.
+    Each block is a fresh anonymous mapping with every page touched, so the process RSS grows
+    for real whatever earlier tests freed (a tensor could reuse freed heap memory).
     """
     model = mlp()
     kept = []
     w = doctor.watch(model, None, steps=12).start()
     for i in range(12):
-        kept.append(torch.ones(12_000_000))  # 48 MB kept alive
+        block = mmap.mmap(-1, 16 << 20)
+        block.write(b"\1" * (16 << 20))
+        kept.append(block)  # 16 MB kept alive
         time.sleep(0.01 * i)
         w.step()
     got = {f.code: f for f in w.findings()}
     assert got["memory-growing"].severity == "warning" and "per step" in got["memory-growing"].message
     assert got["step-time-growing"].severity == "warning" and "ms per step" in got["step-time-growing"].message
-    del kept
+    for block in kept:
+        block.close()
 
 
 def test_watch_stops_after_steps_and_records_without_optimizer():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import mmap
 from pathlib import Path
 
 import pytest
@@ -84,10 +85,13 @@ def test_cpu_probe_reads_rss_and_tracks_peak():
     probe = MemoryProbe("cpu")
     alloc, peak, reserved = probe.sample()
     assert reserved is None and alloc > 10_000_000 and peak >= alloc
-    big = torch.ones(64, 1024, 1024)  # 256 MB touched: RSS must grow
+    # 256 MB in a fresh anonymous mapping, every page touched: RSS must grow (a torch tensor
+    # could reuse heap memory that earlier tests freed, and RSS would not move)
+    big = mmap.mmap(-1, 256 << 20)
+    big.write(b"\1" * (256 << 20))
     alloc2, peak2, _ = probe.sample()
     assert alloc2 > alloc + 100_000_000 and peak2 >= alloc2
-    del big
+    big.close()
     _, peak3, _ = probe.sample()
     assert peak3 >= peak2  # the peak never goes down
     import psutil
