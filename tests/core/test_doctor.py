@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import mmap
-import sys
 import time
 
 import pytest

@@ -82,6 +82,9 @@ def create_application(argv: Sequence[str] | None = None) -> QApplication:
     if app is None:
         app = QApplication(list(argv) if argv is not None else [sys.argv[0] if sys.argv else "workbench"])
     assert isinstance(app, QApplication)
+    from workbench.gui.qt_compat import protect_none_refcount
+
+    protect_none_refcount()  # shiboken6 6.12 on Python 3.11 loses references to None (see qt_compat)
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
     app.setApplicationVersion(__version__)

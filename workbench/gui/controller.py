@@ -9,6 +9,7 @@ Other panels (training, plots) connect to :attr:`Controller.planChanged` and
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -84,7 +85,9 @@ class Controller(QObject):
         loaded: details of the loaded model (spec, label, note).
         path: the plan file, or None.
         undo_stack: the edit history.
-        optimizer: optimizer name the cost panel counts state for.
+        optimizer: optimizer name the cost panel counts state for (and training uses).
+        model_lock: held by worker threads while they read or modify :attr:`model` in place
+            (the doctor check applies the plan to it; a training run copies it).
     """
 
     planChanged = Signal(str)
@@ -105,6 +108,7 @@ class Controller(QObject):
         self.loaded: LoadedModel | None = None
         self.path: Path | None = None
         self.optimizer = "adamw"
+        self.model_lock = threading.Lock()
         self.undo_stack = QUndoStack(self)
         self._meta_dirty = False
         self._was_dirty = False
@@ -279,7 +283,13 @@ class Controller(QObject):
             return False
         from workbench.gui.model_loading import diagnose
 
-        task = BackgroundTask(lambda: diagnose(model, plan), self)
+        lock = self.model_lock
+
+        def run() -> list[Any]:
+            with lock:  # a training run may be copying the model
+                return diagnose(model, plan)
+
+        task = BackgroundTask(run, self)
         task.done.connect(self._check_done)
         self._check_task = task
         task.start()

@@ -10,7 +10,7 @@ from typing import Sequence
 
 from PySide6.QtWidgets import QDialog, QFileDialog, QInputDialog, QMessageBox, QWidget
 
-__all__ = ["ask", "choose", "error", "info", "open_file", "run_dialog", "save_file"]
+__all__ = ["ask", "choose", "error", "info", "open_dir", "open_file", "run_dialog", "save_file"]
 
 
 def error(parent: QWidget | None, title: str, message: str, details: str = "") -> None:
@@ -80,6 +80,20 @@ def open_file(parent: QWidget | None, caption: str, directory: str, filters: str
     """
     path, _ = QFileDialog.getOpenFileName(parent, caption, directory, filters)
     return path
+
+
+def open_dir(parent: QWidget | None, caption: str, directory: str) -> str:
+    """Ask for an existing folder.
+
+    Args:
+        parent: the window.
+        caption: dialog title.
+        directory: starting folder.
+
+    Returns:
+        The chosen folder, or ``""`` when cancelled.
+    """
+    return QFileDialog.getExistingDirectory(parent, caption, directory)
 
 
 def save_file(parent: QWidget | None, caption: str, directory: str, filters: str) -> str:

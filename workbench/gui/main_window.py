@@ -1,18 +1,19 @@
 """The main window: model source bar, module tree, cost panel, files, undo.
 
-Layout (other panels plug in here)::
+Layout::
 
-    [menu] [model toolbar: model ▾ weights ▾ classes Load] [plan toolbar: bulk actions]
-    ┌ filter / expand ─────────────┬ right_panel (QTabWidget: Plan, Plots) ┐
-    │ module tree                  │                                        │
-    ├──────────────────────────────┴────────────────────────────────────────┤
-    │ cost panel                                                             │
-    │ bottom_panel (empty: training controls go here)                        │
-    └ status bar: model · device · parameters ───────────────────────────────┘
+    [menu: File Edit View Run Help] [model toolbar: model ▾ weights ▾ classes Load] [plan toolbar]
+    ┌ filter / expand ─────────────┬ right_panel (tabs: Plan, Plots, Runs, Verify, Diagnostics) ┐
+    │ module tree                  │                                                            │
+    ├──────────────────────────────┴────────────────────────────────────────────────────────────┤
+    │ cost panel                                                                                 │
+    │ bottom_panel: training controls (data, batch, optimizer, device · Start Pause Stop)       │
+    └ status bar: model · device · parameters ───────────────────────────────────────────────────┘
 
 ``MainWindow.controller`` owns the model, tree, plan, file and undo history and emits
-``planChanged(kind)`` / ``modelChanged()``; ``right_panel`` (tabs) and ``bottom_panel``
-(a vertical layout) are where training controls and live plots are added.
+``planChanged(kind)`` / ``modelChanged()``; ``MainWindow.training``
+(:class:`~workbench.gui.training_ui.TrainingUI`) adds the plots, runs, verify tabs, the
+training controls and the Run menu.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ from workbench.gui.formatting import fmt_count
 from workbench.gui.model_loading import LoadRequest, default_request, load_model, request_for_plan
 from workbench.gui.model_source import ModelSourceBar
 from workbench.gui.tree_model import ModuleFilterProxy, ModuleTreeModel
+from workbench.gui.qt_compat import protect_none_refcount
 from workbench.gui.tree_view import ModuleTreeView
 
 __all__ = ["MainWindow", "device_label"]
@@ -89,18 +91,20 @@ class MainWindow(QMainWindow):
     Attributes:
         controller: owner of model, tree, plan, file and undo history.
         tree_model / proxy / view: the module tree and its filter.
-        right_panel: tabs on the right (``Plan``; ``Plots`` until training panels replace it;
+        right_panel: tabs on the right (``Plan``, ``Plots``, ``Runs``, ``Verify``;
             ``Diagnostics`` when the freeze doctor is installed).
-        plots_placeholder: the label in the ``Plots`` tab.
         diagnostics: the Diagnostics tab (None without ``workbench.core.doctor``).
-        bottom_panel: empty area under the cost panel (``bottom_panel.layout()`` is a
-            ``QVBoxLayout``) for training controls.
+        bottom_panel: area under the cost panel (``bottom_panel.layout()`` is a
+            ``QVBoxLayout``) holding the training controls.
+        training: the training side (:class:`~workbench.gui.training_ui.TrainingUI`): plots,
+            runs, verification, controls.
         cost_panel: the cost panel.
         source_bar: the model source bar.
     """
 
     def __init__(self, *, load_default: bool = True, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        protect_none_refcount()  # before the first of many Qt calls (see qt_compat)
         self.setObjectName("MainWindow")
         self.setWindowTitle("Freeze Workbench")
         self.setAcceptDrops(True)
@@ -147,6 +151,9 @@ class MainWindow(QMainWindow):
         c.undo_stack.canRedoChanged.connect(self.act_redo.setEnabled)
         self.view.selectionModel().selectionChanged.connect(self._update_actions)
 
+        from workbench.gui.training_ui import TrainingUI
+
+        self.training = TrainingUI(self)
         self._restore_settings()
         if load_default:
             self.controller.set_loaded(load_model(default_request()))
@@ -174,10 +181,6 @@ class MainWindow(QMainWindow):
         pv.addWidget(self.plan_summary)
         pv.addWidget(self.plan_text, 1)
         self.right_panel.addTab(plan_tab, "Plan")
-        self.plots_placeholder = QLabel("Plots appear here when training runs.", self)
-        self.plots_placeholder.setAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.plots_placeholder.setEnabled(False)
-        self.right_panel.addTab(self.plots_placeholder, "Plots")
         self.diagnostics = None
         if has_doctor():
             from workbench.gui.diagnostics import DiagnosticsPanel
@@ -396,7 +399,7 @@ class MainWindow(QMainWindow):
         if isinstance(split, QByteArray) and not split.isEmpty():
             self.splitter.restoreState(split)
         else:
-            self.splitter.setSizes([840, 520])
+            self.splitter.setSizes([660, 700])
         opt = s.value("cost/optimizer")
         if isinstance(opt, str):
             try:
@@ -772,10 +775,11 @@ class MainWindow(QMainWindow):
             path += ".py"
         try:
             spec = ModelSpec.from_dict({**c.spec, **c.plan.model})
-            optimizer = c.optimizer if c.optimizer in export.OPTIMIZERS else "adamw"
+            optimizer = {"sgd_momentum": "sgd"}.get(c.optimizer, c.optimizer)  # the script's SGD has momentum 0.9
+            optimizer = optimizer if optimizer in export.OPTIMIZERS else "adamw"
             export.export_script(
                 c.plan, spec, path, model=c.model, optimizer=optimizer,
-                base_dir=c.path.parent if c.path else None,
+                base_dir=c.path.parent if c.path else None, **self.training.panel.export_options(),
             )
         except (WorkbenchError, OSError) as e:
             dialogs.error(self, "Cannot export script", str(e))
@@ -851,6 +855,7 @@ class MainWindow(QMainWindow):
         if not self._maybe_save():
             event.ignore()
             return
+        self.training.shutdown()  # stops a run within one step and joins its thread
         self.save_settings()
         self.controller.wait()
         event.accept()

@@ -15,9 +15,9 @@ from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from workbench.core.errors import WorkbenchError
 
-__all__ = ["BackgroundTask", "running_threads"]
+__all__ = ["BackgroundTask", "running_threads", "track_thread", "untrack_thread"]
 
-#: Threads started by :class:`BackgroundTask` and not yet ended (tests check it is empty).
+#: Worker threads started by the app and not yet ended (tests check it is empty).
 _LIVE: set[QThread] = set()
 
 
@@ -25,9 +25,28 @@ def running_threads() -> list[QThread]:
     """Worker threads of this process that are still running.
 
     Returns:
-        The running ``QThread`` objects started by :class:`BackgroundTask`.
+        The running ``QThread`` objects started by :class:`BackgroundTask` or registered
+        with :func:`track_thread` (the training thread).
     """
     return [t for t in list(_LIVE) if t.isRunning()]
+
+
+def track_thread(thread: QThread) -> None:
+    """Register a worker thread the app starts, so :func:`running_threads` sees it.
+
+    Args:
+        thread: the thread (call before starting it).
+    """
+    _LIVE.add(thread)
+
+
+def untrack_thread(thread: QThread) -> None:
+    """Forget a thread once it has ended.
+
+    Args:
+        thread: the thread.
+    """
+    _LIVE.discard(thread)
 
 
 class _Job(QObject):
@@ -88,7 +107,7 @@ class BackgroundTask(QObject):
 
     def start(self) -> None:
         """Start the worker thread."""
-        _LIVE.add(self._thread)
+        track_thread(self._thread)
         self._thread.start()
 
     def is_running(self) -> bool:
@@ -98,7 +117,7 @@ class BackgroundTask(QObject):
     def wait(self) -> None:
         """Block until the worker thread has ended (the callable cannot be interrupted)."""
         self._thread.wait()
-        _LIVE.discard(self._thread)
+        untrack_thread(self._thread)
 
     @Slot(object)
     def _on_succeeded(self, result: Any) -> None:
