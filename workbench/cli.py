@@ -1,9 +1,9 @@
 """Command line entry point: ``workbench [COMMAND] ...``.
 
 With no command (or ``gui``) the desktop app opens. Each subcommand lives in its own module
-under :mod:`workbench.commands` and exposes ``HELP`` (one line), ``add_arguments(parser)`` and
-``run(args) -> int``. Errors the user can fix are printed as one line on stderr with a
-non-zero exit code, never as a traceback.
+under :mod:`workbench.commands` and exposes ``add_arguments(parser)`` and ``run(args) -> int``;
+its one-line help is registered in :data:`COMMANDS`. Errors the user can fix are printed as
+one line on stderr with a non-zero exit code, never as a traceback.
 """
 
 from __future__ import annotations
@@ -11,42 +11,50 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
-#: Subcommands in the order ``--help`` lists them: name -> module.
-COMMANDS: dict[str, str] = {
-    "gui": "workbench.commands.gui",
-    "inspect": "workbench.commands.inspect",
-    "train": "workbench.commands.train",
-    "doctor": "workbench.commands.doctor",
-    "export": "workbench.commands.export",
-    "bench": "workbench.commands.bench",
-    "models": "workbench.commands.models",
+
+class Command(NamedTuple):
+    """A subcommand: the module that implements it and its one-line help."""
+
+    module: str
+    help: str
+
+
+#: Subcommands in the order ``--help`` lists them. Modules are imported only when their
+#: command runs, so ``workbench --help`` and ``--version`` stay fast (no torch, no Qt).
+COMMANDS: dict[str, Command] = {
+    "gui": Command("workbench.commands.gui", "open the desktop app (the default when no command is given)"),
+    "inspect": Command("workbench.commands.inspect", "print a model's module tree with parameter counts and a plan's effect (table or --json)"),
+    "train": Command("workbench.commands.train", "train a model with a freeze plan and report step time, memory, trainable parameters and verification"),
+    "doctor": Command("workbench.commands.doctor", "find freezing pitfalls: static checks plus N real training steps on synthetic data (exit 1 on errors)"),
+    "export": Command("workbench.commands.export", "export a plan as a plain PyTorch script (--to x.py, needs only torch/torchvision) or as plan JSON (--to x.json)"),
+    "bench": Command("workbench.commands.bench", "measure step time and memory of freeze plans against full fine-tuning, side by side"),
+    "models": Command("workbench.commands.models", "list torchvision classification models with their weights and whether they are cached"),
 }
 
 
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv``: the first token that is not an option."""
+    for tok in argv:
+        if tok == "--":
+            return None
+        if not tok.startswith("-"):
+            return tok if tok in COMMANDS else None
+    return None
 
 
-def _available() -> dict[str, object]:
-    mods = {}
-    for name, modname in COMMANDS.items():
-        try:
-            mods[name] = importlib.import_module(modname)
-        except ModuleNotFoundError as e:
-            if e.name != modname:  # a real missing dependency inside an existing command
-                raise
-    return mods
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser, with the arguments of ``command`` (if given) registered.
 
-
-def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
-    """The argument parser with every available subcommand.
+    Args:
+        command: the subcommand whose module is imported to add its arguments.
 
     Returns:
-        ``(parser, {command name: command module})``.
+        The parser.
     """
     from workbench import __version__
 
-    mods = _available()
     parser = argparse.ArgumentParser(
         prog="workbench",
         description="Freeze Workbench: decide which parts of a pretrained PyTorch model train, "
@@ -55,10 +63,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, dict[str, object]]:
     )
     parser.add_argument("--version", action="version", version=f"freeze-workbench {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, mod in mods.items():
-        p = sub.add_parser(name, help=mod.HELP, description=mod.HELP)
-        mod.add_arguments(p)
-    return parser, mods
+    for name, cmd in COMMANDS.items():
+        p = sub.add_parser(name, help=cmd.help, description=cmd.help)
+        if name == command:
+            importlib.import_module(cmd.module).add_arguments(p)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -71,15 +80,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         The process exit code.
     """
     argv = list(sys.argv[1:] if argv is None else argv)
-    parser, mods = build_parser()
-    args = parser.parse_args(argv)
-    name = args.command or "gui"
-    if args.command is None:
-        args = parser.parse_args(["gui", *argv])
+    name = _command_of(argv)
+    if name is None:
+        build_parser().parse_args(argv)  # --help, --version, or an unknown command: argparse exits
+        name, argv = "gui", ["gui", *argv]
+    args = build_parser(name).parse_args(argv)
     from workbench.core.errors import WorkbenchError
 
     try:
-        return int(mods[name].run(args) or 0)
+        return int(importlib.import_module(COMMANDS[name].module).run(args) or 0)
     except KeyboardInterrupt:
         print("workbench: interrupted", file=sys.stderr)
         return 130

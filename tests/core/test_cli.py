@@ -94,3 +94,34 @@ def test_bench_compares_plan_with_full_fine_tuning(tmp_path, capsys):
 def test_bench_bad_plan_is_one_line(capsys):
     assert main(["bench", "--plan", "/nope.json", "--steps", "1"]) == 2
     assert "nope.json" in capsys.readouterr().err
+
+
+def test_every_command_module_is_complete():
+    import importlib
+
+    for name, cmd in COMMANDS.items():
+        mod = importlib.import_module(cmd.module)
+        assert callable(mod.add_arguments) and callable(mod.run), name
+        assert cmd.help and "\n" not in cmd.help
+
+
+def test_help_and_version_import_neither_torch_nor_qt():
+    code = (
+        "import sys\n"
+        "from workbench.cli import main\n"
+        "for argv in (['--help'], ['--version']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = sorted(k for k in sys.modules if k.split('.')[0] in ('torch', 'PySide6', 'pyqtgraph'))\n"
+        "sys.exit(1 if heavy else 0)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_unknown_command_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["frobnicate"])
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err

@@ -1,1 +1,1 @@
-"""CLI subcommands: each module exposes ``HELP``, ``add_arguments(parser)`` and ``run(args)``."""
+"""CLI subcommands: each module exposes ``add_arguments(parser)`` and ``run(args)``; see ``workbench.cli.COMMANDS``."""

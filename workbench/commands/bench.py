@@ -21,8 +21,6 @@ from workbench.core.config import AMP_MODES, OPTIMIZERS, TrainConfig
 from workbench.core.engine import Trainer
 from workbench.core.errors import WorkbenchError
 
-HELP = "measure step time and memory of freeze plans against full fine-tuning, side by side"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register the ``bench`` flags."""

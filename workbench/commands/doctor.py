@@ -14,8 +14,6 @@ from workbench.commands.common import add_model_arguments, load_model_and_plan
 from workbench.core import doctor
 from workbench.core.findings import SEVERITIES, Finding
 
-HELP = "find freezing pitfalls: static checks plus N real training steps on synthetic data (exit 1 on errors)"
-
 _OPTIMIZERS = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
 

@@ -9,8 +9,6 @@ from workbench.commands.common import add_model_arguments, model_spec_from_args
 from workbench.core.export import OPTIMIZERS, ExportError, export_script
 from workbench.core.plan import FreezePlan
 
-HELP = "export a plan as a plain PyTorch script (--to x.py, needs only torch/torchvision) or as plan JSON (--to x.json)"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p, positional=False)

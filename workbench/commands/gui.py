@@ -22,9 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
-HELP = "open the desktop app (the default when no command is given)"
-
-#: Window size of ``--screenshot`` (pixels).
+#: Window size of ``--screenshot`` (pixels); the window's minimum size wins where it is larger.
 SCREENSHOT_SIZE = (1280, 800)
 
 
@@ -160,7 +158,7 @@ def screenshot(
         path: a plan or checkpoint to open, as ``workbench gui FILE``.
         model: a model to load instead of the default, as ``--model``.
         timeout: seconds to wait for loading before giving up.
-        size: window size in pixels.
+        size: window size in pixels (the window's minimum size wins where larger).
 
     Returns:
         0 when the window rendered with a model loaded and no error was reported, else 2.

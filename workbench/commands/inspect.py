@@ -10,8 +10,6 @@ from workbench.commands.common import add_model_arguments, human_bytes, human_co
 from workbench.core.lint import lint_plan
 from workbench.core.tree import ModelTree
 
-HELP = "print a model's module tree with parameter counts and a plan's effect (table or --json)"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)

@@ -10,8 +10,6 @@ import sys
 from workbench.commands.common import human_count
 from workbench.core.zoo import list_models
 
-HELP = "list torchvision classification models with their weights and whether they are cached"
-
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pattern", nargs="?", default="*", help="glob on model names, e.g. 'resnet*'")

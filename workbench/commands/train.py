@@ -21,8 +21,6 @@ from workbench.core.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, TrainC
 from workbench.core.engine import RunResult, Trainer
 from workbench.core.lint import lint_plan
 
-HELP = "train a model with a freeze plan and report step time, memory, trainable parameters and verification"
-
 #: argparse destination -> TrainConfig field, for flags that override a --config file.
 _FIELDS = (
     "model", "weights", "checkpoint", "num_classes", "plan", "data", "image_size", "batch_size",
