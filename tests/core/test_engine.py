@@ -14,7 +14,8 @@ from torch import nn
 from torch.utils.data import TensorDataset
 
 from workbench.core.config import ConfigError, TrainConfig
-from workbench.core.engine import RunResult, TrainError, Trainer, sync_optimizer
+from workbench.core.engine import RunResult, TrainError, Trainer
+from workbench.core.optim import sync_optimizer
 from workbench.core.errors import WorkbenchError
 from workbench.core.metrics import StepMetrics, load_metrics, optimizer_state_bytes
 from workbench.core.plan import FreezePlan, PlanError

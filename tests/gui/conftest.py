@@ -1,7 +1,8 @@
 """Fixtures for the GUI tests: offscreen Qt, private settings, intercepted dialogs, no leaks.
 
 - ``QT_QPA_PLATFORM=offscreen`` is set here, before anything imports Qt.
-- ``QSettings`` writes to a temporary folder for the whole session (never the user's).
+- ``QSettings`` writes to a temporary folder for the whole session (never the user's), and
+  training runs are stored in a temporary folder per test (``WORKBENCH_RUNS_DIR``).
 - Every dialog of :mod:`workbench.gui.dialogs` is replaced by :class:`DialogRecorder`,
   which records it and returns a scripted answer; the Qt static dialogs raise, so a dialog
   that bypasses the seam fails the test instead of blocking it.
@@ -38,13 +39,25 @@ def _quiet_torch() -> None:
 
 @pytest.fixture(scope="session", autouse=True)
 def _private_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    from PySide6.QtCore import QSettings
+    from PySide6.QtCore import QSettings, QStandardPaths
 
+    from workbench.gui.qt_compat import protect_none_refcount
+
+    protect_none_refcount()  # shiboken6 6.12 on Python 3.11 (see workbench.gui.qt_compat)
+    QStandardPaths.setTestModeEnabled(True)
     folder = str(tmp_path_factory.mktemp("qsettings"))
     for fmt in (QSettings.Format.IniFormat, QSettings.Format.NativeFormat):
         for scope in (QSettings.Scope.UserScope, QSettings.Scope.SystemScope):
             QSettings.setPath(fmt, scope, folder)
     yield
+
+
+@pytest.fixture(autouse=True)
+def runs_dir(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A private runs folder for each test (``WORKBENCH_RUNS_DIR``)."""
+    folder = tmp_path / "runs"
+    monkeypatch.setenv("WORKBENCH_RUNS_DIR", str(folder))
+    return folder
 
 
 class DialogRecorder:
@@ -53,7 +66,7 @@ class DialogRecorder:
     Attributes:
         calls: ``(kind, title, text)`` for every dialog shown.
         answers: scripted answers per kind (``"ask"``, ``"open_file"``, ``"save_file"``,
-            ``"choose"``; ``"dialog"``: a function called with the app's dialog, returning
+            ``"open_dir"``, ``"choose"``; ``"dialog"``: a function called with the app's dialog, returning
             whether it is accepted), consumed first in, first out.
 
     With no scripted answer, ``ask`` answers ``"Discard"`` when offered (so closing a
@@ -92,6 +105,10 @@ class DialogRecorder:
         self.calls.append(("open_file", caption, filters))
         return self._next("open_file", "")
 
+    def open_dir(self, parent: Any, caption: str, directory: str) -> str:
+        self.calls.append(("open_dir", caption, directory))
+        return self._next("open_dir", "")
+
     def save_file(self, parent: Any, caption: str, directory: str, filters: str) -> str:
         self.calls.append(("save_file", caption, filters))
         return self._next("save_file", "")
@@ -119,7 +136,7 @@ def dialogs(monkeypatch: pytest.MonkeyPatch) -> DialogRecorder:
     from workbench.gui import dialogs as real
 
     rec = DialogRecorder()
-    for name in ("error", "info", "ask", "open_file", "save_file", "choose", "run_dialog"):
+    for name in ("error", "info", "ask", "open_file", "open_dir", "save_file", "choose", "run_dialog"):
         monkeypatch.setattr(real, name, getattr(rec, name))
     for cls, names in (
         (QMessageBox, ("exec", "information", "question", "warning", "critical", "about")),

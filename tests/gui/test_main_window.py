@@ -61,8 +61,10 @@ def test_starts_with_default_model(window: MainWindow) -> None:
     )
     assert "11.7M params" in window.params_label.text()
     assert "cpu" in window.device_label.text() or "cuda" in window.device_label.text()
-    assert window.plots_placeholder.text() == "Plots appear here when training runs."
-    assert window.bottom_panel.layout() is not None
+    tabs = [window.right_panel.tabText(i) for i in range(window.right_panel.count())]
+    assert tabs[:4] == ["Plan", "Plots", "Runs", "Verify"]
+    assert window.right_panel.widget(1) is window.training.plots
+    assert window.training.panel.parent() is window.bottom_panel or window.training.panel in window.bottom_panel.findChildren(type(window.training.panel))
     assert not c.dirty
 
 
@@ -362,8 +364,8 @@ def test_app_main_runs_and_quits(qtbot: Any, monkeypatch: pytest.MonkeyPatch) ->
 
 def test_gui_command_imports_qt_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
     code = (
-        "import sys, workbench.cli as c; p, mods = c.build_parser(); "
-        "assert 'gui' in mods; assert not any(m.startswith('PySide6') for m in sys.modules), 'Qt imported'"
+        "import sys, workbench.cli as c; p = c.build_parser('gui'); "
+        "assert 'gui' in c.COMMANDS; assert not any(m.startswith('PySide6') for m in sys.modules), 'Qt imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
     from workbench.commands import gui

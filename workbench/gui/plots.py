@@ -25,10 +25,12 @@ import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import (
+    QApplication,
     QComboBox,
     QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QPushButton,
     QVBoxLayout,
     QWidget,
@@ -212,6 +214,7 @@ class PlotsPanel(QWidget):
         bar.addWidget(self.save_button)
         bar.addWidget(self.csv_button)
 
+        before = set(QApplication.topLevelWidgets())
         self.graphics = pg.GraphicsLayoutWidget(self)
         self.graphics.setBackground("w")
         self.graphics.ci.setContentsMargins(2, 2, 2, 2)
@@ -238,6 +241,11 @@ class PlotsPanel(QWidget):
             p.addItem(vl, ignoreBounds=True)
             self._vlines[key] = vl
             self.plots[key] = p
+        # pyqtgraph makes its context menus without a parent: tie them to this panel so they
+        # are destroyed with it instead of living on as top-level widgets
+        for w in QApplication.topLevelWidgets():
+            if isinstance(w, QMenu) and w not in before:
+                w.setParent(self, w.windowFlags())
         self.readout = pg.LabelItem(justify="left", color="#222", size="9pt")
         self.graphics.addItem(self.readout, row=2, col=1)
         self._legend_step = self.plots["step_time"].addLegend(offset=(-4, 4), labelTextSize="8pt", verSpacing=-6)

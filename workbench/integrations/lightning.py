@@ -41,6 +41,7 @@ from torch import nn
 
 from workbench.core.apply import AppliedPlan, apply_plan
 from workbench.core.errors import WorkbenchError
+from workbench.core.optim import sync_optimizer
 from workbench.core.plan import FreezePlan, PlanError
 from workbench.core.tree import ModelTree
 
@@ -65,12 +66,12 @@ def sync_param_groups(
 ) -> dict[str, list[str]]:
     """Make an optimizer hold exactly the trainable parameters of an applied plan.
 
-    Parameters that are no longer trainable leave their groups (and their state is dropped);
-    parameters whose ``lr_scale`` differs from their group's ``lr_scale`` move; parameters
-    that became trainable are added as new groups (one per ``lr_scale``) copying the other
-    hyperparameters (weight decay, betas...) of an existing group. Parameters that stay keep
-    their identity and their optimizer state. Groups are never deleted, so learning-rate
-    schedulers keep their indices.
+    A thin use of :func:`workbench.core.optim.sync_optimizer`: parameters that are no longer
+    trainable leave their groups (their state is dropped); parameters whose ``lr_scale``
+    changed move to the matching group; parameters that became trainable join the group with
+    their settings, or a new group copying the other hyperparameters (weight decay, betas...)
+    of the first group. Parameters that stay keep their identity and their optimizer state.
+    Groups are never deleted, so learning-rate schedulers keep their indices.
 
     Args:
         optimizer: the optimizer.
@@ -82,45 +83,19 @@ def sync_param_groups(
     Returns:
         ``{"added": [...], "removed": [...], "moved": [...]}`` parameter names.
     """
-    names = {id(p): n for n, p in applied.model.named_parameters()}
-    trainable = {id(p): (n, p) for n, p in applied.named_trainable()}
     base = base_lr if base_lr is not None else _lr_base(optimizer)
-    removed: list[str] = []
-    moved: list[str] = []
-    present: set[int] = set()
-    for g in optimizer.param_groups:
-        keep_p, keep_n = [], []
-        for i, p in enumerate(g["params"]):
-            name = names.get(id(p), "")
-            if id(p) not in trainable:
-                optimizer.state.pop(p, None)
-                removed.append(name)
-                continue
-            if "lr_scale" in g and applied.lr_scale_of(name) != g["lr_scale"]:
-                moved.append(name)
-                continue
-            keep_p.append(p)
-            keep_n.append(name)
-            present.add(id(p))
-        g["params"] = keep_p
-        if "param_names" in g:
-            g["param_names"] = keep_n
-    missing = [(n, p) for pid, (n, p) in trainable.items() if pid not in present]
-    added = [n for n, _ in missing if n not in moved]
-    template = {k: v for k, v in optimizer.param_groups[0].items() if k not in _GROUP_SKIP and k != "initial_lr"}
-    by_scale: dict[float, list[tuple[str, nn.Parameter]]] = {}
-    for n, p in missing:
-        by_scale.setdefault(applied.lr_scale_of(n), []).append((n, p))
-    for scale in sorted(by_scale, reverse=True):
-        group = dict(template)
-        group.update(
-            params=[p for _, p in by_scale[scale]],
-            param_names=[n for n, _ in by_scale[scale]],
-            lr=base * scale,
-            lr_scale=scale,
-        )
-        optimizer.add_param_group(group)
-    return {"added": added, "removed": removed, "moved": moved}
+    skip = (*_GROUP_SKIP, "lr", "initial_lr", "lr_scale", "weight_decay")
+    settings = {k: v for k, v in optimizer.param_groups[0].items() if k not in skip}
+    weight_decay = optimizer.param_groups[0].get("weight_decay", 0.0)
+    names = {id(p): n for n, p in applied.model.named_parameters()}
+    scale_before = {id(p): g.get("lr_scale") for g in optimizer.param_groups for p in g["params"]}
+    sync_optimizer(optimizer, applied.param_groups(base, weight_decay, **settings), keep_empty_groups=True)
+    scale_after = {id(p): g.get("lr_scale") for g in optimizer.param_groups for p in g["params"]}
+    return {
+        "added": [names[i] for i in scale_after if i not in scale_before],
+        "removed": [names.get(i, "") for i in scale_before if i not in scale_after],
+        "moved": [names[i] for i in scale_after if i in scale_before and scale_before[i] != scale_after[i]],
+    }
 
 
 class _FreezePlanCallbackImpl:
