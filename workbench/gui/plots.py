@@ -23,10 +23,11 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Qt, QTimer, Signal
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
+    QGraphicsItem,
     QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
@@ -54,9 +55,10 @@ PLOT_KEYS: tuple[tuple[str, str], ...] = (
 #: Redraws per second while a run is shown live.
 REDRAW_HZ = 15
 #: Colours given to runs (runs table swatches and overlay curves).
+#: Not the colours of the shown run's own curves (blue, red, green, purple) nor of markers.
 _PALETTE = (
-    (31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14),
-    (23, 190, 207), (140, 86, 75), (227, 119, 194), (127, 127, 127), (188, 189, 34),
+    (23, 170, 190), (140, 86, 75), (227, 119, 194), (150, 150, 40), (110, 110, 110),
+    (0, 128, 110), (70, 70, 170), (200, 150, 0), (170, 60, 110), (90, 160, 90),
 )
 _MARKER_STYLE = {
     "change": ((230, 120, 0), Qt.PenStyle.SolidLine),
@@ -65,7 +67,11 @@ _MARKER_STYLE = {
     "refused": ((200, 30, 30), Qt.PenStyle.DotLine),
     "alert": ((200, 30, 30), Qt.PenStyle.DotLine),
 }
-_LABEL_SLOTS = (0.86, 0.66, 0.46)
+#: Heights of marker labels (0 bottom, 1 top), in turn. Near the top: after freezing, step time,
+#: memory and trainable parameters drop, so the space above the newer data is free.
+_LABEL_SLOTS = (0.93, 0.75, 0.57)
+#: The trainable count is a step function at the top and bottom of its plot: labels go between.
+_TRAINABLE_SLOTS = (0.5, 0.32, 0.68)
 _STAGE_RE = re.compile(r"stage (\d+)")
 
 
@@ -81,7 +87,7 @@ def run_color(index: int) -> QColor:
     return QColor(*_PALETTE[index % len(_PALETTE)])
 
 
-def marker_text(event: str, limit: int = 34) -> tuple[str, str]:
+def marker_text(event: str, limit: int = 30) -> tuple[str, str]:
     """The short plot label of an engine event, and its kind.
 
     Args:
@@ -108,17 +114,28 @@ def marker_text(event: str, limit: int = 34) -> tuple[str, str]:
         kind, prefix, tail = "change", "", event
     parts = [p for p in (tail or head).split("; ") if p]
     text = prefix + "; ".join(parts)
-    if len(text) > limit and len(parts) > 1:  # keep whole parts: "froze layer1 (+1)"
+    if len(text) > limit and len(parts) > 1:  # keep whole parts: "froze layer1; …"
         kept = parts[:1]
         for p in parts[1:]:
-            if len(prefix + "; ".join(kept + [p])) + 5 > limit:
+            if len(prefix + "; ".join(kept + [p])) + 3 > limit:
                 break
             kept.append(p)
-        more = len(parts) - len(kept)
-        text = prefix + "; ".join(kept) + (f" (+{more})" if more else "")
+        text = prefix + "; ".join(kept) + (" …" if len(kept) < len(parts) else "")
     if len(text) > limit:
         text = text[: limit - 1].rstrip() + "…"
     return text, kind
+
+
+def _nice_ceiling(v: float) -> float:
+    """The smallest of 1, 1.5, 2, 3, 4, 5, 6, 8 × 10^k that is >= ``v`` (> 0)."""
+    if v <= 0:
+        return 1.0
+    k = math.floor(math.log10(v))
+    for m in (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0):
+        c = m * 10.0**k
+        if c >= v * (1 - 1e-12):
+            return c
+    return 10.0 ** (k + 1)
 
 
 @dataclass
@@ -140,7 +157,9 @@ class _Overlay:
     curves: dict[str, pg.PlotDataItem] = field(default_factory=dict)
 
 
-def _pen(color: QColor | tuple[int, ...], width: float = 1.0, style: Qt.PenStyle = Qt.PenStyle.SolidLine, alpha: int = 255) -> Any:
+def _pen(
+    color: QColor | tuple[int, ...], width: float = 1.0, style: Qt.PenStyle = Qt.PenStyle.SolidLine, alpha: int = 255
+) -> Any:
     c = QColor(color) if isinstance(color, QColor) else QColor(*color)
     c.setAlpha(alpha)
     return pg.mkPen(c, width=width, style=style)
@@ -182,6 +201,10 @@ class PlotsPanel(QWidget):
         self._memory_kind = "rss"
         self._live = False
         self._crosshair_x: float | None = None
+        self._follow_x = True
+        self._x_hi = -math.inf
+        self._marker_font = QFont()
+        self._marker_font.setPointSizeF(8.0)
 
         self.x_box = QComboBox(self)
         self.x_box.addItem("Step", "step")
@@ -233,6 +256,9 @@ class PlotsPanel(QWidget):
                 p.getAxis(ax).setTextPen("#444")
                 p.getAxis(ax).setPen("#999")
             p.getAxis("left").setWidth(46)
+            for ax in ("left", "bottom"):  # repaint axes from a pixmap unless their ticks changed
+                p.getAxis(ax).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+            p.vb.sigRangeChangedManually.connect(self._range_changed_by_user)
             if i:
                 p.setXLink(self.plots[PLOT_KEYS[0][0]])
             vl = pg.InfiniteLine(angle=90, movable=False, pen=_pen((90, 90, 90), 1, Qt.PenStyle.DashLine, 160))
@@ -248,22 +274,24 @@ class PlotsPanel(QWidget):
                 w.setParent(self, w.windowFlags())
         self.readout = pg.LabelItem(justify="left", color="#222", size="9pt")
         self.graphics.addItem(self.readout, row=2, col=1)
-        self._legend_step = self.plots["step_time"].addLegend(offset=(-4, 4), labelTextSize="8pt", verSpacing=-6)
-        self._legend_mem = self.plots["memory"].addLegend(offset=(-4, 4), labelTextSize="8pt", verSpacing=-6)
+        # legends bottom-left: before a freeze, step time and memory are high there
+        self._legend_step = self.plots["step_time"].addLegend(offset=(4, -4), labelTextSize="8pt", verSpacing=-6)
+        self._legend_mem = self.plots["memory"].addLegend(offset=(4, -4), labelTextSize="8pt", verSpacing=-6)
         for legend in (self._legend_step, self._legend_mem):
             legend.setBrush(pg.mkBrush(255, 255, 255, 200))
 
         blue, red, green, purple, grey = (31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (120, 120, 120)
         sp, mp, tp, lp, hp = (self.plots[k] for k, _ in PLOT_KEYS)
+        # antialiasing only where it shows (smooth and step curves): it costs a third of a repaint
         self.curves: dict[str, pg.PlotDataItem] = {
             "step_ms": sp.plot(pen=_pen(blue, 1, alpha=90), name="raw"),
-            "step_ms_ema": sp.plot(pen=_pen(blue, 2), name="this run (EMA)"),
-            "mem_alloc": mp.plot(pen=_pen(blue, 2), name="RSS"),
+            "step_ms_ema": sp.plot(pen=_pen(blue, 2), name="this run (EMA)", antialias=True),
+            "mem_alloc": mp.plot(pen=_pen(blue, 2), name="RSS", antialias=True),
             "mem_peak": mp.plot(pen=_pen(red, 1.5, Qt.PenStyle.DashLine), name="peak RSS"),
             "mem_reserved": mp.plot(pen=_pen(grey, 1.5, Qt.PenStyle.DotLine), name="reserved"),
-            "trainable": tp.plot(pen=_pen(green, 2)),
+            "trainable": tp.plot(pen=_pen(green, 2), antialias=True),
             "loss": lp.plot(pen=_pen(red, 1, alpha=90)),
-            "loss_ema": lp.plot(pen=_pen(red, 2)),
+            "loss_ema": lp.plot(pen=_pen(red, 2), antialias=True),
             "throughput": hp.plot(pen=_pen(purple, 1.5)),
         }
         self._columns = {
@@ -298,6 +326,7 @@ class PlotsPanel(QWidget):
         self._clear_markers()
         self._drawn = -1
         self._live = True
+        self._reset_x()
         self._set_trainable_scale(total_params)
         self.curves["step_ms_ema"].opts["name"] = record.name
         self._rebuild_legends()
@@ -386,6 +415,7 @@ class PlotsPanel(QWidget):
         self.record = record
         self.buffer.clear()
         self._clear_markers()
+        self._reset_x()
         self._set_trainable_scale(record.summary.get("total_params"))
         device = str(record.summary.get("device") or record.config.get("device") or "cpu")
         self._set_memory_names("cuda" if device.startswith("cuda") else "rss")
@@ -453,11 +483,14 @@ class PlotsPanel(QWidget):
     def redraw(self) -> bool:
         """Draw the shown run from the buffer when it changed since the last draw.
 
+        Nothing is drawn while the panel is hidden (another tab is shown); it catches up
+        when shown.
+
         Returns:
             True when something was drawn.
         """
         buf = self.buffer
-        if buf.version == self._drawn:
+        if buf.version == self._drawn or not self.isVisible():
             return False
         had_reserved = self._drawn >= 0 and self.curves["mem_reserved"].isVisible()
         self._drawn = buf.version
@@ -469,10 +502,39 @@ class PlotsPanel(QWidget):
         self.curves["mem_reserved"].setVisible(reserved)
         if reserved != had_reserved:
             self._rebuild_legends()
+        if self._follow_x:
+            self._follow(x)
         self.redraws += 1
         if self._crosshair_x is None:
             self._update_readout(None)
         return True
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        super().showEvent(event)
+        self.redraw()
+
+    def _range_changed_by_user(self, *_: Any) -> None:
+        self._follow_x = False  # the user zoomed or panned: leave the x range to them
+
+    def _reset_x(self) -> None:
+        self._follow_x = True
+        self._x_hi = -math.inf
+
+    def _follow(self, x: np.ndarray) -> None:
+        """Keep the x range ahead of the data in coarse steps, so the axes (whose tick labels
+        are the slow part of a repaint) change only now and then, not at every step."""
+        hi = float(x[-1]) if len(x) else 0.0
+        for ov in self.overlays.values():
+            ox = ov.buffer.column(self._x)
+            if len(ox):
+                hi = max(hi, float(ox[-1]))
+        if not math.isfinite(hi):
+            return
+        if hi <= self._x_hi and hi >= 0.5 * self._x_hi:
+            return
+        self._x_hi = _nice_ceiling(max(hi * 1.1, 10.0 if self._x == "step" else 1.0))
+        first = self.plots[PLOT_KEYS[0][0]]
+        first.setXRange(0.0, self._x_hi, padding=0.02)
 
     def set_x_mode(self, mode: str) -> None:
         """Plot against ``"step"`` or ``"wall"`` time (seconds since the run started).
@@ -497,11 +559,12 @@ class PlotsPanel(QWidget):
             self.plots[key].setLabel("bottom", "step" if mode == "step" else "seconds", **{"color": "#444"})
         for m in self.markers:
             self._place(m)
+        self._reset_x()
         self._draw_overlays()
         self._drawn = -1
-        self.redraw()
         for p in self.plots.values():
-            p.enableAutoRange()
+            p.enableAutoRange(y=True)
+        self.redraw()
 
     @property
     def x_mode(self) -> str:
@@ -540,9 +603,10 @@ class PlotsPanel(QWidget):
             stage: the plan stage a ``planned`` marker stands for.
         """
         color, style = _MARKER_STYLE.get(kind, _MARKER_STYLE["change"])
-        slot = _LABEL_SLOTS[sum(1 for m in self.markers if m.kind != "planned" or kind == "planned") % len(_LABEL_SLOTS)]
+        turn = sum(1 for m in self.markers if m.kind != "planned" or kind == "planned") % len(_LABEL_SLOTS)
         marker = _Marker(step, wall, label, full or label, kind, stage)
         for key, _t in PLOT_KEYS:
+            slot = (_TRAINABLE_SLOTS if key == "trainable" else _LABEL_SLOTS)[turn]
             line = pg.InfiniteLine(
                 angle=90,
                 movable=False,
@@ -551,11 +615,11 @@ class PlotsPanel(QWidget):
                 labelOpts={
                     "position": slot,
                     "color": QColor(*color),
-                    "fill": pg.mkBrush(255, 255, 255, 210),
-                    "anchors": [(0, 0.5), (0, 0.5)],
+                    "fill": pg.mkBrush(255, 255, 255, 190),
                     "movable": False,
-                },
+                },  # default anchors: the text sits on the side of the line facing the middle
             )
+            line.label.setFont(self._marker_font)
             line.setToolTip(marker.full)
             line.setZValue(40)
             self.plots[key].addItem(line, ignoreBounds=True)
@@ -619,6 +683,9 @@ class PlotsPanel(QWidget):
             self.overlays[rid] = ov
         self._draw_overlays()
         self._rebuild_legends()
+        self._reset_x()
+        self._drawn = -1
+        self.redraw()
 
     @staticmethod
     def _plot_of(column: str) -> str:

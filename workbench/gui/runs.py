@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.gui import dialogs
-from workbench.gui.formatting import fmt_bytes, fmt_count, fmt_percent
+from workbench.gui.formatting import fmt_count, fmt_percent
 from workbench.gui.plots import run_color
 from workbench.gui.run_controller import RunController
 from workbench.gui.run_store import RunRecord, RunStoreError
@@ -40,7 +40,7 @@ __all__ = ["COLUMNS", "RUNS_DIR_ENV", "RunsPanel", "default_runs_dir", "export_r
 #: Environment variable that overrides the runs folder (tests point it at a temporary folder).
 RUNS_DIR_ENV = "WORKBENCH_RUNS_DIR"
 #: Table columns.
-COLUMNS = ("Run", "Status", "Steps", "Median step", "Peak memory", "Trainable", "Final loss", "Setup", "Started")
+COLUMNS = ("Run", "Status", "Steps", "Step time", "Peak memory", "Trainable", "Final loss", "Setup")
 _RECORD_ROLE = int(Qt.ItemDataRole.UserRole) + 1
 
 
@@ -58,7 +58,7 @@ def default_runs_dir() -> Path:
 
 
 def setup_text(config: dict[str, Any]) -> str:
-    """A run's setup in a few words: ``adamw · bs 16 · 64 px · cpu · bf16``.
+    """A run's setup in a few words: ``adamw bs16 64px cpu bf16``.
 
     Args:
         config: the run's ``TrainConfig`` dict.
@@ -66,16 +66,16 @@ def setup_text(config: dict[str, Any]) -> str:
     Returns:
         The text.
     """
-    parts = [str(config.get("optimizer", "?")), f"bs {config.get('batch_size', '?')}"]
+    parts = [str(config.get("optimizer", "?")), f"bs{config.get('batch_size', '?')}"]
     if config.get("image_size"):
-        parts.append(f"{config['image_size']} px")
+        parts.append(f"{config['image_size']}px")
     parts.append(str(config.get("device", "auto")))
     if config.get("amp") and config.get("amp") != "off":
         parts.append(str(config["amp"]))
     data = str(config.get("data", "synthetic"))
     if not data.startswith("synthetic"):
         parts.append(data.split(":", 1)[0])
-    return " · ".join(parts)
+    return " ".join(parts)
 
 
 def _swatch(color: QColor) -> QIcon:
@@ -132,7 +132,9 @@ class RunsPanel(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
-        self.table.setColumnWidth(0, 180)
+        self.table.setColumnWidth(0, 112)
+        self.table.horizontalHeaderItem(3).setToolTip("Median time of one training step (forward, backward, optimizer)")
+        self.table.horizontalHeaderItem(4).setToolTip("CUDA: peak allocated memory; CPU: the largest process RSS seen")
         self.table.itemSelectionChanged.connect(self._selection_changed)
         self.table.itemDoubleClicked.connect(lambda _i: self._export())
         self.compare = QLabel(self)
@@ -212,7 +214,10 @@ class RunsPanel(QWidget):
         name = _Item(r.name, r.created)
         name.setIcon(_swatch(run_color(self.color_index(r))))
         name.setData(_RECORD_ROLE, r)
-        name.setToolTip(f"{r.name}\n{r.model.get('label', '')} · {r.model.get('note', '')}\nfolder: {r.folder}")
+        name.setToolTip(
+            f"{r.name}\n{r.model.get('label', '')} · {r.model.get('note', '')}\n"
+            f"started {r.created.replace('T', ' ')[:19]}\nfolder: {r.folder}"
+        )
         status = _Item(r.status)
         status.setToolTip(r.message or r.status)
         color = {"completed": "#1a7f37", "failed": "#c62828", "nonfinite": "#c62828", "running": "#1f5fbf"}.get(r.status)
@@ -220,7 +225,8 @@ class RunsPanel(QWidget):
             status.setForeground(QColor(color))
         if r.verify is not None:
             ok = bool(r.verify.get("ok"))
-            status.setText(f"{r.status} · verify {'✓' if ok else '✗'}")
+            status.setText(f"{r.status} {'✓' if ok else '✗'}")
+            status.setToolTip(f"{r.message or r.status}\nverify: {'OK' if ok else 'FAILED'}")
         total_steps = r.summary.get("total_steps")
         steps_text = f"{r.steps()}" + (f" / {total_steps}" if r.running and total_steps else "")
         cells = [
@@ -228,14 +234,13 @@ class RunsPanel(QWidget):
             status,
             _Item(steps_text, r.steps()),
             _Item(f"{ms:.1f} ms" if ms is not None else "–", ms),
-            _Item((fmt_bytes(int(peak)) + (" (RSS)" if "RSS" in r.memory_source() else "")) if peak else "–", peak),
+            _Item(f"{peak / 1e6:,.0f} MB" if peak else "–", peak),
             _Item(
                 (fmt_count(trainable) + (f" ({fmt_percent(trainable, total)})" if total else "")) if trainable is not None else "–",
                 trainable,
             ),
             _Item(f"{loss:.4f}" if loss is not None else "–", loss),
             _Item(setup_text(r.config)),
-            _Item(r.created.replace("T", " ")[:19], r.created),
         ]
         for col, item in enumerate(cells):
             self.table.setItem(row, col, item)

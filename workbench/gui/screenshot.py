@@ -1,13 +1,22 @@
-"""Render the window offscreen to PNG files for the documentation.
+"""Render the window offscreen to PNG files for the documentation, with real training runs.
 
 Usage::
 
     QT_QPA_PLATFORM=offscreen python -m workbench.gui.screenshot docs/screenshots
 
-writes ``main_window.png`` (resnet18 with layer1–layer3 frozen, layer4 at LR × 0.1 with A+B
-on its last block, fc trainable, a finding in the cost panel) and ``filter.png`` (the tree
-filtered by a search). Settings go to a
-temporary folder, so the user's recent files and geometry are neither used nor changed.
+It trains resnet18 (random weights, synthetic 64 px images, batch 16, CPU) twice through the
+window's own training thread: run #1 fine-tunes everything; run #2 starts the same way and,
+part-way through, the stem and ``layer1``–``layer3`` are frozen in the tree while it trains.
+Then it writes:
+
+- ``training.png``: the window during run #2, just after the live freeze (marker on every plot);
+- ``main_window.png``: after run #2, run #1 overlaid (dashed) for comparison;
+- ``runs.png``: the Runs tab comparing both runs;
+- ``verify.png``: the Verify tab of run #2;
+- ``diagnostics.png``: the Diagnostics tab after a model check of a plan with pitfalls;
+- ``filter.png``: the tree filtered by a search.
+
+Settings and runs go to a temporary folder, so the user's files are neither used nor changed.
 """
 
 from __future__ import annotations
@@ -15,75 +24,135 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
-__all__ = ["render", "main"]
+__all__ = ["main", "render"]
 
 
-def render(out_dir: str | Path, size: tuple[int, int] = (1400, 850)) -> list[Path]:
-    """Render the screenshots.
+def _wait(app: Any, done: Callable[[], bool], timeout: float = 300.0) -> None:
+    """Run the event loop until ``done()`` (or ``timeout`` seconds: then raise)."""
+    end = time.monotonic() + timeout
+    while not done():
+        if time.monotonic() > end:
+            raise TimeoutError("the window did not get there in time")
+        app.processEvents()
+        time.sleep(0.01)
+
+
+def render(
+    out_dir: str | Path,
+    size: tuple[int, int] = (1400, 850),
+    steps: tuple[int, int] = (36, 60),
+    freeze_at: int = 24,
+) -> list[Path]:
+    """Train twice in the window and render the screenshots.
 
     Args:
         out_dir: destination folder (created if needed).
         size: window size in pixels.
+        steps: steps of run #1 and run #2.
+        freeze_at: step of run #2 after which the backbone is frozen.
 
     Returns:
         The written files.
     """
+    import torch
     from PySide6.QtCore import QCoreApplication, QEvent, QSettings
     from PySide6.QtWidgets import QApplication
 
     from workbench.core.atomic import atomic_path
     from workbench.gui.app import create_application
-    from workbench.gui.features import has_reparam
     from workbench.gui.main_window import MainWindow
-    from workbench.gui.plan_edits import A_PLUS_B
+    from workbench.gui.runs import RUNS_DIR_ENV
     from workbench.gui.tree_model import Column
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
+    torch.set_num_threads(max(1, min(2, torch.get_num_threads())))
     with tempfile.TemporaryDirectory() as tmp:
         QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, tmp)
-        app = create_application()
-        app.setStyle("Fusion")
-        window = MainWindow()
-        window.resize(*size)
-        window.show()
-        c = window.controller
-        c.set_value(["layer1", "layer2", "layer3"], "frozen", True, "Freeze layer1–layer3")
-        c.set_value(["layer4"], "lr_scale", 0.1)
-        if has_reparam():
-            c.set_value(["layer4.1"], "reparam", dict(A_PLUS_B))
-        c.set_value(["conv1"], "frozen", True)
-        c.set_value(["bn1"], "frozen", True)
-        c.set_value(["bn1"], "bn_eval", False)  # a pitfall, so the cost panel shows a finding
-        for path in ("layer1", "layer1.0", "layer4", "layer4.1"):
-            window.view.expand(window.proxy.mapFromSource(window.tree_model.index_of(path)))
-        window.select_path("layer1.0.conv1")
-        app.processEvents()
+        old_runs = os.environ.get(RUNS_DIR_ENV)
+        os.environ[RUNS_DIR_ENV] = str(Path(tmp) / "runs")
+        try:
+            app = create_application()
+            app.setStyle("Fusion")
+            window = MainWindow()
+            window.resize(*size)
+            window.show()
+            c = window.controller
+            t = window.training
+            tabs = window.right_panel
 
-        def grab(name: str) -> None:
-            for _ in range(3):
+            def grab(name: str) -> None:
+                for _ in range(3):
+                    app.processEvents()
+                t.plots.redraw()
                 app.processEvents()
-            path = out / name
-            with atomic_path(path) as tmp_png:
-                window.grab().save(str(tmp_png), "PNG")
-            path.chmod(0o644)  # the temporary file was created private (mkstemp)
-            written.append(path)
+                path = out / name
+                with atomic_path(path) as tmp_png:
+                    window.grab().save(str(tmp_png), "PNG")
+                path.chmod(0o644)
+                written.append(path)
 
-        grab("main_window.png")
-        window.filter_edit.setText("bn")
-        window.view.scrollTo(window.proxy.index(0, Column.MODULE))
-        grab("filter.png")
-        window.filter_edit.clear()
-        c.undo_stack.setClean()
-        window.close()
-        window.deleteLater()
-        QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-        del window
-        QApplication.processEvents()
+            t.panel.set_values(batch_size=16, image_size=64, device="cpu", data="synthetic", lr=1e-3)
+            # run 1: everything trains
+            t.panel.set_values(steps=steps[0])
+            assert t.panel.start()
+            _wait(app, lambda: t.runs.state == "idle")
+            first = t.runs.records[-1]
+            # run 2: freeze the backbone while it trains
+            t.panel.set_values(steps=steps[1])
+            assert t.panel.start()
+            _wait(app, lambda: t.runs.current is not None and len(t.runs.current.metrics) >= freeze_at)
+            c.set_value(["conv1", "bn1", "layer1", "layer2", "layer3"], "frozen", True, "Freeze the backbone up to layer3")
+            for path in ("layer3", "layer4"):
+                window.view.expand(window.proxy.mapFromSource(window.tree_model.index_of(path)))
+            window.select_path("layer4")
+            _wait(app, lambda: t.runs.current is not None and any(m.kind == "change" for m in t.plots.markers)
+                  and len(t.runs.current.metrics) >= freeze_at + 12)
+            tabs.setCurrentWidget(t.plots)
+            grab("training.png")
+            _wait(app, lambda: t.runs.state == "idle")
+            second = t.runs.records[-1]
+            t.runs_panel.select([first, second])
+            tabs.setCurrentWidget(t.plots)
+            grab("main_window.png")
+            tabs.setCurrentWidget(t.runs_panel)
+            grab("runs.png")
+            t.runs_panel.select([second])
+            tabs.setCurrentWidget(t.verify)
+            grab("verify.png")
+            if window.diagnostics is not None:
+                c.set_value(["layer4"], "lr_scale", 0.1)
+                c.set_value(["bn1"], "bn_eval", False)  # frozen BatchNorm in train mode: a pitfall
+                c.set_value(["layer1"], "lr_scale", 0.5)  # no effect on frozen modules: another
+                done: list[bool] = []
+                c.checkFinished.connect(lambda *_: done.append(True))
+                if window.diagnostics.run():
+                    _wait(app, lambda: bool(done))
+                tabs.setCurrentWidget(window.diagnostics)
+                if window.diagnostics.rows:
+                    window.diagnostics.table.selectRow(0)
+                grab("diagnostics.png")
+            tabs.setCurrentIndex(0)
+            window.filter_edit.setText("bn")
+            window.view.scrollTo(window.proxy.index(0, Column.MODULE))
+            grab("filter.png")
+            window.filter_edit.clear()
+            c.undo_stack.setClean()
+            window.close()
+            window.deleteLater()
+            QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+            del window
+            QApplication.processEvents()
+        finally:
+            if old_runs is None:
+                os.environ.pop(RUNS_DIR_ENV, None)
+            else:
+                os.environ[RUNS_DIR_ENV] = old_runs
     return written
 
 

@@ -1,0 +1,210 @@
+"""Training inside the desktop app: GUI responsiveness, and step time against a headless run.
+
+1. Event-loop latency: while resnet18 trains in the app (offscreen window, live plots), a
+   10 ms ``QTimer`` (precise) records how late each tick fires, over ``--seconds`` of training
+   (target: p99 <= 50 ms). The same timer with the app idle gives the floor.
+2. Step time: the same config trained in the app (worker thread, plots redrawing) and headless
+   (``Trainer.run()`` in the main thread, no event loop), ``--rounds`` times in turn, so load
+   from other processes hits both alike; the ratio of their medians (target: <= 1.05x).
+
+Also reported: metric batches and redraws per second while training (the worker sends at most
+about 20 batches a second; the plots redraw at about 15 Hz).
+
+Nothing is asserted: it prints a table, and ``--json out.json`` writes the numbers.
+
+Run: python tests/benchmarks/bench_gui_training.py [--device cuda] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+import torch  # noqa: E402
+
+
+def _percentile(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    s = sorted(xs)
+    k = min(len(s) - 1, max(0, round(q / 100.0 * (len(s) - 1))))
+    return s[k]
+
+
+class LatencyProbe:
+    """A 10 ms precise QTimer that records how late each tick fires (ms)."""
+
+    def __init__(self, interval_ms: int = 10) -> None:
+        from PySide6.QtCore import Qt, QTimer
+
+        self.interval = interval_ms / 1000.0
+        self.late: list[float] = []
+        self._last: float | None = None
+        self.timer = QTimer()
+        self.timer.setTimerType(Qt.TimerType.PreciseTimer)
+        self.timer.setInterval(interval_ms)
+        self.timer.timeout.connect(self._tick)
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        if self._last is not None:
+            self.late.append(max(0.0, (now - self._last - self.interval) * 1000.0))
+        self._last = now
+
+    def start(self) -> None:
+        self.late.clear()
+        self._last = None
+        self.timer.start()
+
+    def stop(self) -> dict[str, float]:
+        self.timer.stop()
+        return {
+            "ticks": len(self.late),
+            "p50_ms": _percentile(self.late, 50),
+            "p99_ms": _percentile(self.late, 99),
+            "max_ms": max(self.late) if self.late else float("nan"),
+        }
+
+
+def spin(app: Any, done: Callable[[], bool], timeout: float) -> None:
+    """Run the event loop (exec, not polling) until ``done()`` or ``timeout`` seconds."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    check = QTimer()
+    check.setInterval(20)
+    check.timeout.connect(lambda: loop.quit() if done() else None)
+    check.start()
+    QTimer.singleShot(int(timeout * 1000), loop.quit)
+    if not done():
+        loop.exec()
+    check.stop()
+
+
+def step_times(metrics: list[dict[str, Any]], warmup: int) -> list[float]:
+    return [m["step_time_s"] for m in metrics[warmup:] if m.get("step_time_s") == m.get("step_time_s")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("--seconds", type=float, default=6.0, help="training time the latency is measured over")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=15, help="steps per round of the step-time comparison")
+    parser.add_argument("--warmup", type=int, default=3, help="first steps of each run left out")
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--json", metavar="PATH", help="write the results as JSON")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from PySide6.QtCore import QSettings
+
+    from workbench.core.engine import Trainer
+    from workbench.gui.app import create_application
+
+    tmp = tempfile.mkdtemp(prefix="bench-gui-")
+    QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, tmp)
+    os.environ["WORKBENCH_RUNS_DIR"] = str(Path(tmp) / "runs")
+    app = create_application()
+    from workbench.gui.main_window import MainWindow
+
+    window = MainWindow()
+    window.resize(1400, 850)
+    window.show()
+    c, t = window.controller, window.training
+    t.panel.set_values(batch_size=args.batch_size, image_size=args.image_size, device=args.device, data="synthetic")
+    probe = LatencyProbe()
+
+    # ---- 1. event-loop latency, idle then training
+    probe.start()
+    spin(app, lambda: False, 2.0)
+    idle = probe.stop()
+    t.panel.set_values(steps=1_000_000)
+    batches: list[float] = []
+    t.runs.metricsReceived.connect(lambda _b: batches.append(time.perf_counter()))
+    assert t.panel.start()
+    spin(app, lambda: bool(batches), 300.0)  # setup done, first metrics in
+    redraws0, t0, n0 = t.plots.redraws, time.perf_counter(), len(batches)
+    probe.start()
+    spin(app, lambda: time.perf_counter() - t0 >= args.seconds, args.seconds + 60)
+    training = probe.stop()
+    elapsed = time.perf_counter() - t0
+    redraw_rate = (t.plots.redraws - redraws0) / elapsed
+    batch_rate = (len(batches) - n0) / elapsed
+    steps_seen = len(t.runs.current.metrics) if t.runs.current is not None else 0
+    t.runs.stop()
+    spin(app, lambda: t.runs.state == "idle", 120.0)
+
+    # ---- 2. step time: app vs headless, in turn
+    app_medians: list[float] = []
+    headless_medians: list[float] = []
+    for _ in range(args.rounds):
+        t.panel.set_values(steps=args.steps)
+        assert t.panel.start()
+        spin(app, lambda: t.runs.state == "idle", 600.0)
+        rec = t.runs.records[-1]
+        app_medians.append(statistics.median(step_times(rec.metrics, args.warmup)))
+        cfg = t.panel.config()
+        trainer = Trainer(cfg, model=copy.deepcopy(c.model), plan=c.plan.copy())
+        metrics = [m.to_dict() for m in trainer.steps()]
+        headless_medians.append(statistics.median(step_times(metrics, args.warmup)))
+    c.undo_stack.setClean()
+    window.close()
+
+    app_ms = statistics.median(app_medians) * 1000
+    headless_ms = statistics.median(headless_medians) * 1000
+    results = {
+        "config": {
+            "model": "resnet18", "batch_size": args.batch_size, "image_size": args.image_size, "device": args.device,
+            "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+        },
+        "latency_idle": idle,
+        "latency_training": {**training, "seconds": elapsed, "steps": steps_seen},
+        "redraws_per_s": redraw_rate,
+        "metric_batches_per_s": batch_rate,
+        "step_ms_app": app_ms,
+        "step_ms_headless": headless_ms,
+        "step_ms_app_rounds": [x * 1000 for x in app_medians],
+        "step_ms_headless_rounds": [x * 1000 for x in headless_medians],
+        "ratio_app_over_headless": app_ms / headless_ms,
+    }
+    rows = [
+        ("event-loop lateness, idle (p50 / p99 / max)", f"{idle['p50_ms']:.2f} / {idle['p99_ms']:.2f} / {idle['max_ms']:.1f} ms", ""),
+        (
+            f"event-loop lateness, training {elapsed:.1f} s (p50 / p99 / max)",
+            f"{training['p50_ms']:.2f} / {training['p99_ms']:.2f} / {training['max_ms']:.1f} ms",
+            "p99 <= 50 ms",
+        ),
+        ("plot redraws per second while training", f"{redraw_rate:.1f}", "about 15"),
+        ("metric batches per second", f"{batch_rate:.1f}", "<= about 20"),
+        ("median step time in the app", f"{app_ms:.1f} ms", ""),
+        ("median step time headless (Trainer.run)", f"{headless_ms:.1f} ms", ""),
+        ("app / headless", f"{app_ms / headless_ms:.3f}x", "<= 1.05x"),
+    ]
+    print(f"resnet18 · batch {args.batch_size} · {args.image_size} px · {args.device} · "
+          f"{torch.get_num_threads()} torch threads · {args.rounds} rounds of {args.steps} steps")
+    width = max(len(r[0]) for r in rows)
+    for name, value, target in rows:
+        print(f"{name:<{width}}  {value:>24}  {target}")
+    if args.json:
+        from workbench.core.atomic import atomic_write
+
+        atomic_write(args.json, json.dumps(results, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,352 @@
+"""Training in the window: the worker thread, live plots, live freezing, runs, verification.
+
+Small and quick: resnet18 at 32 px with batch 4 (about 30–60 ms a step on one thread), or a
+tiny model injected through ``controller.set_loaded``; waits use ``waitSignal`` and
+``waitUntil``, never sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from PySide6.QtCore import Qt
+from torch import nn
+
+from workbench.core.metrics import load_metrics
+from workbench.core.plan import FreezePlan
+from workbench.gui.main_window import MainWindow
+from workbench.gui.model_loading import loaded_from_model
+from workbench.gui.worker import running_threads
+
+LAYER1_PARAMS = 147_968
+LONG = 100_000  # steps of runs the test stops itself
+
+
+@pytest.fixture
+def window(qtbot: Any) -> MainWindow:
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.resize(1200, 800)
+    w.show()
+    qtbot.waitExposed(w)
+    w.training.panel.set_values(batch_size=4, image_size=32, steps=LONG, device="cpu", data="synthetic")
+    return w
+
+
+def start(qtbot: Any, w: MainWindow, **values: Any) -> list[dict[str, Any]]:
+    """Start a run and return the first metric batch."""
+    t = w.training
+    if values:
+        t.panel.set_values(**values)
+    with qtbot.waitSignal(t.runs.metricsReceived, timeout=120_000) as blocker:
+        assert t.panel.start()
+    return blocker.args[0]
+
+
+def finish(qtbot: Any, w: MainWindow, stop: bool = True) -> Any:
+    """Stop (or let end) the run in progress; returns its record once its thread has ended."""
+    t = w.training
+    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000) as blocker:
+        if stop:
+            t.panel.act_stop.trigger()
+    return blocker.args[0]
+
+
+def run_short(qtbot: Any, w: MainWindow, steps: int = 3) -> Any:
+    t = w.training
+    t.panel.set_values(steps=steps)
+    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000) as blocker:
+        assert t.panel.start()
+    return blocker.args[0]
+
+
+def curve_points(w: MainWindow, name: str) -> int:
+    x, _y = w.training.plots.curves[name].getData()
+    return 0 if x is None else len(x)
+
+
+# ---------------------------------------------------------------- the issue's four scenarios
+def test_start_metrics_plots_and_stop_ends_the_thread(window: MainWindow, qtbot: Any) -> None:
+    t = window.training
+    batch = start(qtbot, window)
+    assert batch and {"step", "loss", "step_time_s", "mem_allocated", "trainable_params"} <= set(batch[0])
+    assert t.runs.state == "running"
+    assert not t.panel.act_start.isEnabled() and t.panel.act_stop.isEnabled() and t.panel.act_pause.isEnabled()
+    assert not t.panel.batch_size.isEnabled()  # settings are locked while a run trains
+    assert window.right_panel.currentWidget() is t.plots
+    qtbot.waitUntil(lambda: curve_points(window, "step_ms") > 0, timeout=10_000)  # drawn by the timer
+    for name in ("step_ms", "step_ms_ema", "mem_alloc", "mem_peak", "trainable", "loss", "throughput"):
+        assert curve_points(window, name) > 0, name
+    assert "step time" in t.plots.readout_text() and "RSS" in t.plots.readout_text()
+    assert t.panel.progress.maximum() == LONG
+    record = finish(qtbot, window)
+    assert record.status == "stopped" and not running_threads()
+    assert t.runs.state == "idle" and t.panel.act_start.isEnabled() and t.panel.batch_size.isEnabled()
+    assert (record.folder / "run.json").is_file() and (record.folder / "metrics.csv").is_file()
+    assert len(load_metrics(record.folder / "metrics.csv")) == len(record.metrics) == record.steps()
+
+
+def test_freezing_mid_run_lowers_trainable_and_adds_a_marker(window: MainWindow, qtbot: Any) -> None:
+    t = window.training
+    c = window.controller
+    first = start(qtbot, window)
+    before = first[-1]["trainable_params"]
+    assert before == c.counts.total
+    c.set_value(["layer1"], "frozen", True)  # a click in the tree, while training
+    record = t.runs.current
+    qtbot.waitUntil(lambda: any(m["trainable_params"] < before for m in record.metrics), timeout=60_000)
+    changed = next(m for m in record.metrics if m["trainable_params"] < before)
+    assert before - changed["trainable_params"] == LAYER1_PARAMS
+    assert any("froze layer1" in e for e in changed["events"])  # applied at that step
+    assert all(m["trainable_params"] == before for m in record.metrics if m["step"] < changed["step"])
+    labels = t.plots.marker_labels()
+    assert any(label.startswith("froze layer1") for label in labels), labels
+    marker = next(m for m in t.plots.markers if m.label.startswith("froze layer1"))
+    assert len(marker.lines) == len(t.plots.plots)  # on every plot
+    for line, plot in zip(marker.lines, t.plots.plots.values()):
+        assert line in plot.items and line.value() == changed["step"]
+    # the change is kept with the run, and the loaded model is not the one that trained
+    record = finish(qtbot, window)
+    assert any("froze layer1" in e["label"] for e in record.events)
+    assert record.final_plan["rules"] == [{"select": "layer1", "frozen": True}]
+    assert all(p.requires_grad for p in c.model.parameters())
+    # the verify tab shows the frozen modules green
+    assert t.verify.ok is True and t.verify.status.get("layer1") == "ok"
+
+
+def test_error_in_a_training_step_shows_a_dialog_and_the_app_stays_usable(
+    window: MainWindow, qtbot: Any, dialogs: Any
+) -> None:
+    t = window.training
+
+    def boom(step: int) -> None:
+        if step == 2:
+            raise RuntimeError("injected failure")
+
+    t.runs.trainer_kwargs = {"step_hook": boom}
+    record = run_short(qtbot, window, steps=50)
+    assert record.status == "failed" and "injected failure" in record.message
+    kind, title, message = dialogs.kinds("error")[-1]
+    assert title == "Training failed" and "step 2" in message and "injected failure" in message
+    assert not running_threads() and t.runs.state == "idle"
+    assert t.panel.act_start.isEnabled()
+    assert t.runs_panel.table.item(0, 1).text().startswith("failed")
+    # usable after: edit the plan, train again
+    t.runs.trainer_kwargs = {}
+    window.controller.set_value(["layer1"], "frozen", True)
+    again = run_short(qtbot, window, steps=3)
+    assert again.status == "completed" and again.steps() == 3
+    assert len(dialogs.kinds("error")) == 1
+
+
+def test_closing_the_window_mid_run_stops_within_one_step(qtbot: Any) -> None:
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.show()
+    w.training.panel.set_values(batch_size=4, image_size=32, steps=LONG, device="cpu")
+    start(qtbot, w)
+    session = w.training.runs.session
+    assert session is not None and session.is_running()
+    trainer = session._control.trainer
+    at_stop: list[int] = []
+    real_stop = session.stop
+
+    def stop() -> None:  # note the step the trainer is at when the window asks it to stop
+        at_stop.append(trainer.step)
+        real_stop()
+
+    session.stop = stop
+    record = w.training.runs.current
+    assert w.close()
+    assert not running_threads() and not session.is_running()  # joined before close() returned
+    assert at_stop and record.steps() <= at_stop[0] + 1
+    assert record.status == "stopped"
+    saved = json.loads((record.folder / "run.json").read_text())
+    assert saved["status"] == "stopped" and saved["summary"]["steps"] == record.steps()
+
+
+# ---------------------------------------------------------------- controls and worker
+def test_pause_and_resume(window: MainWindow, qtbot: Any) -> None:
+    t = window.training
+    start(qtbot, window)
+    t.panel.act_pause.trigger()
+    assert t.runs.state == "paused" and t.panel.act_pause.text() == "&Resume"
+    trainer = t.runs.session._control.trainer
+    qtbot.waitUntil(lambda: trainer.paused, timeout=30_000)
+    held = trainer.step
+    qtbot.waitUntil(lambda: len(t.runs.current.metrics) >= held, timeout=10_000)  # flushed at once on pause
+    assert trainer.step == held
+    t.panel.act_pause.trigger()
+    assert t.runs.state == "running"
+    qtbot.waitUntil(lambda: trainer.step > held, timeout=30_000)
+    finish(qtbot, window)
+
+
+def test_worker_emits_at_most_about_twenty_batches_a_second(window: MainWindow, qtbot: Any) -> None:
+    torch.manual_seed(0)
+    tiny = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 10))
+    window.controller.set_loaded(loaded_from_model(tiny, "tiny"))
+    t = window.training
+    batches: list[int] = []
+    t.runs.metricsReceived.connect(lambda b: batches.append(len(b)))
+    t.panel.set_values(steps=1500, image_size=8, batch_size=4)
+    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000) as blocker:
+        assert t.panel.start()
+    record = blocker.args[0]
+    assert record.status == "completed" and sum(batches) == 1500 == len(record.metrics)
+    wall = record.metrics[-1]["wall_time"]
+    assert len(batches) <= wall / 0.05 + 2, (len(batches), wall)  # throttled, however fast the steps
+    assert max(batches) > 1  # several steps per batch
+
+
+def test_plan_that_leaves_nothing_trainable_is_not_sent(window: MainWindow, qtbot: Any) -> None:
+    t = window.training
+    first = start(qtbot, window)
+    messages: list[str] = []
+    window.statusBar().messageChanged.connect(messages.append)
+    window.controller.set_value([""], "frozen", True)
+    assert any("nothing trainable" in m for m in messages), messages
+    record = t.runs.current
+    n = len(record.metrics)
+    qtbot.waitUntil(lambda: len(record.metrics) > n + 1, timeout=60_000)
+    assert record.metrics[-1]["trainable_params"] == first[-1]["trainable_params"]  # the run goes on as it was
+    finish(qtbot, window)
+
+
+def test_invalid_settings_show_an_error_and_start_nothing(window: MainWindow, dialogs: Any) -> None:
+    t = window.training
+    t.panel.lr.setText("fast")
+    assert not t.panel.start()
+    assert dialogs.kinds("error")[-1][1] == "Cannot start training" and "learning rate" in dialogs.kinds("error")[-1][2]
+    t.panel.lr.setText("1e-3")
+    t.panel.set_values(data="imagefolder:")
+    assert not t.panel.start()
+    assert "folder" in dialogs.kinds("error")[-1][2]
+    assert t.runs.records == [] and t.runs.state == "idle"
+
+
+def test_missing_dataset_reports_the_setup_error(window: MainWindow, qtbot: Any, dialogs: Any, tmp_path: Path) -> None:
+    t = window.training
+    t.panel.set_values(data=f"imagefolder:{tmp_path / 'nowhere'}", steps=3)
+    with qtbot.waitSignal(t.runs.runEnded, timeout=60_000) as blocker:
+        assert t.panel.start()
+    record = blocker.args[0]
+    assert record.status == "failed" and not running_threads()
+    assert dialogs.kinds("error")[-1][1] == "Cannot start training" and "nowhere" in dialogs.kinds("error")[-1][2]
+
+
+# ---------------------------------------------------------------- plots
+def test_stages_show_as_markers_and_x_axis_switches(window: MainWindow, qtbot: Any, dialogs: Any, tmp_path: Path) -> None:
+    t = window.training
+    c = window.controller
+    plan = FreezePlan.from_dict(
+        {"rules": [{"select": "layer1", "frozen": True}], "stages": [{"at_step": 4, "label": "thaw", "rules": [{"select": "layer1", "frozen": False}]}]}
+    )
+    path = tmp_path / "staged.json"
+    plan.save(path)
+    assert window.open_plan(str(path))
+    t.panel.set_values(steps=40)
+    with qtbot.waitSignal(t.runs.prepared, timeout=60_000):
+        assert t.panel.start()
+    assert any(m.kind == "planned" and "stage 0" in m.label for m in t.plots.markers)
+    record = finish(qtbot, window, stop=False)
+    kinds = [(m.kind, m.label) for m in t.plots.markers]
+    assert any(k == "stage" and label.startswith("stage 0: unfroze layer1") for k, label in kinds), kinds
+    assert not any(k == "planned" for k, _ in kinds)
+    stage = next(m for m in t.plots.markers if m.kind == "stage")
+    assert stage.step == 4 and stage.lines[0].value() == 4
+    assert record.metrics[-1]["trainable_params"] == c.counts.total
+    t.plots.set_x_mode("wall")
+    assert stage.lines[0].value() == pytest.approx(stage.wall)
+    x, _ = t.plots.curves["step_ms"].getData()
+    assert x[-1] == pytest.approx(record.metrics[-1]["wall_time"])
+    t.plots.show_crosshair(float(x[len(x) // 2]))
+    assert all(v.isVisible() for v in t.plots._vlines.values()) and "step " in t.plots.readout_text(float(x[3]))
+    t.plots.show_crosshair(None)
+    t.plots.set_ema(0.0)
+    assert list(t.plots.buffer.column("step_ms_ema")) == list(t.plots.buffer.column("step_ms"))
+    # files
+    png = tmp_path / "plots.png"
+    assert t.plots.save_png(str(png)) == str(png) and png.read_bytes()[:4] == b"\x89PNG"
+    dialogs.script("save_file", str(tmp_path / "metrics"))
+    t.plots.csv_button.click()
+    rows = load_metrics(tmp_path / "metrics.csv")
+    assert len(rows) == record.steps() == 40
+
+
+# ---------------------------------------------------------------- runs
+def test_runs_persist_compare_and_overlay(window: MainWindow, qtbot: Any, runs_dir: Path, dialogs: Any) -> None:
+    t = window.training
+    full = run_short(qtbot, window, steps=4)
+    window.controller.set_value(["layer1", "layer2", "layer3"], "frozen", True)
+    frozen = run_short(qtbot, window, steps=4)
+    assert [r.name for r in t.runs.records] == ["#1 resnet18", "#2 resnet18"]
+    table = t.runs_panel.table
+    assert table.rowCount() == 2 and table.item(0, 0).text() == "#2 resnet18"  # newest first
+    assert table.item(0, 3).text().endswith(" ms") and table.item(0, 4).text() != "–"
+    assert frozen.trainable() < full.trainable()
+    t.runs_panel.select([full, frozen])
+    assert "×" in t.runs_panel.compare.text() and "#2 resnet18 vs #1 resnet18" in t.runs_panel.compare.text()
+    # the shown run (#2) is drawn in full; #1 is overlaid with its own colour and named in the legend
+    assert set(t.plots.overlays) == {full.id}
+    x, y = t.plots.overlays[full.id].curves["step_ms_ema"].getData()
+    assert len(x) == 4
+    legend = [label.text for _item, label in t.plots._legend_step.items]
+    assert "#1 resnet18" in legend
+    # use a run's plan
+    t.runs_panel.select([full])
+    t.runs_panel.use_plan_button.click()
+    assert window.controller.plan.rules == []
+    window.controller.undo_stack.undo()
+    assert len(window.controller.plan.rules) == 3
+    window.controller.undo_stack.setClean()
+
+    # a new window finds them again (the store is WORKBENCH_RUNS_DIR)
+    w2 = MainWindow()
+    qtbot.addWidget(w2)
+    again = list(w2.training.runs.records)
+    assert [r.name for r in again] == ["#1 resnet18", "#2 resnet18"]
+    assert again[1].status == "completed" and again[1].median_step_ms() == pytest.approx(frozen.median_step_ms())
+    assert again[1].verify["ok"] is True
+    w2.training.runs_panel.select(again)
+    assert set(w2.training.plots.overlays) == {r.id for r in again}
+    assert len(again[0].metrics) == 4  # loaded from metrics.csv when selected
+    w2.training.runs_panel.select([again[0]])
+    assert w2.training.verify.ok is True  # selecting one run shows its verification
+    # delete
+    dialogs.script("ask", "Delete")
+    w2.training.runs_panel.delete_button.click()
+    assert [r.name for r in w2.training.runs.records] == ["#2 resnet18"]
+    assert not (runs_dir / again[0].id).exists()
+    w2.close()
+
+
+def test_verify_panel_shows_a_failure_in_red(qtbot: Any) -> None:
+    from workbench.gui.verify_panel import VerifyPanel
+
+    panel = VerifyPanel()
+    qtbot.addWidget(panel)
+    report = {
+        "ok": False,
+        "checked": {"frozen": 2, "bn_stats": 2, "trainable": 2},
+        "violations": [
+            {"name": "layer1.0.bn1.running_mean", "module": "layer1.0.bn1", "kind": "bn_stats_changed",
+             "severity": "error", "message": "running statistics moved"},
+        ],
+        "module_status": {"layer1.0.conv1": "ok", "layer1.0.bn1": "error", "fc": "ok"},
+    }
+    panel.show_report(report, "#9 test")
+    assert panel.ok is False and "FAILED" in panel.banner.text()
+    assert panel.status["layer1.0.bn1"] == "error" and panel.status["layer1"] == "error" and panel.status["fc"] == "ok"
+    root = panel.tree.topLevelItem(0)
+    assert root.text(0) == "(model)"
+    seen: list[str] = []
+    panel.moduleActivated.connect(seen.append)
+    layer1 = next(root.child(i) for i in range(root.childCount()) if root.child(i).text(0) == "layer1")
+    assert layer1.isExpanded()
+    panel.tree.itemClicked.emit(layer1, 0)
+    assert seen == ["layer1"]
