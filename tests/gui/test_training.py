@@ -13,7 +13,6 @@ from typing import Any
 
 import pytest
 import torch
-from PySide6.QtCore import Qt
 from torch import nn
 
 from workbench.core.metrics import load_metrics
@@ -350,3 +349,38 @@ def test_verify_panel_shows_a_failure_in_red(qtbot: Any) -> None:
     assert layer1.isExpanded()
     panel.tree.itemClicked.emit(layer1, 0)
     assert seen == ["layer1"]
+
+
+def test_plots_keep_to_their_drawing_budget_and_label_markers(qtbot: Any) -> None:
+    from workbench.gui.plots import PlotsPanel, marker_text
+    from workbench.gui.run_store import RunRecord
+
+    panel = PlotsPanel()
+    qtbot.addWidget(panel)
+    panel.show()
+    panel.start_run(RunRecord(id="r", name="#1 test"), total_params=2_000_000)
+    panel.budget = 1e-6  # any redraw is over budget: the next one waits the longest interval
+    panel.append([{"step": 0, "wall_time": 0.1, "step_time_s": 0.01, "trainable_params": 2_000_000}])
+    panel._tick()
+    drawn = panel.redraws
+    assert panel.frame_s > 0 and curve_count(panel) == 1
+    panel.append([{"step": 1, "wall_time": 0.2, "step_time_s": 0.01, "trainable_params": 1_000_000}])
+    panel._tick()  # too soon: not drawn
+    assert panel.redraws == drawn and curve_count(panel) == 1
+    panel._next_frame = 0.0
+    panel._tick()
+    assert panel.redraws == drawn + 1 and curve_count(panel) == 2
+    _x, y = panel.curves["trainable"].getData()
+    assert list(y) == [2.0, 1.0]  # in millions, as the title says
+    assert panel.plots["trainable"].titleLabel.text.endswith("(M)")
+    panel.timer.stop()
+    assert marker_text("plan change: froze layer1, layer2; BN eval layer1, layer2") == ("froze layer1, layer2 …", "change")
+    assert marker_text("plan change: no change") == ("", "")
+    assert marker_text("stage 1 'thaw': unfroze layer3")[1] == "stage"
+    assert marker_text("plan change refused: the plan leaves nothing trainable")[1] == "refused"
+    assert marker_text("loss nan: step skipped") == ("loss nan: step skipped", "alert")
+
+
+def curve_count(panel: Any) -> int:
+    x, _y = panel.curves["step_ms"].getData()
+    return 0 if x is None else len(x)

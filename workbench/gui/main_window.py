@@ -41,7 +41,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench import __version__
 from workbench.core.plan import FreezePlan, PlanError
 from workbench.core.zoo import CHECKPOINT_SUFFIXES, ModelSourceError
 from workbench.gui import dialogs, plan_edits

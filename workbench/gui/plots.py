@@ -1,10 +1,13 @@
 """Live training plots (pyqtgraph): step time, memory, trainable parameters, loss, throughput.
 
 The panel keeps the run it shows in a :class:`~workbench.gui.series.SeriesBuffer` (a ring
-buffer of numpy columns). Metric batches only append to the buffer; a ``QTimer`` at about
-15 Hz redraws from it with one ``setData`` per curve per tick, and only when the buffer
-changed, so a fast training loop never causes one redraw per step. Every plot clips to its
-view and downsamples (peak mode), so long runs stay cheap to draw.
+buffer of numpy columns). Metric batches only append to the buffer; a ``QTimer`` at 15 Hz
+redraws from it with one ``setData`` per curve per tick, and only when the buffer changed,
+so a fast training loop never causes one redraw per step. Redraws also keep to a CPU budget
+(:func:`drawing_budget`): when training takes every core, a redraw that cost 10 ms of CPU
+waits about 0.3 s for the next (never more than 0.5 s). Every plot clips to its view and downsamples (peak mode), the
+x range moves ahead in coarse steps and axes are cached as pixmaps, so a redraw costs a few
+milliseconds however long the run.
 
 Markers: each plan change and stage the engine reports (``StepMetrics.events``) becomes a
 vertical line labelled with the change on every plot; stages of the plan that are not
@@ -16,13 +19,15 @@ every plot and the values of the shown run at that step in the read-out cell.
 from __future__ import annotations
 
 import math
+import os
 import re
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Qt, QTimer, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QApplication,
@@ -52,8 +57,26 @@ PLOT_KEYS: tuple[tuple[str, str], ...] = (
     ("loss", "Loss"),
     ("throughput", "Throughput (samples/s)"),
 )
-#: Redraws per second while a run is shown live.
+#: Most redraws per second while a run is shown live (the timer's rate).
 REDRAW_HZ = 15
+#: Longest wait between two redraws of a live run, whatever the budget (2 per second).
+MAX_FRAME_INTERVAL_S = 0.5
+
+
+def drawing_budget() -> float:
+    """The share of one core live redraws may use (see :attr:`PlotsPanel.budget`).
+
+    When torch's threads take every core, each repaint of the window takes a core (and the
+    GIL) from the training step, which then waits for it; drawing is then held to 3 % of a
+    core (about 3 redraws a second of 10 ms each). With a core to spare, 50 %.
+
+    Returns:
+        The fraction.
+    """
+    import torch
+
+    spare = (os.cpu_count() or 1) - torch.get_num_threads()
+    return 0.5 if spare >= 1 else 0.03
 #: Colours given to runs (runs table swatches and overlay curves).
 #: Not the colours of the shown run's own curves (blue, red, green, purple) nor of markers.
 _PALETTE = (
@@ -302,9 +325,12 @@ class PlotsPanel(QWidget):
         self._set_memory_names("rss")
 
         self._mouse = pg.SignalProxy(self.graphics.scene().sigMouseMoved, rateLimit=30, slot=self._mouse_moved)
+        self.budget = drawing_budget()
+        self.frame_s = 0.0  # cost of the last timed redraw, painting included
+        self._next_frame = 0.0
         self.timer = QTimer(self)
         self.timer.setInterval(1000 // REDRAW_HZ)
-        self.timer.timeout.connect(self.redraw)
+        self.timer.timeout.connect(self._tick)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
@@ -401,6 +427,7 @@ class PlotsPanel(QWidget):
                 self._remove_marker(m)
         self.redraw()
         self.timer.stop()
+        self._refit_x()  # the run is complete: fit it exactly
         self._set_title()
 
     def show_record(self, record: RunRecord, metrics: list[dict[str, Any]]) -> None:
@@ -424,6 +451,7 @@ class PlotsPanel(QWidget):
         self.append(metrics)
         self._drawn = -1
         self.redraw()
+        self._refit_x()
         self._set_title()
 
     def _set_title(self) -> None:
@@ -509,6 +537,18 @@ class PlotsPanel(QWidget):
             self._update_readout(None)
         return True
 
+    def _tick(self) -> None:
+        """Timer tick: redraw when the data changed and the drawing budget allows it."""
+        now = time.perf_counter()
+        if now < self._next_frame or self.buffer.version == self._drawn:
+            return
+        cpu = time.thread_time()
+        if self.redraw():
+            self.graphics.viewport().repaint()  # paint now, so the cost below includes it
+            self.frame_s = time.thread_time() - cpu  # CPU time: wall time grows with the load
+            wait = min(MAX_FRAME_INTERVAL_S, self.frame_s / max(self.budget, 1e-3))
+            self._next_frame = now + max(1.0 / REDRAW_HZ, wait)
+
     def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
         super().showEvent(event)
         self.redraw()
@@ -519,6 +559,14 @@ class PlotsPanel(QWidget):
     def _reset_x(self) -> None:
         self._follow_x = True
         self._x_hi = -math.inf
+
+    def _refit_x(self) -> None:
+        """Live: follow the data again; otherwise fit the x range to everything shown."""
+        if self._live:
+            self._reset_x()
+        else:
+            self._follow_x = False
+            self.plots[PLOT_KEYS[0][0]].enableAutoRange(x=True)
 
     def _follow(self, x: np.ndarray) -> None:
         """Keep the x range ahead of the data in coarse steps, so the axes (whose tick labels
@@ -559,7 +607,7 @@ class PlotsPanel(QWidget):
             self.plots[key].setLabel("bottom", "step" if mode == "step" else "seconds", **{"color": "#444"})
         for m in self.markers:
             self._place(m)
-        self._reset_x()
+        self._refit_x()
         self._draw_overlays()
         self._drawn = -1
         for p in self.plots.values():
@@ -683,7 +731,7 @@ class PlotsPanel(QWidget):
             self.overlays[rid] = ov
         self._draw_overlays()
         self._rebuild_legends()
-        self._reset_x()
+        self._refit_x()
         self._drawn = -1
         self.redraw()
 

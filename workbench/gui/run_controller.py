@@ -163,6 +163,7 @@ class RunController(QObject):
         self._session = session
         self._fingerprint = c.tree.fingerprint
         self._watch = bool(watch_steps)
+        self._release_metrics()
         self.current = record
         self.info = {}
         self.records.append(record)
@@ -286,6 +287,13 @@ class RunController(QObject):
             self.statusMessage.emit(f"{record.name}: {record.message}")
 
     # ------------------------------------------------------------ the store
+    def _release_metrics(self) -> None:
+        """Forget the in-memory metrics of finished runs saved to disk (read again when needed)."""
+        for r in self.records:
+            if r.metrics_loaded and not r.running and r.folder is not None and (r.folder / "metrics.csv").is_file():
+                r.metrics = []
+                r.metrics_loaded = False
+
     def _save(self, record: RunRecord, metrics: bool) -> None:
         try:
             self.store.save(record, metrics=metrics)

@@ -175,6 +175,11 @@ class RunsPanel(QWidget):
         self._updating = False
         self.refresh()
 
+    def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        super().showEvent(event)
+        if self.runs.current is not None:
+            self.refresh()
+
     # ------------------------------------------------------------ table
     def color_index(self, record: RunRecord) -> int:
         """The colour index of a run (its position among all runs)."""
@@ -242,20 +247,21 @@ class RunsPanel(QWidget):
             _Item(f"{loss:.4f}" if loss is not None else "–", loss),
             _Item(setup_text(r.config)),
         ]
+        cells[-1].setToolTip(", ".join(f"{k}={v}" for k, v in r.config.items() if v not in (None, False, "")))
         for col, item in enumerate(cells):
             self.table.setItem(row, col, item)
 
     def _live_update(self, _batch: list) -> None:
+        """Steps of the running run (the other numbers are filled in when it ends; a median
+        over a growing run at every batch would cost the training thread GIL time)."""
         r = self.runs.current
-        if r is None:
+        if r is None or not self.isVisible():
             return
         row = self._row_of(r)
-        if row >= 0:
-            self._updating = True
-            try:
-                self._fill(row, r)
-            finally:
-                self._updating = False
+        item = self.table.item(row, 2) if row >= 0 else None
+        if item is not None:
+            total = r.summary.get("total_steps")
+            item.setText(f"{r.steps()}" + (f" / {total}" if total else ""))
 
     def _ended(self, record: RunRecord) -> None:
         self.refresh()

@@ -146,7 +146,6 @@ def render(
             window.close()
             window.deleteLater()
             QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
-            del window
             QApplication.processEvents()
         finally:
             if old_runs is None:

@@ -345,7 +345,7 @@ class TrainingPanel(QWidget):
             elif key == "weight_decay":
                 self.wd.setText(repr(float(v)))
             elif key == "device":
-                self._select(self.device_box, str(v))
+                self._select(self.device_box, "cuda:0" if str(v) == "cuda" else str(v))
             elif key == "amp":
                 self._select(self.amp_box, str(v))
             elif key == "channels_last":
