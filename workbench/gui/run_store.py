@@ -43,7 +43,7 @@ class RunStoreError(WorkbenchError):
 
 
 def _now() -> str:
-    return _dt.datetime.now().astimezone().isoformat(timespec="seconds")
+    return _dt.datetime.now().astimezone().isoformat(timespec="microseconds")  # runs in the same second sort in order
 
 
 def _clean(value: Any) -> Any:
