@@ -720,3 +720,20 @@ def test_cuda_gradients_match_plain(mode):
     for h in applied.installed("reparam").values():
         for (_, b), n in zip(h.trainable(), h.names):
             torch.testing.assert_close(b.grad, plain_params[h.param_path(n)].grad, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", ["exact", "fused"])
+def test_model_moved_after_apply_keeps_a_with_the_weights(mode):
+    """``plan.apply(model); model.to(...)``: A follows the model (dtype here; devices alike)."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(4, 3))
+    plan = wb.FreezePlan.from_dict({"rules": [{"select": "0", "reparam": {"kind": "a_plus_b", "mode": mode}}]})
+    applied = plan.apply(model)
+    model.to(torch.float64)
+    handle = applied.installed("reparam")["0"]
+    assert handle.a("weight").dtype == torch.float64 and handle.b("weight").dtype == torch.float64
+    opt = torch.optim.AdamW(applied.param_groups(lr=0.1, weight_decay=0.1))
+    model(torch.randn(2, 4, dtype=torch.float64)).sum().backward()
+    opt.step()  # the fused decay hook reads A on W's device and dtype
+    assert torch.allclose(handle.weight("weight"), handle.a("weight") + handle.b("weight"))
+    assert handle.b("weight").abs().sum() > 0

@@ -393,10 +393,15 @@ _HOOK: Any = None
 
 
 def _anchor_of(p: Tensor) -> Tensor | None:
+    """A of a fused W, on W's device and dtype (the model may have moved since install)."""
     entry = _ANCHORS.get(id(p))
     if entry is None or entry[0]() is not p:
         return None
-    return entry[1]
+    a = entry[1]
+    if a.device != p.device or a.dtype != p.dtype:
+        a = a.to(device=p.device, dtype=p.dtype)
+        _ANCHORS[id(p)] = (entry[0], a)
+    return a
 
 
 def _fused_decay_hook(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
@@ -476,22 +481,36 @@ class ReparamHandle:
         return f"{base}parametrizations.{name}"
 
     def a(self, name: str) -> Tensor:
-        """The fixed tensor A of parameter ``name``."""
-        return self._a[name]
+        """The fixed tensor A of parameter ``name``, where the model is now.
+
+        Exact mode reads the parametrization's buffer (``model.to()`` moves it); fused mode
+        keeps A beside the model and follows W's device and dtype when the model moved.
+        """
+        if self.mode == "exact":
+            m = self._module_ref()
+            if m is not None and parametrize.is_parametrized(m, name):
+                return m.parametrizations[name][0].A
+            return self._a[name]
+        w = self._w[name]
+        a = _anchor_of(w)
+        if a is None:
+            a = self._a[name]
+        self._a[name] = a
+        return a
 
     def b(self, name: str) -> Tensor:
         """B of parameter ``name``: the trained parameter (exact) or ``W - A`` computed now (fused)."""
         if self.mode == "exact":
             return self._w[name]
         with torch.no_grad():
-            return self._w[name] - self._a[name]
+            return self._w[name] - self.a(name)
 
     def weight(self, name: str) -> Tensor:
         """``W = A + B`` as the module uses it (a new tensor in exact mode, the parameter in fused)."""
         if self.mode == "fused":
             return self._w[name]
         with torch.no_grad():
-            return self._a[name] + self._w[name]
+            return self.a(name) + self._w[name]
 
     def set_b(self, name: str, value: Tensor) -> None:
         """Overwrite B of parameter ``name`` in place (identity of every parameter kept)."""
@@ -501,7 +520,7 @@ class ReparamHandle:
             if self.mode == "exact":
                 target.copy_(value)
             else:
-                target.copy_(self._a[name] + value)
+                target.copy_(self.a(name) + value)
 
     def initial_b(self, name: str) -> Tensor:
         """B as ``b_init`` defines it (files are read again)."""
@@ -517,8 +536,8 @@ class ReparamHandle:
     def fixed(self) -> list[tuple[str, Tensor]]:
         """A per parameter: its ``state_dict`` key (exact) or ``<parameter path>.A`` (fused)."""
         if self.mode == "exact":
-            return [(f"{self._raw_prefix(n)}.0.A", self._a[n]) for n in self.names]
-        return [(f"{self.param_path(n)}.A", self._a[n]) for n in self.names]
+            return [(f"{self._raw_prefix(n)}.0.A", self.a(n)) for n in self.names]
+        return [(f"{self.param_path(n)}.A", self.a(n)) for n in self.names]
 
     def remove(self, merge: bool = True) -> None:
         """Undo A+B on this module.
@@ -540,7 +559,7 @@ class ReparamHandle:
                     _ANCHORS.pop(id(w), None)
                 if not merge:
                     with torch.no_grad():
-                        w.copy_(self._orig.get(n, self._a[n]))
+                        w.copy_(self._orig[n] if n in self._orig else self.a(n))
             _restore_order(module, self._order)
         self._removed = True
         self._orig.clear()
