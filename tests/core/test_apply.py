@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 import workbench as wb
+from tests.fixtures.models import Tied
 from workbench.core.apply import is_bn_eval_locked, optimizer_state_factor
 from workbench.core.plan import FreezePlan, PlanError, Rule
 
@@ -102,13 +103,6 @@ def test_param_groups_by_lr_scale_each_param_once(resnet18):
 
 
 def test_param_groups_tied_weights_once():
-    class Tied(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = nn.Embedding(10, 4)
-            self.out = nn.Linear(4, 10, bias=False)
-            self.out.weight = self.emb.weight
-
     applied = wb.apply_plan(Tied(), {"rules": []})
     groups = applied.param_groups(lr=0.1)
     assert sum(len(g["params"]) for g in groups) == 1

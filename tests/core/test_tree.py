@@ -2,6 +2,7 @@ import torch
 import torchvision
 from torch import nn
 
+from tests.fixtures.models import Tied
 from workbench.core.tree import ModelTree, canonical_parameters, fingerprint, is_batchnorm
 
 
@@ -33,13 +34,6 @@ def test_trainable_counts_follow_requires_grad(resnet18):
 
 
 def test_tied_parameters_counted_once():
-    class Tied(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.emb = nn.Embedding(10, 4)
-            self.out = nn.Linear(4, 10, bias=False)
-            self.out.weight = self.emb.weight
-
     tree = ModelTree.from_model(Tied())
     assert tree.total_params == 40
     assert tree["emb"].own_params == 40 and tree["out"].own_params == 0

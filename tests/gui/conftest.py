@@ -202,3 +202,18 @@ def _nested_model(width: int = 10, depth: int = 3, leaf: int = 5) -> nn.Module:
 def nested_model() -> Any:
     """The factory :func:`_nested_model` (``nested_model(width, depth, leaf)``)."""
     return _nested_model
+
+
+@pytest.fixture
+def window(qtbot: Any) -> "MainWindow":
+    """The main window, shown and exposed, with small training settings (4 × 32 px on the CPU)."""
+    from workbench.gui.main_window import MainWindow
+
+    w = MainWindow()
+    qtbot.addWidget(w)
+    w.resize(1200, 800)
+    w.show()
+    qtbot.waitExposed(w)
+    w.training.panel.set_values(batch_size=4, image_size=32, device="cpu", data="synthetic")
+    return w
+

@@ -12,16 +12,6 @@ from workbench.gui.main_window import MainWindow
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("workbench.core.doctor") is None, reason="no workbench.core.doctor")
 
 
-@pytest.fixture
-def window(qtbot: Any) -> MainWindow:
-    w = MainWindow()
-    qtbot.addWidget(w)
-    w.resize(1200, 800)
-    w.show()
-    w.training.panel.set_values(batch_size=4, image_size=32, device="cpu", data="synthetic")
-    return w
-
-
 def test_plan_findings_show_at_once_and_a_click_selects_the_module(window: MainWindow) -> None:
     panel = window.diagnostics
     assert panel is not None

@@ -26,16 +26,6 @@ HAS_PARTIAL = importlib.util.find_spec("workbench.core.partial") is not None
 CHECK = Qt.ItemDataRole.CheckStateRole
 
 
-@pytest.fixture
-def window(qtbot: Any) -> MainWindow:
-    w = MainWindow()
-    qtbot.addWidget(w)
-    w.resize(1200, 800)
-    w.show()
-    qtbot.waitExposed(w)
-    return w
-
-
 def view_index(w: MainWindow, path: str, col: Column = Column.MODULE) -> Any:
     return w.proxy.mapFromSource(w.tree_model.index_of(path, col))
 

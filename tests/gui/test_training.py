@@ -26,14 +26,10 @@ LONG = 100_000  # steps of runs the test stops itself
 
 
 @pytest.fixture
-def window(qtbot: Any) -> MainWindow:
-    w = MainWindow()
-    qtbot.addWidget(w)
-    w.resize(1200, 800)
-    w.show()
-    qtbot.waitExposed(w)
-    w.training.panel.set_values(batch_size=4, image_size=32, steps=LONG, device="cpu", data="synthetic")
-    return w
+def window(window: MainWindow) -> MainWindow:
+    """The shared window, with runs that go on until the test stops them."""
+    window.training.panel.set_values(steps=LONG)
+    return window
 
 
 def start(qtbot: Any, w: MainWindow, **values: Any) -> list[dict[str, Any]]:
