@@ -11,6 +11,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn.utils import parametrize
 
+from tests.fixtures.models import Tied
 import workbench as wb
 from tests.fixtures.broken_patterns import (
     DataAssignAPlusB,
@@ -637,13 +638,6 @@ def test_stats_report_norms_and_ratio():
 
 
 def test_tied_weights_are_refused():
-    class Tied(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.emb = nn.Embedding(5, 4)
-            self.out = nn.Linear(4, 5, bias=False)
-            self.out.weight = self.emb.weight
-
     with pytest.raises(wb.PlanError, match="tied weights"):
         wb.apply_plan(Tied(), plan_of({"select": "out", "reparam": {}}))
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.fixtures.models import Tied
 from workbench.core.zoo import (
     LoadResult,
     ModelSourceError,
@@ -433,13 +434,6 @@ def test_save_checkpoint_rejects_unknown_suffix(tmp_path: Path) -> None:
 
 
 def test_save_safetensors_with_shared_tensors(tmp_path: Path) -> None:
-    class Tied(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.emb = nn.Embedding(5, 4)
-            self.out = nn.Linear(4, 5, bias=False)
-            self.out.weight = self.emb.weight
-
     model = Tied()
     path = save_checkpoint(model, tmp_path / "tied.safetensors")
     target = Tied()
