@@ -17,6 +17,7 @@ from tests.fixtures.broken_patterns import DataAssignAPlusB, HandWrittenAPlusB, 
 from workbench.cli import main
 from workbench.core import doctor, partial
 from workbench.core.doctor import _growth
+from workbench.core.formatting import fmt_bytes
 from workbench.core.plan import FreezePlan
 
 #: Findings about wall time and process memory: on a shared CI machine other processes move
@@ -166,7 +167,7 @@ def test_bn_frozen_but_training_and_adam_over_all_params():
     fio = found["frozen-in-optimizer"]
     assert fio.severity == "warning" and "6 frozen parameters" in fio.message
     frozen_bytes = sum(p.numel() * 4 for p in model.parameters() if not p.requires_grad)
-    assert f"would hold {doctor._human_bytes(2 * frozen_bytes)} (2x their size)" in fio.why
+    assert f"would hold {fmt_bytes(2 * frozen_bytes)} (2x their size)" in fio.why
     x = torch.randn(2, 3, 8, 8)
     w = train(model, opt, 3, lambda: model(x).sum())
     runtime = {f.code: f for f in w.findings()}

@@ -13,7 +13,7 @@ from workbench.core.apply import apply_plan
 from workbench.core.plan import FreezePlan, Rule
 from workbench.core.tree import ModelTree
 from workbench.gui import plan_edits
-from workbench.gui.formatting import fmt_bytes, fmt_count, fmt_lr, fmt_percent
+from workbench.core.formatting import fmt_bytes, fmt_count, fmt_lr, fmt_percent
 from workbench.gui.model_loading import LoadRequest, loaded_from_model, request_for_plan
 from workbench.gui.plan_state import PlanState, deciding_rule, explicit_paths
 

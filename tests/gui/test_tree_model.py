@@ -12,7 +12,7 @@ from torch import nn
 from torchvision.models import resnet18
 
 from workbench.gui.controller import Controller
-from workbench.gui.formatting import fmt_count
+from workbench.core.formatting import fmt_count
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.tree_model import PATH_ROLE, Column, ModuleFilterProxy, ModuleTreeModel, parse_lr
 

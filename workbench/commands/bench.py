@@ -16,10 +16,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.commands.common import human_bytes, human_count
 from workbench.core.config import AMP_MODES, OPTIMIZERS, TrainConfig
 from workbench.core.engine import Trainer
 from workbench.core.errors import WorkbenchError
+from workbench.core.formatting import fmt_bytes, fmt_count
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -109,8 +109,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     head = ("variant", "step ms", "× full", "trainable", "params+grads+state", "verify")
     table = [
-        (r["variant"], f"{r['median_step_ms']:.1f}", f"{r['ratio']:.2f}", human_count(r["trainable_params"]),
-         human_bytes(r["training_bytes"]), "ok" if r["verify_ok"] else "FAILED")
+        (r["variant"], f"{r['median_step_ms']:.1f}", f"{r['ratio']:.2f}", fmt_count(r["trainable_params"]),
+         fmt_bytes(r["training_bytes"]), "ok" if r["verify_ok"] else "FAILED")
         for r in rows
     ]
     widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(head)]

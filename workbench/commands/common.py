@@ -46,21 +46,3 @@ def load_model_and_plan(args: argparse.Namespace) -> tuple[nn.Module, ModelSpec,
     spec = model_spec_from_args(args, plan)
     model = spec.build(trust_pickle=getattr(args, "trust_pickle", False))
     return model, spec, plan
-
-
-def human_count(n: int) -> str:
-    """``11.7M``, ``513k``, ``9.4k``, ``0``."""
-    for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= div:
-            v = n / div
-            return f"{v:.1f}{unit}" if v < 100 else f"{v:.0f}{unit}"
-    return str(n)
-
-
-def human_bytes(n: float) -> str:
-    """``52 MB``, ``1.2 GB``, ``812 kB`` (decimal units)."""
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= div:
-            v = n / div
-            return f"{v:.1f} {unit}" if v < 10 else f"{v:.0f} {unit}"
-    return f"{int(n)} B"

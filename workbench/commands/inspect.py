@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from workbench.commands.common import add_model_arguments, human_bytes, human_count, load_model_and_plan
+from workbench.commands.common import add_model_arguments, load_model_and_plan
+from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.lint import lint_plan
 from workbench.core.tree import ModelTree
 
@@ -70,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"Trainable params: {counts.trainable:,} ({100 * counts.trainable_fraction:.1f}%)")
     print(f"Frozen params:    {counts.frozen:,}")
     print(
-        f"Training memory ({counts.optimizer}): params+grads+state {human_bytes(counts.training_bytes)}"
-        f" (full fine-tuning {human_bytes(counts.full_ft_bytes)})"
+        f"Training memory ({counts.optimizer}): params+grads+state {fmt_bytes(counts.training_bytes)}"
+        f" (full fine-tuning {fmt_bytes(counts.full_ft_bytes)})"
     )
     for f in findings:
         print(f.one_line())
@@ -85,8 +86,8 @@ def _print_table(rows: list[dict], tree: ModelTree) -> None:
         depth = tree.nodes[r["path"]].depth
         name = "  " * depth + (r["path"].rsplit(".", 1)[-1] if r["path"] else "(root)")
         bn = "" if r["bn_eval"] is None else ("yes" if r["bn_eval"] else "no")
-        table.append((name, r["type"], human_count(r["params"]), human_count(r["trainable"]),
-                      human_count(r["frozen"]), bn, f"{r['lr_scale']:g}"))
+        table.append((name, r["type"], fmt_count(r["params"]), fmt_count(r["trainable"]),
+                      fmt_count(r["frozen"]), bn, f"{r['lr_scale']:g}"))
     widths = [max(len(head[i]), *(len(t[i]) for t in table)) for i in range(len(head))]
     fmt = "  ".join(f"{{:{'<' if i < 2 else '>'}{w}}}" for i, w in enumerate(widths))
     print(fmt.format(*head))

@@ -7,7 +7,7 @@ import fnmatch
 import json
 import sys
 
-from workbench.commands.common import human_count
+from workbench.core.formatting import fmt_count
 from workbench.core.zoo import list_models
 
 
@@ -28,6 +28,6 @@ def run(args: argparse.Namespace) -> int:
     w = max(len(m.name) for m in infos)
     for m in infos:
         weights = ", ".join(f"{x}{' (cached)' if m.cached.get(x) else ''}" for x in m.weights) or "-"
-        n = human_count(m.num_params) if m.num_params else "?"
+        n = fmt_count(m.num_params) if m.num_params else "?"
         print(f"{m.name:<{w}}  {n:>6}  {m.input_size:>3}px  {weights}")
     return 0

@@ -16,9 +16,10 @@ import threading
 from types import FrameType
 from typing import Any
 
-from workbench.commands.common import add_model_arguments, human_bytes
+from workbench.commands.common import add_model_arguments
 from workbench.core.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, TrainConfig
 from workbench.core.engine import RunResult, Trainer
+from workbench.core.formatting import fmt_bytes
 from workbench.core.lint import lint_plan
 
 #: argparse destination -> TrainConfig field, for flags that override a --config file.
@@ -168,7 +169,7 @@ def print_summary(result: RunResult) -> None:
         ("trainable", f"{trainable:,} of {total:,} params ({100.0 * trainable / total if total else 0:.1f}%)"),
     ]
     peak = s.get("peak_memory_bytes")
-    rows.append(("peak memory", f"{human_bytes(peak)} ({s.get('memory_source')})" if peak else "n/a"))
+    rows.append(("peak memory", f"{fmt_bytes(peak)} ({s.get('memory_source')})" if peak else "n/a"))
     med = s.get("median_step_time_s")
     if med:
         rate = s.get("median_samples_per_s") or 0.0

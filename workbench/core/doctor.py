@@ -54,6 +54,7 @@ from workbench.core.capture import (
     partial_spec,
 )
 from workbench.core.findings import SEVERITIES, Finding
+from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.lint import lint_plan
 from workbench.core.metrics import MemoryProbe
 from workbench.core.plan import FreezePlan
@@ -68,20 +69,6 @@ _GRAPH_LIMIT = 2_000_000
 
 
 # ====================================================================== helpers
-def _human_bytes(n: float) -> str:
-    for unit, div in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if abs(n) >= div:
-            return f"{n / div:.1f} {unit}"
-    return f"{int(n)} B"
-
-
-def _human_count(n: int) -> str:
-    for unit, div in (("B", 1e9), ("M", 1e6), ("k", 1e3)):
-        if abs(n) >= div:
-            return f"{n / div:.1f}{unit}"
-    return str(n)
-
-
 def _common_path(paths: Sequence[str]) -> str:
     if not paths:
         return ""
@@ -266,9 +253,9 @@ def _optimizer_findings(
                 "frozen-in-optimizer",
                 "warning",
                 _common_path(where),
-                f"{n_frozen} frozen parameters ({_human_count(elems)} elements) are in the optimizer: {_names(where)}",
-                f"they hold {_human_bytes(held)} of optimizer state now and would hold "
-                f"{_human_bytes(pbytes * factor)} ({factor}x their size) once they get a gradient, "
+                f"{n_frozen} frozen parameters ({fmt_count(elems)} elements) are in the optimizer: {_names(where)}",
+                f"they hold {fmt_bytes(held)} of optimizer state now and would hold "
+                f"{fmt_bytes(pbytes * factor)} ({factor}x their size) once they get a gradient, "
                 "e.g. after unfreezing without rebuilding the optimizer",
                 "build the optimizer from trainable parameters only: "
                 "[p for p in model.parameters() if p.requires_grad], or applied.param_groups(lr)",
@@ -302,7 +289,7 @@ def _optimizer_findings(
                 "trainable-not-in-optimizer",
                 "error",
                 _common_path(where),
-                f"{n_missing} trainable parameters ({_human_count(m_elems)} elements) are not in the optimizer: {_names(where)}",
+                f"{n_missing} trainable parameters ({fmt_count(m_elems)} elements) are not in the optimizer: {_names(where)}",
                 "their gradients are computed every step but they never change (a head replaced "
                 "after the optimizer was created?)",
                 "create the optimizer after freezing and replacing modules, from "
@@ -959,8 +946,8 @@ class Watch:
                     "memory-growing",
                     "warning",
                     "",
-                    f"memory ({self.memory_kind}) grows by {_human_bytes(b)} per step "
-                    f"({_human_bytes(first)} → {_human_bytes(last)} over {len(mem)} steps)",
+                    f"memory ({self.memory_kind}) grows by {fmt_bytes(b)} per step "
+                    f"({fmt_bytes(first)} → {fmt_bytes(last)} over {len(mem)} steps)",
                     "memory that grows every step ends in an out-of-memory error",
                     "look for tensors kept across steps with their autograd graph, or retain_grad() on "
                     "tensors computed in forward",

@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 
 from workbench.core.apply import Counts
 from workbench.gui.controller import OPTIMIZERS, Controller
-from workbench.gui.formatting import fmt_bytes, fmt_count, fmt_percent
+from workbench.core.formatting import fmt_bytes, fmt_count, fmt_percent
 from workbench.gui.plan_state import finding_line
 
 __all__ = ["CostPanel", "MemoryBar"]

@@ -48,7 +48,7 @@ from workbench.gui import settings as app_settings
 from workbench.gui.controller import Controller
 from workbench.gui.cost_panel import CostPanel
 from workbench.gui.features import has_doctor, has_export, has_partial, has_reparam
-from workbench.gui.formatting import fmt_count
+from workbench.core.formatting import fmt_count
 from workbench.gui.model_loading import LoadRequest, default_request, load_model, request_for_plan
 from workbench.gui.model_source import ModelSourceBar
 from workbench.gui.tree_model import ModuleFilterProxy, ModuleTreeModel

@@ -14,7 +14,7 @@ from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap, QStandardItem, QStan
 from PySide6.QtWidgets import QComboBox, QCompleter, QHBoxLayout, QLabel, QPushButton, QSpinBox, QWidget
 
 from workbench.core import zoo
-from workbench.gui.formatting import fmt_count
+from workbench.core.formatting import fmt_count
 from workbench.gui.model_loading import DEFAULT_MODEL, LoadRequest
 
 __all__ = ["ModelSourceBar", "cached_icon"]

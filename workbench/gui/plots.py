@@ -42,7 +42,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.gui.formatting import fmt_count
+from workbench.core.formatting import fmt_count
 from workbench.gui.qt_compat import protect_none_refcount
 from workbench.gui.run_store import RunRecord
 from workbench.gui.series import SeriesBuffer

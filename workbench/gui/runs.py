@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.gui import dialogs
-from workbench.gui.formatting import fmt_count, fmt_percent
+from workbench.core.formatting import fmt_count, fmt_percent
 from workbench.gui.plots import run_color
 from workbench.gui.run_controller import RunController
 from workbench.gui.run_store import RunRecord, RunStoreError

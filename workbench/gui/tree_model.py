@@ -21,7 +21,7 @@ from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette
 from workbench.core.tree import ModuleNode
 from workbench.gui.controller import Controller
 from workbench.gui.features import has_reparam
-from workbench.gui.formatting import fmt_count, fmt_lr
+from workbench.core.formatting import fmt_count, fmt_lr
 from workbench.gui.plan_edits import A_PLUS_B
 from workbench.gui.plan_state import NodeState, deciding_rule
 

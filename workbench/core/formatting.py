@@ -1,6 +1,6 @@
-"""Short human-readable numbers for the window: ``11.7M`` parameters, ``52 MB``.
+"""Short human-readable numbers: ``11.7M`` parameters, ``52 MB``.
 
-Qt-free, so the formats are the same in the GUI, in tests and in screenshots.
+One set of formats for the window, the command line and the doctor's messages.
 """
 
 from __future__ import annotations
