@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from workbench.core.plan import Effective, FreezePlan, PlanError, PlanProblem
-from workbench.core.tree import ModelTree, is_batchnorm, visible_path
+from workbench.core.tree import ModelTree
 from workbench.core.verify import Snapshot, VerifyReport, compare
 
 __all__ = [
@@ -372,7 +372,6 @@ class AppliedPlan:
         self.plan = plan
         self.tree = tree
         self.base_dir = base_dir
-        self._paths = set(tree.nodes)
         self._effective: dict[str, Effective] = {}
         self._installed: dict[tuple[str, str], Installed] = {}  # (key, path) -> handle
         self._orig_requires_grad: dict[int, tuple[nn.Parameter, bool]] = {
@@ -384,10 +383,7 @@ class AppliedPlan:
 
     # ---------------------------------------------------------- internals
     def _owner(self, raw_name: str) -> str:
-        owner = visible_path(raw_name.rpartition(".")[0])
-        while owner and owner not in self._paths:
-            owner = owner.rpartition(".")[0]
-        return owner
+        return self.tree.owner_of(raw_name)
 
     def _fixed_ids(self) -> set[int]:
         return {id(t) for h in self._installed.values() for _, t in h.fixed()}

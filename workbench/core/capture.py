@@ -28,7 +28,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from workbench.core.plan import FreezePlan, PlanWarning, Rule
-from workbench.core.tree import ModelTree, ModuleNode, visible_path
+from workbench.core.tree import ModelTree, ModuleNode
 
 __all__ = [
     "a_plus_b_names",
@@ -37,7 +37,6 @@ __all__ = [
     "cover_paths",
     "fixed_parameter_ids",
     "minimal_assignments",
-    "param_owner",
     "partial_spec",
 ]
 
@@ -45,23 +44,6 @@ _Missing = object()
 
 
 # ---------------------------------------------------------------- tree helpers
-def param_owner(tree: ModelTree, raw_name: str) -> str:
-    """Dotted path of the visible module that owns a parameter (internals folded in).
-
-    Args:
-        tree: the model's tree.
-        raw_name: a name from ``model.named_parameters()``
-            (``layer1.0.conv1.parametrizations.weight.original`` → ``layer1.0.conv1``).
-
-    Returns:
-        The owner's path (``""`` for the root).
-    """
-    owner = visible_path(raw_name.rpartition(".")[0])
-    while owner and owner not in tree.nodes:
-        owner = owner.rpartition(".")[0]
-    return owner
-
-
 def minimal_assignments(
     tree: ModelTree, required: Mapping[str, Hashable], default: Hashable
 ) -> list[tuple[str, Hashable]]:
@@ -302,7 +284,7 @@ def capture_plan(
         if id(p) in seen or id(p) in fixed:
             continue
         seen.add(id(p))
-        owner = param_owner(tree, name)
+        owner = tree.owner_of(name)
         own_flags.setdefault(owner, []).append(p.requires_grad)
         own_sizes.setdefault(owner, []).append(p.numel())
         params_by_owner.setdefault(owner, []).append(p)

@@ -50,7 +50,6 @@ from workbench.core.capture import (
     bn_eval_locked,
     cover_paths,
     fixed_parameter_ids,
-    param_owner,
     partial_spec,
 )
 from workbench.core.findings import SEVERITIES, Finding
@@ -166,7 +165,7 @@ def check(
     """
     tree = ModelTree.from_model(model)
     params = _unique_params(model)
-    owner = {name: param_owner(tree, name) for name, _ in params}
+    owner = {name: tree.owner_of(name) for name, _ in params}
     out: list[Finding] = []
     if plan is not None:
         out += lint_plan(plan, tree, _opt_name(optimizer))
@@ -521,7 +520,7 @@ def _tied_findings(
         for names in by_id.values():
             if len(names) < 2:
                 continue
-            owners = [param_owner(tree, n) for n in names]
+            owners = [tree.owner_of(n) for n in names]
             states = {eff[o].frozen for o in owners}
             if len(states) > 1:
                 frozen = [n for n, o in zip(names, owners) if eff[o].frozen]
@@ -915,7 +914,7 @@ class Watch:
         if self._running:
             self.stop()
         tree = ModelTree.from_model(self.model)
-        owner = {n: param_owner(tree, n) for n, _ in _unique_params(self.model)}
+        owner = {n: tree.owner_of(n) for n, _ in _unique_params(self.model)}
         universe: dict[str, int] = {}
         for o in owner.values():
             universe[o] = universe.get(o, 0) + 1

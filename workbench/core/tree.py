@@ -289,6 +289,18 @@ class ModelTree:
         tree.fingerprint = fingerprint(model)
         return tree
 
+    def owner_of(self, raw_param_name: str) -> str:
+        """Path of the visible module that owns a parameter (workbench internals folded in).
+
+        Args:
+            raw_param_name: a name from ``model.named_parameters()``
+                (``layer1.0.conv1.parametrizations.weight.original`` → ``layer1.0.conv1``).
+
+        Returns:
+            The owner's path (``""`` for the root).
+        """
+        return self._owner(raw_param_name)[0].path
+
     def _owner(self, raw_param_name: str) -> tuple[ModuleNode, str]:
         owner_raw, _, short = raw_param_name.rpartition(".")
         owner, rest = _split_internal(owner_raw)
