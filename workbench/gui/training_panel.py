@@ -161,9 +161,11 @@ class TrainingPanel(QWidget):
         self.lr = QLineEdit(self)
         self.lr.setToolTip("Base learning rate; each module's LR × multiplies it")
         self.lr.setMaximumWidth(self.lr.fontMetrics().horizontalAdvance("0.00001") + 16)
+        self.lr.setMinimumWidth(self.lr.fontMetrics().horizontalAdvance("0.001") + 16)  # "1e-3" stays whole
         self.wd = QLineEdit(self)
         self.wd.setToolTip("Weight decay of every parameter group")
         self.wd.setMaximumWidth(self.wd.fontMetrics().horizontalAdvance("0.00001") + 16)
+        self.wd.setMinimumWidth(self.wd.fontMetrics().horizontalAdvance("0.01") + 16)
         self.length_kind = QComboBox(self)
         self.length_kind.addItem("steps", "steps")
         self.length_kind.addItem("epochs", "epochs")
@@ -228,7 +230,7 @@ class TrainingPanel(QWidget):
         self.progress = QProgressBar(self)
         self.progress.setRange(0, 1)
         self.progress.setValue(0)
-        self.progress.setFormat("step %v / %m")
+        self.progress.setFormat("no run yet")  # "step %v / %m" once a run reports its length
         self.progress.setTextVisible(True)
         self.progress.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
         self.rate_label = QLabel("", self)
@@ -484,6 +486,7 @@ class TrainingPanel(QWidget):
 
     def _prepared(self, info: dict) -> None:
         self._total = int(info.get("total_steps") or 0)
+        self.progress.setFormat("step %v / %m")
         self.progress.setRange(0, max(1, self._total))
         self.progress.setValue(0)
         self.rate_label.setText("")
