@@ -188,6 +188,8 @@ def test_worker_emits_at_most_about_twenty_batches_a_second(window: MainWindow, 
     t = window.training
     batches: list[int] = []
     t.runs.metricsReceived.connect(lambda b: batches.append(len(b)))
+    shown: list[int] = []
+    t.panel.progress.valueChanged.connect(shown.append)
     t.panel.set_values(steps=1500, image_size=8, batch_size=4)
     with qtbot.waitSignal(t.runs.runEnded, timeout=120_000) as blocker:
         assert t.panel.start()
@@ -196,6 +198,30 @@ def test_worker_emits_at_most_about_twenty_batches_a_second(window: MainWindow, 
     wall = record.metrics[-1]["wall_time"]
     assert len(batches) <= wall / 0.05 + 2, (len(batches), wall)  # throttled, however fast the steps
     assert max(batches) > 1  # several steps per batch
+    # the progress bar repaints the panel: it moves at most twice a second, and ends on the last step
+    from workbench.gui.training_panel import PROGRESS_INTERVAL_MS
+
+    assert len(shown) <= wall / (PROGRESS_INTERVAL_MS / 1000) + 4, (len(shown), wall)
+    assert len(shown) < len(batches)
+    assert t.panel.progress.value() == 1500 and t.panel.rate_label.text() == "completed"
+
+
+def test_training_thread_gets_the_cores_and_the_gui_thread_keeps_one(
+    window: MainWindow, qtbot: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The GUI thread runs torch ops serially (workbench.core.cpu_threads): the training
+    # thread gets the count torch had before, or the Threads setting of the run.
+    from workbench.core import cpu_threads
+
+    monkeypatch.setattr(cpu_threads, "_worker_count", 2)
+    seen: list[int] = []
+    window.training.runs.trainer_kwargs = {"step_hook": lambda step: seen.append(torch.get_num_threads())}
+    try:
+        record = run_short(qtbot, window, steps=2)
+        assert record.status == "completed" and seen == [2, 2]
+        assert torch.get_num_threads() == 1  # the GUI thread, after the training thread set 2
+    finally:
+        torch.set_num_threads(1)  # what tests/conftest.py set for threads started later
 
 
 def test_plan_that_leaves_nothing_trainable_is_not_sent(window: MainWindow, qtbot: Any) -> None:
@@ -354,20 +380,35 @@ def test_plots_keep_to_their_drawing_budget_and_label_markers(qtbot: Any) -> Non
     panel = PlotsPanel()
     qtbot.addWidget(panel)
     panel.show()
+    qtbot.waitExposed(panel)
     panel.start_run(RunRecord(id="r", name="#1 test"), total_params=2_000_000)
+    panel.timer.stop()  # ticks by hand below
+    qtbot.wait(50)
     panel.budget = 1e-6  # any redraw is over budget: the next one waits the longest interval
     panel.append([{"step": 0, "wall_time": 0.1, "step_time_s": 0.01, "trainable_params": 2_000_000}])
     panel._tick()
     drawn = panel.redraws
-    assert panel.frame_s > 0 and curve_count(panel) == 1
+    assert curve_count(panel) == 1
+    qtbot.wait(50)
+    assert panel.graphics.paint_cpu_s > 0
     panel.append([{"step": 1, "wall_time": 0.2, "step_time_s": 0.01, "trainable_params": 1_000_000}])
     panel._tick()  # too soon: not drawn
     assert panel.redraws == drawn and curve_count(panel) == 1
     panel._next_frame = 0.0
+    paints = panel.graphics.paints
     panel._tick()
     assert panel.redraws == drawn + 1 and curve_count(panel) == 2
+    assert panel.frame_s > 0  # the previous redraw and its paint: the budget counts both
+    qtbot.wait(50)
+    assert panel.graphics.paints == paints + 1  # one paint per redraw (ranges settled before it)
+    panel.timer.start()
+    panel._next_frame = 0.0
+    panel.append([{"step": 2, "wall_time": 0.3, "step_time_s": 0.01, "trainable_params": 1_000_000}])
+    panel._tick()
+    assert panel.timer.interval() == 1000  # the timer wakes the GUI thread when the next redraw is due
+    panel.timer.stop()
     _x, y = panel.curves["trainable"].getData()
-    assert list(y) == [2.0, 1.0]  # in millions, as the title says
+    assert list(y) == [2.0, 1.0, 1.0]  # in millions, as the title says
     assert panel.plots["trainable"].titleLabel.text.endswith("(M)")
     panel.timer.stop()
     assert marker_text("plan change: froze layer1, layer2; BN eval layer1, layer2") == ("froze layer1, layer2 …", "change")
@@ -380,3 +421,78 @@ def test_plots_keep_to_their_drawing_budget_and_label_markers(qtbot: Any) -> Non
 def curve_count(panel: Any) -> int:
     x, _y = panel.curves["step_ms"].getData()
     return 0 if x is None else len(x)
+
+
+def test_coarse_range_keeps_its_range_until_the_data_leave_or_shrink_in_it() -> None:
+    from workbench.gui.plots import coarse_range
+
+    lo, hi = coarse_range(95.0, 105.0, None)
+    assert lo <= 94.0 and hi >= 106.0 and hi - lo <= 20.0  # padded, rounded, not much wider
+    assert coarse_range(96.0, 104.0, (lo, hi)) == (lo, hi)  # noise inside: unchanged
+    assert coarse_range(95.0, 130.0, (lo, hi))[1] >= 130.0  # out of range: moves
+    assert coarse_range(100.0, 100.5, (0.0, 200.0)) != (0.0, 200.0)  # data fill too little of it
+    assert coarse_range(0.05, 2.0, None)[0] == 0.0  # positive data: never below 0
+    flat = coarse_range(11.2, 11.2, None)
+    assert flat[0] < 11.2 < flat[1]
+
+
+def test_plot_y_ranges_move_in_coarse_steps_and_stop_following_a_zoom(qtbot: Any) -> None:
+    from workbench.gui.plots import PlotsPanel
+    from workbench.gui.run_store import RunRecord
+
+    panel = PlotsPanel()
+    qtbot.addWidget(panel)
+    panel.resize(900, 600)
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.start_run(RunRecord(id="r", name="#1 test"))
+    panel.timer.stop()
+    view = panel.plots["step_time"].vb
+    step = 0
+
+    def feed(*times_ms: float) -> None:
+        nonlocal step
+        for ms in times_ms:
+            panel.append([{"step": step, "wall_time": 0.1 * step, "step_time_s": ms / 1000.0}])
+            step += 1
+        panel.redraw()
+
+    feed(100, 104, 97)
+    first = view.viewRange()[1]
+    assert first[0] <= 97 and first[1] >= 104
+    feed(101, 99, 103, 98)  # noise inside the range: the axis stays as it is
+    assert view.viewRange()[1] == first
+    feed(300)  # a jump: the range takes it in
+    assert view.viewRange()[1][1] >= 300
+    view.sigRangeChangedManually.emit([False, True])  # the user zoomed the y axis
+    view.setYRange(90, 110, padding=0)
+    feed(500)
+    assert view.viewRange()[1] == [90.0, 110.0]  # left to the user
+    from PySide6.QtCore import Qt
+
+    plot_rect = panel.plots["step_time"].sceneBoundingRect()
+    where = panel.graphics.mapFromScene(plot_rect.center())
+    qtbot.mouseDClick(panel.graphics.viewport(), Qt.MouseButton.LeftButton, pos=where)
+    qtbot.mouseRelease(panel.graphics.viewport(), Qt.MouseButton.LeftButton, pos=where)  # the double-click's own
+    assert view.viewRange()[1][1] >= 500  # a double-click fits the plots to their data again
+
+
+def test_coarse_range_keeps_the_data_off_its_edges() -> None:
+    from workbench.gui.plots import coarse_range
+
+    lo, hi = coarse_range(1205.0, 1224.0, None)
+    assert coarse_range(1205.0, hi, (lo, hi)) != (lo, hi)  # a curve on the top edge: moves
+    new_lo, new_hi = coarse_range(1205.0, hi, (lo, hi))
+    assert new_hi - hi >= 0.02 * (new_hi - new_lo)
+
+
+def test_drawing_budget_is_small_only_when_a_cpu_run_takes_every_core() -> None:
+    import os
+
+    from workbench.gui.plots import drawing_budget
+
+    cores = os.cpu_count() or 1
+    assert drawing_budget("cpu", cores) == 0.01
+    assert drawing_budget("cuda:0", cores) == 0.5  # the CPU threads mostly wait for the GPU
+    if cores > 1:
+        assert drawing_budget("cpu", cores - 1) == 0.5

@@ -72,12 +72,18 @@ def _drawn_icon() -> QIcon:
 def create_application(argv: Sequence[str] | None = None) -> QApplication:
     """The ``QApplication`` (reused when one exists), named for ``QSettings``.
 
+    Also keeps torch on one CPU thread in the calling (GUI) thread, so that the training and
+    loading threads get every core at full speed (:mod:`workbench.core.cpu_threads`).
+
     Args:
         argv: Qt command-line arguments (default: the program name only).
 
     Returns:
         The application.
     """
+    from workbench.core.cpu_threads import reserve_cores_for_workers
+
+    reserve_cores_for_workers()
     app = QApplication.instance()
     if app is None:
         app = QApplication(list(argv) if argv is not None else [sys.argv[0] if sys.argv else "workbench"])

@@ -1,13 +1,13 @@
 """Live training plots (pyqtgraph): step time, memory, trainable parameters, loss, throughput.
 
 The panel keeps the run it shows in a :class:`~workbench.gui.series.SeriesBuffer` (a ring
-buffer of numpy columns). Metric batches only append to the buffer; a ``QTimer`` at 15 Hz
-redraws from it with one ``setData`` per curve per tick, and only when the buffer changed,
+buffer of numpy columns). Metric batches only append to the buffer; a ``QTimer`` (up to
+15 Hz) redraws from it with one ``setData`` per curve per tick, and only when the buffer changed,
 so a fast training loop never causes one redraw per step. Redraws also keep to a CPU budget
-(:func:`drawing_budget`): when training takes every core, a redraw that cost 10 ms of CPU
-waits about 0.3 s for the next (never more than 0.5 s). Every plot clips to its view and downsamples (peak mode), the
-x range moves ahead in coarse steps and axes are cached as pixmaps, so a redraw costs a few
-milliseconds however long the run.
+(:func:`drawing_budget`): when training takes every core, the plots redraw once a second.
+Every plot clips to its view and downsamples (peak mode), the x and y ranges move in coarse
+steps (so the axes, cached as pixmaps, are drawn again only now and then), and each redraw is
+painted once, so a redraw costs a few milliseconds however long the run.
 
 Markers: each plan change and stage the engine reports (``StepMetrics.events``) becomes a
 vertical line labelled with the change on every plot; stages of the plan that are not
@@ -59,24 +59,57 @@ PLOT_KEYS: tuple[tuple[str, str], ...] = (
 )
 #: Most redraws per second while a run is shown live (the timer's rate).
 REDRAW_HZ = 15
-#: Longest wait between two redraws of a live run, whatever the budget (2 per second).
-MAX_FRAME_INTERVAL_S = 0.5
+#: Longest wait between two redraws of a live run, whatever the budget.
+MAX_FRAME_INTERVAL_S = 1.0
 
 
-def drawing_budget() -> float:
+class _TimedGraphics(pg.GraphicsLayoutWidget):
+    """The plots' canvas; adds up the CPU time its paints take (the drawing budget counts it).
+
+    Qt paints the canvas when it gets to it, once per event-loop pass however many items
+    changed; the panel lets it, rather than painting at once after a redraw, which would
+    paint twice (the scene's own queued update paints again).
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.paint_cpu_s = 0.0
+        self.paints = 0
+
+    def paintEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        cpu = time.thread_time()
+        try:
+            super().paintEvent(event)
+        finally:
+            self.paint_cpu_s += time.thread_time() - cpu
+            self.paints += 1
+
+
+def drawing_budget(device: str = "cpu", threads: int | None = None) -> float:
     """The share of one core live redraws may use (see :attr:`PlotsPanel.budget`).
 
-    When torch's threads take every core, each repaint of the window takes a core (and the
-    GIL) from the training step, which then waits for it; drawing is then held to 3 % of a
-    core (about 3 redraws a second of 10 ms each). With a core to spare, 50 %.
+    When a run on the CPU has torch threads on every core, each repaint of the window takes
+    a core (and the GIL) from the training step, which then waits for it; drawing is then
+    held to 1 % of a core (a redraw costs about 7 ms, so the plots redraw about once a
+    second, the least they do while a run is live). With a core to spare, or a run on a GPU
+    (its CPU threads mostly wait for the device), 50 %.
+
+    Args:
+        device: the device the run trains on (``"cpu"``, ``"cuda:0"``, ``"mps"``).
+        threads: the run's torch threads (default: the training thread's count,
+            :func:`workbench.core.cpu_threads.worker_thread_count`).
 
     Returns:
         The fraction.
     """
-    import torch
+    from workbench.core.cpu_threads import worker_thread_count
 
-    spare = (os.cpu_count() or 1) - torch.get_num_threads()
-    return 0.5 if spare >= 1 else 0.03
+    if device != "cpu":
+        return 0.5
+    spare = (os.cpu_count() or 1) - (threads or worker_thread_count())
+    return 0.5 if spare >= 1 else 0.01
+
+
 #: Colours given to runs (runs table swatches and overlay curves).
 #: Not the colours of the shown run's own curves (blue, red, green, purple) nor of markers.
 _PALETTE = (
@@ -161,6 +194,37 @@ def _nice_ceiling(v: float) -> float:
     return 10.0 ** (k + 1)
 
 
+def coarse_range(lo: float, hi: float, current: tuple[float, float] | None) -> tuple[float, float]:
+    """A y range for data spanning ``lo``..``hi`` that changes only now and then.
+
+    The current range is kept while it holds the data clear of its edges (2 % of it) and the
+    data fill at least half of it; otherwise the new range pads the data by 10 % and rounds
+    outwards to a nice step (a range for data that are all 0 or above stays there).
+
+    Args:
+        lo: smallest value shown.
+        hi: largest value shown.
+        current: the range now, or None.
+
+    Returns:
+        ``(bottom, top)``.
+    """
+    if current is not None:
+        c_lo, c_hi = current
+        margin = 0.02 * (c_hi - c_lo)
+        if c_lo + margin <= lo and hi <= c_hi - margin and (hi - lo) >= 0.5 * (c_hi - c_lo):
+            return current
+    span = hi - lo
+    if span <= 0:
+        span = abs(hi) * 0.2 or 1.0
+    q = _nice_ceiling(span * 1.2 / 8)
+    bottom = math.floor((lo - 0.1 * span) / q) * q
+    top = math.ceil((hi + 0.1 * span) / q) * q
+    if lo >= 0 > bottom:
+        bottom = 0.0
+    return bottom, top
+
+
 @dataclass
 class _Marker:
     step: float
@@ -226,6 +290,9 @@ class PlotsPanel(QWidget):
         self._crosshair_x: float | None = None
         self._follow_x = True
         self._x_hi = -math.inf
+        # y ranges chosen by coarse_range(), per plot; a plot the user zoomed is left alone
+        self._y_range: dict[str, tuple[float, float] | None] = {key: None for key, _t in PLOT_KEYS}
+        self._follow_y: dict[str, bool] = {key: True for key, _t in PLOT_KEYS}
         self._marker_font = QFont()
         self._marker_font.setPointSizeF(8.0)
 
@@ -261,7 +328,7 @@ class PlotsPanel(QWidget):
         bar.addWidget(self.csv_button)
 
         before = set(QApplication.topLevelWidgets())
-        self.graphics = pg.GraphicsLayoutWidget(self)
+        self.graphics = _TimedGraphics(self)
         self.graphics.setBackground("w")
         self.graphics.ci.setContentsMargins(2, 2, 2, 2)
         self.graphics.ci.setSpacing(4)
@@ -281,7 +348,7 @@ class PlotsPanel(QWidget):
             p.getAxis("left").setWidth(46)
             for ax in ("left", "bottom"):  # repaint axes from a pixmap unless their ticks changed
                 p.getAxis(ax).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
-            p.vb.sigRangeChangedManually.connect(self._range_changed_by_user)
+            p.vb.sigRangeChangedManually.connect(lambda mask, key=key: self._range_changed_by_user(key, mask))
             if i:
                 p.setXLink(self.plots[PLOT_KEYS[0][0]])
             vl = pg.InfiniteLine(angle=90, movable=False, pen=_pen((90, 90, 90), 1, Qt.PenStyle.DashLine, 160))
@@ -325,11 +392,14 @@ class PlotsPanel(QWidget):
         self._set_memory_names("rss")
 
         self._mouse = pg.SignalProxy(self.graphics.scene().sigMouseMoved, rateLimit=30, slot=self._mouse_moved)
+        self.graphics.scene().sigMouseClicked.connect(self._mouse_clicked)
         self.budget = drawing_budget()
-        self.frame_s = 0.0  # cost of the last timed redraw, painting included
+        self.frame_s = 0.0  # CPU time of the last redraw, painting included
+        self._redraw_cpu_s = 0.0
+        self._painted_cpu_s = 0.0
         self._next_frame = 0.0
         self.timer = QTimer(self)
-        self.timer.setInterval(1000 // REDRAW_HZ)
+        self.timer.setInterval(1000 // REDRAW_HZ)  # then as long as the drawing budget asks
         self.timer.timeout.connect(self._tick)
 
         layout = QVBoxLayout(self)
@@ -353,11 +423,12 @@ class PlotsPanel(QWidget):
         self._drawn = -1
         self._live = True
         self._reset_x()
+        self._reset_y()
         self._set_trainable_scale(total_params)
         self.curves["step_ms_ema"].opts["name"] = record.name
         self._rebuild_legends()
         self._set_title()
-        self.timer.start()
+        self.timer.start(1000 // REDRAW_HZ)
         self.redraw()
 
     def set_run_info(self, info: Mapping[str, Any], plan: Mapping[str, Any] | None = None) -> None:
@@ -370,6 +441,7 @@ class PlotsPanel(QWidget):
         """
         device = str(info.get("device", "cpu"))
         self._set_memory_names("cuda" if device.startswith("cuda") else ("mps" if device == "mps" else "rss"))
+        self.budget = drawing_budget(device, info.get("torch_threads"))
         if info.get("total_params"):
             self._set_trainable_scale(int(info["total_params"]))
             self._drawn = -1
@@ -443,6 +515,7 @@ class PlotsPanel(QWidget):
         self.buffer.clear()
         self._clear_markers()
         self._reset_x()
+        self._reset_y()
         self._set_trainable_scale(record.summary.get("total_params"))
         device = str(record.summary.get("device") or record.config.get("device") or "cpu")
         self._set_memory_names("cuda" if device.startswith("cuda") else "rss")
@@ -532,33 +605,89 @@ class PlotsPanel(QWidget):
             self._rebuild_legends()
         if self._follow_x:
             self._follow(x)
+        self._fit_y()
+        # Settle the auto-ranges now: done at paint time (pyqtgraph's default), the new
+        # ranges would ask for a second paint right after the first.
+        self.graphics.scene().prepareForPaint()
         self.redraws += 1
         if self._crosshair_x is None:
             self._update_readout(None)
         return True
 
     def _tick(self) -> None:
-        """Timer tick: redraw when the data changed and the drawing budget allows it."""
+        """Timer tick: redraw when the data changed and the drawing budget allows it.
+
+        The CPU time of the last redraw and of every paint since (the paint of that redraw
+        comes after this returns) sets how long the next redraw waits: cost / budget, at
+        least one timer interval and at most :data:`MAX_FRAME_INTERVAL_S`. CPU time, because
+        wall time grows with the load.
+        """
         now = time.perf_counter()
-        if now < self._next_frame or self.buffer.version == self._drawn:
+        # a coarse QTimer may fire up to 5 % early: such a tick still counts as on time
+        if now < self._next_frame - 0.05 * self.timer.interval() / 1000 or self.buffer.version == self._drawn:
             return
+        painted = self.graphics.paint_cpu_s
+        self.frame_s = self._redraw_cpu_s + painted - self._painted_cpu_s
+        self._painted_cpu_s = painted
         cpu = time.thread_time()
         if self.redraw():
-            self.graphics.viewport().repaint()  # paint now, so the cost below includes it
-            self.frame_s = time.thread_time() - cpu  # CPU time: wall time grows with the load
-            wait = min(MAX_FRAME_INTERVAL_S, self.frame_s / max(self.budget, 1e-3))
-            self._next_frame = now + max(1.0 / REDRAW_HZ, wait)
+            self._redraw_cpu_s = time.thread_time() - cpu
+            wait = max(1.0 / REDRAW_HZ, min(MAX_FRAME_INTERVAL_S, (self.frame_s + self._redraw_cpu_s) / max(self.budget, 1e-3)))
+            self._next_frame = now + wait
+            if self.timer.isActive():  # tick when the next redraw is due, not in between
+                self.timer.start(round(wait * 1000))
 
     def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
         super().showEvent(event)
         self.redraw()
 
-    def _range_changed_by_user(self, *_: Any) -> None:
-        self._follow_x = False  # the user zoomed or panned: leave the x range to them
+    def _range_changed_by_user(self, key: str, mask: Any = None) -> None:
+        """The user zoomed or panned a plot: leave the axes they moved to them."""
+        x_moved, y_moved = (bool(mask[0]), bool(mask[1])) if mask is not None else (True, True)
+        if x_moved:
+            self._follow_x = False
+        if y_moved:
+            self._follow_y[key] = False
+
+    def _mouse_clicked(self, event: Any) -> None:
+        if event.double():
+            self.fit_view()
+
+    def fit_view(self) -> None:
+        """Fit every plot to its data again, as after a zoom (double-click does it)."""
+        self._reset_y()
+        self._refit_x()
+        self._fit_y()
 
     def _reset_x(self) -> None:
         self._follow_x = True
         self._x_hi = -math.inf
+
+    def _reset_y(self) -> None:
+        for key in self._follow_y:
+            self._follow_y[key] = True
+            self._y_range[key] = None
+
+    def _fit_y(self) -> None:
+        """Keep each plot's y range around its curves in coarse steps (:func:`coarse_range`):
+        pyqtgraph's own auto-range would move the axis a little at every redraw, and a
+        y axis whose range moved is laid out and drawn again."""
+        for key, p in self.plots.items():
+            if not self._follow_y[key]:
+                continue
+            lo, hi = math.inf, -math.inf
+            for item in p.listDataItems():
+                if not item.isVisible():
+                    continue
+                b_lo, b_hi = item.dataBounds(1)
+                if b_lo is not None and b_hi is not None and math.isfinite(b_lo) and math.isfinite(b_hi):
+                    lo, hi = min(lo, b_lo), max(hi, b_hi)
+            if lo > hi:
+                continue  # nothing to show yet
+            rng = coarse_range(lo, hi, self._y_range[key])
+            if rng != self._y_range[key]:
+                self._y_range[key] = rng
+                p.setYRange(*rng, padding=0)
 
     def _refit_x(self) -> None:
         """Live: follow the data again; otherwise fit the x range to everything shown."""
@@ -580,7 +709,7 @@ class PlotsPanel(QWidget):
             return
         if hi <= self._x_hi and hi >= 0.5 * self._x_hi:
             return
-        self._x_hi = _nice_ceiling(max(hi * 1.1, 10.0 if self._x == "step" else 1.0))
+        self._x_hi = _nice_ceiling(max(hi * 1.3, 10.0 if self._x == "step" else 1.0))
         first = self.plots[PLOT_KEYS[0][0]]
         first.setXRange(0.0, self._x_hi, padding=0.02)
 
@@ -610,8 +739,7 @@ class PlotsPanel(QWidget):
         self._refit_x()
         self._draw_overlays()
         self._drawn = -1
-        for p in self.plots.values():
-            p.enableAutoRange(y=True)
+        self._reset_y()
         self.redraw()
 
     @property
@@ -747,6 +875,7 @@ class PlotsPanel(QWidget):
             x = ov.buffer.column(self._x)
             for col, curve in ov.curves.items():
                 curve.setData(x, self._y(ov.buffer, col), connect="finite")
+        self._fit_y()
 
     # ------------------------------------------------------------ crosshair and read-out
     def _mouse_moved(self, event: tuple[Any, ...]) -> None:

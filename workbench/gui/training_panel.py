@@ -14,7 +14,7 @@ import math
 from typing import Any
 
 import torch
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -36,7 +36,10 @@ from workbench.gui import dialogs
 from workbench.gui.controller import OPTIMIZERS, Controller
 from workbench.gui.run_controller import RunController
 
-__all__ = ["DATASETS", "TrainingPanel", "available_devices", "default_image_size", "fmt_eta"]
+__all__ = ["DATASETS", "PROGRESS_INTERVAL_MS", "TrainingPanel", "available_devices", "default_image_size", "fmt_eta"]
+
+#: Shortest time between two updates of the progress bar and the rate label during a run (ms).
+PROGRESS_INTERVAL_MS = 500
 
 #: Dataset choices: ``(label, spec kind)``; all but synthetic need a local folder.
 DATASETS: tuple[tuple[str, str], ...] = (
@@ -127,6 +130,13 @@ class TrainingPanel(QWidget):
         self._settings = settings
         self._total = 0
         self._rate_points: list[tuple[float, float]] = []
+        # The progress bar and the rate label change at most PROGRESS_INTERVAL_MS apart: each
+        # change repaints the panel, and the window's CPU time is taken from the training step.
+        self._progress_pending: tuple[int, str] | None = None
+        self._progress_timer = QTimer(self)
+        self._progress_timer.setSingleShot(True)
+        self._progress_timer.setInterval(PROGRESS_INTERVAL_MS)
+        self._progress_timer.timeout.connect(self._show_progress)
 
         # ---- row 1: settings
         self.data_box = QComboBox(self)
@@ -479,6 +489,8 @@ class TrainingPanel(QWidget):
         )
 
     def _started(self, _record: Any) -> None:
+        self._progress_timer.stop()
+        self._progress_pending = None
         self._total = 0
         self._rate_points = []
         self.progress.setRange(0, 0)  # busy until the setup reports the length
@@ -497,8 +509,6 @@ class TrainingPanel(QWidget):
         last = batch[-1]
         done = int(last.get("step", 0)) + 1
         wall = float(last.get("wall_time") or 0.0)
-        if self._total:
-            self.progress.setValue(min(done, self._total))
         pts = self._rate_points
         pts.append((wall, float(done)))
         while len(pts) > 2 and wall - pts[0][0] > 5.0:  # rate over the last ~5 s
@@ -508,9 +518,24 @@ class TrainingPanel(QWidget):
         else:
             rate = done / wall if wall > 0 else 0.0
         eta = (self._total - done) / rate if rate > 0 and self._total else math.nan
-        self.rate_label.setText(f"{rate:.1f} it/s · ETA {fmt_eta(eta)}")
+        self._progress_pending = (done, f"{rate:.1f} it/s · ETA {fmt_eta(eta)}")
+        if not self._progress_timer.isActive():  # shown now, then at most once per interval
+            self._show_progress()
+
+    def _show_progress(self) -> None:
+        """Show the newest step count and rate (held back by the progress timer)."""
+        if self._progress_pending is None:
+            return
+        if not self._progress_timer.isActive():
+            self._progress_timer.start()  # the next update waits its turn, however soon it comes
+        (done, text), self._progress_pending = self._progress_pending, None
+        if self._total:
+            self.progress.setValue(min(done, self._total))
+        self.rate_label.setText(text)
 
     def _ended(self, record: Any) -> None:
+        self._progress_timer.stop()
+        self._progress_pending = None
         if self._total:
             self.progress.setRange(0, max(1, self._total))
             self.progress.setValue(min(record.steps(), self._total))

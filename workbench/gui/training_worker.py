@@ -30,9 +30,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
+import torch
 from torch import nn
 
 from workbench.core.config import TrainConfig
+from workbench.core.cpu_threads import use_worker_threads
 from workbench.core.errors import WorkbenchError
 from workbench.core.plan import FreezePlan
 from workbench.gui.worker import track_thread, untrack_thread
@@ -168,7 +170,8 @@ class TrainingWorker(QObject):
 
     Signals:
         prepared(info): setup is done: ``total_steps``, ``steps_per_epoch``, ``device``,
-            ``image_size``, ``batch_size``, ``trainable_params``, ``total_params``, ``new_heads``.
+            ``torch_threads`` (of the training thread), ``image_size``, ``batch_size``,
+            ``trainable_params``, ``total_params``, ``new_heads``.
         metricsBatch(records): a list of ``StepMetrics.to_dict()`` records.
         result(result): the engine's ``RunResult.to_dict()``.
         failed(message, details): the run could not start (bad input: ``details`` empty) or
@@ -207,6 +210,7 @@ class TrainingWorker(QObject):
 
         job = self._job
         assert job is not None
+        use_worker_threads(job.config.torch_threads)
         model = job.model
         if job.copy_model:
             with job.model_lock if job.model_lock is not None else contextlib.nullcontext():
@@ -221,6 +225,7 @@ class TrainingWorker(QObject):
                 "total_steps": trainer.total_steps,
                 "steps_per_epoch": trainer.steps_per_epoch,
                 "device": str(trainer.device),
+                "torch_threads": torch.get_num_threads(),
                 "image_size": trainer.image_size,
                 "batch_size": job.config.batch_size,
                 "trainable_params": int(counts.trainable),

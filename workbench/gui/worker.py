@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
+from workbench.core.cpu_threads import use_worker_threads
 from workbench.core.errors import WorkbenchError
 
 __all__ = ["BackgroundTask", "running_threads", "track_thread", "untrack_thread"]
@@ -62,6 +63,7 @@ class _Job(QObject):
     @Slot()
     def run(self) -> None:
         try:
+            use_worker_threads()
             result = self._fn()
         except WorkbenchError as e:
             self.failed.emit(str(e), "")
