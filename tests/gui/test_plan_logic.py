@@ -180,3 +180,21 @@ def test_set_minimal_on_the_root(tree: ModelTree) -> None:
     plan_edits.set_minimal(plan, tree, "layer1", "lr_scale", 1.0)  # a type rule reaches inside: explicit
     assert plan.resolve(tree)["layer1.0.conv1"].lr_scale == 1.0
     assert plan.resolve(tree)["layer2.0.conv1"].lr_scale == 0.5
+
+
+def test_a_plus_b_on_named_parameters_counts_only_their_fixed_copy(model: nn.Module) -> None:
+    # The cost panel's estimate (no model needed) matches what applying the plan really adds.
+    loaded = loaded_from_model(model)
+    plan = FreezePlan.from_dict(
+        {"rules": [{"select": "layer4", "reparam": {"params": ["weight"]}}, {"select": "fc", "reparam": True}]}
+    )
+    state = PlanState.compute(loaded.tree, plan, loaded.own_bytes, "adamw", loaded.param_shapes)
+    applied = apply_plan(model, plan)
+    try:
+        real = applied.counts("adamw")
+    finally:
+        applied.remove()
+    assert state.counts == real
+    layer4_weights = sum(p.numel() * 4 for n, p in model.layer4.named_parameters() if n.endswith("weight"))
+    fc_all = sum(p.numel() * 4 for p in model.fc.parameters())
+    assert real.fixed_bytes == layer4_weights + fc_all

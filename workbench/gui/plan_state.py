@@ -9,6 +9,7 @@ touched, so a click on a 5,000-module tree costs milliseconds.
 
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, NamedTuple
@@ -76,6 +77,23 @@ def _partial_frozen(node: ModuleNode, spec: Mapping[str, Any], shapes: Mapping[s
     for d in shape:
         numel *= d
     return min(node.own_params, round(numel * (1.0 - frac)))
+
+
+def _reparam_bytes(
+    path: str, spec: Mapping[str, Any], own: int, own_bytes: int, shapes: Mapping[str, tuple[int, ...]]
+) -> int:
+    """Bytes of the fixed tensors A that A+B adds to a module (``own_bytes`` when ``spec``
+    names no parameters, or their shapes are not known)."""
+    names = spec.get("params") if isinstance(spec, Mapping) else None
+    if not names or own <= 0:
+        return own_bytes
+    numel = 0
+    for name in names:
+        shape = shapes.get(f"{path}.{name}" if path else str(name))
+        if shape is None:
+            return own_bytes
+        numel += math.prod(shape)
+    return own_bytes * min(numel, own) // own
 
 
 @dataclass
@@ -286,7 +304,8 @@ class PlanState:
                     frozen_bytes += obytes[i] * f // own
                 if e.reparam:
                     rp[i] += own
-                    fixed_bytes += obytes[i]  # A, the fixed copy of the pretrained weights
+                    # A, the fixed copy of the pretrained weights (of the named ones only)
+                    fixed_bytes += _reparam_bytes(lay.paths[i], e.reparam, own, obytes[i], shapes)
                     reparam_modules += 1
             if bn_l[i]:
                 be[i] += e.bn_eval
