@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import socket
 import time
+import urllib.request
 from collections import OrderedDict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -163,16 +167,56 @@ def test_build_model_offline_download_fails_fast_with_url_and_path(
 
 
 def test_build_model_download_timeout_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    seen_timeouts: list[float | None] = []
+    seen: list[tuple[object, float | None]] = []
 
-    def stalled(*args: object, **kwargs: object) -> None:
-        seen_timeouts.append(socket.getdefaulttimeout())
+    def stalled(*args: object, timeout: object = None, **kwargs: object) -> None:
+        seen.append((timeout, socket.getdefaulttimeout()))
         raise TimeoutError("timed out")
 
-    monkeypatch.setattr(torch.hub, "urlopen", stalled)
+    monkeypatch.setattr(urllib.request, "urlopen", stalled)
     with pytest.raises(ModelSourceError, match="TimeoutError"):
         build_model("resnet18", "IMAGENET1K_V1", download_timeout=7)
-    assert seen_timeouts == [7]
+    # the timeout is the connection's own: other threads' sockets keep the process default
+    assert seen == [(7, socket.getdefaulttimeout())]
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[str, bytes]]:
+    """A local HTTP server with one file: (its URL, its bytes)."""
+    import http.server
+    import threading
+
+    payload = b"weights" * 1000
+    (tmp_path / "serve").mkdir()
+    (tmp_path / "serve" / "w.pth").write_bytes(payload)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path / "serve"))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    handler.log_message = lambda *a: None  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/w.pth", payload
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_download_checks_the_hash_in_the_file_name_and_leaves_no_partial_file(
+    served: tuple[str, bytes], tmp_path: Path
+) -> None:
+    from types import SimpleNamespace
+
+    from workbench.core.zoo import _download_weights
+
+    url, payload = served
+    good = hashlib.sha256(payload).hexdigest()[:8]
+    dest = tmp_path / "cache" / f"model-{good}.pth"
+    _download_weights(SimpleNamespace(url=url), dest, progress=False, timeout=10)
+    assert dest.read_bytes() == payload
+    bad = tmp_path / "cache" / "model-00000000.pth"
+    with pytest.raises(ModelSourceError, match="integrity check"):
+        _download_weights(SimpleNamespace(url=url), bad, progress=False, timeout=10)
+    assert sorted(p.name for p in dest.parent.iterdir()) == [dest.name]  # nothing else left
 
 
 def test_build_model_corrupt_cached_weights_says_delete() -> None:

@@ -2,8 +2,8 @@
 
 Everything here is Qt-free and safe by default:
 
-* pretrained weights are only downloaded when ``allow_download`` is true, under a
-  socket timeout, and a failed download names the URL and the cache file where the
+* pretrained weights are only downloaded when ``allow_download`` is true, with a
+  timeout on the connection, and a failed download names the URL and the cache file where the
   user can place the weights by hand;
 * checkpoints are read with ``torch.load(..., weights_only=True)``; a pickled
   ``nn.Module`` (or anything else that needs code to run when unpickled) is refused
@@ -24,14 +24,15 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import hashlib
 import json
 import os
 import pickle
 import re
-import socket
 import urllib.error
+import urllib.request
 import zipfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from http.client import HTTPException
 from pathlib import Path
@@ -286,25 +287,46 @@ def model_input_size(name: str) -> int:
     return size or _FAMILY_INPUT_SIZE.get(name, _DEFAULT_INPUT_SIZE)
 
 
-@contextlib.contextmanager
-def _socket_timeout(seconds: float) -> Iterator[None]:
-    """Temporarily set the default socket timeout (restored on exit)."""
-    previous = socket.getdefaulttimeout()
-    socket.setdefaulttimeout(seconds)
-    try:
-        yield
-    finally:
-        socket.setdefaulttimeout(previous)
-
-
 def _download_weights(member: Any, dest: Path, *, progress: bool, timeout: float) -> None:
+    """Download a weights file into the torch hub cache, as ``torch.hub`` names it.
+
+    ``torch.hub.download_url_to_file`` has no timeout, and a process-wide
+    ``socket.setdefaulttimeout`` would also change every other thread's sockets (the desktop
+    app downloads on a worker thread). So this reads the URL with its own timeout, into a
+    temporary file next to ``dest``, checks the SHA-256 prefix in the file name, and moves
+    the file into place only when it is complete.
+    """
     url = member.url
     dest.parent.mkdir(parents=True, exist_ok=True)
     match = torch.hub.HASH_REGEX.search(dest.name)
     hash_prefix = match.group(1) if match else None
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
     try:
-        with _socket_timeout(timeout):
-            torch.hub.download_url_to_file(url, str(dest), hash_prefix, progress=progress)
+        request = urllib.request.Request(url, headers={"User-Agent": f"freeze-workbench/{_version()}"})
+        with urllib.request.urlopen(request, timeout=timeout) as response, open(tmp, "wb") as out:
+            total = int(response.headers.get("Content-Length") or 0) or None
+            digest = hashlib.sha256()
+            bar = None
+            if progress:
+                from tqdm import tqdm
+
+                bar = tqdm(total=total, unit="B", unit_scale=True, unit_divisor=1024, desc=dest.name)
+            try:
+                while chunk := response.read(1 << 20):
+                    out.write(chunk)
+                    digest.update(chunk)
+                    if bar is not None:
+                        bar.update(len(chunk))
+            finally:
+                if bar is not None:
+                    bar.close()
+        if hash_prefix and not digest.hexdigest().startswith(hash_prefix):
+            raise ModelSourceError(
+                f"downloaded weights from {url} failed the integrity check (SHA-256 "
+                f"{digest.hexdigest()[:len(hash_prefix)]}…, expected {hash_prefix}…); retry, or place a "
+                f"good copy of the file at {dest}"
+            )
+        os.replace(tmp, dest)
     except (urllib.error.URLError, OSError, HTTPException) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise ModelSourceError(
@@ -312,11 +334,14 @@ def _download_weights(member: Any, dest: Path, *, progress: bool, timeout: float
             f"check the network, or download the file elsewhere and place it at {dest}, "
             "or pass weights=None for a randomly initialised model"
         ) from exc
-    except RuntimeError as exc:  # hash mismatch: the download was damaged
-        raise ModelSourceError(
-            f"downloaded weights from {url} failed the integrity check ({exc}); "
-            f"retry, or place a good copy of the file at {dest}"
-        ) from exc
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _version() -> str:
+    from workbench import __version__
+
+    return __version__
 
 
 def build_model(
@@ -368,9 +393,8 @@ def build_model(
                 "run once online (or place the file there), or pass weights=None"
             )
         _download_weights(member, path, progress=progress, timeout=download_timeout)
-    try:
-        with _socket_timeout(download_timeout):
-            model = torchvision.models.get_model(name, weights=member, progress=progress)
+    try:  # from the cache file (downloaded above when missing)
+        model = torchvision.models.get_model(name, weights=member, progress=progress)
     except (urllib.error.URLError, OSError, HTTPException) as exc:
         raise ModelSourceError(
             f"could not get weights {member.name} of {name} from {member.url}: {exc}; "
