@@ -240,3 +240,13 @@ def test_lint_and_summary_say_when_a_plus_b_changes_the_function(tree):
     assert "does not equal" in f.message and f.path == "layer4"
     (g,) = [f for f in lint_plan(from_file, tree) if f.code == "reparam-changes-function"]
     assert "may not equal" in g.message and "from a file" in from_file.summary(tree)
+
+
+def test_rules_built_in_code_are_normalized_like_parsed_ones() -> None:
+    parsed = FreezePlan.from_dict({"rules": [{"select": "fc", "reparam": True}, {"select": "fc", "reparam": False}]})
+    built = FreezePlan([Rule("fc", reparam=True), Rule("fc", reparam=False)])
+    assert built.to_dict() == parsed.to_dict()
+    assert built.rules[0].reparam == parsed.rules[0].reparam and built.rules[0].reparam["kind"] == "a_plus_b"
+    assert built.rules[1].reparam_off and built.rules[1].reparam is None
+    with pytest.raises(ValueError, match="mode"):
+        Rule("fc", reparam={"mode": "sideways"})

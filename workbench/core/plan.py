@@ -147,11 +147,25 @@ class Rule:
     frozen: bool | None = None
     bn_eval: bool | None = None
     lr_scale: float | None = None
-    reparam: dict | None = None
+    reparam: dict | bool | None = None
     partial: dict | None = None
     comment: str | None = None
     #: ``reparam: false`` in a later rule switches A+B off again (distinct from "not set").
     reparam_off: bool = False
+
+    def __post_init__(self) -> None:
+        """Normalize ``reparam``/``partial`` as a parsed plan does, so that a rule built in code
+        (``Rule("fc", reparam=True)``) is the same as one read from a file.
+
+        Raises:
+            ValueError: an invalid ``reparam`` or ``partial`` value (the message says why).
+        """
+        if self.reparam is False:
+            self.reparam, self.reparam_off = None, True
+        for key in ("reparam", "partial"):
+            value = getattr(self, key)
+            if value is not None:
+                setattr(self, key, _parse_extension(key, value))
 
     def sets(self, key: str) -> bool:
         """Whether this rule sets ``key``."""
