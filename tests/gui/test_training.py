@@ -466,6 +466,8 @@ def test_plot_y_ranges_move_in_coarse_steps_and_stop_following_a_zoom(qtbot: Any
     assert view.viewRange()[1][1] >= 300
     view.sigRangeChangedManually.emit([False, True])  # the user zoomed the y axis
     view.setYRange(90, 110, padding=0)
+    view.sigRangeChangedManually.emit([True, False])  # and the x axis
+    view.setXRange(0, 2, padding=0)
     feed(500)
     assert view.viewRange()[1] == [90.0, 110.0]  # left to the user
     from PySide6.QtCore import Qt
@@ -475,6 +477,7 @@ def test_plot_y_ranges_move_in_coarse_steps_and_stop_following_a_zoom(qtbot: Any
     qtbot.mouseDClick(panel.graphics.viewport(), Qt.MouseButton.LeftButton, pos=where)
     qtbot.mouseRelease(panel.graphics.viewport(), Qt.MouseButton.LeftButton, pos=where)  # the double-click's own
     assert view.viewRange()[1][1] >= 500  # a double-click fits the plots to their data again
+    assert view.viewRange()[0][1] >= step - 1  # x too, at once (a paused run gets no redraw)
 
 
 def test_coarse_range_keeps_the_data_off_its_edges() -> None:

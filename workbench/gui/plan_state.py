@@ -84,7 +84,7 @@ def _reparam_bytes(
 ) -> int:
     """Bytes of the fixed tensors A that A+B adds to a module (``own_bytes`` when ``spec``
     names no parameters, or their shapes are not known)."""
-    names = spec.get("params") if isinstance(spec, Mapping) else None
+    names = spec.get("params")
     if not names or own <= 0:
         return own_bytes
     numel = 0

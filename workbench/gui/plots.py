@@ -66,9 +66,8 @@ MAX_FRAME_INTERVAL_S = 1.0
 class _TimedGraphics(pg.GraphicsLayoutWidget):
     """The plots' canvas; adds up the CPU time its paints take (the drawing budget counts it).
 
-    Qt paints the canvas when it gets to it, once per event-loop pass however many items
-    changed; the panel lets it, rather than painting at once after a redraw, which would
-    paint twice (the scene's own queued update paints again).
+    A redraw does not paint: Qt paints the canvas when it gets to it, once for everything
+    that changed since the last paint.
     """
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -657,6 +656,8 @@ class PlotsPanel(QWidget):
         """Fit every plot to its data again, as after a zoom (double-click does it)."""
         self._reset_y()
         self._refit_x()
+        if self._live:  # now, not at the next redraw (a paused run gets none)
+            self._follow(self.buffer.column(self._x))
         self._fit_y()
 
     def _reset_x(self) -> None:
