@@ -6,8 +6,8 @@ trains should give the cores to the worker. torch's CPU build runs its parallel 
 counts the threads of all teams together: once there are more of them than cores, every team
 stops spinning between parallel regions and sleeps instead, so each of the hundreds of
 parallel regions of a training step pays a wake-up. On a 2-core machine resnet18 trained on
-a worker thread, after the main thread had run parallel ops too, took about 12 % longer per
-step than the same run on the main thread.
+a worker thread, after the main thread had run parallel ops too, took about 17 % longer per
+step than the same run on the main thread (``tests/benchmarks/bench_cpu_threads.py``).
 
 The fix is to keep the interactive thread serial: :func:`reserve_cores_for_workers` makes the
 calling thread run torch ops on one thread (so it never starts a team) before it runs any, and
