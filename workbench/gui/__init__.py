@@ -17,7 +17,7 @@ Modules:
     training_panel data, batch, optimizer, device ...; Start / Pause / Stop, progress and ETA.
     training_worker the worker QObject on a QThread driving core.engine.Trainer; metric batching.
     run_controller starts, controls, records and persists runs; live plan changes.
-    plots          pyqtgraph plots fed from ring buffers by a ~15 Hz timer; markers, overlays.
+    plots          pyqtgraph plots fed from ring buffers by a timer (up to 15 Hz, within a CPU budget); markers, overlays.
     runs           the runs table and comparison; the runs folder.
     verify_panel   the end-of-run verify report, module by module.
     series         (Qt-free) ring buffer of metric columns.
