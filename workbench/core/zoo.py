@@ -43,6 +43,7 @@ import torch
 import torchvision
 from torch import nn
 
+from workbench import __version__
 from workbench.core.atomic import atomic_path
 from workbench.core.errors import WorkbenchError
 
@@ -302,7 +303,7 @@ def _download_weights(member: Any, dest: Path, *, progress: bool, timeout: float
     hash_prefix = match.group(1) if match else None
     tmp = dest.with_name(f".{dest.name}.{os.getpid()}.partial")
     try:
-        request = urllib.request.Request(url, headers={"User-Agent": f"freeze-workbench/{_version()}"})
+        request = urllib.request.Request(url, headers={"User-Agent": f"freeze-workbench/{__version__}"})
         with urllib.request.urlopen(request, timeout=timeout) as response, open(tmp, "wb") as out:
             total = int(response.headers.get("Content-Length") or 0) or None
             digest = hashlib.sha256()
@@ -336,12 +337,6 @@ def _download_weights(member: Any, dest: Path, *, progress: bool, timeout: float
         ) from exc
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def _version() -> str:
-    from workbench import __version__
-
-    return __version__
 
 
 def build_model(
