@@ -464,6 +464,11 @@ def test_plot_y_ranges_move_in_coarse_steps_and_stop_following_a_zoom(qtbot: Any
     assert view.viewRange()[1] == first
     feed(300)  # a jump: the range takes it in
     assert view.viewRange()[1][1] >= 300
+    view.sigRangeChangedManually.emit([True, False])  # the user zoomed into the first steps
+    view.setXRange(0, 3, padding=0)
+    qtbot.wait(20)  # painted: the curve now displays only the points in view
+    feed(400)  # off to the right of the view: the y range still takes every point in
+    assert view.viewRange()[1][1] >= 400
     view.sigRangeChangedManually.emit([False, True])  # the user zoomed the y axis
     view.setYRange(90, 110, padding=0)
     view.sigRangeChangedManually.emit([True, False])  # and the x axis

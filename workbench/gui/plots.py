@@ -680,9 +680,14 @@ class PlotsPanel(QWidget):
             for item in p.listDataItems():
                 if not item.isVisible():
                     continue
-                b_lo, b_hi = item.dataBounds(1)
-                if b_lo is not None and b_hi is not None and math.isfinite(b_lo) and math.isfinite(b_hi):
-                    lo, hi = min(lo, b_lo), max(hi, b_hi)
+                # every point, not the displayed ones: those are clipped to the x range the
+                # view had at the last paint
+                _x, y = item.getOriginalDataset()
+                if y is None or not len(y):
+                    continue
+                y = y[np.isfinite(y)]
+                if y.size:
+                    lo, hi = min(lo, float(y.min())), max(hi, float(y.max()))
             if lo > hi:
                 continue  # nothing to show yet
             rng = coarse_range(lo, hi, self._y_range[key])
