@@ -4,9 +4,9 @@ Usage (from the repository root)::
 
     QT_QPA_PLATFORM=offscreen .venv/bin/python packaging/render_icons.py
 
-reads ``workbench/resources/icons/hicolor/scalable/apps/<APP_ID>.svg`` and writes
+reads ``resources/icons/hicolor/scalable/apps/<APP_ID>.svg`` and writes
 
-- ``workbench/resources/icons/hicolor/<N>x<N>/apps/<APP_ID>.png`` for every size in
+- ``resources/icons/hicolor/<N>x<N>/apps/<APP_ID>.png`` for every size in
   :data:`workbench.resources.ICON_SIZES` (package data: the window, the ``.desktop`` entry);
 - ``packaging/icons/freeze-workbench.ico`` (Windows, 16–256 px) and
   ``packaging/icons/freeze-workbench.icns`` (macOS, 16–512 px) for the PyInstaller bundle.
@@ -34,7 +34,7 @@ from workbench.resources import APP_ID, ICON_SIZES  # noqa: E402
 
 __all__ = ["render_png", "render_all", "main"]
 
-ICONS_DIR = ROOT / "workbench" / "resources" / "icons" / "hicolor"
+ICONS_DIR = ROOT / "resources" / "icons" / "hicolor"
 BUNDLE_ICONS_DIR = ROOT / "packaging" / "icons"
 #: Sizes the Windows ``.ico`` holds (256 is the largest the format shows).
 ICO_SIZES = (16, 24, 32, 48, 64, 128, 256)

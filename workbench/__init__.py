@@ -29,31 +29,31 @@ except _metadata.PackageNotFoundError:  # running from a source tree without ins
 
 #: Public name -> module that defines it (imported on first access, PEP 562).
 _EXPORTS: dict[str, str] = {
-    "AppliedPlan": "workbench.core.apply",
-    "Counts": "workbench.core.apply",
-    "PlanDiff": "workbench.core.apply",
-    "apply_plan": "workbench.core.apply",
-    "Effective": "workbench.core.plan",
-    "FreezePlan": "workbench.core.plan",
-    "PlanError": "workbench.core.plan",
-    "PlanWarning": "workbench.core.plan",
-    "Rule": "workbench.core.plan",
-    "Stage": "workbench.core.plan",
-    "ModelTree": "workbench.core.tree",
-    "ModuleNode": "workbench.core.tree",
-    "fingerprint": "workbench.core.tree",
-    "VerifyReport": "workbench.core.verify",
+    "AppliedPlan": "workbench.core.freezing.apply",
+    "Counts": "workbench.core.freezing.apply",
+    "PlanDiff": "workbench.core.freezing.apply",
+    "apply_plan": "workbench.core.freezing.apply",
+    "Effective": "workbench.core.plan.rules",
+    "FreezePlan": "workbench.core.plan.rules",
+    "PlanError": "workbench.core.plan.rules",
+    "PlanWarning": "workbench.core.plan.rules",
+    "Rule": "workbench.core.plan.rules",
+    "Stage": "workbench.core.plan.rules",
+    "ModelTree": "workbench.core.models.tree",
+    "ModuleNode": "workbench.core.models.tree",
+    "fingerprint": "workbench.core.models.tree",
+    "VerifyReport": "workbench.core.checks.verify",
     "WorkbenchError": "workbench.core.errors",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:  # for type checkers and IDEs
-    from workbench.core.apply import AppliedPlan, Counts, PlanDiff, apply_plan
+    from workbench.core.freezing.apply import AppliedPlan, Counts, PlanDiff, apply_plan
     from workbench.core.errors import WorkbenchError
-    from workbench.core.plan import Effective, FreezePlan, PlanError, PlanWarning, Rule, Stage
-    from workbench.core.tree import ModelTree, ModuleNode, fingerprint
-    from workbench.core.verify import VerifyReport
+    from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanWarning, Rule, Stage
+    from workbench.core.models.tree import ModelTree, ModuleNode, fingerprint
+    from workbench.core.checks.verify import VerifyReport
 
 
 def __getattr__(name: str) -> Any:

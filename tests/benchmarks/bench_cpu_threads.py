@@ -8,8 +8,8 @@ hits them alike:
 - ``thread``: on a worker thread, after the main thread ran parallel ops of its own (as a GUI
   thread that built or inspected a model would): two OpenMP teams.
 - ``reserved``: on a worker thread, with the main thread kept serial by
-  :func:`workbench.core.cpu_threads.reserve_cores_for_workers` and the worker given the
-  cores by :func:`~workbench.core.cpu_threads.use_worker_threads` (what the desktop app
+  :func:`workbench.core.training.cpu_threads.reserve_cores_for_workers` and the worker given the
+  cores by :func:`~workbench.core.training.cpu_threads.use_worker_threads` (what the desktop app
   does).
 
 It prints the median step time of each and their ratios to ``main``; nothing is asserted.
@@ -29,10 +29,10 @@ _CHILD = """
 import json, statistics, sys, threading, torch, torchvision
 mode, steps, warmup, batch, size = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
 if mode == "reserved":
-    from workbench.core.cpu_threads import reserve_cores_for_workers, use_worker_threads
+    from workbench.core.training.cpu_threads import reserve_cores_for_workers, use_worker_threads
     reserve_cores_for_workers()
-from workbench.core.config import TrainConfig
-from workbench.core.engine import Trainer
+from workbench.core.training.config import TrainConfig
+from workbench.core.training.engine import Trainer
 torch.manual_seed(0)
 model = torchvision.models.resnet18(weights=None)
 if mode == "thread":

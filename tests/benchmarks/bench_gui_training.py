@@ -8,7 +8,7 @@
    times in turn, so load from other processes hits both alike; the median of the per-round
    ratios, and the ratio of the medians (target: <= 1.05x). Headless runs on a thread, not on
    the main thread: that is the GUI thread, which the app keeps serial
-   (:mod:`workbench.core.cpu_threads`). A third variant runs the same config headless in a
+   (:mod:`workbench.core.training.cpu_threads`). A third variant runs the same config headless in a
    fresh process, as ``workbench train`` does (on its main thread, whose allocator arena
    differs: see ``bench_cpu_threads.py``). The table prints the ``OMP_WAIT_POLICY`` in force.
 
@@ -40,8 +40,8 @@ import torch  # noqa: E402
 
 _CHILD = """
 import json, statistics, sys, torchvision, torch
-from workbench.core.config import TrainConfig
-from workbench.core.engine import Trainer
+from workbench.core.training.config import TrainConfig
+from workbench.core.training.engine import Trainer
 torch.manual_seed(0)
 cfg = TrainConfig.from_json(sys.argv[1])
 if cfg.torch_threads is None and len(sys.argv) > 3:
@@ -66,12 +66,12 @@ def headless_thread(cfg: Any, model: Any, plan: Any, warmup: int) -> float:
     """Median step time (s) of the config trained by a plain Python thread of this process.
 
     The thread gets the worker threads' CPU share as the app's training thread does
-    (:func:`workbench.core.cpu_threads.use_worker_threads`); no event loop runs meanwhile.
+    (:func:`workbench.core.training.cpu_threads.use_worker_threads`); no event loop runs meanwhile.
     """
     import threading
 
-    from workbench.core.cpu_threads import use_worker_threads
-    from workbench.core.engine import Trainer
+    from workbench.core.training.cpu_threads import use_worker_threads
+    from workbench.core.training.engine import Trainer
 
     out: list[float] = []
 
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from PySide6.QtCore import QSettings
 
-    from workbench.core.cpu_threads import worker_thread_count
+    from workbench.core.training.cpu_threads import worker_thread_count
     from workbench.gui.app import create_application
 
     tmp = tempfile.mkdtemp(prefix="bench-gui-")

@@ -56,7 +56,7 @@ def nested(width: int, mid: int, leaf: int) -> nn.Module:
 
 
 def torchvision_on_meta(name: str) -> nn.Module:
-    from workbench.core.zoo import build_model
+    from workbench.core.models.zoo import build_model
 
     with torch.device("meta"):
         return build_model(name, weights=None)

@@ -25,8 +25,8 @@ import sys
 
 _CHILD = """
 import json, statistics, sys, psutil, torch, torchvision
-from workbench.core.config import TrainConfig
-from workbench.core.engine import Trainer
+from workbench.core.training.config import TrainConfig
+from workbench.core.training.engine import Trainer
 steps, warmup, batch, size = (int(a) for a in sys.argv[1:5])
 torch.manual_seed(0)
 cfg = TrainConfig(batch_size=batch, image_size=size, steps=steps, data="synthetic", device="cpu")

@@ -17,6 +17,6 @@ run() { local name=$1; shift; echo "== $name"; "$py" "tests/benchmarks/$name.py"
 run bench_engine --steps 20 --rounds 2
 run bench_reparam --steps 60
 run bench_partial --case all --steps 20
-"$py" -m workbench bench resnet18 --device cuda --plan workbench/resources/plans/resnet18-fc-only.json --plan workbench/resources/plans/resnet18-layer4-a-plus-b.json --steps 20 2>&1 | tee "$out/workbench-bench.txt" || status=1
+"$py" -m workbench bench resnet18 --device cuda --plan resources/plans/resnet18-fc-only.json --plan resources/plans/resnet18-layer4-a-plus-b.json --steps 20 2>&1 | tee "$out/workbench-bench.txt" || status=1
 echo "results in $out/ (exit $status)"
 exit $status

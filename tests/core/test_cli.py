@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from workbench.cli import COMMANDS, main
-from workbench.core.plan import FreezePlan, Rule
+from workbench.core.plan.rules import FreezePlan, Rule
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,8 +12,8 @@ from torch import nn
 
 L = pytest.importorskip("lightning")
 
-from workbench.core import doctor  # noqa: E402
-from workbench.core.plan import FreezePlan, PlanError  # noqa: E402
+from workbench.core.checks import doctor  # noqa: E402
+from workbench.core.plan.rules import FreezePlan, PlanError  # noqa: E402
 from workbench.integrations.lightning import FreezePlanCallback, sync_param_groups  # noqa: E402
 
 pytestmark = [
@@ -162,7 +162,7 @@ def test_explicit_module_and_bad_module(tmp_path):
 
 def test_sync_param_groups_without_lightning():
     net = Net()
-    from workbench.core.apply import apply_plan
+    from workbench.core.freezing.apply import apply_plan
 
     applied = apply_plan(net, FreezePlan.from_dict(PLAN).at(0))
     opt = torch.optim.SGD(applied.param_groups(lr=0.1, weight_decay=0.0), lr=0.1)

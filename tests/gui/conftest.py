@@ -155,7 +155,7 @@ def no_leftovers(qapp: Any) -> Iterator[None]:
     from PySide6.QtCore import QCoreApplication, QEvent
     from PySide6.QtWidgets import QApplication
 
-    from workbench.gui.worker import running_threads
+    from workbench.gui.background import running_threads
 
     QCoreApplication.processEvents()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)

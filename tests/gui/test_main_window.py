@@ -15,14 +15,14 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import QApplication
 from torchvision.models import resnet18
 
-from workbench.core import zoo
-from workbench.core.plan import FreezePlan
+from workbench.core.models import zoo
+from workbench.core.plan.rules import FreezePlan
 from workbench.gui import settings as app_settings
 from workbench.gui.main_window import MainWindow
 from workbench.gui.model_loading import LoadRequest
-from workbench.gui.tree_model import Column
+from workbench.gui.plan.tree_model import Column
 
-HAS_PARTIAL = importlib.util.find_spec("workbench.core.partial") is not None
+HAS_PARTIAL = importlib.util.find_spec("workbench.core.freezing.partial") is not None
 CHECK = Qt.ItemDataRole.CheckStateRole
 
 
@@ -310,9 +310,9 @@ def test_closing_during_a_load_leaves_no_thread(qtbot: Any) -> None:
     assert w.close()  # waits for the worker; the leak fixture checks no thread is left
 
 
-@pytest.mark.skipif(not HAS_PARTIAL, reason="workbench.core.partial not installed")
+@pytest.mark.skipif(not HAS_PARTIAL, reason="workbench.core.freezing.partial not installed")
 def test_partial_freezing_dialog(window: MainWindow, dialogs: Any) -> None:
-    from workbench.gui.partial_dialog import PartialDialog
+    from workbench.gui.plan.partial_dialog import PartialDialog
 
     def fill(d: PartialDialog) -> bool:
         d.set_values("weight", 1, "0:200")
@@ -394,7 +394,7 @@ def test_export_plain_script(window: MainWindow, dialogs: Any, tmp_path: Path) -
     assert {"layer1.0.bn1", "layer2.1.bn2"} <= set(state["bn_eval"])  # frozen BatchNorm stays in eval
     assert sorted(g["lr"] for g in state["groups"]) == pytest.approx([5e-4, 5e-3])
     if HAS_PARTIAL:  # sub-tensor freezing cannot be exported: the error is shown, nothing written
-        from workbench.gui import plan_edits
+        from workbench.gui.plan import edits as plan_edits
 
         spec = {"param": "weight", "dim": 1, "trainable": [[0, 4]]}
         window.controller.edit("partial", lambda plan, tree: plan_edits.set_partial(plan, tree, "fc", spec))

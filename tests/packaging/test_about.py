@@ -13,7 +13,8 @@ from PySide6 import __version__ as pyside_version
 from PySide6.QtCore import qVersion
 
 import workbench
-from workbench.gui import about, dialogs
+from workbench.gui import about
+from workbench.gui import dialogs
 
 
 @pytest.fixture(autouse=True)

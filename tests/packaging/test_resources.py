@@ -221,11 +221,11 @@ def test_appstreamcli_validate():
 
 
 def test_pyproject_ships_every_resource_file():
-    """Every file under workbench/resources matches a package-data pattern (or is a module)."""
+    """Every file under resources matches a package-data pattern (or is a module)."""
     import fnmatch
 
     patterns = PYPROJECT["tool"]["setuptools"]["package-data"]["workbench.resources"]
-    folder = ROOT / "workbench" / "resources"
+    folder = ROOT / "resources"
     for path in folder.rglob("*"):
         if not path.is_file() or "__pycache__" in path.parts or path.suffix in (".py", ".pyc"):
             continue

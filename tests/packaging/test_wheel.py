@@ -84,7 +84,8 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, src / name)
-    shutil.copytree(ROOT / "workbench", src / "workbench", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for folder in ("workbench", "resources"):
+        shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     out = tmp_path / "wheelhouse"
     setuptools_version = tuple(int(x) for x in metadata.version("setuptools").split(".")[:2])
     # setuptools >= 70.1 builds wheels by itself: build with it, offline. Older ones need the
@@ -119,9 +120,9 @@ def _venv_with_parent_packages(tmp_path: Path) -> Path:
 
 def test_wheel_contains_every_resource(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
-    folder = ROOT / "workbench" / "resources"
+    folder = ROOT / "resources"
     expected = {
-        "workbench/" + p.relative_to(ROOT / "workbench").as_posix()
+        "workbench/resources/" + p.relative_to(folder).as_posix()
         for p in folder.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     }
@@ -131,6 +132,15 @@ def test_wheel_contains_every_resource(wheel):
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     assert "[gui_scripts]\nworkbench-gui = workbench.cli:gui_main" in text
     assert "[console_scripts]\nworkbench = workbench.cli:main" in text
+
+
+def test_pyproject_lists_every_package():
+    """pyproject.toml lists packages explicitly (workbench.resources maps to resources/): none missing."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "workbench").rglob("__init__.py")}
+    assert found | {"workbench.resources"} == listed
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="the smoke test is a bash script")

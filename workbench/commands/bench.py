@@ -1,7 +1,7 @@
 """``workbench bench``: the measured cost of freeze plans, side by side with full fine-tuning.
 
 Every variant (full fine-tuning, then each ``--plan``) gets its own model and
-:class:`~workbench.core.engine.Trainer` with the same config and data; their steps are
+:class:`~workbench.core.training.engine.Trainer` with the same config and data; their steps are
 interleaved round-robin in one process, so machine load affects all variants alike. Step time
 is the median after warm-up; memory is the bytes of params + grads + optimizer state each
 variant really holds (process-wide peaks cannot be split between variants in one process).
@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.core.config import AMP_MODES, OPTIMIZERS, TrainConfig
-from workbench.core.engine import Trainer
+from workbench.core.training.config import AMP_MODES, OPTIMIZERS, TrainConfig
+from workbench.core.training.engine import Trainer
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
 

@@ -6,8 +6,8 @@ import argparse
 
 from torch import nn
 
-from workbench.core.plan import FreezePlan
-from workbench.core.zoo import ModelSpec
+from workbench.core.plan.rules import FreezePlan
+from workbench.core.models.zoo import ModelSpec
 
 
 def add_model_arguments(p: argparse.ArgumentParser, *, positional: bool = True) -> None:

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from workbench.commands.common import add_model_arguments, load_model_and_plan
-from workbench.core import doctor
-from workbench.core.findings import SEVERITIES, Finding
+from workbench.core.checks import doctor
+from workbench.core.checks.findings import SEVERITIES, Finding
 
 _OPTIMIZERS = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
 
@@ -51,8 +51,8 @@ def _optimizer(name: str, model: nn.Module, applied: Any, lr: float) -> torch.op
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.core.data import SyntheticImageDataset
-    from workbench.core.zoo import current_num_classes, model_input_size
+    from workbench.core.training.data import SyntheticImageDataset
+    from workbench.core.models.zoo import current_num_classes, model_input_size
 
     model, spec, plan = load_model_and_plan(args)
     applied = plan.apply(model) if plan is not None else None

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from workbench.commands.common import add_model_arguments, model_spec_from_args
 from workbench.core.export import OPTIMIZERS, ExportError, export_script
-from workbench.core.plan import FreezePlan
+from workbench.core.plan.rules import FreezePlan
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     spec = model_spec_from_args(args, plan)
     if dest.suffix == ".json":
         from workbench.core.export import _structure_model
-        from workbench.core.tree import ModelTree
+        from workbench.core.models.tree import ModelTree
 
         model, _ = _structure_model(spec)  # architecture only: random weights, nothing downloaded
         tree = ModelTree.from_model(model)

@@ -8,8 +8,8 @@ import sys
 
 from workbench.commands.common import add_model_arguments, load_model_and_plan
 from workbench.core.formatting import fmt_bytes, fmt_count
-from workbench.core.lint import lint_plan
-from workbench.core.tree import ModelTree
+from workbench.core.checks.lint import lint_plan
+from workbench.core.models.tree import ModelTree
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         counts = applied.counts(args.optimizer)
         findings = lint_plan(plan, tree, args.optimizer)
     else:
-        from workbench.core.apply import count_parameters
+        from workbench.core.freezing.apply import count_parameters
 
         eff = None
         counts = count_parameters(model.named_parameters(), args.optimizer)

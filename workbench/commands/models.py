@@ -8,7 +8,7 @@ import json
 import sys
 
 from workbench.core.formatting import fmt_count
-from workbench.core.zoo import list_models
+from workbench.core.models.zoo import list_models
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

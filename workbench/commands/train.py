@@ -17,10 +17,10 @@ from types import FrameType
 from typing import Any
 
 from workbench.commands.common import add_model_arguments
-from workbench.core.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, TrainConfig
-from workbench.core.engine import RunResult, Trainer
+from workbench.core.training.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, TrainConfig
+from workbench.core.training.engine import RunResult, Trainer
 from workbench.core.formatting import fmt_bytes
-from workbench.core.lint import lint_plan
+from workbench.core.checks.lint import lint_plan
 
 #: argparse destination -> TrainConfig field, for flags that override a --config file.
 _FIELDS = (

@@ -2,11 +2,11 @@
 
 The script needs only ``torch`` and ``torchvision`` (``safetensors`` when a checkpoint or an
 A+B tensor file is a ``.safetensors`` file) and no workbench import. On the same model it
-reproduces what :func:`workbench.core.apply.apply_plan` does:
+reproduces what :func:`workbench.core.freezing.apply.apply_plan` does:
 
 - ``requires_grad`` per parameter, written as a short list of module-path prefixes applied
   in order (the fewest that give every module its flag: the same compaction as
-  :func:`workbench.core.capture.minimal_assignments`);
+  :func:`workbench.core.freezing.capture.minimal_assignments`);
 - BatchNorm modules kept in eval mode across ``model.train()`` by overriding ``train`` on the
   instance, exactly as the workbench's lock does;
 - ``W = A + B`` with :mod:`torch.nn.utils.parametrize` and an ``APlusB`` module holding ``A``
@@ -35,11 +35,11 @@ from typing import Any, Mapping
 from torch import nn
 
 from workbench.core.atomic import atomic_write
-from workbench.core.capture import cover_paths, minimal_assignments
+from workbench.core.freezing.capture import cover_paths, minimal_assignments
 from workbench.core.errors import WorkbenchError
-from workbench.core.plan import Effective, FreezePlan
-from workbench.core.tree import ModelTree
-from workbench.core.zoo import ModelSpec, find_head
+from workbench.core.plan.rules import Effective, FreezePlan
+from workbench.core.models.tree import ModelTree
+from workbench.core.models.zoo import ModelSpec, find_head
 
 __all__ = ["ExportError", "OPTIMIZERS", "export_script", "render_script"]
 
@@ -71,14 +71,14 @@ def _literal(value: Any, indent: int = 0) -> str:
 
 def _structure_model(spec: ModelSpec) -> tuple[nn.Module, str]:
     """The model's architecture (random weights) and its torchvision name."""
-    from workbench.core.zoo import load_checkpoint
+    from workbench.core.models.zoo import load_checkpoint
 
     if spec.source == "checkpoint":
         result = load_checkpoint(spec.checkpoint, arch=spec.name)  # type: ignore[arg-type]
         arch = spec.name or result.arch
         model = result.model
         if spec.num_classes is not None:
-            from workbench.core.zoo import replace_head
+            from workbench.core.models.zoo import replace_head
 
             replace_head(model, spec.num_classes)
     else:
@@ -662,7 +662,7 @@ def render_script(
         PlanError: the plan does not fit the model.
         ModelSourceError: the model cannot be built from the spec.
     """
-    from workbench.core.zoo import current_num_classes, model_input_size
+    from workbench.core.models.zoo import current_num_classes, model_input_size
 
     if optimizer not in OPTIMIZERS:
         raise ExportError(f"optimizer {optimizer!r} is not supported by the exported script; use one of {', '.join(OPTIMIZERS)}")

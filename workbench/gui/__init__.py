@@ -11,7 +11,7 @@ Modules:
     tree_view      the tree view and its check/LR × delegates.
     cost_panel     parameter totals, training memory, lint findings.
     model_source   searchable torchvision model list, weights, new head size.
-    partial_dialog sub-tensor freezing ranges (with workbench.core.partial).
+    partial_dialog sub-tensor freezing ranges (with workbench.core.freezing.partial).
     diagnostics    plan lint, the freeze doctor's model check and training watch.
     training_ui    the training side of the window: plots, runs, verify tabs, controls, Run menu.
     training_panel data, batch, optimizer, device ...; Start / Pause / Stop, progress and ETA.

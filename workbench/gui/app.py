@@ -73,7 +73,7 @@ def create_application(argv: Sequence[str] | None = None) -> QApplication:
     """The ``QApplication`` (reused when one exists), named for ``QSettings``.
 
     Also keeps torch on one CPU thread in the calling (GUI) thread, so that the training and
-    loading threads get every core at full speed (:mod:`workbench.core.cpu_threads`).
+    loading threads get every core at full speed (:mod:`workbench.core.training.cpu_threads`).
 
     Args:
         argv: Qt command-line arguments (default: the program name only).
@@ -81,7 +81,7 @@ def create_application(argv: Sequence[str] | None = None) -> QApplication:
     Returns:
         The application.
     """
-    from workbench.core.cpu_threads import reserve_cores_for_workers
+    from workbench.core.training.cpu_threads import reserve_cores_for_workers
 
     reserve_cores_for_workers()
     app = QApplication.instance()

@@ -17,13 +17,13 @@ from PySide6.QtCore import QObject, Signal, Slot
 from PySide6.QtGui import QUndoCommand, QUndoStack
 from torch import nn
 
-from workbench.core.apply import Counts
-from workbench.core.plan import FreezePlan, PlanError
-from workbench.core.tree import ModelTree
-from workbench.gui import plan_edits
+from workbench.core.freezing.apply import Counts
+from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.models.tree import ModelTree
+from workbench.gui.plan import edits as plan_edits
 from workbench.gui.model_loading import LoadedModel, LoadRequest, load_model, request_for_plan
-from workbench.gui.plan_state import PlanState
-from workbench.gui.worker import BackgroundTask
+from workbench.gui.plan.state import PlanState
+from workbench.gui.background import BackgroundTask
 
 __all__ = ["Controller", "OPTIMIZERS", "PlanEditCommand"]
 
@@ -74,7 +74,7 @@ class Controller(QObject):
         loadFinished(ok): a background load ended (after its thread has ended).
         errorOccurred(title, message, details): something failed; the window shows it.
         checkFinished(findings, error): a doctor check (:meth:`start_check`) ended;
-            ``findings`` is a list of :class:`~workbench.core.findings.Finding` or None.
+            ``findings`` is a list of :class:`~workbench.core.checks.findings.Finding` or None.
 
     Attributes:
         model: the loaded ``nn.Module`` (None before the first load). Only the controller
@@ -272,8 +272,8 @@ class Controller(QObject):
         """Run the freeze doctor on the model with the plan applied, on a worker thread.
 
         The plan is applied to the model, the model put in train mode, checked with
-        :func:`workbench.core.doctor.check`, and the plan removed again. ``checkFinished``
-        reports the findings (needs ``workbench.core.doctor``).
+        :func:`workbench.core.checks.doctor.check`, and the plan removed again. ``checkFinished``
+        reports the findings (needs ``workbench.core.checks.doctor``).
 
         Returns:
             False when no model is loaded, or a load or a check is running.
@@ -307,7 +307,7 @@ class Controller(QObject):
 
         Args:
             text: what the action did, for the Edit menu (``"Freeze layer1"``).
-            fn: edits the plan copy it is given (see :mod:`workbench.gui.plan_edits`).
+            fn: edits the plan copy it is given (see :mod:`workbench.gui.plan.edits`).
 
         Returns:
             True when the plan changed (an undo step was pushed).

@@ -4,13 +4,13 @@ Three sources, one table (severity icon, module, problem, fix; the selected find
 *why* below):
 
 - **plan** — the plan linter's findings, updated on every edit (the same as the cost panel's);
-- **model** — *Check Model With Plan* runs :func:`workbench.core.doctor.check` on the loaded
+- **model** — *Check Model With Plan* runs :func:`workbench.core.checks.doctor.check` on the loaded
   model with the plan applied, on a worker thread (the controller removes the plan again,
   so the model is left as it was). It includes the linter's findings, plus what only the
   live model shows: tied weights partly frozen, gradient hooks, BatchNorm put in eval by
   hand. Marked stale when the plan changes;
 - **training** — *Watch N Steps* trains N steps with the current settings through the
-  training thread inside :func:`workbench.core.doctor.watch` (step time or memory growing,
+  training thread inside :func:`workbench.core.checks.doctor.watch` (step time or memory growing,
   an autograd graph that leaks across steps, frozen tensors that change, trainable ones that
   get no gradient) and lists its findings.
 
@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.core.findings import SEVERITIES, Finding
+from workbench.core.checks.findings import SEVERITIES, Finding
 from workbench.gui.controller import Controller
 
 __all__ = ["DiagnosticsPanel", "SOURCES"]

@@ -19,13 +19,13 @@ def _present(module: str) -> bool:
 
 
 def has_reparam() -> bool:
-    """Whether A+B reparameterization (``workbench.core.reparam``) is available."""
-    return _present("workbench.core.reparam")
+    """Whether A+B reparameterization (``workbench.core.freezing.reparam``) is available."""
+    return _present("workbench.core.freezing.reparam")
 
 
 def has_partial() -> bool:
-    """Whether sub-tensor freezing (``workbench.core.partial``) is available."""
-    return _present("workbench.core.partial")
+    """Whether sub-tensor freezing (``workbench.core.freezing.partial``) is available."""
+    return _present("workbench.core.freezing.partial")
 
 
 def has_export() -> bool:
@@ -34,5 +34,5 @@ def has_export() -> bool:
 
 
 def has_doctor() -> bool:
-    """Whether the freeze doctor (``workbench.core.doctor``) is available."""
-    return _present("workbench.core.doctor")
+    """Whether the freeze doctor (``workbench.core.checks.doctor``) is available."""
+    return _present("workbench.core.checks.doctor")

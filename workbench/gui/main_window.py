@@ -12,7 +12,7 @@ Layout::
 
 ``MainWindow.controller`` owns the model, tree, plan, file and undo history and emits
 ``planChanged(kind)`` / ``modelChanged()``; ``MainWindow.training``
-(:class:`~workbench.gui.training_ui.TrainingUI`) adds the plots, runs, verify tabs, the
+(:class:`~workbench.gui.training.ui.TrainingUI`) adds the plots, runs, verify tabs, the
 training controls and the Run menu.
 """
 
@@ -41,19 +41,20 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.core.plan import FreezePlan, PlanError
-from workbench.core.zoo import CHECKPOINT_SUFFIXES, ModelSourceError
-from workbench.gui import dialogs, plan_edits
+from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.models.zoo import CHECKPOINT_SUFFIXES, ModelSourceError
+from workbench.gui import dialogs
+from workbench.gui.plan import edits as plan_edits
 from workbench.gui import settings as app_settings
 from workbench.gui.controller import Controller
-from workbench.gui.cost_panel import CostPanel
+from workbench.gui.plan.cost_panel import CostPanel
 from workbench.gui.features import has_doctor, has_export, has_partial, has_reparam
 from workbench.core.formatting import fmt_count
 from workbench.gui.model_loading import LoadRequest, default_request, load_model, request_for_plan
 from workbench.gui.model_source import ModelSourceBar
-from workbench.gui.tree_model import ModuleFilterProxy, ModuleTreeModel
+from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
 from workbench.gui.qt_compat import protect_none_refcount
-from workbench.gui.tree_view import ModuleTreeView
+from workbench.gui.plan.tree_view import ModuleTreeView
 
 __all__ = ["MainWindow", "device_label"]
 
@@ -92,10 +93,10 @@ class MainWindow(QMainWindow):
         tree_model / proxy / view: the module tree and its filter.
         right_panel: tabs on the right (``Plan``, ``Plots``, ``Runs``, ``Verify``;
             ``Diagnostics`` when the freeze doctor is installed).
-        diagnostics: the Diagnostics tab (None without ``workbench.core.doctor``).
+        diagnostics: the Diagnostics tab (None without ``workbench.core.checks.doctor``).
         bottom_panel: area under the cost panel (``bottom_panel.layout()`` is a
             ``QVBoxLayout``) holding the training controls.
-        training: the training side (:class:`~workbench.gui.training_ui.TrainingUI`): plots,
+        training: the training side (:class:`~workbench.gui.training.ui.TrainingUI`): plots,
             runs, verification, controls.
         cost_panel: the cost panel.
         source_bar: the model source bar.
@@ -150,7 +151,7 @@ class MainWindow(QMainWindow):
         c.undo_stack.canRedoChanged.connect(self.act_redo.setEnabled)
         self.view.selectionModel().selectionChanged.connect(self._update_actions)
 
-        from workbench.gui.training_ui import TrainingUI
+        from workbench.gui.training.ui import TrainingUI
 
         self.training = TrainingUI(self)
         self._restore_settings()
@@ -276,7 +277,7 @@ class MainWindow(QMainWindow):
         if not has_reparam():
             for act in (self.act_ab_on, self.act_ab_off):
                 act.setEnabled(False)
-                act.setToolTip("A+B needs workbench.core.reparam, which this installation does not have")
+                act.setToolTip("A+B needs workbench.core.freezing.reparam, which this installation does not have")
 
         self.act_find = self._action("&Find Module", self.focus_filter, QKeySequence(K.Find))
         self.act_expand_all = self._action("Expand All", lambda: self.expand_to_depth(-1))
@@ -482,7 +483,7 @@ class MainWindow(QMainWindow):
         )
 
     def _partial_possible(self, path: str) -> bool:
-        from workbench.core import partial  # present: the action exists only then
+        from workbench.core.freezing import partial  # present: the action exists only then
 
         tree = self.controller.tree
         if tree is None or path not in tree.nodes:
@@ -599,7 +600,7 @@ class MainWindow(QMainWindow):
 
     def edit_partial(self) -> None:
         """Open the partial-freezing dialog for the selected module."""
-        from workbench.gui.partial_dialog import edit_partial  # present with workbench.core.partial
+        from workbench.gui.plan.partial_dialog import edit_partial  # present with workbench.core.freezing.partial
 
         paths = self.view.selected_paths()
         if len(paths) == 1:
@@ -762,7 +763,7 @@ class MainWindow(QMainWindow):
         """Export the plan as a standalone plain-PyTorch script (``workbench.core.export``)."""
         from workbench.core import export  # present: the menu entry exists only then
         from workbench.core.errors import WorkbenchError
-        from workbench.core.zoo import ModelSpec
+        from workbench.core.models.zoo import ModelSpec
 
         c = self.controller
         stem = c.path.stem if c.path else (c.loaded.label if c.loaded else "plan")

@@ -1,7 +1,7 @@
 """Loading a model for the window: what to load, and everything the window needs from it.
 
 Qt-free: :func:`load_model` runs on a worker thread and returns a :class:`LoadedModel`
-(the model, its :class:`~workbench.core.tree.ModelTree`, bytes per module and a one-line
+(the model, its :class:`~workbench.core.models.tree.ModelTree`, bytes per module and a one-line
 note), so the GUI thread never walks a large model. Weights missing from the local cache are
 never downloaded unless the request says so (the window asks first).
 """
@@ -14,9 +14,9 @@ from typing import Any, Mapping
 
 from torch import nn
 
-from workbench.core import zoo
-from workbench.core.plan import FreezePlan
-from workbench.core.tree import ModelTree, canonical_parameters, visible_path
+from workbench.core.models import zoo
+from workbench.core.plan.rules import FreezePlan
+from workbench.core.models.tree import ModelTree, canonical_parameters, visible_path
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -281,7 +281,7 @@ def diagnose(model: nn.Module, plan: FreezePlan) -> list[Any]:
     """The freeze doctor's findings for ``model`` with ``plan`` applied (slow: off the GUI thread).
 
     The plan is applied, the model put in train mode (as a training loop would) and checked
-    with :func:`workbench.core.doctor.check`; then the plan is removed, so the model is left
+    with :func:`workbench.core.checks.doctor.check`; then the plan is removed, so the model is left
     as it was.
 
     Args:
@@ -289,13 +289,13 @@ def diagnose(model: nn.Module, plan: FreezePlan) -> list[Any]:
         plan: the plan.
 
     Returns:
-        :class:`~workbench.core.findings.Finding` list, errors first.
+        :class:`~workbench.core.checks.findings.Finding` list, errors first.
 
     Raises:
         PlanError: the plan does not fit the model.
     """
-    from workbench.core import doctor
-    from workbench.core.apply import apply_plan
+    from workbench.core.checks import doctor
+    from workbench.core.freezing.apply import apply_plan
 
     applied = apply_plan(model, plan)
     try:

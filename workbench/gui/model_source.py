@@ -13,7 +13,7 @@ from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QCompleter, QHBoxLayout, QLabel, QPushButton, QSpinBox, QWidget
 
-from workbench.core import zoo
+from workbench.core.models import zoo
 from workbench.core.formatting import fmt_count
 from workbench.gui.model_loading import DEFAULT_MODEL, LoadRequest
 

@@ -65,8 +65,8 @@ def render(
     from workbench.core.atomic import atomic_path
     from workbench.gui.app import create_application
     from workbench.gui.main_window import MainWindow
-    from workbench.gui.runs import RUNS_DIR_ENV
-    from workbench.gui.tree_model import Column
+    from workbench.gui.training.runs_tab import RUNS_DIR_ENV
+    from workbench.gui.plan.tree_model import Column
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

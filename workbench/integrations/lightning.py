@@ -39,11 +39,11 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from workbench.core.apply import AppliedPlan, apply_plan
+from workbench.core.freezing.apply import AppliedPlan, apply_plan
 from workbench.core.errors import WorkbenchError
-from workbench.core.optim import sync_optimizer
-from workbench.core.plan import FreezePlan, PlanError
-from workbench.core.tree import ModelTree
+from workbench.core.training.optim import sync_optimizer
+from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.models.tree import ModelTree
 
 __all__ = ["FreezePlanCallback", "LightningMissingError", "sync_param_groups"]
 
@@ -66,7 +66,7 @@ def sync_param_groups(
 ) -> dict[str, list[str]]:
     """Make an optimizer hold exactly the trainable parameters of an applied plan.
 
-    A thin use of :func:`workbench.core.optim.sync_optimizer`: parameters that are no longer
+    A thin use of :func:`workbench.core.training.optim.sync_optimizer`: parameters that are no longer
     trainable leave their groups (their state is dropped); parameters whose ``lr_scale``
     changed move to the matching group; parameters that became trainable join the group with
     their settings, or a new group copying the other hyperparameters (weight decay, betas...)

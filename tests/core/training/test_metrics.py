@@ -1,0 +1,118 @@
+"""Tests of workbench.core.training.metrics: StepMetrics records, metrics files, memory probes, counters."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import mmap
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from workbench.core.training.metrics import (
+    MemoryProbe,
+    MetricsError,
+    MetricsWriter,
+    StepMetrics,
+    grad_bytes,
+    load_metrics,
+    optimizer_state_bytes,
+)
+
+
+def _metrics(step: int = 0, loss: float = 1.5, events: list[str] | None = None) -> StepMetrics:
+    return StepMetrics(
+        step=step, epoch=0, loss=loss, step_time_s=0.01, data_time_s=0.001, samples_per_s=363.6,
+        wall_time=0.5, mem_allocated=1000, mem_peak=2000, mem_reserved=None, trainable_params=10,
+        frozen_params=90, grad_bytes=40, optimizer_state_bytes=80, lr=[1e-3, 1e-4], plan_version=1,
+        events=events or [], device="cpu", batch_size=4,
+    )
+
+
+def test_to_dict_is_plain_data_and_json_has_no_nan():
+    m = _metrics(loss=math.nan, events=["stage 0: unfroze layer3"])
+    d = m.to_dict()
+    assert d["lr"] == [1e-3, 1e-4] and d["events"] == ["stage 0: unfroze layer3"]
+    assert d["lr"] is not m.lr  # a copy: safe to hand to another thread
+    assert math.isnan(d["loss"])
+    line = m.to_json()
+    parsed = json.loads(line)  # strict JSON: NaN would not be valid
+    assert parsed["loss"] is None and parsed["mem_reserved"] is None
+    assert "NaN" not in line
+    back = StepMetrics.from_dict(parsed)
+    assert math.isnan(back.loss) and back.events == m.events and back.lr == m.lr
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_writer_round_trip(tmp_path: Path, suffix: str):
+    path = tmp_path / f"m{suffix}"
+    records = [_metrics(0), _metrics(1, math.nan, ["loss nan: step skipped"]), _metrics(2, 0.25, ["a", "b"])]
+    with MetricsWriter(path) as w:
+        for r in records:
+            w.write(r)
+        assert w.temp_path.exists() and not path.exists()  # atomic: appears complete on close
+    assert path.exists() and not w.temp_path.exists()
+    back = load_metrics(path)
+    assert [b.step for b in back] == [0, 1, 2]
+    assert math.isnan(back[1].loss) and back[2].loss == 0.25
+    assert back[2].events == ["a", "b"] and back[0].lr == [1e-3, 1e-4]
+    assert back[0].mem_reserved is None and back[0].mem_allocated == 1000
+    if suffix == ".csv":
+        rows = list(csv.reader(path.open(newline="")))
+        assert rows[0] == StepMetrics.csv_header()
+        assert all(len(r) == len(rows[0]) for r in rows)
+    else:
+        for line in path.read_text().splitlines():
+            json.loads(line)
+
+
+def test_writer_rejects_unknown_suffix(tmp_path: Path):
+    with pytest.raises(MetricsError, match=r"\.jsonl.*\.csv"):
+        MetricsWriter(tmp_path / "m.txt")
+
+
+def test_load_metrics_names_the_bad_line(tmp_path: Path):
+    path = tmp_path / "m.jsonl"
+    path.write_text(_metrics().to_json() + "\n{not json\n")
+    with pytest.raises(MetricsError, match="line 2"):
+        load_metrics(path)
+
+
+def test_cpu_probe_reads_rss_and_tracks_peak():
+    probe = MemoryProbe("cpu")
+    alloc, peak, reserved = probe.sample()
+    assert reserved is None and alloc > 10_000_000 and peak >= alloc
+    # 256 MB in a fresh anonymous mapping, every page touched: RSS must grow (a torch tensor
+    # could reuse heap memory that earlier tests freed, and RSS would not move)
+    big = mmap.mmap(-1, 256 << 20)
+    big.write(b"\1" * (256 << 20))
+    alloc2, peak2, _ = probe.sample()
+    assert alloc2 > alloc + 100_000_000 and peak2 >= alloc2
+    big.close()
+    _, peak3, _ = probe.sample()
+    assert peak3 >= peak2  # the peak never goes down
+    import psutil
+
+    assert abs(probe.sample()[0] - psutil.Process().memory_info().rss) < 50_000_000
+
+
+def test_optimizer_state_bytes_counts_real_state():
+    model = nn.Linear(100, 10)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    assert optimizer_state_bytes(opt) == 0  # Adam state is created lazily
+    model(torch.randn(2, 100)).sum().backward()
+    opt.step()
+    n = sum(p.numel() for p in model.parameters())
+    steps = sum(s["step"].numel() * s["step"].element_size() for s in opt.state.values())
+    assert optimizer_state_bytes(opt) == 2 * 4 * n + steps
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1)
+    sgd.step()
+    assert optimizer_state_bytes(sgd) == 0
+
+
+def test_grad_bytes_counts_each_tensor_once():
+    lin = nn.Linear(10, 10)
+    assert grad_bytes([lin.weight, lin.weight, lin.bias]) == (100 + 10) * 4

@@ -1,0 +1,122 @@
+"""Static pitfalls of a plan against a model's tree, found without running anything.
+
+The GUI's cost panel shows these as one-line warnings on every edit, and the freeze doctor
+includes them, so :func:`lint_plan` must stay fast (one plan resolution, one pass over the
+tree).
+"""
+
+from __future__ import annotations
+
+from workbench.core.checks.findings import Finding
+from workbench.core.plan.rules import FreezePlan, select_paths
+from workbench.core.freezing.reparam import changes_function
+from workbench.core.models.tree import ModelTree
+
+__all__ = ["lint_plan"]
+
+
+def lint_plan(plan: FreezePlan, tree: ModelTree, optimizer: str = "adamw") -> list[Finding]:
+    """Find pitfalls a plan has on a model.
+
+    Args:
+        plan: the plan.
+        tree: the model's tree.
+        optimizer: the optimizer that will be used (for cost wording only).
+
+    Returns:
+        Findings, errors first, then warnings, then info; each once per module.
+    """
+    out: list[Finding] = []
+    for problem in plan.unmatched(tree):
+        out.append(
+            Finding(
+                "unmatched-selector",
+                "error",
+                "",
+                f"rule {problem.rule_index}: {problem.message}",
+                "the rule does nothing on this model",
+                "fix the selector or delete the rule",
+            )
+        )
+    eff = plan.resolve(tree)
+    nodes = tree.nodes
+    trainable = sum(n.own_params for p, n in nodes.items() if not eff[p].frozen)
+    if tree.total_params and not trainable:
+        out.append(
+            Finding(
+                "nothing-trainable",
+                "error",
+                "",
+                "every parameter is frozen",
+                "the optimizer would get no parameters and training cannot start",
+                "unfreeze at least the head (for example `fc` or `classifier`)",
+            )
+        )
+    for path, node in nodes.items():
+        e = eff[path]
+        if node.is_bn and e.frozen and e.bn_eval_explicit and not e.bn_eval:
+            out.append(
+                Finding(
+                    "bn-frozen-train-mode",
+                    "warning",
+                    path,
+                    "frozen BatchNorm runs in train mode (bn_eval: false)",
+                    "its running statistics keep drifting with every batch although its weights are frozen",
+                    "remove bn_eval: false (frozen BatchNorm then runs in eval mode)",
+                )
+            )
+        if e.reparam and e.frozen and node.own_params:
+            out.append(
+                Finding(
+                    "reparam-frozen",
+                    "info",
+                    path,
+                    "A+B on a frozen module: B is frozen too",
+                    "the parametrization costs a little compute and memory for nothing",
+                    "unfreeze the module, or switch A+B off here",
+                )
+            )
+    # lr_scale findings are about what rules say explicitly, per rule (not per module)
+    for i, rule in enumerate(plan.rules):
+        if rule.lr_scale is None:
+            continue
+        owning = [p for p in select_paths(rule.select, tree) if nodes[p].own_params]
+        if owning and all(eff[p].frozen for p in owning):
+            out.append(
+                Finding(
+                    "lr-scale-on-frozen",
+                    "warning",
+                    rule.select,
+                    f"rule {i} sets lr× {rule.lr_scale:g} on modules whose parameters are all frozen",
+                    "the learning rate of frozen parameters has no effect",
+                    "unfreeze the module or remove its lr×",
+                )
+            )
+        elif rule.lr_scale == 0 and any(not eff[p].frozen and eff[p].lr_scale == 0 for p in owning):
+            out.append(
+                Finding(
+                    "lr-scale-zero",
+                    "warning",
+                    rule.select,
+                    f"rule {i} trains parameters with lr× 0",
+                    f"their gradients and {optimizer} state are computed and stored but never move a weight",
+                    "freeze those modules instead of setting lr× 0",
+                )
+            )
+    for i, rule in enumerate(plan.rules):
+        verdict = changes_function(rule.reparam) if rule.reparam else False
+        if verdict is not False:
+            what = "does not equal" if verdict else "comes from a file and may not equal"
+            out.append(
+                Finding(
+                    "reparam-changes-function",
+                    "warning",
+                    rule.select,
+                    f"rule {i}: A + B {what} the loaded weights at the start",
+                    "the model's function changes before training: the pretrained behaviour is lost",
+                    'use "a": "current" with "b_init": "zeros" to start exactly at the pretrained model',
+                )
+            )
+    order = {"error": 0, "warning": 1, "info": 2}
+    out.sort(key=lambda f: order[f.severity])
+    return out

@@ -1,0 +1,305 @@
+"""``TrainConfig``: everything a training run needs, as plain JSON-serializable data.
+
+The CLI (``workbench train``), the GUI and scripts all build one and hand it to
+:class:`workbench.core.training.engine.Trainer`. ``--config cfg.json`` loads one; command-line flags
+override its fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+from workbench.core.atomic import atomic_write
+from workbench.core.errors import WorkbenchError
+
+__all__ = [
+    "AMP_MODES",
+    "DEFAULT_STEPS",
+    "NONFINITE_MODES",
+    "OPTIMIZERS",
+    "ConfigError",
+    "TrainConfig",
+]
+
+#: Optimizer names: plain SGD, SGD with momentum, Adam, AdamW.
+OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adam", "adamw")
+#: Mixed precision: off, bfloat16 autocast (CPU, CUDA, MPS), float16 autocast + GradScaler.
+AMP_MODES: tuple[str, ...] = ("off", "bf16", "fp16")
+#: What a non-finite loss does: end the run, or skip that step and count it.
+NONFINITE_MODES: tuple[str, ...] = ("stop", "skip")
+#: Steps run when neither ``steps`` nor ``epochs`` is given.
+DEFAULT_STEPS = 200
+
+_DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
+_METRICS_SUFFIXES = (".jsonl", ".json", ".csv")
+
+
+class ConfigError(WorkbenchError, ValueError):
+    """A training configuration is invalid; the message names the field and the fix."""
+
+
+@dataclass
+class TrainConfig:
+    """A training run, as plain data.
+
+    Attributes:
+        model: torchvision model name (``"resnet18"``), or a model spec dict
+            (``{"source", "name", "weights", "checkpoint", "num_classes"}``, the ``model``
+            block of a plan file works too). None: use the plan file's ``model`` block.
+        weights: torchvision weights name (``"IMAGENET1K_V1"``, ``"DEFAULT"``) or None for
+            random initialisation.
+        checkpoint: checkpoint file loaded on top (``.safetensors``/``.pt``), or None.
+        num_classes: classes of the task: the head is replaced when it differs. None: the
+            dataset's class count for file datasets, the model's head for synthetic data.
+        plan: a freeze plan: path of a plan file, the plan as a dict, or None (everything
+            trains: full fine-tuning).
+        data: dataset spec: ``synthetic`` (default), ``synthetic:N``, ``imagefolder:PATH``,
+            ``cifar10:PATH`` ... (see :mod:`workbench.core.training.data`).
+        image_size: square input side; None: the crop size of the weights' preset (224 for
+            most models). Smaller values (64) make quick runs.
+        batch_size: samples per step (per process under torchrun).
+        optimizer: ``sgd``, ``sgd_momentum``, ``adam`` or ``adamw``.
+        lr: base learning rate (each param group gets ``lr * lr_scale``).
+        weight_decay: weight decay of every group.
+        momentum: momentum of ``sgd_momentum``.
+        steps: optimizer steps to run. With ``epochs`` too, whichever ends first.
+        epochs: passes over the dataset. Neither given: :data:`DEFAULT_STEPS` steps.
+        device: ``auto`` (cuda > mps > cpu), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+        amp: ``off``, ``bf16`` (autocast; works on CPU too) or ``fp16`` (autocast with
+            ``torch.amp.GradScaler``).
+        channels_last: model and inputs in channels-last memory format.
+        compile: ``torch.compile`` the model: False, True (inductor) or a backend name.
+        num_workers: DataLoader worker processes.
+        pin_memory: pin host batches; None: on when training on CUDA.
+        seed: seed of model init, data order and synthetic data.
+        on_nonfinite: ``stop`` (end the run, status ``nonfinite``) or ``skip`` (skip the
+            optimizer step, count it, go on).
+        torch_threads: ``torch.set_num_threads`` for the run (process-wide), or None.
+        log_every: report metrics every N steps (N>1 reports means over the window; steps
+            with a plan change and the last step are always reported).
+        save_dir: folder for the end-of-run checkpoint of the trainable state, or None.
+        metrics_path: ``*.jsonl`` or ``*.csv`` file for the per-step metrics, or None.
+        allow_download: allow downloading pretrained weights missing from the cache.
+    """
+
+    model: str | dict[str, Any] | None = None
+    weights: str | None = None
+    checkpoint: str | None = None
+    num_classes: int | None = None
+    plan: str | dict[str, Any] | None = None
+    data: str = "synthetic"
+    image_size: int | None = None
+    batch_size: int = 32
+    optimizer: str = "adamw"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    momentum: float = 0.9
+    steps: int | None = None
+    epochs: int | None = None
+    device: str = "auto"
+    amp: str = "off"
+    channels_last: bool = False
+    compile: bool | str = False
+    num_workers: int = 0
+    pin_memory: bool | None = None
+    seed: int = 0
+    on_nonfinite: str = "stop"
+    torch_threads: int | None = None
+    log_every: int = 1
+    save_dir: str | None = None
+    metrics_path: str | None = None
+    allow_download: bool = True
+
+    # ------------------------------------------------------------ validation
+    def validate(self) -> "TrainConfig":
+        """Check every field; normalizes spellings (``AdamW`` -> ``adamw``).
+
+        Returns:
+            self, for chaining.
+
+        Raises:
+            ConfigError: the first invalid field, named, with the fix.
+        """
+        def bad(name: str, msg: str) -> ConfigError:
+            return ConfigError(f"config field '{name}': {msg}")
+
+        if self.model is not None and not isinstance(self.model, (str, dict)):
+            raise bad("model", f"must be a model name like 'resnet18' or a model spec object, got {type(self.model).__name__}")
+        if isinstance(self.model, str) and not self.model.strip():
+            raise bad("model", "is empty; give a torchvision model name like 'resnet18'")
+        for name in ("weights", "checkpoint", "save_dir", "metrics_path"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, (str, os.PathLike)):
+                raise bad(name, f"must be a string or null, got {type(v).__name__}")
+            if isinstance(v, os.PathLike):
+                setattr(self, name, os.fspath(v))
+        if self.plan is not None and not isinstance(self.plan, (str, dict, os.PathLike)):
+            from workbench.core.plan.rules import FreezePlan
+
+            if isinstance(self.plan, FreezePlan):
+                self.plan = self.plan.to_dict()
+            else:
+                raise bad("plan", f"must be a plan file path, a plan object or null, got {type(self.plan).__name__}")
+        if isinstance(self.plan, os.PathLike):
+            self.plan = os.fspath(self.plan)
+        if not isinstance(self.data, str) or not self.data.strip():
+            raise bad("data", "must be a dataset spec such as 'synthetic' or 'imagefolder:PATH'")
+        _positive_int(self, "num_classes", optional=True, bad=bad)
+        _positive_int(self, "image_size", optional=True, bad=bad)
+        _positive_int(self, "batch_size", optional=False, bad=bad)
+        _positive_int(self, "steps", optional=True, bad=bad)
+        _positive_int(self, "epochs", optional=True, bad=bad)
+        _positive_int(self, "log_every", optional=False, bad=bad)
+        _positive_int(self, "torch_threads", optional=True, bad=bad)
+        for name in ("num_workers", "seed"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise bad(name, f"must be an integer >= 0, got {v!r}")
+        self.optimizer = _choice(self, "optimizer", OPTIMIZERS, bad, aliases={"sgdm": "sgd_momentum", "momentum": "sgd_momentum"})
+        self.amp = _choice(self, "amp", AMP_MODES, bad, aliases={"none": "off", "no": "off", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"})
+        self.on_nonfinite = _choice(self, "on_nonfinite", NONFINITE_MODES, bad, aliases={})
+        for name in ("lr", "weight_decay", "momentum"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and v < float("inf")):
+                raise bad(name, f"must be a finite number >= 0, got {v!r}")
+            setattr(self, name, float(v))
+        if not isinstance(self.device, str) or not _DEVICE_RE.match(self.device.strip().lower()):
+            raise bad("device", f"must be auto, cpu, cuda, cuda:N or mps, got {self.device!r}")
+        self.device = self.device.strip().lower()
+        for name in ("channels_last", "allow_download"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, f"must be true or false, got {getattr(self, name)!r}")
+        if self.pin_memory is not None and not isinstance(self.pin_memory, bool):
+            raise bad("pin_memory", f"must be true, false or null (automatic), got {self.pin_memory!r}")
+        if not isinstance(self.compile, (bool, str)) or (isinstance(self.compile, str) and not self.compile.strip()):
+            raise bad("compile", "must be true, false, or a torch.compile backend name such as 'inductor'")
+        if self.metrics_path is not None and Path(self.metrics_path).suffix.lower() not in _METRICS_SUFFIXES:
+            raise bad("metrics_path", f"{self.metrics_path!r} must end in .jsonl or .csv")
+        return self
+
+    @property
+    def compile_backend(self) -> str | None:
+        """The torch.compile backend, or None when compiling is off."""
+        if self.compile is False:
+            return None
+        return "inductor" if self.compile is True else str(self.compile)
+
+    # ------------------------------------------------------------ (de)serialization
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready dict of every field."""
+        return json.loads(json.dumps(dataclasses.asdict(self), default=os.fspath))
+
+    def to_json(self) -> str:
+        """Indented JSON text."""
+        return json.dumps(self.to_dict(), indent=2) + "\n"
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+        """Build and validate a config from a dict (a ``cfg.json``).
+
+        Args:
+            data: field values; missing fields take their defaults.
+
+        Returns:
+            The validated config.
+
+        Raises:
+            ConfigError: not a mapping, an unknown key (close names suggested), a bad value.
+        """
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"a training config must be a JSON object, got {type(data).__name__}")
+        names = [f.name for f in fields(cls)]
+        for k in data:
+            if k not in names:
+                close = difflib.get_close_matches(str(k), names, n=1)
+                hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(names)}"
+                raise ConfigError(f"unknown config key {k!r}; {hint}")
+        return cls(**dict(data)).validate()
+
+    @classmethod
+    def from_json(cls, text: str, source: str | None = None) -> "TrainConfig":
+        """Parse JSON text (see :meth:`from_dict`).
+
+        Raises:
+            ConfigError: invalid JSON or an invalid config.
+        """
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as e:
+            where = f"{source}: " if source else ""
+            raise ConfigError(f"{where}not valid JSON ({e.msg} at line {e.lineno}); fix the file's syntax") from None
+        return cls.from_dict(data)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> "TrainConfig":
+        """Read a config file.
+
+        Args:
+            path: a ``.json`` file.
+
+        Returns:
+            The validated config.
+
+        Raises:
+            ConfigError: missing/unreadable file or an invalid config.
+        """
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"cannot read config file {p} ({e}); check the path") from None
+        return cls.from_json(text, str(p))
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the config as JSON, atomically.
+
+        Args:
+            path: destination file.
+        """
+        atomic_write(path, self.to_json())
+
+    def replace(self, **changes: Any) -> "TrainConfig":
+        """A validated copy with some fields changed.
+
+        Args:
+            **changes: field values.
+
+        Returns:
+            The new config.
+
+        Raises:
+            ConfigError: unknown field or invalid value.
+        """
+        names = {f.name for f in fields(self)}
+        for k in changes:
+            if k not in names:
+                raise ConfigError(f"unknown config key {k!r}")
+        return dataclasses.replace(self, **changes).validate()
+
+
+def _positive_int(cfg: TrainConfig, name: str, *, optional: bool, bad: Any) -> None:
+    v = getattr(cfg, name)
+    if v is None and optional:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise bad(name, f"must be a positive integer{' or null' if optional else ''}, got {v!r}")
+
+
+def _choice(cfg: TrainConfig, name: str, choices: tuple[str, ...], bad: Any, aliases: dict[str, str]) -> str:
+    v = getattr(cfg, name)
+    if not isinstance(v, str):
+        raise bad(name, f"must be one of {', '.join(choices)}, got {v!r}")
+    key = v.strip().lower().replace("-", "_")
+    key = aliases.get(key, key)
+    if key not in choices:
+        close = difflib.get_close_matches(key, choices, n=1)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise bad(name, f"{v!r} is not one of {', '.join(choices)}{hint}")
+    return key

@@ -1,0 +1,1197 @@
+"""The training loop: :class:`Trainer` yields :class:`~workbench.core.training.metrics.StepMetrics`.
+
+One engine serves the CLI (``workbench train``), ``torchrun`` (DDP), scripts and the GUI's
+worker thread::
+
+    trainer = Trainer(TrainConfig(model="resnet18", plan="plan.json", steps=100, image_size=64))
+    for m in trainer.steps():          # or: result = trainer.run()
+        print(m.step, m.loss, m.step_time_s)
+    result = trainer.result            # RunResult: status, summary, verify report, plan in force
+
+Control from another thread: :meth:`Trainer.stop`, :meth:`Trainer.pause`,
+:meth:`Trainer.resume` and :meth:`Trainer.request_plan`; the loop looks at them once per
+step, at the step boundary. Bad input (unknown model, bad plan, missing dataset) raises a
+:class:`~workbench.core.errors.WorkbenchError` from :meth:`Trainer.setup`; everything that goes
+wrong while training (an exception in a step, CUDA out of memory, a non-finite loss) ends the
+run with a :class:`RunResult` whose ``status`` says so, and the model is left consistent: the
+optimizer step of the failing step either happened completely or not at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import random
+import statistics
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from workbench.core.training import distributed as wdist
+from workbench.core.freezing.apply import AppliedPlan, PlanDiff, apply_plan
+from workbench.core.training.optim import sync_optimizer
+from workbench.core.atomic import atomic_path, atomic_write
+from workbench.core.training.config import DEFAULT_STEPS, TrainConfig
+from workbench.core.errors import WorkbenchError
+from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes
+from workbench.core.plan.rules import FreezePlan, PlanError
+
+__all__ = [
+    "STATUSES",
+    "RunResult",
+    "TrainError",
+    "Trainer",
+    "resolve_device",
+]
+
+#: Possible ``RunResult.status`` values.
+STATUSES: tuple[str, ...] = ("completed", "stopped", "failed", "nonfinite")
+
+LossFn = Callable[[Any, torch.Tensor], torch.Tensor]
+
+
+class TrainError(WorkbenchError):
+    """A run cannot start: the message says what is wrong with the input and what to do."""
+
+
+# ---------------------------------------------------------------- result
+@dataclass
+class RunResult:
+    """How a run ended.
+
+    Attributes:
+        status: ``completed``, ``stopped`` (stop() or Ctrl+C), ``failed`` (an exception in a
+            step, out of memory, a failure to save) or ``nonfinite`` (loss NaN/inf with
+            ``on_nonfinite="stop"``).
+        message: one line for the user: what happened and what to do.
+        steps: steps done (optimizer steps taken plus non-finite steps skipped).
+        summary: final numbers: ``median_step_time_s``, ``peak_memory_bytes``,
+            ``trainable_params``, ``final_loss`` and more (see ``docs/training.md``).
+        verify: the plan's verification report (frozen tensors bit-identical ...), or None
+            when the run never started.
+        plan: the plan in force at the end (stages and live changes included).
+        error: for failures, the exception with its traceback.
+        failed_step: the step that failed or had a non-finite loss.
+        failed_batch_size: the batch size of the failed step (for out-of-memory hints).
+        save_dir: where the trainable state was saved, if it was.
+        interrupted: the run was stopped by Ctrl+C (KeyboardInterrupt or SIGINT handler).
+    """
+
+    status: str
+    message: str
+    steps: int = 0
+    summary: dict[str, Any] = field(default_factory=dict)
+    verify: Any = None
+    plan: FreezePlan | None = None
+    error: str | None = None
+    failed_step: int | None = None
+    failed_batch_size: int | None = None
+    save_dir: str | None = None
+    interrupted: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """The run completed."""
+        return self.status == "completed"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form (non-finite numbers as None)."""
+        def clean(v: Any) -> Any:
+            if isinstance(v, float) and not math.isfinite(v):
+                return None
+            if isinstance(v, dict):
+                return {k: clean(x) for k, x in v.items()}
+            if isinstance(v, (list, tuple)):
+                return [clean(x) for x in v]
+            return v
+
+        return clean(
+            {
+                "status": self.status,
+                "message": self.message,
+                "steps": self.steps,
+                "summary": dict(self.summary),
+                "verify": self.verify.to_dict() if self.verify is not None else None,
+                "plan": self.plan.to_dict() if self.plan is not None else None,
+                "error": self.error,
+                "failed_step": self.failed_step,
+                "failed_batch_size": self.failed_batch_size,
+                "save_dir": self.save_dir,
+                "interrupted": self.interrupted,
+            }
+        )
+
+
+# ---------------------------------------------------------------- helpers
+def resolve_device(name: str, info: wdist.DistInfo | None = None) -> torch.device:
+    """Turn a device setting into a device.
+
+    Args:
+        name: ``auto`` (cuda > mps > cpu), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+        info: under torchrun, ``cuda`` means ``cuda:LOCAL_RANK``.
+
+    Returns:
+        The device.
+
+    Raises:
+        TrainError: the device is not available here.
+    """
+    name = name.strip().lower()
+    distributed = info is not None and info.distributed
+    mps_ok = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else ("mps" if mps_ok and not distributed else "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise TrainError(f"device {name!r} requested but CUDA is not available here; use --device cpu (or auto)")
+        if name == "cuda":
+            idx = info.local_rank if distributed and info is not None else torch.cuda.current_device()
+        else:
+            idx = int(name.split(":", 1)[1])
+        if idx >= torch.cuda.device_count():
+            raise TrainError(f"device cuda:{idx} does not exist (this machine has {torch.cuda.device_count()} GPUs); pick another index")
+        return torch.device("cuda", idx)
+    if name == "mps":
+        if not mps_ok:
+            raise TrainError("device 'mps' requested but the Apple MPS backend is not available; use --device cpu (or auto)")
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+class _ClassificationLoss:
+    """Cross-entropy on class logits; adds torchvision's auxiliary heads when present."""
+
+    _AUX = (("aux_logits", 0.4), ("aux_logits2", 0.3), ("aux_logits1", 0.3))
+
+    def __init__(self) -> None:
+        self.ce = nn.CrossEntropyLoss()
+
+    def __call__(self, out: Any, target: torch.Tensor) -> torch.Tensor:
+        if isinstance(out, torch.Tensor):
+            return self.ce(out, target)
+        logits = getattr(out, "logits", None)
+        if not isinstance(logits, torch.Tensor):
+            raise TypeError(
+                f"the model returned {type(out).__name__}, not class logits; pass loss_fn=... to the Trainer"
+            )
+        loss = self.ce(logits, target)
+        for name, w in self._AUX:
+            aux = getattr(out, name, None)
+            if isinstance(aux, torch.Tensor):
+                loss = loss + w * self.ce(aux, target)
+        return loss
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip() or type(e).__name__
+    return text.splitlines()[0][:400]
+
+
+_HINTS = (
+    ("out of bounds", "does the model's head have as many outputs as the dataset has classes? (num_classes / --num-classes)"),
+    ("shapes cannot be multiplied", "does the image size fit the model? (image_size / --image-size)"),
+    ("size mismatch", "does the image size fit the model? (image_size / --image-size)"),
+    ("does not require grad", "nothing that the loss depends on is trainable; unfreeze a module on the path to the loss"),
+)
+
+
+def _hint(e: BaseException) -> str:
+    text = str(e)
+    for needle, hint in _HINTS:
+        if needle in text:
+            return "; " + hint
+    return ""
+
+
+@dataclass
+class _Window:
+    """Accumulators of the steps since the last report."""
+
+    n: int = 0
+    loss_sum: float = 0.0
+    loss_n: int = 0
+    step_time: float = 0.0
+    data_time: float = 0.0
+    events: list[str] = field(default_factory=list)
+    cuda_pairs: int = 0
+    last_step: int = 0
+
+    def clear(self) -> None:
+        self.n = self.loss_n = self.cuda_pairs = 0
+        self.loss_sum = self.step_time = self.data_time = 0.0
+        self.events = []
+
+
+@dataclass
+class _Loop:
+    """State of one run of the loop."""
+
+    step: int = 0
+    epoch: int = 0
+    it: Iterator[Any] | None = None
+    reached: frozenset[int] = frozenset()
+    status: str = "completed"
+    message: str = ""
+    error: str | None = None
+    failed_step: int | None = None
+    failed_batch_size: int | None = None
+    interrupted: bool = False
+    skipped: int = 0
+    state_dirty: bool = True
+    flag_plan: bool = False
+    flag_stop: bool = False
+    last_loss: float = math.nan
+    batch_size: int = 0
+    overhead: float = 0.0
+    step_time_total: float = 0.0
+    report_step_times: list[float] = field(default_factory=list)
+    report_data_times: list[float] = field(default_factory=list)
+    report_rates: list[float] = field(default_factory=list)
+    t_start: float = 0.0
+    window: _Window = field(default_factory=_Window)
+
+
+# ---------------------------------------------------------------- the trainer
+class Trainer:
+    """Runs training for a :class:`TrainConfig`; yields :class:`StepMetrics`.
+
+    Args:
+        config: the run's settings (defaults: ``TrainConfig()``).
+        model: use this model instead of building ``config.model`` (its head is still
+            replaced when ``config.num_classes`` differs).
+        plan: a :class:`FreezePlan` (or dict, or path) overriding ``config.plan``.
+        dataset: a map-style dataset of ``(image, label)`` overriding ``config.data``.
+        loss_fn: ``loss_fn(model_output, labels) -> loss``; default cross-entropy.
+        step_hook: ``step_hook(step)`` called at the start of every step, in the training
+            thread, inside the step's failure handling (tests inject failures with it).
+        on_metrics: called with each reported :class:`StepMetrics`, in the training thread.
+        trust_pickle: allow checkpoints that need unpickling code (only for trusted files).
+
+    Raises:
+        ConfigError: the config is invalid.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig | None = None,
+        *,
+        model: nn.Module | None = None,
+        plan: FreezePlan | Mapping[str, Any] | str | os.PathLike[str] | None = None,
+        dataset: Dataset[Any] | None = None,
+        loss_fn: LossFn | None = None,
+        step_hook: Callable[[int], None] | None = None,
+        on_metrics: Callable[[StepMetrics], None] | None = None,
+        trust_pickle: bool = False,
+    ) -> None:
+        self.config = (config or TrainConfig()).validate()
+        self._model_arg = model
+        self._plan_arg = plan
+        self._dataset_arg = dataset
+        self.loss_fn: LossFn = loss_fn or _ClassificationLoss()
+        self.step_hook = step_hook
+        self.on_metrics = on_metrics
+        self._trust_pickle = trust_pickle
+        self._stop = threading.Event()
+        self._resume = threading.Event()
+        self._resume.set()
+        self._waiting = threading.Event()
+        self._lock = threading.Lock()
+        self._pending: FreezePlan | None = None
+        self._ready = False
+        self._started = False
+        self._finished = False
+        self._loop_state: _Loop | None = None
+        self.plan_version = 0
+        self.result: RunResult | None = None
+        self.last_diff: PlanDiff | None = None
+        self.model: nn.Module | None = None
+        self.applied: AppliedPlan | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.dataset: Dataset[Any] | None = None
+        self.loader: DataLoader[Any] | None = None
+        self.device = torch.device("cpu")
+        self.dist: wdist.DistContext | None = None
+        self.ddp: nn.parallel.DistributedDataParallel | None = None
+        self.total_steps = 0
+        self.steps_per_epoch: int | None = None
+        self.image_size: int | None = None
+        self.new_heads: list[str] = []
+        self.full_plan = FreezePlan()
+        self._fwd: Callable[..., Any] | None = None
+        self._sampler: Any = None
+        self._scaler: Any = None
+        self._amp_dtype: torch.dtype | None = None
+        self._base_dir: Path | None = None
+        self._counts = (0, 0, 0)  # trainable, frozen, grad bytes
+        self._opt_bytes = 0
+        self._writers: list[MetricsWriter] = []
+        self._probe: MemoryProbe | None = None
+        self._spec_classes: int | None = None
+
+    # ------------------------------------------------------------ thread-safe controls
+    def stop(self) -> None:
+        """Ask the run to end at the next step boundary (also ends a pause). Thread-safe."""
+        self._stop.set()
+        self._resume.set()
+
+    def pause(self) -> None:
+        """Hold the run at the next step boundary, without busy-waiting. Thread-safe."""
+        self._resume.clear()
+
+    def resume(self) -> None:
+        """Continue a paused run. Thread-safe."""
+        self._resume.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        """stop() was called."""
+        return self._stop.is_set()
+
+    @property
+    def paused(self) -> bool:
+        """The loop is held at a step boundary right now."""
+        return self._waiting.is_set()
+
+    def wait_paused(self, timeout: float | None = None) -> bool:
+        """Block until the loop is actually held by :meth:`pause`.
+
+        Args:
+            timeout: seconds, or None to wait indefinitely.
+
+        Returns:
+            True when the loop is paused.
+        """
+        return self._waiting.wait(timeout)
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0 (always True without torchrun)."""
+        return self.dist is None or self.dist.info.is_main
+
+    @property
+    def plan(self) -> FreezePlan:
+        """The plan in force now (base rules plus reached stages and live changes)."""
+        return self.applied.plan if self.applied is not None else self.full_plan
+
+    @property
+    def step(self) -> int:
+        """Steps done so far."""
+        return self._loop_state.step if self._loop_state is not None else 0
+
+    def request_plan(self, plan: FreezePlan | Mapping[str, Any] | str | os.PathLike[str]) -> None:
+        """Switch to another plan at the next step boundary. Thread-safe.
+
+        The new plan replaces the current one, stages included (the stages already reached
+        at the current step/epoch are in force at once). At the boundary the engine calls
+        ``applied.update(plan)`` and syncs the optimizer (see :func:`sync_optimizer`); under
+        DDP every rank applies it at the same step and the DDP wrapper is rebuilt. The change
+        shows up as an event in the next :class:`StepMetrics` and bumps ``plan_version``.
+
+        Args:
+            plan: a :class:`FreezePlan`, its dict, or a plan file path.
+
+        Raises:
+            PlanError: the plan is invalid, does not fit the model, or leaves nothing trainable.
+            TrainError: under torchrun, called on a rank other than 0.
+        """
+        plan = _as_plan(plan)[0]
+        if self.dist is not None and not self.dist.info.is_main:
+            raise TrainError("under torchrun, request plan changes on rank 0; it sends them to every rank")
+        if self.applied is not None:
+            plan.validate(self.applied.tree)
+            st = self._loop_state
+            why = self._refusal(plan.at(st.step, st.epoch) if st is not None else plan.at(0, 0))
+            if why:
+                raise PlanError(why)
+        with self._lock:
+            self._pending = plan
+
+    def _take_pending(self) -> FreezePlan | None:
+        if self._pending is None:
+            return None
+        with self._lock:
+            plan, self._pending = self._pending, None
+        return plan
+
+    # ------------------------------------------------------------ setup
+    def setup(self) -> None:
+        """Build everything: model, head, plan, data, optimizer (called by :meth:`steps`).
+
+        Raises:
+            TrainError: the model, data or device cannot be provided (message says why).
+            PlanError: the plan is invalid or does not fit the model.
+        """
+        if self._ready:
+            return
+        cfg = self.config
+        if cfg.torch_threads:
+            torch.set_num_threads(cfg.torch_threads)
+        info = wdist.env_info()
+        try:
+            self.device = resolve_device(cfg.device, info)
+            if self.device.type == "cuda":
+                torch.cuda.set_device(self.device)
+            self.dist = wdist.init_distributed(self.device.type)
+        except (RuntimeError, ValueError) as e:
+            if isinstance(e, WorkbenchError):
+                raise
+            raise TrainError(f"cannot join the torchrun job: {_first_line(e)}") from e
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        plan, self._base_dir = _as_plan(self._plan_arg if self._plan_arg is not None else cfg.plan)
+        self.full_plan = plan
+        model, name, weights = self._build_model(plan)
+        self.dataset = self._build_dataset(model, name, weights)
+        self._fit_head(model)
+        model.to(self.device)
+        if cfg.channels_last:
+            model.to(memory_format=torch.channels_last)
+        self.model = model
+        if self.dist is not None:  # every rank starts from rank 0's weights (and verifies against them)
+            wdist.broadcast_model_state(model)
+        start = plan.at(0, 0)
+        self.applied = apply_plan(model, start, base_dir=self._base_dir)
+        try:
+            groups = self.applied.param_groups(cfg.lr, cfg.weight_decay)
+        except ValueError as e:
+            self.applied.remove(merge=False)
+            raise TrainError(str(e)) from None
+        self._wrap()
+        self.optimizer = self._make_optimizer(groups)
+        self._setup_amp()
+        self._build_loader()
+        self._probe = MemoryProbe(self.device)
+        self._recount()
+        self._ready = True
+
+    def _build_model(self, plan: FreezePlan) -> tuple[nn.Module, str | None, str | None]:
+        from workbench.core.models.zoo import ModelSourceError, ModelSpec
+
+        cfg = self.config
+        if self._model_arg is not None:
+            return self._model_arg, None, None
+        if isinstance(cfg.model, dict):
+            d: dict[str, Any] = dict(cfg.model)
+        elif isinstance(cfg.model, str):
+            d = {"source": "torchvision", "name": cfg.model.strip()}
+        elif plan.model.get("name") or plan.model.get("arch") or plan.model.get("checkpoint"):
+            d = dict(plan.model)
+        elif cfg.checkpoint:
+            d = {"source": "checkpoint"}
+        else:
+            raise TrainError(
+                "no model given: pass --model NAME (e.g. resnet18), a config with 'model', "
+                "or a plan whose 'model' block names one"
+            )
+        if not d.get("name") and d.get("arch"):
+            d["name"] = d["arch"]
+        for key in ("weights", "checkpoint"):
+            if getattr(cfg, key) is not None:
+                d[key] = getattr(cfg, key)
+        self._spec_classes = d.get("num_classes") if isinstance(d.get("num_classes"), int) else None
+        d["num_classes"] = None  # the head is fitted after the dataset is known
+        try:
+            spec = ModelSpec.from_dict(d)
+            model = spec.build(allow_download=cfg.allow_download, trust_pickle=self._trust_pickle)
+        except ModelSourceError as e:
+            raise TrainError(str(e)) from e
+        return model, spec.name, spec.weights
+
+    def _build_dataset(self, model: nn.Module, name: str | None, weights: str | None) -> Dataset[Any]:
+        from workbench.core.training.data import DataError, make_dataset
+        from workbench.core.models.zoo import current_num_classes
+
+        cfg = self.config
+        member = _weights_member(name, weights)
+        size = cfg.image_size or _crop_size(member) or _model_input_size(name) or 224
+        self.image_size = size
+        if self._dataset_arg is not None:
+            return self._dataset_arg
+        synthetic = cfg.data.strip().lower().startswith("synthetic")
+        transform = None
+        if not synthetic and member is not None:
+            transform = _weights_transform(member, cfg.image_size)
+        n = cfg.num_classes or self._spec_classes or current_num_classes(model) or 10
+        try:
+            return make_dataset(cfg.data, image_size=size, num_classes=n, train=True, transform=transform, seed=cfg.seed)
+        except DataError as e:
+            raise TrainError(str(e)) from e
+
+    def _fit_head(self, model: nn.Module) -> None:
+        from workbench.core.training.data import dataset_num_classes
+        from workbench.core.models.zoo import ModelSourceError, current_num_classes, replace_head
+
+        cfg = self.config
+        assert self.dataset is not None
+        ds_classes = dataset_num_classes(self.dataset)
+        synthetic = self._dataset_arg is None and cfg.data.strip().lower().startswith("synthetic")
+        target = cfg.num_classes or self._spec_classes or (None if synthetic else ds_classes)
+        if target is not None and current_num_classes(model) != target:
+            try:
+                self.new_heads = replace_head(model, target)
+            except ModelSourceError as e:
+                raise TrainError(str(e)) from e
+        head = current_num_classes(model)
+        if ds_classes and head and ds_classes > head:
+            raise TrainError(
+                f"the dataset has {ds_classes} classes but the model's head has {head} outputs; "
+                f"pass num_classes={ds_classes} (--num-classes {ds_classes})"
+            )
+
+    def _wrap(self) -> None:
+        assert self.model is not None
+        fwd: nn.Module = self.model
+        if self.dist is not None:
+            self.ddp = wdist.wrap_ddp(self.model, self.device)
+            fwd = self.ddp
+        backend = self.config.compile_backend
+        self._fwd = torch.compile(fwd, backend=backend) if backend else fwd
+
+    def _make_optimizer(self, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+        cfg = self.config
+        if cfg.optimizer == "sgd":
+            return torch.optim.SGD(groups, lr=cfg.lr, momentum=0.0, weight_decay=cfg.weight_decay)
+        if cfg.optimizer == "sgd_momentum":
+            return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        if cfg.optimizer == "adam":
+            return torch.optim.Adam(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    def _setup_amp(self) -> None:
+        amp = self.config.amp
+        self._amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+        self._scaler = None
+        if amp == "fp16":
+            try:
+                self._scaler = torch.amp.GradScaler(self.device.type)
+            except Exception as e:  # a device type without a GradScaler
+                raise TrainError(f"fp16 needs a GradScaler, not available on {self.device.type} ({_first_line(e)}); use --amp bf16") from e
+
+    def _build_loader(self) -> None:
+        from workbench.core.training.data import DataError, make_loader
+
+        cfg = self.config
+        assert self.dataset is not None
+        if self.dist is not None:
+            self._sampler = wdist.make_sampler(self.dataset, self.dist.info, seed=cfg.seed)
+        pin = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
+        try:
+            self.loader = make_loader(
+                self.dataset, cfg.batch_size, shuffle=True, num_workers=cfg.num_workers,
+                pin_memory=pin, seed=cfg.seed, sampler=self._sampler,
+            )
+        except DataError as e:
+            raise TrainError(str(e)) from e
+        try:
+            self.steps_per_epoch = len(self.loader)
+        except TypeError:
+            self.steps_per_epoch = None
+        if cfg.epochs is not None:
+            if not self.steps_per_epoch:
+                raise TrainError("epochs need a dataset with a known, non-zero length; give steps instead")
+            total = cfg.epochs * self.steps_per_epoch
+            self.total_steps = min(total, cfg.steps) if cfg.steps else total
+        else:
+            self.total_steps = cfg.steps or DEFAULT_STEPS
+
+    def _recount(self) -> None:
+        assert self.applied is not None and self.optimizer is not None
+        c = self.applied.counts(self.optimizer)
+        self._counts = (c.trainable, c.frozen, c.grad_bytes)
+        self._opt_bytes = optimizer_state_bytes(self.optimizer)
+
+    # ------------------------------------------------------------ plan changes
+    def _refusal(self, plan: FreezePlan) -> str | None:
+        assert self.applied is not None
+        tree = self.applied.tree
+        eff = plan.resolve(tree)
+        if not any(n.own_params and not eff[p].frozen for p, n in tree.nodes.items()):
+            return "the plan leaves nothing trainable; keep at least one module unfrozen"
+        return None
+
+    def _change_plan(self, plan: FreezePlan, label: str) -> str:
+        """Apply a plan in force at a step boundary; returns the event text."""
+        assert self.applied is not None and self.optimizer is not None
+        why = self._refusal(plan)
+        if why:
+            return f"{label} refused: {why}"
+        try:
+            diff = self.applied.update(plan)
+        except PlanError as e:
+            return f"{label} refused: {_first_line(e)}"
+        self.last_diff = diff
+        if diff.empty:
+            return f"{label}: no change"
+        cfg = self.config
+        sync_optimizer(self.optimizer, self.applied.param_groups(cfg.lr, cfg.weight_decay))
+        if self.dist is not None:
+            self._wrap()
+        self._recount()
+        self.plan_version += 1
+        return f"{label}: {diff.describe()}"
+
+    def _plan_boundary(self, st: _Loop) -> list[str]:
+        events: list[str] = []
+        new_plan: FreezePlan | None = None
+        if self.dist is not None:
+            if st.flag_plan:
+                st.flag_plan = False
+                pending = self._take_pending() if self.dist.info.is_main else None
+                text = wdist.broadcast_text(pending.to_json() if pending is not None else None)
+                if text is not None:
+                    new_plan = FreezePlan.from_json(text)
+        else:
+            new_plan = self._take_pending()
+        if new_plan is not None:
+            self.full_plan = new_plan
+            st.reached = self._reached(st)
+            events.append(self._change_plan(new_plan.at(st.step, st.epoch), "plan change"))
+        if self.full_plan.stages:
+            reached = self._reached(st)
+            if reached != st.reached:
+                new = sorted(reached - st.reached)
+                st.reached = reached
+                label = ", ".join(
+                    f"stage {i}" + (f" '{self.full_plan.stages[i].label}'" if self.full_plan.stages[i].label else "")
+                    for i in new
+                ) or "stage change"
+                events.append(self._change_plan(self.full_plan.at(st.step, st.epoch), label))
+        return events
+
+    def _reached(self, st: _Loop) -> frozenset[int]:
+        return frozenset(i for i, s in enumerate(self.full_plan.stages) if s.reached(st.step, st.epoch))
+
+    # ------------------------------------------------------------ the loop
+    def run(self) -> RunResult:
+        """Run to the end (or a stop/failure) and return the result.
+
+        Returns:
+            The :class:`RunResult` (also in :attr:`result`).
+
+        Raises:
+            WorkbenchError: bad input found by :meth:`setup`.
+        """
+        for _ in self.steps():
+            pass
+        assert self.result is not None
+        return self.result
+
+    def steps(self) -> Iterator[StepMetrics]:
+        """Train, yielding a :class:`StepMetrics` per reported step (every ``log_every``).
+
+        Closing the generator early stops the run (status ``stopped``). When the generator
+        is exhausted, :attr:`result` holds the :class:`RunResult`.
+
+        Yields:
+            The metrics of each reported step.
+
+        Raises:
+            WorkbenchError: bad input found by :meth:`setup` (nothing was trained).
+            RuntimeError: the trainer already ran (a Trainer runs once).
+        """
+        if self._started:
+            raise RuntimeError("this Trainer already ran; create a new Trainer for another run")
+        self._started = True
+        st = _Loop()
+        self._loop_state = st
+        try:
+            self.setup()
+        except WorkbenchError:
+            self._close_dist()
+            raise
+        except Exception as e:  # e.g. out of memory moving the model to the device
+            self._fail(st, e, f"setup failed: {type(e).__name__}: {_first_line(e)}{_hint(e)}")
+            self.result = self._result(st, verify=None)
+            self._close_dist()
+            return
+        try:
+            self._open_writers()
+        except WorkbenchError:
+            self._close_dist()
+            raise
+        try:
+            yield from self._loop(st)
+        except GeneratorExit:
+            if st.status == "completed":
+                st.status, st.message = "stopped", f"stopped at step {st.step}: the metrics stream was closed"
+            raise
+        except KeyboardInterrupt:
+            st.status, st.interrupted = "stopped", True
+            st.message = f"interrupted at step {st.step}"
+            self._clear_grads()
+        except Exception as e:  # outside a step: a metrics file, a callback ...
+            self._fail(st, e, f"training stopped at step {st.step}: {type(e).__name__}: {_first_line(e)}")
+        finally:
+            self._finish(st)
+
+    def _open_writers(self) -> None:
+        cfg = self.config
+        if not self.is_main:
+            return
+        if cfg.metrics_path:
+            self._writers.append(MetricsWriter(cfg.metrics_path))
+        saved = Path(cfg.save_dir) / "metrics.jsonl" if cfg.save_dir else None
+        if saved is not None and not (cfg.metrics_path and Path(cfg.metrics_path).resolve() == saved.resolve()):
+            self._writers.append(MetricsWriter(saved))
+
+    def _loop(self, st: _Loop) -> Iterator[StepMetrics]:
+        assert self.model is not None and self.optimizer is not None and self.loader is not None
+        cfg = self.config
+        opt = self.optimizer
+        cuda = self.device.type == "cuda"
+        mps = self.device.type == "mps"
+        amp_dtype = self._amp_dtype
+        scaler = self._scaler
+        loss_fn = self.loss_fn
+        log_every = cfg.log_every
+        dist = self.dist
+        rank0 = self.is_main
+        stop_on_nonfinite = cfg.on_nonfinite == "stop"
+        channels_last = cfg.channels_last
+        non_blocking = self.device.type == "cuda"
+        events_pool = (
+            [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(log_every)]
+            if cuda else []
+        )
+        win = st.window
+        assert self._probe is not None
+        self._probe.reset()
+        (self.ddp if self.ddp is not None else self.model).train()
+        if self._sampler is not None:
+            self._sampler.set_epoch(0)
+        st.it = iter(self.loader)
+        st.reached = self._reached(st)
+        st.t_start = time.perf_counter()
+        while st.step < self.total_steps:
+            # ---- control boundary: stop / pause
+            if (st.flag_stop if dist is not None else self._stop.is_set()):
+                st.status, st.message = "stopped", f"stopped at step {st.step} of {self.total_steps}"
+                break
+            if not self._resume.is_set():
+                self._waiting.set()
+                self._resume.wait()
+                self._waiting.clear()
+                if dist is None and self._stop.is_set():
+                    st.status, st.message = "stopped", f"stopped at step {st.step} of {self.total_steps}"
+                    break
+            step = st.step
+            # ---- data
+            t0 = time.perf_counter()
+            try:
+                x, y = self._next_batch(st, channels_last, non_blocking)
+            except Exception as e:
+                self._fail(st, e, f"loading the batch of step {step} failed: {type(e).__name__}: {_first_line(e)}")
+                break
+            t1 = time.perf_counter()
+            bs = int(x.shape[0])
+            st.batch_size = bs
+            # ---- plan boundary: requested plan, stages
+            if st.flag_plan or self._pending is not None or self.full_plan.stages:
+                evs = self._plan_boundary(st)
+                if evs:
+                    win.events.extend(evs)
+                    st.state_dirty = True
+            # ---- the step
+            failure: tuple[BaseException, str] | None = None
+            out = loss = None
+            oom = False
+            nonfinite = False
+            stepped = False
+            loss_val = math.nan
+            if cuda:
+                ev0, ev1 = events_pool[win.cuda_pairs]
+            try:
+                if self.step_hook is not None:
+                    self.step_hook(step)
+                if cuda:
+                    ev0.record()
+                ts = time.perf_counter()
+                opt.zero_grad(set_to_none=True)
+                if amp_dtype is not None:
+                    with torch.autocast(self.device.type, dtype=amp_dtype):
+                        out = self._fwd(x)
+                        loss = loss_fn(out, y)
+                else:
+                    out = self._fwd(x)
+                    loss = loss_fn(out, y)
+                del out
+                if scaler is not None:
+                    scaler.scale(loss).backward()
+                else:
+                    loss.backward()
+                loss_val = loss.item()
+                del loss
+                bad = not math.isfinite(loss_val)
+                if dist is not None:
+                    want_plan = rank0 and self._pending is not None
+                    flags = wdist.all_reduce_flags([int(want_plan), int(self._stop.is_set()), int(bad)], self.device)
+                    st.flag_plan, st.flag_stop, bad = bool(flags[0]), bool(flags[1]), bool(flags[2])
+                if bad:
+                    self._clear_grads()
+                    nonfinite = True
+                else:
+                    if scaler is not None:
+                        scaler.step(opt)
+                        scaler.update()
+                    else:
+                        opt.step()
+                    stepped = True
+                if cuda:
+                    ev1.record()
+                elif mps:
+                    torch.mps.synchronize()  # the optimizer step runs asynchronously on MPS
+                te = time.perf_counter()
+            except torch.OutOfMemoryError as e:
+                failure, oom = (e, traceback.format_exc()), True
+            except Exception as e:
+                failure = (e, traceback.format_exc())
+            if failure is not None:
+                e, tb = failure
+                failure = None
+                out = loss = x = y = None  # type: ignore[assignment]  # free activations before empty_cache
+                self._clear_grads()
+                if oom:
+                    msg = (
+                        f"out of memory at step {step} with batch size {bs} on {self.device}: "
+                        f"{_first_line(e)}; lower the batch size (e.g. {max(1, bs // 2)}), use amp bf16, "
+                        "or freeze more of the model"
+                    )
+                else:
+                    msg = f"step {step} failed: {type(e).__name__}: {_first_line(e)}{_hint(e)}"
+                del e
+                if oom and cuda:
+                    torch.cuda.empty_cache()
+                st.status, st.message, st.error = "failed", msg, tb
+                st.failed_step, st.failed_batch_size = step, bs
+                break
+            # ---- bookkeeping (cheap: no counts, no state walks unless the plan changed)
+            if nonfinite:
+                if dist is not None:
+                    word = "not finite on some rank"
+                else:
+                    word = "nan" if math.isnan(loss_val) else ("inf" if loss_val > 0 else "-inf")
+                if stop_on_nonfinite:
+                    st.status = "nonfinite"
+                    st.message = (
+                        f"loss is {word} at step {step}; the optimizer step was not taken. Lower the learning "
+                        "rate, use amp bf16 instead of fp16, or set on_nonfinite='skip' (--on-nonfinite skip)"
+                    )
+                    st.failed_step, st.failed_batch_size = step, bs
+                    win.events.append(f"loss {word}: run stopped")
+                else:
+                    st.skipped += 1
+                    win.events.append(f"loss {word}: step skipped")
+            else:
+                win.loss_sum += loss_val
+                win.loss_n += 1
+                st.last_loss = loss_val
+            if stepped and st.state_dirty:
+                self._opt_bytes = optimizer_state_bytes(opt)
+                st.state_dirty = False
+            win.n += 1
+            win.last_step = step
+            win.data_time += t1 - t0
+            if cuda:
+                win.cuda_pairs += 1
+            else:
+                win.step_time += te - ts
+            if st.status == "completed":
+                st.step += 1
+            if win.n >= log_every or win.events or st.step >= self.total_steps or st.status != "completed":
+                m, waited = self._report(st, events_pool)
+                self._emit(m)
+                st.overhead += time.perf_counter() - te - waited
+                if self.on_metrics is not None:
+                    self.on_metrics(m)
+                yield m
+            else:
+                st.overhead += time.perf_counter() - te
+            if st.status != "completed":
+                break
+        if win.n:
+            m, _ = self._report(st, events_pool)
+            self._emit(m)
+            if self.on_metrics is not None:
+                self.on_metrics(m)
+            yield m
+
+    def _next_batch(self, st: _Loop, channels_last: bool, non_blocking: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        assert st.it is not None and self.loader is not None
+        try:
+            batch = next(st.it)
+        except StopIteration:
+            st.epoch += 1
+            if self._sampler is not None:
+                self._sampler.set_epoch(st.epoch)
+            st.it = iter(self.loader)
+            batch = next(st.it)
+        if not isinstance(batch, (list, tuple)) or len(batch) < 2:
+            raise TypeError(f"expected batches of (images, labels), got {type(batch).__name__}")
+        x, y = batch[0], batch[1]
+        if channels_last and x.dim() == 4:
+            x = x.to(self.device, non_blocking=non_blocking, memory_format=torch.channels_last)
+        else:
+            x = x.to(self.device, non_blocking=non_blocking)
+        return x, y.to(self.device, non_blocking=non_blocking)
+
+    def _report(self, st: _Loop, events_pool: list[tuple[Any, Any]]) -> tuple[StepMetrics, float]:
+        """The window's metrics, and the seconds spent waiting for the device (CUDA sync)."""
+        win = st.window
+        n = max(win.n, 1)
+        waited = 0.0
+        if win.cuda_pairs:
+            t_w = time.perf_counter()
+            events_pool[win.cuda_pairs - 1][1].synchronize()
+            waited = time.perf_counter() - t_w
+            step_time = sum(a.elapsed_time(b) for a, b in events_pool[: win.cuda_pairs]) / 1000.0 / win.cuda_pairs
+        else:
+            step_time = win.step_time / n
+        t_m = time.perf_counter()
+        data_time = win.data_time / n
+        loss = win.loss_sum / win.loss_n if win.loss_n else math.nan
+        alloc, peak, reserved = self._probe.sample() if self._probe is not None else (None, None, None)
+        trainable, frozen, gbytes = self._counts
+        total = step_time + data_time
+        rate = st.batch_size / total if total > 0 else 0.0
+        m = StepMetrics(
+            step=win.last_step,
+            epoch=st.epoch,
+            loss=loss,
+            step_time_s=step_time,
+            data_time_s=data_time,
+            samples_per_s=rate,
+            wall_time=t_m - st.t_start,
+            mem_allocated=alloc,
+            mem_peak=peak,
+            mem_reserved=reserved,
+            trainable_params=trainable,
+            frozen_params=frozen,
+            grad_bytes=gbytes,
+            optimizer_state_bytes=self._opt_bytes,
+            lr=[g["lr"] for g in self.optimizer.param_groups] if self.optimizer is not None else [],
+            plan_version=self.plan_version,
+            events=win.events,
+            device=str(self.device),
+            batch_size=st.batch_size,
+            nonfinite_skipped=st.skipped,
+            window=win.n,
+        )
+        st.report_step_times.append(step_time)
+        st.report_data_times.append(data_time)
+        st.report_rates.append(rate)
+        st.step_time_total += step_time * win.n
+        win.clear()
+        return m, waited
+
+    def _emit(self, m: StepMetrics) -> None:
+        for w in self._writers:
+            w.write(m)
+
+    def _clear_grads(self) -> None:
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)
+        if self.model is not None:
+            for p in self.model.parameters():
+                p.grad = None
+
+    def _fail(self, st: _Loop, e: BaseException, message: str) -> None:
+        st.status, st.message = "failed", message
+        st.error = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        if st.failed_step is None:
+            st.failed_step = st.step
+        self._clear_grads()
+
+    # ------------------------------------------------------------ the end
+    def _finish(self, st: _Loop) -> None:
+        if self._finished:
+            return
+        self._finished = True
+        for w in self._writers:
+            try:
+                w.close()
+            except Exception as e:  # disk full, folder gone
+                if st.status == "completed":
+                    self._fail(st, e, f"could not finish the metrics file {w.path}: {_first_line(e)}; check the folder")
+        self._writers = []
+        verify = None
+        if self.applied is not None:
+            try:
+                verify = self.applied.verify()
+            except Exception as e:
+                st.message = (st.message + "; " if st.message else "") + f"verify failed: {_first_line(e)}"
+        if st.status == "completed" and not st.message:
+            st.message = f"completed {st.step} steps"
+        result = self._result(st, verify)
+        if self.config.save_dir and self.is_main and self.applied is not None:
+            try:
+                self._save(Path(self.config.save_dir), result)
+                result.save_dir = str(self.config.save_dir)
+            except Exception as e:
+                result.status = "failed" if result.status == "completed" else result.status
+                result.message += f"; saving to {self.config.save_dir} failed: {_first_line(e)}; check the folder and free space"
+                result.error = result.error or "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        self.result = result
+        self._close_dist()
+
+    def _close_dist(self) -> None:
+        if self.dist is not None:
+            with contextlib.suppress(Exception):
+                self.dist.close()
+
+    def _summary(self, st: _Loop) -> dict[str, Any]:
+        trainable, frozen, gbytes = self._counts
+        peak = self._probe.peak if self._probe is not None else None
+        med = statistics.median(st.report_step_times) if st.report_step_times else None
+        return {
+            "steps": st.step,
+            "epoch": st.epoch,
+            "total_steps": self.total_steps,
+            "wall_time_s": time.perf_counter() - st.t_start if st.t_start else 0.0,
+            "median_step_time_s": med,
+            "median_data_time_s": statistics.median(st.report_data_times) if st.report_data_times else None,
+            "median_samples_per_s": statistics.median(st.report_rates) if st.report_rates else None,
+            "peak_memory_bytes": peak,
+            "memory_source": self._probe.source if self._probe is not None else None,
+            "trainable_params": trainable,
+            "frozen_params": frozen,
+            "total_params": trainable + frozen,
+            "grad_bytes": gbytes,
+            "optimizer_state_bytes": self._opt_bytes,
+            "final_loss": st.last_loss,
+            "nonfinite_skipped": st.skipped,
+            "plan_version": self.plan_version,
+            "metrics_overhead_s": st.overhead,
+            "metrics_overhead_fraction": st.overhead / st.step_time_total if st.step_time_total > 0 else None,
+            "batch_size": st.batch_size or self.config.batch_size,
+            "image_size": self.image_size,
+            "device": str(self.device),
+            "world_size": self.dist.info.world_size if self.dist is not None else 1,
+            "new_heads": list(self.new_heads),
+        }
+
+    def _result(self, st: _Loop, verify: Any) -> RunResult:
+        return RunResult(
+            status=st.status,
+            message=st.message,
+            steps=st.step,
+            summary=self._summary(st),
+            verify=verify,
+            plan=self.applied.plan if self.applied is not None else None,
+            error=st.error,
+            failed_step=st.failed_step,
+            failed_batch_size=st.failed_batch_size,
+            interrupted=st.interrupted,
+        )
+
+    def _save(self, folder: Path, result: RunResult) -> None:
+        """Write the trainable state, B deltas, the plan in force, the config and the summary."""
+        from safetensors.torch import save_file
+
+        assert self.model is not None and self.applied is not None
+        folder.mkdir(parents=True, exist_ok=True)
+        tensors: dict[str, torch.Tensor] = {}
+        params: list[str] = []
+        buffers: list[str] = []
+        for name, p in self.model.named_parameters():
+            if p.requires_grad:
+                tensors[name] = p.detach().to("cpu").contiguous().clone()
+                params.append(name)
+        eff = self.applied.effective
+        for path, node in self.applied.tree.nodes.items():
+            if node.is_bn and not eff[path].bn_eval:  # running statistics moved in training
+                module = self.model.get_submodule(path)
+                for bname, buf in module.named_buffers(recurse=False):
+                    if buf is not None:
+                        key = f"{path}.{bname}" if path else bname
+                        tensors[key] = buf.detach().to("cpu").contiguous().clone()
+                        buffers.append(key)
+        meta = {
+            "format": "workbench-trainable",
+            "version": "1",
+            "params": json.dumps(params),
+            "buffers": json.dumps(buffers),
+            "status": result.status,
+            "steps": str(result.steps),
+        }
+        with atomic_path(folder / "trainable.safetensors") as tmp:
+            save_file(tensors, str(tmp), metadata=meta)
+        if self.applied.installed("reparam"):
+            try:
+                self.applied.export_deltas(folder / "deltas.safetensors")
+            except (ImportError, AttributeError, NotImplementedError) as e:
+                result.message += f"; A+B deltas not saved ({_first_line(e)})"
+        self.applied.plan.save(folder / "plan.json")
+        self.config.save(folder / "config.json")
+        atomic_write(folder / "summary.json", json.dumps(result.to_dict(), indent=2) + "\n")
+
+
+# ---------------------------------------------------------------- adapters
+def _as_plan(raw: Any) -> tuple[FreezePlan, Path | None]:
+    """A plan from a FreezePlan, a dict, a path, or None (everything trains)."""
+    if raw is None:
+        return FreezePlan(), None
+    if isinstance(raw, FreezePlan):
+        return raw.copy(), None
+    if isinstance(raw, Mapping):
+        return FreezePlan.from_dict(dict(raw)), None
+    if isinstance(raw, (str, os.PathLike)):
+        p = Path(raw)
+        return FreezePlan.load(p), p.resolve().parent
+    raise TypeError(f"plan must be a FreezePlan, a dict or a path, got {type(raw).__name__}")
+
+
+def _weights_member(name: str | None, weights: str | None) -> Any | None:
+    """The torchvision weights enum member for ``name``/``weights`` (None if unknown)."""
+    if not name or not weights:
+        return None
+    import torchvision
+
+    try:
+        enum = torchvision.models.get_model_weights(name)
+    except (ValueError, KeyError):
+        return None
+    key = weights.split(".", 1)[1] if weights.startswith(enum.__name__ + ".") else weights
+    members = dict(enum.__members__)
+    return members.get(key) or {k.upper(): v for k, v in members.items()}.get(key.upper())
+
+
+def _crop_size(member: Any | None) -> int | None:
+    if member is None:
+        return None
+    try:
+        size = getattr(member.transforms(), "crop_size", None)
+    except Exception:
+        return None
+    if isinstance(size, (list, tuple)):
+        size = size[0] if size else None
+    return int(size) if size else None
+
+
+def _model_input_size(name: str | None) -> int | None:
+    if not name:
+        return None
+    from workbench.core.models.zoo import ModelSourceError, model_input_size
+
+    try:
+        return model_input_size(name)
+    except ModelSourceError:
+        return None
+
+
+def _weights_transform(member: Any, image_size: int | None) -> Callable[[Any], torch.Tensor] | None:
+    """The weights' preset transforms (resized to ``image_size`` when it is overridden)."""
+    if image_size is None:
+        return member.transforms()
+    try:
+        return member.transforms(crop_size=image_size, resize_size=max(image_size, round(image_size / 0.875)))
+    except TypeError:  # a preset without size arguments
+        return member.transforms()

@@ -1,0 +1,265 @@
+"""The cost panel: what the plan trains, what training it costs, and its pitfalls.
+
+Everything comes from the controller's :class:`~workbench.gui.plan.state.PlanState`
+(recomputed once per plan edit from the plan and the tree, never from the model):
+parameter totals, bytes of parameters + gradients + optimizer state against full
+fine-tuning, and one line per lint finding (double-click selects the module).
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
+from PySide6.QtWidgets import (
+    QComboBox,
+    QFrame,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QSizePolicy,
+    QStyle,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench.core.freezing.apply import Counts
+from workbench.gui.controller import OPTIMIZERS, Controller
+from workbench.core.formatting import fmt_bytes, fmt_count, fmt_percent
+from workbench.gui.plan.state import finding_line
+
+__all__ = ["CostPanel", "MemoryBar"]
+
+#: Segment colours of the memory bar: parameters, gradients, optimizer state, fixed A.
+SEGMENT_COLORS = {
+    "params": QColor(120, 130, 145),
+    "grads": QColor(52, 120, 198),
+    "optimizer": QColor(232, 145, 45),
+    "fixed": QColor(140, 90, 180),
+}
+
+
+class MemoryBar(QWidget):
+    """A bar as wide as full fine-tuning's memory, filled with what the plan needs."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._counts: Counts | None = None
+        self.setMinimumHeight(14)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def sizeHint(self) -> QSize:
+        return QSize(260, 14)
+
+    def set_counts(self, counts: Counts | None) -> None:
+        """Show ``counts`` (None clears the bar)."""
+        self._counts = counts
+        if counts is not None:
+            self.setToolTip(
+                "Memory for training, as a share of full fine-tuning "
+                f"({fmt_bytes(counts.full_ft_bytes)}):\n"
+                f"  parameters {fmt_bytes(counts.param_bytes)}\n"
+                f"  gradients {fmt_bytes(counts.grad_bytes)}\n"
+                f"  optimizer state {fmt_bytes(counts.optimizer_bytes)}"
+                + (f"\n  fixed A of A+B {fmt_bytes(counts.fixed_bytes)}" if counts.fixed_bytes else "")
+            )
+        self.update()
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt API
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        r = QRectF(self.rect()).adjusted(0.5, 0.5, -0.5, -0.5)
+        pal = self.palette()
+        p.setPen(pal.color(QPalette.ColorRole.Mid))
+        p.setBrush(pal.color(QPalette.ColorRole.Base))
+        p.drawRoundedRect(r, 3, 3)
+        c = self._counts
+        if c is None or c.full_ft_bytes <= 0:
+            p.end()
+            return
+        scale = r.width() / max(c.full_ft_bytes, c.training_bytes)
+        x = r.left()
+        p.setPen(Qt.PenStyle.NoPen)
+        for key, value in (
+            ("params", c.param_bytes),
+            ("grads", c.grad_bytes),
+            ("optimizer", c.optimizer_bytes),
+            ("fixed", c.fixed_bytes),
+        ):
+            w = value * scale
+            if w <= 0:
+                continue
+            p.setBrush(SEGMENT_COLORS[key])
+            p.drawRect(QRectF(x, r.top() + 1, w, r.height() - 2))
+            x += w
+        p.end()
+
+
+def _legend(text: str, color: QColor) -> str:
+    return f'<span style="color:{color.name()}">■</span> {text}'
+
+
+class CostPanel(QFrame):
+    """Parameter totals, training memory for the chosen optimizer, and findings.
+
+    Signals:
+        findingActivated(path): a finding was double-clicked; ``path`` is its module.
+
+    Args:
+        controller: source of the plan state; the optimizer box sets its optimizer.
+        parent: Qt parent.
+    """
+
+    findingActivated = Signal(str)
+
+    def __init__(self, controller: Controller, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._c = controller
+        self.setFrameShape(QFrame.Shape.StyledPanel)
+        outer = QHBoxLayout(self)
+        outer.setContentsMargins(8, 6, 8, 6)
+        outer.setSpacing(12)
+
+        stats = QWidget(self)
+        grid = QGridLayout(stats)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setHorizontalSpacing(10)
+        grid.setVerticalSpacing(3)
+        self.params_label = QLabel(stats)
+        self.params_label.setTextFormat(Qt.TextFormat.RichText)
+        self.memory_label = QLabel(stats)
+        self.memory_label.setTextFormat(Qt.TextFormat.RichText)
+        self.saving_label = QLabel(stats)
+        self.saving_label.setTextFormat(Qt.TextFormat.RichText)
+        self.legend_label = QLabel(stats)
+        self.legend_label.setTextFormat(Qt.TextFormat.RichText)
+        self.bar = MemoryBar(stats)
+        self.optimizer_box = QComboBox(stats)
+        for key, label in OPTIMIZERS.items():
+            self.optimizer_box.addItem(label, key)
+        self.optimizer_box.setToolTip("Optimizer whose state is counted (AdamW/Adam: 2 tensors per parameter)")
+        opt_row = QHBoxLayout()
+        opt_row.setSpacing(6)
+        opt_row.addWidget(QLabel("Optimizer", stats))
+        opt_row.addWidget(self.optimizer_box)
+        opt_row.addStretch(1)
+        grid.addWidget(self.params_label, 0, 0, 1, 2)
+        grid.addWidget(self.memory_label, 1, 0, 1, 2)
+        grid.addWidget(self.bar, 2, 0)
+        grid.addWidget(self.saving_label, 2, 1)
+        grid.addWidget(self.legend_label, 3, 0, 1, 2)
+        grid.addLayout(opt_row, 4, 0, 1, 2)
+        grid.setColumnStretch(0, 1)
+        outer.addWidget(stats, 3)
+
+        right = QVBoxLayout()
+        right.setSpacing(2)
+        self.findings_title = QLabel(self)
+        right.addWidget(self.findings_title)
+        self.findings = QListWidget(self)
+        self.findings.setAlternatingRowColors(False)
+        self.findings.setWordWrap(True)
+        self.findings.setResizeMode(QListWidget.ResizeMode.Adjust)
+        self.findings.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        row_h = self.findings.fontMetrics().height() + 6
+        self.findings.setFixedHeight(row_h * 4 + 6)
+        self.findings.itemDoubleClicked.connect(self._activate)
+        right.addWidget(self.findings)
+        outer.addLayout(right, 4)
+
+        self._shown: list[tuple[str, str, str]] = []
+        self.optimizer_box.currentIndexChanged.connect(self._optimizer_chosen)
+        controller.planChanged.connect(self.refresh)
+        controller.modelChanged.connect(self.refresh)
+        self.refresh()
+
+    def refresh(self, *_: object) -> None:
+        """Re-read the controller's plan state."""
+        i = self.optimizer_box.findData(self._c.optimizer)
+        if i >= 0 and i != self.optimizer_box.currentIndex():
+            self.optimizer_box.blockSignals(True)
+            self.optimizer_box.setCurrentIndex(i)
+            self.optimizer_box.blockSignals(False)
+        state = self._c.state
+        if state is None:
+            self.params_label.setText("No model loaded")
+            self.memory_label.clear()
+            self.saving_label.clear()
+            self.legend_label.clear()
+            self.bar.set_counts(None)
+            self.findings.clear()
+            self._shown = []
+            self.findings_title.clear()
+            return
+        c = state.counts
+        opt = OPTIMIZERS.get(c.optimizer, c.optimizer)
+        self.params_label.setText(
+            f"<b>Trainable {fmt_count(c.trainable)}</b> of {fmt_count(c.total)} parameters "
+            f"(<b>{fmt_percent(c.trainable, c.total)}</b>) · frozen {fmt_count(c.frozen)} "
+            f"({fmt_percent(c.frozen, c.total)})"
+        )
+        self.memory_label.setText(
+            f"Params + grads + {opt} state: <b>{fmt_bytes(c.training_bytes)}</b> "
+            f"· full fine-tuning {fmt_bytes(c.full_ft_bytes)}"
+        )
+        saving = c.saving_bytes
+        if saving > 0:
+            self.saving_label.setText(f"saves <b>{fmt_bytes(saving)}</b> ({fmt_percent(saving, c.full_ft_bytes)})")
+        elif saving < 0:
+            self.saving_label.setText(f"costs {fmt_bytes(-saving)} more")
+        else:
+            self.saving_label.setText("no saving")
+        parts = [
+            _legend(f"params {fmt_bytes(c.param_bytes)}", _color("params")),
+            _legend(f"grads {fmt_bytes(c.grad_bytes)}", _color("grads")),
+            _legend(f"{opt} state {fmt_bytes(c.optimizer_bytes)}", _color("optimizer")),
+        ]
+        if c.fixed_bytes:
+            parts.append(_legend(f"A of A+B {fmt_bytes(c.fixed_bytes)}", _color("fixed")))
+        self.legend_label.setText("&nbsp;&nbsp;".join(parts))
+        self.bar.set_counts(c)
+        self._fill_findings(state.messages())
+
+    def _fill_findings(self, messages: list[tuple[str, str, str]]) -> None:
+        if messages == self._shown and self.findings.count():
+            return  # unchanged: no relayout
+        self._shown = list(messages)
+        self.findings.clear()
+        style = self.style()
+        icons = {
+            "error": style.standardIcon(QStyle.StandardPixmap.SP_MessageBoxCritical),
+            "warning": style.standardIcon(QStyle.StandardPixmap.SP_MessageBoxWarning),
+            "info": style.standardIcon(QStyle.StandardPixmap.SP_MessageBoxInformation),
+        }
+        state = self._c.state
+        why = {finding_line(f): f for f in state.findings} if state is not None else {}
+        for severity, text, path in messages:
+            item = QListWidgetItem(icons.get(severity, icons["info"]), text)
+            f = why.get(text)
+            tip = text if f is None else f"{f.message}\nWhy: {f.why}\nFix: {f.fix}"
+            item.setToolTip(tip + ("\n(double-click to select the module)" if path else ""))
+            item.setData(Qt.ItemDataRole.UserRole, path)
+            self.findings.addItem(item)
+        n = len(messages)
+        if n:
+            self.findings_title.setText(f"<b>⚠ {n} finding{'s' if n != 1 else ''}</b>")
+        else:
+            self.findings_title.setText("<b>No pitfalls found</b>")
+            item = QListWidgetItem("The plan has none of the known freezing pitfalls.")
+            item.setFlags(Qt.ItemFlag.NoItemFlags)
+            self.findings.addItem(item)
+
+    def _activate(self, item: QListWidgetItem) -> None:
+        path = item.data(Qt.ItemDataRole.UserRole)
+        if path:
+            self.findingActivated.emit(path)
+
+    def _optimizer_chosen(self, index: int) -> None:
+        key = self.optimizer_box.itemData(index)
+        if key:
+            self._c.set_optimizer(key)
+
+
+def _color(key: str) -> QColor:
+    return SEGMENT_COLORS[key]

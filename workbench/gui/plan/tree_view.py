@@ -1,0 +1,220 @@
+"""The module tree view: centred checkboxes, an LR × editor, Space to toggle Frozen.
+
+The view shows a :class:`~workbench.gui.plan.tree_model.ModuleTreeModel` (usually through a
+:class:`~workbench.gui.plan.tree_model.ModuleFilterProxy`). It never edits the plan itself:
+checkbox clicks become ``setData`` calls on the model, and Space / the context menu call
+the window's actions.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from PySide6.QtCore import QAbstractItemModel, QEvent, QModelIndex, QPersistentModelIndex, QPoint, QRect, QSize, Qt
+from PySide6.QtGui import QDoubleValidator, QKeyEvent, QMouseEvent, QPainter, QPalette
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QApplication,
+    QHeaderView,
+    QLineEdit,
+    QStyle,
+    QStyledItemDelegate,
+    QStyleOptionButton,
+    QStyleOptionViewItem,
+    QTreeView,
+    QWidget,
+)
+
+from workbench.gui.plan.tree_model import HEADERS, PATH_ROLE, Column
+
+__all__ = ["CheckDelegate", "LrDelegate", "ModuleTreeView"]
+
+Index = QModelIndex | QPersistentModelIndex
+
+
+def _indicator_rect(option: QStyleOptionViewItem, widget: QWidget | None, centered: bool) -> QRect:
+    style = widget.style() if widget is not None else QApplication.style()
+    opt = QStyleOptionButton()
+    size = style.subElementRect(QStyle.SubElement.SE_CheckBoxIndicator, opt, widget).size()
+    if not size.isValid() or size.isEmpty():
+        size = QSize(16, 16)
+    r = option.rect
+    y = r.top() + (r.height() - size.height()) // 2
+    if centered:
+        x = r.left() + (r.width() - size.width()) // 2
+    else:
+        x = r.left() + 6
+    return QRect(QPoint(x, y), size)
+
+
+class CheckDelegate(QStyledItemDelegate):
+    """Draws a check column's box centred (or left of a short note such as ``auto``).
+
+    A click inside the box calls ``model.setData(index, newState, CheckStateRole)``: a
+    partially checked box becomes checked, a checked one unchecked.
+    """
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: Index) -> None:
+        opt = QStyleOptionViewItem(option)
+        self.initStyleOption(opt, index)
+        widget = opt.widget
+        style = widget.style() if widget is not None else QApplication.style()
+        state = index.data(Qt.ItemDataRole.CheckStateRole)
+        text = opt.text
+        # background (selection, alternate rows) without the default check and text
+        opt.features &= ~QStyleOptionViewItem.ViewItemFeature.HasCheckIndicator
+        opt.text = ""
+        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, widget)
+        if state is None:
+            return
+        box = QStyleOptionViewItem(opt)
+        box.rect = _indicator_rect(option, widget, centered=not text)
+        box.state = box.state & ~QStyle.StateFlag.State_HasFocus
+        check = Qt.CheckState(state) if not isinstance(state, Qt.CheckState) else state
+        box.state &= ~(QStyle.StateFlag.State_On | QStyle.StateFlag.State_Off | QStyle.StateFlag.State_NoChange)
+        box.state |= {
+            Qt.CheckState.Checked: QStyle.StateFlag.State_On,
+            Qt.CheckState.Unchecked: QStyle.StateFlag.State_Off,
+            Qt.CheckState.PartiallyChecked: QStyle.StateFlag.State_NoChange,
+        }[check]
+        if not (index.flags() & Qt.ItemFlag.ItemIsEnabled):
+            box.state &= ~QStyle.StateFlag.State_Enabled
+        style.drawPrimitive(QStyle.PrimitiveElement.PE_IndicatorItemViewItemCheck, box, painter, widget)
+        if text:
+            r = QRect(opt.rect)
+            r.setLeft(box.rect.right() + 6)
+            painter.save()
+            painter.setPen(opt.palette.color(QPalette.ColorRole.PlaceholderText))
+            painter.drawText(r, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), text)
+            painter.restore()
+
+    def editorEvent(self, event: QEvent, model: QAbstractItemModel, option: QStyleOptionViewItem, index: Index) -> bool:
+        flags = index.flags()
+        if not (flags & Qt.ItemFlag.ItemIsUserCheckable) or not (flags & Qt.ItemFlag.ItemIsEnabled):
+            return False
+        state = index.data(Qt.ItemDataRole.CheckStateRole)
+        if state is None:
+            return False
+        if event.type() in (QEvent.Type.MouseButtonPress, QEvent.Type.MouseButtonDblClick):
+            assert isinstance(event, QMouseEvent)
+            text = index.data(Qt.ItemDataRole.DisplayRole) or ""
+            return _indicator_rect(option, option.widget, centered=not text).contains(event.position().toPoint())
+        if event.type() != QEvent.Type.MouseButtonRelease:
+            return False
+        assert isinstance(event, QMouseEvent)
+        if event.button() != Qt.MouseButton.LeftButton:
+            return False
+        text = index.data(Qt.ItemDataRole.DisplayRole) or ""
+        if not _indicator_rect(option, option.widget, centered=not text).contains(event.position().toPoint()):
+            return False
+        check = Qt.CheckState(state) if not isinstance(state, Qt.CheckState) else state
+        new = Qt.CheckState.Unchecked if check == Qt.CheckState.Checked else Qt.CheckState.Checked
+        return model.setData(index, new, Qt.ItemDataRole.CheckStateRole)
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: Index) -> QSize:
+        size = super().sizeHint(option, index)
+        return QSize(max(size.width(), 28), size.height())
+
+
+class LrDelegate(QStyledItemDelegate):
+    """A line editor for LR × that accepts numbers >= 0 (``0.1``, ``1e-3``) or empty (inherit)."""
+
+    def createEditor(self, parent: QWidget, option: QStyleOptionViewItem, index: Index) -> QWidget:
+        editor = QLineEdit(parent)
+        validator = QDoubleValidator(0.0, 1e6, 12, editor)
+        validator.setNotation(QDoubleValidator.Notation.ScientificNotation)
+        editor.setValidator(validator)
+        editor.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        editor.setPlaceholderText("inherit")
+        return editor
+
+    def setEditorData(self, editor: QWidget, index: Index) -> None:
+        assert isinstance(editor, QLineEdit)
+        editor.setText(str(index.data(Qt.ItemDataRole.EditRole) or ""))
+        editor.selectAll()
+
+    def setModelData(self, editor: QWidget, model: QAbstractItemModel, index: Index) -> None:
+        assert isinstance(editor, QLineEdit)
+        model.setData(index, editor.text(), Qt.ItemDataRole.EditRole)
+
+
+class ModuleTreeView(QTreeView):
+    """Tree view of the modules with row selection, uniform rows and fixed numeric columns.
+
+    Args:
+        parent: Qt parent.
+
+    Attributes:
+        toggle_frozen: called with the selected paths when Space is pressed.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.toggle_frozen: Callable[[list[str]], None] | None = None
+        self.setUniformRowHeights(True)
+        self.setAlternatingRowColors(True)
+        self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
+        self.setAllColumnsShowFocus(True)
+        self.setEditTriggers(
+            QAbstractItemView.EditTrigger.DoubleClicked
+            | QAbstractItemView.EditTrigger.EditKeyPressed
+            | QAbstractItemView.EditTrigger.SelectedClicked
+        )
+        self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
+        self.setAnimated(False)
+        self.setExpandsOnDoubleClick(True)
+        self._check = CheckDelegate(self)
+        self._lr = LrDelegate(self)
+        for col in (Column.FROZEN, Column.AB, Column.BN):
+            self.setItemDelegateForColumn(col, self._check)
+        self.setItemDelegateForColumn(Column.LR, self._lr)
+
+    def setModel(self, model: QAbstractItemModel | None) -> None:  # noqa: N802 - Qt API
+        super().setModel(model)
+        self._size_columns()
+
+    def _size_columns(self) -> None:
+        header = self.header()
+        header.setStretchLastSection(False)
+        header.setMinimumSectionSize(28)
+        fm = self.fontMetrics()
+        pad = 22
+        widths = {
+            Column.TYPE: fm.horizontalAdvance("AdaptiveAvgPool2d") + pad,
+            Column.PARAMS: fm.horizontalAdvance("888.8M") + pad,
+            Column.TRAINABLE: fm.horizontalAdvance("Trainable") + pad,
+            Column.FROZEN: fm.horizontalAdvance("Frozen") + pad,
+            Column.AB: fm.horizontalAdvance("A+B") + pad + 8,
+            Column.BN: fm.horizontalAdvance("BN eval") + pad + 6,
+            Column.LR: fm.horizontalAdvance("LR ×") + pad + 8,
+        }
+        header.setSectionResizeMode(Column.MODULE, QHeaderView.ResizeMode.Stretch)
+        for col, w in widths.items():
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
+            header.resizeSection(col, w)
+        header.setDefaultAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.setMinimumWidth(sum(widths.values()) + fm.horizontalAdvance("layer1.0.downsample") + 40)
+        assert len(HEADERS) == len(Column)
+
+    def selected_paths(self) -> list[str]:
+        """Paths of the selected rows (or the current row when nothing is selected), in view order."""
+        sm = self.selectionModel()
+        rows = sm.selectedRows(0) if sm is not None else []
+        if not rows and self.currentIndex().isValid():
+            rows = [self.currentIndex().siblingAtColumn(0)]
+        out: list[str] = []
+        for idx in sorted(rows, key=lambda i: self.visualRect(i).top()):
+            path = idx.data(PATH_ROLE)
+            if path is not None and path not in out:
+                out.append(path)
+        return out
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt API
+        if event.key() == Qt.Key.Key_Space and not (event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier):
+            paths = self.selected_paths()
+            if paths and self.toggle_frozen is not None:
+                self.toggle_frozen(paths)
+                event.accept()
+                return
+        super().keyPressEvent(event)

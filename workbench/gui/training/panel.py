@@ -1,0 +1,545 @@
+"""The training controls under the cost panel: data, batch, optimizer, device; Start / Pause / Stop.
+
+Row 1 holds the settings of the next run (a :class:`~workbench.core.training.config.TrainConfig`),
+row 2 the run controls, a progress bar with the rate and the time left, and the state.
+The optimizer is the cost panel's (``Controller.optimizer``): one setting, two views.
+Settings are kept in ``QSettings`` between sessions. The panel builds the config and asks
+the :class:`~workbench.gui.training.run_controller.RunController` to run it; it never touches the
+training thread.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QSizePolicy,
+    QSpinBox,
+    QStyle,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench.core.training.config import ConfigError, TrainConfig
+from workbench.gui import dialogs
+from workbench.gui.controller import OPTIMIZERS, Controller
+from workbench.gui.training.run_controller import RunController
+
+__all__ = ["DATASETS", "PROGRESS_INTERVAL_MS", "TrainingPanel", "available_devices", "default_image_size", "fmt_eta"]
+
+#: Shortest time between two updates of the progress bar and the rate label during a run (ms).
+PROGRESS_INTERVAL_MS = 500
+
+#: Dataset choices: ``(label, spec kind)``; all but synthetic need a local folder.
+DATASETS: tuple[tuple[str, str], ...] = (
+    ("Synthetic", "synthetic"),
+    ("Image folder", "imagefolder"),
+    ("CIFAR-10", "cifar10"),
+    ("CIFAR-100", "cifar100"),
+    ("MNIST", "mnist"),
+    ("Fashion-MNIST", "fashionmnist"),
+    ("SVHN", "svhn"),
+    ("STL-10", "stl10"),
+)
+
+
+def available_devices() -> list[tuple[str, str]]:
+    """Devices training can use here: ``(label, config value)``.
+
+    Returns:
+        ``auto`` (naming what it picks), ``cpu``, then ``cuda:N`` for each GPU and ``mps``
+        when present.
+    """
+    cuda = torch.cuda.is_available()
+    mps_backend = getattr(torch.backends, "mps", None)
+    mps = mps_backend is not None and mps_backend.is_available()
+    auto = "cuda:0" if cuda else ("mps" if mps else "cpu")
+    out = [(f"auto ({auto})", "auto"), ("cpu", "cpu")]
+    if cuda:
+        for i in range(torch.cuda.device_count()):
+            out.append((f"cuda:{i} · {torch.cuda.get_device_name(i)}", f"cuda:{i}"))
+    if mps:
+        out.append(("mps", "mps"))
+    return out
+
+
+def default_image_size() -> int:
+    """The default input side: 64 px without an accelerator (quick demo runs), else 0 (the model's own)."""
+    mps_backend = getattr(torch.backends, "mps", None)
+    accel = torch.cuda.is_available() or (mps_backend is not None and mps_backend.is_available())
+    return 0 if accel else 64
+
+
+def fmt_eta(seconds: float) -> str:
+    """``01:11`` or ``1:02:03`` (``--:--`` when unknown).
+
+    Args:
+        seconds: time left.
+
+    Returns:
+        The text.
+    """
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        return "--:--"
+    s = int(round(seconds))
+    h, rem = divmod(s, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
+
+
+def _float(text: str, name: str, hint: str) -> float:
+    try:
+        value = float(text.strip())
+    except ValueError:
+        raise ConfigError(f"{name} {text.strip()!r} is not a number; type one like {hint}") from None
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{name} must be a finite number >= 0, got {text.strip()!r}")
+    return value
+
+
+class TrainingPanel(QWidget):
+    """Settings of the next run and the controls of the current one.
+
+    Args:
+        controller: the window's controller (optimizer setting, model).
+        runs: starts and controls runs.
+        settings: where the settings are kept between sessions (None: not kept).
+        parent: Qt parent.
+
+    Attributes:
+        act_start / act_pause / act_stop: the Run menu's actions (F5, F6, Shift+F5).
+    """
+
+    def __init__(
+        self, controller: Controller, runs: RunController, settings: QSettings | None = None, parent: QWidget | None = None
+    ) -> None:
+        super().__init__(parent)
+        self._c = controller
+        self.runs = runs
+        self._settings = settings
+        self._total = 0
+        self._rate_points: list[tuple[float, float]] = []
+        # The progress bar and the rate label change at most PROGRESS_INTERVAL_MS apart: each
+        # change repaints the panel, and the window's CPU time is taken from the training step.
+        self._progress_pending: tuple[int, str] | None = None
+        self._progress_timer = QTimer(self)
+        self._progress_timer.setSingleShot(True)
+        self._progress_timer.setInterval(PROGRESS_INTERVAL_MS)
+        self._progress_timer.timeout.connect(self._show_progress)
+
+        # ---- row 1: settings
+        self.data_box = QComboBox(self)
+        for label, kind in DATASETS:
+            self.data_box.addItem(label, kind)
+        self.data_box.setToolTip("Training data: synthetic images (no files), an image folder (one sub-folder per "
+                                 "class) or a torchvision dataset already on disk (nothing is downloaded)")
+        self.data_path = QLineEdit(self)
+        self.data_path.setPlaceholderText("folder…")
+        self.data_path.setMinimumWidth(self.data_path.fontMetrics().horizontalAdvance("x" * 16))
+        self.browse = QToolButton(self)
+        self.browse.setText("…")
+        self.browse.setToolTip("Choose the dataset folder")
+        self.browse.clicked.connect(self._browse)
+        self.data_box.currentIndexChanged.connect(self._data_changed)
+        self.image_size = QSpinBox(self)
+        self.image_size.setRange(0, 1024)
+        self.image_size.setSingleStep(16)
+        self.image_size.setSpecialValueText("model")
+        self.image_size.setSuffix(" px")
+        self.image_size.setToolTip("Input side in pixels (model: the weights' crop size, usually 224). "
+                                   "Small images make quick CPU runs")
+        self.batch_size = QSpinBox(self)
+        self.batch_size.setRange(1, 65536)
+        self.batch_size.setToolTip("Samples per step")
+        self.optimizer_box = QComboBox(self)
+        for key, label in OPTIMIZERS.items():
+            self.optimizer_box.addItem(label, key)
+        self.optimizer_box.setToolTip("Optimizer (the cost panel counts its state)")
+        self.optimizer_box.currentIndexChanged.connect(self._optimizer_chosen)
+        controller.planChanged.connect(self._sync_optimizer)
+        self.lr = QLineEdit(self)
+        self.lr.setToolTip("Base learning rate; each module's LR × multiplies it")
+        self.lr.setMaximumWidth(self.lr.fontMetrics().horizontalAdvance("0.00001") + 16)
+        self.lr.setMinimumWidth(self.lr.fontMetrics().horizontalAdvance("0.001") + 16)  # "1e-3" stays whole
+        self.wd = QLineEdit(self)
+        self.wd.setToolTip("Weight decay of every parameter group")
+        self.wd.setMaximumWidth(self.wd.fontMetrics().horizontalAdvance("0.00001") + 16)
+        self.wd.setMinimumWidth(self.wd.fontMetrics().horizontalAdvance("0.01") + 16)
+        self.length_kind = QComboBox(self)
+        self.length_kind.addItem("steps", "steps")
+        self.length_kind.addItem("epochs", "epochs")
+        self.length_kind.setToolTip("Run for a number of optimizer steps or of passes over the data")
+        self.length = QSpinBox(self)
+        self.length.setRange(1, 10_000_000)
+        self.device_box = QComboBox(self)
+        for label, value in available_devices():
+            self.device_box.addItem(label, value)
+        self.device_box.setToolTip("Where to train (only devices present on this machine are listed)")
+        self.amp_box = QComboBox(self)
+        for label, value in (("off", "off"), ("bf16", "bf16"), ("fp16", "fp16")):
+            self.amp_box.addItem(label, value)
+        self.amp_box.setToolTip("Mixed precision: bf16 autocast (CPU too), fp16 autocast with a gradient scaler")
+        self.channels_last = QCheckBox("channels last", self)
+        self.channels_last.setToolTip("Model and inputs in channels-last memory format (faster convolutions on most GPUs)")
+
+        row1 = QHBoxLayout()
+        row1.setSpacing(5)
+        for label, widgets in (
+            ("Data", [self.data_box, self.data_path, self.browse]),
+            ("Image", [self.image_size]),
+            ("Batch", [self.batch_size]),
+            ("Optimizer", [self.optimizer_box]),
+            ("LR", [self.lr]),
+            ("WD", [self.wd]),
+            ("Run", [self.length, self.length_kind]),
+            ("Device", [self.device_box]),
+            ("AMP", [self.amp_box]),
+        ):
+            lab = QLabel(label, self)
+            row1.addWidget(lab)
+            for w in widgets:
+                row1.addWidget(w)
+            row1.addSpacing(6)
+        row1.addWidget(self.channels_last)
+        row1.addStretch(1)
+        self._settings_widgets = [
+            self.data_box, self.data_path, self.browse, self.image_size, self.batch_size, self.optimizer_box,
+            self.lr, self.wd, self.length_kind, self.length, self.device_box, self.amp_box, self.channels_last,
+        ]
+
+        # ---- row 2: controls and progress
+        style = self.style()
+        self.act_start = QAction(style.standardIcon(QStyle.StandardPixmap.SP_MediaPlay), "&Start Training", self)
+        self.act_start.setShortcut(QKeySequence("F5"))
+        self.act_start.setIconText("Start")
+        self.act_start.setStatusTip("Train a copy of the loaded model with the plan (the loaded weights stay as they are)")
+        self.act_start.triggered.connect(lambda _c=False: self.start())
+        self.act_pause = QAction(style.standardIcon(QStyle.StandardPixmap.SP_MediaPause), "&Pause", self)
+        self.act_pause.setShortcut(QKeySequence("F6"))
+        self.act_pause.setIconText("Pause")
+        self.act_pause.triggered.connect(lambda _c=False: self.toggle_pause())
+        self.act_stop = QAction(style.standardIcon(QStyle.StandardPixmap.SP_MediaStop), "S&top", self)
+        self.act_stop.setShortcut(QKeySequence("Shift+F5"))
+        self.act_stop.setIconText("Stop")
+        self.act_stop.setStatusTip("End the run after the current step; the run is kept")
+        self.act_stop.triggered.connect(lambda _c=False: self.runs.stop())
+        self.start_button = self._tool_button(self.act_start)
+        self.pause_button = self._tool_button(self.act_pause)
+        self.stop_button = self._tool_button(self.act_stop)
+        self.progress = QProgressBar(self)
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.progress.setFormat("no run yet")  # "step %v / %m" once a run reports its length
+        self.progress.setTextVisible(True)
+        self.progress.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+        self.rate_label = QLabel("", self)
+        self.rate_label.setMinimumWidth(self.rate_label.fontMetrics().horizontalAdvance("000.0 it/s · ETA 00:00:00"))
+        self.state_label = QLabel("Ready", self)
+        self.state_label.setMinimumWidth(self.state_label.fontMetrics().horizontalAdvance("Stopping…  "))
+        row2 = QHBoxLayout()
+        row2.setSpacing(6)
+        row2.addWidget(self.start_button)
+        row2.addWidget(self.pause_button)
+        row2.addWidget(self.stop_button)
+        row2.addWidget(self.state_label)
+        row2.addWidget(self.progress, 1)
+        row2.addWidget(self.rate_label)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 0, 2, 0)
+        layout.setSpacing(4)
+        layout.addLayout(row1)
+        layout.addLayout(row2)
+
+        self._restore()
+        self._sync_optimizer()
+        self._data_changed()
+        runs.stateChanged.connect(self._state_changed)
+        runs.prepared.connect(self._prepared)
+        runs.metricsReceived.connect(self._metrics)
+        runs.runStarted.connect(self._started)
+        runs.runEnded.connect(self._ended)
+        self._state_changed(runs.state)
+
+    def _tool_button(self, action: QAction) -> QToolButton:
+        b = QToolButton(self)
+        b.setDefaultAction(action)
+        b.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        return b
+
+    # ------------------------------------------------------------ settings
+    def _restore(self) -> None:
+        s = self._settings
+
+        def get(key: str, default: Any, kind: type) -> Any:
+            if s is None:
+                return default
+            v = s.value(f"training/{key}", default)
+            try:
+                return kind(v) if kind is not bool else (v in (True, "true", "1", 1))
+            except (TypeError, ValueError):
+                return default
+
+        self._select(self.data_box, get("data", "synthetic", str))
+        self.data_path.setText(get("data_path", "", str))
+        self.image_size.setValue(get("image_size", default_image_size(), int))
+        self.batch_size.setValue(get("batch_size", 16, int))
+        self.lr.setText(get("lr", "1e-3", str))
+        self.wd.setText(get("weight_decay", "0", str))
+        self._select(self.length_kind, get("length_kind", "steps", str))
+        self.length.setValue(get("length", 200, int))
+        self._select(self.device_box, get("device", "auto", str))
+        self._select(self.amp_box, get("amp", "off", str))
+        self.channels_last.setChecked(get("channels_last", False, bool))
+
+    def save_settings(self) -> None:
+        """Keep the settings for the next session."""
+        s = self._settings
+        if s is None:
+            return
+        for key, value in (
+            ("data", self.data_box.currentData()),
+            ("data_path", self.data_path.text()),
+            ("image_size", self.image_size.value()),
+            ("batch_size", self.batch_size.value()),
+            ("lr", self.lr.text()),
+            ("weight_decay", self.wd.text()),
+            ("length_kind", self.length_kind.currentData()),
+            ("length", self.length.value()),
+            ("device", self.device_box.currentData()),
+            ("amp", self.amp_box.currentData()),
+            ("channels_last", self.channels_last.isChecked()),
+        ):
+            s.setValue(f"training/{key}", value)
+        s.sync()
+
+    @staticmethod
+    def _select(box: QComboBox, value: str) -> None:
+        i = box.findData(value)
+        if i >= 0:
+            box.setCurrentIndex(i)
+
+    def set_values(self, **values: Any) -> None:
+        """Set fields by config name (``batch_size=4``, ``image_size=32``, ``steps=20``,
+        ``device="cpu"``, ``data="synthetic"``, ``lr=1e-3`` ...), for scripts and tests.
+
+        Args:
+            **values: config field values.
+
+        Raises:
+            KeyError: a name the panel has no field for.
+        """
+        for key, v in values.items():
+            if key == "data":
+                kind, _, path = str(v).partition(":")
+                self._select(self.data_box, kind)
+                self.data_path.setText(path)
+            elif key == "image_size":
+                self.image_size.setValue(int(v or 0))
+            elif key == "batch_size":
+                self.batch_size.setValue(int(v))
+            elif key in ("steps", "epochs"):
+                self._select(self.length_kind, key)
+                self.length.setValue(int(v))
+            elif key == "lr":
+                self.lr.setText(repr(float(v)))
+            elif key == "weight_decay":
+                self.wd.setText(repr(float(v)))
+            elif key == "device":
+                self._select(self.device_box, "cuda:0" if str(v) == "cuda" else str(v))
+            elif key == "amp":
+                self._select(self.amp_box, str(v))
+            elif key == "channels_last":
+                self.channels_last.setChecked(bool(v))
+            elif key == "optimizer":
+                self._c.set_optimizer(str(v))
+            else:
+                raise KeyError(f"the training panel has no field {key!r}")
+
+    def config(self) -> TrainConfig:
+        """The next run's settings.
+
+        Returns:
+            A validated config (``model`` and ``plan`` left empty: the window's are used).
+
+        Raises:
+            ConfigError: a field is invalid (the message names it and the fix).
+        """
+        kind = self.data_box.currentData()
+        if kind == "synthetic":
+            data = "synthetic"
+        else:
+            path = self.data_path.text().strip()
+            if not path:
+                raise ConfigError(f"choose the folder of the {self.data_box.currentText()} data (the … button), or use Synthetic")
+            data = f"{kind}:{path}"
+        steps = epochs = None
+        if self.length_kind.currentData() == "epochs":
+            epochs = self.length.value()
+        else:
+            steps = self.length.value()
+        return TrainConfig(
+            data=data,
+            image_size=self.image_size.value() or None,
+            batch_size=self.batch_size.value(),
+            optimizer=self._c.optimizer,
+            lr=_float(self.lr.text(), "learning rate", "1e-3"),
+            weight_decay=_float(self.wd.text(), "weight decay", "0.01"),
+            steps=steps,
+            epochs=epochs,
+            device=self.device_box.currentData(),
+            amp=self.amp_box.currentData(),
+            channels_last=self.channels_last.isChecked(),
+        ).validate()
+
+    def export_options(self) -> dict[str, Any]:
+        """The settings an exported script takes as defaults (``lr``, ``weight_decay``,
+        ``batch_size``, ``image_size``); fields that do not parse are left out."""
+        out: dict[str, Any] = {"batch_size": self.batch_size.value()}
+        if self.image_size.value():
+            out["image_size"] = self.image_size.value()
+        for key, edit in (("lr", self.lr), ("weight_decay", self.wd)):
+            try:
+                out[key] = _float(edit.text(), key, "0")
+            except ConfigError:
+                pass
+        return out
+
+    # ------------------------------------------------------------ actions
+    def start(self, watch_steps: int | None = None) -> bool:
+        """Start a run with the panel's settings (an error dialog when they are invalid).
+
+        Args:
+            watch_steps: also run the freeze doctor's watch over this many steps (the run is
+                that long).
+
+        Returns:
+            True when the run started.
+        """
+        try:
+            cfg = self.config()
+            if watch_steps:
+                cfg = cfg.replace(steps=watch_steps + 1, epochs=None)
+        except ConfigError as e:
+            dialogs.error(self, "Cannot start training", str(e))
+            return False
+        self.save_settings()
+        return self.runs.start(cfg, watch_steps=watch_steps)
+
+    def toggle_pause(self) -> None:
+        """Pause a running run, or resume a paused one."""
+        if self.runs.state == "paused":
+            self.runs.resume()
+        else:
+            self.runs.pause()
+
+    def _browse(self) -> None:
+        start = self.data_path.text().strip()
+        path = dialogs.open_dir(self, f"Choose the {self.data_box.currentText()} folder", start)
+        if path:
+            self.data_path.setText(path)
+
+    def _data_changed(self, *_: Any) -> None:
+        files = self.data_box.currentData() != "synthetic"
+        self.data_path.setVisible(files)
+        self.browse.setVisible(files)
+
+    def _optimizer_chosen(self, index: int) -> None:
+        key = self.optimizer_box.itemData(index)
+        if key and key != self._c.optimizer:
+            self._c.set_optimizer(key)
+
+    def _sync_optimizer(self, *_: Any) -> None:
+        i = self.optimizer_box.findData(self._c.optimizer)
+        if i >= 0 and i != self.optimizer_box.currentIndex():
+            self.optimizer_box.blockSignals(True)
+            self.optimizer_box.setCurrentIndex(i)
+            self.optimizer_box.blockSignals(False)
+
+    # ------------------------------------------------------------ run feedback
+    def _state_changed(self, state: str) -> None:
+        idle = state == "idle"
+        self.act_start.setEnabled(idle)
+        self.act_pause.setEnabled(state in ("running", "paused"))
+        self.act_stop.setEnabled(state in ("starting", "running", "paused"))
+        style = self.style()
+        if state == "paused":
+            self.act_pause.setText("&Resume")
+            self.act_pause.setIconText("Resume")
+            self.act_pause.setIcon(style.standardIcon(QStyle.StandardPixmap.SP_MediaPlay))
+        else:
+            self.act_pause.setText("&Pause")
+            self.act_pause.setIconText("Pause")
+            self.act_pause.setIcon(style.standardIcon(QStyle.StandardPixmap.SP_MediaPause))
+        for w in self._settings_widgets:
+            w.setEnabled(idle)
+        self.state_label.setText(
+            {"idle": "Ready", "starting": "Starting…", "running": "Training", "paused": "Paused", "stopping": "Stopping…"}.get(state, state)
+        )
+
+    def _started(self, _record: Any) -> None:
+        self._progress_timer.stop()
+        self._progress_pending = None
+        self._total = 0
+        self._rate_points = []
+        self.progress.setRange(0, 0)  # busy until the setup reports the length
+        self.rate_label.setText("setting up…")
+
+    def _prepared(self, info: dict) -> None:
+        self._total = int(info.get("total_steps") or 0)
+        self.progress.setFormat("step %v / %m")
+        self.progress.setRange(0, max(1, self._total))
+        self.progress.setValue(0)
+        self.rate_label.setText("")
+
+    def _metrics(self, batch: list) -> None:
+        if not batch:
+            return
+        last = batch[-1]
+        done = int(last.get("step", 0)) + 1
+        wall = float(last.get("wall_time") or 0.0)
+        pts = self._rate_points
+        pts.append((wall, float(done)))
+        while len(pts) > 2 and wall - pts[0][0] > 5.0:  # rate over the last ~5 s
+            pts.pop(0)
+        if len(pts) >= 2 and pts[-1][0] > pts[0][0]:
+            rate = (pts[-1][1] - pts[0][1]) / (pts[-1][0] - pts[0][0])
+        else:
+            rate = done / wall if wall > 0 else 0.0
+        eta = (self._total - done) / rate if rate > 0 and self._total else math.nan
+        self._progress_pending = (done, f"{rate:.1f} it/s · ETA {fmt_eta(eta)}")
+        if not self._progress_timer.isActive():  # shown now, then at most once per interval
+            self._show_progress()
+
+    def _show_progress(self) -> None:
+        """Show the newest step count and rate (held back by the progress timer)."""
+        if self._progress_pending is None:
+            return
+        if not self._progress_timer.isActive():
+            self._progress_timer.start()  # the next update waits its turn, however soon it comes
+        (done, text), self._progress_pending = self._progress_pending, None
+        if self._total:
+            self.progress.setValue(min(done, self._total))
+        self.rate_label.setText(text)
+
+    def _ended(self, record: Any) -> None:
+        self._progress_timer.stop()
+        self._progress_pending = None
+        if self._total:
+            self.progress.setRange(0, max(1, self._total))
+            self.progress.setValue(min(record.steps(), self._total))
+        else:
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+        self.rate_label.setText(record.status)

@@ -1,0 +1,994 @@
+"""Live training plots (pyqtgraph): step time, memory, trainable parameters, loss, throughput.
+
+The panel keeps the run it shows in a :class:`~workbench.gui.training.series.SeriesBuffer` (a ring
+buffer of numpy columns). Metric batches only append to the buffer; a ``QTimer`` (up to
+15 Hz) redraws from it with one ``setData`` per curve per tick, and only when the buffer changed,
+so a fast training loop never causes one redraw per step. Redraws also keep to a CPU budget
+(:func:`drawing_budget`): when training takes every core, the plots redraw once a second.
+Every plot clips to its view and downsamples (peak mode), the x and y ranges move in coarse
+steps (so the axes, cached as pixmaps, are drawn again only now and then), and each redraw is
+painted once, so a redraw costs a few milliseconds however long the run.
+
+Markers: each plan change and stage the engine reports (``StepMetrics.events``) becomes a
+vertical line labelled with the change on every plot; stages of the plan that are not
+reached yet show as dashed lines. Selected runs of the runs table are overlaid (dashed, one
+colour per run, named in the legends). Moving the mouse over a plot shows a crosshair on
+every plot and the values of the shown run at that step in the read-out cell.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QFont
+from PySide6.QtWidgets import (
+    QApplication,
+    QComboBox,
+    QGraphicsItem,
+    QDoubleSpinBox,
+    QHBoxLayout,
+    QLabel,
+    QMenu,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench.core.formatting import fmt_count
+from workbench.gui.qt_compat import protect_none_refcount
+from workbench.gui.training.run_store import RunRecord
+from workbench.gui.training.series import SeriesBuffer
+
+__all__ = ["PLOT_KEYS", "PlotsPanel", "marker_text", "run_color"]
+
+#: The plots, in grid order: ``(key, title)``.
+PLOT_KEYS: tuple[tuple[str, str], ...] = (
+    ("step_time", "Step time (ms)"),
+    ("memory", "Memory (MB)"),
+    ("trainable", "Trainable parameters"),
+    ("loss", "Loss"),
+    ("throughput", "Throughput (samples/s)"),
+)
+#: Most redraws per second while a run is shown live (the timer's rate).
+REDRAW_HZ = 15
+#: Longest wait between two redraws of a live run, whatever the budget.
+MAX_FRAME_INTERVAL_S = 1.0
+
+
+class _TimedGraphics(pg.GraphicsLayoutWidget):
+    """The plots' canvas; adds up the CPU time its paints take (the drawing budget counts it).
+
+    A redraw does not paint: Qt paints the canvas when it gets to it, once for everything
+    that changed since the last paint.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.paint_cpu_s = 0.0
+        self.paints = 0
+
+    def paintEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        cpu = time.thread_time()
+        try:
+            super().paintEvent(event)
+        finally:
+            self.paint_cpu_s += time.thread_time() - cpu
+            self.paints += 1
+
+
+def drawing_budget(device: str = "cpu", threads: int | None = None) -> float:
+    """The share of one core live redraws may use (see :attr:`PlotsPanel.budget`).
+
+    When a run on the CPU has torch threads on every core, each repaint of the window takes
+    a core (and the GIL) from the training step, which then waits for it; drawing is then
+    held to 1 % of a core (a redraw costs about 7 ms, so the plots redraw about once a
+    second, the least they do while a run is live). With a core to spare, or a run on a GPU
+    (its CPU threads mostly wait for the device), 50 %.
+
+    Args:
+        device: the device the run trains on (``"cpu"``, ``"cuda:0"``, ``"mps"``).
+        threads: the run's torch threads (default: the training thread's count,
+            :func:`workbench.core.training.cpu_threads.worker_thread_count`).
+
+    Returns:
+        The fraction.
+    """
+    from workbench.core.training.cpu_threads import worker_thread_count
+
+    if device != "cpu":
+        return 0.5
+    spare = (os.cpu_count() or 1) - (threads or worker_thread_count())
+    return 0.5 if spare >= 1 else 0.01
+
+
+#: Colours given to runs (runs table swatches and overlay curves).
+#: Not the colours of the shown run's own curves (blue, red, green, purple) nor of markers.
+_PALETTE = (
+    (23, 170, 190), (140, 86, 75), (227, 119, 194), (150, 150, 40), (110, 110, 110),
+    (0, 128, 110), (70, 70, 170), (200, 150, 0), (170, 60, 110), (90, 160, 90),
+)
+_MARKER_STYLE = {
+    "change": ((230, 120, 0), Qt.PenStyle.SolidLine),
+    "stage": ((128, 60, 170), Qt.PenStyle.SolidLine),
+    "planned": ((128, 60, 170), Qt.PenStyle.DashLine),
+    "refused": ((200, 30, 30), Qt.PenStyle.DotLine),
+    "alert": ((200, 30, 30), Qt.PenStyle.DotLine),
+}
+#: Heights of marker labels (0 bottom, 1 top), in turn. Near the top: after freezing, step time,
+#: memory and trainable parameters drop, so the space above the newer data is free.
+_LABEL_SLOTS = (0.93, 0.75, 0.57)
+#: The trainable count is a step function at the top and bottom of its plot: labels go between.
+_TRAINABLE_SLOTS = (0.5, 0.32, 0.68)
+_STAGE_RE = re.compile(r"stage (\d+)")
+
+
+def run_color(index: int) -> QColor:
+    """The colour of the run with this index (cycles through ten colours).
+
+    Args:
+        index: position of the run (any integer).
+
+    Returns:
+        The colour.
+    """
+    return QColor(*_PALETTE[index % len(_PALETTE)])
+
+
+def marker_text(event: str, limit: int = 30) -> tuple[str, str]:
+    """The short plot label of an engine event, and its kind.
+
+    Args:
+        event: ``StepMetrics.events`` text (``"plan change: froze layer3"``,
+            ``"stage 1 'unfreeze': unfroze layer3"``, ``"plan change refused: ..."``).
+        limit: longest label; longer ones end with ``…``.
+
+    Returns:
+        ``(label, kind)`` with kind ``"change"``, ``"stage"``, ``"refused"``, ``"alert"``
+        (a non-finite loss) or ``""`` (events that change nothing, which get no marker).
+    """
+    head, _, tail = event.partition(": ")
+    if "refused" in head:
+        kind, prefix = "refused", "refused: "
+    elif tail == "no change":
+        return "", ""
+    elif head.startswith("stage"):
+        kind, prefix = "stage", f"stage {', '.join(_STAGE_RE.findall(head))}: "
+    elif head.startswith("plan change"):
+        kind, prefix = "change", ""
+    elif head.startswith("loss"):
+        kind, prefix, tail = "alert", "", event
+    else:
+        kind, prefix, tail = "change", "", event
+    parts = [p for p in (tail or head).split("; ") if p]
+    text = prefix + "; ".join(parts)
+    if len(text) > limit and len(parts) > 1:  # keep whole parts: "froze layer1; …"
+        kept = parts[:1]
+        for p in parts[1:]:
+            if len(prefix + "; ".join(kept + [p])) + 3 > limit:
+                break
+            kept.append(p)
+        text = prefix + "; ".join(kept) + (" …" if len(kept) < len(parts) else "")
+    if len(text) > limit:
+        text = text[: limit - 1].rstrip() + "…"
+    return text, kind
+
+
+def _nice_ceiling(v: float) -> float:
+    """The smallest of 1, 1.5, 2, 3, 4, 5, 6, 8 × 10^k that is >= ``v`` (> 0)."""
+    if v <= 0:
+        return 1.0
+    k = math.floor(math.log10(v))
+    for m in (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0):
+        c = m * 10.0**k
+        if c >= v * (1 - 1e-12):
+            return c
+    return 10.0 ** (k + 1)
+
+
+def coarse_range(lo: float, hi: float, current: tuple[float, float] | None) -> tuple[float, float]:
+    """A y range for data spanning ``lo``..``hi`` that changes only now and then.
+
+    The current range is kept while it holds the data clear of its edges (2 % of it) and the
+    data fill at least half of it; otherwise the new range pads the data by 10 % and rounds
+    outwards to a nice step (a range for data that are all 0 or above stays there).
+
+    Args:
+        lo: smallest value shown.
+        hi: largest value shown.
+        current: the range now, or None.
+
+    Returns:
+        ``(bottom, top)``.
+    """
+    if current is not None:
+        c_lo, c_hi = current
+        margin = 0.02 * (c_hi - c_lo)
+        if c_lo + margin <= lo and hi <= c_hi - margin and (hi - lo) >= 0.5 * (c_hi - c_lo):
+            return current
+    span = hi - lo
+    if span <= 0:
+        span = abs(hi) * 0.2 or 1.0
+    q = _nice_ceiling(span * 1.2 / 8)
+    bottom = math.floor((lo - 0.1 * span) / q) * q
+    top = math.ceil((hi + 0.1 * span) / q) * q
+    if lo >= 0 > bottom:
+        bottom = 0.0
+    return bottom, top
+
+
+@dataclass
+class _Marker:
+    step: float
+    wall: float | None
+    label: str
+    full: str
+    kind: str
+    stage: int | None = None
+    lines: list[pg.InfiniteLine] = field(default_factory=list)
+
+
+@dataclass
+class _Overlay:
+    record: RunRecord
+    buffer: SeriesBuffer
+    color: QColor
+    curves: dict[str, pg.PlotDataItem] = field(default_factory=dict)
+
+
+def _pen(
+    color: QColor | tuple[int, ...], width: float = 1.0, style: Qt.PenStyle = Qt.PenStyle.SolidLine, alpha: int = 255
+) -> Any:
+    c = QColor(color) if isinstance(color, QColor) else QColor(*color)
+    c.setAlpha(alpha)
+    return pg.mkPen(c, width=width, style=style)
+
+
+class PlotsPanel(QWidget):
+    """The plots of the shown run, its markers, and overlays of other runs.
+
+    Signals:
+        exportCsvRequested(): the user asked to export the metrics of the shown run as CSV.
+
+    Args:
+        parent: Qt parent.
+        save_file: asks for a file name to save the PNG to (``dialogs.save_file``
+            signature); default: :func:`workbench.gui.dialogs.save_file`.
+
+    Attributes:
+        buffer: the shown run's data.
+        plots: ``{key: PlotItem}`` for the keys of :data:`PLOT_KEYS`.
+        curves: ``{name: PlotDataItem}`` of the shown run.
+        markers: the markers shown (plan changes, stages).
+        redraws: how many redraws actually drew (for tests and benchmarks).
+    """
+
+    exportCsvRequested = Signal()
+
+    def __init__(self, parent: QWidget | None = None, save_file: Callable[..., str] | None = None) -> None:
+        super().__init__(parent)
+        protect_none_refcount()
+        self._save_file = save_file
+        self.buffer = SeriesBuffer()
+        self.record: RunRecord | None = None
+        self.markers: list[_Marker] = []
+        self.overlays: dict[str, _Overlay] = {}
+        self.redraws = 0
+        self._drawn = -1
+        self._x = "step"
+        self._trainable_scale = (1.0, "")
+        self._memory_kind = "rss"
+        self._live = False
+        self._crosshair_x: float | None = None
+        self._follow_x = True
+        self._x_hi = -math.inf
+        # y ranges chosen by coarse_range(), per plot; a plot the user zoomed is left alone
+        self._y_range: dict[str, tuple[float, float] | None] = {key: None for key, _t in PLOT_KEYS}
+        self._follow_y: dict[str, bool] = {key: True for key, _t in PLOT_KEYS}
+        self._marker_font = QFont()
+        self._marker_font.setPointSizeF(8.0)
+
+        self.x_box = QComboBox(self)
+        self.x_box.addItem("Step", "step")
+        self.x_box.addItem("Wall time (s)", "wall")
+        self.x_box.setToolTip("X axis of every plot")
+        self.x_box.currentIndexChanged.connect(lambda _i: self.set_x_mode(self.x_box.currentData()))
+        self.ema_box = QDoubleSpinBox(self)
+        self.ema_box.setRange(0.0, 0.99)
+        self.ema_box.setSingleStep(0.05)
+        self.ema_box.setDecimals(2)
+        self.ema_box.setValue(self.buffer.ema)
+        self.ema_box.setToolTip("Smoothing of step time and loss (exponential moving average; 0 = off)")
+        self.ema_box.valueChanged.connect(self.set_ema)
+        self.save_button = QPushButton("Save PNG…", self)
+        self.save_button.setToolTip("Save the plots as a PNG image")
+        self.save_button.clicked.connect(lambda: self.save_png())
+        self.csv_button = QPushButton("Export CSV…", self)
+        self.csv_button.setToolTip("Export the metrics of the shown run (every step) as CSV")
+        self.csv_button.clicked.connect(self.exportCsvRequested.emit)
+        self.title = QLabel("No run yet: press Start.", self)
+        self.title.setTextFormat(Qt.TextFormat.RichText)
+        bar = QHBoxLayout()
+        bar.setContentsMargins(0, 0, 0, 0)
+        bar.setSpacing(6)
+        bar.addWidget(self.title, 1)
+        bar.addWidget(QLabel("X", self))
+        bar.addWidget(self.x_box)
+        bar.addWidget(QLabel("EMA", self))
+        bar.addWidget(self.ema_box)
+        bar.addWidget(self.save_button)
+        bar.addWidget(self.csv_button)
+
+        before = set(QApplication.topLevelWidgets())
+        self.graphics = _TimedGraphics(self)
+        self.graphics.setBackground("w")
+        self.graphics.ci.setContentsMargins(2, 2, 2, 2)
+        self.graphics.ci.setSpacing(4)
+        self.plots: dict[str, pg.PlotItem] = {}
+        self._vlines: dict[str, pg.InfiniteLine] = {}
+        for i, (key, title) in enumerate(PLOT_KEYS):
+            p = self.graphics.addPlot(row=i // 2, col=i % 2)
+            p.setTitle(title, size="9pt", color="#333")
+            p.setClipToView(True)
+            p.setDownsampling(auto=True, mode="peak")
+            p.showGrid(x=True, y=True, alpha=0.15)
+            p.setMenuEnabled(False)
+            p.hideButtons()
+            for ax in ("left", "bottom"):
+                p.getAxis(ax).setTextPen("#444")
+                p.getAxis(ax).setPen("#999")
+            p.getAxis("left").setWidth(46)
+            for ax in ("left", "bottom"):  # repaint axes from a pixmap unless their ticks changed
+                p.getAxis(ax).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+            p.vb.sigRangeChangedManually.connect(lambda mask, key=key: self._range_changed_by_user(key, mask))
+            if i:
+                p.setXLink(self.plots[PLOT_KEYS[0][0]])
+            vl = pg.InfiniteLine(angle=90, movable=False, pen=_pen((90, 90, 90), 1, Qt.PenStyle.DashLine, 160))
+            vl.setVisible(False)
+            vl.setZValue(50)
+            p.addItem(vl, ignoreBounds=True)
+            self._vlines[key] = vl
+            self.plots[key] = p
+        # pyqtgraph makes its context menus without a parent: tie them to this panel so they
+        # are destroyed with it instead of living on as top-level widgets
+        for w in QApplication.topLevelWidgets():
+            if isinstance(w, QMenu) and w not in before:
+                w.setParent(self, w.windowFlags())
+        self.readout = pg.LabelItem(justify="left", color="#222", size="9pt")
+        self.graphics.addItem(self.readout, row=2, col=1)
+        # legends bottom-left: before a freeze, step time and memory are high there
+        self._legend_step = self.plots["step_time"].addLegend(offset=(4, -4), labelTextSize="8pt", verSpacing=-6)
+        self._legend_mem = self.plots["memory"].addLegend(offset=(4, -4), labelTextSize="8pt", verSpacing=-6)
+        for legend in (self._legend_step, self._legend_mem):
+            legend.setBrush(pg.mkBrush(255, 255, 255, 200))
+
+        blue, red, green, purple, grey = (31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (120, 120, 120)
+        sp, mp, tp, lp, hp = (self.plots[k] for k, _ in PLOT_KEYS)
+        # antialiasing only where it shows (smooth and step curves): it costs a third of a repaint
+        self.curves: dict[str, pg.PlotDataItem] = {
+            "step_ms": sp.plot(pen=_pen(blue, 1, alpha=90), name="raw"),
+            "step_ms_ema": sp.plot(pen=_pen(blue, 2), name="this run (EMA)", antialias=True),
+            "mem_alloc": mp.plot(pen=_pen(blue, 2), name="RSS", antialias=True),
+            "mem_peak": mp.plot(pen=_pen(red, 1.5, Qt.PenStyle.DashLine), name="peak RSS"),
+            "mem_reserved": mp.plot(pen=_pen(grey, 1.5, Qt.PenStyle.DotLine), name="reserved"),
+            "trainable": tp.plot(pen=_pen(green, 2), antialias=True),
+            "loss": lp.plot(pen=_pen(red, 1, alpha=90)),
+            "loss_ema": lp.plot(pen=_pen(red, 2), antialias=True),
+            "throughput": hp.plot(pen=_pen(purple, 1.5)),
+        }
+        self._columns = {
+            "step_ms": "step_ms", "step_ms_ema": "step_ms_ema", "mem_alloc": "mem_alloc", "mem_peak": "mem_peak",
+            "mem_reserved": "mem_reserved", "trainable": "trainable", "loss": "loss", "loss_ema": "loss_ema",
+            "throughput": "throughput",
+        }
+        self._set_memory_names("rss")
+
+        self._mouse = pg.SignalProxy(self.graphics.scene().sigMouseMoved, rateLimit=30, slot=self._mouse_moved)
+        self.graphics.scene().sigMouseClicked.connect(self._mouse_clicked)
+        self.budget = drawing_budget()
+        self.frame_s = 0.0  # CPU time of the last redraw, painting included
+        self._redraw_cpu_s = 0.0
+        self._painted_cpu_s = 0.0
+        self._next_frame = 0.0
+        self.timer = QTimer(self)
+        self.timer.setInterval(1000 // REDRAW_HZ)  # then as long as the drawing budget asks
+        self.timer.timeout.connect(self._tick)
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.setSpacing(4)
+        layout.addLayout(bar)
+        layout.addWidget(self.graphics, 1)
+        self._update_readout(None)
+
+    # ------------------------------------------------------------ runs
+    def start_run(self, record: RunRecord, total_params: int | None = None) -> None:
+        """Show a new run live: clears the data and markers, starts the redraw timer.
+
+        Args:
+            record: the run (its name titles the plots).
+            total_params: the model's parameter count (chooses the trainable axis unit).
+        """
+        self.record = record
+        self.buffer.clear()
+        self._clear_markers()
+        self._drawn = -1
+        self._live = True
+        self._reset_x()
+        self._reset_y()
+        self._set_trainable_scale(total_params)
+        self.curves["step_ms_ema"].opts["name"] = record.name
+        self._rebuild_legends()
+        self._set_title()
+        self.timer.start(1000 // REDRAW_HZ)
+        self.redraw()
+
+    def set_run_info(self, info: Mapping[str, Any], plan: Mapping[str, Any] | None = None) -> None:
+        """Settings known once the run is set up: device (memory labels), stages to come.
+
+        Args:
+            info: ``TrainingSession.prepared`` info (``device``, ``total_params``,
+                ``steps_per_epoch`` ...).
+            plan: the plan the run started with (its stages become dashed markers).
+        """
+        device = str(info.get("device", "cpu"))
+        self._set_memory_names("cuda" if device.startswith("cuda") else ("mps" if device == "mps" else "rss"))
+        self.budget = drawing_budget(device, info.get("torch_threads"))
+        if info.get("total_params"):
+            self._set_trainable_scale(int(info["total_params"]))
+            self._drawn = -1
+        spe = info.get("steps_per_epoch")
+        for i, st in enumerate((plan or {}).get("stages") or []):
+            at = st.get("at_step")
+            if at is None and st.get("at_epoch") is not None and spe:
+                at = int(st["at_epoch"]) * int(spe)
+            if at is None or at <= 0:
+                continue
+            label = f"stage {i}" + (f" '{st['label']}'" if st.get("label") else "") + f" at step {at}"
+            self.add_marker(float(at), None, label, "planned", stage=i)
+        self._set_title()
+
+    def append(self, batch: Iterable[Mapping[str, Any]]) -> None:
+        """Add metric records of the shown run (drawn at the next timer tick).
+
+        Records with ``events`` add markers.
+
+        Args:
+            batch: ``StepMetrics.to_dict()`` records.
+        """
+        batch = list(batch)
+        self.buffer.append(batch)
+        for m in batch:
+            for event in m.get("events") or []:
+                self.add_event(m, event)
+
+    def add_event(self, record: Mapping[str, Any], event: str) -> None:
+        """Add the marker of one engine event at its record's step and time.
+
+        Args:
+            record: the metric record the event came with.
+            event: the event text.
+        """
+        label, kind = marker_text(event)
+        if not kind:
+            return
+        step = float(record.get("step", 0))
+        wall = record.get("wall_time")
+        if kind == "stage":
+            for n in _STAGE_RE.findall(event.partition(": ")[0]):
+                self._remove_planned(int(n))
+        self.add_marker(step, float(wall) if isinstance(wall, (int, float)) else None, label, kind, full=event)
+
+    def end_run(self, record: RunRecord) -> None:
+        """The shown run ended: draw what is left and stop the timer.
+
+        Args:
+            record: the run (its final status titles the plots).
+        """
+        if record is self.record:
+            self._live = False
+            for m in [m for m in self.markers if m.kind == "planned"]:
+                self._remove_marker(m)
+        self.redraw()
+        self.timer.stop()
+        self._refit_x()  # the run is complete: fit it exactly
+        self._set_title()
+
+    def show_record(self, record: RunRecord, metrics: list[dict[str, Any]]) -> None:
+        """Show a finished run (not live): its data and markers.
+
+        Args:
+            record: the run.
+            metrics: its records.
+        """
+        self.timer.stop()
+        self._live = False
+        self.record = record
+        self.buffer.clear()
+        self._clear_markers()
+        self._reset_x()
+        self._reset_y()
+        self._set_trainable_scale(record.summary.get("total_params"))
+        device = str(record.summary.get("device") or record.config.get("device") or "cpu")
+        self._set_memory_names("cuda" if device.startswith("cuda") else "rss")
+        self.curves["step_ms_ema"].opts["name"] = record.name
+        self._rebuild_legends()
+        self.append(metrics)
+        self._drawn = -1
+        self.redraw()
+        self._refit_x()
+        self._set_title()
+
+    def _set_title(self) -> None:
+        r = self.record
+        if r is None:
+            self.title.setText("No run yet: press Start.")
+            return
+        state = "running" if self._live else r.status
+        self.title.setText(f"<b>{r.name}</b> · {state}")
+
+    def _set_trainable_scale(self, total: int | None) -> None:
+        if total and total >= 1_000_000:
+            self._trainable_scale = (1e-6, "M")
+        elif total and total >= 10_000:
+            self._trainable_scale = (1e-3, "k")
+        else:
+            self._trainable_scale = (1.0, "")
+        unit = self._trainable_scale[1]
+        self.plots["trainable"].setTitle(
+            f"Trainable parameters{f' ({unit})' if unit else ''}", size="9pt", color="#333"
+        )
+
+    def _set_memory_names(self, kind: str) -> None:
+        self._memory_kind = kind
+        names = {
+            "cuda": ("allocated", "peak allocated", "reserved"),
+            "mps": ("allocated", "peak", "driver"),
+        }.get(kind, ("RSS", "peak RSS", "reserved"))
+        for key, name in zip(("mem_alloc", "mem_peak", "mem_reserved"), names):
+            self.curves[key].opts["name"] = name
+        self.plots["memory"].setTitle(
+            "Memory (MB, CUDA)" if kind == "cuda" else ("Memory (MB, MPS)" if kind == "mps" else "Memory (MB, process RSS)"),
+            size="9pt", color="#333",
+        )
+        self._rebuild_legends()
+
+    def _rebuild_legends(self) -> None:
+        self._legend_step.clear()
+        self._legend_mem.clear()
+        for key in ("step_ms_ema", "step_ms"):
+            self._legend_step.addItem(self.curves[key], self.curves[key].opts.get("name") or key)
+        for ov in self.overlays.values():
+            c = ov.curves.get("step_ms_ema")
+            if c is not None:
+                self._legend_step.addItem(c, ov.record.name)
+        for key in ("mem_alloc", "mem_peak", "mem_reserved"):
+            if key != "mem_reserved" or self.buffer.has_values("mem_reserved"):
+                self._legend_mem.addItem(self.curves[key], self.curves[key].opts.get("name") or key)
+
+    # ------------------------------------------------------------ drawing
+    def _y(self, buffer: SeriesBuffer, column: str) -> np.ndarray:
+        y = buffer.column(column)
+        if column == "trainable" and self._trainable_scale[0] != 1.0:
+            return y * self._trainable_scale[0]
+        return y
+
+    def redraw(self) -> bool:
+        """Draw the shown run from the buffer when it changed since the last draw.
+
+        Nothing is drawn while the panel is hidden (another tab is shown); it catches up
+        when shown.
+
+        Returns:
+            True when something was drawn.
+        """
+        buf = self.buffer
+        if buf.version == self._drawn or not self.isVisible():
+            return False
+        had_reserved = self._drawn >= 0 and self.curves["mem_reserved"].isVisible()
+        self._drawn = buf.version
+        x = buf.column(self._x)
+        for name, curve in self.curves.items():
+            col = self._columns[name]
+            curve.setData(x, self._y(buf, col), connect="finite")
+        reserved = buf.has_values("mem_reserved")
+        self.curves["mem_reserved"].setVisible(reserved)
+        if reserved != had_reserved:
+            self._rebuild_legends()
+        if self._follow_x:
+            self._follow(x)
+        self._fit_y()
+        # Settle the auto-ranges now: done at paint time (pyqtgraph's default), the new
+        # ranges would ask for a second paint right after the first.
+        self.graphics.scene().prepareForPaint()
+        self.redraws += 1
+        if self._crosshair_x is None:
+            self._update_readout(None)
+        return True
+
+    def _tick(self) -> None:
+        """Timer tick: redraw when the data changed and the drawing budget allows it.
+
+        The CPU time of the last redraw and of every paint since (the paint of that redraw
+        comes after this returns) sets how long the next redraw waits: cost / budget, at
+        least one timer interval and at most :data:`MAX_FRAME_INTERVAL_S`. CPU time, because
+        wall time grows with the load.
+        """
+        now = time.perf_counter()
+        # a coarse QTimer may fire up to 5 % early: such a tick still counts as on time
+        if now < self._next_frame - 0.05 * self.timer.interval() / 1000 or self.buffer.version == self._drawn:
+            return
+        painted = self.graphics.paint_cpu_s
+        self.frame_s = self._redraw_cpu_s + painted - self._painted_cpu_s
+        self._painted_cpu_s = painted
+        cpu = time.thread_time()
+        if self.redraw():
+            self._redraw_cpu_s = time.thread_time() - cpu
+            wait = max(1.0 / REDRAW_HZ, min(MAX_FRAME_INTERVAL_S, (self.frame_s + self._redraw_cpu_s) / max(self.budget, 1e-3)))
+            self._next_frame = now + wait
+            if self.timer.isActive():  # tick when the next redraw is due, not in between
+                self.timer.start(round(wait * 1000))
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        super().showEvent(event)
+        self.redraw()
+
+    def _range_changed_by_user(self, key: str, mask: Any = None) -> None:
+        """The user zoomed or panned a plot: leave the axes they moved to them."""
+        x_moved, y_moved = (bool(mask[0]), bool(mask[1])) if mask is not None else (True, True)
+        if x_moved:
+            self._follow_x = False
+        if y_moved:
+            self._follow_y[key] = False
+
+    def _mouse_clicked(self, event: Any) -> None:
+        if event.double():
+            self.fit_view()
+
+    def fit_view(self) -> None:
+        """Fit every plot to its data again, as after a zoom (double-click does it)."""
+        self._reset_y()
+        self._refit_x()
+        if self._live:  # now, not at the next redraw (a paused run gets none)
+            self._follow(self.buffer.column(self._x))
+        self._fit_y()
+
+    def _reset_x(self) -> None:
+        self._follow_x = True
+        self._x_hi = -math.inf
+
+    def _reset_y(self) -> None:
+        for key in self._follow_y:
+            self._follow_y[key] = True
+            self._y_range[key] = None
+
+    def _fit_y(self) -> None:
+        """Keep each plot's y range around its curves in coarse steps (:func:`coarse_range`):
+        pyqtgraph's own auto-range would move the axis a little at every redraw, and a
+        y axis whose range moved is laid out and drawn again."""
+        for key, p in self.plots.items():
+            if not self._follow_y[key]:
+                continue
+            lo, hi = math.inf, -math.inf
+            for item in p.listDataItems():
+                if not item.isVisible():
+                    continue
+                # every point, not the displayed ones: those are clipped to the x range the
+                # view had at the last paint
+                _x, y = item.getOriginalDataset()
+                if y is None or not len(y):
+                    continue
+                y = y[np.isfinite(y)]
+                if y.size:
+                    lo, hi = min(lo, float(y.min())), max(hi, float(y.max()))
+            if lo > hi:
+                continue  # nothing to show yet
+            rng = coarse_range(lo, hi, self._y_range[key])
+            if rng != self._y_range[key]:
+                self._y_range[key] = rng
+                p.setYRange(*rng, padding=0)
+
+    def _refit_x(self) -> None:
+        """Live: follow the data again; otherwise fit the x range to everything shown."""
+        if self._live:
+            self._reset_x()
+        else:
+            self._follow_x = False
+            self.plots[PLOT_KEYS[0][0]].enableAutoRange(x=True)
+
+    def _follow(self, x: np.ndarray) -> None:
+        """Keep the x range ahead of the data in coarse steps, so the axes (whose tick labels
+        are the slow part of a repaint) change only now and then, not at every step."""
+        hi = float(x[-1]) if len(x) else 0.0
+        for ov in self.overlays.values():
+            ox = ov.buffer.column(self._x)
+            if len(ox):
+                hi = max(hi, float(ox[-1]))
+        if not math.isfinite(hi):
+            return
+        if hi <= self._x_hi and hi >= 0.5 * self._x_hi:
+            return
+        self._x_hi = _nice_ceiling(max(hi * 1.3, 10.0 if self._x == "step" else 1.0))
+        first = self.plots[PLOT_KEYS[0][0]]
+        first.setXRange(0.0, self._x_hi, padding=0.02)
+
+    def set_x_mode(self, mode: str) -> None:
+        """Plot against ``"step"`` or ``"wall"`` time (seconds since the run started).
+
+        Args:
+            mode: the x column.
+
+        Raises:
+            ValueError: another mode.
+        """
+        if mode not in ("step", "wall"):
+            raise ValueError(f"x mode must be 'step' or 'wall', got {mode!r}")
+        if mode == self._x:
+            return
+        self._x = mode
+        i = self.x_box.findData(mode)
+        if i != self.x_box.currentIndex():
+            self.x_box.blockSignals(True)
+            self.x_box.setCurrentIndex(i)
+            self.x_box.blockSignals(False)
+        for key, _t in PLOT_KEYS:
+            self.plots[key].setLabel("bottom", "step" if mode == "step" else "seconds", **{"color": "#444"})
+        for m in self.markers:
+            self._place(m)
+        self._refit_x()
+        self._draw_overlays()
+        self._drawn = -1
+        self._reset_y()
+        self.redraw()
+
+    @property
+    def x_mode(self) -> str:
+        """``"step"`` or ``"wall"``."""
+        return self._x
+
+    def set_ema(self, ema: float) -> None:
+        """Change the smoothing of step time and loss (redraws the shown run and overlays).
+
+        Args:
+            ema: factor in [0, 1).
+        """
+        ema = float(ema)
+        if abs(self.ema_box.value() - ema) > 1e-9:
+            self.ema_box.blockSignals(True)
+            self.ema_box.setValue(ema)
+            self.ema_box.blockSignals(False)
+        self.buffer.set_ema(ema)
+        for ov in self.overlays.values():
+            ov.buffer.set_ema(ema)
+        self._draw_overlays()
+        self.redraw()
+
+    # ------------------------------------------------------------ markers
+    def add_marker(
+        self, step: float, wall: float | None, label: str, kind: str = "change", *, full: str = "", stage: int | None = None
+    ) -> None:
+        """Add a vertical marker on every plot.
+
+        Args:
+            step: x position in steps.
+            wall: x position in seconds (None: hidden in wall-time mode).
+            label: short text shown at the line.
+            kind: ``change``, ``stage``, ``planned``, ``refused`` or ``alert`` (its colour and style).
+            full: the full text (tooltip); default ``label``.
+            stage: the plan stage a ``planned`` marker stands for.
+        """
+        color, style = _MARKER_STYLE.get(kind, _MARKER_STYLE["change"])
+        turn = sum(1 for m in self.markers if m.kind != "planned" or kind == "planned") % len(_LABEL_SLOTS)
+        marker = _Marker(step, wall, label, full or label, kind, stage)
+        for key, _t in PLOT_KEYS:
+            slot = (_TRAINABLE_SLOTS if key == "trainable" else _LABEL_SLOTS)[turn]
+            line = pg.InfiniteLine(
+                angle=90,
+                movable=False,
+                pen=_pen(color, 1.5, style),
+                label=label,
+                labelOpts={
+                    "position": slot,
+                    "color": QColor(*color),
+                    "fill": pg.mkBrush(255, 255, 255, 190),
+                    "movable": False,
+                },  # default anchors: the text sits on the side of the line facing the middle
+            )
+            line.label.setFont(self._marker_font)
+            line.setToolTip(marker.full)
+            line.setZValue(40)
+            self.plots[key].addItem(line, ignoreBounds=True)
+            marker.lines.append(line)
+        self.markers.append(marker)
+        self._place(marker)
+
+    def _place(self, m: _Marker) -> None:
+        x = m.step if self._x == "step" else m.wall
+        for line in m.lines:
+            if x is None:
+                line.setVisible(False)
+            else:
+                line.setVisible(True)
+                line.setValue(x)
+
+    def _remove_marker(self, m: _Marker) -> None:
+        for key, line in zip([k for k, _ in PLOT_KEYS], m.lines):
+            self.plots[key].removeItem(line)
+        m.lines.clear()
+        if m in self.markers:
+            self.markers.remove(m)
+
+    def _remove_planned(self, stage: int) -> None:
+        for m in [m for m in self.markers if m.kind == "planned" and m.stage == stage]:
+            self._remove_marker(m)
+
+    def _clear_markers(self) -> None:
+        for m in list(self.markers):
+            self._remove_marker(m)
+
+    def marker_labels(self) -> list[str]:
+        """The labels of the markers shown (for tests and the read-out)."""
+        return [m.label for m in self.markers]
+
+    # ------------------------------------------------------------ overlays
+    def set_overlays(self, runs: Iterable[tuple[RunRecord, int, list[dict[str, Any]]]]) -> None:
+        """Overlay other runs: ``(record, colour index, metrics)`` each (the shown run is skipped).
+
+        Args:
+            runs: the runs to overlay; an empty iterable removes every overlay.
+        """
+        wanted: dict[str, tuple[RunRecord, int, list[dict[str, Any]]]] = {
+            r.id: (r, ci, ms) for r, ci, ms in runs if r is not self.record or not self._live
+        }
+        if self.record is not None and not self._live:
+            wanted.pop(self.record.id, None)  # already drawn in full
+        for rid in [k for k in self.overlays if k not in wanted]:
+            ov = self.overlays.pop(rid)
+            for key, curve in ov.curves.items():
+                self.plots[self._plot_of(key)].removeItem(curve)
+        for rid, (record, ci, metrics) in wanted.items():
+            if rid in self.overlays:
+                continue
+            ov = _Overlay(record, SeriesBuffer.from_metrics(metrics, ema=self.buffer.ema), run_color(ci))
+            for col in ("step_ms_ema", "mem_alloc", "trainable", "loss_ema", "throughput"):
+                curve = pg.PlotDataItem(pen=_pen(ov.color, 1.5, Qt.PenStyle.DashLine), name=record.name)
+                curve.setZValue(-10)
+                self.plots[self._plot_of(col)].addItem(curve)
+                ov.curves[col] = curve
+            self.overlays[rid] = ov
+        self._draw_overlays()
+        self._rebuild_legends()
+        self._refit_x()
+        self._drawn = -1
+        self.redraw()
+
+    @staticmethod
+    def _plot_of(column: str) -> str:
+        return {
+            "step_ms_ema": "step_time", "mem_alloc": "memory", "trainable": "trainable",
+            "loss_ema": "loss", "throughput": "throughput",
+        }[column]
+
+    def _draw_overlays(self) -> None:
+        for ov in self.overlays.values():
+            x = ov.buffer.column(self._x)
+            for col, curve in ov.curves.items():
+                curve.setData(x, self._y(ov.buffer, col), connect="finite")
+        self._fit_y()
+
+    # ------------------------------------------------------------ crosshair and read-out
+    def _mouse_moved(self, event: tuple[Any, ...]) -> None:
+        pos = event[0]
+        for key, p in self.plots.items():
+            if p.sceneBoundingRect().contains(pos):
+                self.show_crosshair(p.vb.mapSceneToView(pos).x())
+                return
+        self.show_crosshair(None)
+
+    def show_crosshair(self, x: float | None) -> None:
+        """Show the crosshair at ``x`` on every plot with the values there (None hides it).
+
+        Args:
+            x: position on the x axis (step or seconds), or None.
+        """
+        self._crosshair_x = x
+        for vl in self._vlines.values():
+            if x is None:
+                vl.setVisible(False)
+            else:
+                vl.setValue(x)
+                vl.setVisible(True)
+        self._update_readout(x)
+
+    def readout_text(self, x: float | None = None) -> str:
+        """The read-out as plain lines: the shown run's values at ``x`` (None: the newest).
+
+        Args:
+            x: position on the x axis.
+
+        Returns:
+            The text (``""`` without data).
+        """
+        buf = self.buffer
+        row = buf.nearest(self._x, x) if x is not None else None
+        if row is None:
+            if not buf.total:
+                return ""
+            row = {name: buf.last(name) for name in ("step", "wall", "step_ms", "step_ms_ema", "mem_alloc", "mem_peak",
+                                                    "mem_reserved", "trainable", "loss", "loss_ema", "throughput")}
+
+        def f(v: float, fmt: str) -> str:
+            return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+        names = {"cuda": ("allocated", "peak"), "mps": ("allocated", "peak")}.get(self._memory_kind, ("RSS", "peak"))
+        lines = [
+            f"step {f(row['step'], '.0f')} · {f(row['wall'], '.1f')} s",
+            f"step time {f(row['step_ms'], '.1f')} ms (EMA {f(row['step_ms_ema'], '.1f')})",
+            f"{names[0]} {f(row['mem_alloc'], ',.0f')} MB · {names[1]} {f(row['mem_peak'], ',.0f')} MB"
+            + (f" · reserved {f(row['mem_reserved'], ',.0f')} MB" if not math.isnan(row["mem_reserved"]) else ""),
+            f"trainable {fmt_count(int(row['trainable'])) if not math.isnan(row['trainable']) else '–'}",
+            f"loss {f(row['loss'], '.4f')} (EMA {f(row['loss_ema'], '.4f')})",
+            f"throughput {f(row['throughput'], ',.1f')} samples/s",
+        ]
+        near = self._marker_near(row["step"] if self._x == "step" else row["wall"])
+        if near is not None:
+            lines.append(f"⟂ {near.full}")
+        return "\n".join(lines)
+
+    def _marker_near(self, x: float) -> _Marker | None:
+        if x is None or math.isnan(x) or not self.markers:
+            return None
+        best, dist = None, math.inf
+        for m in self.markers:
+            mx = m.step if self._x == "step" else m.wall
+            if mx is not None and abs(mx - x) < dist:
+                best, dist = m, abs(mx - x)
+        span = max(1.0, (self.buffer.last(self._x) or 1.0) * 0.02)
+        return best if dist <= span else None
+
+    def _update_readout(self, x: float | None) -> None:
+        text = self.readout_text(x)
+        if not text:
+            html = "<span style='color:#777'>Values at the mouse pointer<br>appear here during a run.</span>"
+        else:
+            html = "<br>".join(text.split("\n"))
+        self.readout.setText(html)
+
+    # ------------------------------------------------------------ files
+    def save_png(self, path: str | None = None) -> str | None:
+        """Save the plots as a PNG image (asks for the file without ``path``).
+
+        Args:
+            path: destination file.
+
+        Returns:
+            The path written, or None when cancelled or it failed.
+        """
+        from workbench.core.atomic import atomic_path
+        from workbench.gui import dialogs
+
+        if path is None:
+            ask = self._save_file or dialogs.save_file
+            stem = (self.record.name if self.record else "plots").replace("#", "run").replace(" ", "_").replace("·", "")
+            path = ask(self, "Save plots as PNG", f"{stem}.png", "PNG images (*.png)")
+            if not path:
+                return None
+            if not path.lower().endswith(".png"):
+                path += ".png"
+        self.redraw()
+        image = self.graphics.grab()
+        try:
+            with atomic_path(path) as tmp:
+                if not image.save(str(tmp), "PNG"):
+                    raise OSError("the image could not be encoded")
+        except OSError as e:
+            dialogs.error(self, "Cannot save plots", f"{path}: {e}; choose another folder or file name")
+            return None
+        return str(path)

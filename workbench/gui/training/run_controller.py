@@ -1,0 +1,341 @@
+"""The window's training runs: start, control, record, persist (GUI thread).
+
+:class:`RunController` owns the :class:`~workbench.gui.training.run_store.RunStore`, the list of runs,
+and the run in progress (a :class:`~workbench.gui.training.session.TrainingSession`). Panels
+never touch the session: the training controls call :meth:`RunController.start` / ``stop`` /
+``pause`` / ``resume``; the plots, the runs table, the verify and diagnostics panels listen
+to its signals.
+
+Live freezing: while a run trains, every plan edit in the window (click, undo, bulk action,
+opened plan) is sent to the trainer as a copy of the new plan; the engine applies it at the
+next step and reports it as an event, which the plots show as a marker.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal, Slot
+
+from workbench.core.training.config import TrainConfig
+from workbench.core.plan.rules import PlanError
+from workbench.gui.controller import Controller
+from workbench.gui.training.run_store import RunRecord, RunStore, RunStoreError
+from workbench.gui.training.session import TrainingJob, TrainingSession
+
+__all__ = ["LIVE_PLAN_KINDS", "RunController"]
+
+#: ``Controller.planChanged`` kinds that are sent to a running trainer.
+LIVE_PLAN_KINDS = frozenset({"edit", "undo", "redo", "open", "new"})
+_NUMBER = re.compile(r"^#(\d+)\b")
+
+
+class RunController(QObject):
+    """Runs of the window: the one in progress and those kept in the store.
+
+    Signals:
+        runStarted(record): a run started (status ``running``).
+        prepared(info): the run's setup is done (``total_steps``, ``device`` ...).
+        metricsReceived(records): a batch of metric records of the running run.
+        runEnded(record): the run ended (after its thread ended) and was saved.
+        runsChanged(): runs were added or deleted.
+        watchFinished(findings, summary): a doctor-watch run ended: findings as dicts and the
+            watch summary.
+        stateChanged(state): ``"idle"``, ``"starting"``, ``"running"``, ``"paused"``,
+            ``"stopping"``.
+        statusMessage(text): a one-line note for the status bar.
+        errorOccurred(title, message, details): show an error dialog.
+
+    Args:
+        controller: the window's model, plan and tree.
+        store: where runs are kept.
+        parent: Qt parent.
+
+    Attributes:
+        records: every run, oldest first (stored ones without metrics until needed).
+        current: the run in progress, or None.
+        trainer_kwargs: extra :class:`~workbench.core.training.engine.Trainer` arguments for the next
+            runs (``dataset``, ``loss_fn``, ``step_hook``): a hook for tests and scripts.
+    """
+
+    runStarted = Signal(object)
+    prepared = Signal(dict)
+    metricsReceived = Signal(list)
+    runEnded = Signal(object)
+    runsChanged = Signal()
+    watchFinished = Signal(list, dict)
+    stateChanged = Signal(str)
+    statusMessage = Signal(str)
+    errorOccurred = Signal(str, str, str)
+
+    def __init__(self, controller: Controller, store: RunStore, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.controller = controller
+        self.store = store
+        self.records, self._load_problems = store.list()
+        self.current: RunRecord | None = None
+        self.trainer_kwargs: dict[str, Any] = {}
+        self.info: dict[str, Any] = {}
+        self._session: TrainingSession | None = None
+        self._fingerprint: str | None = None
+        self._state = "idle"
+        self._watch = False
+        controller.planChanged.connect(self._plan_changed)
+
+    # ------------------------------------------------------------ state
+    @property
+    def load_problems(self) -> list[str]:
+        """Runs in the store that could not be read."""
+        return list(self._load_problems)
+
+    @property
+    def state(self) -> str:
+        """``idle``, ``starting``, ``running``, ``paused`` or ``stopping``."""
+        return self._state
+
+    @property
+    def running(self) -> bool:
+        """A run is in progress (its thread has not ended)."""
+        return self._session is not None
+
+    @property
+    def session(self) -> TrainingSession | None:
+        """The session of the run in progress."""
+        return self._session
+
+    def _set_state(self, state: str) -> None:
+        if state != self._state:
+            self._state = state
+            self.stateChanged.emit(state)
+
+    def next_name(self, what: str) -> str:
+        """``#N what`` with N one more than the highest run number so far."""
+        nums = [int(m.group(1)) for r in self.records if (m := _NUMBER.match(r.name))]
+        return f"#{max(nums, default=0) + 1} {what}".strip()
+
+    # ------------------------------------------------------------ control
+    def start(self, config: TrainConfig, *, watch_steps: int | None = None) -> bool:
+        """Start a run of the loaded model with the current plan.
+
+        Args:
+            config: training settings (its ``model`` and ``plan`` fields are not used: the
+                window's model and plan are).
+            watch_steps: run the freeze doctor's watch over this many steps too (the result
+                arrives in :attr:`watchFinished`).
+
+        Returns:
+            False when it could not start (a run in progress, no model, the plan does not
+            fit the model); the reason goes to :attr:`errorOccurred` or :attr:`statusMessage`.
+        """
+        c = self.controller
+        if self._session is not None:
+            self.statusMessage.emit("A run is in progress; stop it first.")
+            return False
+        if c.model is None or c.tree is None or c.loaded is None:
+            self.statusMessage.emit("Load a model first.")
+            return False
+        state = c.state
+        if state is not None and state.problems:
+            self.errorOccurred.emit(
+                "Cannot start training",
+                f"The plan does not fit the model: {state.problems[0]}. Fix or remove the rule "
+                "(Edit ▸ Remove Rules That Match Nothing) and start again.",
+                "",
+            )
+            return False
+        plan = c.plan.copy()
+        what = c.loaded.label + (" · doctor watch" if watch_steps else "")
+        record = self.store.new_record(
+            self.next_name(what),
+            config=config.to_dict(),
+            plan=plan.to_dict(),
+            model={"label": c.loaded.label, "spec": dict(c.loaded.spec), "note": c.loaded.note},
+        )
+        job = TrainingJob(
+            config, c.model, plan, model_lock=c.model_lock, trainer_kwargs=dict(self.trainer_kwargs),
+            watch_steps=watch_steps,
+        )
+        session = TrainingSession(job, self)
+        session.prepared.connect(self._on_prepared)
+        session.metricsBatch.connect(self._on_batch)
+        session.ended.connect(self._on_ended)
+        self._session = session
+        self._fingerprint = c.tree.fingerprint
+        self._watch = bool(watch_steps)
+        self._release_metrics()
+        self.current = record
+        self.info = {}
+        self.records.append(record)
+        self._save(record, metrics=False)
+        self._set_state("starting")
+        self.runStarted.emit(record)
+        self.runsChanged.emit()
+        session.start()
+        return True
+
+    def stop(self) -> None:
+        """End the run in progress after its current step."""
+        if self._session is not None and not self._session.stop_requested:
+            self._session.stop()
+            self._set_state("stopping")
+
+    def pause(self) -> None:
+        """Hold the run in progress at the next step boundary."""
+        if self._session is not None and self._state == "running":
+            self._session.pause()
+            self._set_state("paused")
+
+    def resume(self) -> None:
+        """Continue a paused run."""
+        if self._session is not None and self._state == "paused":
+            self._session.resume()
+            self._set_state("running")
+
+    def shutdown(self) -> None:
+        """Stop the run in progress and wait for its thread (the window is closing).
+
+        The run ends within one step, is recorded and saved; no thread is left running.
+        """
+        session = self._session
+        if session is None:
+            return
+        session.stop()
+        session.wait()  # emits `ended` before returning
+
+    # ------------------------------------------------------------ live plan changes
+    @Slot(str)
+    def _plan_changed(self, kind: str) -> None:
+        session = self._session
+        if session is None or kind not in LIVE_PLAN_KINDS or session.stop_requested:
+            return
+        c = self.controller
+        if self._watch:
+            self.statusMessage.emit("Plan changes are not sent to a doctor-watch run (it would report them as faults).")
+            return
+        if c.tree is None or c.tree.fingerprint != self._fingerprint:
+            self.statusMessage.emit("Another model is loaded; the running training keeps its plan.")
+            return
+        try:
+            sent = session.request_plan(c.plan)
+        except PlanError as e:
+            self.statusMessage.emit(f"Not applied to the running training: {str(e).splitlines()[0]}")
+            return
+        if sent:
+            self.statusMessage.emit("Plan sent to the running training; it applies at the next step.")
+        else:
+            self.statusMessage.emit("The run is still starting; the plan change was not sent. Edit again once it trains.")
+
+    # ------------------------------------------------------------ session signals
+    @Slot(dict)
+    def _on_prepared(self, info: dict) -> None:
+        self.info = dict(info)
+        if self.current is not None:
+            self.current.summary.update({"total_steps": info.get("total_steps"), "device": info.get("device")})
+        if self._state == "starting":
+            self._set_state("paused" if self._session is not None and self._session.paused else "running")
+        self.prepared.emit(self.info)
+
+    @Slot(list)
+    def _on_batch(self, batch: list) -> None:
+        record = self.current
+        if record is None:
+            return
+        record.metrics.extend(batch)
+        for m in batch:
+            for label in m.get("events") or []:
+                record.events.append({"step": m.get("step"), "wall_time": m.get("wall_time"), "label": label})
+        self.metricsReceived.emit(batch)
+
+    @Slot(dict)
+    def _on_ended(self, outcome: dict) -> None:
+        session, self._session = self._session, None
+        record, self.current = self.current, None
+        if session is not None:
+            session.deleteLater()
+        self._set_state("idle")
+        if record is None:
+            return
+        from datetime import datetime
+
+        record.finished = datetime.now().astimezone().isoformat(timespec="seconds")
+        result = outcome.get("result")
+        error = outcome.get("error") or ""
+        if result is not None:
+            record.status = str(result.get("status") or "failed")
+            record.message = str(result.get("message") or "")
+            record.summary.update(result.get("summary") or {})
+            record.verify = result.get("verify")
+            record.final_plan = result.get("plan")
+            record.error = result.get("error")
+        else:
+            record.status = "failed"
+            record.message = error or "the run could not start"
+            record.error = outcome.get("details") or None
+        self._save(record, metrics=True)
+        watch = outcome.get("watch")
+        if watch is not None:
+            self.watchFinished.emit(list(watch.get("findings") or []), dict(watch.get("summary") or {}))
+        self.runEnded.emit(record)
+        self.runsChanged.emit()
+        if result is None:
+            self.errorOccurred.emit("Cannot start training", record.message, outcome.get("details") or "")
+        elif record.status in ("failed", "nonfinite"):
+            title = "Training failed" if record.status == "failed" else "Loss is not finite"
+            self.errorOccurred.emit(title, record.message, record.error or "")
+        else:
+            self.statusMessage.emit(f"{record.name}: {record.message}")
+
+    # ------------------------------------------------------------ the store
+    def _release_metrics(self) -> None:
+        """Forget the in-memory metrics of finished runs saved to disk (read again when needed)."""
+        for r in self.records:
+            if r.metrics_loaded and not r.running and r.folder is not None and (r.folder / "metrics.csv").is_file():
+                r.metrics = []
+                r.metrics_loaded = False
+
+    def _save(self, record: RunRecord, metrics: bool) -> None:
+        try:
+            self.store.save(record, metrics=metrics)
+        except RunStoreError as e:
+            self.statusMessage.emit(f"Run not saved: {e}")
+
+    def load_metrics(self, record: RunRecord) -> list[dict[str, Any]]:
+        """A run's metrics (read from the store the first time).
+
+        Args:
+            record: the run.
+
+        Returns:
+            Its records; empty when unreadable (the reason goes to :attr:`statusMessage`).
+        """
+        try:
+            return self.store.load_metrics(record)
+        except RunStoreError as e:
+            self.statusMessage.emit(f"Cannot read the metrics of {record.name}: {e}")
+            record.metrics_loaded = True
+            return []
+
+    def delete(self, records: list[RunRecord]) -> int:
+        """Delete runs from the list and the store (never the one in progress).
+
+        Args:
+            records: the runs.
+
+        Returns:
+            How many were deleted.
+        """
+        n = 0
+        for r in records:
+            if r is self.current or r not in self.records:
+                continue
+            try:
+                self.store.delete(r)
+            except RunStoreError as e:
+                self.errorOccurred.emit("Cannot delete run", str(e), "")
+                continue
+            self.records.remove(r)
+            n += 1
+        if n:
+            self.runsChanged.emit()
+        return n

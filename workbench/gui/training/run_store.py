@@ -1,0 +1,389 @@
+"""Training runs kept on disk: one folder per run with ``run.json`` and ``metrics.csv`` (Qt-free).
+
+A :class:`RunRecord` is what the window knows about a run: its name, the plan and training
+config it ran with, the model, how it ended (status, message, the engine's summary, the
+verify report), the plan changes it saw (``events``) and its per-step metrics.
+:class:`RunStore` writes it atomically into ``<folder>/<run id>/``:
+
+- ``run.json``: everything but the metrics (format ``workbench-run``, version 1);
+- ``metrics.csv``: the :class:`~workbench.core.training.metrics.StepMetrics` records, written with
+  :class:`~workbench.core.training.metrics.MetricsWriter` (readable with ``load_metrics``).
+
+A run that was still ``running`` when the app ended is listed as ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import secrets
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from workbench.core.atomic import atomic_write
+from workbench.core.errors import WorkbenchError
+from workbench.core.training.metrics import MetricsError, MetricsWriter, StepMetrics, load_metrics
+
+__all__ = ["RUN_FORMAT", "RUN_VERSION", "RunRecord", "RunStore", "RunStoreError"]
+
+RUN_FORMAT = "workbench-run"
+RUN_VERSION = 1
+_RUN_FILE = "run.json"
+_METRICS_FILE = "metrics.csv"
+#: Statuses a record can have: the engine's, plus ``running`` and ``interrupted``.
+_STATUSES = ("running", "completed", "stopped", "failed", "nonfinite", "interrupted")
+
+
+class RunStoreError(WorkbenchError):
+    """A run cannot be written or read; the message names the file and what to do."""
+
+
+def _now() -> str:
+    return _dt.datetime.now().astimezone().isoformat(timespec="microseconds")  # runs in the same second sort in order
+
+
+def _clean(value: Any) -> Any:
+    """JSON-safe copy: non-finite floats become None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+@dataclass
+class RunRecord:
+    """One training run.
+
+    Attributes:
+        id: folder name, unique in the store (``20250101-120000-ab12``).
+        name: label shown in the runs table and the plot legends (``#3 resnet18``).
+        created: ISO time the run started.
+        status: ``running``, ``completed``, ``stopped``, ``failed``, ``nonfinite`` or
+            ``interrupted`` (the app ended during the run).
+        message: one line from the engine (what happened, what to do).
+        config: the :class:`~workbench.core.training.config.TrainConfig` as a dict.
+        plan: the plan the run started with, as a dict.
+        final_plan: the plan in force at the end (live changes and stages), as a dict.
+        model: ``{"label": ..., "spec": {...}}`` of the model trained.
+        summary: the engine's end-of-run numbers (``median_step_time_s``,
+            ``peak_memory_bytes``, ``trainable_params``, ``final_loss`` ...).
+        verify: the verify report as a dict (``ok``, ``checked``, ``violations``,
+            ``module_status``), or None.
+        events: ``[{"step", "wall_time", "label"}]``: plan changes and stages seen.
+        error: traceback of a failure, if any.
+        finished: ISO time the run ended, or None.
+        folder: where it is stored (None until saved).
+        metrics: per-step records (``StepMetrics.to_dict()`` form); loaded lazily for
+            stored runs (see :meth:`RunStore.load_metrics`).
+        metrics_loaded: whether :attr:`metrics` holds the run's records.
+    """
+
+    id: str
+    name: str
+    created: str = field(default_factory=_now)
+    status: str = "running"
+    message: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    plan: dict[str, Any] = field(default_factory=dict)
+    final_plan: dict[str, Any] | None = None
+    model: dict[str, Any] = field(default_factory=dict)
+    summary: dict[str, Any] = field(default_factory=dict)
+    verify: dict[str, Any] | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+    finished: str | None = None
+    folder: Path | None = None
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    metrics_loaded: bool = True
+
+    # ------------------------------------------------------------ derived numbers
+    @property
+    def running(self) -> bool:
+        """The run has not ended."""
+        return self.status == "running"
+
+    def _metric_values(self, key: str) -> list[float]:
+        out = []
+        for m in self.metrics:
+            v = m.get(key)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                out.append(float(v))
+        return out
+
+    def median_step_ms(self) -> float | None:
+        """Median step time in ms (the engine's summary, else from the metrics)."""
+        v = self.summary.get("median_step_time_s")
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            return float(v) * 1e3
+        xs = sorted(self._metric_values("step_time_s"))
+        return xs[len(xs) // 2] * 1e3 if xs else None
+
+    def peak_memory(self) -> float | None:
+        """Peak memory in bytes (CUDA peak allocated, or the largest process RSS)."""
+        v = self.summary.get("peak_memory_bytes")
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            return float(v)
+        xs = self._metric_values("mem_peak")
+        return max(xs) if xs else None
+
+    def memory_source(self) -> str:
+        """What :meth:`peak_memory` measures (the engine's ``memory_source``), or ``""``."""
+        src = self.summary.get("memory_source")
+        return str(src) if src else ""
+
+    def trainable(self) -> int | None:
+        """Trainable parameters at the end of the run."""
+        v = self.summary.get("trainable_params")
+        if isinstance(v, int):
+            return v
+        xs = self._metric_values("trainable_params")
+        return int(xs[-1]) if xs else None
+
+    def final_loss(self) -> float | None:
+        """The last finite loss."""
+        v = self.summary.get("final_loss")
+        if isinstance(v, (int, float)) and math.isfinite(v):
+            return float(v)
+        xs = self._metric_values("loss")
+        return xs[-1] if xs else None
+
+    def steps(self) -> int:
+        """Steps done (from the summary, else the metrics)."""
+        v = self.summary.get("steps")
+        if isinstance(v, int):
+            return v
+        return int(self.metrics[-1].get("step", -1)) + 1 if self.metrics else 0
+
+    # ------------------------------------------------------------ (de)serialization
+    def to_dict(self) -> dict[str, Any]:
+        """The ``run.json`` content (no metrics, no folder)."""
+        return _clean(
+            {
+                "format": RUN_FORMAT,
+                "version": RUN_VERSION,
+                "id": self.id,
+                "name": self.name,
+                "created": self.created,
+                "finished": self.finished,
+                "status": self.status,
+                "message": self.message,
+                "config": self.config,
+                "plan": self.plan,
+                "final_plan": self.final_plan,
+                "model": self.model,
+                "summary": self.summary,
+                "verify": self.verify,
+                "events": self.events,
+                "error": self.error,
+            }
+        )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], folder: Path | None = None) -> "RunRecord":
+        """Read a ``run.json`` content.
+
+        Args:
+            data: the parsed JSON.
+            folder: the run's folder.
+
+        Returns:
+            The record, without metrics (``metrics_loaded`` False).
+
+        Raises:
+            RunStoreError: not a run file, or a newer version.
+        """
+        if not isinstance(data, Mapping) or data.get("format") != RUN_FORMAT:
+            raise RunStoreError("not a workbench run file (format is not 'workbench-run')")
+        version = data.get("version")
+        if not isinstance(version, int) or version > RUN_VERSION:
+            raise RunStoreError(f"run file version {version!r} is newer than this app reads ({RUN_VERSION}); update the workbench")
+        if not isinstance(data.get("id"), str) or not isinstance(data.get("name"), str):
+            raise RunStoreError("run file lacks 'id' or 'name'")
+        status = data.get("status") if data.get("status") in _STATUSES else "interrupted"
+
+        def mapping(key: str) -> dict[str, Any]:
+            v = data.get(key)
+            return dict(v) if isinstance(v, Mapping) else {}
+
+        events = [dict(e) for e in data.get("events") or [] if isinstance(e, Mapping)]
+        return cls(
+            id=data["id"],
+            name=data["name"],
+            created=str(data.get("created") or ""),
+            status=status,
+            message=str(data.get("message") or ""),
+            config=mapping("config"),
+            plan=mapping("plan"),
+            final_plan=mapping("final_plan") or None,
+            model=mapping("model"),
+            summary=mapping("summary"),
+            verify=mapping("verify") or None,
+            events=events,
+            error=data.get("error") if isinstance(data.get("error"), str) else None,
+            finished=data.get("finished") if isinstance(data.get("finished"), str) else None,
+            folder=folder,
+            metrics=[],
+            metrics_loaded=False,
+        )
+
+
+class RunStore:
+    """Runs kept in a folder, one sub-folder per run.
+
+    Args:
+        folder: the store's folder (created on the first save).
+
+    Example:
+        >>> store = RunStore(tmp_path)                         # doctest: +SKIP
+        >>> rec = store.new_record("#1 resnet18", config={...}) # doctest: +SKIP
+        >>> store.save(rec)                                     # doctest: +SKIP
+        >>> [r.name for r in store.list()[0]]                   # doctest: +SKIP
+        ['#1 resnet18']
+    """
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+
+    def new_record(self, name: str, **fields: Any) -> RunRecord:
+        """A new record with a unique id and its folder assigned (nothing written yet).
+
+        Args:
+            name: the run's label.
+            **fields: other :class:`RunRecord` fields (``config``, ``plan``, ``model`` ...).
+
+        Returns:
+            The record, status ``running``.
+        """
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        while True:
+            rid = f"{stamp}-{secrets.token_hex(2)}"
+            if not (self.folder / rid).exists():
+                break
+        return RunRecord(id=rid, name=name, folder=self.folder / rid, **fields)
+
+    def save(self, record: RunRecord, *, metrics: bool = True) -> Path:
+        """Write ``run.json`` (and ``metrics.csv``) atomically.
+
+        Args:
+            record: the run.
+            metrics: also write the metrics (only when they are loaded).
+
+        Returns:
+            The run's folder.
+
+        Raises:
+            RunStoreError: the folder cannot be written (the message says which).
+        """
+        folder = record.folder or (self.folder / record.id)
+        record.folder = folder
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if metrics and record.metrics_loaded:
+                self._write_metrics(record.metrics, folder / _METRICS_FILE)
+            atomic_write(folder / _RUN_FILE, json.dumps(record.to_dict(), indent=1) + "\n")
+        except (OSError, MetricsError) as e:
+            raise RunStoreError(f"cannot save the run to {folder} ({e}); check that the folder is writable") from None
+        return folder
+
+    @staticmethod
+    def _write_metrics(metrics: Iterable[Mapping[str, Any]], path: Path) -> None:
+        with MetricsWriter(path) as w:
+            for m in metrics:
+                w.write(StepMetrics.from_dict(dict(m)))
+
+    def list(self) -> tuple[list[RunRecord], list[str]]:
+        """Every run in the store, oldest first (metrics not loaded).
+
+        Returns:
+            ``(records, problems)``: unreadable runs are skipped and described in
+            ``problems``; a run left ``running`` by an app that ended is ``interrupted``.
+        """
+        records: list[RunRecord] = []
+        problems: list[str] = []
+        if not self.folder.is_dir():
+            return records, problems
+        for sub in sorted(p for p in self.folder.iterdir() if p.is_dir()):
+            f = sub / _RUN_FILE
+            if not f.is_file():
+                continue
+            try:
+                rec = RunRecord.from_dict(json.loads(f.read_text(encoding="utf-8")), sub)
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, RunStoreError) as e:
+                problems.append(f"{f}: {e}")
+                continue
+            if rec.status == "running":
+                rec.status = "interrupted"
+                rec.message = rec.message or "the app ended while this run was training"
+            records.append(rec)
+        records.sort(key=lambda r: (r.created, r.id))
+        return records, problems
+
+    def load_metrics(self, record: RunRecord) -> list[dict[str, Any]]:
+        """Read a stored run's metrics into ``record.metrics`` (once).
+
+        Args:
+            record: the run.
+
+        Returns:
+            The records (an empty list when the run has no metrics file).
+
+        Raises:
+            RunStoreError: the metrics file is unreadable.
+        """
+        if record.metrics_loaded:
+            return record.metrics
+        path = (record.folder or self.folder / record.id) / _METRICS_FILE
+        if path.is_file():
+            try:
+                record.metrics = [m.to_dict() for m in load_metrics(path)]
+            except MetricsError as e:
+                raise RunStoreError(str(e)) from None
+        record.metrics_loaded = True
+        return record.metrics
+
+    def export_csv(self, record: RunRecord, path: str | os.PathLike[str]) -> Path:
+        """Write a run's metrics as CSV (atomically) to ``path``.
+
+        Args:
+            record: the run (its metrics are loaded when needed).
+            path: destination ``.csv``.
+
+        Returns:
+            The path written.
+
+        Raises:
+            RunStoreError: unreadable metrics, or the destination cannot be written.
+        """
+        dest = Path(path)
+        metrics = self.load_metrics(record)
+        try:
+            self._write_metrics(metrics, dest)
+        except (OSError, MetricsError) as e:
+            raise RunStoreError(f"cannot write {dest} ({e}); choose another folder or file name") from None
+        return dest
+
+    def delete(self, record: RunRecord) -> None:
+        """Remove a run's folder.
+
+        Args:
+            record: the run.
+
+        Raises:
+            RunStoreError: the folder cannot be removed.
+        """
+        folder = record.folder or self.folder / record.id
+        if not folder.exists():
+            return
+        if folder.resolve().parent != self.folder.resolve():
+            raise RunStoreError(f"{folder} is not a run folder of {self.folder}; not deleting it")
+        try:
+            shutil.rmtree(folder)
+        except OSError as e:
+            raise RunStoreError(f"cannot delete {folder} ({e}); remove it by hand") from None

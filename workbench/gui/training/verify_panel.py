@@ -1,0 +1,176 @@
+"""The Verify tab: the end-of-run proof that the plan held, module by module.
+
+After a run, :meth:`AppliedPlan.verify` (run by the engine) has hashed every frozen tensor,
+every fixed ``A`` of A+B and the running statistics of BatchNorm kept in eval, before and
+after training. This panel shows its report: a green or red line, then the model's modules
+as a tree, each green (all its tensors as the plan says), orange (a trainable tensor that did
+not change) or red (a frozen tensor or eval-BatchNorm statistics that changed), with what
+went wrong. Clicking a module selects it in the module tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+from PySide6.QtWidgets import QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+
+from workbench.gui.training.run_store import RunRecord
+
+__all__ = ["STATUS_COLORS", "VerifyPanel", "status_icon"]
+
+#: Colours of module results.
+STATUS_COLORS = {"ok": QColor(46, 160, 67), "warning": QColor(230, 140, 0), "error": QColor(210, 40, 40)}
+_RANK = {"ok": 0, "warning": 1, "error": 2}
+_WORDS = {"ok": "as planned", "warning": "did not change", "error": "changed"}
+
+
+def status_icon(status: str) -> QIcon:
+    """A filled circle in the status colour.
+
+    Args:
+        status: ``ok``, ``warning`` or ``error``.
+
+    Returns:
+        The icon.
+    """
+    pm = QPixmap(12, 12)
+    pm.fill(Qt.GlobalColor.transparent)
+    p = QPainter(pm)
+    p.setRenderHint(QPainter.RenderHint.Antialiasing)
+    color = STATUS_COLORS.get(status, QColor(150, 150, 150))
+    p.setPen(color.darker(120))
+    p.setBrush(color)
+    p.drawEllipse(1, 1, 10, 10)
+    p.end()
+    return QIcon(pm)
+
+
+class VerifyPanel(QWidget):
+    """A run's verify report: a summary line and a module tree coloured by result.
+
+    Signals:
+        moduleActivated(path): a module row was clicked.
+
+    Args:
+        parent: Qt parent.
+    """
+
+    moduleActivated = Signal(str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.banner = QLabel("Verification appears here when a run ends.", self)
+        self.banner.setWordWrap(True)
+        self.banner.setTextFormat(Qt.TextFormat.RichText)
+        self.banner.setMargin(6)
+        self.tree = QTreeWidget(self)
+        self.tree.setHeaderLabels(["Module", "Result", "Details"])
+        self.tree.setUniformRowHeights(True)
+        self.tree.header().setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
+        self.tree.header().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        self.tree.header().setStretchLastSection(True)
+        self.tree.setColumnWidth(0, 220)
+        self.tree.itemClicked.connect(self._clicked)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(6, 6, 6, 6)
+        layout.addWidget(self.banner)
+        layout.addWidget(self.tree, 1)
+        self.status: dict[str, str] = {}
+        self.ok: bool | None = None
+
+    def show_run(self, record: RunRecord) -> None:
+        """Show the verify report of a run (or why there is none).
+
+        Args:
+            record: the run.
+        """
+        if record.verify is None:
+            self.show_report(None, f"{record.name}: no verification ({record.message or record.status})")
+        else:
+            self.show_report(record.verify, record.name)
+
+    def show_report(self, report: Mapping[str, Any] | None, title: str = "") -> None:
+        """Show a report (``VerifyReport.to_dict()``).
+
+        Args:
+            report: the report, or None (the tree is emptied and ``title`` shown).
+            title: what the report is of.
+        """
+        self.tree.clear()
+        self.status = {}
+        if report is None:
+            self.ok = None
+            self.banner.setText(title or "No verification.")
+            self.banner.setStyleSheet("")
+            return
+        self.ok = bool(report.get("ok"))
+        checked = report.get("checked") or {}
+        violations = list(report.get("violations") or [])
+        errors = [v for v in violations if v.get("severity") == "error"]
+        warnings = [v for v in violations if v.get("severity") != "error"]
+        what = (
+            f"{checked.get('frozen', 0)} frozen tensors, {checked.get('fixed', 0)} fixed A tensors, "
+            f"{checked.get('bn_stats', 0)} eval-BatchNorm buffers and {checked.get('trainable', 0)} trainable tensors checked"
+        )
+        if self.ok:
+            head = "✔ Verify OK: frozen tensors bit-identical, eval-BatchNorm statistics unchanged"
+            if warnings:
+                head += f" ({len(warnings)} trainable tensor{'s' if len(warnings) != 1 else ''} did not change)"
+            style = "background:#e6f4ea; color:#1a5e2a; border-radius:4px"
+        else:
+            head = f"✘ Verify FAILED: {len(errors)} tensor{'s' if len(errors) != 1 else ''} changed that the plan keeps fixed"
+            style = "background:#fdecea; color:#8a1c1c; border-radius:4px"
+        self.banner.setText(f"<b>{head}</b><br>{title + ': ' if title else ''}{what}.")
+        self.banner.setStyleSheet(style)
+        details: dict[str, list[str]] = {}
+        for v in violations:
+            details.setdefault(str(v.get("module", "")), []).append(f"{v.get('name')}: {v.get('message')}")
+        status = {str(k): str(s) for k, s in (report.get("module_status") or {}).items()}
+        # ancestors take the worst status below them
+        full: dict[str, str] = {}
+        for path, s in status.items():
+            parts = path.split(".") if path else []
+            for i in range(len(parts) + 1):
+                anc = ".".join(parts[:i])
+                cur = full.get(anc)
+                if cur is None or _RANK.get(s, 0) > _RANK.get(cur, 0):
+                    full[anc] = s
+        self.status = full
+        items: dict[str, QTreeWidgetItem] = {}
+        for path in sorted(full, key=lambda p: (p.count(".") if p else -1, p)):
+            s = full[path]
+            parent_path = path.rpartition(".")[0] if path else None
+            if path == "":
+                item = QTreeWidgetItem(self.tree)
+                item.setText(0, "(model)")
+            else:
+                parent = items.get(parent_path if parent_path is not None else "")
+                item = QTreeWidgetItem(parent if parent is not None else self.tree)
+                item.setText(0, path.rpartition(".")[2] or path)
+            item.setIcon(0, status_icon(s))
+            item.setText(1, _WORDS.get(s, s) if path in status else ("ok" if s == "ok" else "see below"))
+            item.setForeground(1, STATUS_COLORS.get(s, QColor(0, 0, 0)))
+            item.setData(0, Qt.ItemDataRole.UserRole, path)
+            item.setToolTip(0, path or "(model)")
+            lines = details.get(path, [])
+            if lines:
+                item.setText(2, lines[0] + (f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""))
+                item.setToolTip(2, "\n".join(lines))
+            items[path] = item
+        self.tree.collapseAll()
+        root = items.get("")
+        if root is not None:
+            root.setExpanded(True)
+        for path, item in items.items():  # open the way to every problem
+            if full[path] != "ok":
+                p = item.parent()
+                while p is not None:
+                    p.setExpanded(True)
+                    p = p.parent()
+
+    def _clicked(self, item: QTreeWidgetItem, _column: int) -> None:
+        path = item.data(0, Qt.ItemDataRole.UserRole)
+        if isinstance(path, str):
+            self.moduleActivated.emit(path)
