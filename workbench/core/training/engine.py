@@ -15,6 +15,10 @@ step, at the step boundary. Bad input (unknown model, bad plan, missing dataset)
 wrong while training (an exception in a step, CUDA out of memory, a non-finite loss) ends the
 run with a :class:`RunResult` whose ``status`` says so, and the model is left consistent: the
 optimizer step of the failing step either happened completely or not at all.
+
+The engine holds the loop and its controls; one step is :class:`~workbench.core.training.step.TrainStep`,
+building the model, data, head and optimizer is :mod:`workbench.core.training.setup`, and
+whether a plan may train is :func:`~workbench.core.training.readiness.check_plan`.
 """
 
 from __future__ import annotations
