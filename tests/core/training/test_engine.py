@@ -211,6 +211,29 @@ def test_request_plan_refuses_bad_plans_in_the_caller():
     assert t.run().summary["plan_version"] == 0
 
 
+def test_request_plan_hands_over_and_the_training_thread_decides_for_its_step():
+    # nothing trains before step 100: accepted by the caller, refused at the boundary of step 2
+    staged = _plan({"select": "*", "frozen": True}, stages=[{"at_step": 100, "rules": [{"select": "fc", "frozen": False}]}])
+    new = _plan(*FC_ONLY)
+    holder: dict[str, Any] = {}
+
+    def hook(step: int) -> None:
+        t = holder["t"]
+        if step == 1:
+            t.request_plan(staged)
+        if step == 3:
+            t.request_plan(new)
+
+    t, seen = _trainer(5, _plan({"select": "conv", "frozen": True}), step_hook=hook)
+    holder["t"] = t
+    result = t.run()
+    assert result.status == "completed", result.message
+    assert seen[2].events == ["plan change refused: the plan leaves nothing trainable; keep at least one module unfrozen"]
+    assert seen[4].events and seen[4].events[0].startswith("plan change: froze")
+    assert [m.plan_version for m in seen] == [0, 0, 0, 0, 1]
+    assert t.full_plan is new  # handed over as it is: plans are replaced, never edited in place
+
+
 def test_stages_run_through_the_same_path():
     plan = _plan(
         *FC_ONLY,
@@ -459,13 +482,14 @@ def test_imagefolder_data_fits_the_head_to_its_classes(tmp_path: Path):
 
 
 def test_weights_preset_transforms_follow_the_image_size():
-    from workbench.core.training.engine import _crop_size, _weights_member, _weights_transform
+    from workbench.core.models.zoo import crop_size, weights_member
+    from workbench.core.training.setup import weights_transform
 
-    member = _weights_member("resnet18", "imagenet1k_v1")
+    member = weights_member("resnet18", "imagenet1k_v1")
     assert member is not None and member.name == "IMAGENET1K_V1"
-    assert _crop_size(member) == 224 and _weights_member("resnet18", None) is None
-    assert list(_weights_transform(member, 64).crop_size) == [64]
-    assert list(_weights_transform(member, None).crop_size) == [224]
+    assert crop_size(member) == 224 and weights_member("resnet18", None) is None
+    assert list(weights_transform(member, 64).crop_size) == [64]
+    assert list(weights_transform(member, None).crop_size) == [224]
 
 
 def test_bad_input_raises_workbench_errors():

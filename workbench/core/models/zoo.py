@@ -55,6 +55,7 @@ __all__ = [
     "ModelSourceError",
     "ModelSpec",
     "build_model",
+    "crop_size",
     "current_num_classes",
     "find_head",
     "list_models",
@@ -64,6 +65,7 @@ __all__ = [
     "save_checkpoint",
     "weights_cache_path",
     "weights_cached",
+    "weights_member",
 ]
 
 #: Seconds a stalled weights download may stay silent before it is abandoned.
@@ -172,8 +174,36 @@ def _default_member(enum: Any) -> Any | None:
     return enum.__members__.get("DEFAULT")
 
 
-def _crop_size(member: Any) -> int | None:
-    """Crop size of a weights member's preset transform, without building models."""
+def weights_member(name: str | None, weights: str | None) -> Any | None:
+    """The torchvision weights enum member for a model name and weights name, if there is one.
+
+    Args:
+        name: torchvision model name, e.g. ``"resnet18"``.
+        weights: weights name, any case, e.g. ``"imagenet1k_v1"``, ``"DEFAULT"`` or
+            ``"ResNet18_Weights.IMAGENET1K_V1"``.
+
+    Returns:
+        The member, or None when either is missing or not a torchvision registry entry.
+    """
+    if not name or not weights:
+        return None
+    try:
+        return _resolve_weights(name, weights)
+    except (ModelSourceError, ValueError, KeyError):
+        return None
+
+
+def crop_size(member: Any | None) -> int | None:
+    """Crop size of a weights member's preset transform, without building models.
+
+    Args:
+        member: a torchvision weights enum member, or None.
+
+    Returns:
+        The square side, or None when ``member`` is None or its preset does not say.
+    """
+    if member is None:
+        return None
     preset = member.transforms
     keywords = getattr(preset, "keywords", None) or {}
     size = keywords.get("crop_size")
@@ -253,7 +283,7 @@ def list_models() -> list[ModelInfo]:
             num_params = meta.get("num_params")
             if meta.get("categories"):
                 num_classes = len(meta["categories"])
-            input_size = _crop_size(reference) or input_size
+            input_size = crop_size(reference) or input_size
         infos.append(
             ModelInfo(
                 name=name,
@@ -284,7 +314,7 @@ def model_input_size(name: str) -> int:
     """
     name = _check_model_name(name)
     default = _default_member(_weights_enum(name))
-    size = _crop_size(default) if default is not None else None
+    size = crop_size(default)
     return size or _FAMILY_INPUT_SIZE.get(name, _DEFAULT_INPUT_SIZE)
 
 

@@ -15,6 +15,10 @@ step, at the step boundary. Bad input (unknown model, bad plan, missing dataset)
 wrong while training (an exception in a step, CUDA out of memory, a non-finite loss) ends the
 run with a :class:`RunResult` whose ``status`` says so, and the model is left consistent: the
 optimizer step of the failing step either happened completely or not at all.
+
+The engine holds the loop and its controls; one step is :class:`~workbench.core.training.step.TrainStep`,
+building the model, data, head and optimizer is :mod:`workbench.core.training.setup`, and
+whether a plan may train is :func:`~workbench.core.training.readiness.check_plan`.
 """
 
 from __future__ import annotations
@@ -36,14 +40,20 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from workbench.core.training import distributed as wdist
-from workbench.core.freezing.apply import AppliedPlan, PlanDiff, apply_plan
-from workbench.core.training.optim import sync_optimizer
 from workbench.core.atomic import atomic_path, atomic_write
-from workbench.core.training.config import DEFAULT_STEPS, TrainConfig
 from workbench.core.errors import WorkbenchError
-from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes
+from workbench.core.freezing.apply import AppliedPlan, PlanDiff, apply_plan
+from workbench.core.models.tree import ModelTree
 from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.training import distributed as wdist
+from workbench.core.training import setup as build
+from workbench.core.training.config import TrainConfig
+from workbench.core.training.failure_text import first_line, hint, nonfinite_stop_message, nonfinite_word
+from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes
+from workbench.core.training.optim import sync_optimizer
+from workbench.core.training.readiness import check_plan
+from workbench.core.training.setup import TrainError, resolve_device
+from workbench.core.training.step import ClassificationLoss, LossFn, StepFailure, TrainStep, clear_grads
 
 __all__ = [
     "STATUSES",
@@ -55,13 +65,6 @@ __all__ = [
 
 #: Possible ``RunResult.status`` values.
 STATUSES: tuple[str, ...] = ("completed", "stopped", "failed", "nonfinite")
-
-LossFn = Callable[[Any, torch.Tensor], torch.Tensor]
-
-
-class TrainError(WorkbenchError):
-    """A run cannot start: the message says what is wrong with the input and what to do."""
-
 
 # ---------------------------------------------------------------- result
 @dataclass
@@ -131,87 +134,7 @@ class RunResult:
         )
 
 
-# ---------------------------------------------------------------- helpers
-def resolve_device(name: str, info: wdist.DistInfo | None = None) -> torch.device:
-    """Turn a device setting into a device.
-
-    Args:
-        name: ``auto`` (cuda > mps > cpu), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
-        info: under torchrun, ``cuda`` means ``cuda:LOCAL_RANK``.
-
-    Returns:
-        The device.
-
-    Raises:
-        TrainError: the device is not available here.
-    """
-    name = name.strip().lower()
-    distributed = info is not None and info.distributed
-    mps_ok = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else ("mps" if mps_ok and not distributed else "cpu")
-    if name.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise TrainError(f"device {name!r} requested but CUDA is not available here; use --device cpu (or auto)")
-        if name == "cuda":
-            idx = info.local_rank if distributed and info is not None else torch.cuda.current_device()
-        else:
-            idx = int(name.split(":", 1)[1])
-        if idx >= torch.cuda.device_count():
-            raise TrainError(f"device cuda:{idx} does not exist (this machine has {torch.cuda.device_count()} GPUs); pick another index")
-        return torch.device("cuda", idx)
-    if name == "mps":
-        if not mps_ok:
-            raise TrainError("device 'mps' requested but the Apple MPS backend is not available; use --device cpu (or auto)")
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
-class _ClassificationLoss:
-    """Cross-entropy on class logits; adds torchvision's auxiliary heads when present."""
-
-    _AUX = (("aux_logits", 0.4), ("aux_logits2", 0.3), ("aux_logits1", 0.3))
-
-    def __init__(self) -> None:
-        self.ce = nn.CrossEntropyLoss()
-
-    def __call__(self, out: Any, target: torch.Tensor) -> torch.Tensor:
-        if isinstance(out, torch.Tensor):
-            return self.ce(out, target)
-        logits = getattr(out, "logits", None)
-        if not isinstance(logits, torch.Tensor):
-            raise TypeError(
-                f"the model returned {type(out).__name__}, not class logits; pass loss_fn=... to the Trainer"
-            )
-        loss = self.ce(logits, target)
-        for name, w in self._AUX:
-            aux = getattr(out, name, None)
-            if isinstance(aux, torch.Tensor):
-                loss = loss + w * self.ce(aux, target)
-        return loss
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0][:400]
-
-
-_HINTS = (
-    ("out of bounds", "does the model's head have as many outputs as the dataset has classes? (num_classes / --num-classes)"),
-    ("shapes cannot be multiplied", "does the image size fit the model? (image_size / --image-size)"),
-    ("size mismatch", "does the image size fit the model? (image_size / --image-size)"),
-    ("does not require grad", "nothing that the loss depends on is trainable; unfreeze a module on the path to the loss"),
-)
-
-
-def _hint(e: BaseException) -> str:
-    text = str(e)
-    for needle, hint in _HINTS:
-        if needle in text:
-            return "; " + hint
-    return ""
-
-
+# ---------------------------------------------------------------- loop state
 @dataclass
 class _Window:
     """Accumulators of the steps since the last report."""
@@ -296,7 +219,7 @@ class Trainer:
         self._model_arg = model
         self._plan_arg = plan
         self._dataset_arg = dataset
-        self.loss_fn: LossFn = loss_fn or _ClassificationLoss()
+        self.loss_fn: LossFn = loss_fn or ClassificationLoss()
         self.step_hook = step_hook
         self.on_metrics = on_metrics
         self._trust_pickle = trust_pickle
@@ -305,7 +228,9 @@ class Trainer:
         self._resume.set()
         self._waiting = threading.Event()
         self._lock = threading.Lock()
-        self._pending: FreezePlan | None = None
+        self._pending: FreezePlan | None = None  # the requested plan, handed over under _lock
+        self._tree: ModelTree | None = None  # the model's tree, set once by setup
+        self._train_step: TrainStep | None = None
         self._ready = False
         self._started = False
         self._finished = False
@@ -335,7 +260,6 @@ class Trainer:
         self._opt_bytes = 0
         self._writers: list[MetricsWriter] = []
         self._probe: MemoryProbe | None = None
-        self._spec_classes: int | None = None
 
     # ------------------------------------------------------------ thread-safe controls
     def stop(self) -> None:
@@ -388,13 +312,24 @@ class Trainer:
         return self._loop_state.step if self._loop_state is not None else 0
 
     def request_plan(self, plan: FreezePlan | Mapping[str, Any] | str | os.PathLike[str]) -> None:
-        """Switch to another plan at the next step boundary. Thread-safe.
+        """Hand a plan over to the training thread, which switches to it at the next step. Thread-safe.
 
         The new plan replaces the current one, stages included (the stages already reached
-        at the current step/epoch are in force at once). At the boundary the engine calls
-        ``applied.update(plan)`` and syncs the optimizer (see :func:`sync_optimizer`); under
-        DDP every rank applies it at the same step and the DDP wrapper is rebuilt. The change
-        shows up as an event in the next :class:`StepMetrics` and bumps ``plan_version``.
+        at the current step/epoch are in force at once). This call only stores the plan under
+        a lock; it never reads the training loop's state. At the next step boundary the
+        training thread checks it for that step (:func:`~workbench.core.training.readiness.check_plan`),
+        calls ``applied.update(plan)`` and syncs the optimizer (see :func:`sync_optimizer`);
+        under DDP every rank applies it at the same step and the DDP wrapper is rebuilt. The
+        change shows up as an event in the next :class:`StepMetrics` and bumps
+        ``plan_version``; a plan refused there shows up as a ``"plan change refused: ..."``
+        event and the run goes on with its plan.
+
+        Once the model is set up, what does not depend on the step is refused here already:
+        rules that do not fit the model, and a plan without stages that leaves nothing
+        trainable.
+
+        A :class:`FreezePlan` is kept, not copied: do not change it afterwards (plans are
+        replaced, never edited in place; hand over ``plan.copy()`` otherwise).
 
         Args:
             plan: a :class:`FreezePlan`, its dict, or a plan file path.
@@ -403,15 +338,13 @@ class Trainer:
             PlanError: the plan is invalid, does not fit the model, or leaves nothing trainable.
             TrainError: under torchrun, called on a rank other than 0.
         """
-        plan = _as_plan(plan)[0]
+        if not isinstance(plan, FreezePlan):
+            plan = build.load_plan(plan)[0]
         if self.dist is not None and not self.dist.info.is_main:
             raise TrainError("under torchrun, request plan changes on rank 0; it sends them to every rank")
-        if self.applied is not None:
-            plan.validate(self.applied.tree)
-            st = self._loop_state
-            why = self._refusal(plan.at(st.step, st.epoch) if st is not None else plan.at(0, 0))
-            if why:
-                raise PlanError(why)
+        tree = self._tree
+        if tree is not None:
+            check_plan(plan, tree).raise_if_not_ok()
         with self._lock:
             self._pending = plan
 
@@ -444,14 +377,19 @@ class Trainer:
         except (RuntimeError, ValueError) as e:
             if isinstance(e, WorkbenchError):
                 raise
-            raise TrainError(f"cannot join the torchrun job: {_first_line(e)}") from e
+            raise TrainError(f"cannot join the torchrun job: {first_line(e)}") from e
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
-        plan, self._base_dir = _as_plan(self._plan_arg if self._plan_arg is not None else cfg.plan)
+        plan, self._base_dir = build.load_plan(self._plan_arg if self._plan_arg is not None else cfg.plan)
         self.full_plan = plan
-        model, name, weights = self._build_model(plan)
-        self.dataset = self._build_dataset(model, name, weights)
-        self._fit_head(model)
+        if self._model_arg is not None:
+            built = build.BuiltModel(self._model_arg)
+        else:
+            built = build.build_model(cfg, plan, trust_pickle=self._trust_pickle)
+        self.dataset, self.image_size = build.build_dataset(cfg, built, self._dataset_arg)
+        synthetic = self._dataset_arg is None and cfg.data.strip().lower().startswith("synthetic")
+        self.new_heads = build.fit_head(cfg, built, self.dataset, synthetic=synthetic)
+        model = built.model
         model.to(self.device)
         if cfg.channels_last:
             model.to(memory_format=torch.channels_last)
@@ -466,86 +404,15 @@ class Trainer:
             self.applied.remove(merge=False)
             raise TrainError(str(e)) from None
         self._wrap()
-        self.optimizer = self._make_optimizer(groups)
-        self._setup_amp()
-        self._build_loader()
+        self.optimizer = build.make_optimizer(cfg, groups)
+        self._amp_dtype, self._scaler = build.make_amp(cfg, self.device)
+        loader = build.build_loader(cfg, self.dataset, self.device, self.dist)
+        self.loader, self._sampler = loader.loader, loader.sampler
+        self.steps_per_epoch, self.total_steps = loader.steps_per_epoch, loader.total_steps
         self._probe = MemoryProbe(self.device)
         self._recount()
+        self._tree = self.applied.tree
         self._ready = True
-
-    def _build_model(self, plan: FreezePlan) -> tuple[nn.Module, str | None, str | None]:
-        from workbench.core.models.zoo import ModelSourceError, ModelSpec
-
-        cfg = self.config
-        if self._model_arg is not None:
-            return self._model_arg, None, None
-        if isinstance(cfg.model, dict):
-            d: dict[str, Any] = dict(cfg.model)
-        elif isinstance(cfg.model, str):
-            d = {"source": "torchvision", "name": cfg.model.strip()}
-        elif plan.model.get("name") or plan.model.get("arch") or plan.model.get("checkpoint"):
-            d = dict(plan.model)
-        elif cfg.checkpoint:
-            d = {"source": "checkpoint"}
-        else:
-            raise TrainError(
-                "no model given: pass --model NAME (e.g. resnet18), a config with 'model', "
-                "or a plan whose 'model' block names one"
-            )
-        if not d.get("name") and d.get("arch"):
-            d["name"] = d["arch"]
-        for key in ("weights", "checkpoint"):
-            if getattr(cfg, key) is not None:
-                d[key] = getattr(cfg, key)
-        self._spec_classes = d.get("num_classes") if isinstance(d.get("num_classes"), int) else None
-        d["num_classes"] = None  # the head is fitted after the dataset is known
-        try:
-            spec = ModelSpec.from_dict(d)
-            model = spec.build(allow_download=cfg.allow_download, trust_pickle=self._trust_pickle)
-        except ModelSourceError as e:
-            raise TrainError(str(e)) from e
-        return model, spec.name, spec.weights
-
-    def _build_dataset(self, model: nn.Module, name: str | None, weights: str | None) -> Dataset[Any]:
-        from workbench.core.training.data import DataError, make_dataset
-        from workbench.core.models.zoo import current_num_classes
-
-        cfg = self.config
-        member = _weights_member(name, weights)
-        size = cfg.image_size or _crop_size(member) or _model_input_size(name) or 224
-        self.image_size = size
-        if self._dataset_arg is not None:
-            return self._dataset_arg
-        synthetic = cfg.data.strip().lower().startswith("synthetic")
-        transform = None
-        if not synthetic and member is not None:
-            transform = _weights_transform(member, cfg.image_size)
-        n = cfg.num_classes or self._spec_classes or current_num_classes(model) or 10
-        try:
-            return make_dataset(cfg.data, image_size=size, num_classes=n, train=True, transform=transform, seed=cfg.seed)
-        except DataError as e:
-            raise TrainError(str(e)) from e
-
-    def _fit_head(self, model: nn.Module) -> None:
-        from workbench.core.training.data import dataset_num_classes
-        from workbench.core.models.zoo import ModelSourceError, current_num_classes, replace_head
-
-        cfg = self.config
-        assert self.dataset is not None
-        ds_classes = dataset_num_classes(self.dataset)
-        synthetic = self._dataset_arg is None and cfg.data.strip().lower().startswith("synthetic")
-        target = cfg.num_classes or self._spec_classes or (None if synthetic else ds_classes)
-        if target is not None and current_num_classes(model) != target:
-            try:
-                self.new_heads = replace_head(model, target)
-            except ModelSourceError as e:
-                raise TrainError(str(e)) from e
-        head = current_num_classes(model)
-        if ds_classes and head and ds_classes > head:
-            raise TrainError(
-                f"the dataset has {ds_classes} classes but the model's head has {head} outputs; "
-                f"pass num_classes={ds_classes} (--num-classes {ds_classes})"
-            )
 
     def _wrap(self) -> None:
         assert self.model is not None
@@ -555,53 +422,8 @@ class Trainer:
             fwd = self.ddp
         backend = self.config.compile_backend
         self._fwd = torch.compile(fwd, backend=backend) if backend else fwd
-
-    def _make_optimizer(self, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
-        cfg = self.config
-        if cfg.optimizer == "sgd":
-            return torch.optim.SGD(groups, lr=cfg.lr, momentum=0.0, weight_decay=cfg.weight_decay)
-        if cfg.optimizer == "sgd_momentum":
-            return torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        if cfg.optimizer == "adam":
-            return torch.optim.Adam(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        return torch.optim.AdamW(groups, lr=cfg.lr, weight_decay=cfg.weight_decay)
-
-    def _setup_amp(self) -> None:
-        amp = self.config.amp
-        self._amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
-        self._scaler = None
-        if amp == "fp16":
-            try:
-                self._scaler = torch.amp.GradScaler(self.device.type)
-            except Exception as e:  # a device type without a GradScaler
-                raise TrainError(f"fp16 needs a GradScaler, not available on {self.device.type} ({_first_line(e)}); use --amp bf16") from e
-
-    def _build_loader(self) -> None:
-        from workbench.core.training.data import DataError, make_loader
-
-        cfg = self.config
-        assert self.dataset is not None
-        if self.dist is not None:
-            self._sampler = wdist.make_sampler(self.dataset, self.dist.info, seed=cfg.seed)
-        pin = cfg.pin_memory if cfg.pin_memory is not None else self.device.type == "cuda"
-        try:
-            self.loader = make_loader(
-                self.dataset, cfg.batch_size, shuffle=True, num_workers=cfg.num_workers,
-                pin_memory=pin, seed=cfg.seed, sampler=self._sampler,
-            )
-        except DataError as e:
-            raise TrainError(str(e)) from e
-        try:
-            self.steps_per_epoch = len(self.loader)
-        except TypeError:
-            self.steps_per_epoch = None
-        if cfg.epochs is not None:
-            if not self.steps_per_epoch:
-                raise TrainError("epochs need a dataset with a known, non-zero length; give steps instead")
-            total = cfg.epochs * self.steps_per_epoch
-            self.total_steps = min(total, cfg.steps) if cfg.steps else total
-        else:
-            self.total_steps = cfg.steps or DEFAULT_STEPS
+        if self._train_step is not None:
+            self._train_step.forward = self._fwd
 
     def _recount(self) -> None:
         assert self.applied is not None and self.optimizer is not None
@@ -610,24 +432,16 @@ class Trainer:
         self._opt_bytes = optimizer_state_bytes(self.optimizer)
 
     # ------------------------------------------------------------ plan changes
-    def _refusal(self, plan: FreezePlan) -> str | None:
-        assert self.applied is not None
-        tree = self.applied.tree
-        eff = plan.resolve(tree)
-        if not any(n.own_params and not eff[p].frozen for p, n in tree.nodes.items()):
-            return "the plan leaves nothing trainable; keep at least one module unfrozen"
-        return None
-
     def _change_plan(self, plan: FreezePlan, label: str) -> str:
         """Apply a plan in force at a step boundary; returns the event text."""
         assert self.applied is not None and self.optimizer is not None
-        why = self._refusal(plan)
-        if why:
-            return f"{label} refused: {why}"
+        readiness = check_plan(plan, self.applied.tree)
+        if not readiness.ok:
+            return f"{label} refused: {readiness.messages()[0]}"
         try:
             diff = self.applied.update(plan)
         except PlanError as e:
-            return f"{label} refused: {_first_line(e)}"
+            return f"{label} refused: {first_line(e)}"
         self.last_diff = diff
         if diff.empty:
             return f"{label}: no change"
@@ -709,7 +523,7 @@ class Trainer:
             self._close_dist()
             raise
         except Exception as e:  # e.g. out of memory moving the model to the device
-            self._fail(st, e, f"setup failed: {type(e).__name__}: {_first_line(e)}{_hint(e)}")
+            self._fail(st, e, f"setup failed: {type(e).__name__}: {first_line(e)}{hint(e)}")
             self.result = self._result(st, verify=None)
             self._close_dist()
             return
@@ -729,7 +543,7 @@ class Trainer:
             st.message = f"interrupted at step {st.step}"
             self._clear_grads()
         except Exception as e:  # outside a step: a metrics file, a callback ...
-            self._fail(st, e, f"training stopped at step {st.step}: {type(e).__name__}: {_first_line(e)}")
+            self._fail(st, e, f"training stopped at step {st.step}: {type(e).__name__}: {first_line(e)}")
         finally:
             self._finish(st)
 
@@ -746,21 +560,19 @@ class Trainer:
     def _loop(self, st: _Loop) -> Iterator[StepMetrics]:
         assert self.model is not None and self.optimizer is not None and self.loader is not None
         cfg = self.config
-        opt = self.optimizer
         cuda = self.device.type == "cuda"
-        mps = self.device.type == "mps"
-        amp_dtype = self._amp_dtype
-        scaler = self._scaler
-        loss_fn = self.loss_fn
         log_every = cfg.log_every
         dist = self.dist
-        rank0 = self.is_main
-        stop_on_nonfinite = cfg.on_nonfinite == "stop"
         channels_last = cfg.channels_last
         non_blocking = self.device.type == "cuda"
         events_pool = (
             [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(log_every)]
             if cuda else []
+        )
+        train_step = self._train_step = TrainStep(
+            self.model, self.optimizer, self._fwd if self._fwd is not None else self.model, self.loss_fn, self.device,
+            amp_dtype=self._amp_dtype, scaler=self._scaler, step_hook=self.step_hook,
+            agree=(lambda bad: self._agree(st, bad)) if dist is not None else None,
         )
         win = st.window
         assert self._probe is not None
@@ -772,24 +584,15 @@ class Trainer:
         st.reached = self._reached(st)
         st.t_start = time.perf_counter()
         while st.step < self.total_steps:
-            # ---- control boundary: stop / pause
-            if (st.flag_stop if dist is not None else self._stop.is_set()):
-                st.status, st.message = "stopped", f"stopped at step {st.step} of {self.total_steps}"
+            if self._held_or_stopped(st):
                 break
-            if not self._resume.is_set():
-                self._waiting.set()
-                self._resume.wait()
-                self._waiting.clear()
-                if dist is None and self._stop.is_set():
-                    st.status, st.message = "stopped", f"stopped at step {st.step} of {self.total_steps}"
-                    break
             step = st.step
             # ---- data
             t0 = time.perf_counter()
             try:
                 x, y = self._next_batch(st, channels_last, non_blocking)
             except Exception as e:
-                self._fail(st, e, f"loading the batch of step {step} failed: {type(e).__name__}: {_first_line(e)}")
+                self._fail(st, e, f"loading the batch of step {step} failed: {type(e).__name__}: {first_line(e)}")
                 break
             t1 = time.perf_counter()
             bs = int(x.shape[0])
@@ -801,101 +604,21 @@ class Trainer:
                     win.events.extend(evs)
                     st.state_dirty = True
             # ---- the step
-            failure: tuple[BaseException, str] | None = None
-            out = loss = None
-            oom = False
-            nonfinite = False
-            stepped = False
-            loss_val = math.nan
-            if cuda:
-                ev0, ev1 = events_pool[win.cuda_pairs]
-            try:
-                if self.step_hook is not None:
-                    self.step_hook(step)
-                if cuda:
-                    ev0.record()
-                ts = time.perf_counter()
-                opt.zero_grad(set_to_none=True)
-                if amp_dtype is not None:
-                    with torch.autocast(self.device.type, dtype=amp_dtype):
-                        out = self._fwd(x)
-                        loss = loss_fn(out, y)
-                else:
-                    out = self._fwd(x)
-                    loss = loss_fn(out, y)
-                del out
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                else:
-                    loss.backward()
-                loss_val = loss.item()
-                del loss
-                bad = not math.isfinite(loss_val)
-                if dist is not None:
-                    want_plan = rank0 and self._pending is not None
-                    flags = wdist.all_reduce_flags([int(want_plan), int(self._stop.is_set()), int(bad)], self.device)
-                    st.flag_plan, st.flag_stop, bad = bool(flags[0]), bool(flags[1]), bool(flags[2])
-                if bad:
-                    self._clear_grads()
-                    nonfinite = True
-                else:
-                    if scaler is not None:
-                        scaler.step(opt)
-                        scaler.update()
-                    else:
-                        opt.step()
-                    stepped = True
-                if cuda:
-                    ev1.record()
-                elif mps:
-                    torch.mps.synchronize()  # the optimizer step runs asynchronously on MPS
-                te = time.perf_counter()
-            except torch.OutOfMemoryError as e:
-                failure, oom = (e, traceback.format_exc()), True
-            except Exception as e:
-                failure = (e, traceback.format_exc())
-            if failure is not None:
-                e, tb = failure
-                failure = None
-                out = loss = x = y = None  # type: ignore[assignment]  # free activations before empty_cache
-                self._clear_grads()
-                if oom:
-                    msg = (
-                        f"out of memory at step {step} with batch size {bs} on {self.device}: "
-                        f"{_first_line(e)}; lower the batch size (e.g. {max(1, bs // 2)}), use amp bf16, "
-                        "or freeze more of the model"
-                    )
-                else:
-                    msg = f"step {step} failed: {type(e).__name__}: {_first_line(e)}{_hint(e)}"
-                del e
-                if oom and cuda:
-                    torch.cuda.empty_cache()
-                st.status, st.message, st.error = "failed", msg, tb
-                st.failed_step, st.failed_batch_size = step, bs
+            out = train_step(step, x, y, events_pool[win.cuda_pairs] if cuda else None)
+            if out.failure is not None:
+                del x, y  # the batch too, before the cache is emptied
+                self._step_failed(st, out.failure, step, bs)
                 break
+            te = out.t_end
             # ---- bookkeeping (cheap: no counts, no state walks unless the plan changed)
-            if nonfinite:
-                if dist is not None:
-                    word = "not finite on some rank"
-                else:
-                    word = "nan" if math.isnan(loss_val) else ("inf" if loss_val > 0 else "-inf")
-                if stop_on_nonfinite:
-                    st.status = "nonfinite"
-                    st.message = (
-                        f"loss is {word} at step {step}; the optimizer step was not taken. Lower the learning "
-                        "rate, use amp bf16 instead of fp16, or set on_nonfinite='skip' (--on-nonfinite skip)"
-                    )
-                    st.failed_step, st.failed_batch_size = step, bs
-                    win.events.append(f"loss {word}: run stopped")
-                else:
-                    st.skipped += 1
-                    win.events.append(f"loss {word}: step skipped")
+            if out.nonfinite:
+                self._nonfinite(st, out.loss, step, bs)
             else:
-                win.loss_sum += loss_val
+                win.loss_sum += out.loss
                 win.loss_n += 1
-                st.last_loss = loss_val
-            if stepped and st.state_dirty:
-                self._opt_bytes = optimizer_state_bytes(opt)
+                st.last_loss = out.loss
+            if out.stepped and st.state_dirty:
+                self._opt_bytes = optimizer_state_bytes(self.optimizer)
                 st.state_dirty = False
             win.n += 1
             win.last_step = step
@@ -903,7 +626,7 @@ class Trainer:
             if cuda:
                 win.cuda_pairs += 1
             else:
-                win.step_time += te - ts
+                win.step_time += te - out.t_start
             if st.status == "completed":
                 st.step += 1
             if win.n >= log_every or win.events or st.step >= self.total_steps or st.status != "completed":
@@ -923,6 +646,47 @@ class Trainer:
             if self.on_metrics is not None:
                 self.on_metrics(m)
             yield m
+
+    def _held_or_stopped(self, st: _Loop) -> bool:
+        """The step boundary's controls: True when the run stops here; waits out a pause."""
+        dist = self.dist
+        if st.flag_stop if dist is not None else self._stop.is_set():
+            st.status, st.message = "stopped", f"stopped at step {st.step} of {self.total_steps}"
+            return True
+        if not self._resume.is_set():
+            self._waiting.set()
+            self._resume.wait()
+            self._waiting.clear()
+            if dist is None and self._stop.is_set():
+                st.status, st.message = "stopped", f"stopped at step {st.step} of {self.total_steps}"
+                return True
+        return False
+
+    def _agree(self, st: _Loop, bad: bool) -> bool:
+        """Under torchrun: every rank learns of a requested plan, a stop, and a non-finite loss."""
+        want_plan = self.is_main and self._pending is not None
+        flags = wdist.all_reduce_flags([int(want_plan), int(self._stop.is_set()), int(bad)], self.device)
+        st.flag_plan, st.flag_stop = bool(flags[0]), bool(flags[1])
+        return bool(flags[2])
+
+    def _step_failed(self, st: _Loop, failure: StepFailure, step: int, batch_size: int) -> None:
+        """A step raised: the run ends as failed (the step dropped its gradients already)."""
+        if failure.oom and self.device.type == "cuda":
+            torch.cuda.empty_cache()
+        st.status, st.message, st.error = "failed", failure.message, failure.traceback
+        st.failed_step, st.failed_batch_size = step, batch_size
+
+    def _nonfinite(self, st: _Loop, loss: float, step: int, batch_size: int) -> None:
+        """A non-finite loss: the step was skipped; stop or go on as ``on_nonfinite`` says."""
+        word = nonfinite_word(loss, self.dist is not None)
+        if self.config.on_nonfinite == "stop":
+            st.status = "nonfinite"
+            st.message = nonfinite_stop_message(word, step)
+            st.failed_step, st.failed_batch_size = step, batch_size
+            st.window.events.append(f"loss {word}: run stopped")
+        else:
+            st.skipped += 1
+            st.window.events.append(f"loss {word}: step skipped")
 
     def _next_batch(self, st: _Loop, channels_last: bool, non_blocking: bool) -> tuple[torch.Tensor, torch.Tensor]:
         assert st.it is not None and self.loader is not None
@@ -997,11 +761,7 @@ class Trainer:
             w.write(m)
 
     def _clear_grads(self) -> None:
-        if self.optimizer is not None:
-            self.optimizer.zero_grad(set_to_none=True)
-        if self.model is not None:
-            for p in self.model.parameters():
-                p.grad = None
+        clear_grads(self.model, self.optimizer)
 
     def _fail(self, st: _Loop, e: BaseException, message: str) -> None:
         st.status, st.message = "failed", message
@@ -1020,14 +780,14 @@ class Trainer:
                 w.close()
             except Exception as e:  # disk full, folder gone
                 if st.status == "completed":
-                    self._fail(st, e, f"could not finish the metrics file {w.path}: {_first_line(e)}; check the folder")
+                    self._fail(st, e, f"could not finish the metrics file {w.path}: {first_line(e)}; check the folder")
         self._writers = []
         verify = None
         if self.applied is not None:
             try:
                 verify = self.applied.verify()
             except Exception as e:
-                st.message = (st.message + "; " if st.message else "") + f"verify failed: {_first_line(e)}"
+                st.message = (st.message + "; " if st.message else "") + f"verify failed: {first_line(e)}"
         if st.status == "completed" and not st.message:
             st.message = f"completed {st.step} steps"
         result = self._result(st, verify)
@@ -1037,7 +797,7 @@ class Trainer:
                 result.save_dir = str(self.config.save_dir)
             except Exception as e:
                 result.status = "failed" if result.status == "completed" else result.status
-                result.message += f"; saving to {self.config.save_dir} failed: {_first_line(e)}; check the folder and free space"
+                result.message += f"; saving to {self.config.save_dir} failed: {first_line(e)}; check the folder and free space"
                 result.error = result.error or "".join(traceback.format_exception(type(e), e, e.__traceback__))
         self.result = result
         self._close_dist()
@@ -1128,70 +888,7 @@ class Trainer:
             try:
                 self.applied.export_deltas(folder / "deltas.safetensors")
             except (ImportError, AttributeError, NotImplementedError) as e:
-                result.message += f"; A+B deltas not saved ({_first_line(e)})"
+                result.message += f"; A+B deltas not saved ({first_line(e)})"
         self.applied.plan.save(folder / "plan.json")
         self.config.save(folder / "config.json")
         atomic_write(folder / "summary.json", json.dumps(result.to_dict(), indent=2) + "\n")
-
-
-# ---------------------------------------------------------------- adapters
-def _as_plan(raw: Any) -> tuple[FreezePlan, Path | None]:
-    """A plan from a FreezePlan, a dict, a path, or None (everything trains)."""
-    if raw is None:
-        return FreezePlan(), None
-    if isinstance(raw, FreezePlan):
-        return raw.copy(), None
-    if isinstance(raw, Mapping):
-        return FreezePlan.from_dict(dict(raw)), None
-    if isinstance(raw, (str, os.PathLike)):
-        p = Path(raw)
-        return FreezePlan.load(p), p.resolve().parent
-    raise TypeError(f"plan must be a FreezePlan, a dict or a path, got {type(raw).__name__}")
-
-
-def _weights_member(name: str | None, weights: str | None) -> Any | None:
-    """The torchvision weights enum member for ``name``/``weights`` (None if unknown)."""
-    if not name or not weights:
-        return None
-    import torchvision
-
-    try:
-        enum = torchvision.models.get_model_weights(name)
-    except (ValueError, KeyError):
-        return None
-    key = weights.split(".", 1)[1] if weights.startswith(enum.__name__ + ".") else weights
-    members = dict(enum.__members__)
-    return members.get(key) or {k.upper(): v for k, v in members.items()}.get(key.upper())
-
-
-def _crop_size(member: Any | None) -> int | None:
-    if member is None:
-        return None
-    try:
-        size = getattr(member.transforms(), "crop_size", None)
-    except Exception:
-        return None
-    if isinstance(size, (list, tuple)):
-        size = size[0] if size else None
-    return int(size) if size else None
-
-
-def _model_input_size(name: str | None) -> int | None:
-    if not name:
-        return None
-    from workbench.core.models.zoo import ModelSourceError, model_input_size
-
-    try:
-        return model_input_size(name)
-    except ModelSourceError:
-        return None
-
-
-def _weights_transform(member: Any, image_size: int | None) -> Callable[[Any], torch.Tensor] | None:
-    """The weights' preset transforms (resized to ``image_size`` when it is overridden)."""
-    if image_size is None:
-        return member.transforms()
-    try:
-        return member.transforms(crop_size=image_size, resize_size=max(image_size, round(image_size / 0.875)))
-    except TypeError:  # a preset without size arguments
-        return member.transforms()

@@ -14,11 +14,12 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, NamedTuple
 
-from workbench.core.freezing.apply import Counts, check_extensions, optimizer_state_factor
+from workbench.core.freezing.apply import Counts, optimizer_state_factor
 from workbench.core.checks.findings import Finding
 from workbench.core.checks.lint import lint_plan
 from workbench.core.plan.rules import Effective, FreezePlan, PlanProblem, Rule, select_paths
 from workbench.core.models.tree import ModelTree, ModuleNode
+from workbench.core.training.readiness import PlanReadiness, check_plan
 
 __all__ = [
     "NodeState",
@@ -234,7 +235,9 @@ class PlanState:
         findings: lint findings (pitfalls), most severe first.
         problems: rules that do not fit the model (selectors matching nothing, extension
             specs the model refuses), as :class:`PlanProblem` (for the open-plan dialog
-            and "remove rules that match nothing").
+            and "remove rules that match nothing"); the same as ``readiness.problems``.
+        readiness: whether the plan fits the model and leaves something trainable (the
+            one predicate the trainer uses too).
         notes: other one-line notes (a plan made for a different model).
         explicit: ``{key: set of paths}`` set by plain-path rules (bold in the tree).
         bn_modules / bn_eval_modules: BatchNorm modules, and those in eval mode.
@@ -253,6 +256,7 @@ class PlanState:
     bn_modules: int = 0
     bn_eval_modules: int = 0
     reparam_modules: int = 0
+    readiness: PlanReadiness = field(default_factory=PlanReadiness)
 
     @classmethod
     def compute(
@@ -348,9 +352,8 @@ class PlanState:
         trainable_total = nodes[""].trainable if "" in nodes else 0
         train_bytes = total_bytes - frozen_bytes
         counts = Counts.from_totals(total, trainable_total, total_bytes, train_bytes, fixed_bytes, optimizer)
-        problems = plan.unmatched(tree)
-        if any(e.reparam or e.partial for e in eff.values()):
-            problems.extend(check_extensions(plan, tree))
+        readiness = check_plan(plan, tree, effective=eff)
+        problems = list(readiness.problems)
         notes: list[str] = []
         fp = plan.model.get("fingerprint")
         if fp and fp != tree.fingerprint:
@@ -367,7 +370,7 @@ class PlanState:
         return cls(
             tree, plan, eff, nodes, counts, findings, problems, notes, explicit,
             bn_modules=bn_total_l[0] if n else 0, bn_eval_modules=be[0] if n else 0,
-            reparam_modules=reparam_modules,
+            reparam_modules=reparam_modules, readiness=readiness,
         )
 
     def summary(self) -> str:

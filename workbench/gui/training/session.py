@@ -157,7 +157,7 @@ class _Control:
             trainer = self.trainer
         if trainer is None:
             return False
-        trainer.request_plan(plan)  # validates in this thread; raises PlanError
+        trainer.request_plan(plan)  # stores it; refuses a plan that does not fit (PlanError)
         return True
 
 
@@ -340,7 +340,10 @@ class TrainingSession(QObject):
         self._control.pause(False)
 
     def request_plan(self, plan: FreezePlan) -> bool:
-        """Switch the run to ``plan`` at the next step (a copy is sent, never the live object).
+        """Switch the run to ``plan`` at the next step.
+
+        The plan is handed over as it is, not copied: the window's plans are replaced on
+        every edit, never changed in place (see :class:`~workbench.gui.controller.Controller`).
 
         Args:
             plan: the plan.
@@ -351,7 +354,7 @@ class TrainingSession(QObject):
         Raises:
             PlanError: the plan does not fit the model or leaves nothing trainable.
         """
-        return self._control.request_plan(plan.copy())
+        return self._control.request_plan(plan)
 
     def wait(self) -> None:
         """Block until the thread has ended, then deliver the pending signals at once.

@@ -1,0 +1,368 @@
+"""What a run is built from: device, plan, model, dataset, head, optimizer, AMP and loader.
+
+The :class:`~workbench.core.training.engine.Trainer` calls these once, from its ``setup``.
+Each turns bad input into a :class:`~workbench.core.errors.WorkbenchError` whose message says
+what is wrong and what to do. The model zoo (and torchvision with it) is imported when a model
+is built, not with this module.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+from workbench.core.errors import WorkbenchError
+from workbench.core.plan.rules import FreezePlan
+from workbench.core.training import distributed as wdist
+from workbench.core.training.config import DEFAULT_STEPS, TrainConfig
+from workbench.core.training.data import DataError, dataset_num_classes, make_dataset, make_loader
+from workbench.core.training.failure_text import first_line
+
+__all__ = [
+    "BuiltModel",
+    "Loader",
+    "TrainError",
+    "build_dataset",
+    "build_loader",
+    "build_model",
+    "fit_head",
+    "load_plan",
+    "make_amp",
+    "make_optimizer",
+    "resolve_device",
+    "weights_transform",
+]
+
+
+class TrainError(WorkbenchError):
+    """A run cannot start: the message says what is wrong with the input and what to do."""
+
+
+def resolve_device(name: str, info: wdist.DistInfo | None = None) -> torch.device:
+    """Turn a device setting into a device.
+
+    Args:
+        name: ``auto`` (cuda > mps > cpu), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+        info: under torchrun, ``cuda`` means ``cuda:LOCAL_RANK``.
+
+    Returns:
+        The device.
+
+    Raises:
+        TrainError: the device is not available here.
+    """
+    name = name.strip().lower()
+    distributed = info is not None and info.distributed
+    mps_ok = getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else ("mps" if mps_ok and not distributed else "cpu")
+    if name.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise TrainError(f"device {name!r} requested but CUDA is not available here; use --device cpu (or auto)")
+        if name == "cuda":
+            idx = info.local_rank if distributed and info is not None else torch.cuda.current_device()
+        else:
+            idx = int(name.split(":", 1)[1])
+        if idx >= torch.cuda.device_count():
+            raise TrainError(f"device cuda:{idx} does not exist (this machine has {torch.cuda.device_count()} GPUs); pick another index")
+        return torch.device("cuda", idx)
+    if name == "mps":
+        if not mps_ok:
+            raise TrainError("device 'mps' requested but the Apple MPS backend is not available; use --device cpu (or auto)")
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+def load_plan(raw: Any) -> tuple[FreezePlan, Path | None]:
+    """A run's starting plan (a copy: the caller may go on editing its own).
+
+    Args:
+        raw: a :class:`FreezePlan`, its dict, a plan file path, or None (everything trains).
+
+    Returns:
+        The plan and the folder relative references in it are resolved from (the plan
+        file's folder; None otherwise).
+
+    Raises:
+        PlanError: the dict or file is not a valid plan.
+        TypeError: ``raw`` is none of the above.
+    """
+    if raw is None:
+        return FreezePlan(), None
+    if isinstance(raw, FreezePlan):
+        return raw.copy(), None
+    if isinstance(raw, Mapping):
+        return FreezePlan.from_dict(dict(raw)), None
+    if isinstance(raw, (str, os.PathLike)):
+        p = Path(raw)
+        return FreezePlan.load(p), p.resolve().parent
+    raise TypeError(f"plan must be a FreezePlan, a dict or a path, got {type(raw).__name__}")
+
+
+@dataclass
+class BuiltModel:
+    """A model and where it came from.
+
+    Attributes:
+        model: the model (head not fitted yet).
+        name: its registry name, when it has one.
+        weights: its weights name, when it has one.
+        spec_classes: ``num_classes`` from the model block, when it gives one.
+    """
+
+    model: nn.Module
+    name: str | None = None
+    weights: str | None = None
+    spec_classes: int | None = None
+
+
+def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = False) -> BuiltModel:
+    """Build the model a config (or else the plan's ``model`` block) names.
+
+    Args:
+        config: the run's settings (``model``, ``weights``, ``checkpoint``, ``allow_download``).
+        plan: the starting plan; its ``model`` block is used when the config names no model.
+        trust_pickle: allow checkpoints that need unpickling code.
+
+    Returns:
+        The model, without its head fitted (see :func:`fit_head`).
+
+    Raises:
+        TrainError: no model is named, or it cannot be built.
+    """
+    from workbench.core.models.zoo import ModelSourceError, ModelSpec
+
+    if isinstance(config.model, dict):
+        d: dict[str, Any] = dict(config.model)
+    elif isinstance(config.model, str):
+        d = {"source": "torchvision", "name": config.model.strip()}
+    elif plan.model.get("name") or plan.model.get("arch") or plan.model.get("checkpoint"):
+        d = dict(plan.model)
+    elif config.checkpoint:
+        d = {"source": "checkpoint"}
+    else:
+        raise TrainError(
+            "no model given: pass --model NAME (e.g. resnet18), a config with 'model', "
+            "or a plan whose 'model' block names one"
+        )
+    if not d.get("name") and d.get("arch"):
+        d["name"] = d["arch"]
+    for key in ("weights", "checkpoint"):
+        if getattr(config, key) is not None:
+            d[key] = getattr(config, key)
+    spec_classes = d.get("num_classes") if isinstance(d.get("num_classes"), int) else None
+    d["num_classes"] = None  # the head is fitted after the dataset is known
+    try:
+        spec = ModelSpec.from_dict(d)
+        model = spec.build(allow_download=config.allow_download, trust_pickle=trust_pickle)
+    except ModelSourceError as e:
+        raise TrainError(str(e)) from e
+    return BuiltModel(model, spec.name, spec.weights, spec_classes)
+
+
+def _model_input_size(name: str | None) -> int | None:
+    if not name:
+        return None
+    from workbench.core.models.zoo import ModelSourceError, model_input_size
+
+    try:
+        return model_input_size(name)
+    except ModelSourceError:
+        return None
+
+
+def weights_transform(member: Any, image_size: int | None) -> Callable[[Any], torch.Tensor]:
+    """The weights' preset transforms (resized to ``image_size`` when it is overridden).
+
+    Args:
+        member: a torchvision weights enum member.
+        image_size: the run's image size, or None for the preset's own.
+
+    Returns:
+        The transform.
+    """
+    if image_size is None:
+        return member.transforms()
+    try:
+        return member.transforms(crop_size=image_size, resize_size=max(image_size, round(image_size / 0.875)))
+    except TypeError:  # a preset without size arguments
+        return member.transforms()
+
+
+def build_dataset(
+    config: TrainConfig, built: BuiltModel, dataset: Dataset[Any] | None = None
+) -> tuple[Dataset[Any], int]:
+    """The run's dataset and image size.
+
+    The image size is the config's, else the weights preset's crop size, else the model's
+    input size, else 224. Real images get the weights' preset transforms.
+
+    Args:
+        config: the run's settings (``data``, ``image_size``, ``num_classes``, ``seed``).
+        built: the model (:func:`build_model`).
+        dataset: a dataset to use instead of ``config.data``.
+
+    Returns:
+        The dataset and the image size.
+
+    Raises:
+        TrainError: the dataset cannot be provided.
+    """
+    from workbench.core.models.zoo import crop_size, current_num_classes, weights_member
+
+    member = weights_member(built.name, built.weights)
+    size = config.image_size or crop_size(member) or _model_input_size(built.name) or 224
+    if dataset is not None:
+        return dataset, size
+    synthetic = config.data.strip().lower().startswith("synthetic")
+    transform = None
+    if not synthetic and member is not None:
+        transform = weights_transform(member, config.image_size)
+    n = config.num_classes or built.spec_classes or current_num_classes(built.model) or 10
+    try:
+        ds = make_dataset(config.data, image_size=size, num_classes=n, train=True, transform=transform, seed=config.seed)
+    except DataError as e:
+        raise TrainError(str(e)) from e
+    return ds, size
+
+
+def fit_head(config: TrainConfig, built: BuiltModel, dataset: Dataset[Any], *, synthetic: bool) -> list[str]:
+    """Give the model's head as many outputs as the run has classes.
+
+    Args:
+        config: the run's settings (``num_classes``).
+        built: the model (:func:`build_model`); changed in place.
+        dataset: the run's dataset.
+        synthetic: the dataset is the config's synthetic one (its class count is not a target).
+
+    Returns:
+        Paths of the heads that were replaced (new, trainable modules).
+
+    Raises:
+        TrainError: the head cannot be replaced, or it has fewer outputs than the dataset classes.
+    """
+    from workbench.core.models.zoo import ModelSourceError, current_num_classes, replace_head
+
+    model = built.model
+    ds_classes = dataset_num_classes(dataset)
+    target = config.num_classes or built.spec_classes or (None if synthetic else ds_classes)
+    new_heads: list[str] = []
+    if target is not None and current_num_classes(model) != target:
+        try:
+            new_heads = replace_head(model, target)
+        except ModelSourceError as e:
+            raise TrainError(str(e)) from e
+    head = current_num_classes(model)
+    if ds_classes and head and ds_classes > head:
+        raise TrainError(
+            f"the dataset has {ds_classes} classes but the model's head has {head} outputs; "
+            f"pass num_classes={ds_classes} (--num-classes {ds_classes})"
+        )
+    return new_heads
+
+
+def make_optimizer(config: TrainConfig, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
+    """The optimizer the config names, over ``groups``.
+
+    Args:
+        config: the run's settings (``optimizer``, ``lr``, ``momentum``, ``weight_decay``).
+        groups: param groups (see :meth:`AppliedPlan.param_groups`).
+
+    Returns:
+        SGD, SGD with momentum, Adam or AdamW.
+    """
+    if config.optimizer == "sgd":
+        return torch.optim.SGD(groups, lr=config.lr, momentum=0.0, weight_decay=config.weight_decay)
+    if config.optimizer == "sgd_momentum":
+        return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
+    if config.optimizer == "adam":
+        return torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay)
+    return torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
+
+
+def make_amp(config: TrainConfig, device: torch.device) -> tuple[torch.dtype | None, Any]:
+    """Autocast dtype and gradient scaler for ``config.amp``.
+
+    Args:
+        config: the run's settings.
+        device: the device.
+
+    Returns:
+        ``(dtype or None, GradScaler or None)``; fp16 gets a scaler.
+
+    Raises:
+        TrainError: fp16 on a device type without a GradScaler.
+    """
+    amp = config.amp
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+    if amp != "fp16":
+        return dtype, None
+    try:
+        return dtype, torch.amp.GradScaler(device.type)
+    except Exception as e:  # a device type without a GradScaler
+        raise TrainError(f"fp16 needs a GradScaler, not available on {device.type} ({first_line(e)}); use --amp bf16") from e
+
+
+@dataclass
+class Loader:
+    """The run's loader and its length.
+
+    Attributes:
+        loader: the data loader.
+        sampler: the distributed sampler under torchrun, else None.
+        steps_per_epoch: batches per epoch, None when the dataset has no length.
+        total_steps: steps the run will take.
+    """
+
+    loader: DataLoader[Any]
+    sampler: Any
+    steps_per_epoch: int | None
+    total_steps: int
+
+
+def build_loader(
+    config: TrainConfig, dataset: Dataset[Any], device: torch.device, dist: wdist.DistContext | None
+) -> Loader:
+    """The loader over ``dataset`` and the number of steps to take.
+
+    Args:
+        config: the run's settings (``batch_size``, ``num_workers``, ``pin_memory``,
+            ``seed``, ``steps``, ``epochs``).
+        dataset: the dataset.
+        device: the device (pinned memory defaults on for CUDA).
+        dist: the torchrun context, or None.
+
+    Returns:
+        The loader.
+
+    Raises:
+        TrainError: the loader cannot be made, or epochs are asked of a dataset without a length.
+    """
+    sampler = wdist.make_sampler(dataset, dist.info, seed=config.seed) if dist is not None else None
+    pin = config.pin_memory if config.pin_memory is not None else device.type == "cuda"
+    try:
+        loader = make_loader(
+            dataset, config.batch_size, shuffle=True, num_workers=config.num_workers,
+            pin_memory=pin, seed=config.seed, sampler=sampler,
+        )
+    except DataError as e:
+        raise TrainError(str(e)) from e
+    steps_per_epoch: int | None
+    try:
+        steps_per_epoch = len(loader)
+    except TypeError:
+        steps_per_epoch = None
+    if config.epochs is not None:
+        if not steps_per_epoch:
+            raise TrainError("epochs need a dataset with a known, non-zero length; give steps instead")
+        total = config.epochs * steps_per_epoch
+        total_steps = min(total, config.steps) if config.steps else total
+    else:
+        total_steps = config.steps or DEFAULT_STEPS
+    return Loader(loader, sampler, steps_per_epoch, total_steps)
