@@ -23,13 +23,11 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from workbench.core.atomic import atomic_write
-from workbench.core.freezing.applied import AppliedPlan, install_plan
-from workbench.core.freezing.observe import observed_plan
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.keys import (
     INHERITED_KEYS,
@@ -48,6 +46,9 @@ from workbench.core.plan.specs import check_extensions
 from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.suggest import did_you_mean
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from workbench.core.freezing.applied import AppliedPlan
 
 __all__ = [
     "FORMAT",
@@ -624,12 +625,15 @@ class FreezePlan:
     # ---------------------------------------------------------------- applying
     def apply(
         self, model: nn.Module, *, strict: bool = False, base_dir: str | os.PathLike[str] | None = None
-    ) -> AppliedPlan:
+    ) -> "AppliedPlan":
         """Apply the plan to ``model`` (see :func:`workbench.core.freezing.apply.apply_plan`).
 
         Returns:
             AppliedPlan: handle for param groups, counts, verify, update and remove.
         """
+        # the freezing layer imports the plan's submodules, never this module (no cycle)
+        from workbench.core.freezing.applied import install_plan
+
         return install_plan(model, self, strict=strict, base_dir=base_dir)
 
     @classmethod
@@ -642,6 +646,8 @@ class FreezePlan:
         Returns:
             A plan that, applied to a fresh copy of the architecture, reproduces that state.
         """
+        from workbench.core.freezing.observe import observed_plan
+
         return FreezePlan.from_dict(observed_plan(model))
 
 
