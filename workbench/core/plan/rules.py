@@ -375,7 +375,7 @@ class FreezePlan:
         try:
             text = p.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise PlanError(f"no such plan file; check the path", str(p)) from None
+            raise PlanError("no such plan file; check the path", str(p)) from None
         except (OSError, UnicodeDecodeError) as e:
             raise PlanError(f"cannot read plan file ({e}); is it a JSON freeze plan?", str(p)) from None
         return cls.from_json(text, str(p))
