@@ -37,6 +37,7 @@ from torch import nn
 from workbench.core.atomic import atomic_write
 from workbench.core.freezing.capture import cover_paths, minimal_assignments
 from workbench.core.errors import WorkbenchError
+from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.plan.rules import Effective, FreezePlan
 from workbench.core.models.tree import ModelTree
 from workbench.core.models.zoo import ModelSpec, find_head
@@ -110,23 +111,17 @@ def _bn_settings(tree: ModelTree, eff: Mapping[str, Effective]) -> list[str]:
     return cover_paths(tree, on, [p for p in bns if not eff[p].bn_eval])
 
 
-def _reparam_key(spec: Mapping[str, Any]) -> str:
-    return repr(sorted((k, repr(v)) for k, v in spec.items()))
-
-
 def _reparam_settings(tree: ModelTree, eff: Mapping[str, Effective]) -> list[tuple[str, dict[str, Any]]]:
     """``(module path prefix, spec)``: every module with parameters under the prefix gets A+B."""
     owners = [p for p, n in tree.nodes.items() if n.own_params]
-    specs: dict[str, Mapping[str, Any]] = {}
-    for p in owners:
-        if eff[p].reparam:
-            specs.setdefault(_reparam_key(eff[p].reparam), eff[p].reparam)
+    specs = list(dict.fromkeys(eff[p].reparam for p in owners if eff[p].reparam))
     out: list[tuple[str, dict[str, Any]]] = []
-    for key, spec in specs.items():
-        members = [p for p in owners if eff[p].reparam and _reparam_key(eff[p].reparam) == key]
-        blocked = [p for p in owners if not eff[p].reparam or _reparam_key(eff[p].reparam) != key]
+    for spec in specs:
+        members = [p for p in owners if eff[p].reparam == spec]
+        blocked = [p for p in owners if eff[p].reparam != spec]
         for prefix in cover_paths(tree, members, blocked):
-            out.append((prefix, {k: spec[k] for k in ("params", "mode", "a", "b_init")}))
+            data = spec.to_json()  # the script's literal: plain JSON values
+            out.append((prefix, {k: data[k] for k in ("params", "mode", "a", "b_init")}))
     out.sort(key=lambda e: tree.nodes[e[0]].order)
     return out
 
@@ -168,8 +163,8 @@ def _stage_table(plan: FreezePlan, tree: ModelTree) -> tuple[list[int], list[int
     return steps, epochs, table
 
 
-def _reparam_key_all(eff: Mapping[str, Effective]) -> str:
-    return repr(sorted((p, _reparam_key(e.reparam)) for p, e in eff.items() if e.reparam))
+def _reparam_key_all(eff: Mapping[str, Effective]) -> frozenset[tuple[str, ReparamSpec]]:
+    return frozenset((p, e.reparam) for p, e in eff.items() if e.reparam)
 
 
 def _file_sources(entries: list[tuple[str, dict[str, Any]]]) -> list[str]:
@@ -196,13 +191,17 @@ def _relocate(entries: list[tuple[str, dict[str, Any]]], base_dir: Path, script_
                         f"A+B {'A' if role == 'a' else 'B'} file {str(p)!r} not found; export with the plan's "
                         "folder as base_dir (--plan resolves it) or fix the path in the plan"
                     )
-                text = str(p)
-                if script_dir is not None:
-                    try:
-                        text = p.relative_to(script_dir.resolve()).as_posix()
-                    except ValueError:
-                        pass
-                spec[role] = {"file": text}
+                spec[role] = {"file": _script_path(p, script_dir)}
+
+
+def _script_path(path: Path, script_dir: Path | None) -> str:
+    """How the script names a file: relative to the script's folder when inside it, else absolute."""
+    if script_dir is not None:
+        try:
+            return path.relative_to(script_dir.resolve()).as_posix()
+        except ValueError:
+            pass
+    return str(path)
 
 
 def _uses(entries: list[tuple[str, dict[str, Any]]], what: str) -> bool:
@@ -698,13 +697,7 @@ def render_script(
     size = image_size or model_input_size(arch)
     checkpoint = None
     if model_spec.checkpoint:
-        p = Path(model_spec.checkpoint).expanduser().resolve()
-        checkpoint = str(p)
-        if sdir is not None:
-            try:
-                checkpoint = p.relative_to(sdir.resolve()).as_posix()
-            except ValueError:
-                pass
+        checkpoint = _script_path(Path(model_spec.checkpoint).expanduser().resolve(), sdir)
     weights = None if model_spec.source == "checkpoint" else model_spec.weights
 
     counts = _counts(tree, eff)

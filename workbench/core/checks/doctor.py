@@ -623,7 +623,7 @@ def _plan_mismatch(
         e = eff[path]
         if node.is_bn and model.training and e.bn_eval and m.training:
             bn_wrong.append(path)
-        if e.reparam and e.reparam.get("mode") == "exact" and node.own_params and not a_plus_b_names(m):
+        if e.reparam and e.reparam.mode == "exact" and node.own_params and not a_plus_b_names(m):
             ext_wrong.append(path)
         if e.partial and partial_spec(m) is None:
             ext_wrong.append(path)

@@ -8,8 +8,8 @@ tree).
 from __future__ import annotations
 
 from workbench.core.checks.findings import Finding
+from workbench.core.plan.readiness import leaves_trainable
 from workbench.core.plan.rules import FreezePlan, select_paths
-from workbench.core.freezing.reparam import changes_function
 from workbench.core.models.tree import ModelTree
 
 __all__ = ["lint_plan"]
@@ -40,8 +40,7 @@ def lint_plan(plan: FreezePlan, tree: ModelTree, optimizer: str = "adamw") -> li
         )
     eff = plan.resolve(tree)
     nodes = tree.nodes
-    trainable = sum(n.own_params for p, n in nodes.items() if not eff[p].frozen)
-    if tree.total_params and not trainable:
+    if tree.total_params and not leaves_trainable(eff, tree):
         out.append(
             Finding(
                 "nothing-trainable",
@@ -104,7 +103,7 @@ def lint_plan(plan: FreezePlan, tree: ModelTree, optimizer: str = "adamw") -> li
                 )
             )
     for i, rule in enumerate(plan.rules):
-        verdict = changes_function(rule.reparam) if rule.reparam else False
+        verdict = rule.reparam.changes_function() if rule.reparam else False
         if verdict is not False:
             what = "does not equal" if verdict else "comes from a file and may not equal"
             out.append(

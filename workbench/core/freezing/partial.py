@@ -33,21 +33,33 @@ trained values.
 Supported: plain ``torch.nn.Linear``, ``Conv1d``/``Conv2d``/``Conv3d`` with ``groups == 1``
 and ``Embedding`` (without ``max_norm``). Sub-tensor freezing and A+B (``reparam``) on the same
 module are refused when a plan is validated (see ``docs/partial.md``).
+
+The spec itself (parsing, checks against the tree, descriptions) is
+:class:`~workbench.core.plan.partial_spec.PartialSpec`; its functions are re-exported here.
 """
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 
-from workbench.core.errors import WorkbenchError
-from workbench.core.models.tree import ModuleNode
+from workbench.core.plan.partial_spec import (
+    SUPPORTED_TEXT,
+    PartialError,
+    PartialSpec,
+    check,
+    check_shape,
+    describe,
+    dim_label,
+    parse_spec,
+    reparam_conflict,
+    trainable_fraction,
+)
 
 __all__ = [
     "PartialConv1d",
@@ -57,6 +69,7 @@ __all__ = [
     "PartialError",
     "PartialHandle",
     "PartialLinear",
+    "PartialSpec",
     "check",
     "check_module",
     "describe",
@@ -68,172 +81,6 @@ __all__ = [
     "trainable_fraction",
 ]
 
-_SPEC_KEYS = ("param", "dim", "trainable")
-_EXAMPLE = '{"param": "weight", "dim": 1, "trainable": [[0, 10]]}'
-_TRAINABLE_SUFFIX = "_trainable"
-_FROZEN_SUFFIX = "_frozen"
-
-
-class PartialError(WorkbenchError, ValueError):
-    """Sub-tensor freezing cannot be set up as asked; the message says why and what to do."""
-
-
-# ---------------------------------------------------------------- spec
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def parse_spec(raw: Any) -> dict[str, Any]:
-    """Validate and normalize a ``partial`` spec.
-
-    Ranges are sorted and adjacent ranges merged: ``[[20, 30], [0, 10], [10, 15]]`` becomes
-    ``[[0, 15], [20, 30]]``. ``param`` defaults to ``"weight"``.
-
-    Args:
-        raw: the JSON value of the rule's ``partial`` key, e.g.
-            ``{"param": "weight", "dim": 1, "trainable": [[0, 10]]}``.
-
-    Returns:
-        ``{"param": str, "dim": 0 | 1, "trainable": [[start, stop], ...]}``.
-
-    Raises:
-        PartialError: (a ``ValueError``) naming the sub-field that is wrong and the fix:
-            unknown keys, a missing or invalid ``dim``, ``trainable`` that is not a non-empty
-            list of ``[start, stop]`` integer pairs, a negative start, an empty range, or
-            overlapping ranges.
-    """
-    if not isinstance(raw, Mapping):
-        raise PartialError(f"'partial' must be an object like {_EXAMPLE}, got {type(raw).__name__}")
-    for k in raw:
-        if k not in _SPEC_KEYS:
-            close = difflib.get_close_matches(str(k), _SPEC_KEYS, n=1)
-            hint = f"did you mean '{close[0]}'?" if close else f"allowed: {', '.join(_SPEC_KEYS)}"
-            raise PartialError(f"unknown sub-field '{k}' in 'partial'; {hint}")
-    param = raw.get("param", "weight")
-    if not isinstance(param, str) or not param:
-        raise PartialError(f"sub-field 'param' must be a parameter name such as \"weight\", got {param!r}")
-    if "dim" not in raw:
-        raise PartialError(
-            "sub-field 'dim' is missing; use 0 (output features/channels, embedding rows) "
-            "or 1 (input features/channels, embedding columns)"
-        )
-    dim = raw["dim"]
-    if not _is_int(dim) or dim not in (0, 1):
-        raise PartialError(
-            f"sub-field 'dim' must be 0 (output features/channels, embedding rows) or "
-            f"1 (input features/channels, embedding columns), got {dim!r}"
-        )
-    ranges = raw.get("trainable")
-    if not isinstance(ranges, (list, tuple)) or not ranges:
-        raise PartialError(
-            "sub-field 'trainable' must be a non-empty list of half-open [start, stop] ranges, "
-            f"e.g. [[0, 10]]; got {ranges!r}"
-        )
-    pairs: list[tuple[int, int, int]] = []
-    for i, r in enumerate(ranges):
-        if not isinstance(r, (list, tuple)) or len(r) != 2 or not all(_is_int(v) for v in r):
-            raise PartialError(
-                f"'trainable[{i}]' must be a [start, stop] pair of integers, got {r!r}; "
-                "write ranges as a list of pairs, e.g. [[0, 10], [20, 30]]"
-            )
-        start, stop = int(r[0]), int(r[1])
-        if start < 0 or stop < 0:
-            raise PartialError(f"'trainable[{i}]' = [{start}, {stop}] has a negative bound; indices start at 0")
-        if stop <= start:
-            raise PartialError(
-                f"'trainable[{i}]' = [{start}, {stop}] is empty; ranges are half-open [start, stop), "
-                f"so stop must be greater than start (e.g. [{start}, {start + 1}] for one index)"
-            )
-        pairs.append((start, stop, i))
-    pairs.sort()
-    merged: list[list[int]] = []
-    prev: tuple[int, int, int] | None = None
-    for start, stop, i in pairs:
-        if prev is not None and start < prev[1]:
-            raise PartialError(
-                f"'trainable[{prev[2]}]' = [{prev[0]}, {prev[1]}] and 'trainable[{i}]' = [{start}, {stop}] "
-                f"overlap; merge them into [{min(prev[0], start)}, {max(prev[1], stop)}]"
-            )
-        if merged and start == merged[-1][1]:
-            merged[-1][1] = stop
-        else:
-            merged.append([start, stop])
-        prev = (start, stop, i)
-    return {"param": param, "dim": int(dim), "trainable": merged}
-
-
-def _n_trainable(spec: Mapping[str, Any]) -> int:
-    return sum(b - a for a, b in spec["trainable"])
-
-
-def trainable_fraction(spec: Mapping[str, Any], shape: Sequence[int]) -> float:
-    """Share of the tensor's elements that train.
-
-    Args:
-        spec: a ``partial`` spec (raw or normalized).
-        shape: shape of the full tensor (e.g. ``(out_features, in_features)``).
-
-    Returns:
-        A number in (0, 1].
-
-    Raises:
-        PartialError: the spec is invalid or does not fit ``shape``.
-    """
-    spec = parse_spec(spec)
-    msg = _check_shape(spec, tuple(shape))
-    if msg:
-        raise PartialError(msg)
-    return _n_trainable(spec) / shape[spec["dim"]]
-
-
-_DIM_LABELS = {
-    "Linear": ("output features", "input features"),
-    "Conv1d": ("output channels", "input channels"),
-    "Conv2d": ("output channels", "input channels"),
-    "Conv3d": ("output channels", "input channels"),
-    "Embedding": ("rows (token ids)", "embedding columns"),
-}
-
-
-def dim_label(type_name: str, dim: int) -> str:
-    """What ``dim`` means for a module type, for dialogs and messages.
-
-    Args:
-        type_name: class name (``"Linear"``, ``"Conv2d"``, ``"Embedding"``; ``"PartialX"`` works too).
-        dim: 0 or 1.
-
-    Returns:
-        e.g. ``"input features"``; ``"dim 1"`` for other types.
-    """
-    labels = _DIM_LABELS.get(_base_name(type_name))
-    return labels[dim] if labels and dim in (0, 1) else f"dim {dim}"
-
-
-def describe(spec: Mapping[str, Any], shape: Sequence[int] | None = None, type_name: str | None = None) -> str:
-    """One line for tooltips, logs and plot markers.
-
-    Args:
-        spec: a ``partial`` spec (raw or normalized).
-        shape: the full tensor's shape, to add counts.
-        type_name: the module's class name, to name the dimension.
-
-    Returns:
-        e.g. ``"weight input features 0:10, 20:30 trainable (20 of 4096, 0.49%)"``.
-
-    Raises:
-        PartialError: the spec is invalid.
-    """
-    spec = parse_spec(spec)
-    dim = spec["dim"]
-    where = dim_label(type_name, dim) if type_name else f"dim {dim}"
-    ranges = ", ".join(f"{a}:{b}" for a, b in spec["trainable"])
-    text = f"{spec['param']} {where} {ranges} trainable"
-    if shape is not None and dim < len(shape):
-        n, size = _n_trainable(spec), shape[dim]
-        text += f" ({n} of {size}, {100.0 * n / size:.2f}%)" if size else ""
-    return text
-
-
 # ---------------------------------------------------------------- checks
 _SUPPORTED: dict[type[nn.Module], str] = {
     nn.Linear: "Linear",
@@ -242,82 +89,9 @@ _SUPPORTED: dict[type[nn.Module], str] = {
     nn.Conv3d: "Conv3d",
     nn.Embedding: "Embedding",
 }
-_SUPPORTED_TEXT = "torch.nn.Linear, Conv1d, Conv2d, Conv3d and Embedding"
 
 
-def _base_name(type_name: str) -> str:
-    if type_name.startswith("Partial") and type_name[7:] in _DIM_LABELS:
-        return type_name[7:]
-    return type_name
-
-
-def check(spec: Mapping[str, Any], node: ModuleNode) -> str | None:
-    """Refuse, at plan validation, module types and parameters partial freezing cannot handle.
-
-    Shapes, ``groups`` and ``max_norm`` need the live module: :func:`install` checks those
-    (and :func:`check_module` does it for a GUI).
-
-    Args:
-        spec: normalized spec.
-        node: the module's tree node.
-
-    Returns:
-        A message saying what is wrong and what to do, or None when supported.
-    """
-    base = _base_name(node.type_name)
-    if base not in _DIM_LABELS:
-        return (
-            f"sub-tensor freezing supports plain {_SUPPORTED_TEXT}, not {node.type_name}; "
-            "select one of those layers inside it, or freeze/unfreeze the whole module"
-        )
-    if spec["param"] != "weight":
-        return (
-            f"only the 'weight' of a {base} can be partially frozen, not {spec['param']!r}; "
-            "set \"param\": \"weight\" (the bias trains or freezes with the module)"
-        )
-    names = node.param_names
-    if names and "weight" not in names and "weight" + _TRAINABLE_SUFFIX not in names:
-        return f"this {base} has no 'weight' parameter (it has {', '.join(names)}); remove 'partial' for it"
-    return None
-
-
-def reparam_conflict(path: str) -> str:
-    """The message for a module that has both ``partial`` and A+B (``reparam``) in force.
-
-    Args:
-        path: the module's dotted path.
-
-    Returns:
-        What is wrong and what to do.
-    """
-    sel = path or "*"
-    return (
-        "sub-tensor freezing ('partial') and A+B ('reparam') cannot be combined on one module; "
-        f"switch A+B off for it with a later rule {{\"select\": \"{sel}\", \"reparam\": false}}, "
-        "or remove 'partial'"
-    )
-
-
-def _check_shape(spec: Mapping[str, Any], shape: tuple[int, ...]) -> str | None:
-    dim = spec["dim"]
-    if dim >= len(shape):
-        return f"'dim' {dim} does not exist: the {spec['param']} has shape {list(shape)}; use 0 or {len(shape) - 1}"
-    size = shape[dim]
-    for i, (a, b) in enumerate(spec["trainable"]):
-        if b > size:
-            return (
-                f"'trainable' range [{a}, {b}] is outside dim {dim} of the {spec['param']} "
-                f"(size {size}, shape {list(shape)}); stops must be <= {size}"
-            )
-    if _n_trainable(spec) == size:
-        return (
-            f"'trainable' covers all {size} indices of dim {dim}: nothing is frozen; "
-            "remove 'partial' and set \"frozen\": false to train the whole tensor"
-        )
-    return None
-
-
-def check_module(spec: Mapping[str, Any], module: nn.Module) -> str | None:
+def check_module(spec: Any, module: nn.Module) -> str | None:
     """Everything :func:`install` checks on a live module, without changing it.
 
     Args:
@@ -337,12 +111,12 @@ def check_module(spec: Mapping[str, Any], module: nn.Module) -> str | None:
     if base is None:
         kind = "a subclass with its own behaviour" if isinstance(module, tuple(_SUPPORTED)) else "not supported"
         return (
-            f"sub-tensor freezing supports plain {_SUPPORTED_TEXT}; this module is a "
+            f"sub-tensor freezing supports plain {SUPPORTED_TEXT}; this module is a "
             f"{type(module).__name__} ({kind}); freeze or unfreeze it as a whole"
         )
-    if spec["param"] != "weight":
+    if spec.param != "weight":
         return (
-            f"only the 'weight' of a {base} can be partially frozen, not {spec['param']!r}; "
+            f"only the 'weight' of a {base} can be partially frozen, not {spec.param!r}; "
             "set \"param\": \"weight\""
         )
     if parametrize.is_parametrized(module):
@@ -363,7 +137,7 @@ def check_module(spec: Mapping[str, Any], module: nn.Module) -> str | None:
             "Embedding with max_norm renormalizes looked-up rows in place, frozen ones included; "
             "set max_norm=None or freeze/unfreeze the whole module"
         )
-    return _check_shape(spec, tuple(w.shape))
+    return check_shape(spec, tuple(w.shape))
 
 
 # ---------------------------------------------------------------- layout
@@ -383,8 +157,8 @@ class _Layout:
     segments: tuple[tuple[bool, int, int], ...]
 
     @classmethod
-    def build(cls, spec: Mapping[str, Any], size: int) -> "_Layout":
-        trainable = tuple((int(a), int(b)) for a, b in spec["trainable"])
+    def build(cls, spec: PartialSpec, size: int) -> "_Layout":
+        trainable = spec.trainable
         frozen: list[tuple[int, int]] = []
         segments: list[tuple[bool, int, int]] = []
         pos = t_off = f_off = 0
@@ -399,7 +173,7 @@ class _Layout:
         if pos < size:
             frozen.append((pos, size))
             segments.append((False, f_off, size - pos))
-        return cls(spec["param"], int(spec["dim"]), size, trainable, tuple(frozen), tuple(segments))
+        return cls(spec.param, spec.dim, size, trainable, tuple(frozen), tuple(segments))
 
     @property
     def n_trainable(self) -> int:
@@ -519,8 +293,8 @@ class _PartialFreezing:
     def extra_repr(self) -> str:
         base = super().extra_repr()  # type: ignore[misc]
         lay = self._partial
-        spec = {"param": lay.param, "dim": lay.dim, "trainable": [list(r) for r in lay.trainable]}
-        return f"{base}, partial={describe(spec)}"
+        spec = PartialSpec(param=lay.param, dim=lay.dim, trainable=lay.trainable)
+        return f"{base}, partial={spec.describe()}"
 
 
 class PartialLinear(_PartialFreezing, nn.Linear):
@@ -632,7 +406,7 @@ class PartialHandle:
         module: the module (its class is now ``Partial<Type>``).
     """
 
-    def __init__(self, path: str, spec: dict[str, Any], module: nn.Module, original: nn.Parameter) -> None:
+    def __init__(self, path: str, spec: PartialSpec, module: nn.Module, original: nn.Parameter) -> None:
         self.path = path
         self.spec = spec
         self.module = module
@@ -749,7 +523,7 @@ def install(model: nn.Module, path: str, spec: Any, *, base_dir: Any = None) -> 
         )
     base = type(module)
     orig: nn.Parameter = module._parameters["weight"]
-    lay = _Layout.build(spec, orig.shape[spec["dim"]])
+    lay = _Layout.build(spec, orig.shape[spec.dim])
     with torch.no_grad():
         wt = _gather(orig.detach(), lay.dim, lay.trainable).contiguous().clone()
         wf = _gather(orig.detach(), lay.dim, lay.frozen).contiguous().clone()

@@ -14,8 +14,9 @@ parameter a module owns (or the ones named in ``params``) by ``W = A + B``:
   ``state_dict`` keys); ``A`` lives in the handle. Weight decay of ``B`` (which pulls ``W``
   toward ``A``) is implemented by :func:`adjust_param_groups` plus an optimizer step pre-hook.
 
-The functions :func:`parse_spec`, :func:`install` and :func:`adjust_param_groups` are the
-extension protocol used by :mod:`workbench.core.plan.rules` and :mod:`workbench.core.freezing.apply`;
+The spec (parsing, ``changes_function``, ``describe``) is
+:class:`~workbench.core.plan.reparam_spec.ReparamSpec`, re-exported here; :func:`install` and
+:func:`adjust_param_groups` are what :mod:`workbench.core.freezing.applied` calls;
 :func:`merge`, :func:`reset_b`, :func:`export_deltas`, :func:`load_deltas` and :func:`stats`
 back the methods of the same names on :class:`~workbench.core.freezing.apply.AppliedPlan`.
 See ``docs/reparam.md`` for the user-level description.
@@ -23,7 +24,6 @@ See ``docs/reparam.md`` for the user-level description.
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import weakref
@@ -38,7 +38,16 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from workbench.core.atomic import atomic_path
-from workbench.core.errors import WorkbenchError
+from workbench.core.plan.reparam_spec import (
+    KIND,
+    ReparamError,
+    ReparamSpec,
+    Source,
+    changes_function,
+    describe,
+    parse_spec,
+)
+from workbench.core.suggest import close_matches
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from workbench.core.freezing.apply import AppliedPlan, PlanDiff
@@ -48,6 +57,7 @@ __all__ = [
     "DELTA_FORMAT",
     "ReparamError",
     "ReparamHandle",
+    "ReparamSpec",
     "adjust_param_groups",
     "changes_function",
     "ddp_ignore_names",
@@ -62,209 +72,12 @@ __all__ = [
     "stats",
 ]
 
-KIND = "a_plus_b"
-MODES = ("exact", "fused")
-DISTS = ("uniform", "normal")
 #: ``format`` value in the metadata of delta files written by :func:`export_deltas`.
 DELTA_FORMAT = "freeze-workbench-deltas"
-_SPEC_KEYS = ("kind", "a", "b_init", "mode", "params")
-_RANDOM_KEYS = ("seed", "dist", "scale")
 #: Extra key of optimizer param groups whose fused-mode parameters decay toward A.
 DECAY_KEY = "reparam_decay"
 #: Attribute on a module: its parameter names in plain-model order (read by tree.py).
 ORDER_ATTR = "_workbench_param_order"
-
-
-class ReparamError(WorkbenchError, ValueError):
-    """A+B cannot be set up or a delta file is unusable; the message says what to do.
-
-    It is a ``ValueError`` too, so plan parsing and :func:`~workbench.core.freezing.apply.apply_plan`
-    report it as a :class:`~workbench.core.plan.rules.PlanError` and leave the model untouched.
-    """
-
-
-# ====================================================================== spec parsing
-def _describe_value(v: Any) -> str:
-    return repr(v) if isinstance(v, (str, int, float, bool)) or v is None else type(v).__name__
-
-
-def _did_you_mean(word: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _parse_random(raw: Any, field: str) -> dict[str, Any]:
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        raise ReparamError(
-            f"reparam.{field}.random must be an object like "
-            f'{{"seed": 0, "dist": "uniform", "scale": 1.0}}, got {_describe_value(raw)}'
-        )
-    for k in raw:
-        if k not in _RANDOM_KEYS:
-            raise ReparamError(
-                f"unknown key {k!r} in reparam.{field}.random{_did_you_mean(str(k), _RANDOM_KEYS)}; "
-                f"allowed: {', '.join(_RANDOM_KEYS)}"
-            )
-    seed = raw.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ReparamError(f"reparam.{field}.random.seed must be an integer >= 0, got {_describe_value(seed)}")
-    dist = raw.get("dist", "uniform")
-    if dist not in DISTS:
-        raise ReparamError(
-            f"reparam.{field}.random.dist must be \"uniform\" (scale * U[0, 1), like torch.rand_like) "
-            f"or \"normal\" (scale * N(0, 1)), got {_describe_value(dist)}"
-        )
-    scale = raw.get("scale", 1.0)
-    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
-        raise ReparamError(f"reparam.{field}.random.scale must be a finite number > 0, got {_describe_value(scale)}")
-    return {"seed": seed, "dist": dist, "scale": float(scale)}
-
-
-def _parse_source(raw: Any, field: str, *, allow_current: bool) -> Any:
-    words = ("current", "zeros") if allow_current else ("zeros",)
-    usage = (
-        " or ".join(f'"{w}"' for w in words)
-        + ', {"random": {"seed": 0, "dist": "uniform", "scale": 1.0}} or {"file": "tensors.safetensors"}'
-    )
-    if isinstance(raw, str):
-        if raw in words:
-            return raw
-        if raw == "random":
-            return {"random": _parse_random({}, field)}
-        if raw == "current":
-            raise ReparamError(
-                f'reparam.{field} cannot be "current": B is the trained part; use "zeros" to start '
-                "at the loaded weights (the default)"
-            )
-        raise ReparamError(f"reparam.{field} must be {usage}, got {raw!r}{_did_you_mean(raw, words)}")
-    if isinstance(raw, Mapping):
-        if len(raw) != 1 or next(iter(raw)) not in ("random", "file"):
-            keys = ", ".join(repr(k) for k in raw) or "no key"
-            raise ReparamError(f"reparam.{field} object must have exactly one key, \"random\" or \"file\", got {keys}; use {usage}")
-        if "random" in raw:
-            return {"random": _parse_random(raw["random"], field)}
-        f = raw["file"]
-        if not isinstance(f, str) or not f.strip():
-            raise ReparamError(
-                f"reparam.{field}.file must be the path of a safetensors file (relative to the plan's "
-                f"folder), got {_describe_value(f)}"
-            )
-        return {"file": f}
-    raise ReparamError(f"reparam.{field} must be {usage}, got {_describe_value(raw)}")
-
-
-def parse_spec(raw: Any) -> dict[str, Any]:
-    """Validate and normalize the value of a rule's ``reparam`` key.
-
-    Defaults are filled in: ``a="current"``, ``b_init="zeros"``, ``mode="exact"``,
-    ``params=None`` (every parameter the module owns). ``true`` means all defaults.
-
-    Args:
-        raw: the JSON value, e.g. ``{"kind": "a_plus_b", "a": {"random": {"seed": 1}}}``.
-
-    Returns:
-        ``{"kind": "a_plus_b", "a": ..., "b_init": ..., "mode": ..., "params": ...}``.
-
-    Raises:
-        ReparamError: (a ``ValueError``) naming the sub-field and the fix.
-    """
-    if raw is True:
-        raw = {}
-    if not isinstance(raw, Mapping):
-        raise ReparamError(
-            'reparam must be an object like {"kind": "a_plus_b", "a": "current", "b_init": "zeros", '
-            f'"mode": "exact"}} (true for these defaults, false to switch A+B off), got {_describe_value(raw)}'
-        )
-    for k in raw:
-        if k not in _SPEC_KEYS:
-            raise ReparamError(
-                f"unknown key {k!r} in reparam{_did_you_mean(str(k), _SPEC_KEYS)}; allowed: {', '.join(_SPEC_KEYS)}"
-            )
-    kind = raw.get("kind", KIND)
-    if kind != KIND:
-        raise ReparamError(f'reparam.kind must be "{KIND}" (the only kind), got {_describe_value(kind)}')
-    a = _parse_source(raw.get("a", "current"), "a", allow_current=True)
-    b = _parse_source(raw.get("b_init", "zeros"), "b_init", allow_current=False)
-    mode = raw.get("mode", "exact")
-    if mode not in MODES:
-        raise ReparamError(
-            f'reparam.mode must be "exact" (parametrize, B is a parameter) or "fused" (train W, '
-            f"B = W - A on demand), got {_describe_value(mode)}"
-        )
-    params = raw.get("params")
-    if params is not None:
-        if isinstance(params, str):
-            params = [params]
-        if not isinstance(params, list) or not params:
-            raise ReparamError(
-                'reparam.params must be a non-empty list of parameter names like ["weight"] '
-                f"(or null for all), got {_describe_value(params)}"
-            )
-        out: list[str] = []
-        for p in params:
-            if not isinstance(p, str) or not p.isidentifier():
-                raise ReparamError(
-                    f"reparam.params entries must be parameter names of the module such as \"weight\" "
-                    f"or \"bias\" (no dots), got {_describe_value(p)}"
-                )
-            if p not in out:
-                out.append(p)
-        params = out
-    return {"kind": KIND, "a": a, "b_init": b, "mode": mode, "params": params}
-
-
-def changes_function(spec: Mapping[str, Any]) -> bool | None:
-    """Whether ``W = A + B`` differs from the loaded weights when training starts.
-
-    Args:
-        spec: a normalized spec.
-
-    Returns:
-        False for ``a="current"`` with ``b_init="zeros"``; True when it surely differs (a
-        random or zero A or B); None when it depends on file contents (see
-        :attr:`ReparamHandle.function_changed` after install).
-    """
-    a, b = spec.get("a", "current"), spec.get("b_init", "zeros")
-    if a == "current" and b == "zeros":
-        return False
-    if (isinstance(a, Mapping) and "file" in a) or (isinstance(b, Mapping) and "file" in b):
-        if not (isinstance(a, Mapping) and "random" in a) and not (isinstance(b, Mapping) and "random" in b):
-            return None
-    return True
-
-
-def _source_text(v: Any) -> str:
-    if v == "current":
-        return "the loaded weights"
-    if v == "zeros":
-        return "zeros"
-    if "random" in v:
-        r = v["random"]
-        return f"{r['dist']} random (seed {r['seed']}, scale {r['scale']:g})"
-    return f"file {v['file']}"
-
-
-def describe(spec: Mapping[str, Any]) -> str:
-    """One line for the GUI, the CLI and plan summaries.
-
-    Args:
-        spec: a normalized spec.
-
-    Returns:
-        e.g. ``"A+B (exact): A = the loaded weights, B starts at zeros; training starts at the
-        loaded model"``.
-    """
-    head = f"A+B ({spec.get('mode', 'exact')}): A = {_source_text(spec['a'])}, B starts at {_source_text(spec['b_init'])}"
-    if spec.get("params"):
-        head += f", on {', '.join(spec['params'])}"
-    ch = changes_function(spec)
-    if ch is False:
-        return head + "; training starts at the loaded model"
-    if ch is None:
-        return head + "; the model's function changes unless the files add up to the loaded weights"
-    return head + "; the model's function changes: W = A + B is not the loaded weights"
 
 
 # ====================================================================== the parametrization
@@ -298,12 +111,12 @@ def _derived_seed(seed: int, role: str, key: str) -> int:
     return (seed * 0x9E3779B97F4A7C15 + zlib.crc32(f"{role}:{key}".encode())) % (2**63 - 1)
 
 
-def _random_like(w: Tensor, r: Mapping[str, Any], role: str, key: str) -> Tensor:
-    g = torch.Generator(device="cpu").manual_seed(_derived_seed(r["seed"], role, key))
-    fn = torch.rand if r["dist"] == "uniform" else torch.randn
+def _random_like(w: Tensor, r: Source, role: str, key: str) -> Tensor:
+    g = torch.Generator(device="cpu").manual_seed(_derived_seed(r.seed, role, key))
+    fn = torch.rand if r.dist == "uniform" else torch.randn
     t = fn(tuple(w.shape), generator=g, dtype=torch.float32)
-    if r["scale"] != 1.0:
-        t.mul_(r["scale"])
+    if r.scale != 1.0:
+        t.mul_(r.scale)
     return t.to(device=w.device, dtype=w.dtype)
 
 
@@ -337,7 +150,7 @@ class _TensorFile:
     def tensor(self, key: str, like: Tensor) -> Tensor:
         """The tensor for parameter ``key``, checked against ``like`` and cast to its dtype/device."""
         if key not in self.keys:
-            hint = difflib.get_close_matches(key, sorted(self.keys), n=1)
+            hint = close_matches(key, sorted(self.keys))
             near = f"; closest key: {hint[0]!r}" if hint else (
                 f"; it holds {len(self.keys)} tensors" + (f" such as {sorted(self.keys)[0]!r}" if self.keys else "")
             )
@@ -374,16 +187,16 @@ class _Sources:
             f = self._files[(p, role)] = _TensorFile(p, role)
         return f
 
-    def make(self, src: Any, role: str, key: str, w: Tensor) -> Tensor:
-        """The tensor for ``src`` ("current", "zeros", {"random"}, {"file"}) shaped like ``w``."""
+    def make(self, src: Source, role: str, key: str, w: Tensor) -> Tensor:
+        """The tensor for ``src`` (current, zeros, random or file) shaped like ``w``."""
         with torch.no_grad():
-            if src == "current":
+            if src.kind == "current":
                 return w.detach().clone()
-            if src == "zeros":
+            if src.kind == "zeros":
                 return torch.zeros_like(w, memory_format=torch.contiguous_format)
-            if "random" in src:
-                return _random_like(w, src["random"], role, key)
-            return self.file(src["file"], "A" if role == "a" else "B").tensor(key, w)
+            if src.kind == "random":
+                return _random_like(w, src, role, key)
+            return self.file(str(src.file), "A" if role == "a" else "B").tensor(key, w)
 
 
 # ====================================================================== fused-mode weight decay
@@ -449,10 +262,10 @@ class ReparamHandle:
         function_changed: per short name, whether ``A + B`` differed from the weight at install.
     """
 
-    def __init__(self, model: nn.Module, path: str, spec: Mapping[str, Any], base_dir: Path | None) -> None:
+    def __init__(self, model: nn.Module, path: str, spec: ReparamSpec, base_dir: Path | None) -> None:
         self.path = path
         self.spec = spec
-        self.mode: str = spec["mode"]
+        self.mode: str = spec.mode
         self.base_dir = base_dir
         self.names: list[str] = []
         self.function_changed: dict[str, bool] = {}
@@ -524,7 +337,7 @@ class ReparamHandle:
 
     def initial_b(self, name: str) -> Tensor:
         """B as ``b_init`` defines it (files are read again)."""
-        return _Sources(self.base_dir).make(self.spec["b_init"], "b", self.param_path(name), self._w[name])
+        return _Sources(self.base_dir).make(self.spec.b_init, "b", self.param_path(name), self._w[name])
 
     # ---------------------------------------------------------- Installed protocol
     def trainable(self) -> list[tuple[str, nn.Parameter]]:
@@ -586,7 +399,7 @@ def _shared_names(model: nn.Module, module: nn.Module, prefix: str) -> dict[int,
     return {k: v for k, v in found.items() if len(v) > 1}
 
 
-def install(model: nn.Module, path: str, spec: Mapping[str, Any], *, base_dir: Path | None = None) -> ReparamHandle:
+def install(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = None) -> ReparamHandle:
     """Install A+B on the parameters module ``path`` owns itself.
 
     Every A and B is built and checked before the module is touched, so an error leaves the
@@ -595,7 +408,7 @@ def install(model: nn.Module, path: str, spec: Mapping[str, Any], *, base_dir: P
     Args:
         model: the model.
         path: dotted module path (``""`` for the root).
-        spec: a normalized spec (see :func:`parse_spec`).
+        spec: the ``reparam`` spec (raw or normalized, see :func:`parse_spec`).
         base_dir: folder for relative ``{"file": ...}`` paths (default: the working directory).
 
     Returns:
@@ -605,9 +418,10 @@ def install(model: nn.Module, path: str, spec: Mapping[str, Any], *, base_dir: P
         ReparamError: a file is missing or unusable (the message names the parameter), a
             parameter is tied to another module, already parametrized, or not floating point.
     """
+    spec = parse_spec(spec)
     handle = ReparamHandle(model, path, spec, base_dir)
     module = handle.module
-    wanted = spec.get("params")
+    wanted = spec.params
     own = dict(module.named_parameters(recurse=False))
     if wanted:
         for n in wanted:
@@ -632,23 +446,23 @@ def install(model: nn.Module, path: str, spec: Mapping[str, Any], *, base_dir: P
                 f"{key} is the same tensor as {', '.join(x for x in shared[id(w)] if x != key)} (tied weights); "
                 "A+B on tied weights is not supported: leave it out with reparam.params or select another module"
             )
-        a_t[n] = sources.make(spec["a"], "a", key, w)
-        b_t[n] = sources.make(spec["b_init"], "b", key, w)
-    if spec["a"] != "current":
+        a_t[n] = sources.make(spec.a, "a", key, w)
+        b_t[n] = sources.make(spec.b_init, "b", key, w)
+    if spec.a.kind != "current":
         handle._orig = {n: own[n].detach().to("cpu", copy=True) for n in names}
     with torch.no_grad():
         for n in names:
-            if spec["a"] == "current" and spec["b_init"] == "zeros":
+            if spec.starts_at_loaded:
                 handle.function_changed[n] = False
             else:
                 handle.function_changed[n] = not torch.equal(a_t[n] + b_t[n], own[n])
-    if names and spec["mode"] == "exact":
+    if names and spec.mode == "exact":
         handle._order = getattr(module, ORDER_ATTR, None) or tuple(module._parameters)
         object.__setattr__(module, ORDER_ATTR, handle._order)
     for n in names:
         w = own[n]
         handle._a[n] = a_t[n]
-        if spec["mode"] == "exact":
+        if spec.mode == "exact":
             parametrize.register_parametrization(module, n, APlusB(a_t[n]))
             b = module.parametrizations[n].original
             with torch.no_grad():

@@ -23,7 +23,6 @@ Typical use::
 from __future__ import annotations
 
 import contextlib
-import difflib
 import hashlib
 import json
 import os
@@ -45,7 +44,8 @@ from torch import nn
 
 from workbench import __version__
 from workbench.core.atomic import atomic_path
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.suggest import close_matches
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",
@@ -134,7 +134,7 @@ def _check_model_name(name: str) -> str:
     lowered = name.strip().lower()
     if lowered in names:
         return lowered
-    close = difflib.get_close_matches(lowered, names, n=3, cutoff=0.5)
+    close = close_matches(lowered, names, n=3, cutoff=0.5)
     hint = (
         f"did you mean {', '.join(close)}?" if close else "see list_models() for the valid names."
     )
@@ -428,7 +428,7 @@ def build_model(
     except Exception as exc:  # corrupt / truncated cache file, incompatible state dict
         raise ModelSourceError(
             f"cached weights file {path} for {name}/{member.name} could not be loaded "
-            f"({type(exc).__name__}: {_first_line(exc)}); delete it and build again to "
+            f"({type(exc).__name__}: {first_line(exc)}); delete it and build again to "
             "re-download it"
         ) from exc
     if num_classes is not None:
@@ -626,11 +626,6 @@ class _RawCheckpoint:
     module: nn.Module | None = None
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]
-
-
 def _list_keys(keys: list[str]) -> str:
     shown = ", ".join(keys[:_MAX_LISTED_KEYS])
     extra = len(keys) - _MAX_LISTED_KEYS
@@ -710,7 +705,7 @@ def _read_safetensors(path: Path, map_location: Any) -> _RawCheckpoint:
                 hint = " It looks like a torch.save file: rename it to .pt."
         raise ModelSourceError(
             f"{path} is not a readable safetensors file (corrupt or truncated?): "
-            f"{_first_line(exc)}.{hint}"
+            f"{first_line(exc)}.{hint}"
         ) from exc
     metadata: dict[str, Any] = {}
     for key, value in raw_meta.items():
@@ -729,16 +724,16 @@ def _read_torch(path: Path, *, trust_pickle: bool, map_location: Any) -> _RawChe
             raise _refuse_pickle(path, exc) from exc
         raise ModelSourceError(
             f"{path} is not a readable PyTorch checkpoint (corrupt or wrong format?): "
-            f"{_first_line(exc)}"
+            f"{first_line(exc)}"
         ) from exc
     except (RuntimeError, EOFError, KeyError, ValueError, zipfile.BadZipFile, OSError) as exc:
         raise ModelSourceError(
             f"{path} is not a readable PyTorch checkpoint (corrupt, truncated or not a "
-            f"torch.save file?): {type(exc).__name__}: {_first_line(exc)}"
+            f"torch.save file?): {type(exc).__name__}: {first_line(exc)}"
         ) from exc
     except Exception as exc:  # trusted pickles can raise anything while unpickling
         raise ModelSourceError(
-            f"{path} could not be unpickled ({type(exc).__name__}: {_first_line(exc)}); "
+            f"{path} could not be unpickled ({type(exc).__name__}: {first_line(exc)}); "
             "load it in the environment that created it and re-save its state_dict()"
         ) from exc
     return _extract(obj, path)
@@ -1027,7 +1022,7 @@ def save_checkpoint(
     except OSError as exc:
         raise ModelSourceError(f"cannot write {path}: {exc}; check the folder and permissions") from exc
     except Exception as exc:
-        raise ModelSourceError(f"could not save {path}: {_first_line(exc)}") from exc
+        raise ModelSourceError(f"could not save {path}: {first_line(exc)}") from exc
     return path
 
 

@@ -18,22 +18,37 @@ rule selects; ``partial`` applies only to the modules the selector matches direc
 from __future__ import annotations
 
 import copy
-import difflib
-import fnmatch
-import importlib
 import json
-import math
 import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from workbench.core.atomic import atomic_write
-from workbench.core.errors import WorkbenchError
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.keys import (
+    INHERITED_KEYS,
+    RULE_KEY_NAMES,
+    RULE_KEYS,
+    SETTING_KEYS,
+    Effective,
+    cache_key,
+    effective_from,
+    rule_key,
+)
+from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
+from workbench.core.plan.selectors import as_tree, is_pattern, matcher, select_paths
+from workbench.core.plan.spec_base import ExtensionSpec
+from workbench.core.plan.specs import check_extensions
+from workbench.core.plan.partial_spec import PartialSpec
+from workbench.core.plan.reparam_spec import ReparamSpec
+from workbench.core.suggest import did_you_mean
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from workbench.core.freezing.applied import AppliedPlan
 
 __all__ = [
     "FORMAT",
@@ -53,86 +68,7 @@ VERSION = 1
 
 _TOP_KEYS = {"format", "version", "model", "rules", "stages", "description"}
 _MODEL_KEYS = {"source", "name", "weights", "fingerprint", "num_classes", "checkpoint", "arch"}
-_RULE_KEYS = ("select", "frozen", "bn_eval", "lr_scale", "reparam", "partial", "comment")
-_SETTING_KEYS = ("frozen", "bn_eval", "lr_scale", "reparam", "partial")
-_INHERITED = ("frozen", "bn_eval", "lr_scale", "reparam")
 _STAGE_KEYS = {"at_step", "at_epoch", "rules", "label"}
-#: Plan keys whose values are validated by the module that implements them.
-_EXTENSIONS = {"reparam": "workbench.core.freezing.reparam", "partial": "workbench.core.freezing.partial"}
-
-
-@dataclass(frozen=True)
-class PlanProblem:
-    """One thing wrong with a plan.
-
-    Attributes:
-        message: what is wrong and what to do.
-        rule_index: index of the rule in ``rules`` (None for top-level problems).
-        field: the offending key (``"lr_scale"``, ``"select"``...), if any.
-        stage_index: index of the stage when the rule is inside ``stages``.
-    """
-
-    message: str
-    rule_index: int | None = None
-    field: str | None = None
-    stage_index: int | None = None
-
-    def where(self) -> str:
-        """Human-readable location: ``stage 0, rule 2, field 'lr_scale'``."""
-        parts = []
-        if self.stage_index is not None:
-            parts.append(f"stage {self.stage_index}")
-        if self.rule_index is not None:
-            parts.append(f"rule {self.rule_index}")
-        if self.field is not None:
-            parts.append(f"field '{self.field}'")
-        return ", ".join(parts)
-
-    def __str__(self) -> str:
-        where = self.where()
-        return f"{where}: {self.message}" if where else self.message
-
-
-class PlanError(WorkbenchError, ValueError):
-    """A plan is invalid. ``problems`` lists every problem found, each with its location.
-
-    The message names the rule index, the field and what to do, one problem per line.
-    """
-
-    def __init__(self, problems: PlanProblem | str | Iterable[PlanProblem], source: str | None = None):
-        if isinstance(problems, str):
-            problems = [PlanProblem(problems)]
-        elif isinstance(problems, PlanProblem):
-            problems = [problems]
-        self.problems: list[PlanProblem] = list(problems)
-        self.source = source
-        head = f"{source}: " if source else ""
-        if len(self.problems) == 1:
-            msg = head + str(self.problems[0])
-        else:
-            msg = head + f"{len(self.problems)} problems in plan:\n" + "\n".join(
-                f"  - {p}" for p in self.problems
-            )
-        super().__init__(msg)
-
-    @property
-    def rule_index(self) -> int | None:
-        """Rule index of the first problem."""
-        return self.problems[0].rule_index if self.problems else None
-
-    @property
-    def field(self) -> str | None:
-        """Field of the first problem."""
-        return self.problems[0].field if self.problems else None
-
-    @property
-    def rule_indices(self) -> list[int]:
-        """Indices of all rules that have a problem."""
-        return sorted({p.rule_index for p in self.problems if p.rule_index is not None})
-
-
-class PlanWarning(UserWarning):
-    """A plan is usable but something is off (for example a different model fingerprint)."""
 
 
 def _type_name(v: Any) -> str:
@@ -141,56 +77,71 @@ def _type_name(v: Any) -> str:
 
 @dataclass
 class Rule:
-    """One rule: a selector and the settings it sets (None = not set by this rule)."""
+    """One rule: a selector and the settings it sets (None = not set by this rule).
+
+    The keys are the rows of :data:`workbench.core.plan.keys.RULE_KEYS`.
+    """
 
     select: str
     frozen: bool | None = None
     bn_eval: bool | None = None
     lr_scale: float | None = None
-    reparam: dict | bool | None = None
-    partial: dict | None = None
+    reparam: ReparamSpec | None = None
+    partial: PartialSpec | None = None
     comment: str | None = None
     #: ``reparam: false`` in a later rule switches A+B off again (distinct from "not set").
     reparam_off: bool = False
 
     def __post_init__(self) -> None:
-        """Normalize ``reparam``/``partial`` as a parsed plan does, so that a rule built in code
-        (``Rule("fc", reparam=True)``) is the same as one read from a file.
+        """Parse ``reparam``/``partial`` as a parsed plan does, so that a rule built in code
+        (``Rule("fc", reparam=True)``, ``Rule("fc", reparam=False)``) is the same as one read
+        from a file.
 
         Raises:
             ValueError: an invalid ``reparam`` or ``partial`` value (the message says why).
         """
-        if self.reparam is False:
-            self.reparam, self.reparam_off = None, True
-        for key in ("reparam", "partial"):
-            value = getattr(self, key)
-            if value is not None:
-                setattr(self, key, _parse_extension(key, value))
+        for key in SETTING_KEYS:
+            value = getattr(self, key.name)
+            if key.can_switch_off and value is False:
+                setattr(self, key.name, None)
+                setattr(self, f"{key.name}_off", True)
+            elif value is not None and key.spec is not None:  # extension keys: a typed spec
+                setattr(self, key.name, key.parse(value))
 
     def sets(self, key: str) -> bool:
         """Whether this rule sets ``key``."""
-        if key == "reparam":
-            return self.reparam is not None or self.reparam_off
-        return getattr(self, key) is not None
+        return getattr(self, key) is not None or (rule_key(key).can_switch_off and getattr(self, f"{key}_off"))
 
     def value(self, key: str) -> Any:
-        """The value this rule sets for ``key`` (``False`` for a switched-off reparam)."""
-        if key == "reparam" and self.reparam_off:
+        """The value this rule sets for ``key`` (``False`` for a switched-off key)."""
+        if rule_key(key).can_switch_off and getattr(self, f"{key}_off"):
             return False
         return getattr(self, key)
+
+    def unset(self, key: str) -> None:
+        """Stop setting ``key`` (a switched-off key is no longer switched off either)."""
+        setattr(self, key, None)
+        if rule_key(key).can_switch_off:
+            setattr(self, f"{key}_off", False)
+
+    def take(self, key: str, other: "Rule") -> None:
+        """Set ``key`` as ``other`` sets it."""
+        setattr(self, key, getattr(other, key))
+        if rule_key(key).can_switch_off:
+            setattr(self, f"{key}_off", getattr(other, f"{key}_off"))
 
     @property
     def empty(self) -> bool:
         """True when the rule sets nothing."""
-        return not any(self.sets(k) for k in _SETTING_KEYS)
+        return not any(self.sets(k.name) for k in SETTING_KEYS)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form, keys in schema order, unset keys omitted."""
         d: dict[str, Any] = {"select": self.select}
-        for k in _SETTING_KEYS:
-            if self.sets(k):
-                v = self.value(k)
-                d[k] = copy.deepcopy(v)
+        for k in SETTING_KEYS:
+            if self.sets(k.name):
+                v = self.value(k.name)
+                d[k.name] = v.to_json() if isinstance(v, ExtensionSpec) else copy.deepcopy(v)
         if self.comment is not None:
             d["comment"] = self.comment
         return d
@@ -228,46 +179,11 @@ class Stage:
         if self.label:
             return self.label
         what = ", ".join(
-            f"{r.select or '*'}: " + " ".join(f"{k}={r.value(k)}" for k in _SETTING_KEYS if r.sets(k))
+            f"{r.select or '*'}: "
+            + " ".join(f"{k.name}={k.show(r.value(k.name))}" for k in SETTING_KEYS if r.sets(k.name))
             for r in self.rules
         )
         return what
-
-
-@dataclass(frozen=True)
-class Effective:
-    """Settings in force for one module after all rules.
-
-    Attributes:
-        frozen: the module's own parameters do not train.
-        bn_eval: a BatchNorm module runs on its running statistics (eval mode) even when the
-            model is in train mode. Meaningful for BatchNorm modules only.
-        bn_eval_explicit: ``bn_eval`` was set by a rule rather than following ``frozen``.
-        lr_scale: multiplier of the base learning rate for the module's parameters.
-        reparam: normalized A+B spec, or None.
-        partial: normalized sub-tensor freezing spec, or None.
-    """
-
-    frozen: bool = False
-    bn_eval: bool = False
-    bn_eval_explicit: bool = False
-    lr_scale: float = 1.0
-    reparam: Mapping[str, Any] | None = None
-    partial: Mapping[str, Any] | None = None
-
-
-_DEFAULT = Effective()
-
-
-def _parse_extension(key: str, raw: Any) -> dict:
-    """Validate a ``reparam``/``partial`` value with the module that implements it."""
-    try:
-        mod = importlib.import_module(_EXTENSIONS[key])
-    except ImportError:
-        raise ValueError(
-            f"'{key}' is not supported by this version of the workbench; remove the key"
-        ) from None
-    return mod.parse_spec(raw)
 
 
 def _parse_rule(raw: Any, index: int, stage: int | None, problems: list[PlanProblem]) -> Rule | None:
@@ -279,10 +195,9 @@ def _parse_rule(raw: Any, index: int, stage: int | None, problems: list[PlanProb
         return None
     ok = True
     for k in raw:
-        if k not in _RULE_KEYS:
-            close = difflib.get_close_matches(str(k), _RULE_KEYS, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else f"; allowed keys: {', '.join(_RULE_KEYS)}"
-            bad(str(k), f"unknown key{hint}")
+        if k not in RULE_KEY_NAMES:
+            hint = did_you_mean(str(k), RULE_KEY_NAMES) or f"allowed keys: {', '.join(RULE_KEY_NAMES)}"
+            bad(str(k), f"unknown key; {hint}")
             ok = False
     select = raw.get("select")
     if "select" not in raw:
@@ -295,138 +210,19 @@ def _parse_rule(raw: Any, index: int, stage: int | None, problems: list[PlanProb
         bad("select", "'type:' needs a class name, e.g. \"type:BatchNorm2d\"")
         ok = False
     rule = Rule(select=select if isinstance(select, str) else "")
-    for k in ("frozen", "bn_eval"):
-        if k in raw and raw[k] is not None:
-            if not isinstance(raw[k], bool):
-                bad(k, f"must be true or false, got {json.dumps(raw[k]) if _jsonable(raw[k]) else _type_name(raw[k])}")
-                ok = False
-            else:
-                setattr(rule, k, raw[k])
-    if "lr_scale" in raw and raw["lr_scale"] is not None:
-        v = raw["lr_scale"]
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            bad("lr_scale", f"must be a number >= 0 (1 = base learning rate), got {_type_name(v)}")
-            ok = False
-        elif not math.isfinite(v) or v < 0:
-            bad("lr_scale", f"must be a finite number >= 0, got {v}; use 0 or \"frozen\": true to stop a module training")
-            ok = False
-        else:
-            rule.lr_scale = float(v)
-    for k in ("reparam", "partial"):
-        if k not in raw or raw[k] is None:
+    for key in RULE_KEYS:
+        if key.name == "select" or raw.get(key.name) is None:
             continue
-        v = raw[k]
-        if v is False:
-            if k == "reparam":
-                rule.reparam_off = True
-            else:
-                bad(k, "use an object to set partial freezing, or leave the key out")
-                ok = False
+        v = raw[key.name]
+        if key.can_switch_off and v is False:
+            setattr(rule, f"{key.name}_off", True)
             continue
         try:
-            setattr(rule, k, _parse_extension(k, v))
+            setattr(rule, key.name, key.parse(v))
         except (ValueError, TypeError) as e:
-            bad(k, str(e))
+            bad(key.name, str(e))
             ok = False
-    if "comment" in raw and raw["comment"] is not None:
-        if not isinstance(raw["comment"], str):
-            bad("comment", "must be a string")
-            ok = False
-        else:
-            rule.comment = raw["comment"]
     return rule if ok else None
-
-
-def _jsonable(v: Any) -> bool:
-    try:
-        json.dumps(v)
-        return True
-    except (TypeError, ValueError):
-        return False
-
-
-class _Matcher:
-    """Resolves selectors against a tree (cached per tree)."""
-
-    def __init__(self, tree: ModelTree) -> None:
-        self.tree = tree
-        self._paths = tree.paths()
-        self._cache: dict[str, list[str]] = {}
-
-    def direct(self, select: str) -> list[str]:
-        """Modules the selector matches directly."""
-        hit = self._cache.get(select)
-        if hit is not None:
-            return hit
-        tree = self.tree
-        if select in ("", "*"):
-            hit = [""]
-        elif select.startswith("type:"):
-            cls = select[5:].strip()
-            hit = [p for p in self._paths if cls in tree.nodes[p].type_names]
-        elif select in tree.nodes:
-            hit = [select]
-        elif any(c in select for c in "*?["):
-            hit = [p for p in self._paths if p and fnmatch.fnmatchcase(p, select)]
-        else:
-            hit = []
-        self._cache[select] = hit
-        return hit
-
-    def covered(self, select: str) -> list[str]:
-        """Modules the selector reaches: the matches and their subtrees (no duplicates)."""
-        direct = self.direct(select)
-        if direct == [""]:
-            return self._paths
-        seen: dict[str, None] = {}
-        for p in direct:
-            if p in seen:
-                continue
-            for q in self.tree.subtree(p):
-                seen[q] = None
-        return list(seen)
-
-    def suggest(self, select: str) -> list[str]:
-        if select.startswith("type:"):
-            names = sorted({n.type_name for n in self.tree.nodes.values()})
-            return ["type:" + n for n in difflib.get_close_matches(select[5:], names, n=3, cutoff=0.5)]
-        return difflib.get_close_matches(select, [p for p in self._paths if p], n=3, cutoff=0.6)
-
-
-_MATCHERS: "dict[int, tuple[ModelTree, _Matcher]]" = {}
-
-
-def _matcher(tree: ModelTree) -> _Matcher:
-    hit = _MATCHERS.get(id(tree))
-    if hit is None or hit[0] is not tree:
-        if len(_MATCHERS) > 8:
-            _MATCHERS.clear()
-        hit = (tree, _Matcher(tree))
-        _MATCHERS[id(tree)] = hit
-    return hit[1]
-
-
-def select_paths(selector: str, model_or_tree: nn.Module | ModelTree, *, subtree: bool = True) -> list[str]:
-    """Module paths a selector reaches.
-
-    Args:
-        selector: ``"*"``, a dotted path, a glob, or ``type:ClassName``.
-        model_or_tree: the model or its tree.
-        subtree: include the subtrees of the matched modules (as inherited keys do).
-
-    Returns:
-        Paths in tree order (empty when nothing matches).
-    """
-    m = _matcher(_as_tree(model_or_tree))
-    return m.covered(selector) if subtree else list(m.direct(selector))
-
-
-def _as_tree(model_or_tree: nn.Module | ModelTree) -> ModelTree:
-    if isinstance(model_or_tree, ModelTree):
-        return model_or_tree
-    if isinstance(model_or_tree, nn.Module):
-        return ModelTree.from_model(model_or_tree)
-    raise TypeError(f"expected an nn.Module or a ModelTree, got {type(model_or_tree).__name__}")
 
 
 @dataclass
@@ -579,7 +375,7 @@ class FreezePlan:
         try:
             text = p.read_text(encoding="utf-8")
         except FileNotFoundError:
-            raise PlanError(f"no such plan file; check the path", str(p)) from None
+            raise PlanError("no such plan file; check the path", str(p)) from None
         except (OSError, UnicodeDecodeError) as e:
             raise PlanError(f"cannot read plan file ({e}); is it a JSON freeze plan?", str(p)) from None
         return cls.from_json(text, str(p))
@@ -610,35 +406,25 @@ class FreezePlan:
         Returns:
             ``{path: Effective}`` for every module of the tree.
         """
-        tree = _as_tree(model_or_tree)
-        m = _matcher(tree)
-        state: dict[str, dict[str, Any]] = {p: {} for p in m._paths}
+        tree = as_tree(model_or_tree)
+        m = matcher(tree)
+        state: dict[str, dict[str, Any]] = {p: {} for p in m.paths}
         for rule in self.rules:
-            inherited = {k: rule.value(k) for k in _INHERITED if rule.sets(k)}
+            inherited = {k: rule.value(k) for k in INHERITED_KEYS if rule.sets(k)}
             if inherited:
                 for p in m.covered(rule.select):
                     state[p].update(inherited)
-            if rule.partial is not None:
+            direct = {k.name: rule.value(k.name) for k in SETTING_KEYS if not k.inherited and rule.sets(k.name)}
+            if direct:
                 for p in m.direct(rule.select):
-                    state[p]["partial"] = rule.partial
+                    state[p].update(direct)
         out: dict[str, Effective] = {}
         cache: dict[tuple, Effective] = {}
-        for p, s in state.items():
-            key = (s.get("frozen"), s.get("bn_eval"), s.get("lr_scale"), id(s.get("reparam")), id(s.get("partial")))
+        for p, values in state.items():
+            key = cache_key(values)
             eff = cache.get(key)
             if eff is None:
-                frozen = bool(s.get("frozen", False))
-                explicit = s.get("bn_eval")
-                rp = s.get("reparam")
-                eff = Effective(
-                    frozen=frozen,
-                    bn_eval=frozen if explicit is None else bool(explicit),
-                    bn_eval_explicit=explicit is not None,
-                    lr_scale=float(s.get("lr_scale", 1.0)),
-                    reparam=rp if rp else None,
-                    partial=s.get("partial"),
-                )
-                cache[key] = eff
+                eff = cache[key] = effective_from(values)
             out[p] = eff
         return out
 
@@ -655,15 +441,15 @@ class FreezePlan:
         Raises:
             KeyError: the model has no module at ``path``.
         """
-        tree = _as_tree(model_or_tree)
+        tree = as_tree(model_or_tree)
         if path not in tree.nodes:
             raise KeyError(f"no module {path!r} in the model")
         return self.resolve(tree)[path]
 
     def unmatched(self, model_or_tree: nn.Module | ModelTree) -> list[PlanProblem]:
         """Problems for selectors that match no module, with close names suggested."""
-        tree = _as_tree(model_or_tree)
-        m = _matcher(tree)
+        tree = as_tree(model_or_tree)
+        m = matcher(tree)
         problems = []
 
         def check(rules: list[Rule], stage: int | None) -> None:
@@ -691,8 +477,8 @@ class FreezePlan:
             PlanError: selectors that match no module (every one listed, with close names);
                 a fingerprint mismatch when ``strict``.
         """
-        tree = _as_tree(model_or_tree)
-        problems = self.unmatched(tree)
+        tree = as_tree(model_or_tree)
+        problems: list[PlanProblem] = []
         fp = self.model.get("fingerprint")
         if fp and fp != tree.fingerprint:
             msg = (
@@ -703,13 +489,25 @@ class FreezePlan:
                 problems.append(PlanProblem(msg + "; apply it to the model it was made for", field="model.fingerprint"))
             else:
                 warnings.warn(PlanWarning(msg + "; rules are applied by module path anyway"), stacklevel=2)
+        problems.extend(self.fit_problems(tree))
         if problems:
             raise PlanError(problems)
-        from workbench.core.freezing import apply as _apply  # extension checks need the live specs
 
-        ext = _apply.check_extensions(self, tree)
-        if ext:
-            raise PlanError(ext)
+    def fit_problems(self, model_or_tree: nn.Module | ModelTree) -> list[PlanProblem]:
+        """Rules that do not fit a model, every stage included: the one place this is decided.
+
+        Args:
+            model_or_tree: the model (or its tree).
+
+        Returns:
+            Selectors that match no module (with close names), then A+B and sub-tensor
+            specs the model refuses; empty when every rule fits.
+        """
+        tree = as_tree(model_or_tree)
+        problems = self.unmatched(tree)
+        if any(r.reparam or r.partial for r in self.rules):
+            problems.extend(check_extensions(self, tree))
+        return problems
 
     # ---------------------------------------------------------------- stages
     def at(self, step: int, epoch: int = 0) -> "FreezePlan":
@@ -756,8 +554,8 @@ class FreezePlan:
         """
         if path not in tree.nodes:
             raise KeyError(f"no module {path!r} in the model")
-        if key not in _INHERITED:
-            raise ValueError(f"cannot set {key!r} by path; use one of {', '.join(_INHERITED)}")
+        if key not in INHERITED_KEYS:
+            raise ValueError(f"cannot set {key!r} by path; use one of {', '.join(INHERITED_KEYS)}")
         if value is not None:
             probe = _parse_rule({"select": path or "*", key: value}, 0, None, problems := [])
             if probe is None:
@@ -766,15 +564,15 @@ class FreezePlan:
         prefix = path + "." if path else ""
         # 1. drop explicit settings of `key` inside the subtree (path rules only)
         for r in self.rules:
-            if r.sets(key) and not _is_pattern(r.select) and (
+            if r.sets(key) and not is_pattern(r.select) and (
                 r.select in (path, sel) or (r.select not in ("", "*") and r.select.startswith(prefix))
             ):
-                _unset(r, key)
+                r.unset(key)
         self.rules = [r for r in self.rules if not r.empty or r.comment]
         if value is None:
             return
         # 2. put it in force: at the end (later rule wins), merged into a rule for the same path
-        m = _matcher(tree)
+        m = matcher(tree)
         own = next((r for r in reversed(self.rules) if r.select == sel), None)
         target = own
         if own is not None:
@@ -785,7 +583,7 @@ class FreezePlan:
         if target is None:
             target = Rule(select=sel)
             self.rules.append(target)
-        _set(target, key, probe)
+        target.take(key, probe)
         self.tidy(tree)
 
     def tidy(self, tree: ModelTree) -> None:
@@ -801,7 +599,7 @@ class FreezePlan:
             run.clear()
 
         for r in self.rules:
-            if r.select in ("", "*") or (not _is_pattern(r.select) and r.select in nodes):
+            if r.select in ("", "*") or (not is_pattern(r.select) and r.select in nodes):
                 run.append(r)
             else:
                 flush()
@@ -815,7 +613,7 @@ class FreezePlan:
     # ---------------------------------------------------------------- summaries
     def summary(self, model_or_tree: nn.Module | ModelTree) -> str:
         """One paragraph saying what the plan does to a model."""
-        tree = _as_tree(model_or_tree)
+        tree = as_tree(model_or_tree)
         eff = self.resolve(tree)
         total = tree.total_params
         trainable = sum(n.own_params for p, n in tree.nodes.items() if not eff[p].frozen)
@@ -829,9 +627,7 @@ class FreezePlan:
         ]
         if rp:
             parts.append(f"A+B on {rp} modules")
-            from workbench.core.freezing.reparam import changes_function
-
-            verdicts = [changes_function(r.reparam) for r in self.rules if r.reparam]
+            verdicts = [r.reparam.changes_function() for r in self.rules if r.reparam]
             if any(verdicts):
                 parts.append("A+B does not start at the current weights: the model's function changes")
             elif None in verdicts:
@@ -841,15 +637,18 @@ class FreezePlan:
         return "; ".join(parts)
 
     # ---------------------------------------------------------------- applying
-    def apply(self, model: nn.Module, *, strict: bool = False, base_dir: str | os.PathLike[str] | None = None):
+    def apply(
+        self, model: nn.Module, *, strict: bool = False, base_dir: str | os.PathLike[str] | None = None
+    ) -> "AppliedPlan":
         """Apply the plan to ``model`` (see :func:`workbench.core.freezing.apply.apply_plan`).
 
         Returns:
             AppliedPlan: handle for param groups, counts, verify, update and remove.
         """
-        from workbench.core.freezing.apply import apply_plan
+        # the freezing layer imports the plan's submodules, never this module (no cycle)
+        from workbench.core.freezing.applied import install_plan
 
-        return apply_plan(model, self, strict=strict, base_dir=base_dir)
+        return install_plan(model, self, strict=strict, base_dir=base_dir)
 
     @classmethod
     def from_model(cls, model: nn.Module) -> "FreezePlan":
@@ -861,25 +660,9 @@ class FreezePlan:
         Returns:
             A plan that, applied to a fresh copy of the architecture, reproduces that state.
         """
-        from workbench.core.freezing.capture import capture_plan
+        from workbench.core.freezing.observe import observed_plan
 
-        return capture_plan(model)
-
-
-def _is_pattern(select: str) -> bool:
-    return select.startswith("type:") or (select not in ("", "*") and any(c in select for c in "*?["))
-
-
-def _unset(rule: Rule, key: str) -> None:
-    setattr(rule, key, None)
-    if key == "reparam":
-        rule.reparam_off = False
-
-
-def _set(target: Rule, key: str, probe: Rule) -> None:
-    setattr(target, key, getattr(probe, key))
-    if key == "reparam":
-        target.reparam_off = probe.reparam_off
+        return FreezePlan.from_dict(observed_plan(model))
 
 
 def _parse_stage(raw: Any, si: int, problems: list[PlanProblem]) -> Stage | None:

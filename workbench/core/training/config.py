@@ -8,7 +8,6 @@ override its fields.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
 import os
 import re
@@ -18,6 +17,7 @@ from typing import Any, Mapping
 
 from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError
+from workbench.core.suggest import did_you_mean
 
 __all__ = [
     "AMP_MODES",
@@ -218,8 +218,7 @@ class TrainConfig:
         names = [f.name for f in fields(cls)]
         for k in data:
             if k not in names:
-                close = difflib.get_close_matches(str(k), names, n=1)
-                hint = f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(names)}"
+                hint = did_you_mean(str(k), names) or f"known keys: {', '.join(names)}"
                 raise ConfigError(f"unknown config key {k!r}; {hint}")
         return cls(**dict(data)).validate()
 
@@ -299,7 +298,7 @@ def _choice(cfg: TrainConfig, name: str, choices: tuple[str, ...], bad: Any, ali
     key = v.strip().lower().replace("-", "_")
     key = aliases.get(key, key)
     if key not in choices:
-        close = difflib.get_close_matches(key, choices, n=1)
-        hint = f"; did you mean '{close[0]}'?" if close else ""
+        question = did_you_mean(key, choices)
+        hint = f"; {question}" if question else ""
         raise bad(name, f"{v!r} is not one of {', '.join(choices)}{hint}")
     return key

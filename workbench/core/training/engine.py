@@ -18,7 +18,7 @@ optimizer step of the failing step either happened completely or not at all.
 
 The engine holds the loop and its controls; one step is :class:`~workbench.core.training.step.TrainStep`,
 building the model, data, head and optimizer is :mod:`workbench.core.training.setup`, and
-whether a plan may train is :func:`~workbench.core.training.readiness.check_plan`.
+whether a plan may train is :func:`~workbench.core.plan.readiness.check_plan`.
 """
 
 from __future__ import annotations
@@ -48,10 +48,11 @@ from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.training import distributed as wdist
 from workbench.core.training import setup as build
 from workbench.core.training.config import TrainConfig
-from workbench.core.training.failure_text import first_line, hint, nonfinite_stop_message, nonfinite_word
+from workbench.core.errors import first_line
+from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
 from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes
 from workbench.core.training.optim import sync_optimizer
-from workbench.core.training.readiness import check_plan
+from workbench.core.plan.readiness import check_plan
 from workbench.core.training.setup import TrainError, resolve_device
 from workbench.core.training.step import ClassificationLoss, LossFn, StepFailure, TrainStep, clear_grads
 
@@ -317,7 +318,7 @@ class Trainer:
         The new plan replaces the current one, stages included (the stages already reached
         at the current step/epoch are in force at once). This call only stores the plan under
         a lock; it never reads the training loop's state. At the next step boundary the
-        training thread checks it for that step (:func:`~workbench.core.training.readiness.check_plan`),
+        training thread checks it for that step (:func:`~workbench.core.plan.readiness.check_plan`),
         calls ``applied.update(plan)`` and syncs the optimizer (see :func:`sync_optimizer`);
         under DDP every rank applies it at the same step and the DDP wrapper is rebuilt. The
         change shows up as an event in the next :class:`StepMetrics` and bumps

@@ -6,7 +6,9 @@ import math
 
 import torch
 
-__all__ = ["first_line", "hint", "nonfinite_stop_message", "nonfinite_word", "oom_message", "step_failed_message"]
+from workbench.core.errors import first_line
+
+__all__ = ["hint", "nonfinite_stop_message", "nonfinite_word", "oom_message", "step_failed_message"]
 
 _HINTS = (
     ("out of bounds", "does the model's head have as many outputs as the dataset has classes? (num_classes / --num-classes)"),
@@ -14,19 +16,6 @@ _HINTS = (
     ("size mismatch", "does the image size fit the model? (image_size / --image-size)"),
     ("does not require grad", "nothing that the loss depends on is trainable; unfreeze a module on the path to the loss"),
 )
-
-
-def first_line(e: BaseException) -> str:
-    """The first line of an exception's text (its type name when it has none), at most 400 characters.
-
-    Args:
-        e: the exception.
-
-    Returns:
-        One line.
-    """
-    text = str(e).strip() or type(e).__name__
-    return text.splitlines()[0][:400]
 
 
 def hint(e: BaseException) -> str:

@@ -22,7 +22,7 @@ from workbench.core.plan.rules import FreezePlan
 from workbench.core.training import distributed as wdist
 from workbench.core.training.config import DEFAULT_STEPS, TrainConfig
 from workbench.core.training.data import DataError, dataset_num_classes, make_dataset, make_loader
-from workbench.core.training.failure_text import first_line
+from workbench.core.errors import first_line
 
 __all__ = [
     "BuiltModel",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Iterable, Mapping
 
 from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.plan.selectors import is_pattern
 from workbench.core.models.tree import ModelTree
 
 __all__ = [
@@ -77,7 +78,7 @@ def _inherited(plan: FreezePlan, tree: ModelTree, path: str, key: str) -> Any:
     """
     if key not in _DEFAULTS:
         return _UNKNOWN
-    if any(r.sets(key) and _is_pattern(r.select) for r in plan.rules):
+    if any(r.sets(key) and is_pattern(r.select) for r in plan.rules):
         return _UNKNOWN
     node = tree.nodes[path].parent
     ancestors = set()
@@ -89,10 +90,6 @@ def _inherited(plan: FreezePlan, tree: ModelTree, path: str, key: str) -> Any:
             v = r.value(key)
             return bool(v) if key == "reparam" else v
     return _DEFAULTS[key]
-
-
-def _is_pattern(select: str) -> bool:
-    return select.startswith("type:") or (select not in ("", "*") and any(c in select for c in "*?["))
 
 
 def set_minimal(plan: FreezePlan, tree: ModelTree, path: str, key: str, value: Any) -> None:

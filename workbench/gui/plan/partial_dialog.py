@@ -136,7 +136,7 @@ class PartialDialog(QDialog):
         self.dim_box.currentIndexChanged.connect(self._validate)
         self.ranges_edit.textChanged.connect(self._validate)
         if spec is not None:
-            self.set_values(spec.get("param", "weight"), int(spec.get("dim", 0)), format_ranges(spec["trainable"]))
+            self.set_values(spec.param, spec.dim, format_ranges(list(spec.trainable)))
         else:
             i = self.param_box.findData("weight")
             self.param_box.setCurrentIndex(max(i, 0))

@@ -15,11 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, NamedTuple
 
 from workbench.core.freezing.apply import Counts, optimizer_state_factor
+from workbench.core.plan.partial_spec import PartialError, PartialSpec, trainable_fraction
+from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.checks.findings import Finding
 from workbench.core.checks.lint import lint_plan
 from workbench.core.plan.rules import Effective, FreezePlan, PlanProblem, Rule, select_paths
 from workbench.core.models.tree import ModelTree, ModuleNode
-from workbench.core.training.readiness import PlanReadiness, check_plan
+from workbench.core.plan.readiness import PlanReadiness, check_plan
 
 __all__ = [
     "NodeState",
@@ -62,14 +64,12 @@ class NodeState(NamedTuple):
     lr_ignored: bool = False
 
 
-def _partial_frozen(node: ModuleNode, spec: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]]) -> int:
+def _partial_frozen(node: ModuleNode, spec: PartialSpec, shapes: Mapping[str, tuple[int, ...]]) -> int:
     """Elements of a module's own parameters that sub-tensor freezing keeps frozen."""
-    name = f"{node.path}.{spec.get('param', 'weight')}" if node.path else str(spec.get("param", "weight"))
+    name = f"{node.path}.{spec.param}" if node.path else spec.param
     shape = shapes.get(name)
     if not shape:
         return 0
-    from workbench.core.freezing.partial import PartialError, trainable_fraction  # present: the spec parsed
-
     try:
         frac = trainable_fraction(spec, shape)
     except PartialError:
@@ -81,11 +81,11 @@ def _partial_frozen(node: ModuleNode, spec: Mapping[str, Any], shapes: Mapping[s
 
 
 def _reparam_bytes(
-    path: str, spec: Mapping[str, Any], own: int, own_bytes: int, shapes: Mapping[str, tuple[int, ...]]
+    path: str, spec: ReparamSpec, own: int, own_bytes: int, shapes: Mapping[str, tuple[int, ...]]
 ) -> int:
     """Bytes of the fixed tensors A that A+B adds to a module (``own_bytes`` when ``spec``
     names no parameters, or their shapes are not known)."""
-    names = spec.get("params")
+    names = spec.params
     if not names or own <= 0:
         return own_bytes
     numel = 0

@@ -10,7 +10,6 @@ run of adjacent sibling rows.
 
 from __future__ import annotations
 
-import importlib
 import json
 from enum import IntEnum
 from typing import Any
@@ -19,6 +18,7 @@ from PySide6.QtCore import QAbstractItemModel, QModelIndex, QObject, QPersistent
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette
 
 from workbench.core.models.tree import ModuleNode
+from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.gui.controller import Controller
 from workbench.gui.features import has_reparam
 from workbench.core.formatting import fmt_count, fmt_lr
@@ -308,10 +308,10 @@ class ModuleTreeModel(QAbstractItemModel):
         if col == Column.FROZEN:
             if st.partial:
                 loaded = self._c.loaded
-                param = st.partial.get("param", "weight")
+                param = st.partial.param
                 name = f"{node.path}.{param}" if node.path else param
                 shape = loaded.param_shapes.get(name) if loaded is not None else None
-                text = _describe_extension("workbench.core.freezing.partial", st.partial, shape, node.type_name)
+                text = _describe_extension(st.partial, shape, node.type_name)
                 return f"Partially frozen: {text} — {self._source(node, 'partial')}"
             text = {"on": "Frozen", "off": "Trains", "mixed": "Some modules below are frozen"}[st.frozen]
             if st.partial_below:
@@ -325,7 +325,7 @@ class ModuleTreeModel(QAbstractItemModel):
             text = {"on": "A+B on", "off": "A+B off", "mixed": "A+B on some modules below"}[st.reparam]
             spec = self._c.state.effective[node.path].reparam if self._c.state is not None else None
             if spec and node.own_params:
-                text = _describe_extension("workbench.core.freezing.reparam", spec)
+                text = _describe_extension(spec)
             return f"{text} — {self._source(node, 'reparam')}"
         if col == Column.BN:
             if st.bn is None:
@@ -466,13 +466,12 @@ def parse_lr(value: Any) -> float | None | bool:
     return v
 
 
-def _describe_extension(module: str, spec: Any, *args: Any) -> str:
-    """``describe(spec, ...)`` of an extension module, or the spec as JSON."""
+def _describe_extension(spec: ExtensionSpec, *args: Any) -> str:
+    """``spec.describe(...)``, or the spec as JSON."""
     try:
-        mod = importlib.import_module(module)
-        return str(mod.describe(spec, *args))
+        return str(spec.describe(*args))
     except Exception:  # noqa: BLE001 - a tooltip must never break the view
-        return json.dumps(spec, default=str)
+        return json.dumps(spec.to_json(), default=str)
 
 
 class ModuleFilterProxy(QSortFilterProxyModel):

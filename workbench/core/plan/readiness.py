@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from workbench.core.freezing.apply import check_extensions
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanProblem
 
@@ -108,8 +107,6 @@ def check_plan(
         The readiness (``ok`` when nothing is wrong).
     """
     eff = effective if effective is not None else plan.resolve(tree)
-    problems = plan.unmatched(tree)
-    if any(e.reparam or e.partial for e in eff.values()):
-        problems.extend(check_extensions(plan, tree))
+    problems = plan.fit_problems(tree)
     trainable = None if plan.stages else leaves_trainable(eff, tree)
     return PlanReadiness(tuple(problems), trainable)

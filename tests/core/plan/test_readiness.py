@@ -1,4 +1,4 @@
-"""Tests of workbench.core.training.readiness: one predicate for "the plan fits and trains"."""
+"""Tests of workbench.core.plan.readiness: one predicate for "the plan fits and trains"."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from torch import nn
 
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.rules import FreezePlan, PlanError
-from workbench.core.training.readiness import NOTHING_TRAINABLE, PlanReadiness, check_plan, leaves_trainable
+from workbench.core.plan.readiness import NOTHING_TRAINABLE, PlanReadiness, check_plan, leaves_trainable
 
 
 def _tree() -> ModelTree:

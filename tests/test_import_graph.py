@@ -1,0 +1,136 @@
+"""The modules of workbench import each other without cycles, and core/gui use real imports only."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "workbench"
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
+
+
+def _imports(tree: ast.AST, name: str, is_package: bool, known: set[str]) -> set[str]:
+    """Workbench modules imported anywhere in the module (functions too), TYPE_CHECKING blocks excluded."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _is_type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in known:
+                    found.add(alias.name)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = name if is_package else name.rpartition(".")[0]
+                for _ in range(node.level - 1):
+                    pkg = pkg.rpartition(".")[0]
+                base = f"{pkg}.{base}" if base else pkg
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in known:  # from pkg import module
+                    found.add(sub)
+                elif base in known:
+                    found.add(base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    found.discard(name)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    known = set(mods)
+    return {
+        name: _imports(ast.parse(path.read_text(encoding="utf-8")), name, path.name == "__init__.py", known)
+        for name, path in mods.items()
+    }
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    white, grey, black = 0, 1, 2
+    colour = dict.fromkeys(graph, white)
+    stack: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        colour[node] = grey
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if colour[nxt] == grey:
+                return stack[stack.index(nxt) :] + [nxt]
+            if colour[nxt] == white:
+                found = dfs(nxt)
+                if found:
+                    return found
+        stack.pop()
+        colour[node] = black
+        return None
+
+    for start in sorted(graph):
+        if colour[start] == white:
+            found = dfs(start)
+            if found:
+                return found
+    return None
+
+
+def test_the_graph_sees_function_level_imports_and_skips_type_checking():
+    graph = _graph()
+    assert "workbench.core.freezing.applied" in graph["workbench.core.plan.rules"]
+    assert "workbench.core.plan.rules" not in graph["workbench.core.plan.specs"]  # TYPE_CHECKING only
+    tree = ast.parse("def f():\n    from workbench.core import errors\nif TYPE_CHECKING:\n    import workbench.cli\n")
+    known = {"workbench.core", "workbench.core.errors", "workbench.cli"}
+    assert _imports(tree, "x", False, known) == {"workbench.core.errors"}
+
+
+def test_a_cycle_is_found():
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_no_import_cycle_between_workbench_modules():
+    cycle = _find_cycle(_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def _string_imports(tree: ast.AST) -> list[tuple[int, str]]:
+    out = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        arg = node.args[0]
+        if name in ("import_module", "__import__") and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+            if arg.value.startswith("workbench"):
+                out.append((node.lineno, arg.value))
+    return out
+
+
+def test_core_and_gui_import_workbench_modules_for_real():
+    found = []
+    for sub in ("core", "gui"):
+        for path in sorted((ROOT / sub).rglob("*.py")):
+            for line, target in _string_imports(ast.parse(path.read_text(encoding="utf-8"))):
+                found.append(f"{path.relative_to(ROOT.parent)}:{line}: import_module({target!r})")
+    assert not found, "string-path imports of workbench modules:\n" + "\n".join(found)

@@ -1,0 +1,681 @@
+"""A :class:`~workbench.core.plan.rules.FreezePlan` applied to a live model: the :class:`AppliedPlan` handle.
+
+:func:`install_plan` (behind :func:`workbench.core.freezing.apply.apply_plan` and
+:meth:`FreezePlan.apply`) returns an :class:`AppliedPlan`, a handle that
+
+- sets ``requires_grad`` per parameter from the plan;
+- keeps BatchNorm modules marked ``bn_eval`` in eval mode even after ``model.train()``
+  (their ``train`` is overridden on the instance, so ``model.train()`` cannot undo it and no
+  torch code is patched);
+- installs extensions (A+B reparameterization, sub-tensor freezing) where the plan asks;
+- gives optimizer param groups with only trainable parameters, grouped by ``lr_scale``, each
+  parameter once (by identity);
+- counts parameters and the memory of params, grads and optimizer state;
+- re-applies a changed plan to the same model (:meth:`AppliedPlan.update`);
+- proves after training that frozen tensors did not change (:meth:`AppliedPlan.verify`);
+- puts the model back as it was (:meth:`AppliedPlan.remove`).
+"""
+
+from __future__ import annotations
+
+import os
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
+
+import torch
+from torch import nn
+
+from workbench.core.checks.verify import Snapshot, VerifyReport, compare
+from workbench.core.freezing import partial, reparam
+from workbench.core.models.tree import ModelTree
+from workbench.core.plan.keys import Effective
+from workbench.core.plan.problems import PlanError
+from workbench.core.plan.specs import SPECS, check_extensions
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from workbench.core.plan.rules import FreezePlan
+
+__all__ = [
+    "AppliedPlan",
+    "Counts",
+    "Installed",
+    "INSTALLERS",
+    "Installer",
+    "PlanDiff",
+    "check_extensions",
+    "install_plan",
+    "is_bn_eval_locked",
+    "optimizer_state_factor",
+]
+
+class Installed(Protocol):
+    """What an extension (A+B, sub-tensor freezing) installed on one module.
+
+    Attributes:
+        path: dotted path of the module.
+        spec: the normalized spec it was installed from.
+    """
+
+    path: str
+    spec: Mapping[str, Any]
+
+    def trainable(self) -> list[tuple[str, nn.Parameter]]:
+        """Parameters (full dotted names) whose ``requires_grad`` follows the module's frozen flag."""
+        ...
+
+    def fixed(self) -> list[tuple[str, torch.Tensor]]:
+        """Tensors (full dotted names) that never train and must stay bit-identical."""
+        ...
+
+    def remove(self, merge: bool = True) -> None:
+        """Undo the installation. ``merge``: keep the trained values in plain parameters."""
+        ...
+
+
+@dataclass(frozen=True)
+class Installer:
+    """How the freezing layer installs one extension key on a live model.
+
+    Attributes:
+        key: the plan key (the ``key`` of a spec class in :data:`~workbench.core.plan.specs.SPECS`).
+        install: ``install(model, path, spec, base_dir=...)`` returning an :class:`Installed`.
+        adjust_param_groups: optional ``adjust(groups, handles, weight_decay=...)`` applied to
+            :meth:`AppliedPlan.param_groups`.
+    """
+
+    key: str
+    install: Callable[..., Installed]
+    adjust_param_groups: Callable[..., list[dict[str, Any]]] | None = None
+
+
+_BY_KEY = {
+    "partial": Installer("partial", partial.install),
+    "reparam": Installer("reparam", reparam.install, reparam.adjust_param_groups),
+}
+#: Installers in the order of the spec registry (the order they are installed on a module).
+INSTALLERS: tuple[Installer, ...] = tuple(_BY_KEY[cls.key] for cls in SPECS)
+
+
+# ---------------------------------------------------------------- BatchNorm eval lock
+def _train_keeping_eval(self: nn.Module, mode: bool = True) -> nn.Module:
+    """``train`` for a BatchNorm the plan keeps in eval mode: always eval."""
+    nn.Module.train(self, False)
+    return self
+
+
+def _lock_bn_eval(module: nn.Module) -> None:
+    object.__setattr__(module, "train", types.MethodType(_train_keeping_eval, module))
+    nn.Module.train(module, False)
+
+
+def _unlock_bn_eval(module: nn.Module, training: bool) -> None:
+    if "train" in module.__dict__:
+        object.__delattr__(module, "train")
+    nn.Module.train(module, training)
+
+
+def is_bn_eval_locked(module: nn.Module) -> bool:
+    """Whether a plan keeps this module in eval mode across ``model.train()``.
+
+    Args:
+        module: any module.
+
+    Returns:
+        True when the workbench locked it in eval mode.
+    """
+    m = module.__dict__.get("train")
+    return isinstance(m, types.MethodType) and m.__func__ is _train_keeping_eval
+
+
+# ---------------------------------------------------------------- counting
+_STATE_FACTOR = {
+    "sgd": 0,
+    "sgd_momentum": 1,
+    "momentum": 1,
+    "rmsprop": 1,
+    "adagrad": 1,
+    "adam": 2,
+    "adamw": 2,
+    "nadam": 2,
+    "radam": 2,
+    "adamax": 2,
+}
+
+
+def optimizer_state_factor(optimizer: str | torch.optim.Optimizer) -> int:
+    """How many parameter-sized state tensors an optimizer keeps per trainable parameter.
+
+    Args:
+        optimizer: a name (``"sgd"``, ``"sgd_momentum"``, ``"adam"``, ``"adamw"``, ...) or an
+            optimizer instance (SGD counts 1 when its momentum is non-zero).
+
+    Returns:
+        0 for plain SGD, 1 for SGD with momentum, 2 for Adam/AdamW (3 with amsgrad).
+
+    Raises:
+        ValueError: unknown optimizer name.
+    """
+    if isinstance(optimizer, torch.optim.Optimizer):
+        name = type(optimizer).__name__.lower()
+        d = optimizer.defaults
+        if name == "sgd":
+            return 1 if d.get("momentum", 0) else 0
+        base = _STATE_FACTOR.get(name, 2)
+        return base + (1 if d.get("amsgrad") else 0)
+    key = optimizer.lower().replace("-", "_").replace("+", "_")
+    if key not in _STATE_FACTOR:
+        raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(sorted(_STATE_FACTOR))}")
+    return _STATE_FACTOR[key]
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Parameter counts and the training memory they imply.
+
+    Attributes:
+        total / trainable / frozen: parameter elements (shared tensors once).
+        param_bytes: bytes of all parameters.
+        grad_bytes: bytes of gradients (one per trainable element).
+        optimizer_bytes: bytes of optimizer state for the trainable parameters.
+        fixed_bytes: extra bytes the plan adds (the fixed tensors A of A+B).
+        full_ft_bytes: params + grads + optimizer state if every parameter trained.
+        optimizer: the optimizer the state was counted for.
+    """
+
+    total: int
+    trainable: int
+    frozen: int
+    param_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    fixed_bytes: int
+    full_ft_bytes: int
+    optimizer: str
+
+    @classmethod
+    def from_totals(
+        cls,
+        total: int,
+        trainable: int,
+        param_bytes: int,
+        trainable_bytes: int,
+        fixed_bytes: int = 0,
+        optimizer: str | torch.optim.Optimizer = "adamw",
+    ) -> "Counts":
+        """Counts from element and byte totals: gradients and optimizer state follow.
+
+        Args:
+            total / trainable: parameter elements.
+            param_bytes / trainable_bytes: bytes of all / of the trainable parameters.
+            fixed_bytes: extra fixed tensors (A of A+B).
+            optimizer: name or instance, for the state factor.
+
+        Returns:
+            The counts.
+        """
+        factor = optimizer_state_factor(optimizer)
+        return cls(
+            total=total,
+            trainable=trainable,
+            frozen=total - trainable,
+            param_bytes=param_bytes,
+            grad_bytes=trainable_bytes,
+            optimizer_bytes=trainable_bytes * factor,
+            fixed_bytes=fixed_bytes,
+            full_ft_bytes=param_bytes * (2 + factor),
+            optimizer=optimizer if isinstance(optimizer, str) else type(optimizer).__name__.lower(),
+        )
+
+    @property
+    def training_bytes(self) -> int:
+        """Params + grads + optimizer state + fixed tensors."""
+        return self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.fixed_bytes
+
+    @property
+    def trainable_fraction(self) -> float:
+        """Trainable share of all parameters (0..1)."""
+        return self.trainable / self.total if self.total else 0.0
+
+    @property
+    def saving_bytes(self) -> int:
+        """Bytes saved against full fine-tuning."""
+        return self.full_ft_bytes - self.training_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, with the derived numbers."""
+        d = dict(self.__dict__)
+        d.update(
+            training_bytes=self.training_bytes,
+            trainable_fraction=self.trainable_fraction,
+            saving_bytes=self.saving_bytes,
+        )
+        return d
+
+
+def count_parameters(
+    params: Iterator[tuple[str, nn.Parameter]] | list[tuple[str, nn.Parameter]],
+    optimizer: str | torch.optim.Optimizer = "adamw",
+    fixed: list[torch.Tensor] | None = None,
+) -> Counts:
+    """Count parameters (each tensor once, by identity) and the memory training needs.
+
+    Args:
+        params: ``(name, parameter)`` pairs, e.g. ``model.named_parameters()``.
+        optimizer: optimizer name or instance, for the state factor.
+        fixed: extra fixed tensors (A of A+B) whose bytes count too.
+
+    Returns:
+        The counts.
+    """
+    seen: set[int] = set()
+    total = trainable = pbytes = tbytes = 0
+    for _, p in params:
+        if id(p) in seen:
+            continue
+        seen.add(id(p))
+        n, b = p.numel(), p.numel() * p.element_size()
+        total += n
+        pbytes += b
+        if p.requires_grad:
+            trainable += n
+            tbytes += b
+    fixed_bytes = sum(t.numel() * t.element_size() for t in fixed or [])
+    return Counts.from_totals(total, trainable, pbytes, tbytes, fixed_bytes, optimizer)
+
+
+@dataclass
+class PlanDiff:
+    """What :meth:`AppliedPlan.update` changed.
+
+    Attributes:
+        newly_frozen / newly_trainable: parameter names whose ``requires_grad`` flipped.
+        lr_changed: trainable parameter names whose lr_scale changed.
+        reinstalled: module paths whose extensions were removed or installed (their
+            parameter objects may be new).
+        bn_changed: BatchNorm paths whose eval lock changed.
+    """
+
+    newly_frozen: list[str] = field(default_factory=list)
+    newly_trainable: list[str] = field(default_factory=list)
+    lr_changed: list[str] = field(default_factory=list)
+    reinstalled: list[str] = field(default_factory=list)
+    bn_changed: list[str] = field(default_factory=list)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing changed."""
+        return not (self.newly_frozen or self.newly_trainable or self.lr_changed or self.reinstalled or self.bn_changed)
+
+    def describe(self) -> str:
+        """Short text for plot markers and logs."""
+        parts = []
+        if self.newly_frozen:
+            parts.append(f"froze {_short(self.newly_frozen)}")
+        if self.newly_trainable:
+            parts.append(f"unfroze {_short(self.newly_trainable)}")
+        if self.lr_changed:
+            parts.append(f"lr× {_short(self.lr_changed)}")
+        if self.reinstalled:
+            parts.append(f"A+B/partial {_short(self.reinstalled, params=False)}")
+        if self.bn_changed:
+            parts.append(f"BN eval {_short(self.bn_changed, params=False)}")
+        return "; ".join(parts) or "no change"
+
+
+def _short(names: list[str], params: bool = True) -> str:
+    mods = sorted({n.rsplit(".", 1)[0] if params and "." in n else n for n in names})
+    if not mods:
+        return ""
+    # collapse to common top-level modules when many
+    if len(mods) > 3:
+        tops = sorted({m.split(".")[0] for m in mods})
+        return ", ".join(tops[:3]) + (f" +{len(tops) - 3}" if len(tops) > 3 else "")
+    return ", ".join(m or "(root)" for m in mods)
+
+
+# ---------------------------------------------------------------- the handle
+class AppliedPlan:
+    """A plan applied to a model. Create with :func:`apply_plan` or :meth:`FreezePlan.apply`.
+
+    Attributes:
+        model: the model (modified in place).
+        plan: the plan in force.
+        tree: the model's tree (paths of the plain model).
+    """
+
+    def __init__(self, model: nn.Module, plan: "FreezePlan", tree: ModelTree, base_dir: Path | None) -> None:
+        self.model = model
+        self.plan = plan
+        self.tree = tree
+        self.base_dir = base_dir
+        self._effective: dict[str, Effective] = {}
+        self._installed: dict[tuple[str, str], Installed] = {}  # (key, path) -> handle
+        self._orig_requires_grad: dict[int, tuple[nn.Parameter, bool]] = {
+            id(p): (p, p.requires_grad) for p in model.parameters()
+        }
+        self._orig_training: dict[str, bool] = {p: m.training for p, m in model.named_modules()}
+        self._snapshot = Snapshot()
+        self._removed = False
+
+    # ---------------------------------------------------------- internals
+    def _owner(self, raw_name: str) -> str:
+        return self.tree.owner_of(raw_name)
+
+    def _fixed_ids(self) -> set[int]:
+        return {id(t) for h in self._installed.values() for _, t in h.fixed()}
+
+    def _install_extensions(self, new: dict[str, Effective], diff: PlanDiff | None) -> None:
+        for key in (i.key for i in INSTALLERS):
+            want = {p: getattr(e, key) for p, e in new.items() if getattr(e, key)}
+            have = {p: h.spec for (k, p), h in self._installed.items() if k == key}
+            # remove what changed or went away (reverse order of install: reparam before partial)
+            for path in sorted(set(have) - set(want)) + sorted(p for p in want if p in have and have[p] != want[p]):
+                self._installed.pop((key, path)).remove(merge=True)
+                if diff is not None:
+                    diff.reinstalled.append(path)
+        for installer in INSTALLERS:
+            key = installer.key
+            want = {p: getattr(e, key) for p, e in new.items() if getattr(e, key)}
+            if not want:
+                continue
+            for path in sorted(want, key=lambda p: self.tree.nodes[p].order):
+                if (key, path) in self._installed:
+                    continue
+                self._installed[(key, path)] = installer.install(self.model, path, want[path], base_dir=self.base_dir)
+                if diff is not None and path not in diff.reinstalled:
+                    diff.reinstalled.append(path)
+
+    def _apply_flags(self, new: dict[str, Effective]) -> None:
+        fixed = self._fixed_ids()
+        for name, p in self.model.named_parameters():
+            if id(p) in fixed:
+                p.requires_grad_(False)
+                continue
+            p.requires_grad_(not new[self._owner(name)].frozen)
+        for path, node in self.tree.nodes.items():
+            if not node.is_bn:
+                continue
+            module = self.model.get_submodule(path)
+            if new[path].bn_eval:
+                if not is_bn_eval_locked(module):
+                    _lock_bn_eval(module)
+            elif is_bn_eval_locked(module):
+                parent_training = self.model.training if not path else self._parent_training(path)
+                _unlock_bn_eval(module, parent_training)
+        self._effective = new
+
+    def _parent_training(self, path: str) -> bool:
+        parent = path.rpartition(".")[0]
+        return (self.model.get_submodule(parent) if parent else self.model).training
+
+    def _categories(self) -> dict[str, dict[str, torch.Tensor]]:
+        fixed = {n: t for h in self._installed.values() for n, t in h.fixed()}
+        fixed_ids = {id(t) for t in fixed.values()}
+        frozen: dict[str, torch.Tensor] = {}
+        trainable: dict[str, torch.Tensor] = {}
+        for name, p in self.model.named_parameters():
+            if id(p) in fixed_ids:
+                continue
+            (trainable if p.requires_grad else frozen)[name] = p
+        bn: dict[str, torch.Tensor] = {}
+        for path, node in self.tree.nodes.items():
+            if node.is_bn and self._effective[path].bn_eval:
+                module = self.model.get_submodule(path)
+                for bname, buf in module.named_buffers(recurse=False):
+                    if buf is not None:
+                        bn[f"{path}.{bname}" if path else bname] = buf
+        return {"frozen": frozen, "fixed": fixed, "bn_stats": bn, "trainable": trainable}
+
+    def _snap(self, *, fresh: bool) -> None:
+        cats = self._categories()
+        s = self._snapshot
+        if fresh:
+            self._snapshot = s = Snapshot()
+        for category, tensors in cats.items():
+            # forget tensors that left the category; hash newcomers (keep the baseline of stayers)
+            s.drop(category, [n for n in list(s.entries[category]) if n not in tensors])
+            s.record(category, ((n, self._module_of(n, category), t) for n, t in tensors.items()), keep=True)
+
+    def _module_of(self, name: str, category: str) -> str:
+        if category == "bn_stats":
+            return name.rpartition(".")[0]
+        return self._owner(name)
+
+    def _check_alive(self) -> None:
+        if self._removed:
+            raise RuntimeError("this plan was removed from the model; apply the plan again")
+
+    # ---------------------------------------------------------- public API
+    @property
+    def effective(self) -> dict[str, Effective]:
+        """Settings in force per module path."""
+        return dict(self._effective)
+
+    def installed(self, key: str | None = None) -> dict[str, Installed]:
+        """Extension handles by module path (``key``: ``"reparam"`` or ``"partial"``)."""
+        return {p: h for (k, p), h in self._installed.items() if key is None or k == key}
+
+    def named_trainable(self) -> list[tuple[str, nn.Parameter]]:
+        """Trainable parameters with their names, each once, in model order."""
+        return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        """Trainable parameters, each once, in model order."""
+        return [p for _, p in self.named_trainable()]
+
+    def lr_scale_of(self, param_name: str) -> float:
+        """lr_scale in force for a parameter (by its name in ``model.named_parameters()``)."""
+        return self._effective[self._owner(param_name)].lr_scale
+
+    def param_groups(self, lr: float, weight_decay: float = 0.0, **extra: Any) -> list[dict[str, Any]]:
+        """Optimizer param groups with only trainable parameters, grouped by ``lr_scale``.
+
+        Each parameter appears exactly once (by identity). Every group carries ``lr``
+        (= ``lr * lr_scale``), ``weight_decay``, ``lr_scale`` and ``param_names``.
+
+        Args:
+            lr: base learning rate.
+            weight_decay: weight decay for every group.
+            **extra: other per-group options (``momentum``, ``betas``...).
+
+        Returns:
+            A list for ``torch.optim.X(groups)``.
+
+        Raises:
+            ValueError: nothing is trainable (the optimizer would have no parameters).
+        """
+        self._check_alive()
+        groups: dict[float, dict[str, Any]] = {}
+        seen: set[int] = set()
+        for name, p in self.model.named_parameters():
+            if not p.requires_grad or id(p) in seen:
+                continue
+            seen.add(id(p))
+            scale = self.lr_scale_of(name)
+            g = groups.get(scale)
+            if g is None:
+                g = groups[scale] = {
+                    "params": [],
+                    "param_names": [],
+                    "lr": lr * scale,
+                    "lr_scale": scale,
+                    "weight_decay": weight_decay,
+                    **extra,
+                }
+            g["params"].append(p)
+            g["param_names"].append(name)
+        if not groups:
+            raise ValueError(
+                "the plan leaves no parameter trainable; unfreeze at least one module "
+                "(e.g. a rule {\"select\": \"fc\", \"frozen\": false})"
+            )
+        out = [groups[k] for k in sorted(groups, reverse=True)]
+        for installer in INSTALLERS:
+            handles = self.installed(installer.key)
+            if handles and installer.adjust_param_groups is not None:
+                out = installer.adjust_param_groups(out, handles, weight_decay=weight_decay)
+        return out
+
+    def counts(self, optimizer: str | torch.optim.Optimizer = "adamw") -> Counts:
+        """Parameter counts and memory for params, grads and optimizer state.
+
+        Args:
+            optimizer: ``"sgd"`` (no state), ``"sgd_momentum"`` (1×), ``"adam"``/``"adamw"`` (2×),
+                or an optimizer instance.
+
+        Returns:
+            The counts.
+        """
+        # frozen slices of partial freezing are parameters (counted as frozen); A of A+B is extra
+        fixed = [t for h in self._installed.values() for _, t in h.fixed() if not isinstance(t, nn.Parameter)]
+        c = count_parameters(self.model.named_parameters(), optimizer, fixed)
+        return c
+
+    def update(self, plan: "FreezePlan", *, strict: bool = False) -> PlanDiff:
+        """Re-apply a changed plan to the same model.
+
+        Parameters that stay trainable keep their identity (an optimizer can keep their
+        state); extensions are re-installed only where their spec changed.
+
+        Args:
+            plan: the new plan.
+            strict: fingerprint mismatch is an error.
+
+        Returns:
+            What changed.
+
+        Raises:
+            PlanError: the new plan does not fit the model; nothing was changed.
+        """
+        self._check_alive()
+        plan.validate(self.tree, strict=strict)
+        new = plan.resolve(self.tree)
+        before = {n: (id(p), p.requires_grad, self.lr_scale_of(n)) for n, p in self.model.named_parameters()}
+        bn_before = {p: e.bn_eval for p, e in self._effective.items() if self.tree.nodes[p].is_bn}
+        diff = PlanDiff()
+        self._install_extensions(new, diff)
+        self._apply_flags(new)
+        for n, p in self.model.named_parameters():
+            b = before.get(n)
+            if b is None or b[0] != id(p):
+                if p.requires_grad:
+                    diff.newly_trainable.append(n)
+                continue
+            if b[1] and not p.requires_grad:
+                diff.newly_frozen.append(n)
+            elif not b[1] and p.requires_grad:
+                diff.newly_trainable.append(n)
+            elif p.requires_grad and b[2] != self.lr_scale_of(n):
+                diff.lr_changed.append(n)
+        diff.bn_changed = [p for p, was in bn_before.items() if was != new[p].bn_eval]
+        self.plan = plan
+        for bucket in self._snapshot.entries.values():  # reinstalled modules: new tensors, new baseline
+            for name in [n for n, (m, _) in bucket.items() if m in diff.reinstalled]:
+                del bucket[name]
+        self._snap(fresh=False)
+        return diff
+
+    def verify(self) -> VerifyReport:
+        """Prove the plan held: frozen tensors bit-identical, eval-BN stats unchanged.
+
+        Trainable tensors that did not change are reported as warnings.
+
+        Returns:
+            The report (``report.ok`` is False on any frozen change).
+        """
+        self._check_alive()
+        return compare(self._snapshot, self._categories())
+
+    def remove(self, merge: bool = True) -> None:
+        """Put the model back as it was before the plan.
+
+        Args:
+            merge: for A+B and sub-tensor freezing, keep the trained values (W = A + B baked
+                into a plain parameter); False restores the weights as they were at apply time.
+        """
+        if self._removed:
+            return
+        for key in reversed([i.key for i in INSTALLERS]):
+            for (k, path) in [kp for kp in self._installed if kp[0] == key]:
+                self._installed.pop((k, path)).remove(merge=merge)
+        for path, node in self.tree.nodes.items():
+            if node.is_bn:
+                module = self.model.get_submodule(path)
+                if is_bn_eval_locked(module):
+                    _unlock_bn_eval(module, self._orig_training.get(path, True))
+        for p, rg in self._orig_requires_grad.values():
+            p.requires_grad_(rg)
+        for path, module in self.model.named_modules():
+            if path in self._orig_training:
+                module.training = self._orig_training[path]
+        self._removed = True
+
+    # ---------------------------------------------------------- A+B operations
+    def _reparam(self) -> Any:
+        self._check_alive()
+        return reparam
+
+    def merge(self) -> PlanDiff:
+        """Bake W = A + B into plain parameters and remove the A+B parametrizations.
+
+        The plan in force loses its ``reparam`` keys; parameter objects keep their identity.
+
+        Returns:
+            What changed (B's parameter names become the plain ones).
+        """
+        return self._reparam().merge(self)
+
+    def reset_b(self, paths: list[str] | None = None) -> None:
+        """Set B back to its initial value (zeros by default) for all or some modules."""
+        self._reparam().reset_b(self, paths)
+
+    def export_deltas(self, path: str | os.PathLike[str]) -> None:
+        """Write every B (keyed by parameter path) to a safetensors file."""
+        self._reparam().export_deltas(self, path)
+
+    def load_deltas(self, path: str | os.PathLike[str]) -> None:
+        """Load B tensors from a safetensors file written by :meth:`export_deltas`."""
+        self._reparam().load_deltas(self, path)
+
+    def reparam_stats(self) -> dict[str, dict[str, float]]:
+        """Per reparametrized tensor: ``{"b_norm": ‖B‖, "ratio": ‖B‖/‖A‖}``."""
+        return self._reparam().stats(self)
+
+
+def install_plan(
+    model: nn.Module,
+    plan: "FreezePlan",
+    *,
+    strict: bool = False,
+    base_dir: str | os.PathLike[str] | None = None,
+) -> AppliedPlan:
+    """Apply a parsed plan to a model in place (see :func:`workbench.core.freezing.apply.apply_plan`).
+
+    Args:
+        model: the model.
+        plan: the plan.
+        strict: a fingerprint mismatch is an error instead of a warning.
+        base_dir: folder for relative file references inside the plan (A+B tensors from a
+            file); default: the working directory.
+
+    Returns:
+        The handle.
+
+    Raises:
+        PlanError: the plan is invalid or names modules the model lacks; the model is left
+            untouched.
+    """
+    tree = ModelTree.from_model(model)
+    plan.validate(tree, strict=strict)
+    applied = AppliedPlan(model, plan, tree, Path(base_dir) if base_dir else None)
+    new = plan.resolve(tree)
+    try:
+        applied._install_extensions(new, None)
+    except (ValueError, OSError, KeyError) as e:
+        applied.remove(merge=False)
+        raise PlanError(str(e)) from e
+    applied._apply_flags(new)
+    applied._snap(fresh=True)
+    return applied

@@ -1,0 +1,250 @@
+"""The table of rule keys: one row per key drives parsing, resolution, JSON and the schema docs.
+
+Each :class:`PlanKey` row says how a key's JSON value is checked, whether the subtree of what
+a rule selects inherits it, its value when no rule sets it, how it shows in
+:meth:`~workbench.core.plan.rules.Stage.describe`, and its line in the schema table of
+``docs/plan-schema.md`` (:func:`schema_markdown`). :class:`~workbench.core.plan.rules.Rule`
+and :class:`Effective` hold one typed field per setting row; a test keeps them in step.
+
+Adding a key: a row in :data:`RULE_KEYS`, a field on ``Rule`` and ``Effective``, and its apply
+logic in :mod:`workbench.core.freezing.applied`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from workbench.core.plan.partial_spec import PartialSpec
+from workbench.core.plan.reparam_spec import ReparamSpec
+from workbench.core.plan.spec_base import ExtensionSpec
+
+__all__ = [
+    "INHERITED_KEYS",
+    "cache_key",
+    "RULE_KEYS",
+    "RULE_KEY_NAMES",
+    "SETTING_KEYS",
+    "Effective",
+    "PlanKey",
+    "effective_from",
+    "rule_key",
+    "schema_markdown",
+]
+
+
+def _type_name(v: Any) -> str:
+    return "null" if v is None else type(v).__name__
+
+
+def _jsonable(v: Any) -> bool:
+    try:
+        json.dumps(v)
+        return True
+    except (TypeError, ValueError):
+        return False
+
+
+def _parse_bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"must be true or false, got {json.dumps(v) if _jsonable(v) else _type_name(v)}")
+    return v
+
+
+def _parse_lr_scale(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"must be a number >= 0 (1 = base learning rate), got {_type_name(v)}")
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"must be a finite number >= 0, got {v}; use 0 or \"frozen\": true to stop a module training")
+    return float(v)
+
+
+def _parse_comment(v: Any) -> str:
+    if not isinstance(v, str):
+        raise ValueError("must be a string")
+    return v
+
+
+def _parse_partial(v: Any) -> PartialSpec:
+    if v is False:
+        raise ValueError("use an object to set partial freezing, or leave the key out")
+    return PartialSpec.parse(v)
+
+
+def _show_spec(v: Any) -> str:
+    return str(v.to_json()) if isinstance(v, ExtensionSpec) else str(v)
+
+
+@dataclass(frozen=True)
+class PlanKey:
+    """One rule key.
+
+    Attributes:
+        name: the JSON key.
+        json_type: the JSON type, for the schema table.
+        parse: checks a JSON value and returns it normalized; raises ``ValueError`` (message:
+            what is wrong and what to do) or a spec error.
+        inherited: the subtree of what a rule selects takes the value (False: only the
+            modules the selector matches directly).
+        default: the value in force when no rule sets the key.
+        doc: what the key means, for the schema table.
+        setting: the key is a setting (False for ``select`` and ``comment``).
+        can_switch_off: ``false`` switches the key off again in a later rule (kept as
+            ``Rule.<name>_off``).
+        follows: the key defaults to the value of this other key (``bn_eval`` follows ``frozen``).
+        spec: the typed spec class of an extension key (its value on a rule is an instance).
+        show: how a value shows in :meth:`Stage.describe`.
+    """
+
+    name: str
+    json_type: str
+    parse: Callable[[Any], Any]
+    inherited: bool
+    default: Any
+    doc: str
+    setting: bool = True
+    can_switch_off: bool = False
+    follows: str | None = None
+    spec: type[ExtensionSpec] | None = None
+    show: Callable[[Any], str] = str
+
+
+#: Every rule key, in schema (and JSON output) order.
+RULE_KEYS: tuple[PlanKey, ...] = (
+    PlanKey(
+        "select", "string", str, False, None,
+        '`"*"` (whole model), a dotted module path, an fnmatch glob on paths, or `"type:ClassName"`; required',
+        setting=False,
+    ),
+    PlanKey("frozen", "boolean", _parse_bool, True, False, "the modules' own parameters do not train"),
+    PlanKey(
+        "bn_eval", "boolean", _parse_bool, True, False,
+        "BatchNorm runs on its running statistics (eval mode) while the model trains; absent: follows `frozen`",
+        follows="frozen",
+    ),
+    PlanKey("lr_scale", "number >= 0", _parse_lr_scale, True, 1.0, "multiplier of the base learning rate"),
+    PlanKey(
+        "reparam", "object, true or false", ReparamSpec.parse, True, None,
+        "A+B: train B in W = A + B with A fixed (see docs/reparam.md); `true` for the defaults, "
+        "`false` switches it off",
+        can_switch_off=True, spec=ReparamSpec, show=_show_spec,
+    ),
+    PlanKey(
+        "partial", "object", _parse_partial, False, None,
+        "sub-tensor freezing: the ranges of a weight that train (see docs/partial.md)",
+        spec=PartialSpec, show=_show_spec,
+    ),
+    PlanKey("comment", "string", _parse_comment, False, None, "free text, kept with the rule", setting=False),
+)
+RULE_KEY_NAMES: tuple[str, ...] = tuple(k.name for k in RULE_KEYS)
+SETTING_KEYS: tuple[PlanKey, ...] = tuple(k for k in RULE_KEYS if k.setting)
+INHERITED_KEYS: tuple[str, ...] = tuple(k.name for k in SETTING_KEYS if k.inherited)
+
+
+def rule_key(name: str) -> PlanKey:
+    """The row of a rule key.
+
+    Args:
+        name: the JSON key.
+
+    Returns:
+        The row.
+
+    Raises:
+        KeyError: not a rule key.
+    """
+    for k in RULE_KEYS:
+        if k.name == name:
+            return k
+    raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Effective:
+    """Settings in force for one module after all rules (one field per setting key).
+
+    Attributes:
+        frozen: the module's own parameters do not train.
+        bn_eval: a BatchNorm module runs on its running statistics (eval mode) even when the
+            model is in train mode. Meaningful for BatchNorm modules only.
+        bn_eval_explicit: ``bn_eval`` was set by a rule rather than following ``frozen``.
+        lr_scale: multiplier of the base learning rate for the module's parameters.
+        reparam: the A+B spec, or None.
+        partial: the sub-tensor freezing spec, or None.
+    """
+
+    frozen: bool = False
+    bn_eval: bool = False
+    bn_eval_explicit: bool = False
+    lr_scale: float = 1.0
+    reparam: ReparamSpec | None = None
+    partial: PartialSpec | None = None
+
+
+def effective_from(state: dict[str, Any]) -> Effective:
+    """The settings in force from the values the rules left on a module.
+
+    Args:
+        state: ``{key: value}`` for the keys some rule set (``False`` for a switched-off key).
+
+    Returns:
+        The settings, with defaults for the keys no rule set.
+    """
+    values: dict[str, Any] = {}
+    for key in SETTING_KEYS:
+        v = state.get(key.name)
+        if key.can_switch_off and v is False:
+            v = None
+        if key.follows is not None:
+            values[f"{key.name}_explicit"] = v is not None
+            if v is None:
+                v = values[key.follows]
+        values[key.name] = key.default if v is None else v
+    return Effective(**values)
+
+
+def cache_key(state: dict[str, Any]) -> tuple[Any, ...]:
+    """A key equal for two modules exactly when :func:`effective_from` gives equal settings.
+
+    Spec values count by identity (they are shared between the modules one rule reaches).
+
+    Args:
+        state: as for :func:`effective_from`.
+
+    Returns:
+        A hashable tuple.
+    """
+    return tuple(
+        id(v) if isinstance(v, ExtensionSpec) else v for v in (state.get(k.name) for k in SETTING_KEYS)
+    )
+
+
+def schema_markdown() -> str:
+    """The schema table of rule keys, as in ``docs/plan-schema.md``.
+
+    Returns:
+        Markdown text.
+    """
+    lines = [
+        "# Plan schema: rule keys",
+        "",
+        "<!-- generated by workbench.core.plan.keys.schema_markdown(); edit the table there -->",
+        "",
+        "A plan file is a JSON object `{\"format\": \"freeze-plan\", \"version\": 1, \"model\": {...}, "
+        "\"rules\": [...], \"stages\": [...]}`. Rules apply in order; a later rule wins for the keys it sets.",
+        "",
+        "| key | JSON type | inherited by the subtree | default | meaning |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for k in RULE_KEYS:
+        if not k.setting:
+            default = "—"
+        elif k.follows:
+            default = f"follows `{k.follows}`"
+        else:
+            default = f"`{json.dumps(k.default)}`"
+        inherited = "yes" if k.inherited else ("no (matched modules only)" if k.setting else "—")
+        lines.append(f"| `{k.name}` | {k.json_type} | {inherited} | {default} | {k.doc} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,301 @@
+"""The ``reparam`` plan key: A+B reparameterization ``W = A + B`` as a typed spec.
+
+This module parses, checks and describes the spec; :mod:`workbench.core.freezing.reparam`
+installs it on a live model. The JSON form::
+
+    {"kind": "a_plus_b", "a": "current", "b_init": "zeros", "mode": "exact", "params": null}
+
+``a`` and ``b_init`` are tensor sources: ``"current"`` (the loaded weights, ``a`` only),
+``"zeros"``, ``{"random": {"seed": 0, "dist": "uniform", "scale": 1.0}}`` or
+``{"file": "tensors.safetensors"}``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from workbench.core.errors import WorkbenchError
+from workbench.core.plan.spec_base import ExtensionSpec
+from workbench.core.suggest import did_you_mean
+
+__all__ = ["DISTS", "KIND", "MODES", "ReparamError", "ReparamSpec", "Source", "changes_function", "describe", "parse_spec"]
+
+KIND = "a_plus_b"
+MODES = ("exact", "fused")
+DISTS = ("uniform", "normal")
+_SPEC_KEYS = ("kind", "a", "b_init", "mode", "params")
+_RANDOM_KEYS = ("seed", "dist", "scale")
+
+
+class ReparamError(WorkbenchError, ValueError):
+    """A+B cannot be set up or a delta file is unusable; the message says what to do.
+
+    It is a ``ValueError`` too, so plan parsing and :func:`~workbench.core.freezing.apply.apply_plan`
+    report it as a :class:`~workbench.core.plan.problems.PlanError` and leave the model untouched.
+    """
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where A or the initial B comes from.
+
+    Attributes:
+        kind: ``"current"``, ``"zeros"``, ``"random"`` or ``"file"``.
+        seed / dist / scale: the random draw (``kind == "random"``).
+        file: safetensors path, relative to the plan's folder (``kind == "file"``).
+    """
+
+    kind: str
+    seed: int = 0
+    dist: str = "uniform"
+    scale: float = 1.0
+    file: str | None = None
+
+    def to_json(self) -> str | dict[str, Any]:
+        """The JSON form: ``"current"``, ``"zeros"``, ``{"random": {...}}`` or ``{"file": ...}``."""
+        if self.kind == "random":
+            return {"random": {"seed": self.seed, "dist": self.dist, "scale": self.scale}}
+        if self.kind == "file":
+            return {"file": self.file}
+        return self.kind
+
+    def text(self) -> str:
+        """In words, for :meth:`ReparamSpec.describe`."""
+        if self.kind == "current":
+            return "the loaded weights"
+        if self.kind == "zeros":
+            return "zeros"
+        if self.kind == "random":
+            return f"{self.dist} random (seed {self.seed}, scale {self.scale:g})"
+        return f"file {self.file}"
+
+
+def _describe_value(v: Any) -> str:
+    return repr(v) if isinstance(v, (str, int, float, bool)) or v is None else type(v).__name__
+
+
+def _hint(word: str, choices: tuple[str, ...]) -> str:
+    question = did_you_mean(word, choices)
+    return f" ({question})" if question else ""
+
+
+def _parse_random(raw: Any, field: str) -> Source:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ReparamError(
+            f"reparam.{field}.random must be an object like "
+            f'{{"seed": 0, "dist": "uniform", "scale": 1.0}}, got {_describe_value(raw)}'
+        )
+    for k in raw:
+        if k not in _RANDOM_KEYS:
+            raise ReparamError(
+                f"unknown key {k!r} in reparam.{field}.random{_hint(str(k), _RANDOM_KEYS)}; "
+                f"allowed: {', '.join(_RANDOM_KEYS)}"
+            )
+    seed = raw.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ReparamError(f"reparam.{field}.random.seed must be an integer >= 0, got {_describe_value(seed)}")
+    dist = raw.get("dist", "uniform")
+    if dist not in DISTS:
+        raise ReparamError(
+            f"reparam.{field}.random.dist must be \"uniform\" (scale * U[0, 1), like torch.rand_like) "
+            f"or \"normal\" (scale * N(0, 1)), got {_describe_value(dist)}"
+        )
+    scale = raw.get("scale", 1.0)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
+        raise ReparamError(f"reparam.{field}.random.scale must be a finite number > 0, got {_describe_value(scale)}")
+    return Source("random", seed=seed, dist=dist, scale=float(scale))
+
+
+def _parse_source(raw: Any, field: str, *, allow_current: bool) -> Source:
+    if isinstance(raw, Source):
+        raw = raw.to_json()
+    words = ("current", "zeros") if allow_current else ("zeros",)
+    usage = (
+        " or ".join(f'"{w}"' for w in words)
+        + ', {"random": {"seed": 0, "dist": "uniform", "scale": 1.0}} or {"file": "tensors.safetensors"}'
+    )
+    if isinstance(raw, str):
+        if raw in words:
+            return Source(raw)
+        if raw == "random":
+            return _parse_random({}, field)
+        if raw == "current":
+            raise ReparamError(
+                f'reparam.{field} cannot be "current": B is the trained part; use "zeros" to start '
+                "at the loaded weights (the default)"
+            )
+        raise ReparamError(f"reparam.{field} must be {usage}, got {raw!r}{_hint(raw, words)}")
+    if isinstance(raw, Mapping):
+        if len(raw) != 1 or next(iter(raw)) not in ("random", "file"):
+            keys = ", ".join(repr(k) for k in raw) or "no key"
+            raise ReparamError(f"reparam.{field} object must have exactly one key, \"random\" or \"file\", got {keys}; use {usage}")
+        if "random" in raw:
+            return _parse_random(raw["random"], field)
+        f = raw["file"]
+        if not isinstance(f, str) or not f.strip():
+            raise ReparamError(
+                f"reparam.{field}.file must be the path of a safetensors file (relative to the plan's "
+                f"folder), got {_describe_value(f)}"
+            )
+        return Source("file", file=f)
+    raise ReparamError(f"reparam.{field} must be {usage}, got {_describe_value(raw)}")
+
+
+@dataclass(frozen=True, eq=False)
+class ReparamSpec(ExtensionSpec):
+    """A normalized ``reparam`` value.
+
+    Attributes:
+        a: the fixed tensor A.
+        b_init: the initial value of the trained B.
+        mode: ``"exact"`` (parametrize, B is a parameter) or ``"fused"`` (train W, B = W - A).
+        params: parameter names of the module (None: every parameter it owns).
+    """
+
+    key = "reparam"
+    conflicts_with = ("partial",)
+
+    a: Source = Source("current")
+    b_init: Source = Source("zeros")
+    mode: str = "exact"
+    params: tuple[str, ...] | None = None
+
+    kind = KIND
+
+    @classmethod
+    def parse(cls, raw: Any) -> "ReparamSpec":
+        """Validate and normalize a ``reparam`` value (see :func:`parse_spec`)."""
+        return parse_spec(raw)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"kind": "a_plus_b", "a": ..., "b_init": ..., "mode": ..., "params": ...}``."""
+        return {
+            "kind": KIND,
+            "a": self.a.to_json(),
+            "b_init": self.b_init.to_json(),
+            "mode": self.mode,
+            "params": None if self.params is None else list(self.params),
+        }
+
+    def changes_function(self) -> bool | None:
+        """Whether ``W = A + B`` differs from the loaded weights when training starts.
+
+        Returns:
+            False for ``a="current"`` with ``b_init="zeros"``; True when it surely differs (a
+            random or zero A or B); None when it depends on file contents.
+        """
+        a, b = self.a.kind, self.b_init.kind
+        if a == "current" and b == "zeros":
+            return False
+        if "file" in (a, b) and "random" not in (a, b):
+            return None
+        return True
+
+    @property
+    def starts_at_loaded(self) -> bool:
+        """``a="current"`` and ``b_init="zeros"``: ``W`` is the loaded weight at install."""
+        return self.a.kind == "current" and self.b_init.kind == "zeros"
+
+    def describe(self) -> str:
+        """One line, e.g. ``"A+B (exact): A = the loaded weights, B starts at zeros; training
+        starts at the loaded model"``."""
+        head = f"A+B ({self.mode}): A = {self.a.text()}, B starts at {self.b_init.text()}"
+        if self.params:
+            head += f", on {', '.join(self.params)}"
+        ch = self.changes_function()
+        if ch is False:
+            return head + "; training starts at the loaded model"
+        if ch is None:
+            return head + "; the model's function changes unless the files add up to the loaded weights"
+        return head + "; the model's function changes: W = A + B is not the loaded weights"
+
+
+def parse_spec(raw: Any) -> ReparamSpec:
+    """Validate and normalize the value of a rule's ``reparam`` key.
+
+    Defaults are filled in: ``a="current"``, ``b_init="zeros"``, ``mode="exact"``,
+    ``params=None`` (every parameter the module owns). ``true`` means all defaults.
+
+    Args:
+        raw: the JSON value, e.g. ``{"kind": "a_plus_b", "a": {"random": {"seed": 1}}}`` (or a spec).
+
+    Returns:
+        The spec; it equals ``{"kind": "a_plus_b", "a": ..., "b_init": ..., "mode": ..., "params": ...}``.
+
+    Raises:
+        ReparamError: (a ``ValueError``) naming the sub-field and the fix.
+    """
+    if isinstance(raw, ReparamSpec):
+        return raw
+    if raw is True:
+        raw = {}
+    if not isinstance(raw, Mapping):
+        raise ReparamError(
+            'reparam must be an object like {"kind": "a_plus_b", "a": "current", "b_init": "zeros", '
+            f'"mode": "exact"}} (true for these defaults, false to switch A+B off), got {_describe_value(raw)}'
+        )
+    for k in raw:
+        if k not in _SPEC_KEYS:
+            raise ReparamError(
+                f"unknown key {k!r} in reparam{_hint(str(k), _SPEC_KEYS)}; allowed: {', '.join(_SPEC_KEYS)}"
+            )
+    kind = raw.get("kind", KIND)
+    if kind != KIND:
+        raise ReparamError(f'reparam.kind must be "{KIND}" (the only kind), got {_describe_value(kind)}')
+    a = _parse_source(raw.get("a", "current"), "a", allow_current=True)
+    b = _parse_source(raw.get("b_init", "zeros"), "b_init", allow_current=False)
+    mode = raw.get("mode", "exact")
+    if mode not in MODES:
+        raise ReparamError(
+            f'reparam.mode must be "exact" (parametrize, B is a parameter) or "fused" (train W, '
+            f"B = W - A on demand), got {_describe_value(mode)}"
+        )
+    params = raw.get("params")
+    names: tuple[str, ...] | None = None
+    if params is not None:
+        if isinstance(params, str):
+            params = [params]
+        if not isinstance(params, (list, tuple)) or not params:
+            raise ReparamError(
+                'reparam.params must be a non-empty list of parameter names like ["weight"] '
+                f"(or null for all), got {_describe_value(params)}"
+            )
+        out: list[str] = []
+        for p in params:
+            if not isinstance(p, str) or not p.isidentifier():
+                raise ReparamError(
+                    f"reparam.params entries must be parameter names of the module such as \"weight\" "
+                    f"or \"bias\" (no dots), got {_describe_value(p)}"
+                )
+            if p not in out:
+                out.append(p)
+        names = tuple(out)
+    return ReparamSpec(a=a, b_init=b, mode=mode, params=names)
+
+
+def changes_function(spec: Any) -> bool | None:
+    """Whether ``W = A + B`` differs from the loaded weights when training starts.
+
+    Args:
+        spec: a ``reparam`` spec (raw or normalized).
+
+    Returns:
+        See :meth:`ReparamSpec.changes_function`.
+
+    Raises:
+        ReparamError: the spec is invalid.
+    """
+    return parse_spec(spec).changes_function()
+
+
+def describe(spec: Any) -> str:
+    """One line for the GUI, the CLI and plan summaries (see :meth:`ReparamSpec.describe`).
+
+    Raises:
+        ReparamError: the spec is invalid.
+    """
+    return parse_spec(spec).describe()

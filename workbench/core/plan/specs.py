@@ -1,0 +1,88 @@
+"""The registry of extension specs: the plan keys whose value is a typed spec, in install order.
+
+Adding a technique: a spec module next to this one (parse, check, describe, conflicts), a row
+in :data:`SPECS`, a row in :data:`workbench.core.plan.keys.RULE_KEYS`, and its installer in
+:data:`workbench.core.freezing.applied.INSTALLERS`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from workbench.core.models.tree import ModelTree
+from workbench.core.plan.partial_spec import PartialSpec
+from workbench.core.plan.problems import PlanProblem
+from workbench.core.plan.reparam_spec import ReparamSpec
+from workbench.core.plan.spec_base import ExtensionSpec
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from workbench.core.plan.rules import FreezePlan
+
+__all__ = ["SPECS", "check_extensions", "spec_class"]
+
+#: Extension spec classes, in the order they are installed on a module.
+SPECS: tuple[type[ExtensionSpec], ...] = (PartialSpec, ReparamSpec)
+
+
+def spec_class(key: str) -> type[ExtensionSpec]:
+    """The spec class of an extension key.
+
+    Args:
+        key: ``"partial"`` or ``"reparam"``.
+
+    Returns:
+        The class.
+
+    Raises:
+        KeyError: not an extension key.
+    """
+    for cls in SPECS:
+        if cls.key == key:
+            return cls
+    raise KeyError(key)
+
+
+def _rule_index_for(plan: "FreezePlan", key: str, spec: Any) -> int | None:
+    for i, r in enumerate(plan.rules):
+        if getattr(r, key) is spec:
+            return i
+    return None
+
+
+def check_extensions(plan: "FreezePlan", tree: ModelTree) -> list[PlanProblem]:
+    """Problems with extension settings that only the model can reveal.
+
+    For example sub-tensor freezing on a module type that does not support it, or two
+    extensions that cannot be combined in force on one module. Each problem names the rule
+    that set the spec.
+
+    Args:
+        plan: the plan.
+        tree: the model's tree.
+
+    Returns:
+        A list of problems (empty when all is well).
+    """
+    problems: list[PlanProblem] = []
+    eff = plan.resolve(tree)
+    order = [cls.key for cls in SPECS]
+    for path, e in eff.items():  # conflicts, reported once per pair by the earlier key
+        for cls in SPECS:
+            spec = getattr(e, cls.key)
+            if not spec:
+                continue
+            for other in cls.conflicts_with:
+                if getattr(e, other) and order.index(other) > order.index(cls.key):
+                    msg = spec.conflict_message(path, other)
+                    idx = _rule_index_for(plan, cls.key, spec)
+                    problems.append(PlanProblem(f"module {path or '(root)'!r}: {msg}", idx, cls.key))
+    for cls in SPECS:
+        for path, e in eff.items():
+            spec = getattr(e, cls.key)
+            if not spec:
+                continue
+            msg = spec.check(tree.nodes[path])
+            if msg:
+                idx = _rule_index_for(plan, cls.key, spec)
+                problems.append(PlanProblem(f"module {path or '(root)'!r}: {msg}", idx, cls.key))
+    return problems
