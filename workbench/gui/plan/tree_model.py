@@ -20,7 +20,6 @@ from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette
 
 from workbench.core.models.tree import ModuleNode
 from workbench.gui.controller import Controller
-from workbench.gui.features import has_reparam
 from workbench.core.formatting import fmt_count, fmt_lr
 from workbench.gui.plan.edits import A_PLUS_B
 from workbench.gui.plan.state import NodeState, deciding_rule
@@ -115,7 +114,6 @@ class ModuleTreeModel(QAbstractItemModel):
         self._nodes: list[ModuleNode] = []
         self._ids: dict[str, int] = {}
         self._signatures: list[tuple[Any, ...]] = []
-        self.reparam_enabled = has_reparam()
         self._bold = QFont()
         self._bold.setBold(True)
         controller.modelChanged.connect(self.reload)
@@ -194,8 +192,6 @@ class ModuleTreeModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.DisplayRole:
             return HEADERS[section]
         if role == Qt.ItemDataRole.ToolTipRole:
-            if section == Column.AB and not self.reparam_enabled:
-                return _HEADER_TIPS[section] + " — not available in this version"
             return _HEADER_TIPS[section]
         if role == Qt.ItemDataRole.TextAlignmentRole:
             if section in (Column.PARAMS, Column.TRAINABLE):
@@ -318,8 +314,6 @@ class ModuleTreeModel(QAbstractItemModel):
                 text += " (sub-tensor freezing below)"
             return f"{text} — {self._source(node, 'frozen')}. Space toggles the selected rows."
         if col == Column.AB:
-            if not self.reparam_enabled:
-                return "A+B needs workbench.core.freezing.reparam, which this installation does not have"
             if st.reparam is None:
                 return "No parameters to reparameterize"
             text = {"on": "A+B on", "off": "A+B off", "mixed": "A+B on some modules below"}[st.reparam]
@@ -352,8 +346,6 @@ class ModuleTreeModel(QAbstractItemModel):
         if col == Column.FROZEN:
             return base | Qt.ItemFlag.ItemIsUserCheckable
         if col == Column.AB:
-            if not self.reparam_enabled:
-                return Qt.ItemFlag.ItemIsSelectable
             return base | Qt.ItemFlag.ItemIsUserCheckable if st.reparam is not None else base
         if col == Column.BN:
             return base | Qt.ItemFlag.ItemIsUserCheckable if st.bn is not None else base
