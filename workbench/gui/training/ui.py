@@ -15,11 +15,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Qt
-from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+from PySide6.QtCore import QObject
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import QMenu
 
 from workbench.gui import dialogs
+from workbench.gui.icons import dot_icon
 from workbench.gui.training.plots import PlotsPanel
 from workbench.gui.training.run_controller import RunController
 from workbench.gui.training.run_store import RunRecord, RunStore
@@ -31,18 +32,6 @@ if TYPE_CHECKING:
     from workbench.gui.main_window import MainWindow
 
 __all__ = ["TrainingUI"]
-
-
-def _dot(color: QColor) -> QIcon:
-    pm = QPixmap(10, 10)
-    pm.fill(Qt.GlobalColor.transparent)
-    p = QPainter(pm)
-    p.setRenderHint(QPainter.RenderHint.Antialiasing)
-    p.setPen(color)
-    p.setBrush(color)
-    p.drawEllipse(1, 1, 8, 8)
-    p.end()
-    return QIcon(pm)
 
 
 class TrainingUI(QObject):
@@ -125,7 +114,7 @@ class TrainingUI(QObject):
         self.verify.show_run(record)
         if self.verify.ok is not None:
             color = STATUS_COLORS["ok" if self.verify.ok else "error"]
-            self.window.right_panel.setTabIcon(self.verify_index, _dot(color))
+            self.window.right_panel.setTabIcon(self.verify_index, dot_icon(color, size=10))
 
     def _runs_selected(self, records: list[RunRecord]) -> None:
         overlays = []
