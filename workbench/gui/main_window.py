@@ -12,8 +12,8 @@ Layout::
 
 ``MainWindow.controller`` owns the model, tree, plan, file and undo history and emits
 ``planChanged(kind)`` / ``modelChanged()``; ``MainWindow.training``
-(:class:`~workbench.gui.training.ui.TrainingUI`) adds the plots, runs, verify tabs, the
-training controls and the Run menu.
+(:class:`~workbench.gui.training.ui.TrainingUI`) builds the plots, runs and verify tabs, the
+training controls and the Run menu, and the window places them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 from PySide6.QtCore import QByteArray, QPoint, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QFont, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QFont, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -49,6 +49,7 @@ from workbench.core.models.zoo import CHECKPOINT_SUFFIXES, ModelSourceError, Mod
 from workbench.gui import dialogs
 from workbench.gui.about import show_about
 from workbench.gui.diagnostics import DiagnosticsPanel
+from workbench.gui.icons import dot_icon
 from workbench.gui.plan import edits as plan_edits
 from workbench.gui import settings as app_settings
 from workbench.gui.controller import Controller
@@ -60,6 +61,8 @@ from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
 from workbench.gui.qt_compat import protect_none_refcount
 from workbench.gui.plan.partial_dialog import edit_partial
 from workbench.gui.plan.tree_view import ModuleTreeView
+from workbench.gui.training.ui import TrainingUI
+from workbench.gui.training.verify_panel import STATUS_COLORS
 
 __all__ = ["MainWindow", "device_label"]
 
@@ -120,7 +123,7 @@ class MainWindow(QMainWindow):
         self.proxy.setSourceModel(self.tree_model)
         self.view = ModuleTreeView(self)
         self.view.setModel(self.proxy)
-        self.view.toggle_frozen = self.toggle_frozen
+        self.view.frozenToggleRequested.connect(self.toggle_frozen)
         self.view.customContextMenuRequested.connect(self._context_menu)
 
         self.filter_edit = QLineEdit(self)
@@ -137,6 +140,7 @@ class MainWindow(QMainWindow):
         self.source_bar.loadRequested.connect(self.load_model_request)
         self.cost_panel = CostPanel(self.controller, self)
         self.cost_panel.findingActivated.connect(self.select_path)
+        self.training = TrainingUI(self.controller, self._settings, self)
 
         self._build_central()
         self._build_actions()
@@ -154,10 +158,12 @@ class MainWindow(QMainWindow):
         c.undo_stack.canUndoChanged.connect(self.act_undo.setEnabled)
         c.undo_stack.canRedoChanged.connect(self.act_redo.setEnabled)
         self.view.selectionModel().selectionChanged.connect(self._update_actions)
-
-        from workbench.gui.training.ui import TrainingUI
-
-        self.training = TrainingUI(self)
+        t = self.training
+        t.statusMessage.connect(self.statusBar().showMessage)
+        t.runStarted.connect(self._run_started)
+        t.verifyResult.connect(self._show_verify_result)
+        t.moduleActivated.connect(self.select_path)
+        t.watch_with(self.diagnostics)
         self._restore_settings()
         if load_default:
             self.controller.set_loaded(load_model(default_request()))
@@ -185,6 +191,8 @@ class MainWindow(QMainWindow):
         pv.addWidget(self.plan_summary)
         pv.addWidget(self.plan_text, 1)
         self.right_panel.addTab(plan_tab, "Plan")
+        for widget, title in self.training.tabs:
+            self.right_panel.addTab(widget, title)
         self.diagnostics = DiagnosticsPanel(self.controller, self.select_path, self)
         self.right_panel.addTab(self.diagnostics, "Diagnostics")
 
@@ -200,6 +208,7 @@ class MainWindow(QMainWindow):
         self.bottom_panel.setObjectName("bottom_panel")
         bl = QVBoxLayout(self.bottom_panel)
         bl.setContentsMargins(0, 0, 0, 0)
+        bl.addWidget(self.training.panel)
 
         central = QWidget(self)
         cv = QVBoxLayout(central)
@@ -305,6 +314,8 @@ class MainWindow(QMainWindow):
         e.addAction(self.act_remove_unmatched)
         v = mb.addMenu("&View")
         v.addActions([self.act_find, self.act_expand_default, self.act_expand_all, self.act_collapse_all])
+        mb.addMenu(self.training.menu)
+        self.addActions(list(self.training.actions))  # shortcuts work wherever the focus is
         h = mb.addMenu("&Help")
         h.addAction(self.act_about)
 
@@ -437,6 +448,18 @@ class MainWindow(QMainWindow):
         if loaded.messages:
             self.statusBar().showMessage("; ".join(loaded.messages), 15000)
         self._update_title()
+
+    def _run_started(self) -> None:
+        """Bring the plots forward when a run starts (unless the Diagnostics tab is in use)."""
+        if self.right_panel.currentWidget() is not self.diagnostics:
+            self.right_panel.setCurrentWidget(self.training.plots)
+
+    def _show_verify_result(self, ok: bool | None) -> None:
+        index = self.right_panel.indexOf(self.training.verify)
+        if ok is None:
+            self.right_panel.setTabIcon(index, QIcon())
+        else:
+            self.right_panel.setTabIcon(index, dot_icon(STATUS_COLORS["ok" if ok else "error"], size=10))
 
     def _busy_changed(self, busy: bool, text: str) -> None:
         self.busy_label.setText(text)

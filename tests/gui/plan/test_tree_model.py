@@ -200,3 +200,18 @@ def test_model_reset_on_new_model(resnet: tuple, qtbot: Any) -> None:
         c.set_loaded(loaded_from_model(nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))))
     assert m.rowCount(m.index(0, 0)) == 2
     assert m.data(m.index_of("1", Column.TYPE)) == "BatchNorm1d"
+
+
+def test_view_space_emits_the_selected_paths(resnet: tuple, qtbot: Any) -> None:
+    from workbench.gui.plan.tree_view import ModuleTreeView
+
+    _, m, _ = resnet
+    view = ModuleTreeView()
+    qtbot.addWidget(view)
+    view.setModel(m)
+    view.expandToDepth(0)
+    view.setCurrentIndex(m.index_of("layer2"))
+    qtbot.keyClick(view, Qt.Key.Key_Space)  # nothing connected: a plain QTreeView's Space
+    with qtbot.waitSignal(view.frozenToggleRequested, timeout=5000) as blocker:
+        qtbot.keyClick(view, Qt.Key.Key_Space)
+    assert blocker.args == [["layer2"]]

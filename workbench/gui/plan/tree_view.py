@@ -2,15 +2,24 @@
 
 The view shows a :class:`~workbench.gui.plan.tree_model.ModuleTreeModel` (usually through a
 :class:`~workbench.gui.plan.tree_model.ModuleFilterProxy`). It never edits the plan itself:
-checkbox clicks become ``setData`` calls on the model, and Space / the context menu call
-the window's actions.
+checkbox clicks become ``setData`` calls on the model, Space emits
+:attr:`ModuleTreeView.frozenToggleRequested`, and the context menu shows the window's actions.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
-from PySide6.QtCore import QAbstractItemModel, QEvent, QModelIndex, QPersistentModelIndex, QPoint, QRect, QSize, Qt
+from PySide6.QtCore import (
+    QAbstractItemModel,
+    QEvent,
+    QMetaMethod,
+    QModelIndex,
+    QPersistentModelIndex,
+    QPoint,
+    QRect,
+    QSize,
+    Qt,
+    Signal,
+)
 from PySide6.QtGui import QDoubleValidator, QKeyEvent, QMouseEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -144,13 +153,15 @@ class ModuleTreeView(QTreeView):
     Args:
         parent: Qt parent.
 
-    Attributes:
-        toggle_frozen: called with the selected paths when Space is pressed.
+    Signals:
+        frozenToggleRequested(paths): Space was pressed on the selected rows (their module paths,
+            in view order). Without a receiver, Space does what it does in a plain ``QTreeView``.
     """
+
+    frozenToggleRequested = Signal(list)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.toggle_frozen: Callable[[list[str]], None] | None = None
         self.setUniformRowHeights(True)
         self.setAlternatingRowColors(True)
         self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -213,8 +224,8 @@ class ModuleTreeView(QTreeView):
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt API
         if event.key() == Qt.Key.Key_Space and not (event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier):
             paths = self.selected_paths()
-            if paths and self.toggle_frozen is not None:
-                self.toggle_frozen(paths)
+            if paths and self.isSignalConnected(QMetaMethod.fromSignal(self.frozenToggleRequested)):
+                self.frozenToggleRequested.emit(paths)
                 event.accept()
                 return
         super().keyPressEvent(event)
