@@ -34,7 +34,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.gui.plan.tree_model import HEADERS, PATH_ROLE, Column
+from workbench.gui.plan.tree_columns import COLUMNS, Editor
+from workbench.gui.plan.tree_model import PATH_ROLE
 
 __all__ = ["CheckDelegate", "LrDelegate", "ModuleTreeView"]
 
@@ -175,11 +176,11 @@ class ModuleTreeView(QTreeView):
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.setAnimated(False)
         self.setExpandsOnDoubleClick(True)
-        self._check = CheckDelegate(self)
-        self._lr = LrDelegate(self)
-        for col in (Column.FROZEN, Column.AB, Column.BN):
-            self.setItemDelegateForColumn(col, self._check)
-        self.setItemDelegateForColumn(Column.LR, self._lr)
+        self._delegates: dict[Editor, QStyledItemDelegate] = {Editor.CHECK: CheckDelegate(self), Editor.LR: LrDelegate(self)}
+        for i, col in enumerate(COLUMNS):
+            delegate = self._delegates.get(col.editor)
+            if delegate is not None:
+                self.setItemDelegateForColumn(i, delegate)
 
     def setModel(self, model: QAbstractItemModel | None) -> None:  # noqa: N802 - Qt API
         super().setModel(model)
@@ -191,22 +192,17 @@ class ModuleTreeView(QTreeView):
         header.setMinimumSectionSize(28)
         fm = self.fontMetrics()
         pad = 22
-        widths = {
-            Column.TYPE: fm.horizontalAdvance("AdaptiveAvgPool2d") + pad,
-            Column.PARAMS: fm.horizontalAdvance("888.8M") + pad,
-            Column.TRAINABLE: fm.horizontalAdvance("Trainable") + pad,
-            Column.FROZEN: fm.horizontalAdvance("Frozen") + pad,
-            Column.AB: fm.horizontalAdvance("A+B") + pad + 8,
-            Column.BN: fm.horizontalAdvance("BN eval") + pad + 6,
-            Column.LR: fm.horizontalAdvance("LR ×") + pad + 8,
-        }
-        header.setSectionResizeMode(Column.MODULE, QHeaderView.ResizeMode.Stretch)
-        for col, w in widths.items():
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
-            header.resizeSection(col, w)
+        widths = 0
+        for i, col in enumerate(COLUMNS):
+            if col.width_text is None:
+                header.setSectionResizeMode(i, QHeaderView.ResizeMode.Stretch)
+                continue
+            w = fm.horizontalAdvance(col.width_text) + pad + col.width_pad
+            header.setSectionResizeMode(i, QHeaderView.ResizeMode.Interactive)
+            header.resizeSection(i, w)
+            widths += w
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.setMinimumWidth(sum(widths.values()) + fm.horizontalAdvance("layer1.0.downsample") + 40)
-        assert len(HEADERS) == len(Column)
+        self.setMinimumWidth(widths + fm.horizontalAdvance("layer1.0.downsample") + 40)
 
     def selected_paths(self) -> list[str]:
         """Paths of the selected rows (or the current row when nothing is selected), in view order."""
