@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
-import pytest
-
 from workbench.gui.main_window import MainWindow
-
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("workbench.core.checks.doctor") is None, reason="no workbench.core.checks.doctor")
 
 
 def test_plan_findings_show_at_once_and_a_click_selects_the_module(window: MainWindow) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -20,9 +19,9 @@ from workbench.core.plan.rules import FreezePlan
 from workbench.gui import settings as app_settings
 from workbench.gui.main_window import MainWindow
 from workbench.gui.model_loading import LoadRequest
+from workbench.gui.plan import edits as plan_edits
 from workbench.gui.plan.tree_model import Column
 
-HAS_PARTIAL = importlib.util.find_spec("workbench.core.freezing.partial") is not None
 CHECK = Qt.ItemDataRole.CheckStateRole
 
 
@@ -310,7 +309,6 @@ def test_closing_during_a_load_leaves_no_thread(qtbot: Any) -> None:
     assert w.close()  # waits for the worker; the leak fixture checks no thread is left
 
 
-@pytest.mark.skipif(not HAS_PARTIAL, reason="workbench.core.freezing.partial not installed")
 def test_partial_freezing_dialog(window: MainWindow, dialogs: Any) -> None:
     from workbench.gui.plan.partial_dialog import PartialDialog
 
@@ -369,7 +367,6 @@ def test_gui_command_imports_qt_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
     assert seen == {"path": "plan.json", "model": "vit_b_16"}
 
 
-@pytest.mark.skipif(importlib.util.find_spec("workbench.core.export") is None, reason="no workbench.core.export")
 def test_export_plain_script(window: MainWindow, dialogs: Any, tmp_path: Path) -> None:
     assert window.act_export is not None
     c = window.controller
@@ -393,15 +390,13 @@ def test_export_plain_script(window: MainWindow, dialogs: Any, tmp_path: Path) -
     assert state["total_count"] == c.counts.total
     assert {"layer1.0.bn1", "layer2.1.bn2"} <= set(state["bn_eval"])  # frozen BatchNorm stays in eval
     assert sorted(g["lr"] for g in state["groups"]) == pytest.approx([5e-4, 5e-3])
-    if HAS_PARTIAL:  # sub-tensor freezing cannot be exported: the error is shown, nothing written
-        from workbench.gui.plan import edits as plan_edits
-
-        spec = {"param": "weight", "dim": 1, "trainable": [[0, 4]]}
-        window.controller.edit("partial", lambda plan, tree: plan_edits.set_partial(plan, tree, "fc", spec))
-        dialogs.script("save_file", str(tmp_path / "partial.py"))
-        assert not window.export_script()
-        assert dialogs.kinds("error")[-1][1] == "Cannot export script"
-        assert not (tmp_path / "partial.py").exists()
+    # sub-tensor freezing cannot be exported: the error is shown, nothing written
+    spec = {"param": "weight", "dim": 1, "trainable": [[0, 4]]}
+    window.controller.edit("partial", lambda plan, tree: plan_edits.set_partial(plan, tree, "fc", spec))
+    dialogs.script("save_file", str(tmp_path / "partial.py"))
+    assert not window.export_script()
+    assert dialogs.kinds("error")[-1][1] == "Cannot export script"
+    assert not (tmp_path / "partial.py").exists()
 
 
 def test_lr_cell_editor_commits_to_the_plan(window: MainWindow, qtbot: Any) -> None:

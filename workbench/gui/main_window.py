@@ -12,8 +12,8 @@ Layout::
 
 ``MainWindow.controller`` owns the model, tree, plan, file and undo history and emits
 ``planChanged(kind)`` / ``modelChanged()``; ``MainWindow.training``
-(:class:`~workbench.gui.training.ui.TrainingUI`) adds the plots, runs, verify tabs, the
-training controls and the Run menu.
+(:class:`~workbench.gui.training.ui.TrainingUI`) builds the plots, runs and verify tabs, the
+training controls and the Run menu, and the window places them.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import torch
 from PySide6.QtCore import QByteArray, QPoint, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QFont, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QFont, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -41,20 +41,28 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from workbench.core import export
+from workbench.core.errors import WorkbenchError
+from workbench.core.freezing import partial
 from workbench.core.plan.rules import FreezePlan, PlanError
-from workbench.core.models.zoo import CHECKPOINT_SUFFIXES, ModelSourceError
+from workbench.core.models.zoo import CHECKPOINT_SUFFIXES, ModelSourceError, ModelSpec
 from workbench.gui import dialogs
+from workbench.gui.about import show_about
+from workbench.gui.diagnostics import DiagnosticsPanel
+from workbench.gui.icons import dot_icon
 from workbench.gui.plan import edits as plan_edits
 from workbench.gui import settings as app_settings
 from workbench.gui.controller import Controller
 from workbench.gui.plan.cost_panel import CostPanel
-from workbench.gui.features import has_doctor, has_export, has_partial, has_reparam
 from workbench.core.formatting import fmt_count
 from workbench.gui.model_loading import LoadRequest, default_request, load_model, request_for_plan
 from workbench.gui.model_source import ModelSourceBar
 from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
 from workbench.gui.qt_compat import protect_none_refcount
+from workbench.gui.plan.partial_dialog import edit_partial
 from workbench.gui.plan.tree_view import ModuleTreeView
+from workbench.gui.training.ui import TrainingUI
+from workbench.gui.training.verify_panel import STATUS_COLORS
 
 __all__ = ["MainWindow", "device_label"]
 
@@ -91,9 +99,8 @@ class MainWindow(QMainWindow):
     Attributes:
         controller: owner of model, tree, plan, file and undo history.
         tree_model / proxy / view: the module tree and its filter.
-        right_panel: tabs on the right (``Plan``, ``Plots``, ``Runs``, ``Verify``;
-            ``Diagnostics`` when the freeze doctor is installed).
-        diagnostics: the Diagnostics tab (None without ``workbench.core.checks.doctor``).
+        right_panel: tabs on the right (``Plan``, ``Plots``, ``Runs``, ``Verify``, ``Diagnostics``).
+        diagnostics: the Diagnostics tab.
         bottom_panel: area under the cost panel (``bottom_panel.layout()`` is a
             ``QVBoxLayout``) holding the training controls.
         training: the training side (:class:`~workbench.gui.training.ui.TrainingUI`): plots,
@@ -116,7 +123,7 @@ class MainWindow(QMainWindow):
         self.proxy.setSourceModel(self.tree_model)
         self.view = ModuleTreeView(self)
         self.view.setModel(self.proxy)
-        self.view.toggle_frozen = self.toggle_frozen
+        self.view.frozenToggleRequested.connect(self.toggle_frozen)
         self.view.customContextMenuRequested.connect(self._context_menu)
 
         self.filter_edit = QLineEdit(self)
@@ -133,6 +140,7 @@ class MainWindow(QMainWindow):
         self.source_bar.loadRequested.connect(self.load_model_request)
         self.cost_panel = CostPanel(self.controller, self)
         self.cost_panel.findingActivated.connect(self.select_path)
+        self.training = TrainingUI(self.controller, self._settings, self)
 
         self._build_central()
         self._build_actions()
@@ -150,10 +158,12 @@ class MainWindow(QMainWindow):
         c.undo_stack.canUndoChanged.connect(self.act_undo.setEnabled)
         c.undo_stack.canRedoChanged.connect(self.act_redo.setEnabled)
         self.view.selectionModel().selectionChanged.connect(self._update_actions)
-
-        from workbench.gui.training.ui import TrainingUI
-
-        self.training = TrainingUI(self)
+        t = self.training
+        t.statusMessage.connect(self.statusBar().showMessage)
+        t.runStarted.connect(self._run_started)
+        t.verifyResult.connect(self._show_verify_result)
+        t.moduleActivated.connect(self.select_path)
+        t.watch_with(self.diagnostics)
         self._restore_settings()
         if load_default:
             self.controller.set_loaded(load_model(default_request()))
@@ -181,12 +191,10 @@ class MainWindow(QMainWindow):
         pv.addWidget(self.plan_summary)
         pv.addWidget(self.plan_text, 1)
         self.right_panel.addTab(plan_tab, "Plan")
-        self.diagnostics = None
-        if has_doctor():
-            from workbench.gui.diagnostics import DiagnosticsPanel
-
-            self.diagnostics = DiagnosticsPanel(self.controller, self.select_path, self)
-            self.right_panel.addTab(self.diagnostics, "Diagnostics")
+        for widget, title in self.training.tabs:
+            self.right_panel.addTab(widget, title)
+        self.diagnostics = DiagnosticsPanel(self.controller, self.select_path, self)
+        self.right_panel.addTab(self.diagnostics, "Diagnostics")
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
         self.splitter.setObjectName("tree_splitter")
@@ -200,6 +208,7 @@ class MainWindow(QMainWindow):
         self.bottom_panel.setObjectName("bottom_panel")
         bl = QVBoxLayout(self.bottom_panel)
         bl.setContentsMargins(0, 0, 0, 0)
+        bl.addWidget(self.training.panel)
 
         central = QWidget(self)
         cv = QVBoxLayout(central)
@@ -234,11 +243,9 @@ class MainWindow(QMainWindow):
         self.act_save = self._action("&Save", self.save, QKeySequence(K.Save), "Save the plan")
         self.act_save_as = self._action("Save &As…", self.save_as, "Ctrl+Shift+S", "Save the plan under a new name")
         self.act_quit = self._action("&Quit", self.close, QKeySequence(K.Quit))
-        self.act_export = None
-        if has_export():
-            self.act_export = self._action(
-                "Plain PyTorch &Script…", self.export_script, None, "Write a standalone script that applies the plan"
-            )
+        self.act_export = self._action(
+            "Plain PyTorch &Script…", self.export_script, None, "Write a standalone script that applies the plan"
+        )
 
         stack = self.controller.undo_stack
         self.act_undo = self._action("&Undo", stack.undo, QKeySequence(K.Undo))
@@ -270,14 +277,8 @@ class MainWindow(QMainWindow):
         self.act_ab_off = self._action("A+B Off Subtree", lambda: self._set_selected("reparam", False))
         self.act_inherit_lr = self._action("Reset LR × To Inherited", lambda: self._set_selected("lr_scale", None))
         self.act_remove_unmatched = self._action("Remove Rules That Match Nothing", self.remove_unmatched_rules)
-        self.act_partial = None
-        if has_partial():
-            self.act_partial = self._action("Partial Freezing…", self.edit_partial, None,
-                                            "Freeze ranges of a parameter tensor")
-        if not has_reparam():
-            for act in (self.act_ab_on, self.act_ab_off):
-                act.setEnabled(False)
-                act.setToolTip("A+B needs workbench.core.freezing.reparam, which this installation does not have")
+        self.act_partial = self._action("Partial Freezing…", self.edit_partial, None,
+                                        "Freeze ranges of a parameter tensor")
 
         self.act_find = self._action("&Find Module", self.focus_filter, QKeySequence(K.Find))
         self.act_expand_all = self._action("Expand All", lambda: self.expand_to_depth(-1))
@@ -286,8 +287,8 @@ class MainWindow(QMainWindow):
         self.act_about = self._action("&About Freeze Workbench", self.about)
         self._selection_actions = [
             self.act_freeze, self.act_unfreeze, self.act_toggle, self.act_train_only, self.act_freeze_before,
-            self.act_inherit_lr,
-        ] + ([self.act_ab_on, self.act_ab_off] if has_reparam() else [])
+            self.act_inherit_lr, self.act_ab_on, self.act_ab_off,
+        ]
 
     def _build_menus(self) -> None:
         mb = self.menuBar()
@@ -297,9 +298,8 @@ class MainWindow(QMainWindow):
         self.recent_menu.aboutToShow.connect(self._fill_recent)
         f.addSeparator()
         f.addActions([self.act_save, self.act_save_as])
-        if self.act_export is not None:
-            export = f.addMenu("&Export")
-            export.addAction(self.act_export)
+        export_menu = f.addMenu("&Export")
+        export_menu.addAction(self.act_export)
         f.addSeparator()
         f.addAction(self.act_quit)
         e = mb.addMenu("&Edit")
@@ -309,13 +309,13 @@ class MainWindow(QMainWindow):
         e.addSeparator()
         e.addActions([self.act_bn_on, self.act_bn_off, self.act_bn_auto])
         e.addSeparator()
-        e.addActions([self.act_ab_on, self.act_ab_off, self.act_inherit_lr])
-        if self.act_partial is not None:
-            e.addAction(self.act_partial)
+        e.addActions([self.act_ab_on, self.act_ab_off, self.act_inherit_lr, self.act_partial])
         e.addSeparator()
         e.addAction(self.act_remove_unmatched)
         v = mb.addMenu("&View")
         v.addActions([self.act_find, self.act_expand_default, self.act_expand_all, self.act_collapse_all])
+        mb.addMenu(self.training.menu)
+        self.addActions(list(self.training.actions))  # shortcuts work wherever the focus is
         h = mb.addMenu("&Help")
         h.addAction(self.act_about)
 
@@ -333,9 +333,7 @@ class MainWindow(QMainWindow):
         pt.addSeparator()
         pt.addActions([self.act_freeze, self.act_unfreeze, self.act_train_only, self.act_freeze_before])
         pt.addSeparator()
-        pt.addAction(self.act_bn_on)
-        if has_reparam():
-            pt.addAction(self.act_ab_on)
+        pt.addActions([self.act_bn_on, self.act_ab_on])
         pt.addSeparator()
         find = QWidget(pt)
         row = QHBoxLayout(find)
@@ -451,6 +449,18 @@ class MainWindow(QMainWindow):
             self.statusBar().showMessage("; ".join(loaded.messages), 15000)
         self._update_title()
 
+    def _run_started(self) -> None:
+        """Bring the plots forward when a run starts (unless the Diagnostics tab is in use)."""
+        if self.right_panel.currentWidget() is not self.diagnostics:
+            self.right_panel.setCurrentWidget(self.training.plots)
+
+    def _show_verify_result(self, ok: bool | None) -> None:
+        index = self.right_panel.indexOf(self.training.verify)
+        if ok is None:
+            self.right_panel.setTabIcon(index, QIcon())
+        else:
+            self.right_panel.setTabIcon(index, dot_icon(STATUS_COLORS["ok" if ok else "error"], size=10))
+
     def _busy_changed(self, busy: bool, text: str) -> None:
         self.busy_label.setText(text)
         self.busy_label.setVisible(busy)
@@ -475,16 +485,13 @@ class MainWindow(QMainWindow):
             act.setEnabled(has)
         paths = self.view.selected_paths()
         self.act_freeze_before.setEnabled(has and len(paths) == 1 and paths[0] != "")
-        if self.act_partial is not None:
-            self.act_partial.setEnabled(has and len(paths) == 1 and self._partial_possible(paths[0]))
+        self.act_partial.setEnabled(has and len(paths) == 1 and self._partial_possible(paths[0]))
         state = self.controller.state
         self.act_remove_unmatched.setEnabled(
             state is not None and any(p.field == "select" for p in state.problems)
         )
 
     def _partial_possible(self, path: str) -> bool:
-        from workbench.core.freezing import partial  # present: the action exists only then
-
         tree = self.controller.tree
         if tree is None or path not in tree.nodes:
             return False
@@ -554,9 +561,7 @@ class MainWindow(QMainWindow):
         menu.addSeparator()
         menu.addActions([self.act_bn_on, self.act_bn_off, self.act_bn_auto])
         menu.addSeparator()
-        menu.addActions([self.act_ab_on, self.act_ab_off, self.act_inherit_lr])
-        if self.act_partial is not None:
-            menu.addAction(self.act_partial)
+        menu.addActions([self.act_ab_on, self.act_ab_off, self.act_inherit_lr, self.act_partial])
         return menu
 
     # ------------------------------------------------------------------ plan edits
@@ -600,8 +605,6 @@ class MainWindow(QMainWindow):
 
     def edit_partial(self) -> None:
         """Open the partial-freezing dialog for the selected module."""
-        from workbench.gui.plan.partial_dialog import edit_partial  # present with workbench.core.freezing.partial
-
         paths = self.view.selected_paths()
         if len(paths) == 1:
             edit_partial(self, self.controller, paths[0])
@@ -761,10 +764,6 @@ class MainWindow(QMainWindow):
 
     def export_script(self) -> bool:
         """Export the plan as a standalone plain-PyTorch script (``workbench.core.export``)."""
-        from workbench.core import export  # present: the menu entry exists only then
-        from workbench.core.errors import WorkbenchError
-        from workbench.core.models.zoo import ModelSpec
-
         c = self.controller
         stem = c.path.stem if c.path else (c.loaded.label if c.loaded else "plan")
         path = dialogs.save_file(self, "Export plan as script", str(Path(self._start_dir()) / f"{stem}.py"),
@@ -847,8 +846,6 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ misc
     def about(self) -> None:
         """Show the About box (versions, PyTorch build, the device found; copyable)."""
-        from workbench.gui.about import show_about
-
         show_about(self)
 
     def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt API

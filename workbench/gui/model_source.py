@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from PySide6.QtCore import QSize, Qt, Signal
-from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap, QStandardItem, QStandardItemModel
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QIcon, QStandardItem, QStandardItemModel
 from PySide6.QtWidgets import QComboBox, QCompleter, QHBoxLayout, QLabel, QPushButton, QSpinBox, QWidget
 
 from workbench.core.models import zoo
 from workbench.core.formatting import fmt_count
+from workbench.gui.icons import dot_icon
 from workbench.gui.model_loading import DEFAULT_MODEL, LoadRequest
 
 __all__ = ["ModelSourceBar", "cached_icon"]
@@ -31,17 +32,8 @@ def cached_icon(cached: bool) -> QIcon:
     Returns:
         The icon.
     """
-    pm = QPixmap(QSize(12, 12))
-    pm.fill(Qt.GlobalColor.transparent)
-    p = QPainter(pm)
-    p.setRenderHint(QPainter.RenderHint.Antialiasing)
     color = QColor(46, 160, 67) if cached else QColor(150, 150, 150)
-    p.setPen(color)
-    if cached:
-        p.setBrush(color)
-    p.drawEllipse(2, 2, 8, 8)
-    p.end()
-    return QIcon(pm)
+    return dot_icon(color, margin=2, filled=cached)
 
 
 class ModelSourceBar(QWidget):

@@ -125,18 +125,17 @@ def render(
             t.runs_panel.select([second])
             tabs.setCurrentWidget(t.verify)
             grab("verify.png")
-            if window.diagnostics is not None:
-                c.set_value(["layer4"], "lr_scale", 0.1)
-                c.set_value(["bn1"], "bn_eval", False)  # frozen BatchNorm in train mode: a pitfall
-                c.set_value(["layer1"], "lr_scale", 0.5)  # no effect on frozen modules: another
-                done: list[bool] = []
-                c.checkFinished.connect(lambda *_: done.append(True))
-                if window.diagnostics.run():
-                    _wait(app, lambda: bool(done))
-                tabs.setCurrentWidget(window.diagnostics)
-                if window.diagnostics.rows:
-                    window.diagnostics.table.selectRow(0)
-                grab("diagnostics.png")
+            c.set_value(["layer4"], "lr_scale", 0.1)
+            c.set_value(["bn1"], "bn_eval", False)  # frozen BatchNorm in train mode: a pitfall
+            c.set_value(["layer1"], "lr_scale", 0.5)  # no effect on frozen modules: another
+            done: list[bool] = []
+            c.checkFinished.connect(lambda *_: done.append(True))
+            if window.diagnostics.run():
+                _wait(app, lambda: bool(done))
+            tabs.setCurrentWidget(window.diagnostics)
+            if window.diagnostics.rows:
+                window.diagnostics.table.selectRow(0)
+            grab("diagnostics.png")
             tabs.setCurrentIndex(0)
             window.filter_edit.setText("bn")
             window.view.scrollTo(window.proxy.index(0, Column.MODULE))

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 import torch
 from torch import nn
@@ -16,8 +14,6 @@ from workbench.gui.plan import edits as plan_edits
 from workbench.core.formatting import fmt_bytes, fmt_count, fmt_lr, fmt_percent
 from workbench.gui.model_loading import LoadRequest, loaded_from_model, request_for_plan
 from workbench.gui.plan.state import PlanState, deciding_rule, explicit_paths
-
-HAS_PARTIAL = importlib.util.find_spec("workbench.core.freezing.partial") is not None
 
 
 @pytest.fixture(scope="module")
@@ -139,7 +135,6 @@ def test_plan_state_findings_and_explicit(tree: ModelTree) -> None:
     assert deciding_rule(plan, tree, "fc", "bn_eval") is None
 
 
-@pytest.mark.skipif(not HAS_PARTIAL, reason="workbench.core.freezing.partial not installed")
 def test_partial_counts_frozen_slice(model: nn.Module) -> None:
     loaded = loaded_from_model(model)
     plan = FreezePlan()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import pytest
@@ -16,8 +15,6 @@ from workbench.core.formatting import fmt_count
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.plan.tree_model import PATH_ROLE, Column, ModuleFilterProxy, ModuleTreeModel, parse_lr
 
-HAS_REPARAM = importlib.util.find_spec("workbench.core.freezing.reparam") is not None
-HAS_PARTIAL = importlib.util.find_spec("workbench.core.freezing.partial") is not None
 CHECK = Qt.ItemDataRole.CheckStateRole
 
 
@@ -170,7 +167,6 @@ def test_bn_eval_column(resnet: tuple) -> None:
     assert [r.to_dict() for r in c.plan.rules] == [{"select": "layer1", "frozen": True}]
 
 
-@pytest.mark.skipif(not HAS_REPARAM, reason="workbench.core.freezing.reparam not installed")
 def test_ab_column(resnet: tuple) -> None:
     c, m, _ = resnet
     idx = m.index_of("layer4", Column.AB)
@@ -185,16 +181,6 @@ def test_ab_column(resnet: tuple) -> None:
     assert c.plan.rules == []
 
 
-def test_ab_column_disabled_without_reparam(resnet: tuple) -> None:
-    c, m, _ = resnet
-    m.reparam_enabled = False
-    idx = m.index_of("layer4", Column.AB)
-    assert not m.flags(idx) & Qt.ItemFlag.ItemIsEnabled
-    assert not m.setData(idx, Qt.CheckState.Checked, CHECK)
-    assert "not" in m.data(idx, Qt.ItemDataRole.ToolTipRole) and c.plan.rules == []
-
-
-@pytest.mark.skipif(not HAS_PARTIAL, reason="workbench.core.freezing.partial not installed")
 def test_partial_shows_partially_checked(resnet: tuple) -> None:
     from workbench.gui.plan import edits as plan_edits
 
@@ -214,3 +200,18 @@ def test_model_reset_on_new_model(resnet: tuple, qtbot: Any) -> None:
         c.set_loaded(loaded_from_model(nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))))
     assert m.rowCount(m.index(0, 0)) == 2
     assert m.data(m.index_of("1", Column.TYPE)) == "BatchNorm1d"
+
+
+def test_view_space_emits_the_selected_paths(resnet: tuple, qtbot: Any) -> None:
+    from workbench.gui.plan.tree_view import ModuleTreeView
+
+    _, m, _ = resnet
+    view = ModuleTreeView()
+    qtbot.addWidget(view)
+    view.setModel(m)
+    view.expandToDepth(0)
+    view.setCurrentIndex(m.index_of("layer2"))
+    qtbot.keyClick(view, Qt.Key.Key_Space)  # nothing connected: a plain QTreeView's Space
+    with qtbot.waitSignal(view.frozenToggleRequested, timeout=5000) as blocker:
+        qtbot.keyClick(view, Qt.Key.Key_Space)
+    assert blocker.args == [["layer2"]]

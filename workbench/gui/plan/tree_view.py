@@ -2,15 +2,24 @@
 
 The view shows a :class:`~workbench.gui.plan.tree_model.ModuleTreeModel` (usually through a
 :class:`~workbench.gui.plan.tree_model.ModuleFilterProxy`). It never edits the plan itself:
-checkbox clicks become ``setData`` calls on the model, and Space / the context menu call
-the window's actions.
+checkbox clicks become ``setData`` calls on the model, Space emits
+:attr:`ModuleTreeView.frozenToggleRequested`, and the context menu shows the window's actions.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
-from PySide6.QtCore import QAbstractItemModel, QEvent, QModelIndex, QPersistentModelIndex, QPoint, QRect, QSize, Qt
+from PySide6.QtCore import (
+    QAbstractItemModel,
+    QEvent,
+    QMetaMethod,
+    QModelIndex,
+    QPersistentModelIndex,
+    QPoint,
+    QRect,
+    QSize,
+    Qt,
+    Signal,
+)
 from PySide6.QtGui import QDoubleValidator, QKeyEvent, QMouseEvent, QPainter, QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -25,7 +34,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.gui.plan.tree_model import HEADERS, PATH_ROLE, Column
+from workbench.gui.plan.tree_columns import COLUMNS, Editor
+from workbench.gui.plan.tree_model import PATH_ROLE
 
 __all__ = ["CheckDelegate", "LrDelegate", "ModuleTreeView"]
 
@@ -144,13 +154,15 @@ class ModuleTreeView(QTreeView):
     Args:
         parent: Qt parent.
 
-    Attributes:
-        toggle_frozen: called with the selected paths when Space is pressed.
+    Signals:
+        frozenToggleRequested(paths): Space was pressed on the selected rows (their module paths,
+            in view order). Without a receiver, Space does what it does in a plain ``QTreeView``.
     """
+
+    frozenToggleRequested = Signal(list)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.toggle_frozen: Callable[[list[str]], None] | None = None
         self.setUniformRowHeights(True)
         self.setAlternatingRowColors(True)
         self.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
@@ -164,11 +176,11 @@ class ModuleTreeView(QTreeView):
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.setAnimated(False)
         self.setExpandsOnDoubleClick(True)
-        self._check = CheckDelegate(self)
-        self._lr = LrDelegate(self)
-        for col in (Column.FROZEN, Column.AB, Column.BN):
-            self.setItemDelegateForColumn(col, self._check)
-        self.setItemDelegateForColumn(Column.LR, self._lr)
+        self._delegates: dict[Editor, QStyledItemDelegate] = {Editor.CHECK: CheckDelegate(self), Editor.LR: LrDelegate(self)}
+        for i, col in enumerate(COLUMNS):
+            delegate = self._delegates.get(col.editor)
+            if delegate is not None:
+                self.setItemDelegateForColumn(i, delegate)
 
     def setModel(self, model: QAbstractItemModel | None) -> None:  # noqa: N802 - Qt API
         super().setModel(model)
@@ -180,22 +192,17 @@ class ModuleTreeView(QTreeView):
         header.setMinimumSectionSize(28)
         fm = self.fontMetrics()
         pad = 22
-        widths = {
-            Column.TYPE: fm.horizontalAdvance("AdaptiveAvgPool2d") + pad,
-            Column.PARAMS: fm.horizontalAdvance("888.8M") + pad,
-            Column.TRAINABLE: fm.horizontalAdvance("Trainable") + pad,
-            Column.FROZEN: fm.horizontalAdvance("Frozen") + pad,
-            Column.AB: fm.horizontalAdvance("A+B") + pad + 8,
-            Column.BN: fm.horizontalAdvance("BN eval") + pad + 6,
-            Column.LR: fm.horizontalAdvance("LR ×") + pad + 8,
-        }
-        header.setSectionResizeMode(Column.MODULE, QHeaderView.ResizeMode.Stretch)
-        for col, w in widths.items():
-            header.setSectionResizeMode(col, QHeaderView.ResizeMode.Interactive)
-            header.resizeSection(col, w)
+        widths = 0
+        for i, col in enumerate(COLUMNS):
+            if col.width_text is None:
+                header.setSectionResizeMode(i, QHeaderView.ResizeMode.Stretch)
+                continue
+            w = fm.horizontalAdvance(col.width_text) + pad + col.width_pad
+            header.setSectionResizeMode(i, QHeaderView.ResizeMode.Interactive)
+            header.resizeSection(i, w)
+            widths += w
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.setMinimumWidth(sum(widths.values()) + fm.horizontalAdvance("layer1.0.downsample") + 40)
-        assert len(HEADERS) == len(Column)
+        self.setMinimumWidth(widths + fm.horizontalAdvance("layer1.0.downsample") + 40)
 
     def selected_paths(self) -> list[str]:
         """Paths of the selected rows (or the current row when nothing is selected), in view order."""
@@ -213,8 +220,8 @@ class ModuleTreeView(QTreeView):
     def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt API
         if event.key() == Qt.Key.Key_Space and not (event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier):
             paths = self.selected_paths()
-            if paths and self.toggle_frozen is not None:
-                self.toggle_frozen(paths)
+            if paths and self.isSignalConnected(QMetaMethod.fromSignal(self.frozenToggleRequested)):
+                self.frozenToggleRequested.emit(paths)
                 event.accept()
                 return
         super().keyPressEvent(event)

@@ -383,11 +383,6 @@ class PlotsPanel(QWidget):
             "loss_ema": lp.plot(pen=_pen(red, 2), antialias=True),
             "throughput": hp.plot(pen=_pen(purple, 1.5)),
         }
-        self._columns = {
-            "step_ms": "step_ms", "step_ms_ema": "step_ms_ema", "mem_alloc": "mem_alloc", "mem_peak": "mem_peak",
-            "mem_reserved": "mem_reserved", "trainable": "trainable", "loss": "loss", "loss_ema": "loss_ema",
-            "throughput": "throughput",
-        }
         self._set_memory_names("rss")
 
         self._mouse = pg.SignalProxy(self.graphics.scene().sigMouseMoved, rateLimit=30, slot=self._mouse_moved)
@@ -596,8 +591,7 @@ class PlotsPanel(QWidget):
         self._drawn = buf.version
         x = buf.column(self._x)
         for name, curve in self.curves.items():
-            col = self._columns[name]
-            curve.setData(x, self._y(buf, col), connect="finite")
+            curve.setData(x, self._y(buf, name), connect="finite")
         reserved = buf.has_values("mem_reserved")
         self.curves["mem_reserved"].setVisible(reserved)
         if reserved != had_reserved:

@@ -27,7 +27,7 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 import torch
@@ -39,7 +39,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.plan.rules import FreezePlan
 from workbench.gui.background import track_thread, untrack_thread
 
-__all__ = ["EMIT_INTERVAL_S", "MetricsBatcher", "TrainingJob", "TrainingSession", "TrainingWorker", "job_from"]
+__all__ = ["EMIT_INTERVAL_S", "MetricsBatcher", "TrainingJob", "TrainingSession", "TrainingWorker"]
 
 #: Minimum seconds between two ``metricsBatch`` signals (at most 20 per second).
 EMIT_INTERVAL_S = 0.05
@@ -394,27 +394,3 @@ class TrainingSession(QObject):
         untrack_thread(self._thread)
         self._emitted = True
         self.ended.emit(dict(self._outcome))
-
-
-def job_from(
-    config: TrainConfig | Mapping[str, Any],
-    model: nn.Module,
-    plan: FreezePlan,
-    **kwargs: Any,
-) -> TrainingJob:
-    """A :class:`TrainingJob` from a config (object or dict), model and plan.
-
-    Args:
-        config: the settings.
-        model: the model to train a copy of.
-        plan: the starting plan (copied).
-        **kwargs: other :class:`TrainingJob` fields.
-
-    Returns:
-        The job.
-
-    Raises:
-        ConfigError: an invalid config.
-    """
-    cfg = config if isinstance(config, TrainConfig) else TrainConfig.from_dict(dict(config))
-    return TrainingJob(cfg, model, plan.copy(), **kwargs)

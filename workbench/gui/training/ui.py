@@ -1,120 +1,136 @@
-"""Training in the main window: plots, runs, verification, controls and the Run menu, wired up.
+"""The training side of the window: plots, runs, verification, controls and the Run menu, wired up.
 
-:class:`TrainingUI` builds the training panels into a :class:`~workbench.gui.main_window.MainWindow`:
+:class:`TrainingUI` builds the training widgets and connects them to one
+:class:`~workbench.gui.training.run_controller.RunController`, which owns the runs. It does not
+place them: it exposes them and the window puts them where it wants:
 
-- the **Plots** tab (:class:`~workbench.gui.training.plots.PlotsPanel`), **Runs** (:class:`~workbench.gui.training.runs_tab.RunsPanel`)
-  and **Verify** (:class:`~workbench.gui.training.verify_panel.VerifyPanel`) tabs on the right;
-- the training controls (:class:`~workbench.gui.training.panel.TrainingPanel`) under the cost panel;
-- a **Run** menu (Start F5, Pause F6, Stop Shift+F5);
+- :attr:`TrainingUI.tabs`: the **Plots** (:class:`~workbench.gui.training.plots.PlotsPanel`),
+  **Runs** (:class:`~workbench.gui.training.runs_tab.RunsPanel`) and **Verify**
+  (:class:`~workbench.gui.training.verify_panel.VerifyPanel`) tabs, with their titles;
+- :attr:`TrainingUI.panel`: the training controls (:class:`~workbench.gui.training.panel.TrainingPanel`);
+- :attr:`TrainingUI.menu` and :attr:`TrainingUI.actions`: the **Run** menu (Start F5, Pause F6,
+  Stop Shift+F5) and its actions, whose shortcuts should work wherever the focus is.
 
-and connects them to one :class:`~workbench.gui.training.run_controller.RunController`, which owns the runs.
+What the window shows in reaction (the status bar, the tab to bring forward, the Verify tab's
+icon, the module to select) travels as signals.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from PySide6.QtCore import QObject, Qt
-from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
-from PySide6.QtWidgets import QMenu
+from PySide6.QtCore import QObject, QSettings, Signal
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QMenu, QWidget
 
+from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.gui import dialogs
+from workbench.gui.controller import Controller
+from workbench.gui.diagnostics import DiagnosticsPanel
+from workbench.gui.training.panel import TrainingPanel
 from workbench.gui.training.plots import PlotsPanel
 from workbench.gui.training.run_controller import RunController
 from workbench.gui.training.run_store import RunRecord, RunStore
 from workbench.gui.training.runs_tab import RunsPanel, default_runs_dir, export_run_csv
-from workbench.gui.training.panel import TrainingPanel
-from workbench.gui.training.verify_panel import STATUS_COLORS, VerifyPanel
-
-if TYPE_CHECKING:
-    from workbench.gui.main_window import MainWindow
+from workbench.gui.training.verify_panel import VerifyPanel
 
 __all__ = ["TrainingUI"]
 
-
-def _dot(color: QColor) -> QIcon:
-    pm = QPixmap(10, 10)
-    pm.fill(Qt.GlobalColor.transparent)
-    p = QPainter(pm)
-    p.setRenderHint(QPainter.RenderHint.Antialiasing)
-    p.setPen(color)
-    p.setBrush(color)
-    p.drawEllipse(1, 1, 8, 8)
-    p.end()
-    return QIcon(pm)
+#: How long a status-bar message of a run stays (milliseconds).
+RUN_MESSAGE_MS = 8000
+#: How long a status-bar message of an export stays (milliseconds).
+EXPORT_MESSAGE_MS = 5000
 
 
 class TrainingUI(QObject):
     """The training side of the window.
 
     Args:
-        window: the main window (its ``right_panel`` tabs, ``bottom_panel`` and menus get the
-            training widgets).
+        controller: owner of model, tree and plan (runs train its model under its plan).
+        settings: where the training controls keep their values (None: not kept).
+        parent: the widget that owns the training widgets and the dialogs they open.
         runs_dir: where runs are kept (default: :func:`~workbench.gui.training.runs_tab.default_runs_dir`).
 
     Attributes:
         runs: the :class:`RunController` (start/stop, records, store).
-        plots / runs_panel / verify / panel: the widgets.
-        plots_index / runs_index / verify_index: their tab indexes in ``window.right_panel``.
+        plots / runs_panel / verify: the tabs' widgets.
+        panel: the training controls.
+        menu: the Run menu.
+
+    Signals:
+        statusMessage(text, ms): a line for the status bar, shown for ``ms`` milliseconds.
+        runStarted(): a run started; its plots are reset (the window may bring them forward).
+        verifyResult(ok): the verification of the run that ended passed (True) or not (False);
+            None when a run starts (no result yet).
+        moduleActivated(path): the user picked a module of the loaded model (Verify tab).
     """
 
-    def __init__(self, window: "MainWindow", runs_dir: str | Path | None = None) -> None:
-        super().__init__(window)
-        self.window = window
-        c = window.controller
+    statusMessage = Signal(str, int)
+    runStarted = Signal()
+    verifyResult = Signal(object)
+    moduleActivated = Signal(str)
+
+    def __init__(
+        self,
+        controller: Controller,
+        settings: QSettings | None,
+        parent: QWidget,
+        runs_dir: str | Path | None = None,
+    ) -> None:
+        super().__init__(parent)
+        self._owner = parent
+        self._c = controller
         self.store = RunStore(runs_dir or default_runs_dir())
-        self.runs = RunController(c, self.store, self)
-        self.plots = PlotsPanel(window)
-        self.runs_panel = RunsPanel(self.runs, window)
-        self.verify = VerifyPanel(window)
-        self.panel = TrainingPanel(c, self.runs, getattr(window, "_settings", None), window)
-
-        tabs = window.right_panel
-        self.plots_index = tabs.insertTab(1, self.plots, "Plots")
-        self.runs_index = tabs.insertTab(2, self.runs_panel, "Runs")
-        self.verify_index = tabs.insertTab(3, self.verify, "Verify")
-        window.bottom_panel.layout().addWidget(self.panel)
-
-        self.run_menu = QMenu("&Run", window)
-        self.run_menu.addActions([self.panel.act_start, self.panel.act_pause, self.panel.act_stop])
-        menu_bar = window.menuBar()
-        help_menu = next(
-            (a for a in menu_bar.actions() if a.menu() is not None and a.text().replace("&", "") == "Help"), None
-        )
-        if help_menu is not None:
-            menu_bar.insertMenu(help_menu, self.run_menu)
-        else:
-            menu_bar.addMenu(self.run_menu)
-        for act in (self.panel.act_start, self.panel.act_pause, self.panel.act_stop):
-            window.addAction(act)  # shortcuts work wherever the focus is
+        self.runs = RunController(controller, self.store, self)
+        self.plots = PlotsPanel(parent)
+        self.runs_panel = RunsPanel(self.runs, parent)
+        self.verify = VerifyPanel(parent)
+        self.panel = TrainingPanel(controller, self.runs, settings, parent)
+        self.menu = QMenu("&Run", parent)
+        self.menu.addActions(list(self.actions))
 
         r = self.runs
         r.runStarted.connect(self._run_started)
         r.prepared.connect(self._prepared)
         r.metricsReceived.connect(self.plots.append)
         r.runEnded.connect(self._run_ended)
-        r.statusMessage.connect(lambda text: window.statusBar().showMessage(text, 8000))
-        r.errorOccurred.connect(lambda title, msg, details: dialogs.error(window, title, msg, details))
+        r.statusMessage.connect(lambda text: self.statusMessage.emit(text, RUN_MESSAGE_MS))
+        r.errorOccurred.connect(lambda title, msg, details: dialogs.error(self._owner, title, msg, details))
         self.runs_panel.selectionChanged.connect(self._runs_selected)
         self.runs_panel.usePlanRequested.connect(self._use_plan)
         self.runs_panel.exportRequested.connect(self._export)
         self.plots.exportCsvRequested.connect(self._export_shown)
         self.verify.moduleActivated.connect(self._select_module)
-        diag = getattr(window, "diagnostics", None)
-        if diag is not None:
-            diag.enable_watch(lambda n: self.panel.start(watch_steps=n))
-            r.watchFinished.connect(diag.show_watch)
-            r.runEnded.connect(lambda _rec: diag.watch_ended())
+
+    # ------------------------------------------------------------ what the window places
+    @property
+    def tabs(self) -> tuple[tuple[QWidget, str], ...]:
+        """The tabs, in order, with their titles: Plots, Runs, Verify."""
+        return ((self.plots, "Plots"), (self.runs_panel, "Runs"), (self.verify, "Verify"))
+
+    @property
+    def actions(self) -> tuple[QAction, ...]:
+        """Start, Pause and Stop (the Run menu's actions)."""
+        return (self.panel.act_start, self.panel.act_pause, self.panel.act_stop)
+
+    def watch_with(self, diagnostics: DiagnosticsPanel) -> None:
+        """Let the Diagnostics tab start a run that the freeze doctor watches, and show its findings.
+
+        Args:
+            diagnostics: the Diagnostics tab.
+        """
+        diagnostics.enable_watch(lambda n: self.panel.start(watch_steps=n))
+        self.runs.watchFinished.connect(diagnostics.show_watch)
+        self.runs.runEnded.connect(lambda _rec: diagnostics.watch_ended())
 
     # ------------------------------------------------------------ reactions
     def _run_started(self, record: RunRecord) -> None:
-        c = self.window.controller
+        c = self._c
         total = c.counts.total if c.counts is not None else None
         self.plots.start_run(record, total)
-        if self.window.right_panel.currentIndex() in (0, self.runs_index, self.verify_index):
-            self.window.right_panel.setCurrentIndex(self.plots_index)
-        self.window.right_panel.setTabIcon(self.verify_index, QIcon())
+        self.runStarted.emit()
+        self.verifyResult.emit(None)
 
     def _prepared(self, info: dict) -> None:
         record = self.runs.current
@@ -124,8 +140,7 @@ class TrainingUI(QObject):
         self.plots.end_run(record)
         self.verify.show_run(record)
         if self.verify.ok is not None:
-            color = STATUS_COLORS["ok" if self.verify.ok else "error"]
-            self.window.right_panel.setTabIcon(self.verify_index, _dot(color))
+            self.verifyResult.emit(self.verify.ok)
 
     def _runs_selected(self, records: list[RunRecord]) -> None:
         overlays = []
@@ -138,38 +153,36 @@ class TrainingUI(QObject):
             self.verify.show_run(records[0])
 
     def _select_module(self, path: str) -> None:
-        if path and self.window.controller.tree is not None and path in self.window.controller.tree.nodes:
-            self.window.select_path(path)
+        if path and self._c.tree is not None and path in self._c.tree.nodes:
+            self.moduleActivated.emit(path)
 
     def _use_plan(self, record: RunRecord) -> None:
-        from workbench.core.plan.rules import FreezePlan, PlanError
-
         try:
             plan = FreezePlan.from_dict(record.plan)
         except PlanError as e:
-            dialogs.error(self.window, "Cannot use the run's plan", str(e))
+            dialogs.error(self._owner, "Cannot use the run's plan", str(e))
             return
 
         def replace(target: FreezePlan, _tree: Any) -> None:
             target.rules = [r for r in plan.rules]
             target.stages = [s for s in plan.stages]
 
-        self.window.controller.edit(f"Use plan of {record.name}", replace)
+        self._c.edit(f"Use plan of {record.name}", replace)
 
     def _export(self, record: RunRecord) -> None:
-        path = export_run_csv(self.window, self.runs, record, self._start_dir())
+        path = export_run_csv(self._owner, self.runs, record, self._start_dir())
         if path:
-            self.window.statusBar().showMessage(f"Exported {path}", 5000)
+            self.statusMessage.emit(f"Exported {path}", EXPORT_MESSAGE_MS)
 
     def _export_shown(self) -> None:
         record = self.plots.record
         if record is None:
-            self.window.statusBar().showMessage("No run to export yet.", 5000)
+            self.statusMessage.emit("No run to export yet.", EXPORT_MESSAGE_MS)
             return
         self._export(record)
 
     def _start_dir(self) -> str:
-        c = self.window.controller
+        c = self._c
         return str(c.path.parent) if c.path is not None else str(Path.home())
 
     # ------------------------------------------------------------ the end

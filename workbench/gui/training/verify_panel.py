@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+from PySide6.QtGui import QColor, QIcon
 from PySide6.QtWidgets import QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
+from workbench.gui.icons import dot_icon
 from workbench.gui.training.run_store import RunRecord
 
 __all__ = ["STATUS_COLORS", "VerifyPanel", "status_icon"]
@@ -35,16 +36,8 @@ def status_icon(status: str) -> QIcon:
     Returns:
         The icon.
     """
-    pm = QPixmap(12, 12)
-    pm.fill(Qt.GlobalColor.transparent)
-    p = QPainter(pm)
-    p.setRenderHint(QPainter.RenderHint.Antialiasing)
     color = STATUS_COLORS.get(status, QColor(150, 150, 150))
-    p.setPen(color.darker(120))
-    p.setBrush(color)
-    p.drawEllipse(1, 1, 10, 10)
-    p.end()
-    return QIcon(pm)
+    return dot_icon(color, outline=color.darker(120))
 
 
 class VerifyPanel(QWidget):

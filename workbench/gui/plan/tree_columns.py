@@ -1,0 +1,378 @@
+"""The columns of the module tree, as one table.
+
+Each :class:`TreeColumn` says everything the model and the view need about one column: its
+header and header tooltip, alignment, what a cell displays, its check state, tooltip, colour
+and font, the raw number behind it, which editor the view gives it, and how an edit of a cell
+becomes a plan edit. :data:`COLUMNS` lists them in display order;
+:class:`~workbench.gui.plan.tree_model.ModuleTreeModel` and
+:class:`~workbench.gui.plan.tree_view.ModuleTreeView` only iterate it.
+
+Adding a per-module toggle (a plan key shown as a checkbox) is one :func:`toggle_column` row
+in :data:`COLUMNS`, given a ``"on"/"off"/"mixed"`` field of
+:class:`~workbench.gui.plan.state.NodeState` to show.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+from typing import Any, Callable
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QGuiApplication, QPalette
+
+from workbench.core.formatting import fmt_count, fmt_lr
+from workbench.core.models.tree import ModuleNode
+from workbench.core.plan.spec_base import ExtensionSpec
+from workbench.gui.controller import Controller
+from workbench.gui.plan.edits import A_PLUS_B
+from workbench.gui.plan.state import NodeState, deciding_rule
+
+__all__ = [
+    "COLUMNS",
+    "Column",
+    "Editor",
+    "HEADERS",
+    "TreeColumn",
+    "check_value",
+    "column_index",
+    "parse_lr",
+    "rule_source",
+    "toggle_column",
+]
+
+_CHECK = {"on": Qt.CheckState.Checked, "off": Qt.CheckState.Unchecked, "mixed": Qt.CheckState.PartiallyChecked}
+_RIGHT = int(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+_CENTER = int(Qt.AlignmentFlag.AlignCenter)
+_LEFT = int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
+_FROZEN_COLOR = QColor(61, 111, 168)
+
+
+class Editor(Enum):
+    """How the view edits a column's cells."""
+
+    NONE = "none"  # read-only
+    CHECK = "check"  # a centred checkbox (toggle columns)
+    LR = "lr"  # a line editor for numbers >= 0 or empty
+
+
+def _empty(node: ModuleNode, st: NodeState) -> str:
+    return ""
+
+
+@dataclass(frozen=True)
+class TreeColumn:
+    """One column of the module tree.
+
+    Attributes:
+        key: the column's name; for a toggle, the plan key it edits.
+        header: header text.
+        tooltip: header tooltip.
+        alignment: alignment of the cells' text (toggle headers are centred).
+        display: the cell's text (``DisplayRole`` and ``EditRole``).
+        check: the cell's check state, or None for no checkbox.
+        tip: the cell's tooltip, given the controller, or None.
+        foreground: the cell's text colour, or None for the palette's.
+        bold: whether the cell's text is bold, given the controller.
+        value: the raw number behind the cell (``VALUE_ROLE``), or None.
+        editor: which editor the view gives the column.
+        set_data: turns an edit into a plan edit: ``(controller, path, value) -> understood``;
+            a toggle's value is a bool (checked), an editor's the text entered.
+        toggle: a checkbox column: ``setData`` takes ``CheckStateRole``; a cell is user-checkable
+            when it has a check state.
+        width_text: text whose width (plus ``width_pad``) is the column's initial width; None:
+            the column stretches.
+        width_pad: extra pixels beyond the view's usual padding.
+    """
+
+    key: str
+    header: str
+    tooltip: str
+    alignment: int = _LEFT
+    display: Callable[[ModuleNode, NodeState], str | None] = _empty
+    check: Callable[[NodeState], Qt.CheckState | None] | None = None
+    tip: Callable[[Controller, ModuleNode, NodeState], str | None] | None = None
+    foreground: Callable[[ModuleNode, NodeState], QColor | None] | None = None
+    bold: Callable[[Controller, ModuleNode], bool] | None = None
+    value: Callable[[ModuleNode, NodeState], Any] | None = None
+    editor: Editor = Editor.NONE
+    set_data: Callable[[Controller, str, Any], bool] | None = None
+    toggle: bool = False
+    width_text: str | None = None
+    width_pad: int = 0
+
+    @property
+    def header_alignment(self) -> int:
+        """Alignment of the header text: toggles centred over their checkboxes."""
+        return _CENTER if self.toggle else self.alignment
+
+    @property
+    def editable(self) -> bool:
+        """Whether cells are edited through an editor (``EditRole``)."""
+        return self.set_data is not None and not self.toggle
+
+
+def check_value(value: Any) -> bool:
+    """Whether a value given to ``setData(..., CheckStateRole)`` means "checked".
+
+    Args:
+        value: a ``Qt.CheckState``, an int, or a bool.
+
+    Returns:
+        True for Checked and PartiallyChecked.
+    """
+    if isinstance(value, Qt.CheckState):
+        return value != Qt.CheckState.Unchecked
+    if isinstance(value, bool):
+        return value
+    return int(value) != 0
+
+
+def parse_lr(value: Any) -> float | None | bool:
+    """Read an LR × cell edit.
+
+    Args:
+        value: text or number.
+
+    Returns:
+        The multiplier, None for an empty text (inherit), or False when it is not a number >= 0.
+    """
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        v = float(value)
+    else:
+        text = str(value).strip().lstrip("×x*").strip()
+        if not text:
+            return None
+        try:
+            v = float(text)
+        except ValueError:
+            return False
+    if v != v or v < 0 or v == float("inf"):
+        return False
+    return v
+
+
+def rule_source(c: Controller, node: ModuleNode, key: str) -> str:
+    """Where a module's setting of a plan key comes from, for tooltips.
+
+    Args:
+        c: the controller (its plan and tree).
+        node: the module.
+        key: the plan key.
+
+    Returns:
+        ``"default"``, ``"set here (rule i)"`` or ``"from rule i: SELECTOR"``.
+    """
+    tree = c.tree
+    assert tree is not None
+    i = deciding_rule(c.plan, tree, node.path, key)
+    if i is None:
+        return "default"
+    sel = c.plan.rules[i].select
+    if sel in ("", "*"):
+        sel = "(root)"
+    return f"set here (rule {i})" if sel == (node.path or "(root)") else f"from rule {i}: {sel}"
+
+
+def _muted(*_: Any) -> QColor:
+    return QGuiApplication.palette().color(QPalette.ColorRole.PlaceholderText)
+
+
+def _describe_extension(spec: ExtensionSpec, *args: Any) -> str:
+    """``spec.describe(...)``, or the spec as JSON."""
+    try:
+        return str(spec.describe(*args))
+    except Exception:  # noqa: BLE001 - a tooltip must never break the view
+        return json.dumps(spec.to_json(), default=str)
+
+
+def toggle_column(
+    key: str,
+    header: str,
+    tooltip: str,
+    field: str,
+    tip: Callable[[Controller, ModuleNode, NodeState], str | None],
+    to_plan: Callable[[bool], Any] = bool,
+    display: Callable[[ModuleNode, NodeState], str | None] = _empty,
+    width_pad: int = 0,
+) -> TreeColumn:
+    """A checkbox column over a plan key.
+
+    Args:
+        key: the plan key a click sets (on the clicked module).
+        header: header text (also the width sample).
+        tooltip: header tooltip.
+        field: the :class:`~workbench.gui.plan.state.NodeState` field shown (``"on"``, ``"off"``,
+            ``"mixed"``, or None for no checkbox).
+        tip: the cell's tooltip.
+        to_plan: the plan value of a click (checked or not).
+        display: a short note beside the box (``auto``).
+        width_pad: extra pixels of width.
+
+    Returns:
+        The column.
+    """
+
+    def check(st: NodeState) -> Qt.CheckState | None:
+        tri = getattr(st, field)
+        return _CHECK[tri] if tri is not None else None
+
+    def set_data(c: Controller, path: str, on: Any) -> bool:
+        c.set_value([path], key, to_plan(bool(on)))
+        return True
+
+    return TreeColumn(
+        key, header, tooltip, display=display, check=check, tip=tip, editor=Editor.CHECK,
+        set_data=set_data, toggle=True, width_text=header, width_pad=width_pad,
+    )
+
+
+# ---------------------------------------------------------------------- cell tooltips
+def _module_tip(c: Controller, node: ModuleNode, st: NodeState) -> str:
+    return f"{node.path or '(root)'} — {node.type_name}"
+
+
+def _type_tip(c: Controller, node: ModuleNode, st: NodeState) -> str:
+    return " → ".join(node.type_names) or node.type_name
+
+
+def _count_tip(c: Controller, node: ModuleNode, st: NodeState) -> str:
+    own = f"; own {node.own_params:,}" if node.children and node.own_params else ""
+    return f"{node.total_params:,} parameters, {st.trainable:,} trainable{own}"
+
+
+def _frozen_tip(c: Controller, node: ModuleNode, st: NodeState) -> str:
+    if st.partial:
+        loaded = c.loaded
+        param = st.partial.param
+        name = f"{node.path}.{param}" if node.path else param
+        shape = loaded.param_shapes.get(name) if loaded is not None else None
+        text = _describe_extension(st.partial, shape, node.type_name)
+        return f"Partially frozen: {text} — {rule_source(c, node, 'partial')}"
+    text = {"on": "Frozen", "off": "Trains", "mixed": "Some modules below are frozen"}[st.frozen]
+    if st.partial_below:
+        text += " (sub-tensor freezing below)"
+    return f"{text} — {rule_source(c, node, 'frozen')}. Space toggles the selected rows."
+
+
+def _ab_tip(c: Controller, node: ModuleNode, st: NodeState) -> str:
+    if st.reparam is None:
+        return "No parameters to reparameterize"
+    text = {"on": "A+B on", "off": "A+B off", "mixed": "A+B on some modules below"}[st.reparam]
+    spec = c.state.effective[node.path].reparam if c.state is not None else None
+    if spec and node.own_params:
+        text = _describe_extension(spec)
+    return f"{text} — {rule_source(c, node, 'reparam')}"
+
+
+def _bn_tip(c: Controller, node: ModuleNode, st: NodeState) -> str | None:
+    if st.bn is None:
+        return None
+    what = {"on": "eval mode", "off": "train mode", "mixed": "some in eval mode"}[st.bn]
+    how = "follows Frozen (frozen BatchNorm runs in eval mode)" if st.bn_auto else rule_source(c, node, "bn_eval")
+    return f"BatchNorm {what} — {how}"
+
+
+def _lr_tip(c: Controller, node: ModuleNode, st: NodeState) -> str:
+    text = f"LR × {fmt_lr(st.lr_scale)} — {rule_source(c, node, 'lr_scale')}"
+    if st.lr_ignored:
+        text += ". Every parameter below is frozen: the multiplier has no effect"
+    return text
+
+
+def _set_lr(c: Controller, path: str, value: Any) -> bool:
+    scale = parse_lr(value)
+    if scale is False:
+        c.errorOccurred.emit(
+            "Invalid LR ×", f"{value!r} is not a learning-rate multiplier; enter a number >= 0 "
+            "(1 = base rate, 0.1 = ten times slower), or leave it empty to inherit", ""
+        )
+        return False
+    c.set_value([path], "lr_scale", scale)
+    return True
+
+
+#: The module tree's columns, in display order.
+COLUMNS: tuple[TreeColumn, ...] = (
+    TreeColumn(
+        "module", "Module", "Module path in the model (as in plans and scripts)",
+        display=lambda node, st: node.name,
+        tip=_module_tip,
+        foreground=lambda node, st: _FROZEN_COLOR if st.frozen == "on" and node.total_params else None,
+        bold=lambda c, node: node.parent is None,
+    ),
+    TreeColumn(
+        "type", "Type", "Module class",
+        display=lambda node, st: node.type_name, tip=_type_tip, foreground=_muted, width_text="AdaptiveAvgPool2d",
+    ),
+    TreeColumn(
+        "params", "Params", "Parameters of the module and everything below it", _RIGHT,
+        display=lambda node, st: fmt_count(node.total_params), tip=_count_tip,
+        foreground=lambda node, st: _muted() if node.total_params == 0 else None,
+        value=lambda node, st: node.total_params, width_text="888.8M",
+    ),
+    TreeColumn(
+        "trainable", "Trainable", "Parameters that train under the plan", _RIGHT,
+        display=lambda node, st: fmt_count(st.trainable), tip=_count_tip,
+        foreground=lambda node, st: _muted() if st.trainable == 0 else None,
+        value=lambda node, st: st.trainable, width_text="Trainable",
+    ),
+    toggle_column(
+        "frozen", "Frozen", "Frozen: the parameters do not train (partially checked: some below do)",
+        "frozen", _frozen_tip,
+    ),
+    toggle_column(
+        "reparam", "A+B", "A+B: train a delta B on top of the fixed pretrained weight A (W = A + B)",
+        "reparam", _ab_tip, to_plan=lambda on: dict(A_PLUS_B) if on else False, width_pad=8,
+    ),
+    toggle_column(
+        "bn_eval", "BN eval",
+        "BatchNorm in eval mode: running statistics are used and not updated, even in model.train()",
+        "bn", _bn_tip, display=lambda node, st: "auto" if st.bn is not None and st.bn_auto else "", width_pad=6,
+    ),
+    TreeColumn(
+        "lr_scale", "LR ×", "Learning-rate multiplier for the module's parameters (double-click to edit; empty = inherit)",
+        _CENTER,
+        display=lambda node, st: fmt_lr(st.lr_scale), tip=_lr_tip,
+        foreground=lambda node, st: _muted() if st.lr_scale == 1.0 or st.frozen == "on" else None,
+        bold=lambda c, node: c.state is not None and node.path in c.state.explicit.get("lr_scale", ()),
+        value=lambda node, st: st.lr_scale, editor=Editor.LR, set_data=_set_lr, width_text="LR ×", width_pad=8,
+    ),
+)
+
+#: Header texts, in column order.
+HEADERS = [col.header for col in COLUMNS]
+
+
+def column_index(key: str) -> int:
+    """The position of a column in :data:`COLUMNS`.
+
+    Args:
+        key: the column's key (``"frozen"``, ``"lr_scale"``, ...).
+
+    Returns:
+        Its index.
+
+    Raises:
+        KeyError: no column has that key.
+    """
+    for i, col in enumerate(COLUMNS):
+        if col.key == key:
+            return i
+    raise KeyError(f"no tree column {key!r}; the columns are {', '.join(c.key for c in COLUMNS)}")
+
+
+class Column(IntEnum):
+    """Names for the positions of the columns in :data:`COLUMNS` (for callers and tests)."""
+
+    MODULE = column_index("module")
+    TYPE = column_index("type")
+    PARAMS = column_index("params")
+    TRAINABLE = column_index("trainable")
+    FROZEN = column_index("frozen")
+    AB = column_index("reparam")
+    BN = column_index("bn_eval")
+    LR = column_index("lr_scale")
