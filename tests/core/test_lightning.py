@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from torch import nn
 
 L = pytest.importorskip("lightning")
 
+from tests.fixtures.torchrun import torchrun  # noqa: E402
 from workbench.core.checks import doctor  # noqa: E402
 from workbench.core.plan.rules import FreezePlan, PlanError  # noqa: E402
 from workbench.integrations.lightning import FreezePlanCallback, sync_param_groups  # noqa: E402
@@ -191,3 +193,135 @@ def test_import_without_lightning_is_lazy(monkeypatch):
         fresh.FreezePlanCallback  # noqa: B018
     monkeypatch.undo()
     importlib.reload(mod)
+
+
+DDP_WORKER = '''
+import json, os, sys, warnings
+from pathlib import Path
+
+import lightning as L
+import torch
+from torch import nn
+
+from workbench.core.training.distributed import ddp_parameter_count
+from workbench.integrations.lightning import FreezePlanCallback
+
+warnings.filterwarnings("ignore")
+torch.set_num_threads(1)
+out = Path(sys.argv[1])
+stage = sys.argv[2] == "stage"
+rank = int(os.environ["RANK"])
+
+
+class Lit(L.LightningModule):
+    def __init__(self, freeze):
+        super().__init__()
+        torch.manual_seed(rank)  # different init per rank: DDP starts every rank from rank 0's weights
+        self.backbone = nn.Sequential(nn.Linear(6, 16), nn.Tanh(), nn.Linear(16, 16), nn.Tanh())
+        self.head = nn.Linear(16, 3)
+        self.freeze = [freeze]
+        self.wrapped = []
+
+    def training_step(self, batch, batch_idx):
+        self.wrapped.append(ddp_parameter_count(self.trainer.strategy.model))
+        x, y = batch
+        return nn.functional.cross_entropy(self.head(self.backbone(x)), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.freeze[0].param_groups(lr=0.5), lr=0.5)
+
+
+plan = {"rules": [{"select": "*", "frozen": True}, {"select": "head", "frozen": False}]}
+if stage:
+    plan["stages"] = [
+        {"at_step": 2, "rules": [{"select": "backbone", "frozen": False}]},
+        {"at_step": 4, "rules": [{"select": "backbone.0", "frozen": True}]},
+    ]
+cb = FreezePlanCallback(plan)
+lit = Lit(cb)
+g = torch.Generator().manual_seed(0)
+ds = torch.utils.data.TensorDataset(torch.randn(96, 6, generator=g), torch.randint(0, 3, (96,), generator=g))
+trainer = L.Trainer(
+    accelerator="cpu", devices=2, strategy="ddp", max_steps=6, logger=False, enable_progress_bar=False,
+    enable_model_summary=False, enable_checkpointing=False, default_root_dir=str(out), callbacks=[cb],
+)
+backbone0 = {n: p.detach().clone() for n, p in lit.backbone.named_parameters()}
+trainer.fit(lit, torch.utils.data.DataLoader(ds, batch_size=4))
+torch.save({n: p.detach() for n, p in lit.named_parameters()}, out / f"rank{rank}.pt")
+changed = any(not torch.equal(backbone0[n], p) for n, p in lit.backbone.named_parameters())
+json.dump({"steps": trainer.global_step, "wrapped": lit.wrapped, "backbone_changed": changed},
+          open(out / f"rank{rank}.json", "w"))
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
+def test_ddp_stage_keeps_ranks_identical(tmp_path):
+    """Stages that unfreeze the backbone, then freeze part of it again, under 2-process gloo DDP.
+
+    The replicas stay bit-identical (without a new DDP wrapper the backbone trained on each rank's
+    own gradients), and freezing again does not leave DDP waiting for gradients that never come.
+    """
+    script = tmp_path / "worker.py"
+    script.write_text(DDP_WORKER)
+    proc = torchrun([str(script), str(tmp_path), "stage"], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2)]
+    w0, w1 = (torch.load(tmp_path / f"rank{i}.pt") for i in range(2))
+    drift = {n: (w0[n] - w1[n]).abs().max().item() for n in w0}
+    assert all(d == 0 for d in drift.values()), f"replicas drifted apart: {drift}"
+    for r in runs:
+        assert r["steps"] == 6 and r["backbone_changed"]
+        # the DDP wrapper the training step runs through reduces what trains: head (2 tensors),
+        # head + backbone (6) from step 2, head + backbone.2 (4) from step 4
+        assert r["wrapped"] == [2, 2, 6, 6, 4, 4]
+
+
+@pytest.fixture
+def one_process_group(tmp_path):
+    """A 1-process gloo group, so DistributedDataParallel can be built in this process."""
+    dist = torch.distributed
+    if not dist.is_available() or dist.is_initialized():
+        pytest.skip("needs torch.distributed and no process group already running")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_rewrap_ddp_builds_a_wrapper_for_what_trains_now(one_process_group):
+    from workbench.core.training.distributed import ddp_parameter_count
+    from workbench.integrations.lightning import rewrap_ddp
+
+    class Strategy:  # the two members of Lightning's DDPStrategy that rewrap_ddp uses
+        def __init__(self, module):
+            self.lightning_module = module
+            self.model = module
+
+        def configure_ddp(self):
+            self.model = nn.parallel.DistributedDataParallel(self.model)
+
+    net = Net()
+    net.features.requires_grad_(False)
+    strategy = Strategy(net)
+    assert rewrap_ddp(strategy) is False  # not running in DDP: nothing to do
+    strategy.configure_ddp()
+    first = strategy.model
+    first.eval()
+    assert ddp_parameter_count(first) == 2
+    net.features[3].requires_grad_(True)
+    assert rewrap_ddp(strategy) is True
+    assert strategy.model is not first and strategy.model.module is net
+    assert ddp_parameter_count(strategy.model) == 4 and not strategy.model.training
+
+
+def test_rewrap_ddp_without_configure_ddp_says_what_to_do(one_process_group):
+    from workbench.integrations.lightning import rewrap_ddp
+
+    class Strategy:
+        lightning_module = None
+
+        def __init__(self):
+            self.model = nn.parallel.DistributedDataParallel(Net())
+
+    with pytest.raises(PlanError, match="no configure_ddp.*strategy=\"ddp\""):
+        rewrap_ddp(Strategy())

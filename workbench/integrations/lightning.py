@@ -23,6 +23,11 @@ The callback
   ``trainer.current_epoch``) updates the model and the optimizer: newly trainable parameters
   go into new param groups (one per ``lr_scale``), parameters that are frozen again leave
   their groups and their optimizer state, parameters whose ``lr_scale`` changed move;
+- under DDP (``strategy="ddp"`` and its variants) rebuilds the strategy's
+  ``DistributedDataParallel`` wrapper when a stage changes which parameters train (see
+  :func:`rewrap_ddp`): DDP reduces only the gradients of the parameters that required grad
+  when it was built, so without this a backbone unfrozen at a stage would train on each
+  rank's own gradients and the replicas would drift apart;
 - saves the plan, the stage and the optimizer's group layout in the checkpoint, and on
   resume restores the stage and the group layout before Lightning loads the optimizer state.
 
@@ -45,7 +50,7 @@ from workbench.core.training.optim import sync_optimizer
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.models.tree import ModelTree
 
-__all__ = ["FreezePlanCallback", "LightningMissingError", "sync_param_groups"]
+__all__ = ["FreezePlanCallback", "LightningMissingError", "rewrap_ddp", "sync_param_groups"]
 
 _GROUP_SKIP = ("params", "param_names")
 
@@ -96,6 +101,52 @@ def sync_param_groups(
         "removed": [names.get(i, "") for i in scale_before if i not in scale_after],
         "moved": [names[i] for i in scale_after if i in scale_before and scale_before[i] != scale_after[i]],
     }
+
+
+def _trainable_ids(module: nn.Module) -> frozenset[int]:
+    return frozenset(id(p) for p in module.parameters() if p.requires_grad)
+
+
+def rewrap_ddp(strategy: Any) -> bool:
+    """Rebuild a Lightning strategy's DDP wrapper for the parameters that train now.
+
+    ``DistributedDataParallel`` registers the parameters that require grad when it is built
+    and all-reduces only their gradients. After a plan change that unfreezes parameters, their
+    gradients would stay local to each rank (the replicas drift apart); after one that freezes
+    parameters, the reducer would wait for gradients that never come. This unwraps the
+    LightningModule and lets the strategy wrap it again with its own ``configure_ddp`` (the
+    same device ids, DDP options such as ``find_unused_parameters`` or ``static_graph``, and
+    communication hooks as at the start of the run). The new wrapper broadcasts rank 0's
+    parameters and buffers, which every rank already shares. Call it on every rank at the
+    same step (the callback does, at stage boundaries, which depend only on
+    ``global_step``/``current_epoch``), between two optimizer steps.
+
+    Args:
+        strategy: ``trainer.strategy``.
+
+    Returns:
+        True when the model was wrapped again; False when the strategy does not run the model
+        in ``DistributedDataParallel`` (single process, FSDP, DeepSpeed...), where nothing
+        is done.
+
+    Raises:
+        PlanError: the strategy runs the model in DDP but has no ``configure_ddp`` to build a
+            new wrapper.
+    """
+    old = getattr(strategy, "model", None)
+    if not isinstance(old, nn.parallel.DistributedDataParallel):
+        return False
+    configure = getattr(strategy, "configure_ddp", None)
+    if configure is None:
+        raise PlanError(
+            f"the strategy {type(strategy).__name__} runs the model in DistributedDataParallel but has no "
+            "configure_ddp() to rebuild it after a stage changed which parameters train; use strategy=\"ddp\" "
+            "or a plan without stages"
+        )
+    strategy.model = strategy.lightning_module
+    configure()
+    strategy.model.training = old.training
+    return True
 
 
 class _FreezePlanCallbackImpl:
@@ -256,17 +307,24 @@ class _FreezePlanCallbackImpl:
         self._restored_groups = None
 
     def on_train_batch_start(self, trainer: Any, pl_module: nn.Module, batch: Any, batch_idx: int) -> None:
-        """Bring a stage into force when ``global_step`` / ``current_epoch`` reaches it."""
+        """Bring a stage into force when ``global_step`` / ``current_epoch`` reaches it.
+
+        Updates the model and the optimizer's groups; when the set of trainable parameters
+        changed and the strategy runs DDP, rebuilds the DDP wrapper (:func:`rewrap_ddp`).
+        """
         if self.applied is None or not self.plan.stages:
             return
         key = self._key(trainer.global_step, trainer.current_epoch)
         if key == self._stage:
             return
+        trainable = _trainable_ids(pl_module)
         self.applied.update(self._plan_for(key), strict=self.strict)
         self._stage = key
         opt = self._optimizer(trainer)
         if opt is not None:
             sync_param_groups(opt, self.applied)
+        if _trainable_ids(pl_module) != trainable:
+            rewrap_ddp(getattr(trainer, "strategy", None))
 
     def _local(self, full: str) -> str:
         prefix = f"{self.module}." if self.module else ""

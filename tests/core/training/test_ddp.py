@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
 
+from tests.fixtures.torchrun import torchrun as _torchrun
 from workbench.core.training.distributed import DistInfo, env_info
 from workbench.core.training.metrics import load_metrics
 from workbench.core.plan.rules import FreezePlan, Rule
@@ -86,13 +84,6 @@ WORKER = textwrap.dedent(
     }, open(out / f"rank{rank}.json", "w"))
     '''
 )
-
-
-def _torchrun(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    env.pop("WORLD_SIZE", None)
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", *args]
-    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
 
 
 def test_env_info_defaults_to_one_process(monkeypatch: pytest.MonkeyPatch):
