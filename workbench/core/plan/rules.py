@@ -554,12 +554,16 @@ class FreezePlan:
         Raises:
             PlanError: invalid JSON (with line and column) or an invalid plan.
         """
+        from workbench.core import safe_json  # limits on hostile input: docs/bad-input.md
+
         try:
-            data = json.loads(text)
+            data = safe_json.loads(text, what="the plan")
         except json.JSONDecodeError as e:
             raise PlanError(
                 f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}; fix the file's syntax", source
             ) from None
+        except safe_json.JsonInputError as e:
+            raise PlanError(str(e), source) from None
         return cls.from_dict(data, source)
 
     @classmethod
@@ -575,11 +579,15 @@ class FreezePlan:
         Raises:
             PlanError: the file is missing, unreadable, not JSON, or not a valid plan.
         """
+        from workbench.core import safe_json  # limits on hostile input: docs/bad-input.md
+
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            text = safe_json.read_text(p, what="plan file")
         except FileNotFoundError:
             raise PlanError(f"no such plan file; check the path", str(p)) from None
+        except safe_json.JsonInputError as e:
+            raise PlanError(str(e), str(p)) from None
         except (OSError, UnicodeDecodeError) as e:
             raise PlanError(f"cannot read plan file ({e}); is it a JSON freeze plan?", str(p)) from None
         return cls.from_json(text, str(p))
