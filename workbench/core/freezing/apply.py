@@ -29,7 +29,8 @@ from torch import nn
 
 from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanProblem
 from workbench.core.models.tree import ModelTree
-from workbench.core.checks.verify import Snapshot, VerifyReport, compare
+from workbench.core import plan_registry
+from workbench.core.checks.verify import Snapshot, VerifyReport, compare_in_force, model_tensors
 
 __all__ = [
     "AppliedPlan",
@@ -610,7 +611,8 @@ class AppliedPlan:
             The report (``report.ok`` is False on any frozen change).
         """
         self._check_alive()
-        return compare(self._snapshot, self._categories())
+        fixed = {n: t for h in self._installed.values() for n, t in h.fixed()}
+        return compare_in_force(self._snapshot, model_tensors(self.model, fixed))  # the plan's snapshot, not requires_grad now
 
     def remove(self, merge: bool = True) -> None:
         """Put the model back as it was before the plan.
@@ -635,6 +637,7 @@ class AppliedPlan:
             if path in self._orig_training:
                 module.training = self._orig_training[path]
         self._removed = True
+        plan_registry.unregister(self.model, self)
 
     # ---------------------------------------------------------- A+B operations
     def _reparam(self):
@@ -698,6 +701,7 @@ def apply_plan(
         plan = FreezePlan.from_dict(dict(plan))
     elif not isinstance(plan, FreezePlan):
         raise TypeError(f"plan must be a FreezePlan, a path or a dict, got {type(plan).__name__}")
+    plan_registry.refuse_second_plan(model)  # one plan in force per model (update() changes it)
     tree = ModelTree.from_model(model)
     plan.validate(tree, strict=strict)
     applied = AppliedPlan(model, plan, tree, Path(base_dir) if base_dir else None)
@@ -709,4 +713,5 @@ def apply_plan(
         raise PlanError(str(e)) from e
     applied._apply_flags(new)
     applied._snap(fresh=True)
+    plan_registry.register(model, applied)
     return applied
