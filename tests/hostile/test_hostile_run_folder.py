@@ -87,3 +87,23 @@ def test_uncommitted_staging_is_dropped(tmp_path: Path) -> None:
     assert staging is not None and staging.is_dir()
     outputs.close()  # e.g. a second Ctrl+C during saving
     assert not staging.exists() and not (tmp_path / "run").exists()
+
+
+def test_second_ctrl_c_while_saving_keeps_the_earlier_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    from workbench.core.training.engine import Trainer
+
+    fc = _plan(tmp_path, [Rule("*", frozen=True), Rule("fc", frozen=False)], "fc.json")
+    save = tmp_path / "run"
+    assert main(["train", *QUICK, "--steps", "1", "--plan", str(fc), "--save", str(save)]) == 0
+    before = {p.name: p.read_bytes() for p in save.iterdir()}
+
+    def interrupted_save(self: Trainer, folder: Path, result: object) -> None:
+        (folder / "trainable.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "_save", interrupted_save)
+    rc = main(["train", *QUICK, "--steps", "1", "--plan", str(fc), "--save", str(save), "--overwrite"])
+    assert rc == 130 and "Traceback" not in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in save.iterdir()} == before
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".run")] == []

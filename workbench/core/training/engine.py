@@ -1031,18 +1031,20 @@ class Trainer:
             st.message = f"completed {st.step} steps"
         result = self._result(st, verify)
         outputs, self._outputs = self._outputs, None
-        if self.config.save_dir and self.is_main and self.applied is not None and outputs is not None:
-            try:
-                assert outputs.staging is not None
-                self._save(outputs.staging, result)
-                outputs.commit()  # the folder holds this run only, swapped in whole
-                result.save_dir = str(self.config.save_dir)
-            except Exception as e:
-                result.status = "failed" if result.status == "completed" else result.status
-                result.message += f"; saving to {self.config.save_dir} failed: {_first_line(e)}; check the folder and free space"
-                result.error = result.error or "".join(traceback.format_exception(type(e), e, e.__traceback__))
-        if outputs is not None:
-            outputs.close()
+        try:  # a second Ctrl+C while saving leaves the earlier folder as it was
+            if self.config.save_dir and self.is_main and self.applied is not None and outputs is not None:
+                try:
+                    assert outputs.staging is not None
+                    self._save(outputs.staging, result)
+                    outputs.commit()  # the folder holds this run only, swapped in whole
+                    result.save_dir = str(self.config.save_dir)
+                except Exception as e:
+                    result.status = "failed" if result.status == "completed" else result.status
+                    result.message += f"; saving to {self.config.save_dir} failed: {_first_line(e)}; check the folder and free space"
+                    result.error = result.error or "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        finally:
+            if outputs is not None:
+                outputs.close()
         self.result = result
         self._close_dist()
 
