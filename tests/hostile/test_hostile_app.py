@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -101,7 +101,7 @@ def test_settings_problem_none_when_fine(private_settings: Path) -> None:
 
 
 def test_unreadable_run_folder_is_listed_whoever_runs_the_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import workbench.gui.training.run_store as run_store
+    from workbench.gui.training import run_store
 
     store = RunStore(tmp_path)
     locked = tmp_path / "locked"

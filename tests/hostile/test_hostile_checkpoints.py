@@ -11,7 +11,11 @@ import torchvision
 
 from tests.hostile.makers import Tiny
 from workbench.cli import main
-from workbench.core.models.zoo import CheckpointKeyMismatch, ModelSourceError, load_checkpoint
+from workbench.core.models.zoo import (
+    CheckpointKeyMismatch,
+    ModelSourceError,
+    load_checkpoint,
+)
 
 
 @pytest.fixture
@@ -61,7 +65,7 @@ def test_cli_strict_and_non_strict(tmp_path: Path, capsys: pytest.CaptureFixture
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the CLI prints the mismatch itself, it issues no stray warning
         rc = main(["inspect", "resnet18", "--checkpoint", str(path), "--depth", "0", "--non-strict"])
-    out, err = capsys.readouterr()
+    err = capsys.readouterr().err
     assert rc == 0 and "warning:" in err and "1 missing keys (fc.bias)" in err
     rc = main(["inspect", "resnet18", "--checkpoint", str(path), "--depth", "0", "--strict"])
     err = capsys.readouterr().err

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-import workbench.cli as cli
 import workbench.commands.train as train_cmd
 from tests.hostile.makers import nested_json
+from workbench import cli
 from workbench.cli import main
 from workbench.core.plan.rules import FreezePlan, Rule
 from workbench.core.training.engine import Trainer

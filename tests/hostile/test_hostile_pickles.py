@@ -10,8 +10,17 @@ import torch
 
 from tests.hostile.makers import Tiny, write_payload_pickle, write_raw_payload_pickle
 from workbench.cli import main
-from workbench.core.models.weights_cache import WeightsCacheError, check_hash_prefix, load_cached_state_dict
-from workbench.core.models.zoo import ModelSourceError, build_model, load_checkpoint, save_checkpoint
+from workbench.core.models.weights_cache import (
+    WeightsCacheError,
+    check_hash_prefix,
+    load_cached_state_dict,
+)
+from workbench.core.models.zoo import (
+    ModelSourceError,
+    build_model,
+    load_checkpoint,
+    save_checkpoint,
+)
 
 
 def _one_error_line(err: str) -> str:

@@ -11,7 +11,12 @@ import pytest
 
 from workbench.cli import main
 from workbench.core.plan.rules import FreezePlan, Rule
-from workbench.core.run_folder import PathLock, RunFolderError, RunOutputs, check_save_folder
+from workbench.core.run_folder import (
+    PathLock,
+    RunFolderError,
+    RunOutputs,
+    check_save_folder,
+)
 
 QUICK = ["--model", "resnet18", "--num-classes", "10", "--image-size", "32", "--batch-size", "2",
          "--data", "synthetic:16", "--device", "cpu", "--no-progress"]

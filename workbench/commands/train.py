@@ -137,8 +137,8 @@ def run(args: argparse.Namespace) -> int:
             if m.events and main:
                 bar.write(f"step {m.step}: {'; '.join(m.events)}", file=sys.stderr)
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         bar.close()
     result = trainer.result
     assert result is not None

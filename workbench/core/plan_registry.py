@@ -21,7 +21,7 @@ from workbench.core.plan.rules import PlanError
 __all__ = ["plan_in_force", "refuse_second_plan", "register", "unregister"]
 
 _LOCK = threading.Lock()
-_IN_FORCE: "weakref.WeakKeyDictionary[nn.Module, weakref.ref[Any]]" = weakref.WeakKeyDictionary()
+_IN_FORCE: weakref.WeakKeyDictionary[nn.Module, weakref.ref[Any]] = weakref.WeakKeyDictionary()
 
 
 def plan_in_force(model: nn.Module) -> Any | None:

@@ -163,7 +163,7 @@ class RunOutputs:
     @classmethod
     def open(
         cls, save_dir: str | os.PathLike[str] | None, metrics_path: str | os.PathLike[str] | None
-    ) -> "RunOutputs":
+    ) -> RunOutputs:
         """Lock the paths, create the staging folder and open the metrics writers.
 
         Args:

@@ -22,7 +22,7 @@ from typing import Any
 
 from workbench.core.errors import WorkbenchError
 
-__all__ = ["JsonInputError", "MAX_JSON_BYTES", "MAX_JSON_DEPTH", "json_depth", "loads", "read_text", "load"]
+__all__ = ["MAX_JSON_BYTES", "MAX_JSON_DEPTH", "JsonInputError", "json_depth", "load", "loads", "read_text"]
 
 #: Largest JSON file read (plans and configs are a few kB; metrics use their own reader).
 MAX_JSON_BYTES = 16 * 1024 * 1024

@@ -23,8 +23,9 @@ import pickle
 import re
 import threading
 import urllib.parse
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 
