@@ -70,3 +70,17 @@ def test_cli_strict_and_non_strict(tmp_path: Path, capsys: pytest.CaptureFixture
     rc = main(["inspect", "resnet18", "--checkpoint", str(path), "--depth", "0", "--strict"])
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1 and "fc.bias" in err
+
+
+def test_train_strict_refuses_partial_checkpoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = torchvision.models.resnet18(weights=None, num_classes=10).state_dict()
+    del state["fc.bias"]
+    path = tmp_path / "r.pt"
+    torch.save(state, path)
+    quick = ["train", "--model", "resnet18", "--checkpoint", str(path), "--num-classes", "10", "--image-size", "32",
+             "--batch-size", "2", "--data", "synthetic:4", "--device", "cpu", "--steps", "1", "--no-progress"]
+    rc = main([*quick, "--strict"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "fc.bias" in err and "Traceback" not in err
+    assert main(quick) == 0
+    assert "1 missing keys (fc.bias)" in capsys.readouterr().err
