@@ -110,3 +110,25 @@ def test_unreadable_run_folder_is_listed_whoever_runs_the_tests(tmp_path: Path, 
     monkeypatch.setattr(run_store.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode))
     _, problems = store.list()
     assert len(problems) == 1 and "unreadable run folder" in problems[0]
+
+
+@pytest.mark.parametrize("content", ["deep", "/dev/zero"])
+def test_window_opening_a_hostile_plan_shows_one_error(qtbot, private_settings: Path, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch, content: str) -> None:
+    from workbench.gui import dialogs
+    from workbench.gui.main_window import MainWindow
+
+    shown: list[tuple[str, str]] = []
+    monkeypatch.setattr(dialogs, "error", lambda parent, title, message, details=None: shown.append((title, message)))
+    if content == "deep":
+        path = tmp_path / "deep.json"
+        path.write_text('{"rules": ' + nested_json(100_000) + "}")
+    elif not os.path.exists(content):
+        pytest.skip("no /dev/zero here")
+    else:
+        path = Path(content)
+    window = MainWindow(load_default=False)
+    qtbot.addWidget(window)
+    assert window.open_plan(str(path)) is False
+    assert len(shown) == 1 and shown[0][0] == "Cannot open plan"
+    assert ("nested" if content == "deep" else "not a regular file") in shown[0][1]
