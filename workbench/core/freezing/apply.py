@@ -605,7 +605,9 @@ class AppliedPlan:
     def verify(self) -> VerifyReport:
         """Prove the plan held: frozen tensors bit-identical, eval-BN stats unchanged.
 
-        Trainable tensors that did not change are reported as warnings.
+        Trainable tensors that did not change are reported as warnings. Tensors are checked
+        in the categories of the snapshot taken at apply/update time; a ``requires_grad``
+        changed since then is a ``plan_not_in_force`` error.
 
         Returns:
             The report (``report.ok`` is False on any frozen change).
@@ -691,8 +693,9 @@ def apply_plan(
         The handle.
 
     Raises:
-        PlanError: the plan is invalid or names modules the model lacks; the model is left
-            untouched.
+        PlanError: the plan is invalid or names modules the model lacks, or the model
+            already has a live plan (``update()`` or ``remove()`` it first); the model is
+            left untouched.
     """
     if isinstance(plan, (str, os.PathLike)):
         base_dir = base_dir or Path(plan).resolve().parent
