@@ -13,6 +13,8 @@ import importlib
 import sys
 from typing import NamedTuple, Sequence
 
+from workbench.core.errors import WorkbenchError
+
 
 class Command(NamedTuple):
     """A subcommand: the module that implements it and its one-line help."""
@@ -81,13 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     name = _command_of(argv)
-    if name is None:
-        build_parser().parse_args(argv)  # --help, --version, or an unknown command: argparse exits
-        name, argv = "gui", ["gui", *argv]
-    args = build_parser(name).parse_args(argv)
-    from workbench.core.errors import WorkbenchError
-
-    try:
+    try:  # Ctrl+C while torch is imported or the model is built: one line, no traceback
+        if name is None:
+            build_parser().parse_args(argv)  # --help, --version, or an unknown command: argparse exits
+            name, argv = "gui", ["gui", *argv]
+        args = build_parser(name).parse_args(argv)
         return int(importlib.import_module(COMMANDS[name].module).run(args) or 0)
     except KeyboardInterrupt:
         print("workbench: interrupted", file=sys.stderr)
@@ -95,6 +95,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except WorkbenchError as e:
         print(f"workbench {name}: error: {e}", file=sys.stderr)
         return 2
+    except (OSError, RecursionError) as e:  # a file or folder the user named, found wanting
+        print(f"workbench {name}: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
+        return 2
+
+
+def _one_line(exc: BaseException) -> str:
+    """The message of an error, joined onto one line."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def gui_main() -> int:

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import sys
+import warnings
+from typing import Iterator
 
+import torch
 from torch import nn
 
+from workbench.core.errors import WorkbenchError
 from workbench.core.plan.rules import FreezePlan
-from workbench.core.models.zoo import ModelSpec
+from workbench.core.models.zoo import CheckpointKeyMismatch, ModelSpec
+
+
+class CommandError(WorkbenchError):
+    """A command-line value is out of range or names nothing; the message says which and what to use."""
 
 
 def add_model_arguments(p: argparse.ArgumentParser, *, positional: bool = True) -> None:
@@ -23,6 +33,95 @@ def add_model_arguments(p: argparse.ArgumentParser, *, positional: bool = True) 
     p.add_argument("--trust-pickle", action="store_true",
                    help="allow a checkpoint that is a full pickled model (runs code from the file: only for files you trust)")
     p.add_argument("--plan", help="freeze plan (.json) to apply")
+    strict = p.add_mutually_exclusive_group()
+    strict.add_argument("--strict", dest="strict", action="store_true", default=None,
+                        help="refuse a --checkpoint whose keys do not match the model exactly")
+    strict.add_argument("--non-strict", dest="strict", action="store_false",
+                        help="load the matching part of a --checkpoint and list missing/unexpected keys (default)")
+
+
+@contextlib.contextmanager
+def checkpoint_key_policy(args: argparse.Namespace, command: str) -> Iterator[None]:
+    """Within the block, a partly matching checkpoint is an error (``--strict``) or one line on stderr.
+
+    Args:
+        args: parsed arguments (``strict``: True, False or None for the default, non-strict).
+        command: the subcommand, for the message prefix.
+
+    Yields:
+        Nothing.
+
+    Raises:
+        CheckpointKeyMismatch: with ``--strict``, a checkpoint that does not match exactly.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("error" if getattr(args, "strict", None) else "always", CheckpointKeyMismatch)
+        yield
+    for w in caught:
+        if issubclass(w.category, CheckpointKeyMismatch):
+            print(f"workbench {command}: warning: {w.message}", file=sys.stderr)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
+def device_from_arg(text: str | None) -> torch.device:
+    """The device a ``--device`` value names, available on this machine.
+
+    Args:
+        text: ``auto``/None (cuda > mps > cpu), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
+
+    Returns:
+        The device.
+
+    Raises:
+        WorkbenchError: not a device name, or the device is not available here.
+    """
+    from workbench.core.training.config import ConfigError, TrainConfig
+    from workbench.core.training.engine import resolve_device
+
+    try:
+        name = TrainConfig().replace(device=text or "auto").device
+    except ConfigError:
+        raise CommandError(f"--device {text!r} is not a device; use auto, cpu, cuda, cuda:N or mps") from None
+    return resolve_device(name)
+
+
+def check_positive(value: float | None, flag: str, *, zero_ok: bool = False) -> None:
+    """Refuse a negative (or zero), infinite or NaN number given for ``flag``.
+
+    Args:
+        value: the value (None: not given, accepted).
+        flag: the option's name, for the message.
+        zero_ok: accept 0.
+
+    Raises:
+        CommandError: the value is out of range.
+    """
+    if value is None:
+        return
+    ok = value >= 0 if zero_ok else value > 0
+    if not (ok and value < float("inf")):
+        raise CommandError(f"{flag} must be a finite number {'>= 0' if zero_ok else '> 0'}, got {value!r}")
+
+
+def optimizer_from_arg(text: str) -> str:
+    """The optimizer a ``--optimizer`` value names (aliases accepted).
+
+    Args:
+        text: ``sgd``, ``sgd_momentum``, ``adam`` or ``adamw``.
+
+    Returns:
+        The canonical name.
+
+    Raises:
+        CommandError: an unknown optimizer.
+    """
+    from workbench.core.training.config import OPTIMIZERS, ConfigError, TrainConfig
+
+    try:
+        return TrainConfig().replace(optimizer=text).optimizer
+    except ConfigError:
+        raise CommandError(f"--optimizer {text!r} is unknown; use one of {', '.join(OPTIMIZERS)}") from None
 
 
 def model_spec_from_args(args: argparse.Namespace, plan: FreezePlan | None = None) -> ModelSpec:
@@ -44,5 +143,6 @@ def load_model_and_plan(args: argparse.Namespace) -> tuple[nn.Module, ModelSpec,
     """
     plan = FreezePlan.load(args.plan) if getattr(args, "plan", None) else None
     spec = model_spec_from_args(args, plan)
-    model = spec.build(trust_pickle=getattr(args, "trust_pickle", False))
+    with checkpoint_key_policy(args, args.command):
+        model = spec.build(trust_pickle=getattr(args, "trust_pickle", False))
     return model, spec, plan

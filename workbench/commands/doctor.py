@@ -10,7 +10,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.commands.common import add_model_arguments, load_model_and_plan
+from workbench.commands.common import (
+    add_model_arguments,
+    check_positive,
+    device_from_arg,
+    load_model_and_plan,
+)
 from workbench.core.checks import doctor
 from workbench.core.checks.findings import SEVERITIES, Finding
 
@@ -54,9 +59,13 @@ def run(args: argparse.Namespace) -> int:
     from workbench.core.training.data import SyntheticImageDataset
     from workbench.core.models.zoo import current_num_classes, model_input_size
 
+    check_positive(args.lr, "--lr")
+    check_positive(args.steps, "--steps", zero_ok=True)
+    check_positive(args.batch_size, "--batch-size")
+    check_positive(args.image_size, "--image-size")
+    device = device_from_arg(args.device)
     model, spec, plan = load_model_and_plan(args)
     applied = plan.apply(model) if plan is not None else None
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model.to(device)
     model.train()
     optimizer = _optimizer(args.optimizer, model, applied, args.lr)

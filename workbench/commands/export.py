@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from workbench.commands.common import add_model_arguments, model_spec_from_args
 from workbench.core.export import OPTIMIZERS, ExportError, export_script
+from workbench.core.models.zoo import ModelSpec
 from workbench.core.plan.rules import FreezePlan
 
 
@@ -26,8 +28,34 @@ def run(args: argparse.Namespace) -> int:
     dest = Path(args.to)
     if dest.suffix not in (".py", ".json"):
         raise ExportError(f"--to must end in .py (script) or .json (plan), got {dest.name!r}")
+    check_destination(dest)
     plan = FreezePlan.load(args.plan)
     spec = model_spec_from_args(args, plan)
+    try:
+        return _write(args, plan, spec, dest)
+    except OSError as e:
+        raise ExportError(f"cannot write {dest} ({e.strerror or e}); choose a writable folder for --to") from None
+
+
+def check_destination(dest: Path) -> None:
+    """Refuse a destination that cannot become the exported file, before any work is done.
+
+    Args:
+        dest: the ``--to`` path.
+
+    Raises:
+        ExportError: the path is a folder, its folder does not exist, or is not writable.
+    """
+    if dest.is_dir():
+        raise ExportError(f"--to {dest} is a folder; name a file inside it, e.g. {dest / ('plan' + dest.suffix if dest.suffix else 'plan.py')}")
+    parent = dest.parent if str(dest.parent) else Path(".")
+    if not parent.is_dir():
+        raise ExportError(f"the folder of --to {dest} does not exist ({parent}); create it first or choose another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ExportError(f"the folder {parent} is not writable; choose another path for --to")
+
+
+def _write(args: argparse.Namespace, plan: FreezePlan, spec: ModelSpec, dest: Path) -> int:
     if dest.suffix == ".json":
         from workbench.core.export import _structure_model
         from workbench.core.models.tree import ModelTree

@@ -6,7 +6,12 @@ import argparse
 import json
 import sys
 
-from workbench.commands.common import add_model_arguments, load_model_and_plan
+from workbench.commands.common import (
+    CommandError,
+    add_model_arguments,
+    load_model_and_plan,
+    optimizer_from_arg,
+)
 from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.checks.lint import lint_plan
 from workbench.core.models.tree import ModelTree
@@ -20,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.depth is not None and args.depth < 0:
+        raise CommandError(f"--depth must be 0 (the root) or more, got {args.depth}")
+    args.optimizer = optimizer_from_arg(args.optimizer)
     model, spec, plan = load_model_and_plan(args)
     tree = ModelTree.from_model(model)
     applied = plan.apply(model) if plan is not None else None

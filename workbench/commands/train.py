@@ -2,7 +2,7 @@
 
 Exit codes: 0 completed, 1 failed or non-finite loss, 2 bad input (one-line error),
 130 interrupted (Ctrl+C stops after the current step and still prints the summary; a second
-Ctrl+C aborts at once). Under ``torchrun --nproc_per_node N -m workbench train ...`` every
+Ctrl+C aborts at once), 143 terminated (SIGTERM stops the same way as Ctrl+C). Under ``torchrun --nproc_per_node N -m workbench train ...`` every
 rank trains (DDP) and only rank 0 shows progress, writes metrics and saves.
 """
 
@@ -16,7 +16,8 @@ import threading
 from types import FrameType
 from typing import Any
 
-from workbench.commands.common import add_model_arguments
+from workbench.commands.common import add_model_arguments, checkpoint_key_policy
+from workbench.core.training.run_folder import check_save_folder
 from workbench.core.training.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, TrainConfig
 from workbench.core.training.engine import RunResult, Trainer
 from workbench.core.formatting import fmt_bytes
@@ -58,6 +59,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-every", type=int, help="report metrics every N steps (default 1)")
     p.add_argument("--metrics", dest="metrics_path", help="write per-step metrics to FILE.jsonl or FILE.csv")
     p.add_argument("--save", dest="save_dir", help="folder for the trainable state, B deltas, plan in force, config, metrics")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace the earlier run in the --save folder (it is replaced whole when this run ends)")
     p.add_argument("--offline", action="store_true", help="never download pretrained weights")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of the summary table")
@@ -99,8 +102,11 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     cfg = config_from_args(args)
+    if cfg.save_dir:
+        check_save_folder(cfg.save_dir, overwrite=bool(getattr(args, "overwrite", False)))
     trainer = Trainer(cfg, trust_pickle=bool(getattr(args, "trust_pickle", False)))
-    trainer.setup()
+    with checkpoint_key_policy(args, "train"):
+        trainer.setup()
     main = trainer.is_main
     if main and trainer.applied is not None:
         for finding in lint_plan(trainer.plan, trainer.applied.tree, cfg.optimizer):
@@ -111,17 +117,19 @@ def run(args: argparse.Namespace) -> int:
     )
     stop_requests: list[int] = []
 
-    def on_sigint(signum: int, frame: FrameType | None) -> None:
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         if stop_requests:
             raise KeyboardInterrupt
         stop_requests.append(signum)
         trainer.stop()
         if main:
-            bar.write("stopping after the current step (Ctrl+C again to abort)", file=sys.stderr)
+            what = "terminated" if signum == signal.SIGTERM else "interrupted"
+            bar.write(f"{what}: stopping after the current step (Ctrl+C again to abort)", file=sys.stderr)
 
-    previous = None
+    previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, on_sigint)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, on_signal)
     try:
         for m in trainer.steps():
             bar.update(m.step + 1 - bar.n)
@@ -129,8 +137,8 @@ def run(args: argparse.Namespace) -> int:
             if m.events and main:
                 bar.write(f"step {m.step}: {'; '.join(m.events)}", file=sys.stderr)
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         bar.close()
     result = trainer.result
     assert result is not None
@@ -149,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
     if result.status == "completed":
         return 0
     if result.status == "stopped":
-        return 130
+        return 143 if stop_requests and stop_requests[0] == signal.SIGTERM else 130
     return 1
 
 

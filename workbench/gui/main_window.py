@@ -165,6 +165,12 @@ class MainWindow(QMainWindow):
         t.moduleActivated.connect(self.select_path)
         t.watch_with(self.diagnostics)
         self._restore_settings()
+        #: Problems found at start-up (ignored settings, an unusable run store), said once.
+        self.startup_notices = [
+            n for n in (app_settings.settings_problem(self._settings), self.training.store.problem()) if n
+        ]
+        if self.startup_notices:
+            self.statusBar().showMessage("; ".join(self.startup_notices), 30000)
         if load_default:
             self.controller.set_loaded(load_model(default_request()))
         self._update_actions()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
-__all__ = ["APPLICATION", "MAX_RECENT", "ORGANIZATION", "add_recent", "recent_files", "settings"]
+__all__ = ["APPLICATION", "MAX_RECENT", "ORGANIZATION", "add_recent", "recent_files", "settings", "settings_problem"]
 
 ORGANIZATION = "FreezeWorkbench"
 APPLICATION = "Freeze Workbench"
@@ -25,6 +25,26 @@ def settings() -> QSettings:
         A ``QSettings``; changes are written when it is destroyed or synced.
     """
     return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, ORGANIZATION, APPLICATION)
+
+
+def settings_problem(store: QSettings | None = None) -> str | None:
+    """Why the stored settings were ignored (unreadable or malformed file), if they were.
+
+    Args:
+        store: settings to check (default: :func:`settings`).
+
+    Returns:
+        One line for the window to show once, or None when the settings were read.
+    """
+    store = store or settings()
+    status = store.status()
+    if status == QSettings.Status.NoError:
+        return None
+    why = "could not be read" if status == QSettings.Status.AccessError else "is malformed"
+    return (
+        f"the settings file {store.fileName()} {why}: defaults are used and changes may not be "
+        "kept; check its permissions, or delete it"
+    )
 
 
 def recent_files(store: QSettings | None = None) -> list[str]:

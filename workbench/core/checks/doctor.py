@@ -59,7 +59,7 @@ from workbench.core.training.metrics import MemoryProbe
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.models.tree import ModelTree
 
-__all__ = ["Watch", "check", "merge_findings", "watch"]
+__all__ = ["Watch", "check", "group_findings", "merge_findings", "watch"]
 
 #: Kinds of partial freezing the workbench can install (``workbench.core.freezing.partial``).
 _PARTIAL_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv3d", "Embedding")
@@ -116,6 +116,15 @@ def _state_bytes(state: Any) -> int:
 
 def _opt_name(optimizer: torch.optim.Optimizer | None) -> str:
     return type(optimizer).__name__.lower() if optimizer is not None else "adamw"
+
+
+def _own_parameters(module: nn.Module) -> list[nn.Parameter]:
+    """A module's own parameters, those moved under A+B (``parametrizations``) included."""
+    own = list(module.parameters(recurse=False))
+    param = getattr(module, "parametrizations", None)
+    if isinstance(param, nn.Module):
+        own += list(param.parameters())
+    return own
 
 
 def merge_findings(*lists: Iterable[Finding]) -> list[Finding]:
@@ -181,7 +190,44 @@ def check(
     out += _tied_findings(model, tree, params, owner, plan)
     if plan is None:
         out += _head_findings(model, tree, params, owner)
-    return merge_findings(out)
+    return merge_findings(group_findings(merge_findings(out)))
+
+
+def group_findings(findings: Iterable[Finding]) -> list[Finding]:
+    """One finding per kind (code and severity): later ones of a kind fold into the first.
+
+    The folded finding keeps the first one's message, why and fix, names the other modules
+    briefly (``and 3 more like it: layer1, layer2.0, fc``) and its path is the deepest module
+    containing them all.
+
+    Args:
+        findings: findings in the order they should be reported.
+
+    Returns:
+        The grouped findings, in the order of each kind's first finding.
+    """
+    kinds: dict[tuple[str, str], list[Finding]] = {}
+    for f in findings:
+        kinds.setdefault((f.code, f.severity), []).append(f)
+    out: list[Finding] = []
+    for group in kinds.values():
+        first = group[0]
+        if len(group) == 1:
+            out.append(first)
+            continue
+        paths = list(dict.fromkeys(f.path for f in group))
+        others = list(dict.fromkeys(f.path for f in group[1:]))
+        out.append(
+            Finding(
+                first.code,
+                first.severity,
+                _common_path(paths),
+                f"{first.message} (and {len(group) - 1} more like it: {_names(others)})",
+                first.why,
+                first.fix,
+            )
+        )
+    return out
 
 
 def _non_leaf(tree: ModelTree, params: list[tuple[str, nn.Parameter]], owner: dict[str, str]) -> list[Finding]:
@@ -328,7 +374,7 @@ def _bn_findings(model: nn.Module, tree: ModelTree, explicit_train: set[str]) ->
         m = model.get_submodule(path) if path else model
         if getattr(m, "running_mean", None) is None:  # track_running_stats=False: no stats to drift
             continue
-        own = list(m.parameters(recurse=False))
+        own = _own_parameters(m)
         frozen = bool(own) and not any(p.requires_grad for p in own)
         if m.training and frozen:
             if path not in explicit_train:
@@ -777,7 +823,7 @@ class Watch:
             stats = {k: tensor_digest(v) for k, v in m.named_buffers(recurse=False) if v is not None}
             if not m.training or bn_eval_locked(m):
                 self._bn_start[path] = stats
-            own = list(m.parameters(recurse=False))
+            own = _own_parameters(m)
             if own and not any(p.requires_grad for p in own):
                 self._bn_frozen_start[path] = stats
         if self.optimizer is not None:

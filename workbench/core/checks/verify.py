@@ -5,17 +5,23 @@ parameters, the fixed part A of A+B, running statistics of BatchNorm kept in eva
 every trainable tensor. :func:`compare` checks them again after training: frozen tensors must
 be bit-identical (a hash, not ``allclose``), eval-mode BatchNorm statistics must not have
 moved, and each trainable tensor should have changed.
+
+The snapshot also records, per tensor, whether the plan left it trainable. Verification uses
+the snapshot's categories, not the model's ``requires_grad`` at check time, so a tensor the
+plan froze that was switched back on (by hand, or by a second plan) and changed is still an
+error, and the switch itself is reported as ``plan_not_in_force``.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import torch
+from torch import nn
 
-__all__ = ["Snapshot", "Violation", "VerifyReport", "compare", "tensor_digest"]
+__all__ = ["Snapshot", "Violation", "VerifyReport", "compare", "compare_in_force", "model_tensors", "tensor_digest"]
 
 
 def tensor_digest(t: torch.Tensor) -> str:
@@ -46,7 +52,8 @@ class Violation:
         name: dotted name of the tensor (parameter or buffer).
         module: dotted path of the module it belongs to (as shown in the tree).
         kind: ``frozen_changed``, ``bn_stats_changed``, ``fixed_changed`` (A of A+B),
-            or ``trainable_unchanged``.
+            ``trainable_unchanged``, or ``plan_not_in_force`` (``requires_grad`` no longer
+            what the plan set).
         severity: ``error`` or ``warning``.
         message: what happened and what it means.
     """
@@ -140,6 +147,8 @@ class Snapshot:
     entries: dict[str, dict[str, tuple[str, str]]] = field(
         default_factory=lambda: {k: {} for k in _MESSAGES}
     )
+    #: ``requires_grad`` the plan set, per parameter name (frozen, fixed and trainable tensors).
+    requires_grad: dict[str, bool] = field(default_factory=dict)
 
     def record(self, category: str, items: Iterable[tuple[str, str, torch.Tensor]], *, keep: bool = False) -> None:
         """Hash tensors into ``category``.
@@ -151,6 +160,8 @@ class Snapshot:
         """
         bucket = self.entries[category]
         for name, module, t in items:
+            if category != "bn_stats":
+                self.requires_grad[name] = bool(t.requires_grad)
             if keep and name in bucket:
                 continue
             bucket[name] = (module, tensor_digest(t))
@@ -160,6 +171,8 @@ class Snapshot:
         bucket = self.entries[category]
         for n in names:
             bucket.pop(n, None)
+            if category != "bn_stats" and not any(n in b for c, b in self.entries.items() if c != "bn_stats"):
+                self.requires_grad.pop(n, None)
 
 
 def compare(snapshot: Snapshot, current: dict[str, dict[str, torch.Tensor]]) -> VerifyReport:
@@ -191,4 +204,58 @@ def compare(snapshot: Snapshot, current: dict[str, dict[str, torch.Tensor]]) -> 
                     status = severity
             report.module_status[module] = status
         report.checked[category] = n
+    return report
+
+
+def model_tensors(model: nn.Module, extra: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
+    """Every parameter and buffer of a model by dotted name, plus ``extra`` (A of A+B).
+
+    Args:
+        model: the model.
+        extra: tensors the model does not list under these names.
+
+    Returns:
+        ``{name: tensor}``.
+    """
+    out: dict[str, torch.Tensor] = dict(model.named_buffers())
+    out.update(model.named_parameters())
+    out.update(extra or {})
+    return out
+
+
+def compare_in_force(snapshot: Snapshot, tensors: Mapping[str, torch.Tensor]) -> VerifyReport:
+    """Compare against the plan's own snapshot, whatever the model says is trainable now.
+
+    Each tensor is checked in the category the snapshot put it in; a tensor whose
+    ``requires_grad`` is no longer what the plan set gives a ``plan_not_in_force`` error.
+
+    Args:
+        snapshot: digests and ``requires_grad`` recorded when the plan was applied or updated.
+        tensors: the model's tensors by name (see :func:`model_tensors`).
+
+    Returns:
+        The report. Tensors that vanished from the model are skipped.
+    """
+    current = {c: {n: tensors[n] for n in bucket if n in tensors} for c, bucket in snapshot.entries.items()}
+    report = compare(snapshot, current)
+    module_of = {n: m for bucket in snapshot.entries.values() for n, (m, _) in bucket.items()}
+    for name, expected in snapshot.requires_grad.items():
+        t = tensors.get(name)
+        if t is None or bool(t.requires_grad) == expected:
+            continue
+        module = module_of.get(name, "")
+        now = "trainable" if t.requires_grad else "frozen"
+        report.violations.append(
+            Violation(
+                name,
+                module,
+                "plan_not_in_force",
+                "error",
+                f"plan not in force: the plan left this tensor {'trainable' if expected else 'frozen'} but it "
+                f"is {now} now (requires_grad changed by code or by another plan); apply the plan again, "
+                "or update it with AppliedPlan.update(plan)",
+            )
+        )
+        report.module_status[module] = "error"
+    report.checked["in_force"] = len(snapshot.requires_grad)
     return report

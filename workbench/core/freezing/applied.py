@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
 import torch
 from torch import nn
 
-from workbench.core.checks.verify import Snapshot, VerifyReport, compare
+from workbench.core.checks.verify import Snapshot, VerifyReport, compare_in_force, model_tensors
+from workbench.core.freezing import plan_registry
 from workbench.core.freezing import partial, reparam
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.keys import Effective
@@ -580,13 +581,16 @@ class AppliedPlan:
     def verify(self) -> VerifyReport:
         """Prove the plan held: frozen tensors bit-identical, eval-BN stats unchanged.
 
-        Trainable tensors that did not change are reported as warnings.
+        Trainable tensors that did not change are reported as warnings. Tensors are checked
+        in the categories of the snapshot taken at apply/update time; a ``requires_grad``
+        changed since then is a ``plan_not_in_force`` error.
 
         Returns:
             The report (``report.ok`` is False on any frozen change).
         """
         self._check_alive()
-        return compare(self._snapshot, self._categories())
+        fixed = {n: t for h in self._installed.values() for n, t in h.fixed()}
+        return compare_in_force(self._snapshot, model_tensors(self.model, fixed))  # the plan's snapshot, not requires_grad now
 
     def remove(self, merge: bool = True) -> None:
         """Put the model back as it was before the plan.
@@ -611,6 +615,7 @@ class AppliedPlan:
             if path in self._orig_training:
                 module.training = self._orig_training[path]
         self._removed = True
+        plan_registry.unregister(self.model, self)
 
     # ---------------------------------------------------------- A+B operations
     def _reparam(self) -> Any:
@@ -664,9 +669,11 @@ def install_plan(
         The handle.
 
     Raises:
-        PlanError: the plan is invalid or names modules the model lacks; the model is left
-            untouched.
+        PlanError: the plan is invalid or names modules the model lacks, or the model
+            already has a live plan (``update()`` or ``remove()`` it first); the model is
+            left untouched.
     """
+    plan_registry.refuse_second_plan(model)  # one plan in force per model (update() changes it)
     tree = ModelTree.from_model(model)
     plan.validate(tree, strict=strict)
     applied = AppliedPlan(model, plan, tree, Path(base_dir) if base_dir else None)
@@ -678,4 +685,5 @@ def install_plan(
         raise PlanError(str(e)) from e
     applied._apply_flags(new)
     applied._snap(fresh=True)
+    plan_registry.register(model, applied)
     return applied

@@ -30,6 +30,7 @@ import pickle
 import re
 import urllib.error
 import urllib.request
+import warnings
 import zipfile
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -45,10 +46,12 @@ from torch import nn
 from workbench import __version__
 from workbench.core.atomic import atomic_path
 from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.models.weights_cache import WeightsCacheError, safe_torchvision_loading
 from workbench.core.suggest import close_matches
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",
+    "CheckpointKeyMismatch",
     "DOWNLOAD_TIMEOUT_S",
     "LoadResult",
     "ModelInfo",
@@ -92,6 +95,33 @@ class ModelSourceError(WorkbenchError):
     The message is meant for the user as-is (CLI output, GUI dialog): it says what went
     wrong and what to do about it.
     """
+
+
+class CheckpointKeyMismatch(ModelSourceError, UserWarning):
+    """A checkpoint loaded with missing or unexpected keys (a warning; an error when strict).
+
+    Issued with :func:`warnings.warn` by a non-strict load; the CLI prints it as one line,
+    and ``--strict`` turns it into an error (``warnings.simplefilter("error", ...)``).
+    """
+
+
+def warn_key_mismatch(path: Path, missing: list[str], unexpected: list[str]) -> None:
+    """Warn that a checkpoint matched the model only in part, with counts and examples.
+
+    Args:
+        path: the checkpoint.
+        missing: model keys the checkpoint lacks (they keep their initial values).
+        unexpected: checkpoint keys the model lacks (ignored).
+    """
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing keys ({_list_keys(missing)}) keep their initial values")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected keys ({_list_keys(unexpected)}) were ignored")
+    warnings.warn(
+        CheckpointKeyMismatch(f"{path} matched the model in part: {'; '.join(parts)}; strict=True (CLI: --strict) refuses it"),
+        stacklevel=3,
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -415,11 +445,14 @@ def build_model(
         if not allow_download:
             raise ModelSourceError(
                 f"weights {member.name} of {name} not in cache at {path}; "
-                "run once online (or place the file there), or pass weights=None"
+                "run once online to download it (its SHA-256 is checked), or pass weights=None"
             )
         _download_weights(member, path, progress=progress, timeout=download_timeout)
-    try:  # from the cache file (downloaded above when missing)
-        model = torchvision.models.get_model(name, weights=member, progress=progress)
+    try:  # from the cache file (downloaded above when missing), never unpickling code
+        with safe_torchvision_loading():
+            model = torchvision.models.get_model(name, weights=member, progress=progress)
+    except WeightsCacheError as exc:
+        raise ModelSourceError(str(exc)) from exc
     except (urllib.error.URLError, OSError, HTTPException) as exc:
         raise ModelSourceError(
             f"could not get weights {member.name} of {name} from {member.url}: {exc}; "
@@ -673,8 +706,8 @@ def _read_checkpoint(path: Path, *, trust_pickle: bool, map_location: Any) -> _R
     fmt: Literal["pt", "safetensors"] | None
     if suffix == ".safetensors":
         fmt = "safetensors"
-    elif suffix in TORCH_SUFFIXES:
-        fmt = "pt"
+    elif suffix in TORCH_SUFFIXES:  # the content decides: a safetensors file may be named .pt
+        fmt = "safetensors" if _sniff_format(path) == "safetensors" else "pt"
     else:
         fmt = _sniff_format(path)
         if fmt is None:
@@ -849,6 +882,12 @@ def _load_state(
         raise ModelSourceError(f"{path}: shape mismatch for {shown}{more}{hint}")
     result = model.load_state_dict(state, strict=False)
     missing, unexpected = list(result.missing_keys), list(result.unexpected_keys)
+    if state and len(unexpected) == len(state):
+        raise ModelSourceError(
+            f"{path} does not fit {type(model).__name__}: none of its {len(state)} keys is a key of the "
+            f"model ({len(missing)} missing, {len(unexpected)} unexpected: {_list_keys(unexpected)}); "
+            "is it for a different architecture? Pass the model it was saved from"
+        )
     if strict and (missing or unexpected):
         parts = []
         if missing:
@@ -859,6 +898,8 @@ def _load_state(
             f"{path} does not match the model exactly: {'; '.join(parts)}; "
             "pass strict=False to load the matching part"
         )
+    if missing or unexpected:
+        warn_key_mismatch(path, missing, unexpected)
     return missing, unexpected
 
 

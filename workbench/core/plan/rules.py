@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
+from workbench.core import safe_json
 from workbench.core.atomic import atomic_write
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.keys import (
@@ -351,11 +352,13 @@ class FreezePlan:
             PlanError: invalid JSON (with line and column) or an invalid plan.
         """
         try:
-            data = json.loads(text)
+            data = safe_json.loads(text, what="the plan")
         except json.JSONDecodeError as e:
             raise PlanError(
                 f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}; fix the file's syntax", source
             ) from None
+        except safe_json.JsonInputError as e:
+            raise PlanError(str(e), source) from None
         return cls.from_dict(data, source)
 
     @classmethod
@@ -373,9 +376,11 @@ class FreezePlan:
         """
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            text = safe_json.read_text(p, what="plan file")
         except FileNotFoundError:
             raise PlanError("no such plan file; check the path", str(p)) from None
+        except safe_json.JsonInputError as e:
+            raise PlanError(str(e)) from None  # the message names the file
         except (OSError, UnicodeDecodeError) as e:
             raise PlanError(f"cannot read plan file ({e}); is it a JSON freeze plan?", str(p)) from None
         return cls.from_json(text, str(p))

@@ -229,11 +229,15 @@ class TrainConfig:
         Raises:
             ConfigError: invalid JSON or an invalid config.
         """
+        from workbench.core import safe_json
+
+        where = f"{source}: " if source else ""
         try:
-            data = json.loads(text)
+            data = safe_json.loads(text, what="the config")
         except json.JSONDecodeError as e:
-            where = f"{source}: " if source else ""
             raise ConfigError(f"{where}not valid JSON ({e.msg} at line {e.lineno}); fix the file's syntax") from None
+        except safe_json.JsonInputError as e:
+            raise ConfigError(f"{where}{e}") from None
         return cls.from_dict(data)
 
     @classmethod
@@ -249,9 +253,13 @@ class TrainConfig:
         Raises:
             ConfigError: missing/unreadable file or an invalid config.
         """
+        from workbench.core import safe_json
+
         p = Path(path)
         try:
-            text = p.read_text(encoding="utf-8")
+            text = safe_json.read_text(p, what="config file")
+        except safe_json.JsonInputError as e:
+            raise ConfigError(str(e)) from None
         except (OSError, UnicodeDecodeError) as e:
             raise ConfigError(f"cannot read config file {p} ({e}); check the path") from None
         return cls.from_json(text, str(p))

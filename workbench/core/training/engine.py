@@ -55,6 +55,7 @@ from workbench.core.training.optim import sync_optimizer
 from workbench.core.plan.readiness import check_plan
 from workbench.core.training.setup import TrainError, resolve_device
 from workbench.core.training.step import ClassificationLoss, LossFn, StepFailure, TrainStep, clear_grads
+from workbench.core.training.run_folder import RunOutputs
 
 __all__ = [
     "STATUSES",
@@ -260,6 +261,7 @@ class Trainer:
         self._counts = (0, 0, 0)  # trainable, frozen, grad bytes
         self._opt_bytes = 0
         self._writers: list[MetricsWriter] = []
+        self._outputs: RunOutputs | None = None  # locked, staged save folder and metrics files
         self._probe: MemoryProbe | None = None
 
     # ------------------------------------------------------------ thread-safe controls
@@ -552,11 +554,8 @@ class Trainer:
         cfg = self.config
         if not self.is_main:
             return
-        if cfg.metrics_path:
-            self._writers.append(MetricsWriter(cfg.metrics_path))
-        saved = Path(cfg.save_dir) / "metrics.jsonl" if cfg.save_dir else None
-        if saved is not None and not (cfg.metrics_path and Path(cfg.metrics_path).resolve() == saved.resolve()):
-            self._writers.append(MetricsWriter(saved))
+        self._outputs = RunOutputs.open(cfg.save_dir, cfg.metrics_path)
+        self._writers.extend(self._outputs.writers)
 
     def _loop(self, st: _Loop) -> Iterator[StepMetrics]:
         assert self.model is not None and self.optimizer is not None and self.loader is not None
@@ -792,14 +791,21 @@ class Trainer:
         if st.status == "completed" and not st.message:
             st.message = f"completed {st.step} steps"
         result = self._result(st, verify)
-        if self.config.save_dir and self.is_main and self.applied is not None:
-            try:
-                self._save(Path(self.config.save_dir), result)
-                result.save_dir = str(self.config.save_dir)
-            except Exception as e:
-                result.status = "failed" if result.status == "completed" else result.status
-                result.message += f"; saving to {self.config.save_dir} failed: {first_line(e)}; check the folder and free space"
-                result.error = result.error or "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        outputs, self._outputs = self._outputs, None
+        try:  # a second Ctrl+C while saving leaves the earlier folder as it was
+            if self.config.save_dir and self.is_main and self.applied is not None and outputs is not None:
+                try:
+                    assert outputs.staging is not None
+                    self._save(outputs.staging, result)
+                    outputs.commit()  # the folder holds this run only, swapped in whole
+                    result.save_dir = str(self.config.save_dir)
+                except Exception as e:
+                    result.status = "failed" if result.status == "completed" else result.status
+                    result.message += f"; saving to {self.config.save_dir} failed: {first_line(e)}; check the folder and free space"
+                    result.error = result.error or "".join(traceback.format_exception(type(e), e, e.__traceback__))
+        finally:
+            if outputs is not None:
+                outputs.close()
         self.result = result
         self._close_dist()
 

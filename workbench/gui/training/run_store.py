@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
+from workbench.core import safe_json
 from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError
 from workbench.core.training.metrics import MetricsError, MetricsWriter, StepMetrics, load_metrics
@@ -40,6 +41,11 @@ _STATUSES = ("running", "completed", "stopped", "failed", "nonfinite", "interrup
 
 class RunStoreError(WorkbenchError):
     """A run cannot be written or read; the message names the file and what to do."""
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
 
 
 def _now() -> str:
@@ -307,16 +313,28 @@ class RunStore:
         """
         records: list[RunRecord] = []
         problems: list[str] = []
-        if not self.folder.is_dir():
+        store_problem = self.problem()
+        if store_problem:
+            return records, [store_problem]
+        if not self.folder.exists():
             return records, problems
-        for sub in sorted(p for p in self.folder.iterdir() if p.is_dir()):
+        try:
+            subs = sorted(p for p in self.folder.iterdir() if p.is_dir())
+        except OSError as e:
+            return records, [f"{self.folder}: the run store cannot be read ({e.strerror or e}); check its permissions"]
+        for sub in subs:
             f = sub / _RUN_FILE
-            if not f.is_file():
-                continue
             try:
-                rec = RunRecord.from_dict(json.loads(f.read_text(encoding="utf-8")), sub)
-            except (OSError, UnicodeDecodeError, json.JSONDecodeError, RunStoreError) as e:
-                problems.append(f"{f}: {e}")
+                if not f.is_file():
+                    if not os.access(sub, os.R_OK | os.X_OK):
+                        problems.append(f"{sub}: unreadable run folder (permission denied); check its permissions")
+                    continue
+                rec = RunRecord.from_dict(safe_json.load(f, what="run file"), sub)
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError, WorkbenchError) as e:
+                problems.append(f"{f}: unreadable run ({_one_line(e)})")
+                continue
+            except Exception as e:  # a hand-edited run.json must never stop the app from starting
+                problems.append(f"{f}: unreadable run ({type(e).__name__}: {_one_line(e)})")
                 continue
             if rec.status == "running":
                 rec.status = "interrupted"
@@ -324,6 +342,19 @@ class RunStore:
             records.append(rec)
         records.sort(key=lambda r: (r.created, r.id))
         return records, problems
+
+    def problem(self) -> str | None:
+        """Why the store's folder cannot hold runs (it is a file, or not writable), if it cannot.
+
+        Returns:
+            One line for the window to show once, or None when the folder is usable (or does
+            not exist yet: it is created on the first save).
+        """
+        if self.folder.exists() and not self.folder.is_dir():
+            return f"the run store {self.folder} is a file, not a folder: runs are not kept; move the file away"
+        if self.folder.is_dir() and not os.access(self.folder, os.W_OK | os.X_OK):
+            return f"the run store {self.folder} is not writable: runs are not kept; check its permissions"
+        return None
 
     def load_metrics(self, record: RunRecord) -> list[dict[str, Any]]:
         """Read a stored run's metrics into ``record.metrics`` (once).
