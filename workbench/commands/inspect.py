@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from workbench.commands.common import add_model_arguments, load_model_and_plan
+from workbench.commands.common import add_meta_argument, add_model_arguments, load_model_and_plan
 from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.checks.lint import lint_plan
 from workbench.core.models.tree import ModelTree
@@ -14,6 +14,7 @@ from workbench.core.models.tree import ModelTree
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
+    add_meta_argument(p)
     p.add_argument("--depth", type=int, default=None, help="show modules down to this depth (root = 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--optimizer", default="adamw", help="optimizer for the memory estimate (sgd, sgd_momentum, adam, adamw)")

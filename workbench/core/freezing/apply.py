@@ -30,6 +30,7 @@ from torch import nn
 from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanProblem
 from workbench.core.models.tree import ModelTree
 from workbench.core.checks.verify import Snapshot, VerifyReport, compare
+from workbench.core.errors import WorkbenchError
 
 __all__ = [
     "AppliedPlan",
@@ -380,6 +381,8 @@ class AppliedPlan:
         self._orig_training: dict[str, bool] = {p: m.training for p, m in model.named_modules()}
         self._snapshot = Snapshot()
         self._removed = False
+        # a model built on the meta device has shapes but no values: nothing to snapshot
+        self._meta = any(t.is_meta for t in (*model.parameters(), *model.buffers()))
 
     # ---------------------------------------------------------- internals
     def _owner(self, raw_name: str) -> str:
@@ -451,6 +454,8 @@ class AppliedPlan:
         return {"frozen": frozen, "fixed": fixed, "bn_stats": bn, "trainable": trainable}
 
     def _snap(self, *, fresh: bool) -> None:
+        if self._meta:
+            return
         cats = self._categories()
         s = self._snapshot
         if fresh:
@@ -608,8 +613,16 @@ class AppliedPlan:
 
         Returns:
             The report (``report.ok`` is False on any frozen change).
+
+        Raises:
+            WorkbenchError: The model is on the meta device (no values to compare).
         """
         self._check_alive()
+        if self._meta:
+            raise WorkbenchError(
+                "verify needs real tensors, and this model was built on the meta device (structure only); "
+                "build it with its weights (without --meta) to verify the plan"
+            )
         return compare(self._snapshot, self._categories())
 
     def remove(self, merge: bool = True) -> None:

@@ -1005,7 +1005,9 @@ def save_checkpoint(
 # ModelSpec: what the engine, GUI and CLI pass around
 # --------------------------------------------------------------------------------------
 
-_SPEC_SOURCES = ("torchvision", "checkpoint")
+_SPEC_SOURCES = ("torchvision", "checkpoint", "timm", "hf", "py")
+#: Sources built by workbench.core.models.sources (the rows other than torchvision).
+_TABLE_SOURCES = ("timm", "hf", "py")
 
 
 @dataclass
@@ -1014,21 +1016,27 @@ class ModelSpec:
 
     Attributes:
         source: ``"torchvision"`` (registry ``name`` + ``weights``, optionally a checkpoint
-            loaded on top) or ``"checkpoint"`` (architecture ``name`` or the checkpoint's own
-            ``arch`` entry, weights from ``checkpoint``).
-        name: torchvision architecture name.
+            loaded on top), ``"checkpoint"`` (architecture ``name`` or the checkpoint's own
+            ``arch`` entry, weights from ``checkpoint``), or ``"timm"``, ``"hf"``, ``"py"``
+            (see :mod:`workbench.core.models.sources`). A torchvision ``name`` written as a
+            prefixed spec (``"timm:vit_tiny_patch16_224"``) moves to its source.
+        name: Architecture name within the source.
         weights: torchvision weights name, or ``None``.
         checkpoint: Path of a checkpoint file, or ``None``.
         num_classes: Final number of classes (head replaced if different), or ``None``.
     """
 
-    source: Literal["torchvision", "checkpoint"] = "torchvision"
+    source: Literal["torchvision", "checkpoint", "timm", "hf", "py"] = "torchvision"
     name: str | None = None
     weights: str | None = None
     checkpoint: str | None = None
     num_classes: int | None = None
 
     def __post_init__(self) -> None:
+        if self.source == "torchvision" and isinstance(self.name, str) and ":" in self.name:
+            from workbench.core.models.sources import parse_model_spec
+
+            self.source, self.name = parse_model_spec(self.name)  # type: ignore[assignment]
         self.validate()
 
     def validate(self) -> None:
@@ -1043,6 +1051,8 @@ class ModelSpec:
             )
         if self.source == "torchvision" and not self.name:
             raise ModelSourceError("a torchvision model spec needs a name, e.g. 'resnet18'")
+        if self.source in _TABLE_SOURCES and not self.name:
+            raise ModelSourceError(f"a {self.source} model spec needs a name, e.g. {self.source}:NAME")
         if self.source == "checkpoint" and not self.checkpoint:
             raise ModelSourceError("a checkpoint model spec needs the checkpoint file path")
         if self.num_classes is not None and (
@@ -1092,21 +1102,42 @@ class ModelSpec:
             kwargs["num_classes"] = data["num_classes"]
         return cls(**kwargs)
 
-    def build(self, allow_download: bool = True, *, trust_pickle: bool = False) -> nn.Module:
+    def build(
+        self, allow_download: bool = True, *, trust_pickle: bool = False, meta: bool = False
+    ) -> nn.Module:
         """Build the model: registry model, checkpoint weights, then the final head.
 
         Args:
             allow_download: Passed to :func:`build_model`.
             trust_pickle: Passed to :func:`load_checkpoint` (never stored in the spec, so a
                 shared spec/plan file cannot switch it on).
+            meta: Build on the ``meta`` device (shapes only, nothing allocated or read);
+                ignored when a checkpoint is given.
 
         Returns:
-            The model, on CPU.
+            The model, on CPU (or on the meta device).
 
         Raises:
-            ModelSourceError: Any failure of :func:`build_model` or :func:`load_checkpoint`.
+            ModelSourceError: Any failure of :func:`build_model`, :func:`load_checkpoint`
+                or of the model source.
         """
         self.validate()
+        if self.source in _TABLE_SOURCES or (meta and self.checkpoint is None):
+            from workbench.core.models.sources import build_from_source
+
+            assert self.name is not None
+            model = build_from_source(
+                self.source, self.name, self.weights,
+                self.num_classes if self.checkpoint is None else None,
+                meta=meta and self.checkpoint is None, allow_download=allow_download, trust_pickle=trust_pickle,
+            )
+            if self.checkpoint is None:
+                return model
+            raw = _read_checkpoint(Path(self.checkpoint), trust_pickle=trust_pickle, map_location="cpu")
+            _load_state(model, _normalize_keys(raw.state, model), Path(self.checkpoint), strict=False)
+            if self.num_classes is not None:
+                replace_head(model, self.num_classes)
+            return model
         if self.source == "checkpoint":
             assert self.checkpoint is not None
             model = load_checkpoint(
