@@ -270,3 +270,12 @@ def test_inspect_hf_folder_and_meta_flag(tmp_path, capsys):
         data = json.loads(capsys.readouterr().out)
         assert data["counts"]["total"] == ref.num_parameters()
         assert data["model"] == {**data["model"], "source": "hf", "name": str(folder)}
+
+
+def test_models_command_lists_a_source(capsys):
+    assert main(["models", "--source", "timm", "resnet10*"]) == 0
+    assert "timm:resnet10t" in capsys.readouterr().out.split()
+    assert main(["models", "--source", "timm", "resnet10t", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["source"], r["name"], type(r["cached"])) for r in rows] == [("timm", "resnet10t", bool)]
+    assert main(["models", "--source", "timm", "no_such_*"]) == 1
