@@ -6,9 +6,9 @@ from pathlib import Path
 
 from torch import nn
 
-TINY_BERT = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                 intermediate_size=37, max_position_embeddings=64)
-TINY_GPT2 = dict(vocab_size=99, n_embd=32, n_layer=2, n_head=2, n_positions=64)
+TINY_BERT = {"vocab_size": 99, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+             "intermediate_size": 37, "max_position_embeddings": 64}
+TINY_GPT2 = {"vocab_size": 99, "n_embd": 32, "n_layer": 2, "n_head": 2, "n_positions": 64}
 
 
 def tiny_bert(num_labels: int = 3) -> nn.Module:

@@ -53,7 +53,7 @@ def test_llama_7b_config_opens_on_meta_under_1_gb(tmp_path):
         print(rc, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
     """)
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                          timeout=300, check=False, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     rc, rss_kb = map(int, proc.stdout.split())
     assert rc == 0

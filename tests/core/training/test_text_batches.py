@@ -73,7 +73,7 @@ def test_tiny_text_models_train_on_synthetic_dict_batches(make):
     losses = []
     for _ in range(4):
         for batch in loader:
-            loss, out = forward_loss(model, move_batch(batch, "cpu"), task=task)
+            loss, _ = forward_loss(model, move_batch(batch, "cpu"), task=task)
             opt.zero_grad()
             loss.backward()
             opt.step()

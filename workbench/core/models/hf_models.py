@@ -16,7 +16,12 @@ from typing import Any
 
 from torch import nn
 
-from workbench.core.models.build_request import BuildRequest, device_context, first_line, require_extra
+from workbench.core.models.build_request import (
+    BuildRequest,
+    device_context,
+    first_line,
+    require_extra,
+)
 from workbench.core.models.zoo import ModelSourceError
 
 __all__ = ["auto_class_name", "build_hf", "hf_cached", "hf_cached_repos", "hf_weight_files"]
@@ -71,7 +76,7 @@ def hf_cached(name: str) -> bool:
         return (Path(name).expanduser() / "config.json").is_file()
     try:
         return _cache_lookup(name, "config.json") is not None
-    except Exception:  # an invalid repo id
+    except ValueError:  # an invalid repo id (HFValidationError)
         return False
 
 
@@ -86,11 +91,12 @@ def hf_cached_repos(pattern: str = "*") -> list[str]:
     """
     import fnmatch
 
-    try:
-        from huggingface_hub import scan_cache_dir
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
 
+    try:
         info = scan_cache_dir()
-    except Exception:  # no cache folder yet
+    except (CacheNotFound, OSError):  # no cache folder yet
         return []
     return sorted(r.repo_id for r in info.repos if r.repo_type == "model" and fnmatch.fnmatch(r.repo_id, pattern or "*"))
 

@@ -32,7 +32,11 @@ import torchvision
 from torch import nn
 
 from workbench.core.models import hf_models, py_models, timm_models
-from workbench.core.models.build_request import BuildRequest, device_context, missing_extra_message
+from workbench.core.models.build_request import (
+    BuildRequest,
+    device_context,
+    missing_extra_message,
+)
 from workbench.core.models.zoo import (
     ModelSourceError,
     _check_model_name,

@@ -16,7 +16,13 @@ from urllib.parse import urlparse
 import torch
 from torch import nn
 
-from workbench.core.models.build_request import BuildRequest, device_context, did_you_mean, first_line, require_extra
+from workbench.core.models.build_request import (
+    BuildRequest,
+    device_context,
+    did_you_mean,
+    first_line,
+    require_extra,
+)
 from workbench.core.models.zoo import ModelSourceError
 
 __all__ = ["build_timm", "timm_cached", "timm_names"]
