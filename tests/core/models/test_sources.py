@@ -279,3 +279,24 @@ def test_models_command_lists_a_source(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert [(r["source"], r["name"], type(r["cached"])) for r in rows] == [("timm", "resnet10t", bool)]
     assert main(["models", "--source", "timm", "no_such_*"]) == 1
+
+
+def test_doctor_watches_timm_and_text_models(tmp_path, capsys):
+    assert main(["doctor", "--model", "timm:resnet10t", "--num-classes", "3", "--steps", "2", "--batch-size", "2"]) == 0
+    assert "watched 2 steps" in capsys.readouterr().out
+    folder = save_folder(tiny_bert(), tmp_path / "bert")
+    assert main(["doctor", "--model", f"hf:{folder}", "--steps", "2", "--batch-size", "2", "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["watch"]["steps"] == 2
+    assert "Loading weights" not in out.err
+
+
+def test_checkpoint_on_top_of_a_timm_model(tmp_path):
+    import timm
+    from safetensors.torch import save_file
+
+    src = timm.create_model("resnet10t", pretrained=False, num_classes=4)
+    path = tmp_path / "ft.safetensors"
+    save_file({k: v.contiguous() for k, v in src.state_dict().items()}, str(path))
+    model = ModelSpec(source="timm", name="resnet10t", checkpoint=str(path), num_classes=4).build(allow_download=False)
+    assert torch.equal(model.fc.weight, src.fc.weight) and torch.equal(model.conv1[0].weight, src.conv1[0].weight)

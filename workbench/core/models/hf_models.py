@@ -175,13 +175,20 @@ def build_hf(req: BuildRequest) -> nn.Module:
                     f"{req.name!r} holds only pickled weights ({pickled[0].name}), which can run code when loaded; "
                     "convert them to safetensors, or pass --trust-pickle for a model you trust"
                 )
-            model = auto.from_pretrained(
-                req.name,
-                config=config,
-                local_files_only=not req.allow_download,
-                use_safetensors=bool(safe),
-                ignore_mismatched_sizes=req.num_classes is not None,
-            )
+            hf_logging = transformers.utils.logging
+            bar = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()  # one line per command, not a progress bar per load
+            try:
+                model = auto.from_pretrained(
+                    req.name,
+                    config=config,
+                    local_files_only=not req.allow_download,
+                    use_safetensors=bool(safe),
+                    ignore_mismatched_sizes=req.num_classes is not None,
+                )
+            finally:
+                if bar:
+                    hf_logging.enable_progress_bar()
     except ModelSourceError:
         raise
     except Exception as exc:

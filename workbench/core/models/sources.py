@@ -42,6 +42,7 @@ from workbench.core.models.zoo import (
     _check_model_name,
     _classification_names,
     build_model,
+    model_input_size,
     weights_cached,
 )
 
@@ -49,6 +50,7 @@ __all__ = [
     "SOURCES",
     "ModelSource",
     "build_from_source",
+    "default_input_size",
     "is_structure_only",
     "missing_extra_message",
     "model_block",
@@ -218,6 +220,26 @@ def is_structure_only(source: str, name: str) -> bool:
         return False
     safe, pickled = hf_models.hf_weight_files(name)
     return not (safe or pickled)
+
+
+def default_input_size(source: str, name: str | None, model: nn.Module) -> int:
+    """The square input side a vision model expects (224 when nothing says otherwise).
+
+    Args:
+        source: Source key.
+        name: Name within the source (torchvision: read from its weights metadata).
+        model: The built model (timm: its ``pretrained_cfg["input_size"]``).
+
+    Returns:
+        The side in pixels.
+    """
+    if source == "torchvision" and name:
+        return model_input_size(name)
+    cfg = getattr(model, "pretrained_cfg", None)
+    size = cfg.get("input_size") if isinstance(cfg, dict) else None
+    if isinstance(size, (tuple, list)) and size and isinstance(size[-1], int):
+        return int(size[-1])
+    return 224
 
 
 def build_from_source(

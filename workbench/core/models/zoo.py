@@ -1122,22 +1122,6 @@ class ModelSpec:
                 or of the model source.
         """
         self.validate()
-        if self.source in _TABLE_SOURCES or (meta and self.checkpoint is None):
-            from workbench.core.models.sources import build_from_source
-
-            assert self.name is not None
-            model = build_from_source(
-                self.source, self.name, self.weights,
-                self.num_classes if self.checkpoint is None else None,
-                meta=meta and self.checkpoint is None, allow_download=allow_download, trust_pickle=trust_pickle,
-            )
-            if self.checkpoint is None:
-                return model
-            raw = _read_checkpoint(Path(self.checkpoint), trust_pickle=trust_pickle, map_location="cpu")
-            _load_state(model, _normalize_keys(raw.state, model), Path(self.checkpoint), strict=False)
-            if self.num_classes is not None:
-                replace_head(model, self.num_classes)
-            return model
         if self.source == "checkpoint":
             assert self.checkpoint is not None
             model = load_checkpoint(
@@ -1145,11 +1129,26 @@ class ModelSpec:
             ).model
         else:
             assert self.name is not None
+            if self.checkpoint is None and (meta or self.source in _TABLE_SOURCES):
+                from workbench.core.models.sources import build_from_source
+
+                return build_from_source(
+                    self.source, self.name, self.weights, self.num_classes,
+                    meta=meta, allow_download=allow_download, trust_pickle=trust_pickle,
+                )
             if self.checkpoint is None:
                 return build_model(
                     self.name, self.weights, self.num_classes, allow_download=allow_download
                 )
-            model = build_model(self.name, self.weights, allow_download=allow_download)
+            if self.source in _TABLE_SOURCES:
+                from workbench.core.models.sources import build_from_source
+
+                model = build_from_source(
+                    self.source, self.name, self.weights,
+                    allow_download=allow_download, trust_pickle=trust_pickle,
+                )
+            else:
+                model = build_model(self.name, self.weights, allow_download=allow_download)
             raw = _read_checkpoint(
                 Path(self.checkpoint), trust_pickle=trust_pickle, map_location="cpu"
             )
