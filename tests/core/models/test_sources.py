@@ -300,3 +300,23 @@ def test_checkpoint_on_top_of_a_timm_model(tmp_path):
     save_file({k: v.contiguous() for k, v in src.state_dict().items()}, str(path))
     model = ModelSpec(source="timm", name="resnet10t", checkpoint=str(path), num_classes=4).build(allow_download=False)
     assert torch.equal(model.fc.weight, src.fc.weight) and torch.equal(model.conv1[0].weight, src.conv1[0].weight)
+
+
+def test_hf_repo_id_from_the_local_cache_never_touches_the_network(tmp_path, monkeypatch):
+    import socket
+
+    repo = tmp_path / "hub" / "models--org--tiny-bert"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("abc123")
+    ref = tiny_bert()
+    save_folder(ref, repo / "snapshots" / "abc123")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("the network was used")
+
+    monkeypatch.setattr(socket, "getaddrinfo", no_network)
+    model = build_from_source("hf", "org/tiny-bert")
+    assert _n(model) == ref.num_parameters()
+    assert search_models("hf") == [("org/tiny-bert", True)]
+    assert not is_structure_only("hf", "org/tiny-bert")

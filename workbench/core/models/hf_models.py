@@ -120,8 +120,14 @@ def auto_class_name(config: Any, num_classes: int | None = None) -> str:
     return auto
 
 
-def _load_config(req: BuildRequest) -> Any:
-    transformers = _transformers()
+def _where(req: BuildRequest) -> str:
+    """What to load from: the folder, the cached snapshot folder of a repo id (so nothing
+    can reach the network), or the repo id itself when downloads are allowed.
+
+    Raises:
+        ModelSourceError: No such folder, no config.json, or a repo that is not cached
+            while downloads are off.
+    """
     name = req.name
     if _is_local(name):
         folder = Path(name).expanduser()
@@ -132,15 +138,23 @@ def _load_config(req: BuildRequest) -> Any:
                 f"{name!r} has no config.json, so it is not a Hugging Face model folder; "
                 "save the model with save_pretrained() or point at the folder that holds config.json"
             )
-    elif not req.allow_download and not hf_cached(name):
-        raise ModelSourceError(
-            f"Hugging Face repo {name!r} is not in the local cache and downloads are off; "
-            "download it once (huggingface-cli download) or give a local folder"
-        )
+        return str(folder)
+    config = _cache_lookup(name, "config.json") if hf_cached(name) else None
+    if config is not None:
+        return str(config.parent)  # the snapshot folder
+    if req.allow_download:
+        return name
+    raise ModelSourceError(
+        f"Hugging Face repo {name!r} is not in the local cache and downloads are off; "
+        "download it once (huggingface-cli download) or give a local folder"
+    )
+
+
+def _load_config(where: str, req: BuildRequest) -> Any:
     try:
-        return transformers.AutoConfig.from_pretrained(name, local_files_only=not req.allow_download)
+        return _transformers().AutoConfig.from_pretrained(where, local_files_only=not req.allow_download)
     except Exception as exc:
-        raise ModelSourceError(f"could not read the config of {name!r} ({type(exc).__name__}: {first_line(exc)})") from exc
+        raise ModelSourceError(f"could not read the config of {req.name!r} ({type(exc).__name__}: {first_line(exc)})") from exc
 
 
 def build_hf(req: BuildRequest) -> nn.Module:
@@ -160,11 +174,12 @@ def build_hf(req: BuildRequest) -> nn.Module:
             weights without ``trust_pickle``, or a failed build.
     """
     transformers = _transformers()
-    config = _load_config(req)
+    where = _where(req)
+    config = _load_config(where, req)
     auto = getattr(transformers, auto_class_name(config, req.num_classes))
     if req.num_classes is not None:
         config.num_labels = req.num_classes
-    safe, pickled = hf_weight_files(req.name) if not req.meta else ([], [])
+    safe, pickled = hf_weight_files(where) if not req.meta else ([], [])
     try:
         if req.meta or not (safe or pickled):
             with device_context(req.meta):
@@ -180,7 +195,7 @@ def build_hf(req: BuildRequest) -> nn.Module:
             hf_logging.disable_progress_bar()  # one line per command, not a progress bar per load
             try:
                 model = auto.from_pretrained(
-                    req.name,
+                    where,
                     config=config,
                     local_files_only=not req.allow_download,
                     use_safetensors=bool(safe),
