@@ -10,6 +10,9 @@ Spec strings accepted by :func:`make_dataset`::
     synthetic:N               N generated images
     imagefolder:PATH          PATH/<class>/<image>.jpg  (or PATH/train/<class>/..., PATH/val/...)
     cifar10:PATH  cifar100:PATH  mnist:PATH  fashionmnist:PATH  svhn:PATH  stl10:PATH
+
+Text models: :func:`synthetic_for_model` (token ids within the model's vocabulary), and
+``text:PATH.jsonl`` in :mod:`workbench.core.training.text_jsonl` (needs the model's tokenizer).
 """
 
 from __future__ import annotations
