@@ -63,3 +63,21 @@ def test_llama_7b_config_opens_on_meta_under_1_gb(tmp_path):
     assert counts["total"] == 6_738_415_616
     assert counts["trainable"] == 202_383_360
     assert data["modules"][0]["type"] == "LlamaForCausalLM"
+
+
+@pytest.mark.parametrize(
+    ("rule", "trainable"),
+    [
+        ({"select": "layer4.0.conv1", "frozen": False,
+          "reparam": {"kind": "a_plus_b", "a": "current", "b_init": "zeros"}}, 512 * 256 * 9),
+        ({"select": "fc", "frozen": False, "partial": {"param": "weight", "dim": 0, "trainable": [[0, 10]]}},
+         10 * 512 + 1000),
+    ],
+)
+def test_a_plus_b_and_partial_apply_on_meta(rule, trainable):
+    model = build_from_source("torchvision", "resnet18", meta=True)
+    plan = FreezePlan.from_dict({"format": "freeze-plan", "version": 1, "rules": [{"select": "*", "frozen": True}, rule]})
+    applied = plan.apply(model)
+    assert applied.counts("adamw").trainable == trainable
+    applied.remove()
+    assert all(p.is_meta for p in model.parameters())
