@@ -13,20 +13,33 @@ from torch import nn
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.plan.rules import FreezePlan
-from workbench.core.models.zoo import CheckpointKeyMismatch, ModelSpec
+from workbench.core.models.sources import SOURCES, is_structure_only
+from workbench.core.models.zoo import CheckpointKeyMismatch
+from workbench.core.models.spec import ModelSpec
 
 
 class CommandError(WorkbenchError):
     """A command-line value is out of range or names nothing; the message says which and what to use."""
 
 
+_SPEC_HELP = ("resnet18 (torchvision), timm:NAME, hf:FOLDER_OR_REPO_ID, py:MODULE:FACTORY or "
+              "py:file.py:FACTORY (py: imports and runs that code)")
+
+
+def add_meta_argument(p: argparse.ArgumentParser) -> None:
+    """``--meta``: build the model on the meta device (structure only, nothing allocated)."""
+    p.add_argument("--meta", action="store_true",
+                   help="structure only: build on the meta device (no weights read, no memory; "
+                        "automatic for a Hugging Face folder that holds only config.json)")
+
+
 def add_model_arguments(p: argparse.ArgumentParser, *, positional: bool = True) -> None:
     """``MODEL``, ``--weights``, ``--checkpoint``, ``--num-classes``, ``--trust-pickle``, ``--plan``."""
     if positional:
-        p.add_argument("model", nargs="?", help="torchvision model name (e.g. resnet18); "
+        p.add_argument("model", nargs="?", help=f"model spec: {_SPEC_HELP}; "
                        "optional with --checkpoint when the file records its architecture, or with --plan")
     else:
-        p.add_argument("--model", dest="model", help="torchvision model name (e.g. resnet18)")
+        p.add_argument("--model", dest="model", help=f"model spec: {_SPEC_HELP}")
     p.add_argument("--weights", help="torchvision weights name (e.g. IMAGENET1K_V1, DEFAULT); default: random init")
     p.add_argument("--checkpoint", help="load weights from a .pt/.pth/.safetensors file")
     p.add_argument("--num-classes", type=int, help="replace the classification head for N classes")
@@ -128,11 +141,22 @@ def model_spec_from_args(args: argparse.Namespace, plan: FreezePlan | None = Non
     """The model spec the arguments (or, failing them, the plan's ``model`` block) describe."""
     info = dict(plan.model) if plan is not None else {}
     name = args.model or info.get("name") or info.get("arch")
+    source = "torchvision"
+    if not args.model and info.get("source") in SOURCES:
+        source = info["source"]  # the plan's model block: {"source": "timm", "name": ...}
     if args.checkpoint:
-        return ModelSpec(source="checkpoint" if not name else "torchvision", name=name,
+        return ModelSpec(source="checkpoint" if not name else source, name=name,  # type: ignore[arg-type]
                          weights=args.weights, checkpoint=args.checkpoint, num_classes=args.num_classes)
-    return ModelSpec(name=name, weights=args.weights if args.model else args.weights or info.get("weights"),
+    return ModelSpec(source=source, name=name,  # type: ignore[arg-type]
+                     weights=args.weights if args.model else args.weights or info.get("weights"),
                      num_classes=args.num_classes if args.num_classes else info.get("num_classes"))
+
+
+def wants_meta(args: argparse.Namespace, spec: ModelSpec) -> bool:
+    """Whether to build on the meta device: ``--meta``, or a model with no weights to read."""
+    if spec.checkpoint is not None or not spec.name:
+        return False
+    return bool(getattr(args, "meta", False)) or is_structure_only(spec.source, spec.name)
 
 
 def load_model_and_plan(args: argparse.Namespace) -> tuple[nn.Module, ModelSpec, FreezePlan | None]:
@@ -143,6 +167,7 @@ def load_model_and_plan(args: argparse.Namespace) -> tuple[nn.Module, ModelSpec,
     """
     plan = FreezePlan.load(args.plan) if getattr(args, "plan", None) else None
     spec = model_spec_from_args(args, plan)
+    meta = hasattr(args, "meta") and wants_meta(args, spec)
     with checkpoint_key_policy(args, args.command):
-        model = spec.build(trust_pickle=getattr(args, "trust_pickle", False))
+        model = spec.build(trust_pickle=getattr(args, "trust_pickle", False), meta=meta)
     return model, spec, plan

@@ -56,8 +56,9 @@ def _optimizer(name: str, model: nn.Module, applied: Any, lr: float) -> torch.op
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.core.training.data import SyntheticImageDataset
-    from workbench.core.models.zoo import current_num_classes, model_input_size
+    from workbench.core.models.sources import default_input_size
+    from workbench.core.models.zoo import current_num_classes
+    from workbench.core.training.data import SyntheticImageDataset, text_task_of
 
     check_positive(args.lr, "--lr")
     check_positive(args.steps, "--steps", zero_ok=True)
@@ -73,8 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if optimizer is None and not any(f.code == "nothing-trainable" for f in findings):  # the linter's, with a plan
         findings = doctor.merge_findings(findings, [_nothing_trainable()])
     watched: doctor.Watch | None = None
-    if args.steps > 0 and optimizer is not None:
-        size = args.image_size or (model_input_size(spec.name) if spec.name else 224)
+    if args.steps > 0 and optimizer is not None and text_task_of(model) is not None:
+        watched = _watch_text_model(model, optimizer, args, device)
+        findings = doctor.merge_findings(findings, watched.findings(), doctor.check(model, optimizer, plan))
+    elif args.steps > 0 and optimizer is not None:
+        size = args.image_size or (default_input_size(spec.source, spec.name, model) if spec.name else 224)
         classes = current_num_classes(model) or 1000
         data = SyntheticImageDataset(length=args.steps * args.batch_size, image_size=size, num_classes=classes)
         loss_fn = nn.CrossEntropyLoss()
@@ -103,6 +107,28 @@ def run(args: argparse.Namespace) -> int:
         return 1 if errors else 0
     _print(findings, watched)
     return 1 if errors else 0
+
+
+def _watch_text_model(
+    model: nn.Module, optimizer: torch.optim.Optimizer, args: argparse.Namespace, device: torch.device
+) -> doctor.Watch:
+    """Watch ``args.steps`` steps of a text model on synthetic token batches (``model(**batch)``)."""
+    from torch.utils.data import default_collate
+
+    from workbench.core.training.batches import forward_loss, move_batch
+    from workbench.core.training.data import synthetic_for_model, text_task_of
+
+    data = synthetic_for_model(model, args.steps * args.batch_size)
+    task = text_task_of(model) or "classification"
+    with doctor.watch(model, optimizer, steps=args.steps) as watched:
+        for step in range(args.steps):
+            batch = default_collate([data[step * args.batch_size + i] for i in range(args.batch_size)])
+            optimizer.zero_grad(set_to_none=True)
+            loss, _ = forward_loss(model, move_batch(batch, device), task=task)
+            loss.backward()
+            watched.after_backward(loss)
+            optimizer.step()
+    return watched
 
 
 def _nothing_trainable() -> Finding:

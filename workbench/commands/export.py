@@ -6,14 +6,15 @@ import argparse
 import os
 from pathlib import Path
 
-from workbench.commands.common import add_model_arguments, model_spec_from_args
+from workbench.commands.common import add_meta_argument, add_model_arguments, model_spec_from_args, wants_meta
 from workbench.core.export import OPTIMIZERS, ExportError, export_script
-from workbench.core.models.zoo import ModelSpec
+from workbench.core.models.spec import ModelSpec
 from workbench.core.plan.rules import FreezePlan
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p, positional=False)
+    add_meta_argument(p)
     p.add_argument("--to", required=True, help="destination: a .py script or a .json plan")
     p.add_argument("--lr", type=float, default=1e-3, help="base learning rate of the script's training loop")
     p.add_argument("--weight-decay", type=float, default=0.01, help="weight decay of the script's optimizer")
@@ -60,7 +61,10 @@ def _write(args: argparse.Namespace, plan: FreezePlan, spec: ModelSpec, dest: Pa
         from workbench.core.export import _structure_model
         from workbench.core.models.tree import ModelTree
 
-        model, _ = _structure_model(spec)  # architecture only: random weights, nothing downloaded
+        if wants_meta(args, spec):  # shapes only: nothing allocated, no weights read
+            model = ModelSpec.from_dict({**spec.to_dict(), "weights": None}).build(allow_download=False, meta=True)
+        else:
+            model, _ = _structure_model(spec)  # architecture only: random weights, nothing downloaded
         tree = ModelTree.from_model(model)
         plan.validate(tree)
         out = plan.copy()
@@ -70,6 +74,11 @@ def _write(args: argparse.Namespace, plan: FreezePlan, spec: ModelSpec, dest: Pa
         out.save(dest)
         print(f"wrote plan {dest}")
         return 0
+    if spec.source not in ("torchvision", "checkpoint"):
+        raise ExportError(
+            f"a .py script can be exported for torchvision models only, not for a {spec.source} model; "
+            "export the plan as .json and apply it with workbench.apply_plan(model, plan) in your script"
+        )
     export_script(
         plan,
         spec,

@@ -8,20 +8,25 @@ import sys
 
 from workbench.commands.common import (
     CommandError,
+    add_meta_argument,
     add_model_arguments,
     load_model_and_plan,
     optimizer_from_arg,
 )
 from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.checks.lint import lint_plan
+from workbench.core.models.memory import DTYPE_BYTES, GPU_SIZES, estimate_memory
 from workbench.core.models.tree import ModelTree
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_model_arguments(p)
+    add_meta_argument(p)
     p.add_argument("--depth", type=int, default=None, help="show modules down to this depth (root = 0)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--optimizer", default="adamw", help="optimizer for the memory estimate (sgd, sgd_momentum, adam, adamw)")
+    p.add_argument("--dtype", choices=sorted(DTYPE_BYTES),
+                   help="also estimate training memory with the weights, gradients and optimizer state in this dtype")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -59,18 +64,21 @@ def run(args: argparse.Namespace) -> int:
                 "lr_scale": e.lr_scale if e else 1.0,
             }
         )
+    memory = None
+    if args.dtype:
+        fixed = counts.fixed_bytes * counts.total // counts.param_bytes if counts.param_bytes else 0
+        memory = estimate_memory(counts.total, counts.trainable, args.dtype, args.optimizer, fixed=fixed)
     if args.json:
-        json.dump(
-            {
-                "model": spec.to_dict(),
-                "fingerprint": tree.fingerprint,
-                "modules": rows,
-                "counts": counts.to_dict(),
-                "findings": [f.to_dict() for f in findings],
-            },
-            sys.stdout,
-            indent=1,
-        )
+        out = {
+            "model": spec.to_dict(),
+            "fingerprint": tree.fingerprint,
+            "modules": rows,
+            "counts": counts.to_dict(),
+            "findings": [f.to_dict() for f in findings],
+        }
+        if memory is not None:
+            out["memory"] = memory.to_dict()
+        json.dump(out, sys.stdout, indent=1)
         print()
         return 0
     _print_table(rows, tree)
@@ -82,6 +90,14 @@ def run(args: argparse.Namespace) -> int:
         f"Training memory ({counts.optimizer}): params+grads+state {fmt_bytes(counts.training_bytes)}"
         f" (full fine-tuning {fmt_bytes(counts.full_ft_bytes)})"
     )
+    if memory is not None:
+        fits = ", ".join(f"{size // 10**9} GB: {'yes' if memory.fits(size) else 'no'}" for size in GPU_SIZES)
+        print(
+            f"Training memory ({memory.optimizer}, {memory.dtype}): params {fmt_bytes(memory.param_bytes)}"
+            f" + grads {fmt_bytes(memory.grad_bytes)} + state {fmt_bytes(memory.optimizer_bytes)}"
+            f" = {fmt_bytes(memory.total_bytes)} (full fine-tuning {fmt_bytes(memory.full_ft_bytes)});"
+            f" fits without activations on {fits}"
+        )
     for f in findings:
         print(f.one_line())
     return 0

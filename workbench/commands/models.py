@@ -1,4 +1,5 @@
-"""``workbench models``: torchvision classification models, their weights and cache state."""
+"""``workbench models``: the models of a source (torchvision, timm, cached Hugging Face
+repos), their weights and cache state."""
 
 from __future__ import annotations
 
@@ -8,15 +9,20 @@ import json
 import sys
 
 from workbench.core.formatting import fmt_count
+from workbench.core.models.sources import SOURCES, search_models
 from workbench.core.models.zoo import list_models
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pattern", nargs="?", default="*", help="glob on model names, e.g. 'resnet*'")
+    p.add_argument("--source", choices=[k for k, s in SOURCES.items() if not s.runs_code], default="torchvision",
+                   help="registry to list: torchvision (default), timm, or hf (repos in the local Hugging Face cache)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.source != "torchvision":
+        return _run_source(args)
     infos = [m for m in list_models() if fnmatch.fnmatch(m.name, args.pattern)]
     if args.json:
         json.dump([m.__dict__ for m in infos], sys.stdout, indent=1)
@@ -30,4 +36,18 @@ def run(args: argparse.Namespace) -> int:
         weights = ", ".join(f"{x}{' (cached)' if m.cached.get(x) else ''}" for x in m.weights) or "-"
         n = fmt_count(m.num_params) if m.num_params else "?"
         print(f"{m.name:<{w}}  {n:>6}  {m.input_size:>3}px  {weights}")
+    return 0
+
+
+def _run_source(args: argparse.Namespace) -> int:
+    found = search_models(args.source, args.pattern)
+    if args.json:
+        json.dump([{"source": args.source, "name": n, "cached": c} for n, c in found], sys.stdout, indent=1)
+        print()
+        return 0
+    if not found:
+        print(f"no {args.source} model matches {args.pattern!r}", file=sys.stderr)
+        return 1
+    for name, cached in found:
+        print(f"{args.source}:{name}{'  (cached)' if cached else ''}")
     return 0

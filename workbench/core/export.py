@@ -40,7 +40,8 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.plan.rules import Effective, FreezePlan
 from workbench.core.models.tree import ModelTree
-from workbench.core.models.zoo import ModelSpec, find_head
+from workbench.core.models.zoo import find_head
+from workbench.core.models.spec import ModelSpec
 
 __all__ = ["ExportError", "OPTIMIZERS", "export_script", "render_script"]
 

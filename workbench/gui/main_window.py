@@ -45,7 +45,8 @@ from workbench.core import export
 from workbench.core.errors import WorkbenchError
 from workbench.core.freezing import partial
 from workbench.core.plan.rules import FreezePlan, PlanError
-from workbench.core.models.zoo import CHECKPOINT_SUFFIXES, ModelSourceError, ModelSpec
+from workbench.core.models.zoo import CHECKPOINT_SUFFIXES, ModelSourceError
+from workbench.core.models.spec import ModelSpec
 from workbench.gui import dialogs
 from workbench.gui.about import show_about
 from workbench.gui.diagnostics import DiagnosticsPanel

@@ -16,7 +16,7 @@ from workbench.core.freezing.capture import bn_eval_locked, capture_plan, cover_
 from workbench.core.export import export_script
 from workbench.core.plan.rules import FreezePlan, PlanWarning
 from workbench.core.models.tree import ModelTree
-from workbench.core.models.zoo import ModelSpec
+from workbench.core.models.spec import ModelSpec
 
 
 def _state(model: nn.Module, train: bool = True) -> tuple[list[tuple[str, bool]], list[str]]:

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from workbench.core.checks.verify import Snapshot, VerifyReport, compare_in_force, model_tensors
+from workbench.core.errors import WorkbenchError
 from workbench.core.freezing import plan_registry
 from workbench.core.freezing import partial, reparam
 from workbench.core.models.tree import ModelTree
@@ -359,6 +360,8 @@ class AppliedPlan:
         self._orig_training: dict[str, bool] = {p: m.training for p, m in model.named_modules()}
         self._snapshot = Snapshot()
         self._removed = False
+        # a model built on the meta device has shapes but no values: nothing to snapshot
+        self._meta = any(t.is_meta for t in (*model.parameters(), *model.buffers()))
 
     # ---------------------------------------------------------- internals
     def _owner(self, raw_name: str) -> str:
@@ -430,6 +433,8 @@ class AppliedPlan:
         return {"frozen": frozen, "fixed": fixed, "bn_stats": bn, "trainable": trainable}
 
     def _snap(self, *, fresh: bool) -> None:
+        if self._meta:
+            return
         cats = self._categories()
         s = self._snapshot
         if fresh:
@@ -587,8 +592,16 @@ class AppliedPlan:
 
         Returns:
             The report (``report.ok`` is False on any frozen change).
+
+        Raises:
+            WorkbenchError: The model is on the meta device (no values to compare).
         """
         self._check_alive()
+        if self._meta:
+            raise WorkbenchError(
+                "verify needs real tensors, and this model was built on the meta device (structure only); "
+                "build it with its weights (without --meta) to verify the plan"
+            )
         fixed = {n: t for h in self._installed.values() for n, t in h.fixed()}
         return compare_in_force(self._snapshot, model_tensors(self.model, fixed))  # the plan's snapshot, not requires_grad now
 

@@ -33,7 +33,7 @@ import urllib.request
 import warnings
 import zipfile
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from http.client import HTTPException
 from pathlib import Path
 from typing import Any, Literal
@@ -56,13 +56,13 @@ __all__ = [
     "LoadResult",
     "ModelInfo",
     "ModelSourceError",
-    "ModelSpec",
     "build_model",
     "crop_size",
     "current_num_classes",
     "find_head",
     "list_models",
     "load_checkpoint",
+    "load_weights_into",
     "model_input_size",
     "replace_head",
     "save_checkpoint",
@@ -1067,132 +1067,24 @@ def save_checkpoint(
     return path
 
 
-# --------------------------------------------------------------------------------------
-# ModelSpec: what the engine, GUI and CLI pass around
-# --------------------------------------------------------------------------------------
+def load_weights_into(model: nn.Module, checkpoint: str | os.PathLike[str], *, trust_pickle: bool = False) -> nn.Module:
+    """Load a checkpoint's weights into a built model, fitting its head to the checkpoint first.
 
-_SPEC_SOURCES = ("torchvision", "checkpoint")
+    Args:
+        model: The model, built without weights.
+        checkpoint: Path of the checkpoint (safetensors, or ``torch.save`` output).
+        trust_pickle: Allow a pickled checkpoint that needs code to load.
 
+    Returns:
+        The same model, with the checkpoint's weights.
 
-@dataclass
-class ModelSpec:
-    """A serialisable description of where a model comes from.
-
-    Attributes:
-        source: ``"torchvision"`` (registry ``name`` + ``weights``, optionally a checkpoint
-            loaded on top) or ``"checkpoint"`` (architecture ``name`` or the checkpoint's own
-            ``arch`` entry, weights from ``checkpoint``).
-        name: torchvision architecture name.
-        weights: torchvision weights name, or ``None``.
-        checkpoint: Path of a checkpoint file, or ``None``.
-        num_classes: Final number of classes (head replaced if different), or ``None``.
+    Raises:
+        ModelSourceError: The file cannot be read, or no key of it fits the model.
     """
-
-    source: Literal["torchvision", "checkpoint"] = "torchvision"
-    name: str | None = None
-    weights: str | None = None
-    checkpoint: str | None = None
-    num_classes: int | None = None
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Check the fields are consistent.
-
-        Raises:
-            ModelSourceError: Unknown source, or a missing name/checkpoint.
-        """
-        if self.source not in _SPEC_SOURCES:
-            raise ModelSourceError(
-                f"model source {self.source!r} is unknown; use one of {', '.join(_SPEC_SOURCES)}"
-            )
-        if self.source == "torchvision" and not self.name:
-            raise ModelSourceError("a torchvision model spec needs a name, e.g. 'resnet18'")
-        if self.source == "checkpoint" and not self.checkpoint:
-            raise ModelSourceError("a checkpoint model spec needs the checkpoint file path")
-        if self.num_classes is not None and (
-            isinstance(self.num_classes, bool)
-            or not isinstance(self.num_classes, int)
-            or self.num_classes < 1
-        ):
-            raise ModelSourceError(
-                f"num_classes must be a positive integer or null, got {self.num_classes!r}"
-            )
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain JSON-able dict (all fields, ``None`` included).
-
-        Returns:
-            ``{"source", "name", "weights", "checkpoint", "num_classes"}``.
-        """
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ModelSpec:
-        """Build a spec from :meth:`to_dict` output (or a plan file's ``model`` block).
-
-        Keys other than the fields (e.g. a plan's ``fingerprint``) are ignored.
-
-        Args:
-            data: The mapping.
-
-        Returns:
-            The spec.
-
-        Raises:
-            ModelSourceError: Not a mapping, a field of the wrong type, or inconsistent fields.
-        """
-        if not isinstance(data, Mapping):
-            raise ModelSourceError(f"a model spec must be a mapping, got {type(data).__name__}")
-        kwargs: dict[str, Any] = {}
-        for key in ("source", "name", "weights", "checkpoint"):
-            value = data.get(key)
-            if value is not None and not isinstance(value, str):
-                raise ModelSourceError(
-                    f"model spec field {key!r} must be a string or null, got {value!r}"
-                )
-            if value is not None:
-                kwargs[key] = value
-        if "num_classes" in data:
-            kwargs["num_classes"] = data["num_classes"]
-        return cls(**kwargs)
-
-    def build(self, allow_download: bool = True, *, trust_pickle: bool = False) -> nn.Module:
-        """Build the model: registry model, checkpoint weights, then the final head.
-
-        Args:
-            allow_download: Passed to :func:`build_model`.
-            trust_pickle: Passed to :func:`load_checkpoint` (never stored in the spec, so a
-                shared spec/plan file cannot switch it on).
-
-        Returns:
-            The model, on CPU.
-
-        Raises:
-            ModelSourceError: Any failure of :func:`build_model` or :func:`load_checkpoint`.
-        """
-        self.validate()
-        if self.source == "checkpoint":
-            assert self.checkpoint is not None
-            model = load_checkpoint(
-                self.checkpoint, arch=self.name, trust_pickle=trust_pickle
-            ).model
-        else:
-            assert self.name is not None
-            if self.checkpoint is None:
-                return build_model(
-                    self.name, self.weights, self.num_classes, allow_download=allow_download
-                )
-            model = build_model(self.name, self.weights, allow_download=allow_download)
-            raw = _read_checkpoint(
-                Path(self.checkpoint), trust_pickle=trust_pickle, map_location="cpu"
-            )
-            state = _normalize_keys(raw.state, model)
-            ckpt_classes = _head_classes_in_state(model, state)
-            if ckpt_classes is not None:
-                replace_head(model, ckpt_classes)
-            _load_state(model, state, Path(self.checkpoint), strict=False)
-        if self.num_classes is not None:
-            replace_head(model, self.num_classes)
-        return model
+    raw = _read_checkpoint(Path(checkpoint), trust_pickle=trust_pickle, map_location="cpu")
+    state = _normalize_keys(raw.state, model)
+    ckpt_classes = _head_classes_in_state(model, state)
+    if ckpt_classes is not None:
+        replace_head(model, ckpt_classes)
+    _load_state(model, state, Path(checkpoint), strict=False)
+    return model

@@ -5,10 +5,14 @@ and a missing dataset is a :class:`DataError` that names the folder layout expec
 
 Spec strings accepted by :func:`make_dataset`::
 
-    synthetic                 1024 generated images (no files)
+    synthetic                 1024 generated images (no files); for text models,
+                              :func:`synthetic_for_model` gives token ids instead
     synthetic:N               N generated images
     imagefolder:PATH          PATH/<class>/<image>.jpg  (or PATH/train/<class>/..., PATH/val/...)
     cifar10:PATH  cifar100:PATH  mnist:PATH  fashionmnist:PATH  svhn:PATH  stl10:PATH
+
+Text models: :func:`synthetic_for_model` (token ids within the model's vocabulary), and
+``text:PATH.jsonl`` in :mod:`workbench.core.training.text_jsonl` (needs the model's tokenizer).
 """
 
 from __future__ import annotations
@@ -29,10 +33,13 @@ __all__ = [
     "IMAGENET_STD",
     "DataError",
     "SyntheticImageDataset",
+    "SyntheticTextDataset",
     "dataset_num_classes",
     "default_transform",
     "make_dataset",
     "make_loader",
+    "synthetic_for_model",
+    "text_task_of",
 ]
 
 IMAGENET_MEAN: tuple[float, float, float] = (0.485, 0.456, 0.406)
@@ -150,6 +157,168 @@ class SyntheticImageDataset(Dataset[tuple[torch.Tensor, int]]):
             f"SyntheticImageDataset(length={self.length}, image_size={self.image_size}, "
             f"num_classes={self.num_classes}, channels={self.channels}, seed={self.seed})"
         )
+
+
+#: Tasks of :class:`SyntheticTextDataset`.
+TEXT_TASKS: tuple[str, ...] = ("classification", "causal_lm", "masked_lm")
+#: Default sequence length of synthetic text.
+SYNTHETIC_SEQ_LEN = 32
+
+
+class SyntheticTextDataset(Dataset[dict[str, torch.Tensor]]):
+    """Deterministic token sequences with a learnable signal, for text models; no files.
+
+    Each sample is a dict ``{"input_ids", "attention_mask", "labels"}`` of token ids within
+    ``vocab_size``:
+
+    * ``classification``: the label is drawn uniformly; ``signal`` of the tokens come from
+      the label's own band of the vocabulary (``id % num_classes == label``), the rest are
+      uniform, so the class can be read from the tokens. ``labels`` is the class id.
+    * ``causal_lm``: each token follows from the previous one by a fixed rule
+      (``next = (prev * 31 + 7) % vocab``), replaced by a uniform token with probability
+      ``1 - signal``; ``labels`` are the ``input_ids`` (models shift them).
+    * ``masked_lm``: the same sequences; ``labels`` are the ``input_ids``.
+
+    Args:
+        length: Number of samples.
+        vocab_size: Token ids are in ``0..vocab_size-1``.
+        seq_len: Tokens per sample.
+        task: ``"classification"``, ``"causal_lm"`` or ``"masked_lm"``.
+        num_classes: Classes of ``classification``.
+        seed: Seed of the samples.
+        signal: Share of tokens that carry the signal (0..1).
+        index_offset: Added to the index when seeding a sample (another split).
+
+    Raises:
+        DataError: Non-positive sizes, an unknown task, or fewer tokens than classes.
+    """
+
+    def __init__(
+        self,
+        length: int = SYNTHETIC_DEFAULT_LENGTH,
+        vocab_size: int = 1000,
+        seq_len: int = SYNTHETIC_SEQ_LEN,
+        task: str = "classification",
+        num_classes: int = 2,
+        *,
+        seed: int = 0,
+        signal: float = 0.8,
+        index_offset: int = 0,
+    ) -> None:
+        for label, value in (("length", length), ("vocab_size", vocab_size), ("seq_len", seq_len),
+                             ("num_classes", num_classes)):
+            if not isinstance(value, int) or value < 1:
+                raise DataError(f"synthetic text dataset: {label} must be a positive integer, got {value!r}")
+        if task not in TEXT_TASKS:
+            raise DataError(f"synthetic text dataset: unknown task {task!r}; use one of {', '.join(TEXT_TASKS)}")
+        if task == "classification" and vocab_size < num_classes:
+            raise DataError(f"synthetic text dataset: {num_classes} classes need at least as many tokens, vocab is {vocab_size}")
+        self.length = length
+        self.vocab_size = vocab_size
+        self.seq_len = seq_len
+        self.task = task
+        self.num_classes = num_classes
+        self.seed = seed
+        self.signal = signal
+        self.index_offset = index_offset
+        self.classes = [f"class_{i}" for i in range(num_classes)]
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if index < 0:
+            index += self.length
+        if not 0 <= index < self.length:
+            raise IndexError(f"index {index} out of range for {self.length} synthetic samples")
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.index_offset + index)
+        noise = torch.randint(self.vocab_size, (self.seq_len,), generator=gen)
+        keep = torch.rand(self.seq_len, generator=gen) < self.signal
+        if self.task == "classification":
+            label = int(torch.randint(self.num_classes, (1,), generator=gen))
+            band = (self.vocab_size - 1 - label) // self.num_classes + 1  # ids with id % C == label
+            ids = torch.where(keep, label + self.num_classes * torch.randint(band, (self.seq_len,), generator=gen), noise)
+            labels = torch.tensor(label)
+        else:
+            ids = noise.clone()
+            for t in range(1, self.seq_len):
+                if keep[t]:
+                    ids[t] = (ids[t - 1] * 31 + 7) % self.vocab_size
+            labels = ids.clone()
+        return {"input_ids": ids, "attention_mask": torch.ones(self.seq_len, dtype=torch.long), "labels": labels}
+
+    def __repr__(self) -> str:
+        return (f"SyntheticTextDataset(length={self.length}, vocab_size={self.vocab_size}, seq_len={self.seq_len}, "
+                f"task={self.task!r}, num_classes={self.num_classes}, seed={self.seed})")
+
+
+def text_task_of(model: Any) -> str | None:
+    """The synthetic-data task of a text model, from its class name; ``None`` for other models.
+
+    Args:
+        model: A model; text models have a ``config`` with a ``vocab_size``.
+
+    Returns:
+        ``"classification"``, ``"causal_lm"``, ``"masked_lm"``, or ``None`` (not a text model).
+
+    Raises:
+        DataError: A text model without a task head (a base model has nothing to train against).
+    """
+    config = getattr(model, "config", None)
+    if not isinstance(getattr(config, "vocab_size", None), int):
+        return None
+    name = type(model).__name__
+    if name.endswith("ForSequenceClassification"):
+        return "classification"
+    if name.endswith(("ForCausalLM", "LMHeadModel")):
+        return "causal_lm"
+    if name.endswith("ForMaskedLM"):
+        return "masked_lm"
+    raise DataError(
+        f"{name} is a text model without a task head, so synthetic data has no target; "
+        "open it with a head (its config's architectures: ...ForSequenceClassification, ...ForCausalLM)"
+    )
+
+
+def synthetic_for_model(
+    model: Any,
+    length: int = SYNTHETIC_DEFAULT_LENGTH,
+    *,
+    image_size: int | tuple[int, int] = 224,
+    num_classes: int = 10,
+    seq_len: int = SYNTHETIC_SEQ_LEN,
+    seed: int = 0,
+    index_offset: int = 0,
+) -> Dataset[Any]:
+    """Synthetic data that fits a model: token ids for text models, images otherwise.
+
+    For a text model (a ``config`` with ``vocab_size``) the tokens stay within its vocabulary,
+    the sequence within ``max_position_embeddings``, and the classes follow ``num_labels``.
+
+    Args:
+        model: The model to feed.
+        length: Number of samples.
+        image_size: Image side for vision models.
+        num_classes: Classes for vision models.
+        seq_len: Tokens per sample for text models.
+        seed: Seed of the samples.
+        index_offset: Added to sample indices (another split).
+
+    Returns:
+        A :class:`SyntheticTextDataset` or a :class:`SyntheticImageDataset`.
+
+    Raises:
+        DataError: Bad sizes, or a text model without a task head.
+    """
+    task = text_task_of(model)
+    if task is None:
+        return SyntheticImageDataset(length, image_size, num_classes, seed=seed, index_offset=index_offset)
+    config = model.config
+    max_len = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    if isinstance(max_len, int) and max_len > 0:
+        seq_len = min(seq_len, max_len)
+    classes = int(getattr(config, "num_labels", 2) or 2)
+    return SyntheticTextDataset(length, config.vocab_size, seq_len, task, classes, seed=seed, index_offset=index_offset)
 
 
 # --------------------------------------------------------------------------------------

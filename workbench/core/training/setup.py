@@ -136,7 +136,8 @@ def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = F
     Raises:
         TrainError: no model is named, or it cannot be built.
     """
-    from workbench.core.models.zoo import ModelSourceError, ModelSpec
+    from workbench.core.models.zoo import ModelSourceError
+    from workbench.core.models.spec import ModelSpec
 
     if isinstance(config.model, dict):
         d: dict[str, Any] = dict(config.model)

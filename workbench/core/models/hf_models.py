@@ -1,0 +1,214 @@
+"""The Hugging Face ``transformers`` model source: ``hf:PATH_OR_REPO_ID``.
+
+A local folder with ``config.json`` (and optionally its weights), or a repo id already in
+the local Hugging Face cache; nothing is downloaded unless allowed (``local_files_only``).
+The Auto class comes from ``config.architectures`` (sequence or image classification,
+causal LM, masked LM, else the base model). Weights are read from safetensors; a folder
+whose weights are only pickled ``.bin`` files is refused unless pickles are trusted. A
+folder without weights builds the architecture alone (random init, or shapes only on the
+``meta`` device).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from workbench.core.models.build_request import (
+    BuildRequest,
+    device_context,
+    first_line,
+    require_extra,
+)
+from workbench.core.models.zoo import ModelSourceError
+
+__all__ = ["auto_class_name", "build_hf", "hf_cached", "hf_cached_repos", "hf_weight_files"]
+
+#: Suffix of an architecture name -> the Auto class that builds it.
+_TASKS: tuple[tuple[str, str], ...] = (
+    ("ForSequenceClassification", "AutoModelForSequenceClassification"),
+    ("ForImageClassification", "AutoModelForImageClassification"),
+    ("ForCausalLM", "AutoModelForCausalLM"),
+    ("LMHeadModel", "AutoModelForCausalLM"),
+    ("ForMaskedLM", "AutoModelForMaskedLM"),
+)
+_CLASSIFIERS = ("AutoModelForSequenceClassification", "AutoModelForImageClassification")
+
+
+def _transformers() -> Any:
+    return require_extra("transformers", "hf")
+
+
+def _is_local(name: str) -> bool:
+    p = Path(name).expanduser()
+    return p.exists() or name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1
+
+
+def _cache_lookup(repo: str, filename: str) -> Path | None:
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache(repo, filename)
+    return Path(found) if isinstance(found, str) else None
+
+
+def hf_weight_files(name: str) -> tuple[list[Path], list[Path]]:
+    """The weight files a folder or a cached repo holds.
+
+    Args:
+        name: Folder path or repo id.
+
+    Returns:
+        ``(safetensors files, pickled .bin files)``; both empty for config-only models.
+    """
+    if _is_local(name):
+        folder = Path(name).expanduser()
+        return sorted(folder.glob("*.safetensors")), sorted(folder.glob("pytorch_model*.bin"))
+    safe = [p for f in ("model.safetensors", "model.safetensors.index.json") if (p := _cache_lookup(name, f))]
+    pickled = [p for f in ("pytorch_model.bin", "pytorch_model.bin.index.json") if (p := _cache_lookup(name, f))]
+    return safe, pickled
+
+
+def hf_cached(name: str) -> bool:
+    """Whether ``hf:NAME`` opens without the network (a local folder, or a cached repo id)."""
+    if _is_local(name):
+        return (Path(name).expanduser() / "config.json").is_file()
+    try:
+        return _cache_lookup(name, "config.json") is not None
+    except ValueError:  # an invalid repo id (HFValidationError)
+        return False
+
+
+def hf_cached_repos(pattern: str = "*") -> list[str]:
+    """Model repo ids in the local Hugging Face cache that match a glob.
+
+    Args:
+        pattern: fnmatch pattern on the repo id.
+
+    Returns:
+        Sorted repo ids (empty when there is no cache).
+    """
+    import fnmatch
+
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    try:
+        info = scan_cache_dir()
+    except (CacheNotFound, OSError):  # no cache folder yet
+        return []
+    return sorted(r.repo_id for r in info.repos if r.repo_type == "model" and fnmatch.fnmatch(r.repo_id, pattern or "*"))
+
+
+def auto_class_name(config: Any, num_classes: int | None = None) -> str:
+    """The ``transformers`` Auto class for a config.
+
+    Args:
+        config: A ``PretrainedConfig``.
+        num_classes: When given and the architecture has no classification head, a
+            classification Auto class (image when the config has an ``image_size``).
+
+    Returns:
+        The Auto class name, e.g. ``"AutoModelForCausalLM"``.
+    """
+    arch = (getattr(config, "architectures", None) or [""])[0]
+    auto = next((a for suffix, a in _TASKS if arch.endswith(suffix)), "AutoModel")
+    if num_classes is not None and auto not in _CLASSIFIERS:
+        image = getattr(config, "image_size", None) is not None and getattr(config, "vocab_size", None) is None
+        auto = "AutoModelForImageClassification" if image else "AutoModelForSequenceClassification"
+    return auto
+
+
+def _where(req: BuildRequest) -> str:
+    """What to load from: the folder, the cached snapshot folder of a repo id (so nothing
+    can reach the network), or the repo id itself when downloads are allowed.
+
+    Raises:
+        ModelSourceError: No such folder, no config.json, or a repo that is not cached
+            while downloads are off.
+    """
+    name = req.name
+    if _is_local(name):
+        folder = Path(name).expanduser()
+        if not folder.is_dir():
+            raise ModelSourceError(f"Hugging Face model folder {name!r} does not exist; give a folder with config.json or a cached repo id")
+        if not (folder / "config.json").is_file():
+            raise ModelSourceError(
+                f"{name!r} has no config.json, so it is not a Hugging Face model folder; "
+                "save the model with save_pretrained() or point at the folder that holds config.json"
+            )
+        return str(folder)
+    config = _cache_lookup(name, "config.json") if hf_cached(name) else None
+    if config is not None:
+        return str(config.parent)  # the snapshot folder
+    if req.allow_download:
+        return name
+    raise ModelSourceError(
+        f"Hugging Face repo {name!r} is not in the local cache and downloads are off; "
+        "download it once (huggingface-cli download) or give a local folder"
+    )
+
+
+def _load_config(where: str, req: BuildRequest) -> Any:
+    try:
+        return _transformers().AutoConfig.from_pretrained(where, local_files_only=not req.allow_download)
+    except Exception as exc:
+        raise ModelSourceError(f"could not read the config of {req.name!r} ({type(exc).__name__}: {first_line(exc)})") from exc
+
+
+def build_hf(req: BuildRequest) -> nn.Module:
+    """Build a transformers model from a folder or a cached repo id.
+
+    Args:
+        req: ``req.name`` the folder or repo id; ``req.num_classes`` sets ``num_labels``
+            (a new head when the weights have another size); ``req.meta`` builds on the
+            meta device from the config alone; ``req.weights`` is unused (the folder's own
+            weights are loaded when present).
+
+    Returns:
+        The model, in train mode.
+
+    Raises:
+        ModelSourceError: transformers missing, no folder/config, not cached, pickled-only
+            weights without ``trust_pickle``, or a failed build.
+    """
+    transformers = _transformers()
+    where = _where(req)
+    config = _load_config(where, req)
+    auto = getattr(transformers, auto_class_name(config, req.num_classes))
+    if req.num_classes is not None:
+        config.num_labels = req.num_classes
+    safe, pickled = hf_weight_files(where) if not req.meta else ([], [])
+    try:
+        if req.meta or not (safe or pickled):
+            with device_context(req.meta):
+                model = auto.from_config(config)
+        else:
+            if not safe and not req.trust_pickle:
+                raise ModelSourceError(
+                    f"{req.name!r} holds only pickled weights ({pickled[0].name}), which can run code when loaded; "
+                    "convert them to safetensors, or pass --trust-pickle for a model you trust"
+                )
+            hf_logging = transformers.utils.logging
+            bar = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()  # one line per command, not a progress bar per load
+            try:
+                model = auto.from_pretrained(
+                    where,
+                    config=config,
+                    local_files_only=not req.allow_download,
+                    use_safetensors=bool(safe),
+                    ignore_mismatched_sizes=req.num_classes is not None,
+                )
+            finally:
+                if bar:
+                    hf_logging.enable_progress_bar()
+    except ModelSourceError:
+        raise
+    except Exception as exc:
+        raise ModelSourceError(
+            f"transformers could not build {req.name!r} with {auto.__name__} ({type(exc).__name__}: {first_line(exc)})"
+        ) from exc
+    model.train()
+    return model

@@ -1,0 +1,275 @@
+"""The model-source table: one row per place a model can come from.
+
+=============  =========================================  ============================
+source         spec on the command line                   plan ``model`` block
+=============  =========================================  ============================
+torchvision    ``resnet18``, ``torchvision:resnet18``      ``{"source": "torchvision", "name": "resnet18"}``
+timm           ``timm:vit_tiny_patch16_224``              ``{"source": "timm", "name": ...}``
+hf             ``hf:./my-bert``, ``hf:org/repo``          ``{"source": "hf", "name": ...}``
+py             ``py:my_models:build``, ``py:net.py:make``  ``{"source": "py", "name": "net.py:make"}``
+=============  =========================================  ============================
+
+Each :class:`ModelSource` row says how to build a model (``build``), how to list or search
+its names (``names``), whether a model opens offline (``cached``) and which optional extra
+installs it. ``py`` specs **run your code**: they import the module (or execute the file)
+and call the factory.
+
+Typical use::
+
+    from workbench.core.models.sources import parse_model_spec, build_from_source
+
+    source, name = parse_model_spec("timm:resnet18")
+    model = build_from_source(source, name, num_classes=10, meta=False)
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torchvision
+from torch import nn
+
+from workbench.core.models import hf_models, py_models, timm_models
+from workbench.core.models.build_request import (
+    BuildRequest,
+    device_context,
+    missing_extra_message,
+)
+from workbench.core.models.zoo import (
+    ModelSourceError,
+    _check_model_name,
+    _classification_names,
+    build_model,
+    model_input_size,
+    weights_cached,
+)
+
+__all__ = [
+    "SOURCES",
+    "ModelSource",
+    "build_from_source",
+    "default_input_size",
+    "is_structure_only",
+    "missing_extra_message",
+    "model_block",
+    "parse_model_spec",
+    "search_models",
+    "source_of",
+]
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """One row of the model-source table.
+
+    Attributes:
+        key: The spec prefix and the plan's ``model.source`` value.
+        description: What the source is, for help texts and the model bar.
+        extra: The ``pip install 'freeze-workbench[EXTRA]'`` extra it needs, or ``None``.
+        build: Builds a model from a :class:`BuildRequest`.
+        names: Names matching a glob (registry names, cached repo ids; empty for ``py``).
+        cached: ``cached(name, weights)``: whether the model opens without the network.
+        runs_code: Whether opening a spec runs code named by the spec.
+    """
+
+    key: str
+    description: str
+    extra: str | None
+    build: Callable[[BuildRequest], nn.Module]
+    names: Callable[[str], list[str]]
+    cached: Callable[[str, str | None], bool]
+    runs_code: bool = False
+
+
+def _build_torchvision(req: BuildRequest) -> nn.Module:
+    if not req.meta:
+        return build_model(req.name, req.weights, req.num_classes, allow_download=req.allow_download)
+    name = _check_model_name(req.name)
+    kwargs = {"num_classes": req.num_classes} if req.num_classes is not None else {}
+    with device_context(True):
+        return torchvision.models.get_model(name, weights=None, **kwargs)
+
+
+def _torchvision_names(pattern: str) -> list[str]:
+    return [n for n in _classification_names() if fnmatch.fnmatch(n, pattern or "*")]
+
+
+def _torchvision_cached(name: str, weights: str | None) -> bool:
+    return weights is None or weights_cached(name, weights)
+
+
+SOURCES: dict[str, ModelSource] = {
+    s.key: s
+    for s in (
+        ModelSource("torchvision", "torchvision classification models", None,
+                    _build_torchvision, _torchvision_names, _torchvision_cached),
+        ModelSource("timm", "timm (PyTorch Image Models) registry", "timm",
+                    timm_models.build_timm, timm_models.timm_names,
+                    lambda name, weights: weights is None or timm_models.timm_cached(name, weights)),
+        ModelSource("hf", "Hugging Face transformers: a local folder or a cached repo id", "hf",
+                    hf_models.build_hf, hf_models.hf_cached_repos,
+                    lambda name, weights: hf_models.hf_cached(name)),
+        ModelSource("py", "your own code: py:MODULE:FACTORY or py:path/file.py:FACTORY (runs that code)", None,
+                    py_models.build_py, lambda pattern: [], lambda name, weights: True, runs_code=True),
+    )
+}
+
+
+def source_of(key: str) -> ModelSource:
+    """The table row of a source.
+
+    Args:
+        key: ``"torchvision"``, ``"timm"``, ``"hf"`` or ``"py"``.
+
+    Returns:
+        The row.
+
+    Raises:
+        ModelSourceError: Unknown source.
+    """
+    try:
+        return SOURCES[key]
+    except KeyError:
+        raise ModelSourceError(f"model source {key!r} is unknown; use one of {', '.join(SOURCES)}") from None
+
+
+def parse_model_spec(text: str) -> tuple[str, str]:
+    """Split a command-line model spec into ``(source, name)``.
+
+    ``resnet18`` and ``torchvision:resnet18`` are torchvision; ``timm:NAME``,
+    ``hf:PATH_OR_REPO_ID``, ``py:MODULE:FACTORY`` and ``py:path/file.py:FACTORY`` name the
+    other sources.
+
+    Args:
+        text: The spec.
+
+    Returns:
+        ``(source key, name within the source)``.
+
+    Raises:
+        ModelSourceError: Empty spec, or a source prefix with no name.
+    """
+    spec = (text or "").strip()
+    if not spec:
+        raise ModelSourceError("empty model spec; give e.g. resnet18, timm:NAME, hf:FOLDER or py:MODULE:FACTORY")
+    prefix, sep, rest = spec.partition(":")
+    if sep and prefix in SOURCES:
+        if not rest.strip():
+            raise ModelSourceError(f"model spec {spec!r} names no model after '{prefix}:'")
+        return prefix, rest.strip()
+    return "torchvision", spec
+
+
+def model_block(source: str, name: str) -> dict[str, str]:
+    """The plan file's ``model`` block for a source and name.
+
+    Args:
+        source: Source key.
+        name: Name within the source.
+
+    Returns:
+        ``{"source": source, "name": name}``.
+
+    Raises:
+        ModelSourceError: Unknown source.
+    """
+    return {"source": source_of(source).key, "name": name}
+
+
+def search_models(source: str, pattern: str = "*") -> list[tuple[str, bool]]:
+    """Names of a source matching a glob, each with whether its default weights are cached.
+
+    Args:
+        source: Source key.
+        pattern: fnmatch pattern.
+
+    Returns:
+        ``[(name, cached)]``; ``cached`` is about pretrained weights for registries
+        (torchvision: the ``DEFAULT`` weights; timm: the default tag).
+
+    Raises:
+        ModelSourceError: Unknown source, or its extra is not installed.
+    """
+    row = source_of(source)
+    weights = None if source in ("hf", "py") else "DEFAULT"
+    out = []
+    for name in row.names(pattern):
+        try:
+            cached = row.cached(name, weights)
+        except ModelSourceError:  # a torchvision model without pretrained weights
+            cached = False
+        out.append((name, cached))
+    return out
+
+
+def is_structure_only(source: str, name: str) -> bool:
+    """Whether a model has no weights to read, so it opens on the meta device by default.
+
+    True for a Hugging Face folder (or cached repo) that holds only ``config.json``.
+
+    Args:
+        source: Source key.
+        name: Name within the source.
+
+    Returns:
+        True when the model has no weight files.
+    """
+    if source != "hf" or not hf_models.hf_cached(name):
+        return False
+    safe, pickled = hf_models.hf_weight_files(name)
+    return not (safe or pickled)
+
+
+def default_input_size(source: str, name: str | None, model: nn.Module) -> int:
+    """The square input side a vision model expects (224 when nothing says otherwise).
+
+    Args:
+        source: Source key.
+        name: Name within the source (torchvision: read from its weights metadata).
+        model: The built model (timm: its ``pretrained_cfg["input_size"]``).
+
+    Returns:
+        The side in pixels.
+    """
+    if source == "torchvision" and name:
+        return model_input_size(name)
+    cfg = getattr(model, "pretrained_cfg", None)
+    size = cfg.get("input_size") if isinstance(cfg, dict) else None
+    if isinstance(size, (tuple, list)) and size and isinstance(size[-1], int):
+        return int(size[-1])
+    return 224
+
+
+def build_from_source(
+    source: str,
+    name: str,
+    weights: str | None = None,
+    num_classes: int | None = None,
+    *,
+    meta: bool = False,
+    allow_download: bool = False,
+    trust_pickle: bool = False,
+) -> nn.Module:
+    """Build a model from any source of the table.
+
+    Args:
+        source: Source key.
+        name: Name within the source.
+        weights: Pretrained weights (torchvision weights name; timm ``DEFAULT`` or a tag;
+            ignored by ``hf``, refused by ``py``), or ``None``.
+        num_classes: Output classes of the head, or ``None`` to keep the model's.
+        meta: Build on the ``meta`` device (shapes only; no weights read, no memory used).
+        allow_download: Whether missing weights may be downloaded.
+        trust_pickle: Whether pickled weight files may be read.
+
+    Returns:
+        The model.
+
+    Raises:
+        ModelSourceError: Anything the source cannot provide (one-line message).
+    """
+    req = BuildRequest(name=name, weights=weights, num_classes=num_classes, meta=meta,
+                       allow_download=allow_download, trust_pickle=trust_pickle)
+    return source_of(source).build(req)

@@ -1,0 +1,161 @@
+"""Where a model comes from, as data: :class:`ModelSpec` (source, name, weights, checkpoint, head).
+
+What the engine, the window and the command line pass around; :meth:`ModelSpec.build` builds
+it through :mod:`workbench.core.models.zoo` (torchvision, checkpoints) or the source table in
+:mod:`workbench.core.models.sources` (timm, Hugging Face, your own code).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, Mapping
+
+from torch import nn
+
+from workbench.core.models.sources import build_from_source, parse_model_spec
+from workbench.core.models.zoo import ModelSourceError, build_model, load_checkpoint, load_weights_into, replace_head
+
+__all__ = ["ModelSpec"]
+
+_SPEC_SOURCES = ("torchvision", "checkpoint", "timm", "hf", "py")
+#: Sources built by workbench.core.models.sources (the rows other than torchvision).
+_TABLE_SOURCES = ("timm", "hf", "py")
+
+
+@dataclass
+class ModelSpec:
+    """A serialisable description of where a model comes from.
+
+    Attributes:
+        source: ``"torchvision"`` (registry ``name`` + ``weights``, optionally a checkpoint
+            loaded on top), ``"checkpoint"`` (architecture ``name`` or the checkpoint's own
+            ``arch`` entry, weights from ``checkpoint``), or ``"timm"``, ``"hf"``, ``"py"``
+            (see :mod:`workbench.core.models.sources`). A torchvision ``name`` written as a
+            prefixed spec (``"timm:vit_tiny_patch16_224"``) moves to its source.
+        name: Architecture name within the source.
+        weights: torchvision weights name, or ``None``.
+        checkpoint: Path of a checkpoint file, or ``None``.
+        num_classes: Final number of classes (head replaced if different), or ``None``.
+    """
+
+    source: Literal["torchvision", "checkpoint", "timm", "hf", "py"] = "torchvision"
+    name: str | None = None
+    weights: str | None = None
+    checkpoint: str | None = None
+    num_classes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.source == "torchvision" and isinstance(self.name, str) and ":" in self.name:
+            self.source, self.name = parse_model_spec(self.name)  # type: ignore[assignment]
+        self.validate()
+
+    def validate(self) -> None:
+        """Check the fields are consistent.
+
+        Raises:
+            ModelSourceError: Unknown source, or a missing name/checkpoint.
+        """
+        if self.source not in _SPEC_SOURCES:
+            raise ModelSourceError(
+                f"model source {self.source!r} is unknown; use one of {', '.join(_SPEC_SOURCES)}"
+            )
+        if self.source == "torchvision" and not self.name:
+            raise ModelSourceError("a torchvision model spec needs a name, e.g. 'resnet18'")
+        if self.source in _TABLE_SOURCES and not self.name:
+            raise ModelSourceError(f"a {self.source} model spec needs a name, e.g. {self.source}:NAME")
+        if self.source == "checkpoint" and not self.checkpoint:
+            raise ModelSourceError("a checkpoint model spec needs the checkpoint file path")
+        if self.num_classes is not None and (
+            isinstance(self.num_classes, bool)
+            or not isinstance(self.num_classes, int)
+            or self.num_classes < 1
+        ):
+            raise ModelSourceError(
+                f"num_classes must be a positive integer or null, got {self.num_classes!r}"
+            )
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (all fields, ``None`` included).
+
+        Returns:
+            ``{"source", "name", "weights", "checkpoint", "num_classes"}``.
+        """
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelSpec:
+        """Build a spec from :meth:`to_dict` output (or a plan file's ``model`` block).
+
+        Keys other than the fields (e.g. a plan's ``fingerprint``) are ignored.
+
+        Args:
+            data: The mapping.
+
+        Returns:
+            The spec.
+
+        Raises:
+            ModelSourceError: Not a mapping, a field of the wrong type, or inconsistent fields.
+        """
+        if not isinstance(data, Mapping):
+            raise ModelSourceError(f"a model spec must be a mapping, got {type(data).__name__}")
+        kwargs: dict[str, Any] = {}
+        for key in ("source", "name", "weights", "checkpoint"):
+            value = data.get(key)
+            if value is not None and not isinstance(value, str):
+                raise ModelSourceError(
+                    f"model spec field {key!r} must be a string or null, got {value!r}"
+                )
+            if value is not None:
+                kwargs[key] = value
+        if "num_classes" in data:
+            kwargs["num_classes"] = data["num_classes"]
+        return cls(**kwargs)
+
+    def build(
+        self, allow_download: bool = True, *, trust_pickle: bool = False, meta: bool = False
+    ) -> nn.Module:
+        """Build the model: registry model, checkpoint weights, then the final head.
+
+        Args:
+            allow_download: Passed to :func:`build_model`.
+            trust_pickle: Passed to :func:`load_checkpoint` (never stored in the spec, so a
+                shared spec/plan file cannot switch it on).
+            meta: Build on the ``meta`` device (shapes only, nothing allocated or read);
+                ignored when a checkpoint is given.
+
+        Returns:
+            The model, on CPU (or on the meta device).
+
+        Raises:
+            ModelSourceError: Any failure of :func:`build_model`, :func:`load_checkpoint`
+                or of the model source.
+        """
+        self.validate()
+        if self.source == "checkpoint":
+            assert self.checkpoint is not None
+            model = load_checkpoint(
+                self.checkpoint, arch=self.name, trust_pickle=trust_pickle
+            ).model
+        else:
+            assert self.name is not None
+            if self.checkpoint is None and (meta or self.source in _TABLE_SOURCES):
+                return build_from_source(
+                    self.source, self.name, self.weights, self.num_classes,
+                    meta=meta, allow_download=allow_download, trust_pickle=trust_pickle,
+                )
+            if self.checkpoint is None:
+                return build_model(
+                    self.name, self.weights, self.num_classes, allow_download=allow_download
+                )
+            if self.source in _TABLE_SOURCES:
+                model = build_from_source(
+                    self.source, self.name, self.weights,
+                    allow_download=allow_download, trust_pickle=trust_pickle,
+                )
+            else:
+                model = build_model(self.name, self.weights, allow_download=allow_download)
+            load_weights_into(model, self.checkpoint, trust_pickle=trust_pickle)
+        if self.num_classes is not None:
+            replace_head(model, self.num_classes)
+        return model
