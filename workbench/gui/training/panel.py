@@ -487,11 +487,18 @@ class TrainingPanel(QWidget):
             self.act_pause.setIcon(style.standardIcon(QStyle.StandardPixmap.SP_MediaPause))
         for w in self._settings_widgets:
             w.setEnabled(idle)
+        if state == "paused":  # no time left to estimate while nothing runs
+            self._progress_pending = None
+            self.rate_label.setText("paused")
+        elif state == "running" and self._rate_points:
+            self._rate_points = []  # the rate after a pause counts from the resume
+            self.rate_label.setText("resuming…")
         self.state_label.setText(
             {"idle": "Ready", "starting": "Starting…", "running": "Training", "paused": "Paused", "stopping": "Stopping…"}.get(state, state)
         )
 
     def _started(self, _record: Any) -> None:
+        self.progress.setFormat("step %v / %m")
         self._progress_timer.stop()
         self._progress_pending = None
         self._total = 0
@@ -521,7 +528,8 @@ class TrainingPanel(QWidget):
         else:
             rate = done / wall if wall > 0 else 0.0
         eta = (self._total - done) / rate if rate > 0 and self._total else math.nan
-        self._progress_pending = (done, f"{rate:.1f} it/s · ETA {fmt_eta(eta)}")
+        paused = self.runs.state == "paused"  # the last steps before the pause: no ETA
+        self._progress_pending = (done, "paused" if paused else f"{rate:.1f} it/s · ETA {fmt_eta(eta)}")
         if not self._progress_timer.isActive():  # shown now, then at most once per interval
             self._show_progress()
 
@@ -539,6 +547,12 @@ class TrainingPanel(QWidget):
     def _ended(self, record: Any) -> None:
         self._progress_timer.stop()
         self._progress_pending = None
+        if record.status == "refused":  # nothing ran: no step count to show
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+            self.progress.setFormat("not started")
+            self.rate_label.setText("refused")
+            return
         if self._total:
             self.progress.setRange(0, max(1, self._total))
             self.progress.setValue(min(record.steps(), self._total))
