@@ -1,6 +1,7 @@
 """Command line entry point: ``workbench [COMMAND] ...``.
 
-With no command (or ``gui``) the desktop app opens. Each subcommand lives in its own module
+With no command (or ``gui``) the desktop app opens; every ``gui`` argument works without the
+word ``gui`` (``workbench plan.json``, ``workbench --model vit_b_16 --screenshot out.png``). Each subcommand lives in its own module
 under :mod:`workbench.commands` and exposes ``add_arguments(parser)`` and ``run(args) -> int``;
 its one-line help is registered in :data:`COMMANDS`. Errors the user can fix are printed as
 one line on stderr with a non-zero exit code, never as a traceback.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from typing import NamedTuple, Sequence
 
@@ -44,6 +46,21 @@ def _command_of(argv: Sequence[str]) -> str | None:
         if not tok.startswith("-"):
             return tok if tok in COMMANDS else None
     return None
+
+
+def _opens_app(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` (no command named) is for the app: ``workbench plan.json``,
+    ``workbench --model X``, ``workbench model.safetensors --screenshot out.png``.
+
+    Not ``--help``/``--version``, and not a first word that is neither a file nor has a
+    suffix (a mistyped command such as ``workbench trian`` is reported as one).
+    """
+    if not argv or "--version" in argv:
+        return not argv
+    first = argv[0]
+    if first.startswith("-"):  # options first: a word after them is an option's value or the file
+        return not any(tok in ("-h", "--help") for tok in argv)
+    return os.path.exists(first) or "." in os.path.basename(first) or os.sep in first
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
@@ -85,7 +102,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     name = _command_of(argv)
     try:  # Ctrl+C while torch is imported or the model is built: one line, no traceback
         if name is None:
-            build_parser().parse_args(argv)  # --help, --version, or an unknown command: argparse exits
+            if not _opens_app(argv):
+                build_parser().parse_args(argv)  # --help, --version, or an unknown command: argparse exits
             name, argv = "gui", ["gui", *argv]
         args = build_parser(name).parse_args(argv)
         return int(importlib.import_module(COMMANDS[name].module).run(args) or 0)

@@ -219,7 +219,9 @@ class DiagnosticsPanel(QWidget):
             state = self._c.state
             rows += [("plan", f) for f in (state.findings if state is not None else [])]
         if self._watch is not None:
-            rows += [("training", f) for f in self._watch]
+            # the watch includes the static check of the plan: list what it adds only
+            shown = {(f.code, f.path, f.message) for _s, f in rows}
+            rows += [("training", f) for f in self._watch if (f.code, f.path, f.message) not in shown]
         order = {s: i for i, s in enumerate(SEVERITIES)}
         rows.sort(key=lambda sf: order.get(sf[1].severity, len(order)))
         self.rows = rows

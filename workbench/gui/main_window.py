@@ -89,6 +89,9 @@ def device_label() -> str:
     return "cpu"
 
 
+#: Why the window asks to save unsaved plan edits before another model loads.
+LOAD_MODEL_NOTE = "The plan is kept if it fits the other model; otherwise a new plan starts."
+
 class MainWindow(QMainWindow):
     """The Freeze Workbench window.
 
@@ -694,7 +697,7 @@ class MainWindow(QMainWindow):
         Returns:
             True when the load started.
         """
-        if not self._can_start() or not self._maybe_save("Loading another model may start a new plan."):
+        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
             return False
         if path is None:
             path = dialogs.open_file(self, "Open checkpoint", self._start_dir(), CHECKPOINT_FILTER)
@@ -715,7 +718,7 @@ class MainWindow(QMainWindow):
         Returns:
             True when the load started.
         """
-        if not self._can_start() or not self._maybe_save("Loading another model may start a new plan."):
+        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
             return False
         confirmed = self._confirm_download(request)
         if confirmed is None:

@@ -256,7 +256,9 @@ def test_missing_dataset_reports_the_setup_error(window: MainWindow, qtbot: Any,
     with qtbot.waitSignal(t.runs.runEnded, timeout=60_000) as blocker:
         assert t.panel.start()
     record = blocker.args[0]
-    assert record.status == "failed" and not running_threads()
+    # bad input found by the set-up: the start is refused and leaves no run behind
+    assert record.status == "refused" and not running_threads()
+    assert record not in t.runs.records
     assert dialogs.kinds("error")[-1][1] == "Cannot start training" and "nowhere" in dialogs.kinds("error")[-1][2]
 
 

@@ -64,17 +64,29 @@ def lint_plan(plan: FreezePlan, tree: ModelTree, optimizer: str = "adamw") -> li
                     "remove bn_eval: false (frozen BatchNorm then runs in eval mode)",
                 )
             )
-        if e.reparam and e.frozen and node.own_params:
-            out.append(
-                Finding(
-                    "reparam-frozen",
-                    "info",
-                    path,
-                    "A+B on a frozen module: B is frozen too",
-                    "the parametrization costs a little compute and memory for nothing",
-                    "unfreeze the module, or switch A+B off here",
-                )
+    # A+B on frozen modules: one finding per frozen A+B subtree, at its top
+    wasted = [p for p, node in nodes.items() if eff[p].reparam and eff[p].frozen and node.own_params]
+    tops: dict[str, int] = {}
+    for path in wasted:
+        top = path
+        while top:
+            parent = top.rpartition(".")[0]
+            if not (eff[parent].reparam and eff[parent].frozen):
+                break
+            top = parent
+        tops[top] = tops.get(top, 0) + 1
+    for top, count in tops.items():
+        out.append(
+            Finding(
+                "reparam-frozen",
+                "info",
+                top,
+                "A+B on a frozen module: B is frozen too"
+                + (f" ({count} modules in this subtree)" if count > 1 else ""),
+                "the parametrization costs a little compute and memory for nothing",
+                "unfreeze the module, or switch A+B off here",
             )
+        )
     # lr_scale findings are about what rules say explicitly, per rule (not per module)
     for i, rule in enumerate(plan.rules):
         if rule.lr_scale is None:

@@ -759,7 +759,7 @@ def _read_torch(path: Path, *, trust_pickle: bool, map_location: Any) -> _RawChe
             f"{path} is not a readable PyTorch checkpoint (corrupt or wrong format?): "
             f"{first_line(exc)}"
         ) from exc
-    except (RuntimeError, EOFError, KeyError, ValueError, zipfile.BadZipFile, OSError) as exc:
+    except (RuntimeError, EOFError, KeyError, ValueError, zipfile.BadZipFile, OSError, pickle.UnpicklingError) as exc:
         raise ModelSourceError(
             f"{path} is not a readable PyTorch checkpoint (corrupt, truncated or not a "
             f"torch.save file?): {type(exc).__name__}: {first_line(exc)}"

@@ -296,6 +296,8 @@ def load_metrics(path: str | os.PathLike[str]) -> list[StepMetrics]:
         text = p.read_text(encoding="utf-8")
     except OSError as e:
         raise MetricsError(f"cannot read metrics file {p} ({e}); check the path") from None
+    except UnicodeDecodeError:
+        raise MetricsError(f"{p} is not a metrics file (not UTF-8 text); was it written by `workbench train`?") from None
     out: list[StepMetrics] = []
     if fmt == "csv":
         reader = csv.DictReader(io.StringIO(text, newline=""))

@@ -243,7 +243,8 @@ class CostPanel(QFrame):
             self.findings.addItem(item)
         n = len(messages)
         if n:
-            self.findings_title.setText(f"<b>⚠ {n} finding{'s' if n != 1 else ''}</b>")
+            mark = "⚠ " if any(sev in ("error", "warning") for sev, _t, _p in messages) else ""
+            self.findings_title.setText(f"<b>{mark}{n} finding{'s' if n != 1 else ''}</b>")
         else:
             self.findings_title.setText("<b>No pitfalls found</b>")
             item = QListWidgetItem("The plan has none of the known freezing pitfalls.")

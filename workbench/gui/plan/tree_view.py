@@ -202,7 +202,9 @@ class ModuleTreeView(QTreeView):
             header.resizeSection(i, w)
             widths += w
         header.setDefaultAlignment(Qt.AlignmentFlag.AlignCenter)
-        self.setMinimumWidth(widths + fm.horizontalAdvance("layer1.0.downsample") + 40)
+        # the module names and the first columns; a narrower view scrolls sideways (the
+        # window must fit a 1280 px screen whatever columns the table holds)
+        self.setMinimumWidth(min(widths, fm.horizontalAdvance("x" * 36)) + fm.horizontalAdvance("layer1.0.downsample") + 40)
 
     def selected_paths(self) -> list[str]:
         """Paths of the selected rows (or the current row when nothing is selected), in view order."""

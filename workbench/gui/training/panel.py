@@ -193,26 +193,31 @@ class TrainingPanel(QWidget):
         self.channels_last = QCheckBox("channels last", self)
         self.channels_last.setToolTip("Model and inputs in channels-last memory format (faster convolutions on most GPUs)")
 
+        # two rows of settings (what to train on, then how long and where) so the window
+        # fits a 1280 px wide screen; the run controls share the second row
         row1 = QHBoxLayout()
         row1.setSpacing(5)
-        for label, widgets in (
-            ("Data", [self.data_box, self.data_path, self.browse]),
-            ("Image", [self.image_size]),
-            ("Batch", [self.batch_size]),
-            ("Optimizer", [self.optimizer_box]),
-            ("LR", [self.lr]),
-            ("WD", [self.wd]),
-            ("Run", [self.length, self.length_kind]),
-            ("Device", [self.device_box]),
-            ("AMP", [self.amp_box]),
+        row2 = QHBoxLayout()
+        row2.setSpacing(5)
+        for row, label, widgets in (
+            (row1, "Data", [self.data_box, self.data_path, self.browse]),
+            (row1, "Image", [self.image_size]),
+            (row1, "Batch", [self.batch_size]),
+            (row1, "Optimizer", [self.optimizer_box]),
+            (row1, "LR", [self.lr]),
+            (row1, "WD", [self.wd]),
+            (row2, "Run", [self.length, self.length_kind]),
+            (row2, "Device", [self.device_box]),
+            (row2, "AMP", [self.amp_box]),
         ):
             lab = QLabel(label, self)
-            row1.addWidget(lab)
+            row.addWidget(lab)
             for w in widgets:
-                row1.addWidget(w)
-            row1.addSpacing(6)
-        row1.addWidget(self.channels_last)
+                row.addWidget(w)
+            row.addSpacing(6)
         row1.addStretch(1)
+        row2.addWidget(self.channels_last)
+        row2.addSpacing(12)
         self._settings_widgets = [
             self.data_box, self.data_path, self.browse, self.image_size, self.batch_size, self.optimizer_box,
             self.lr, self.wd, self.length_kind, self.length, self.device_box, self.amp_box, self.channels_last,
@@ -247,8 +252,6 @@ class TrainingPanel(QWidget):
         self.rate_label.setMinimumWidth(self.rate_label.fontMetrics().horizontalAdvance("000.0 it/s · ETA 00:00:00"))
         self.state_label = QLabel("Ready", self)
         self.state_label.setMinimumWidth(self.state_label.fontMetrics().horizontalAdvance("Stopping…  "))
-        row2 = QHBoxLayout()
-        row2.setSpacing(6)
         row2.addWidget(self.start_button)
         row2.addWidget(self.pause_button)
         row2.addWidget(self.stop_button)
@@ -484,11 +487,18 @@ class TrainingPanel(QWidget):
             self.act_pause.setIcon(style.standardIcon(QStyle.StandardPixmap.SP_MediaPause))
         for w in self._settings_widgets:
             w.setEnabled(idle)
+        if state == "paused":  # no time left to estimate while nothing runs
+            self._progress_pending = None
+            self.rate_label.setText("paused")
+        elif state == "running" and self._rate_points:
+            self._rate_points = []  # the rate after a pause counts from the resume
+            self.rate_label.setText("resuming…")
         self.state_label.setText(
             {"idle": "Ready", "starting": "Starting…", "running": "Training", "paused": "Paused", "stopping": "Stopping…"}.get(state, state)
         )
 
     def _started(self, _record: Any) -> None:
+        self.progress.setFormat("step %v / %m")
         self._progress_timer.stop()
         self._progress_pending = None
         self._total = 0
@@ -518,7 +528,8 @@ class TrainingPanel(QWidget):
         else:
             rate = done / wall if wall > 0 else 0.0
         eta = (self._total - done) / rate if rate > 0 and self._total else math.nan
-        self._progress_pending = (done, f"{rate:.1f} it/s · ETA {fmt_eta(eta)}")
+        paused = self.runs.state == "paused"  # the last steps before the pause: no ETA
+        self._progress_pending = (done, "paused" if paused else f"{rate:.1f} it/s · ETA {fmt_eta(eta)}")
         if not self._progress_timer.isActive():  # shown now, then at most once per interval
             self._show_progress()
 
@@ -536,6 +547,12 @@ class TrainingPanel(QWidget):
     def _ended(self, record: Any) -> None:
         self._progress_timer.stop()
         self._progress_pending = None
+        if record.status == "refused":  # nothing ran: no step count to show
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+            self.progress.setFormat("not started")
+            self.rate_label.setText("refused")
+            return
         if self._total:
             self.progress.setRange(0, max(1, self._total))
             self.progress.setValue(min(record.steps(), self._total))

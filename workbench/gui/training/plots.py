@@ -28,7 +28,8 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtCore import QEvent
+from PySide6.QtGui import QAction, QColor, QFont, QPalette
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -38,6 +39,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMenu,
     QPushButton,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -47,7 +49,7 @@ from workbench.gui.qt_compat import protect_none_refcount
 from workbench.gui.training.run_store import RunRecord
 from workbench.gui.training.series import SeriesBuffer
 
-__all__ = ["PLOT_KEYS", "PlotsPanel", "marker_text", "run_color"]
+__all__ = ["PLOT_KEYS", "PlotsPanel", "is_dark", "marker_text", "plot_theme", "robust_bounds", "run_color"]
 
 #: The plots, in grid order: ``(key, title)``.
 PLOT_KEYS: tuple[tuple[str, str], ...] = (
@@ -70,10 +72,17 @@ class _TimedGraphics(pg.GraphicsLayoutWidget):
     that changed since the last paint.
     """
 
+    #: The mouse left the canvas (the crosshair and read-out are cleared).
+    left = Signal()
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.paint_cpu_s = 0.0
         self.paints = 0
+
+    def leaveEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        super().leaveEvent(event)
+        self.left.emit()
 
     def paintEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
         cpu = time.thread_time()
@@ -122,6 +131,13 @@ _MARKER_STYLE = {
     "refused": ((200, 30, 30), Qt.PenStyle.DotLine),
     "alert": ((200, 30, 30), Qt.PenStyle.DotLine),
 }
+#: Plots whose y range leaves outliers out when "Ignore outliers" is on. Not the trainable
+#: count: it is a step function whose short first level would count as an outlier.
+ROBUST_KEYS = frozenset({"step_time", "memory", "loss", "throughput"})
+#: Values needed before outliers are left out of a y range.
+ROBUST_MIN_POINTS = 32
+#: Markers closer than this share of the x range share one label ("3 changes").
+MERGE_FRACTION = 0.06
 #: Heights of marker labels (0 bottom, 1 top), in turn. Near the top: after freezing, step time,
 #: memory and trainable parameters drop, so the space above the newer data is free.
 _LABEL_SLOTS = (0.93, 0.75, 0.57)
@@ -179,6 +195,63 @@ def marker_text(event: str, limit: int = 30) -> tuple[str, str]:
     if len(text) > limit:
         text = text[: limit - 1].rstrip() + "…"
     return text, kind
+
+
+def is_dark(palette: QPalette | None = None) -> bool:
+    """Whether a palette (default: the application's) is dark: its window colour is dark.
+
+    Args:
+        palette: the palette.
+
+    Returns:
+        True for a dark palette.
+    """
+    pal = palette if palette is not None else QApplication.palette()
+    return pal.color(QPalette.ColorRole.Window).lightness() < 128
+
+
+def plot_theme(dark: bool) -> dict[str, Any]:
+    """The plots' colours for a light or dark palette.
+
+    Args:
+        dark: a dark palette.
+
+    Returns:
+        ``background``, ``title``, ``text``, ``axis``, ``readout``, ``muted`` (colour names)
+        and ``legend`` (an RGBA tuple).
+    """
+    if dark:
+        return {"background": "#1e1f22", "title": "#ddd", "text": "#ccc", "axis": "#777",
+                "readout": "#e6e6e6", "muted": "#999", "legend": (30, 31, 34, 200)}
+    return {"background": "w", "title": "#333", "text": "#444", "axis": "#999",
+            "readout": "#222", "muted": "#777", "legend": (255, 255, 255, 200)}
+
+
+def robust_bounds(y: np.ndarray, ignore_outliers: bool = True) -> tuple[float, float] | None:
+    """The y interval to show for values ``y``: all of them, or all but the outliers.
+
+    Outliers are values beyond 3 interquartile ranges from the quartiles (Tukey's far
+    fences), so a single 3.8 s step does not flatten a 150 → 120 ms change. With fewer than
+    :data:`ROBUST_MIN_POINTS` values every value counts (quartiles of a handful of points
+    say nothing).
+
+    Args:
+        y: values (NaN and inf are skipped).
+        ignore_outliers: leave outliers out of the interval.
+
+    Returns:
+        ``(low, high)``, or None when no value is finite.
+    """
+    y = np.asarray(y, dtype=np.float64)
+    y = y[np.isfinite(y)]
+    if not y.size:
+        return None
+    lo, hi = float(y.min()), float(y.max())
+    if ignore_outliers and y.size >= ROBUST_MIN_POINTS:
+        q1, q3 = (float(v) for v in np.percentile(y, [25.0, 75.0]))
+        fence = 3.0 * (q3 - q1)
+        lo, hi = max(lo, q1 - fence), min(hi, q3 + fence)
+    return lo, hi
 
 
 def _nice_ceiling(v: float) -> float:
@@ -286,6 +359,7 @@ class PlotsPanel(QWidget):
         self._trainable_scale = (1.0, "")
         self._memory_kind = "rss"
         self._live = False
+        self._state = "running"
         self._crosshair_x: float | None = None
         self._follow_x = True
         self._x_hi = -math.inf
@@ -294,6 +368,10 @@ class PlotsPanel(QWidget):
         self._follow_y: dict[str, bool] = {key: True for key, _t in PLOT_KEYS}
         self._marker_font = QFont()
         self._marker_font.setPointSizeF(8.0)
+        self._theme = plot_theme(is_dark(self.palette()))
+        self.ignore_outliers = True
+        self._log: dict[str, bool] = {key: False for key, _t in PLOT_KEYS}
+        self._titles: dict[str, str] = dict(PLOT_KEYS)
 
         self.x_box = QComboBox(self)
         self.x_box.addItem("Step", "step")
@@ -313,6 +391,27 @@ class PlotsPanel(QWidget):
         self.csv_button = QPushButton("Export CSV…", self)
         self.csv_button.setToolTip("Export the metrics of the shown run (every step) as CSV")
         self.csv_button.clicked.connect(self.exportCsvRequested.emit)
+        self.view_button = QToolButton(self)
+        self.view_button.setText("View")
+        self.view_button.setToolTip("Y axes: ignore outliers, log scale per plot")
+        self.view_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        view_menu = QMenu(self.view_button)
+        self.act_outliers = QAction("Ignore Outliers", view_menu)
+        self.act_outliers.setCheckable(True)
+        self.act_outliers.setChecked(self.ignore_outliers)
+        self.act_outliers.setToolTip("Fit the y axes of step time, memory, loss and throughput to the data "
+                                     "without their outliers (a single slow step no longer flattens the curve)")
+        self.act_outliers.toggled.connect(self.set_ignore_outliers)
+        view_menu.addAction(self.act_outliers)
+        view_menu.addSeparator()
+        self.log_actions: dict[str, QAction] = {}
+        for key, title in PLOT_KEYS:
+            act = QAction(f"Log Scale: {title}", view_menu)
+            act.setCheckable(True)
+            act.toggled.connect(lambda on, key=key: self.set_log(key, on))
+            view_menu.addAction(act)
+            self.log_actions[key] = act
+        self.view_button.setMenu(view_menu)
         self.title = QLabel("No run yet: press Start.", self)
         self.title.setTextFormat(Qt.TextFormat.RichText)
         bar = QHBoxLayout()
@@ -323,33 +422,32 @@ class PlotsPanel(QWidget):
         bar.addWidget(self.x_box)
         bar.addWidget(QLabel("EMA", self))
         bar.addWidget(self.ema_box)
+        bar.addWidget(self.view_button)
         bar.addWidget(self.save_button)
         bar.addWidget(self.csv_button)
 
         before = set(QApplication.topLevelWidgets())
         self.graphics = _TimedGraphics(self)
-        self.graphics.setBackground("w")
+        self.graphics.left.connect(lambda: self.show_crosshair(None))
         self.graphics.ci.setContentsMargins(2, 2, 2, 2)
         self.graphics.ci.setSpacing(4)
         self.plots: dict[str, pg.PlotItem] = {}
         self._vlines: dict[str, pg.InfiniteLine] = {}
         for i, (key, title) in enumerate(PLOT_KEYS):
             p = self.graphics.addPlot(row=i // 2, col=i % 2)
-            p.setTitle(title, size="9pt", color="#333")
             p.setClipToView(True)
             p.setDownsampling(auto=True, mode="peak")
             p.showGrid(x=True, y=True, alpha=0.15)
             p.setMenuEnabled(False)
             p.hideButtons()
-            for ax in ("left", "bottom"):
-                p.getAxis(ax).setTextPen("#444")
-                p.getAxis(ax).setPen("#999")
             p.getAxis("left").setWidth(46)
             for ax in ("left", "bottom"):  # repaint axes from a pixmap unless their ticks changed
                 p.getAxis(ax).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             p.vb.sigRangeChangedManually.connect(lambda mask, key=key: self._range_changed_by_user(key, mask))
             if i:
                 p.setXLink(self.plots[PLOT_KEYS[0][0]])
+            else:
+                p.sigXRangeChanged.connect(lambda *_a: self._layout_markers())
             vl = pg.InfiniteLine(angle=90, movable=False, pen=_pen((90, 90, 90), 1, Qt.PenStyle.DashLine, 160))
             vl.setVisible(False)
             vl.setZValue(50)
@@ -361,13 +459,11 @@ class PlotsPanel(QWidget):
         for w in QApplication.topLevelWidgets():
             if isinstance(w, QMenu) and w not in before:
                 w.setParent(self, w.windowFlags())
-        self.readout = pg.LabelItem(justify="left", color="#222", size="9pt")
+        self.readout = pg.LabelItem(justify="left", size="9pt")
         self.graphics.addItem(self.readout, row=2, col=1)
         # legends bottom-left: before a freeze, step time and memory are high there
         self._legend_step = self.plots["step_time"].addLegend(offset=(4, -4), labelTextSize="8pt", verSpacing=-6)
         self._legend_mem = self.plots["memory"].addLegend(offset=(4, -4), labelTextSize="8pt", verSpacing=-6)
-        for legend in (self._legend_step, self._legend_mem):
-            legend.setBrush(pg.mkBrush(255, 255, 255, 200))
 
         blue, red, green, purple, grey = (31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (120, 120, 120)
         sp, mp, tp, lp, hp = (self.plots[k] for k, _ in PLOT_KEYS)
@@ -378,11 +474,13 @@ class PlotsPanel(QWidget):
             "mem_alloc": mp.plot(pen=_pen(blue, 2), name="RSS", antialias=True),
             "mem_peak": mp.plot(pen=_pen(red, 1.5, Qt.PenStyle.DashLine), name="peak RSS"),
             "mem_reserved": mp.plot(pen=_pen(grey, 1.5, Qt.PenStyle.DotLine), name="reserved"),
+            "state_mb": mp.plot(pen=_pen(green, 1.5, Qt.PenStyle.DashDotLine), name="grads + optimizer state"),
             "trainable": tp.plot(pen=_pen(green, 2), antialias=True),
             "loss": lp.plot(pen=_pen(red, 1, alpha=90)),
             "loss_ema": lp.plot(pen=_pen(red, 2), antialias=True),
             "throughput": hp.plot(pen=_pen(purple, 1.5)),
         }
+        self.apply_theme()
         self._set_memory_names("rss")
 
         self._mouse = pg.SignalProxy(self.graphics.scene().sigMouseMoved, rateLimit=30, slot=self._mouse_moved)
@@ -416,6 +514,8 @@ class PlotsPanel(QWidget):
         self._clear_markers()
         self._drawn = -1
         self._live = True
+        self._state = "running"
+        self.show_crosshair(None)  # the previous run's values are not this run's
         self._reset_x()
         self._reset_y()
         self._set_trainable_scale(total_params)
@@ -526,8 +626,68 @@ class PlotsPanel(QWidget):
         if r is None:
             self.title.setText("No run yet: press Start.")
             return
-        state = "running" if self._live else r.status
+        state = self._state if self._live else r.status
         self.title.setText(f"<b>{r.name}</b> · {state}")
+
+    def set_state(self, state: str) -> None:
+        """The live run's state (``running``, ``paused``, ``stopping`` ...) for the title.
+
+        Args:
+            state: :attr:`RunController.state <workbench.gui.training.run_controller.RunController.state>`.
+        """
+        if state in ("idle", "starting"):
+            state = "running" if state == "starting" else self._state
+        self._state = state
+        self._set_title()
+
+    def set_log(self, key: str, on: bool) -> None:
+        """Show one plot's y axis on a log scale (or linear again).
+
+        Args:
+            key: a key of :data:`PLOT_KEYS`.
+            on: log scale.
+
+        Raises:
+            KeyError: unknown plot.
+        """
+        p = self.plots[key]
+        on = bool(on)
+        if self._log[key] == on:
+            return
+        self._log[key] = on
+        act = self.log_actions[key]
+        if act.isChecked() != on:
+            act.blockSignals(True)
+            act.setChecked(on)
+            act.blockSignals(False)
+        p.setLogMode(y=on)
+        self._set_plot_title(key, self._titles[key])
+        self._follow_y[key] = True
+        self._y_range[key] = None
+        self._fit_y()
+
+    def log_scale(self, key: str) -> bool:
+        """Whether a plot's y axis is on a log scale."""
+        return self._log[key]
+
+    def set_ignore_outliers(self, on: bool) -> None:
+        """Fit the y axes of step time, memory, loss and throughput without their outliers.
+
+        Args:
+            on: leave outliers out of the y ranges (see :func:`robust_bounds`).
+        """
+        self.ignore_outliers = bool(on)
+        if self.act_outliers.isChecked() != self.ignore_outliers:
+            self.act_outliers.blockSignals(True)
+            self.act_outliers.setChecked(self.ignore_outliers)
+            self.act_outliers.blockSignals(False)
+        self._reset_y()
+        self._fit_y()
+
+    def y_range(self, key: str) -> tuple[float, float]:
+        """A plot's y range as shown (log10 units on a log scale)."""
+        lo, hi = self.plots[key].vb.viewRange()[1]
+        return float(lo), float(hi)
 
     def _set_trainable_scale(self, total: int | None) -> None:
         if total and total >= 1_000_000:
@@ -537,23 +697,60 @@ class PlotsPanel(QWidget):
         else:
             self._trainable_scale = (1.0, "")
         unit = self._trainable_scale[1]
-        self.plots["trainable"].setTitle(
-            f"Trainable parameters{f' ({unit})' if unit else ''}", size="9pt", color="#333"
-        )
+        self._set_plot_title("trainable", f"Trainable parameters{f' ({unit})' if unit else ''}")
 
     def _set_memory_names(self, kind: str) -> None:
         self._memory_kind = kind
         names = {
             "cuda": ("allocated", "peak allocated", "reserved"),
             "mps": ("allocated", "peak", "driver"),
-        }.get(kind, ("RSS", "peak RSS", "reserved"))
+        }.get(kind, ("RSS growth", "peak RSS growth", "reserved"))
         for key, name in zip(("mem_alloc", "mem_peak", "mem_reserved"), names):
             self.curves[key].opts["name"] = name
-        self.plots["memory"].setTitle(
-            "Memory (MB, CUDA)" if kind == "cuda" else ("Memory (MB, MPS)" if kind == "mps" else "Memory (MB, process RSS)"),
-            size="9pt", color="#333",
+        # On the CPU the process RSS holds every earlier run and the app itself: the run's
+        # own growth since its first step compares runs, and the bytes of gradients and
+        # optimizer state are exact (torch tensors, counted by the engine).
+        self._set_plot_title(
+            "memory",
+            "Memory (MB, CUDA)" if kind == "cuda" else (
+                "Memory (MB, MPS)" if kind == "mps" else "Memory (MB): RSS growth since the run's first step"),
         )
         self._rebuild_legends()
+
+    def _set_plot_title(self, key: str, text: str) -> None:
+        self._titles[key] = text
+        self.plots[key].setTitle(text + (" · log" if self._log[key] else ""), size="9pt", color=self._theme["title"])
+
+    def apply_theme(self, dark: bool | None = None) -> None:
+        """Colour the plots for a light or dark palette (the panel follows palette changes).
+
+        Args:
+            dark: dark colours; default: whether the panel's palette is dark.
+        """
+        self._theme = t = plot_theme(is_dark(self.palette()) if dark is None else dark)
+        self.graphics.setBackground(t["background"])
+        for key, p in self.plots.items():
+            for ax in ("left", "bottom"):
+                p.getAxis(ax).setTextPen(t["text"])
+                p.getAxis(ax).setPen(t["axis"])
+            self._set_plot_title(key, self._titles.get(key, dict(PLOT_KEYS)[key]))
+        for legend in (self._legend_step, self._legend_mem):
+            legend.setBrush(pg.mkBrush(*t["legend"]))
+            legend.setLabelTextColor(t["text"])
+        self.readout.opts["color"] = t["readout"]
+        self._rebuild_legends()
+        self._update_readout(self._crosshair_x)
+
+    @property
+    def dark(self) -> bool:
+        """The plots use dark colours."""
+        return self._theme["background"] != "w"
+
+    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt API
+        super().changeEvent(event)
+        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
+            if is_dark(self.palette()) != self.dark:
+                self.apply_theme()
 
     def _rebuild_legends(self) -> None:
         self._legend_step.clear()
@@ -564,8 +761,8 @@ class PlotsPanel(QWidget):
             c = ov.curves.get("step_ms_ema")
             if c is not None:
                 self._legend_step.addItem(c, ov.record.name)
-        for key in ("mem_alloc", "mem_peak", "mem_reserved"):
-            if key != "mem_reserved" or self.buffer.has_values("mem_reserved"):
+        for key in ("mem_alloc", "mem_peak", "mem_reserved", "state_mb"):
+            if key not in ("mem_reserved", "state_mb") or self.buffer.has_values(key):
                 self._legend_mem.addItem(self.curves[key], self.curves[key].opts.get("name") or key)
 
     # ------------------------------------------------------------ drawing
@@ -573,6 +770,8 @@ class PlotsPanel(QWidget):
         y = buffer.column(column)
         if column == "trainable" and self._trainable_scale[0] != 1.0:
             return y * self._trainable_scale[0]
+        if column in ("mem_alloc", "mem_peak") and self._memory_kind == "rss":
+            return y - buffer.first("mem_alloc")  # this run's growth, not the app's RSS
         return y
 
     def redraw(self) -> bool:
@@ -588,13 +787,18 @@ class PlotsPanel(QWidget):
         if buf.version == self._drawn or not self.isVisible():
             return False
         had_reserved = self._drawn >= 0 and self.curves["mem_reserved"].isVisible()
+        self._drawn_first = self._drawn < 0
         self._drawn = buf.version
         x = buf.column(self._x)
         for name, curve in self.curves.items():
             curve.setData(x, self._y(buf, name), connect="finite")
         reserved = buf.has_values("mem_reserved")
         self.curves["mem_reserved"].setVisible(reserved)
-        if reserved != had_reserved:
+        had_state = self.curves["state_mb"].isVisible()
+        state = buf.has_values("state_mb")
+        self.curves["state_mb"].setVisible(state)
+        if reserved != had_reserved or state != had_state or self._drawn_first:
+            self._drawn_first = False
             self._rebuild_legends()
         if self._follow_x:
             self._follow(x)
@@ -670,21 +874,29 @@ class PlotsPanel(QWidget):
         for key, p in self.plots.items():
             if not self._follow_y[key]:
                 continue
-            lo, hi = math.inf, -math.inf
+            ys = []
             for item in p.listDataItems():
                 if not item.isVisible():
                     continue
                 # every point, not the displayed ones: those are clipped to the x range the
                 # view had at the last paint
                 _x, y = item.getOriginalDataset()
-                if y is None or not len(y):
-                    continue
-                y = y[np.isfinite(y)]
-                if y.size:
-                    lo, hi = min(lo, float(y.min())), max(hi, float(y.max()))
-            if lo > hi:
+                if y is not None and len(y):
+                    ys.append(np.asarray(y, dtype=np.float64))
+            if not ys:
                 continue  # nothing to show yet
-            rng = coarse_range(lo, hi, self._y_range[key])
+            y = np.concatenate(ys)
+            if self._log[key]:  # the view works in log10 units
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    y = np.log10(y[y > 0])
+            bounds = robust_bounds(y, self.ignore_outliers and key in ROBUST_KEYS)
+            if bounds is None:
+                continue
+            lo, hi = bounds
+            if self._log[key]:
+                rng = (math.floor(lo * 4) / 4, math.ceil(hi * 4) / 4 + (0.25 if hi == lo else 0.0))
+            else:
+                rng = coarse_range(lo, hi, self._y_range[key])
             if rng != self._y_range[key]:
                 self._y_range[key] = rng
                 p.setYRange(*rng, padding=0)
@@ -733,10 +945,11 @@ class PlotsPanel(QWidget):
             self.x_box.setCurrentIndex(i)
             self.x_box.blockSignals(False)
         for key, _t in PLOT_KEYS:
-            self.plots[key].setLabel("bottom", "step" if mode == "step" else "seconds", **{"color": "#444"})
+            self.plots[key].setLabel("bottom", "step" if mode == "step" else "seconds", **{"color": self._theme["text"]})
         for m in self.markers:
             self._place(m)
         self._refit_x()
+        self._layout_markers()
         self._draw_overlays()
         self._drawn = -1
         self._reset_y()
@@ -779,29 +992,70 @@ class PlotsPanel(QWidget):
             stage: the plan stage a ``planned`` marker stands for.
         """
         color, style = _MARKER_STYLE.get(kind, _MARKER_STYLE["change"])
-        turn = sum(1 for m in self.markers if m.kind != "planned" or kind == "planned") % len(_LABEL_SLOTS)
         marker = _Marker(step, wall, label, full or label, kind, stage)
         for key, _t in PLOT_KEYS:
-            slot = (_TRAINABLE_SLOTS if key == "trainable" else _LABEL_SLOTS)[turn]
             line = pg.InfiniteLine(
                 angle=90,
                 movable=False,
                 pen=_pen(color, 1.5, style),
                 label=label,
                 labelOpts={
-                    "position": slot,
+                    "position": _LABEL_SLOTS[0],
                     "color": QColor(*color),
-                    "fill": pg.mkBrush(255, 255, 255, 190),
                     "movable": False,
                 },  # default anchors: the text sits on the side of the line facing the middle
             )
             line.label.setFont(self._marker_font)
             line.setToolTip(marker.full)
-            line.setZValue(40)
+            line.setZValue(-20)  # under every curve: a label never hides data
             self.plots[key].addItem(line, ignoreBounds=True)
             marker.lines.append(line)
         self.markers.append(marker)
         self._place(marker)
+        self._layout_markers()
+
+    def marker_groups(self) -> list[list[_Marker]]:
+        """The shown markers grouped as their labels are: markers closer than
+        :data:`MERGE_FRACTION` of the x range share one label (``"3 changes"``).
+
+        Returns:
+            Groups in x order (each in x order).
+        """
+        xs = [(x, m) for m in self.markers if (x := (m.step if self._x == "step" else m.wall)) is not None]
+        xs.sort(key=lambda xm: xm[0])
+        lo, hi = self.plots[PLOT_KEYS[0][0]].vb.viewRange()[0]
+        gap = MERGE_FRACTION * max(hi - lo, 1e-9)
+        groups: list[list[_Marker]] = []
+        last = -math.inf
+        for x, m in xs:
+            if groups and x - last <= gap:
+                groups[-1].append(m)
+            else:
+                groups.append([m])
+            last = x
+        return groups
+
+    def marker_label_texts(self) -> list[str]:
+        """The marker labels as shown (one per group of close markers), in x order."""
+        return [g[0].lines[0].label.format for g in self.marker_groups() if g[0].lines]
+
+    def _layout_markers(self) -> None:
+        """One label per group of close markers, the groups' labels at alternating heights,
+        the full texts of a group in the tooltip of each of its lines."""
+        for turn, group in enumerate(self.marker_groups()):
+            head = group[0]
+            text = head.label if len(group) == 1 else f"{len(group)} {'changes' if all(m.kind != 'planned' for m in group) else 'markers'}"
+            tip = "\n".join(m.full for m in group)
+            for m in group:
+                for key, line in zip((k for k, _t in PLOT_KEYS), m.lines):
+                    line.setToolTip(tip)
+                    shown = m is head
+                    line.label.setVisible(shown)
+                    if shown:
+                        if line.label.format != text:
+                            line.label.setFormat(text)
+                        slots = _TRAINABLE_SLOTS if key == "trainable" else _LABEL_SLOTS
+                        line.label.setPosition(slots[turn % len(slots)])
 
     def _place(self, m: _Marker) -> None:
         x = m.step if self._x == "step" else m.wall
@@ -818,6 +1072,7 @@ class PlotsPanel(QWidget):
         m.lines.clear()
         if m in self.markers:
             self.markers.remove(m)
+        self._layout_markers()
 
     def _remove_planned(self, stage: int) -> None:
         for m in [m for m in self.markers if m.kind == "planned" and m.stage == stage]:
@@ -851,7 +1106,7 @@ class PlotsPanel(QWidget):
             if rid in self.overlays:
                 continue
             ov = _Overlay(record, SeriesBuffer.from_metrics(metrics, ema=self.buffer.ema), run_color(ci))
-            for col in ("step_ms_ema", "mem_alloc", "trainable", "loss_ema", "throughput"):
+            for col in ("step_ms_ema", "mem_alloc", "state_mb", "trainable", "loss_ema", "throughput"):
                 curve = pg.PlotDataItem(pen=_pen(ov.color, 1.5, Qt.PenStyle.DashLine), name=record.name)
                 curve.setZValue(-10)
                 self.plots[self._plot_of(col)].addItem(curve)
@@ -861,12 +1116,13 @@ class PlotsPanel(QWidget):
         self._rebuild_legends()
         self._refit_x()
         self._drawn = -1
+        self.show_crosshair(None)  # values of runs no longer shown must not stay
         self.redraw()
 
     @staticmethod
     def _plot_of(column: str) -> str:
         return {
-            "step_ms_ema": "step_time", "mem_alloc": "memory", "trainable": "trainable",
+            "step_ms_ema": "step_time", "mem_alloc": "memory", "state_mb": "memory", "trainable": "trainable",
             "loss_ema": "loss", "throughput": "throughput",
         }[column]
 
@@ -916,17 +1172,20 @@ class PlotsPanel(QWidget):
             if not buf.total:
                 return ""
             row = {name: buf.last(name) for name in ("step", "wall", "step_ms", "step_ms_ema", "mem_alloc", "mem_peak",
-                                                    "mem_reserved", "trainable", "loss", "loss_ema", "throughput")}
+                                                    "mem_reserved", "state_mb", "trainable", "loss", "loss_ema",
+                                                    "throughput")}
 
         def f(v: float, fmt: str) -> str:
             return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
-        names = {"cuda": ("allocated", "peak"), "mps": ("allocated", "peak")}.get(self._memory_kind, ("RSS", "peak"))
+        names = {"cuda": ("allocated", "peak"), "mps": ("allocated", "peak")}.get(self._memory_kind, ("RSS growth", "peak"))
+        base = buf.first("mem_alloc") if self._memory_kind == "rss" else 0.0
         lines = [
             f"step {f(row['step'], '.0f')} · {f(row['wall'], '.1f')} s",
             f"step time {f(row['step_ms'], '.1f')} ms (EMA {f(row['step_ms_ema'], '.1f')})",
-            f"{names[0]} {f(row['mem_alloc'], ',.0f')} MB · {names[1]} {f(row['mem_peak'], ',.0f')} MB"
+            f"{names[0]} {f(row['mem_alloc'] - base, ',.0f')} MB · {names[1]} {f(row['mem_peak'] - base, ',.0f')} MB"
             + (f" · reserved {f(row['mem_reserved'], ',.0f')} MB" if not math.isnan(row["mem_reserved"]) else ""),
+            f"grads + optimizer state {f(row['state_mb'], ',.1f')} MB",
             f"trainable {fmt_count(int(row['trainable'])) if not math.isnan(row['trainable']) else '–'}",
             f"loss {f(row['loss'], '.4f')} (EMA {f(row['loss_ema'], '.4f')})",
             f"throughput {f(row['throughput'], ',.1f')} samples/s",
@@ -934,6 +1193,16 @@ class PlotsPanel(QWidget):
         near = self._marker_near(row["step"] if self._x == "step" else row["wall"])
         if near is not None:
             lines.append(f"⟂ {near.full}")
+        if x is not None:
+            for ov in self.overlays.values():
+                orow = ov.buffer.nearest(self._x, x)
+                if orow is None:
+                    continue
+                mem_v = orow["mem_alloc"] - (ov.buffer.first("mem_alloc") if self._memory_kind == "rss" else 0.0)
+                lines.append(
+                    f"{ov.record.name} @ {f(orow['step'], '.0f')}: {f(orow['step_ms_ema'], '.1f')} ms · "
+                    f"loss {f(orow['loss_ema'], '.3f')} · {f(mem_v, ',.0f')} MB"
+                )
         return "\n".join(lines)
 
     def _marker_near(self, x: float) -> _Marker | None:
@@ -950,7 +1219,8 @@ class PlotsPanel(QWidget):
     def _update_readout(self, x: float | None) -> None:
         text = self.readout_text(x)
         if not text:
-            html = "<span style='color:#777'>Values at the mouse pointer<br>appear here during a run.</span>"
+            html = (f"<span style='color:{self._theme['muted']}'>Values at the mouse pointer<br>"
+                    "appear here during a run.</span>")
         else:
             html = "<br>".join(text.split("\n"))
         self.readout.setText(html)

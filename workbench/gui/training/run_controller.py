@@ -21,6 +21,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 from workbench.core.training.config import TrainConfig
 from workbench.core.plan.rules import PlanError
 from workbench.gui.controller import Controller
+from workbench.gui.wording import sentence
 from workbench.gui.training.run_store import RunRecord, RunStore, RunStoreError
 from workbench.gui.training.session import TrainingJob, TrainingSession
 
@@ -38,7 +39,9 @@ class RunController(QObject):
         runStarted(record): a run started (status ``running``).
         prepared(info): the run's setup is done (``total_steps``, ``device`` ...).
         metricsReceived(records): a batch of metric records of the running run.
-        runEnded(record): the run ended (after its thread ended) and was saved.
+        runEnded(record): the run ended (after its thread ended) and was saved. A run
+            refused at setup (bad input, nothing trained) is not kept: its record has status
+            ``refused`` and is neither in :attr:`records` nor in the store.
         runsChanged(): runs were added or deleted.
         watchFinished(findings, summary): a doctor-watch run ended: findings as dicts and the
             watch summary.
@@ -139,7 +142,7 @@ class RunController(QObject):
         if state is not None and state.problems:
             self.errorOccurred.emit(
                 "Cannot start training",
-                f"The plan does not fit the model: {state.problems[0]}. Fix or remove the rule "
+                f"The plan does not fit the model: {sentence(str(state.problems[0]))} Fix or remove the rule "
                 "(Edit ▸ Remove Rules That Match Nothing) and start again.",
                 "",
             )
@@ -272,7 +275,12 @@ class RunController(QObject):
             record.status = "failed"
             record.message = error or "the run could not start"
             record.error = outcome.get("details") or None
-        self._save(record, metrics=True)
+        refused = result is None and not outcome.get("details") and not record.metrics
+        if refused:  # bad input found by the setup: nothing ran, nothing to keep
+            record.status = "refused"
+            self._forget(record)
+        else:
+            self._save(record, metrics=True)
         watch = outcome.get("watch")
         if watch is not None:
             self.watchFinished.emit(list(watch.get("findings") or []), dict(watch.get("summary") or {}))
@@ -293,6 +301,15 @@ class RunController(QObject):
             if r.metrics_loaded and not r.running and r.folder is not None and (r.folder / "metrics.csv").is_file():
                 r.metrics = []
                 r.metrics_loaded = False
+
+    def _forget(self, record: RunRecord) -> None:
+        """Drop a run that never trained from the list and the store."""
+        if record in self.records:
+            self.records.remove(record)
+        try:
+            self.store.delete(record)
+        except RunStoreError as e:
+            self.statusMessage.emit(f"Could not remove the refused run: {e}")
 
     def _save(self, record: RunRecord, metrics: bool) -> None:
         try:

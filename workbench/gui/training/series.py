@@ -6,7 +6,8 @@ ring), so the newest ``n`` rows are always one contiguous slice: the plots read 
 copies, and appending a batch is a couple of fancy-index assignments.
 
 Columns (see :data:`COLUMNS`) are in plot units: milliseconds, megabytes (10⁶ bytes),
-parameter elements, samples per second. Missing values (no reserved memory on CPU, a
+parameter elements, samples per second. ``state_mb`` is the bytes of gradients plus
+optimizer state (exact tensor sizes, comparable between runs on any device). Missing values (no reserved memory on CPU, a
 non-finite loss) are NaN. ``step_ms_ema`` and ``loss_ema`` are exponential moving averages
 with the factor :attr:`SeriesBuffer.ema` (0 turns smoothing off).
 """
@@ -30,6 +31,7 @@ COLUMNS: tuple[str, ...] = (
     "mem_alloc",
     "mem_peak",
     "mem_reserved",
+    "state_mb",
     "trainable",
     "loss",
     "loss_ema",
@@ -49,6 +51,14 @@ def _num(value: Any, scale: float = 1.0) -> float:
     except (TypeError, ValueError):
         return math.nan
     return f * scale if math.isfinite(f) else math.nan
+
+
+def _state_mb(m: Mapping[str, Any]) -> float:
+    """Megabytes of gradients plus optimizer state (NaN when the record has neither)."""
+    grads, state = m.get("grad_bytes"), m.get("optimizer_state_bytes")
+    if grads is None and state is None:
+        return math.nan
+    return _num(grads or 0) * 1e-6 + _num(state or 0) * 1e-6
 
 
 class SeriesBuffer:
@@ -116,6 +126,7 @@ class SeriesBuffer:
             _num(m.get("mem_allocated"), 1e-6),
             _num(m.get("mem_peak"), 1e-6),
             _num(m.get("mem_reserved"), 1e-6),
+            _state_mb(m),
             _num(m.get("trainable_params")),
             loss,
             self._smooth("loss", loss),
@@ -233,6 +244,12 @@ class SeriesBuffer:
         s = self._start()
         row = self._data[s + i]
         return {name: float(row[j]) for name, j in _INDEX.items()}
+
+    def first(self, name: str) -> float:
+        """The oldest finite value of a column that is kept (NaN when none)."""
+        col = self.column(name)
+        finite = col[np.isfinite(col)]
+        return float(finite[0]) if finite.size else math.nan
 
     def median(self, name: str, skip: int = 0) -> float:
         """Median of a column over the kept rows, after the first ``skip`` (NaN when none).

@@ -95,6 +95,7 @@ class TrainingUI(QObject):
         r.prepared.connect(self._prepared)
         r.metricsReceived.connect(self.plots.append)
         r.runEnded.connect(self._run_ended)
+        r.stateChanged.connect(self.plots.set_state)
         r.statusMessage.connect(lambda text: self.statusMessage.emit(text, RUN_MESSAGE_MS))
         r.errorOccurred.connect(lambda title, msg, details: dialogs.error(self._owner, title, msg, details))
         self.runs_panel.selectionChanged.connect(self._runs_selected)
