@@ -41,7 +41,7 @@ The spec itself (parsing, checks against the tree, descriptions) is
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -202,10 +202,18 @@ def _set_param_order(module: nn.Module, order: Sequence[str]) -> None:
 
 
 # ---------------------------------------------------------------- the module classes
-class _PartialFreezing:
+if TYPE_CHECKING:  # the mixin is only ever combined with an nn.Module subclass
+    _ModuleBase = nn.Module
+else:
+    _ModuleBase = object
+
+
+class _PartialFreezing(_ModuleBase):
     """Mixin for a module whose weight is split into a trainable and a frozen parameter."""
 
     _partial: _Layout
+    weight_trainable: nn.Parameter
+    weight_frozen: nn.Parameter
 
     # ---- the full weight, state_dict, repr
     @property
@@ -221,6 +229,7 @@ class _PartialFreezing:
             a, b = ranges[0]
             return t.narrow(dim, a, b - a)
         index = self._buffers["_partial_tidx" if trainable else "_partial_fidx"]
+        assert index is not None  # registered at install for split ranges
         return t.index_select(dim, index)
 
     def _partial_full_shape(self) -> tuple[int, ...]:
@@ -231,8 +240,9 @@ class _PartialFreezing:
     def _workbench_canonical_parameters(self) -> list[tuple[str, tuple[int, ...]]]:
         """``(name, shape)`` of the plain module's parameters (for fingerprints)."""
         out = [("weight", self._partial_full_shape())]
-        if self._parameters.get("bias") is not None:
-            out.append(("bias", tuple(self._parameters["bias"].shape)))
+        bias = self._parameters.get("bias")
+        if bias is not None:
+            out.append(("bias", tuple(bias.shape)))
         return out
 
     def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
@@ -257,7 +267,7 @@ class _PartialFreezing:
     ) -> None:
         hidden = {n: self._parameters.pop(n) for n in ("weight_trainable", "weight_frozen")}
         try:  # the base class loads bias and runs load hooks; it sees "weight" as unexpected
-            super()._load_from_state_dict(  # type: ignore[misc]
+            super()._load_from_state_dict(
                 state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
             )
         finally:
@@ -283,7 +293,7 @@ class _PartialFreezing:
         t_val, f_val = _gather(value, lay.dim, lay.trainable), _gather(value, lay.dim, lay.frozen)
         if local_metadata.get("assign_to_params_buffers", False):
             for name, val in (("weight_trainable", t_val), ("weight_frozen", f_val)):
-                old = self._parameters[name]
+                old = self.weight_trainable if name == "weight_trainable" else self.weight_frozen
                 self._parameters[name] = nn.Parameter(val.contiguous(), requires_grad=old.requires_grad)
             return
         with torch.no_grad():
@@ -291,13 +301,13 @@ class _PartialFreezing:
             self.weight_frozen.copy_(f_val)
 
     def extra_repr(self) -> str:
-        base = super().extra_repr()  # type: ignore[misc]
+        base = super().extra_repr()
         lay = self._partial
         spec = PartialSpec(param=lay.param, dim=lay.dim, trainable=lay.trainable)
         return f"{base}, partial={spec.describe()}"
 
 
-class PartialLinear(_PartialFreezing, nn.Linear):
+class PartialLinear(_PartialFreezing, nn.Linear):  # type: ignore[override]  # weight: read-only property
     """``nn.Linear`` with part of its weight frozen; the frozen part gets no weight gradient."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
@@ -316,6 +326,12 @@ class PartialLinear(_PartialFreezing, nn.Linear):
 class _PartialConv(_PartialFreezing):
     """Shared forward of the partial Conv1d/2d/3d classes."""
 
+    kernel_size: tuple[int, ...]
+    bias: nn.Parameter | None
+    if TYPE_CHECKING:
+
+        def _conv_forward(self, input: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor: ...
+
     def forward(self, input: torch.Tensor) -> torch.Tensor:
         lay = self._partial
         channel = input.dim() - len(self.kernel_size) - 1  # 1 batched, 0 unbatched
@@ -328,24 +344,28 @@ class _PartialConv(_PartialFreezing):
         return _assemble(self._conv_forward(input, wt, b_t), self._conv_forward(input, wf, b_f), channel, lay)
 
 
-class PartialConv1d(_PartialConv, nn.Conv1d):
+class PartialConv1d(_PartialConv, nn.Conv1d):  # type: ignore[misc,override]  # weight: read-only property
     """``nn.Conv1d`` with part of its weight frozen (groups == 1)."""
 
 
-class PartialConv2d(_PartialConv, nn.Conv2d):
+class PartialConv2d(_PartialConv, nn.Conv2d):  # type: ignore[misc,override]  # weight: read-only property
     """``nn.Conv2d`` with part of its weight frozen (groups == 1)."""
 
 
-class PartialConv3d(_PartialConv, nn.Conv3d):
+class PartialConv3d(_PartialConv, nn.Conv3d):  # type: ignore[misc,override]  # weight: read-only property
     """``nn.Conv3d`` with part of its weight frozen (groups == 1)."""
 
 
-class PartialEmbedding(_PartialFreezing, nn.Embedding):
+class PartialEmbedding(_PartialFreezing, nn.Embedding):  # type: ignore[override]  # weight: read-only property
     """``nn.Embedding`` with some rows (dim 0) or columns (dim 1) frozen.
 
     For rows, each id is looked up in the table it lives in: only the trainable table gets a
     gradient (dense: the size of the trainable rows; ``sparse=True``: only the rows looked up).
     """
+
+    _partial_row_pos: torch.Tensor
+    _partial_row_trainable: torch.Tensor
+    _partial_t_padding: int | None
 
     def _lookup(self, idx: torch.Tensor, table: torch.Tensor, padding_idx: int | None) -> torch.Tensor:
         return F.embedding(idx, table, padding_idx, None, self.norm_type, self.scale_grad_by_freq, self.sparse)
@@ -406,7 +426,7 @@ class PartialHandle:
         module: the module (its class is now ``Partial<Type>``).
     """
 
-    def __init__(self, path: str, spec: PartialSpec, module: nn.Module, original: nn.Parameter) -> None:
+    def __init__(self, path: str, spec: PartialSpec, module: _PartialFreezing, original: nn.Parameter) -> None:
         self.path = path
         self.spec = spec
         self.module = module
@@ -472,7 +492,7 @@ class PartialHandle:
             module._non_persistent_buffers_set.discard(name)
         for name in ("_partial", "_partial_t_padding"):
             module.__dict__.pop(name, None)
-        module.__class__ = _PLAIN_CLASSES[type(module)]
+        module.__class__ = _PLAIN_CLASSES[type(module)]  # type: ignore[assignment]  # back to the plain class
         self._initial = torch.empty(0)
         self._removed = True
 
@@ -522,7 +542,8 @@ def install(model: nn.Module, path: str, spec: Any, *, base_dir: Any = None) -> 
             "would untie them; freeze or unfreeze the tied weight as a whole"
         )
     base = type(module)
-    orig: nn.Parameter = module._parameters["weight"]
+    orig = module._parameters["weight"]
+    assert orig is not None  # check_module refused modules without a weight
     lay = _Layout.build(spec, orig.shape[spec.dim])
     with torch.no_grad():
         wt = _gather(orig.detach(), lay.dim, lay.trainable).contiguous().clone()
@@ -555,4 +576,4 @@ def install(model: nn.Module, path: str, spec: Any, *, base_dir: Any = None) -> 
     module.__class__ = _PARTIAL_CLASSES[base]
     with torch.no_grad():  # free the original storage; remove() puts the values back into it
         orig.data = torch.empty(0, dtype=orig.dtype, device=orig.device)
-    return PartialHandle(path, spec, module, orig)
+    return PartialHandle(path, spec, cast(_PartialFreezing, module), orig)
