@@ -82,6 +82,7 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     for label, trainer in trainers:
         m = last[label]
         med = statistics.median(times[label])
+        assert trainer.applied is not None and trainer.optimizer is not None  # set up by the runs above
         counts = trainer.applied.counts(trainer.optimizer)
         rows.append(
             {

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     model, spec, plan = load_model_and_plan(args)
     tree = ModelTree.from_model(model)
     applied = plan.apply(model) if plan is not None else None
-    if applied is not None:
+    if plan is not None and applied is not None:
         tree.refresh(model)
         eff = applied.effective
         counts = applied.counts(args.optimizer)

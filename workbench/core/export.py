@@ -103,7 +103,7 @@ def _frozen_settings(tree: ModelTree, eff: Mapping[str, Effective]) -> list[tupl
 
 def _lr_settings(tree: ModelTree, eff: Mapping[str, Effective]) -> list[tuple[str, float]]:
     required = {p: eff[p].lr_scale for p, n in tree.nodes.items() if n.own_params and not eff[p].frozen}
-    return [(p, float(v)) for p, v in minimal_assignments(tree, required, 1.0)]
+    return [(p, float(v)) for p, v in minimal_assignments(tree, required, 1.0)]  # type: ignore[arg-type]  # lr scales
 
 
 def _bn_settings(tree: ModelTree, eff: Mapping[str, Effective]) -> list[str]:
@@ -118,6 +118,7 @@ def _reparam_settings(tree: ModelTree, eff: Mapping[str, Effective]) -> list[tup
     specs = list(dict.fromkeys(eff[p].reparam for p in owners if eff[p].reparam))
     out: list[tuple[str, dict[str, Any]]] = []
     for spec in specs:
+        assert spec is not None  # only modules with A+B above
         members = [p for p in owners if eff[p].reparam == spec]
         blocked = [p for p in owners if eff[p].reparam != spec]
         for prefix in cover_paths(tree, members, blocked):
@@ -669,9 +670,10 @@ def render_script(
     if model is None:
         model, arch = _structure_model(model_spec)
     else:
-        arch = model_spec.name
-        if not arch:
+        name = model_spec.name
+        if not name:
             raise ExportError("the model spec has no architecture name; give the torchvision model name")
+        arch = name
     tree = ModelTree.from_model(model)
     plan.validate(tree)
     eff = plan.resolve(tree)

@@ -63,7 +63,9 @@ def ask(parent: QWidget | None, title: str, question: str, choices: Sequence[str
         if label == default:
             box.setDefaultButton(list(buttons)[-1])
     box.exec()
-    return buttons.get(box.clickedButton(), "Cancel" if "Cancel" in choices else default)
+    clicked = box.clickedButton()
+    fallback = "Cancel" if "Cancel" in choices else default
+    return next((label for button, label in buttons.items() if button is clicked), fallback)
 
 
 def open_file(parent: QWidget | None, caption: str, directory: str, filters: str) -> str:

@@ -60,7 +60,8 @@ def recent_files(store: QSettings | None = None) -> list[str]:
     raw = store.value("recentFiles", [])
     if isinstance(raw, str):  # QSettings returns a lone string for a one-element list
         raw = [raw]
-    return [p for p in (raw or []) if isinstance(p, str) and Path(p).is_file()][:MAX_RECENT]
+    items = raw if isinstance(raw, list) else []
+    return [p for p in items if isinstance(p, str) and Path(p).is_file()][:MAX_RECENT]
 
 
 def add_recent(path: str | Path, store: QSettings | None = None) -> list[str]:

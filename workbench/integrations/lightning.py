@@ -382,7 +382,7 @@ def _callback_base() -> type:
         from lightning.pytorch import Callback
     except ImportError:
         try:
-            from pytorch_lightning import Callback  # type: ignore[no-redef]
+            from pytorch_lightning import Callback  # type: ignore[assignment]
         except ImportError:
             raise LightningMissingError(
                 "FreezePlanCallback needs PyTorch Lightning; install it with `pip install lightning`"

@@ -991,8 +991,8 @@ class Watch:
                     "memory-growing",
                     "warning",
                     "",
-                    f"memory ({self.memory_kind}) grows by {fmt_bytes(b)} per step "
-                    f"({fmt_bytes(first)} → {fmt_bytes(last)} over {len(mem)} steps)",
+                    f"memory ({self.memory_kind}) grows by {fmt_bytes(int(b))} per step "
+                    f"({fmt_bytes(int(first))} → {fmt_bytes(int(last))} over {len(mem)} steps)",
                     "memory that grows every step ends in an out-of-memory error",
                     "look for tensors kept across steps with their autograd graph, or retain_grad() on "
                     "tensors computed in forward",

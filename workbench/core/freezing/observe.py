@@ -175,7 +175,8 @@ def a_plus_b_names(module: nn.Module) -> list[str]:
     if not parametrize.is_parametrized(module):
         return []
     out = []
-    for name, plist in module.parametrizations.items():
+    parametrizations: Any = module.parametrizations
+    for name, plist in parametrizations.items():
         if len(plist) == 1 and type(plist[0]).__name__ == "APlusB" and isinstance(
             getattr(plist[0], "A", None), torch.Tensor
         ):
@@ -194,7 +195,7 @@ def partial_spec(module: nn.Module) -> dict[str, Any] | None:
     """
     if not is_partial(module):
         return None
-    lay = module._partial
+    lay: Any = module._partial
     return {"param": lay.param, "dim": lay.dim, "trainable": [list(r) for r in lay.trainable]}
 
 
@@ -333,7 +334,7 @@ def observed_plan(
                 )
             lr_req[owner] = _majority(vals)
         for path, value in minimal_assignments(tree, lr_req, 1.0):
-            rule(path)["lr_scale"] = float(value)
+            rule(path)["lr_scale"] = float(value)  # type: ignore[arg-type]  # the lr scales assigned above
 
     # BatchNorm modes: explicit only where they differ from "follow frozen"
     root_training = model.training
@@ -350,7 +351,8 @@ def observed_plan(
         module = model.get_submodule(path) if path else model
         names = a_plus_b_names(module)
         if names:
-            own = [n for n, _ in module.named_parameters(recurse=False)] + list(module.parametrizations.keys())
+            parametrizations: Any = module.parametrizations
+            own = [n for n, _ in module.named_parameters(recurse=False)] + list(parametrizations.keys())
             every = [n for n in dict.fromkeys(own) if n != "parametrizations"]
             params = None if set(names) >= set(every) else names
             rule(path)["reparam"] = {"kind": "a_plus_b", "a": "current", "b_init": "zeros", "mode": "exact", "params": params}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -107,7 +107,8 @@ def canonical_parameters(model: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
         if owner is not None:
             if owner not in emitted:
                 emitted.add(owner)
-                for name, shape in custom[owner]._workbench_canonical_parameters():
+                canonical: Any = getattr(custom[owner], "_workbench_canonical_parameters")
+                for name, shape in canonical():
                     full = f"{owner}.{name}" if owner else name
                     if full not in seen:
                         seen.add(full)

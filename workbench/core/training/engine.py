@@ -34,7 +34,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any, Callable, Generator, Iterator, Mapping
 
 import torch
 from torch import nn
@@ -502,7 +502,7 @@ class Trainer:
         assert self.result is not None
         return self.result
 
-    def steps(self) -> Iterator[StepMetrics]:
+    def steps(self) -> Generator[StepMetrics, None, None]:
         """Train, yielding a :class:`StepMetrics` per reported step (every ``log_every``).
 
         Closing the generator early stops the run (status ``stopped``). When the generator

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.core.freezing import partial
+from workbench.core.plan.partial_spec import PartialSpec
 from workbench.gui import dialogs
 from workbench.gui.plan import edits as plan_edits
 from workbench.gui.controller import Controller
@@ -82,14 +83,14 @@ class PartialDialog(QDialog):
         path: str,
         type_name: str,
         shapes: Mapping[str, tuple[int, ...]],
-        spec: Mapping[str, Any] | None = None,
+        spec: PartialSpec | None = None,
     ) -> None:
         super().__init__(parent)
         self.setWindowTitle(f"Partial freezing — {path or '(root)'}")
         self._type = type_name
         self._shapes = dict(shapes)
         self.removed = False
-        self._spec: dict[str, Any] | None = None
+        self._spec: PartialSpec | None = None
 
         self.param_box = QComboBox(self)
         for name, shape in self._shapes.items():
@@ -159,7 +160,7 @@ class PartialDialog(QDialog):
         self.ranges_edit.setText(ranges)
         self._validate()
 
-    def spec(self) -> dict[str, Any] | None:
+    def spec(self) -> PartialSpec | None:
         """The spec the fields describe (None when invalid or removed)."""
         return None if self.removed else self._spec
 

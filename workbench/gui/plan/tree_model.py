@@ -244,7 +244,7 @@ class ModuleTreeModel(QAbstractItemModel):
             )
             rows.sort()
             start = prev = rows[0]
-            for r in rows[1:] + [None]:  # type: ignore[list-item]
+            for r in [*rows[1:], None]:
                 if r is not None and r == prev + 1:
                     prev = r
                     continue
