@@ -17,10 +17,10 @@ from types import FrameType
 from typing import Any
 
 from workbench.commands.common import add_model_arguments
+from workbench.core.checks.lint import lint_plan
+from workbench.core.formatting import fmt_bytes
 from workbench.core.training.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, SCHEDULERS, TrainConfig
 from workbench.core.training.engine import RunResult, Trainer
-from workbench.core.formatting import fmt_bytes
-from workbench.core.checks.lint import lint_plan
 
 #: argparse destination -> TrainConfig field, for flags that override a --config file.
 _FIELDS = (
@@ -221,7 +221,7 @@ def _validation_text(s: dict[str, Any]) -> str:
 
 def _lr_text(s: dict[str, Any]) -> str:
     scales = s.get("lr_scales") or [1.0] * len(s["lr"])
-    per_group = ", ".join(f"{lr:.3g} (x{scale:g})" for lr, scale in zip(s["lr"], scales))
+    per_group = ", ".join(f"{lr:.3g} (x{scale:g})" for lr, scale in zip(s["lr"], scales, strict=False))
     schedule = s.get("scheduler") or "constant"
     if s.get("warmup_steps"):
         schedule += f", {s['warmup_steps']} warm-up steps"

@@ -134,7 +134,7 @@ def test_validation_and_lr_scales_round_trip(tmp_path: Path, suffix: str):
 def test_csv_written_before_the_validation_columns_still_loads(tmp_path: Path):
     path = tmp_path / "old.csv"
     old = [n for n in StepMetrics.csv_header() if n not in ("lr_scales", "val_loss", "val_acc")]
-    row = dict(zip(StepMetrics.csv_header(), _metrics(4).csv_row()))
+    row = dict(zip(StepMetrics.csv_header(), _metrics(4).csv_row(), strict=True))
     with path.open("w", newline="") as f:
         wr = csv.writer(f)
         wr.writerow(old)

@@ -12,7 +12,7 @@ from torch.utils.data import Subset, TensorDataset
 
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.training.config import ConfigError, TrainConfig
-from workbench.core.training.engine import TrainError, Trainer
+from workbench.core.training.engine import Trainer, TrainError
 from workbench.core.training.metrics import StepMetrics
 from workbench.core.training.validation import ValidationError, evaluate, holdout_split
 

@@ -276,6 +276,7 @@ def build_validation(
     """
     if not config.validates:
         return dataset, None
+    val: Dataset[Any]
     if config.val is None:
         try:
             dataset, val = holdout_split(dataset, config.val_fraction, config.seed)
