@@ -17,18 +17,19 @@ from types import FrameType
 from typing import Any
 
 from workbench.commands.common import add_model_arguments, checkpoint_key_policy
-from workbench.core.training.run_folder import check_save_folder
-from workbench.core.training.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, TrainConfig
-from workbench.core.training.engine import RunResult, Trainer
-from workbench.core.formatting import fmt_bytes
 from workbench.core.checks.lint import lint_plan
+from workbench.core.formatting import fmt_bytes
+from workbench.core.training.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, SCHEDULERS, TrainConfig
+from workbench.core.training.engine import RunResult, Trainer
+from workbench.core.training.run_folder import check_save_folder
 
 #: argparse destination -> TrainConfig field, for flags that override a --config file.
 _FIELDS = (
     "model", "weights", "checkpoint", "num_classes", "plan", "data", "image_size", "batch_size",
     "optimizer", "lr", "weight_decay", "momentum", "steps", "epochs", "device", "amp",
     "channels_last", "compile", "num_workers", "pin_memory", "seed", "on_nonfinite",
-    "torch_threads", "log_every", "save_dir", "metrics_path",
+    "torch_threads", "log_every", "save_dir", "metrics_path", "scheduler", "warmup_steps", "val", "val_every",
+    "val_fraction",
 )
 
 
@@ -45,6 +46,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, help="base learning rate (default 1e-3); groups get lr x lr_scale")
     p.add_argument("--weight-decay", type=float, help="weight decay (default 0)")
     p.add_argument("--momentum", type=float, help="momentum of sgd_momentum (default 0.9)")
+    p.add_argument("--scheduler", help=f"learning-rate schedule: {', '.join(SCHEDULERS)} (default constant)")
+    p.add_argument("--warmup-steps", type=int, help="steps of linear warm-up (onecycle: the rising phase; default 0)")
+    p.add_argument("--val", help="validation dataset spec (its val/test split); default: a held-out split of --data")
+    p.add_argument("--val-every", type=int, help="validate every N steps and at the end (default: only at the end with --val)")
+    p.add_argument("--val-fraction", type=float, help="share of --data held out for validation without --val (default 0.1)")
     p.add_argument("--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps")
     p.add_argument("--amp", choices=AMP_MODES, help="mixed precision (fp16 uses a GradScaler)")
     p.add_argument("--channels-last", action="store_true", default=None, help="channels-last memory format")
@@ -174,6 +180,7 @@ def print_summary(result: RunResult) -> None:
         ("status", f"{result.status}: {result.message}"),
         ("steps", f"{result.steps} of {s.get('total_steps')} (epoch {s.get('epoch', 0)})"),
         ("device", f"{s.get('device')} x{s.get('world_size', 1)}, batch {s.get('batch_size')}, {s.get('image_size')} px"),
+        ("classes", _classes_text(s)),
         ("trainable", f"{trainable:,} of {total:,} params ({100.0 * trainable / total if total else 0:.1f}%)"),
     ]
     peak = s.get("peak_memory_bytes")
@@ -185,6 +192,10 @@ def print_summary(result: RunResult) -> None:
         rows.append(("median step", f"{med * 1e3:.1f} ms ({1.0 / med:.1f} steps/s, {rate:.0f} samples/s; data {data * 1e3:.1f} ms)"))
     loss = s.get("final_loss")
     rows.append(("final loss", f"{loss:.4f}" if isinstance(loss, float) and loss == loss else "n/a"))
+    if s.get("val_step") is not None:
+        rows.append(("validation", _validation_text(s)))
+    if s.get("lr"):
+        rows.append(("lr", _lr_text(s)))
     if s.get("plan_version"):
         rows.append(("plan changes", str(s["plan_version"])))
     if s.get("nonfinite_skipped"):
@@ -198,3 +209,28 @@ def print_summary(result: RunResult) -> None:
     if result.verify is not None:
         for v in result.verify.errors[:10]:
             print(f"{'':<{width}}  error: {v.name}: {v.message}")
+
+
+def _classes_text(s: dict[str, Any]) -> str:
+    n = s.get("num_classes")
+    heads = s.get("new_heads") or []
+    text = str(n) if n else "n/a"
+    return text + (f" (new head: {', '.join(heads)})" if heads else "")
+
+
+def _validation_text(s: dict[str, Any]) -> str:
+    loss = s.get("val_loss")
+    acc = s.get("val_acc")
+    parts = [f"loss {loss:.4f}" if isinstance(loss, float) and loss == loss else "loss n/a"]
+    if acc is not None:
+        parts.append(f"acc {100.0 * acc:.1f}%")
+    return ", ".join(parts) + f" (after step {s['val_step']}, {s.get('val_samples', 0)} samples)"
+
+
+def _lr_text(s: dict[str, Any]) -> str:
+    scales = s.get("lr_scales") or [1.0] * len(s["lr"])
+    per_group = ", ".join(f"{lr:.3g} (x{scale:g})" for lr, scale in zip(s["lr"], scales, strict=False))
+    schedule = s.get("scheduler") or "constant"
+    if s.get("warmup_steps"):
+        schedule += f", {s['warmup_steps']} warm-up steps"
+    return f"{per_group} at the end; {schedule}"

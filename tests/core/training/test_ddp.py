@@ -137,3 +137,18 @@ def test_torchrun_cli(tmp_path: Path):
     assert [m.trainable_params for m in load_metrics(tmp_path / "m.csv")] == [5130, 5130]
     assert (tmp_path / "run" / "trainable.safetensors").exists()
     assert FreezePlan.load(tmp_path / "run" / "plan.json").to_dict()["rules"] == FreezePlan.load(plan).to_dict()["rules"]
+
+
+def test_torchrun_cli_with_a_schedule_and_validation(tmp_path: Path):
+    proc = _torchrun(
+        ["-m", "workbench", "train", "--model", "resnet18", "--image-size", "32", "--batch-size", "2", "--steps", "2",
+         "--data", "synthetic:20", "--device", "cpu", "--scheduler", "cosine", "--val-every", "1",
+         "--val-fraction", "0.2", "--metrics", str(tmp_path / "m.jsonl"), "--no-progress", "--json"],
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)["summary"]  # rank 0 alone prints
+    assert summary["world_size"] == 2 and summary["val_step"] == 1 and summary["val_samples"] == 4
+    metrics = load_metrics(tmp_path / "m.jsonl")
+    assert all(m.val_loss is not None and m.val_acc is not None for m in metrics)
+    assert metrics[0].lr[0] == pytest.approx(1e-3) and metrics[1].lr[0] == pytest.approx(0.5e-3)

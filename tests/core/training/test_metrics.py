@@ -116,3 +116,31 @@ def test_optimizer_state_bytes_counts_real_state():
 def test_grad_bytes_counts_each_tensor_once():
     lin = nn.Linear(10, 10)
     assert grad_bytes([lin.weight, lin.weight, lin.bias]) == (100 + 10) * 4
+
+
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_validation_and_lr_scales_round_trip(tmp_path: Path, suffix: str):
+    path = tmp_path / f"v{suffix}"
+    with_val = _metrics(1)
+    with_val.val_loss, with_val.val_acc, with_val.lr_scales = 0.75, 0.5, [1.0, 0.1]
+    with MetricsWriter(path) as w:
+        w.write(_metrics(0))
+        w.write(with_val)
+    back = load_metrics(path)
+    assert back[0].val_loss is None and back[0].val_acc is None and back[0].lr_scales == []
+    assert back[1].val_loss == 0.75 and back[1].val_acc == 0.5 and back[1].lr_scales == [1.0, 0.1]
+
+
+def test_csv_written_before_the_validation_columns_still_loads(tmp_path: Path):
+    path = tmp_path / "old.csv"
+    old = [n for n in StepMetrics.csv_header() if n not in ("lr_scales", "val_loss", "val_acc")]
+    row = dict(zip(StepMetrics.csv_header(), _metrics(4).csv_row(), strict=True))
+    with path.open("w", newline="") as f:
+        wr = csv.writer(f)
+        wr.writerow(old)
+        wr.writerow([row[n] for n in old])
+    back = load_metrics(path)
+    assert back[0].step == 4 and back[0].val_loss is None and back[0].lr == [1e-3, 1e-4]
+    path.write_text("step,bogus\n1,2\n")
+    with pytest.raises(MetricsError, match="unexpected CSV columns"):
+        load_metrics(path)

@@ -134,3 +134,27 @@ def test_train_warns_when_a_plus_b_changes_the_function(tmp_path, capsys):
     assert rc == 0
     err = capsys.readouterr().err
     assert "warning fc: rule 1: A + B does not equal the loaded weights" in err
+
+
+def test_schedule_validation_and_classes_in_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
+    rc = main(["train", *QUICK, "--steps", "4", "--scheduler", "cosine", "--warmup-steps", "1", "--val-every", "2",
+               "--val-fraction", "0.25", "--lr", "0.01", "--no-progress"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert re.search(r"^classes +10 \(new head: fc\)$", out, re.M)
+    assert re.search(r"^validation +loss \d+\.\d{4}, acc \d+\.\d% \(after step 3, 4 samples\)$", out, re.M)
+    factor = 0.5 * (1 + __import__("math").cos(__import__("math").pi * 2 / 3))
+    assert re.search(rf"^lr +{0.01 * factor:.3g} \(x1\) at the end; cosine, 1 warm-up steps$", out, re.M)
+    rc = main(["train", *QUICK, "--steps", "2", "--val-every", "1", "--val-fraction", "0.25", "--json"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    s = json.loads(out)["summary"]
+    assert s["val_step"] == 1 and isinstance(s["val_loss"], float) and 0 <= s["val_acc"] <= 1
+    assert s["lr"] == [1e-3] and s["lr_scales"] == [1.0] and s["num_classes"] == 10 and s["scheduler"] == "constant"
+
+
+def test_unknown_scheduler_is_one_line_naming_the_field_and_choices(capsys: pytest.CaptureFixture[str]):
+    rc = main(["train", *QUICK, "--steps", "1", "--scheduler", "step"])
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1
+    assert "config field 'scheduler'" in err and "constant, cosine, linear, onecycle" in err

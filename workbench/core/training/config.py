@@ -18,12 +18,14 @@ from typing import Any, Mapping
 from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError
 from workbench.core.suggest import did_you_mean
+from workbench.core.training.schedule import SCHEDULERS
 
 __all__ = [
     "AMP_MODES",
     "DEFAULT_STEPS",
     "NONFINITE_MODES",
     "OPTIMIZERS",
+    "SCHEDULERS",
     "ConfigError",
     "TrainConfig",
 ]
@@ -69,6 +71,10 @@ class TrainConfig:
         lr: base learning rate (each param group gets ``lr * lr_scale``).
         weight_decay: weight decay of every group.
         momentum: momentum of ``sgd_momentum``.
+        scheduler: learning-rate schedule: ``constant`` (default), ``cosine``, ``linear`` or
+            ``onecycle`` (see :func:`workbench.core.training.schedule.lr_factor`); it
+            continues for param groups added by stages and live plan changes.
+        warmup_steps: steps of linear warm-up (``onecycle``: the rising phase; 0 = 30 %).
         steps: optimizer steps to run. With ``epochs`` too, whichever ends first.
         epochs: passes over the dataset. Neither given: :data:`DEFAULT_STEPS` steps.
         device: ``auto`` (cuda > mps > cpu), ``cpu``, ``cuda``, ``cuda:N`` or ``mps``.
@@ -86,6 +92,13 @@ class TrainConfig:
             with a plan change and the last step are always reported).
         save_dir: folder for the end-of-run checkpoint of the trainable state, or None.
         metrics_path: ``*.jsonl`` or ``*.csv`` file for the per-step metrics, or None.
+        val: validation dataset spec (same forms as ``data``; its validation/test split), or
+            None: a held-out split of the training data (``val_fraction`` of it, never
+            trained on) when validation is on.
+        val_every: validate every N steps and at the end. None: only at the end when ``val``
+            is given, no validation otherwise.
+        val_fraction: share of the training data held out for validation when ``val`` is
+            None and ``val_every`` is set (0 < f < 1).
         allow_download: allow downloading pretrained weights missing from the cache.
     """
 
@@ -101,6 +114,8 @@ class TrainConfig:
     lr: float = 1e-3
     weight_decay: float = 0.0
     momentum: float = 0.9
+    scheduler: str = "constant"
+    warmup_steps: int = 0
     steps: int | None = None
     epochs: int | None = None
     device: str = "auto"
@@ -116,6 +131,14 @@ class TrainConfig:
     save_dir: str | None = None
     metrics_path: str | None = None
     allow_download: bool = True
+    val: str | None = None
+    val_every: int | None = None
+    val_fraction: float = 0.1
+
+    @property
+    def validates(self) -> bool:
+        """Validation is on (``val`` or ``val_every`` given)."""
+        return self.val is not None or self.val_every is not None
 
     # ------------------------------------------------------------ validation
     def validate(self) -> "TrainConfig":
@@ -158,7 +181,15 @@ class TrainConfig:
         _positive_int(self, "epochs", optional=True, bad=bad)
         _positive_int(self, "log_every", optional=False, bad=bad)
         _positive_int(self, "torch_threads", optional=True, bad=bad)
-        for name in ("num_workers", "seed"):
+        _positive_int(self, "val_every", optional=True, bad=bad)
+        if self.val is not None and (not isinstance(self.val, str) or not self.val.strip()):
+            raise bad("val", "must be a dataset spec such as 'imagefolder:PATH', or null for a held-out split of the training data")
+        v = self.val_fraction
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < 1:
+            raise bad("val_fraction", f"must be a number between 0 and 1 (exclusive), got {v!r}")
+        self.val_fraction = float(v)
+        self.scheduler = _choice(self, "scheduler", SCHEDULERS, bad, aliases={"one_cycle": "onecycle", "cos": "cosine", "none": "constant"})
+        for name in ("num_workers", "seed", "warmup_steps"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(name, f"must be an integer >= 0, got {v!r}")

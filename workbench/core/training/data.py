@@ -31,6 +31,8 @@ from workbench.core.errors import WorkbenchError
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
+    "SYNTHETIC_DEFAULT_CLASSES",
+    "SYNTHETIC_DEFAULT_LENGTH",
     "DataError",
     "SyntheticImageDataset",
     "SyntheticTextDataset",
@@ -47,6 +49,8 @@ IMAGENET_STD: tuple[float, float, float] = (0.229, 0.224, 0.225)
 
 #: Default number of samples of ``synthetic``.
 SYNTHETIC_DEFAULT_LENGTH = 1024
+#: Classes of ``synthetic`` when the run names no class count (learnable in a few dozen steps).
+SYNTHETIC_DEFAULT_CLASSES = 10
 #: Offset added to sample indices of the validation split of ``synthetic`` so that its
 #: images differ from the training ones (same class patterns, other noise).
 _VAL_INDEX_OFFSET = 1 << 30

@@ -49,13 +49,16 @@ from workbench.core.training import distributed as wdist
 from workbench.core.training import setup as build
 from workbench.core.training.config import TrainConfig
 from workbench.core.errors import first_line
+from workbench.core.plan.readiness import check_plan
+from workbench.core.training.data import dataset_num_classes
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
 from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes
 from workbench.core.training.optim import sync_optimizer
-from workbench.core.plan.readiness import check_plan
+from workbench.core.training.run_folder import RunOutputs
+from workbench.core.training.schedule import LrSchedule
 from workbench.core.training.setup import TrainError, resolve_device
 from workbench.core.training.step import ClassificationLoss, LossFn, StepFailure, TrainStep, clear_grads
-from workbench.core.training.run_folder import RunOutputs
+from workbench.core.training.validation import evaluate
 
 __all__ = [
     "STATUSES",
@@ -149,11 +152,14 @@ class _Window:
     events: list[str] = field(default_factory=list)
     cuda_pairs: int = 0
     last_step: int = 0
+    val_loss: float | None = None
+    val_acc: float | None = None
 
     def clear(self) -> None:
         self.n = self.loss_n = self.cuda_pairs = 0
         self.loss_sum = self.step_time = self.data_time = 0.0
         self.events = []
+        self.val_loss = self.val_acc = None
 
 
 @dataclass
@@ -182,6 +188,11 @@ class _Loop:
     report_data_times: list[float] = field(default_factory=list)
     report_rates: list[float] = field(default_factory=list)
     t_start: float = 0.0
+    val_loss: float | None = None
+    val_acc: float | None = None
+    val_step: int | None = None
+    val_samples: int = 0
+    val_time: float = 0.0
     window: _Window = field(default_factory=_Window)
 
 
@@ -251,7 +262,10 @@ class Trainer:
         self.total_steps = 0
         self.steps_per_epoch: int | None = None
         self.image_size: int | None = None
+        self.num_classes: int | None = None
         self.new_heads: list[str] = []
+        self.val_loader: DataLoader[Any] | None = None
+        self.schedule: LrSchedule | None = None
         self.full_plan = FreezePlan()
         self._fwd: Callable[..., Any] | None = None
         self._sampler: Any = None
@@ -386,13 +400,15 @@ class Trainer:
         plan, self._base_dir = build.load_plan(self._plan_arg if self._plan_arg is not None else cfg.plan)
         self.full_plan = plan
         if self._model_arg is not None:
-            built = build.BuiltModel(self._model_arg)
+            built = build.BuiltModel(self._model_arg, provided=True)
         else:
             built = build.build_model(cfg, plan, trust_pickle=self._trust_pickle)
         self.dataset, self.image_size = build.build_dataset(cfg, built, self._dataset_arg)
         synthetic = self._dataset_arg is None and cfg.data.strip().lower().startswith("synthetic")
         self.new_heads = build.fit_head(cfg, built, self.dataset, synthetic=synthetic)
+        self.dataset, self.val_loader = build.build_validation(cfg, built, self.dataset, self.image_size, self.device)
         model = built.model
+        self.num_classes = dataset_num_classes(self.dataset) or build.head_classes(model)
         model.to(self.device)
         if cfg.channels_last:
             model.to(memory_format=torch.channels_last)
@@ -412,6 +428,7 @@ class Trainer:
         loader = build.build_loader(cfg, self.dataset, self.device, self.dist)
         self.loader, self._sampler = loader.loader, loader.sampler
         self.steps_per_epoch, self.total_steps = loader.steps_per_epoch, loader.total_steps
+        self.schedule = LrSchedule(cfg.scheduler, self.total_steps, cfg.warmup_steps)
         self._probe = MemoryProbe(self.device)
         self._recount()
         self._tree = self.applied.tree
@@ -575,6 +592,7 @@ class Trainer:
             agree=(lambda bad: self._agree(st, bad)) if dist is not None else None,
         )
         win = st.window
+        schedule = self.schedule if self.schedule is not None and self.schedule.active else None
         assert self._probe is not None
         self._probe.reset()
         (self.ddp if self.ddp is not None else self.model).train()
@@ -603,6 +621,8 @@ class Trainer:
                 if evs:
                     win.events.extend(evs)
                     st.state_dirty = True
+            if schedule is not None:
+                schedule.apply(self.optimizer, step)
             # ---- the step
             out = train_step(step, x, y, events_pool[win.cuda_pairs] if cuda else None)
             if out.failure is not None:
@@ -629,15 +649,17 @@ class Trainer:
                 win.step_time += te - out.t_start
             if st.status == "completed":
                 st.step += 1
-            if win.n >= log_every or win.events or st.step >= self.total_steps or st.status != "completed":
+            val_s = self._validate(st, step) if self._validation_due(st) else 0.0
+            if (win.n >= log_every or win.events or st.step >= self.total_steps or st.status != "completed"
+                    or win.val_loss is not None):
                 m, waited = self._report(st, events_pool)
                 self._emit(m)
-                st.overhead += time.perf_counter() - te - waited
+                st.overhead += time.perf_counter() - te - waited - val_s
                 if self.on_metrics is not None:
                     self.on_metrics(m)
                 yield m
             else:
-                st.overhead += time.perf_counter() - te
+                st.overhead += time.perf_counter() - te - val_s
             if st.status != "completed":
                 break
         if win.n:
@@ -646,6 +668,31 @@ class Trainer:
             if self.on_metrics is not None:
                 self.on_metrics(m)
             yield m
+
+    def _validation_due(self, st: _Loop) -> bool:
+        """Validate now: every ``val_every`` steps and after the last step."""
+        if self.val_loader is None or st.status != "completed" or st.step == 0:
+            return False
+        every = self.config.val_every
+        return st.step >= self.total_steps or (every is not None and st.step % every == 0)
+
+    def _validate(self, st: _Loop, step: int) -> float:
+        """One validation pass after ``step``; returns its seconds (not metrics overhead)."""
+        assert self.model is not None and self.val_loader is not None
+        t0 = time.perf_counter()
+        try:
+            v = evaluate(
+                self.model, self.val_loader, self.loss_fn, self.device,
+                amp_dtype=self._amp_dtype, channels_last=self.config.channels_last,
+            )
+        except Exception as e:
+            self._fail(st, e, f"validation after step {step} failed: {type(e).__name__}: {first_line(e)}{hint(e)}")
+            return time.perf_counter() - t0
+        st.window.val_loss = st.val_loss = v.loss
+        st.window.val_acc = st.val_acc = v.acc
+        st.val_step, st.val_samples = step, v.samples
+        st.val_time += v.seconds
+        return time.perf_counter() - t0
 
     def _held_or_stopped(self, st: _Loop) -> bool:
         """The step boundary's controls: True when the run stops here; waits out a pause."""
@@ -726,6 +773,7 @@ class Trainer:
         trainable, frozen, gbytes = self._counts
         total = step_time + data_time
         rate = st.batch_size / total if total > 0 else 0.0
+        groups = self.optimizer.param_groups if self.optimizer is not None else []
         m = StepMetrics(
             step=win.last_step,
             epoch=st.epoch,
@@ -741,13 +789,16 @@ class Trainer:
             frozen_params=frozen,
             grad_bytes=gbytes,
             optimizer_state_bytes=self._opt_bytes,
-            lr=[g["lr"] for g in self.optimizer.param_groups] if self.optimizer is not None else [],
+            lr=[g["lr"] for g in groups],
+            lr_scales=[float(g.get("lr_scale", 1.0)) for g in groups],
             plan_version=self.plan_version,
             events=win.events,
             device=str(self.device),
             batch_size=st.batch_size,
             nonfinite_skipped=st.skipped,
             window=win.n,
+            val_loss=win.val_loss,
+            val_acc=win.val_acc,
         )
         st.report_step_times.append(step_time)
         st.report_data_times.append(data_time)
@@ -818,6 +869,7 @@ class Trainer:
         trainable, frozen, gbytes = self._counts
         peak = self._probe.peak if self._probe is not None else None
         med = statistics.median(st.report_step_times) if st.report_step_times else None
+        groups = self.optimizer.param_groups if self.optimizer is not None else []
         return {
             "steps": st.step,
             "epoch": st.epoch,
@@ -843,6 +895,16 @@ class Trainer:
             "device": str(self.device),
             "world_size": self.dist.info.world_size if self.dist is not None else 1,
             "new_heads": list(self.new_heads),
+            "num_classes": self.num_classes,
+            "scheduler": self.config.scheduler,
+            "warmup_steps": self.config.warmup_steps,
+            "lr": [g["lr"] for g in groups],
+            "lr_scales": [float(g.get("lr_scale", 1.0)) for g in groups],
+            "val_loss": st.val_loss,
+            "val_acc": st.val_acc,
+            "val_step": st.val_step,
+            "val_samples": st.val_samples,
+            "val_time_s": st.val_time,
         }
 
     def _result(self, st: _Loop, verify: Any) -> RunResult:

@@ -78,13 +78,18 @@ class StepMetrics:
         frozen_params: frozen parameter elements.
         grad_bytes: bytes of gradients of the trainable parameters (what backward allocates).
         optimizer_state_bytes: actual bytes held in ``optimizer.state``.
-        lr: learning rate of each optimizer param group.
+        lr: learning rate of each optimizer param group at this step (scheduled).
+        lr_scales: the plan's ``lr_scale`` of each group, in the order of ``lr`` (the key
+            of a group's lr curve: groups come and go with plan changes).
         plan_version: 0 for the starting plan, +1 per plan change in force.
         events: what changed at this step (plan changes, stages), for plot markers.
         device: the device the model trains on (``cuda:0``, ``cpu`` ...).
         batch_size: samples per step on this process.
         nonfinite_skipped: steps skipped so far because the loss was not finite.
         window: how many steps this report covers (``log_every``; 1 by default).
+        val_loss: mean validation loss measured after this step, None when not measured.
+        val_acc: validation top-1 accuracy (0..1) after this step, None when not measured or
+            the task is not classification.
     """
 
     step: int
@@ -102,12 +107,15 @@ class StepMetrics:
     grad_bytes: int
     optimizer_state_bytes: int
     lr: list[float] = field(default_factory=list)
+    lr_scales: list[float] = field(default_factory=list)
     plan_version: int = 0
     events: list[str] = field(default_factory=list)
     device: str = "cpu"
     batch_size: int = 0
     nonfinite_skipped: int = 0
     window: int = 1
+    val_loss: float | None = None
+    val_acc: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data copy (lists copied; a non-finite loss stays a float NaN/inf).
@@ -130,7 +138,7 @@ class StepMetrics:
         row: list[str] = []
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name == "lr":
+            if f.name in _LIST_FIELDS:
                 row.append(_LIST_SEP.join(repr(float(x)) for x in v))
             elif f.name == "events":
                 row.append(_EVENT_SEP.join(v))
@@ -187,6 +195,8 @@ _INT_FIELDS = {
     "nonfinite_skipped", "window",
 }
 _FLOAT_FIELDS = {"loss", "step_time_s", "data_time_s", "samples_per_s", "wall_time"}
+_OPTIONAL_FLOAT_FIELDS = {"val_loss", "val_acc"}
+_LIST_FIELDS = {"lr", "lr_scales"}
 
 
 def _from_csv_row(row: dict[str, str]) -> StepMetrics:
@@ -196,7 +206,9 @@ def _from_csv_row(row: dict[str, str]) -> StepMetrics:
             data[k] = int(v) if v != "" else None
         elif k in _FLOAT_FIELDS:
             data[k] = float(v) if v != "" else math.nan
-        elif k == "lr":
+        elif k in _OPTIONAL_FLOAT_FIELDS:
+            data[k] = float(v) if v != "" else None
+        elif k in _LIST_FIELDS:
             data[k] = [float(x) for x in v.split(_LIST_SEP)] if v else []
         elif k == "events":
             data[k] = v.split(_EVENT_SEP) if v else []
@@ -301,7 +313,8 @@ def load_metrics(path: str | os.PathLike[str]) -> list[StepMetrics]:
     out: list[StepMetrics] = []
     if fmt == "csv":
         reader = csv.DictReader(io.StringIO(text, newline=""))
-        if reader.fieldnames != StepMetrics.csv_header():
+        known = StepMetrics.csv_header()
+        if not reader.fieldnames or any(n not in known for n in reader.fieldnames):
             raise MetricsError(f"{p}: unexpected CSV columns {reader.fieldnames}; was it written by `workbench train`?")
         for i, row in enumerate(reader, start=2):
             try:

@@ -21,8 +21,15 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.training import distributed as wdist
 from workbench.core.training.config import DEFAULT_STEPS, TrainConfig
-from workbench.core.training.data import DataError, dataset_num_classes, make_dataset, make_loader
 from workbench.core.errors import first_line
+from workbench.core.training.data import (
+    SYNTHETIC_DEFAULT_CLASSES,
+    DataError,
+    dataset_num_classes,
+    make_dataset,
+    make_loader,
+)
+from workbench.core.training.validation import ValidationError, holdout_split
 
 __all__ = [
     "BuiltModel",
@@ -30,12 +37,15 @@ __all__ = [
     "TrainError",
     "build_dataset",
     "build_loader",
+    "build_validation",
     "build_model",
     "fit_head",
+    "head_classes",
     "load_plan",
     "make_amp",
     "make_optimizer",
     "resolve_device",
+    "synthetic_classes",
     "weights_transform",
 ]
 
@@ -114,12 +124,15 @@ class BuiltModel:
         name: its registry name, when it has one.
         weights: its weights name, when it has one.
         spec_classes: ``num_classes`` from the model block, when it gives one.
+        provided: the caller handed the model in (its head is only replaced when the run's
+            ``num_classes`` or a file dataset asks for it; synthetic data adapts to it).
     """
 
     model: nn.Module
     name: str | None = None
     weights: str | None = None
     spec_classes: int | None = None
+    provided: bool = False
 
 
 def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = False) -> BuiltModel:
@@ -221,16 +234,106 @@ def build_dataset(
     size = config.image_size or crop_size(member) or _model_input_size(built.name) or 224
     if dataset is not None:
         return dataset, size
-    synthetic = config.data.strip().lower().startswith("synthetic")
+    n = synthetic_classes(config, built, current_num_classes(built.model))
+    return _open_dataset(config, built, config.data, size, n, train=True), size
+
+
+def _open_dataset(config: TrainConfig, built: BuiltModel, spec: str, size: int, classes: int, *, train: bool) -> Dataset[Any]:
+    """A dataset spec opened for the run: real images get the weights' preset transforms."""
+    from workbench.core.models.zoo import weights_member
+
+    member = weights_member(built.name, built.weights)
     transform = None
-    if not synthetic and member is not None:
+    if not spec.strip().lower().startswith("synthetic") and member is not None:
         transform = weights_transform(member, config.image_size)
-    n = config.num_classes or built.spec_classes or current_num_classes(built.model) or 10
     try:
-        ds = make_dataset(config.data, image_size=size, num_classes=n, train=True, transform=transform, seed=config.seed)
+        return make_dataset(spec, image_size=size, num_classes=classes, train=train, transform=transform, seed=config.seed)
     except DataError as e:
         raise TrainError(str(e)) from e
-    return ds, size
+
+
+def build_validation(
+    config: TrainConfig, built: BuiltModel, dataset: Dataset[Any], image_size: int, device: torch.device
+) -> tuple[Dataset[Any], DataLoader[Any] | None]:
+    """The run's training dataset and its validation loader.
+
+    Without validation (neither ``val`` nor ``val_every``) the dataset is returned as it is.
+    With ``val`` the validation data is that spec's validation/test split; without it a
+    held-out split of ``dataset`` (``val_fraction`` of it, seeded) is taken out of training.
+
+    Args:
+        config: the run's settings (``val``, ``val_every``, ``val_fraction``, ``seed``,
+            ``batch_size``).
+        built: the model (for the weights' transforms).
+        dataset: the training dataset.
+        image_size: the run's image size.
+        device: the device (pinned memory for CUDA).
+
+    Returns:
+        ``(training dataset, validation loader or None)``.
+
+    Raises:
+        TrainError: the validation data cannot be provided.
+    """
+    if not config.validates:
+        return dataset, None
+    val: Dataset[Any]
+    if config.val is None:
+        try:
+            dataset, val = holdout_split(dataset, config.val_fraction, config.seed)
+        except ValidationError as e:
+            raise TrainError(str(e)) from None
+    else:
+        classes = dataset_num_classes(dataset) or SYNTHETIC_DEFAULT_CLASSES
+        val = _open_dataset(config, built, config.val, image_size, classes, train=False)
+    try:
+        loader = make_loader(
+            val, config.batch_size, shuffle=False, num_workers=config.num_workers,
+            pin_memory=config.pin_memory if config.pin_memory is not None else device.type == "cuda",
+            seed=config.seed, drop_last=False,
+        )
+    except DataError as e:
+        raise TrainError(f"validation data: {e}") from None
+    return dataset, loader
+
+
+def head_classes(model: nn.Module) -> int | None:
+    """Outputs of the model's classification head, None when it has no recognisable head.
+
+    Args:
+        model: the model.
+
+    Returns:
+        The class count, or None.
+    """
+    from workbench.core.models.zoo import current_num_classes
+
+    return current_num_classes(model)
+
+
+def synthetic_classes(config: TrainConfig, built: BuiltModel, head_classes: int | None) -> int:
+    """How many classes the run's synthetic data has.
+
+    ``num_classes`` of the config or the model block when given. Otherwise
+    :data:`~workbench.core.training.data.SYNTHETIC_DEFAULT_CLASSES` (10): a model the run
+    builds gets a new head of that size (:func:`fit_head`), so the default demo learns
+    instead of spreading 1024 images over ImageNet's 1000 classes; a model handed in keeps
+    its head and the data takes at most that many classes.
+
+    Args:
+        config: the run's settings.
+        built: the model.
+        head_classes: outputs of the model's head, None when unknown.
+
+    Returns:
+        The class count.
+    """
+    given = config.num_classes or built.spec_classes
+    if given:
+        return given
+    if built.provided and head_classes:
+        return min(head_classes, SYNTHETIC_DEFAULT_CLASSES)
+    return SYNTHETIC_DEFAULT_CLASSES
 
 
 def fit_head(config: TrainConfig, built: BuiltModel, dataset: Dataset[Any], *, synthetic: bool) -> list[str]:
@@ -240,7 +343,8 @@ def fit_head(config: TrainConfig, built: BuiltModel, dataset: Dataset[Any], *, s
         config: the run's settings (``num_classes``).
         built: the model (:func:`build_model`); changed in place.
         dataset: the run's dataset.
-        synthetic: the dataset is the config's synthetic one (its class count is not a target).
+        synthetic: the dataset is the config's synthetic one (its class count is a target
+            only for a model the run built, see :func:`synthetic_classes`).
 
     Returns:
         Paths of the heads that were replaced (new, trainable modules).
@@ -252,7 +356,7 @@ def fit_head(config: TrainConfig, built: BuiltModel, dataset: Dataset[Any], *, s
 
     model = built.model
     ds_classes = dataset_num_classes(dataset)
-    target = config.num_classes or built.spec_classes or (None if synthetic else ds_classes)
+    target = config.num_classes or built.spec_classes or (None if synthetic and built.provided else ds_classes)
     new_heads: list[str] = []
     if target is not None and current_num_classes(model) != target:
         try:
