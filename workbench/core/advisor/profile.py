@@ -43,7 +43,7 @@ class OpRecord:
 
     Attributes:
         module: dotted path of the innermost module that ran it (``""`` for the root).
-        flops: forward FLOPs (matmul/conv: torch's formulas; other ops: output elements).
+        flops: forward FLOPs (matmul/conv: torch's formulas; views: 0; other ops: output elements).
         out_bytes: bytes of the outputs that are new tensors (views and in-place ops: 0).
         params: names of the parameters the op read (directly or through a view).
     """
@@ -185,7 +185,7 @@ class _Recorder(TorchDispatchMode):
                 flops = int(counter(*args, **kwargs, out_val=out))
             except Exception:  # a formula that does not take these arguments: count elements
                 flops = 0
-        if not flops:
+        if not flops and not getattr(func, "is_view", False):
             flops = sum(t.numel() for t in outs)
         self.ops.append(OpRecord(self.stack[-1], flops, sum(_nbytes(t) for t in new), params))
         return out

@@ -1,0 +1,56 @@
+"""The Pareto front of candidate plans and the chosen one.
+
+A candidate is on the front when no other candidate is at least as good on all three of
+predicted peak memory (lower is better), trainable parameters (more is better) and predicted
+step time (lower is better), and better on one. The chosen plan is the one that trains the
+most parameters within the memory budget (ties: the smaller peak, then the faster step).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Sequence
+
+__all__ = ["Point", "choose", "pareto_front"]
+
+
+class Point(NamedTuple):
+    """A candidate's coordinates: predicted peak bytes, trainable parameters, step ratio."""
+
+    peak_bytes: int
+    trainable_params: int
+    step_ratio: float
+
+
+def _dominates(a: Point, b: Point) -> bool:
+    at_least = a.peak_bytes <= b.peak_bytes and a.trainable_params >= b.trainable_params and a.step_ratio <= b.step_ratio
+    return at_least and a != b
+
+
+def pareto_front(points: Sequence[Point]) -> list[int]:
+    """Indices of the points no other point dominates, in input order.
+
+    Equal points are all kept (they are equally good).
+
+    Args:
+        points: the candidates' coordinates.
+
+    Returns:
+        The indices on the front.
+    """
+    return [i for i, p in enumerate(points) if not any(_dominates(q, p) for q in points)]
+
+
+def choose(points: Sequence[Point], budget_bytes: int) -> int | None:
+    """The index of the point with the most trainable parameters whose peak fits the budget.
+
+    Args:
+        points: the candidates' coordinates.
+        budget_bytes: the memory budget.
+
+    Returns:
+        The index, or None when nothing fits.
+    """
+    fits = [i for i, p in enumerate(points) if p.peak_bytes <= budget_bytes]
+    if not fits:
+        return None
+    return max(fits, key=lambda i: (points[i].trainable_params, -points[i].peak_bytes, -points[i].step_ratio, -i))
