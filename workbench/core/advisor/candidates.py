@@ -6,7 +6,7 @@ parameters and have submodules of their own, in execution order (torchvision Res
 its ``layers``; the ``features`` of a ConvNeXt or an EfficientNet), the sequence is taken
 inside it. Leaf children (a stem convolution, a final norm) are not blocks.
 
-From it: head only; the last k blocks for k = 1..n, each with everything that runs after
+From it: head only; the last k blocks for k = 1..n (n: unless that trains everything), each with everything that runs after
 them (final norm, head); full fine-tuning; and, for models with BatchNorm, each of those
 with BatchNorm kept in eval mode (running statistics, affine parameters still training).
 Every candidate is a :class:`~workbench.core.plan.FreezePlan` valid for the model.
@@ -126,13 +126,16 @@ def generate_candidates(model: nn.Module, profile: ModelProfile) -> list[Candida
     if head:
         rules = [Rule("*", frozen=True)] + [Rule(h, frozen=False) for h in head]
         out.append(Candidate("head only", FreezePlan(rules), "head", 0))
-    for k in range(1, len(blocks)):
+    everything = {n for n, _ in model.named_parameters()}
+    for k in range(1, len(blocks) + 1):
         last = blocks[-k:]
         train = last + [p for p in _after(last[-1], profile, tree) if p not in last]
         train += [h for h in head if not any(h == t or h.startswith(t + ".") for t in train)]
         rules = [Rule("*", frozen=True)] + [Rule(p, frozen=False) for p in train]
         label = f"last {k} block{'s' if k > 1 else ''} ({_span(last)}) + head"
-        out.append(Candidate(label, FreezePlan(rules), "last_k", k))
+        cand = Candidate(label, FreezePlan(rules), "last_k", k)
+        if trainable_names(cand, model) != everything:  # else it is full fine-tuning
+            out.append(cand)
     out.append(Candidate("full fine-tuning", FreezePlan([Rule("*", frozen=False)]), "full", len(blocks)))
     if any(is_batchnorm(m) for m in model.modules()):
         out += [_with_bn_eval(c) for c in out if c.kind != "head"]
