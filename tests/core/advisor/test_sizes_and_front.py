@@ -34,9 +34,21 @@ def test_front_drops_dominated_points_and_keeps_ties():
     assert pareto_front(pts) == [0, 1, 3, 4, 5]
 
 
+def test_front_keeps_points_within_one_percent():
+    pts = [Point(1000, 50, 0.5), Point(995, 50, 0.5), Point(900, 50, 0.5)]
+    assert pareto_front(pts[:2]) == [0, 1]  # 0.5 % less memory: a tie
+    assert pareto_front(pts) == [2]         # 10 % less: dominates both
+
+
 def test_choose_takes_the_most_trainable_within_budget():
     pts = [Point(100, 10, 0.3), Point(200, 50, 0.5), Point(150, 50, 0.6), Point(400, 60, 1.0)]
     assert choose(pts, 399) == 2  # 50 trainable; the smaller peak wins the tie
     assert choose(pts, 400) == 3
     assert choose(pts, 149) == 0
     assert choose(pts, 99) is None
+
+
+def test_choose_prefers_the_earlier_of_near_twins():
+    pts = [Point(1000, 50, 0.5), Point(995, 50, 0.5), Point(990, 50, 0.2)]
+    assert choose(pts[:2], 2000) == 0  # 0.5 % less memory is a tie: the first listed wins
+    assert choose(pts, 2000) == 2      # much faster

@@ -2,7 +2,7 @@
 
 A candidate is on the front when no other candidate is at least as good on all three of
 predicted peak memory (lower is better), trainable parameters (more is better) and predicted
-step time (lower is better), and better on one. The chosen plan is the one that trains the
+step time (lower is better), and better by more than 1 % on one (closer is a tie). The chosen plan is the one that trains the
 most parameters within the memory budget (ties: the smaller peak, then the faster step).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import NamedTuple, Sequence
 
-__all__ = ["Point", "choose", "pareto_front"]
+__all__ = ["TIE_SHARE", "Point", "choose", "pareto_front"]
 
 
 class Point(NamedTuple):
@@ -21,9 +21,19 @@ class Point(NamedTuple):
     step_ratio: float
 
 
+#: Better by less than this share is a tie: predictions are not that precise, and a plan
+#: that differs in kind (BatchNorm in eval mode) should not hide its neighbour by a few bytes.
+TIE_SHARE = 0.01
+
+
 def _dominates(a: Point, b: Point) -> bool:
     at_least = a.peak_bytes <= b.peak_bytes and a.trainable_params >= b.trainable_params and a.step_ratio <= b.step_ratio
-    return at_least and a != b
+    better = (
+        a.peak_bytes < b.peak_bytes * (1 - TIE_SHARE)
+        or a.trainable_params > b.trainable_params * (1 + TIE_SHARE)
+        or a.step_ratio < b.step_ratio * (1 - TIE_SHARE)
+    )
+    return at_least and better
 
 
 def pareto_front(points: Sequence[Point]) -> list[int]:
@@ -49,8 +59,16 @@ def choose(points: Sequence[Point], budget_bytes: int) -> int | None:
 
     Returns:
         The index, or None when nothing fits.
+
+    Example:
+        >>> choose([Point(100, 10, 0.3), Point(200, 50, 0.5)], 150)
+        0
     """
     fits = [i for i, p in enumerate(points) if p.peak_bytes <= budget_bytes]
     if not fits:
         return None
-    return max(fits, key=lambda i: (points[i].trainable_params, -points[i].peak_bytes, -points[i].step_ratio, -i))
+    most = max(points[i].trainable_params for i in fits)
+    best = [i for i in fits if points[i].trainable_params == most]
+    lowest = min(points[i].peak_bytes for i in best)
+    near = [i for i in best if points[i].peak_bytes <= lowest * (1 + TIE_SHARE)]
+    return min(near, key=lambda i: (points[i].step_ratio * (1 - TIE_SHARE) > min(points[j].step_ratio for j in near), i))
