@@ -8,6 +8,11 @@ with every parameter requiring a gradient and records, in execution order:
 - every tensor autograd saves for backward (``saved_tensors_hooks``), once per storage, with
   the op positions that saved it, parameters, buffers and the input batch left out.
 
+Attention (``scaled_dot_product_attention``) runs as the fused kernel CPU and CUDA pick, not
+as the meta device's math fallback that would store the whole attention matrix: during the
+pass the function in ``torch.nn.functional`` is swapped for one that does so on meta tensors
+only (any other caller gets torch's own function).
+
 From that one record the advisor derives, for any choice of trainable parameters, the
 activations kept for backward (only ops from the first trainable parameter on save
 anything: a frozen prefix keeps none) and the relative step time, without running the model
@@ -16,10 +21,11 @@ again. A profile is plain data: it holds no reference to the model.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 from torch import nn
@@ -159,6 +165,12 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+#: Ops without a FLOP formula of their own that compute what another op computes.
+_FLOP_ALIASES = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: torch.ops.aten._scaled_dot_product_flash_attention,
+}
+
+
 class _Recorder(TorchDispatchMode):
     """Counts ops, their FLOPs and the parameters they read, and which module ran them."""
 
@@ -178,7 +190,8 @@ class _Recorder(TorchDispatchMode):
         ))
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         new = [t for t in outs if id(t.untyped_storage()) not in in_storages]
-        counter = flop_registry.get(func.overloadpacket)
+        packet = func.overloadpacket
+        counter = flop_registry.get(_FLOP_ALIASES.get(packet, packet))
         flops = 0
         if counter is not None:
             try:
@@ -189,6 +202,42 @@ class _Recorder(TorchDispatchMode):
             flops = sum(t.numel() for t in outs)
         self.ops.append(OpRecord(self.stack[-1], flops, sum(_nbytes(t) for t in new), params))
         return out
+
+
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+
+
+def _sdpa_as_on_device(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any = None,
+                       dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                       **kwargs: Any) -> torch.Tensor:
+    """``scaled_dot_product_attention`` that, on meta tensors, runs the fused kernel real devices pick.
+
+    On the ``meta`` device sdpa falls back to the math path, which saves the whole attention
+    matrix for backward; CPU and CUDA run a fused kernel (flash / memory-efficient) that saves
+    only the output and the log-sum-exp. The CPU flash op has a meta kernel and saves the same
+    tensors as the CUDA ones. Other devices, and shapes the fused op does not take, go to
+    torch's own function unchanged.
+    """
+    if query.device.type == "meta" and not kwargs.get("enable_gqa") and query.shape[:-2] == key.shape[:-2] == value.shape[:-2]:
+        try:
+            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                query, key, value, float(dropout_p), bool(is_causal), attn_mask=attn_mask, scale=scale
+            )[0]
+        except (RuntimeError, TypeError, ValueError):
+            pass  # a mask or layout the fused op does not take: the math path, as on the device
+    return _SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **kwargs)
+
+
+@contextlib.contextmanager
+def _fused_attention_on_meta() -> Iterator[None]:
+    """Route ``torch.nn.functional.scaled_dot_product_attention`` through :func:`_sdpa_as_on_device`."""
+    functional = torch.nn.functional
+    saved = functional.scaled_dot_product_attention
+    functional.scaled_dot_product_attention = _sdpa_as_on_device
+    try:
+        yield
+    finally:
+        functional.scaled_dot_product_attention = saved
 
 
 def profile_model(
@@ -253,7 +302,7 @@ def profile_model(
         hooks.append(mod.register_forward_pre_hook(pre))
         hooks.append(mod.register_forward_hook(post))
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), recorder:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention_on_meta(), recorder:
             meta(x)
     except Exception as e:
         raise AdvisorError(
@@ -269,7 +318,7 @@ def profile_model(
         for n in op.params:
             uses.setdefault(n, []).append(i)
     params = []
-    for k, name in names.items():
+    for name in names.values():
         p = meta.get_parameter(name)
         u = uses.get(name)
         params.append(ParamRecord(name, name.rpartition(".")[0], p.numel(), _nbytes(p),
