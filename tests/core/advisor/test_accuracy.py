@@ -67,3 +67,18 @@ def test_profile_saved_bytes_match_the_forward_pass(setup):
         out = model(x)
         kept = live.live - out.untyped_storage().nbytes()
     assert sum(s.nbytes for s in prof.saved) == pytest.approx(kept, rel=0.01)
+
+
+def test_attention_is_profiled_as_the_fused_kernel_the_device_runs():
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+    shape = (4, 96, 64)
+    prof = profile_model(layer, shape)
+    x = torch.randn(shape)
+    with LiveTensorBytes() as live:
+        out = layer(x)
+        kept = live.live - out.untyped_storage().nbytes()
+    attention_matrix = 4 * 4 * 96 * 96 * 4  # what the math path would keep per softmax
+    assert sum(s.nbytes for s in prof.saved) == pytest.approx(kept, rel=0.05)
+    assert all(s.nbytes < attention_matrix for s in prof.saved)
+    assert torch.nn.functional.scaled_dot_product_attention.__module__ != "workbench.core.advisor.profile"
