@@ -1,0 +1,81 @@
+"""``workbench advise``: the JSON contract, the table, the choice, and one-line errors."""
+
+import json
+
+import pytest
+
+from workbench.cli import main
+from workbench.core.plan import FreezePlan
+
+SMALL = ["resnet18", "--image-size", "64", "--batch-size", "8", "--device", "cpu"]
+
+
+def _advise(capsys, *extra):
+    rc = main(["advise", *SMALL, *extra])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def test_json_contract(capsys, resnet18):
+    rc, out, _ = _advise(capsys, "--memory", "180MB", "--json")
+    assert rc == 0
+    data = json.loads(out)
+    assert set(data) == {"budget_bytes", "candidates", "chosen"}
+    assert data["budget_bytes"] == 180 * 10**6
+    for c in data["candidates"]:
+        assert set(c) == {"name", "plan", "predicted", "trainable_params", "fits"}
+        assert set(c["predicted"]) == {"peak_bytes", "step_ratio"}
+        assert c["fits"] == (c["predicted"]["peak_bytes"] <= data["budget_bytes"])
+        plan = FreezePlan.from_dict(c["plan"])  # a freeze plan v1
+        assert c["plan"]["format"] == "freeze-plan" and c["plan"]["version"] == 1
+        plan.validate(resnet18, strict=True)
+    chosen = data["candidates"][data["chosen"]]
+    assert chosen["fits"]
+    assert chosen["trainable_params"] == max(c["trainable_params"] for c in data["candidates"] if c["fits"])
+    # 180 MB fits head only and layer4 (~173 MB) with AdamW at this size, not full fine-tuning (~206 MB)
+    assert not all(c["fits"] for c in data["candidates"])
+    assert chosen["name"].startswith("last 1 block (layer4)")
+
+
+def test_table_marks_the_chosen_plan(capsys):
+    rc, out, _ = _advise(capsys, "--memory", "1GB")
+    assert rc == 0
+    chosen = [line for line in out.splitlines() if line.startswith("→")]
+    assert len(chosen) == 1 and "full fine-tuning" in chosen[0]
+    assert "chosen: full fine-tuning" in out
+
+
+def test_measure_adds_measured_cost(capsys):
+    rc, out, _ = _advise(capsys, "--memory", "1GB", "--optimizer", "sgd", "--measure", "2", "--json")
+    assert rc == 0
+    data = json.loads(out)
+    for c in data["candidates"]:
+        m = c["measured"]
+        assert set(m) == {"peak_bytes", "step_ratio"} and m["peak_bytes"] > 0 and m["step_ratio"] > 0
+        assert abs(c["predicted"]["peak_bytes"] - m["peak_bytes"]) <= 0.15 * m["peak_bytes"], c["name"]
+
+
+def test_budget_below_the_weights_is_one_line_with_the_smallest_that_works(capsys):
+    rc, out, err = _advise(capsys, "--memory", "10MB")
+    assert rc == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1
+    assert "below the model's own weights" in lines[0] and "smallest plan needs about" in lines[0]
+
+
+def test_nothing_fits_says_what_would(capsys):
+    rc, out, err = _advise(capsys, "--memory", "50MB", "--json")
+    assert rc == 1
+    assert json.loads(out)["chosen"] is None
+    assert "no candidate fits" in err and "smallest needs about" in err
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [(["advise", "resnet18", "--memory", "lots"], "not understood"),
+     (["advise", "resnet19", "--memory", "8GB"], "resnet19")],
+)
+def test_bad_input_is_one_line(argv, words, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and words in err and "Traceback" not in err

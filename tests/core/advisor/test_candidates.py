@@ -1,0 +1,116 @@
+"""Candidates come from the model's structure, are valid plans, and predict sane costs."""
+
+import pytest
+import torch
+import torchvision
+
+from workbench.core.advisor.candidates import block_sequence, generate_candidates, trainable_names
+from workbench.core.advisor.memory import estimate_memory
+from workbench.core.advisor.predict import step_ratio
+from workbench.core.advisor.profile import AdvisorError, profile_model
+from workbench.core.plan import FreezePlan
+
+
+def _meta(name: str) -> torch.nn.Module:
+    with torch.device("meta"):
+        return torchvision.models.get_model(name, weights=None)
+
+
+@pytest.fixture(scope="module")
+def r18():
+    model = torchvision.models.resnet18(weights=None)
+    return model, profile_model(model, (8, 3, 64, 64))
+
+
+@pytest.fixture(scope="module")
+def vit():
+    model = _meta("vit_b_16")
+    return model, profile_model(model, (2, 3, 224, 224))
+
+
+def test_resnet_blocks_are_its_stages(r18):
+    model, prof = r18
+    assert block_sequence(model, prof) == ["layer1", "layer2", "layer3", "layer4"]
+
+
+def test_vit_blocks_are_its_encoder_layers_in_order(vit):
+    model, prof = vit
+    blocks = block_sequence(model, prof)
+    assert blocks == [f"encoder.layers.encoder_layer_{i}" for i in range(12)]
+
+
+def test_blocks_follow_execution_not_registration_order():
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.late = torch.nn.Sequential(torch.nn.Linear(8, 8))
+            self.early = torch.nn.Sequential(torch.nn.Linear(4, 8))
+            self.fc = torch.nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.fc(self.late(self.early(x)))
+
+    model = Net()
+    assert block_sequence(model, profile_model(model, (3, 4))) == ["early", "late"]
+
+
+@pytest.mark.parametrize("fixture", ["r18", "vit"])
+def test_candidates_are_valid_plans_for_the_model(fixture, request):
+    model, prof = request.getfixturevalue(fixture)
+    cands = generate_candidates(model, prof)
+    kinds = [c.kind for c in cands if not c.bn_eval]
+    assert kinds == ["head"] + ["last_k"] * len(block_sequence(model, prof)) + ["full"]  # the stem makes k = n differ
+    for c in cands:
+        c.plan.validate(model, strict=True)
+        again = FreezePlan.from_dict(c.plan.to_dict())  # schema v1 round trip
+        assert again.to_dict() == c.plan.to_dict()
+    names = {n for n, _ in model.named_parameters()}
+    assert trainable_names(next(c for c in cands if c.kind == "full"), model) == names
+
+
+def test_resnet_candidates_train_what_their_name_says(r18):
+    model, prof = r18
+    cands = {c.name: c for c in generate_candidates(model, prof)}
+    head = trainable_names(cands["head only"], model)
+    assert head == {"fc.weight", "fc.bias"}
+    last1 = trainable_names(cands["last 1 block (layer4) + head"], model)
+    assert last1 == {n for n, _ in model.named_parameters() if n.startswith(("layer4.", "fc."))}
+    bn = cands["last 1 block (layer4) + head · BN eval"]
+    eff = bn.plan.resolve(model)
+    assert eff["layer4.0.bn1"].bn_eval and not eff["layer4.0.bn1"].frozen
+
+
+@pytest.mark.parametrize("fixture", ["r18", "vit"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_more_trainable_blocks_never_predict_less(fixture, optimizer, request):
+    model, prof = request.getfixturevalue(fixture)
+    cands = [c for c in generate_candidates(model, prof) if not c.bn_eval]  # head, last 1..n-1, full
+    peaks, ratios = [], []
+    for c in cands:
+        names = trainable_names(c, model)
+        peaks.append(estimate_memory(prof, names, optimizer=optimizer).peak)
+        ratios.append(step_ratio(prof, names, optimizer))
+    assert peaks == sorted(peaks), peaks
+    assert ratios == sorted(ratios) and ratios[-1] == pytest.approx(1.0)
+
+
+def test_frozen_prefix_keeps_no_activations(r18):
+    model, prof = r18
+    full = estimate_memory(prof, {n for n, _ in model.named_parameters()})
+    head = estimate_memory(prof, {"fc.weight", "fc.bias"})
+    nothing = estimate_memory(prof, set())
+    assert nothing.activations == 0 and nothing.gradients == 0
+    assert head.activations < full.activations / 100
+    assert full.activations == sum(s.nbytes for s in prof.saved)
+
+
+def test_profile_is_shape_only_and_leaves_the_model_alone(r18):
+    model, prof = r18
+    assert all(p.device.type == "cpu" for p in model.parameters())
+    assert prof.param_bytes == sum(p.numel() * 4 for p in model.parameters())
+    assert prof.total_flops > 2 * 1.8e9 * (64 / 224) ** 2 * 8 * 0.9  # resnet18: 1.8 GMACs at 224 px
+
+
+def test_a_model_that_rejects_the_input_is_one_error():
+    with pytest.raises(AdvisorError, match="image-size"):
+        profile_model(torch.nn.Linear(4, 2), (2, 3, 8, 8))

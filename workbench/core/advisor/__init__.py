@@ -1,0 +1,45 @@
+"""The plan advisor: which plans fit a memory budget, and which trains the most.
+
+- :mod:`~workbench.core.advisor.profile`: one shape-only forward pass on the ``meta`` device;
+- :mod:`~workbench.core.advisor.candidates`: candidate plans from the model's block sequence;
+- :mod:`~workbench.core.advisor.memory`: predicted peak memory of a step;
+- :mod:`~workbench.core.advisor.predict`: predicted step time relative to full fine-tuning;
+- :mod:`~workbench.core.advisor.front`: the Pareto front and the chosen plan;
+- :mod:`~workbench.core.advisor.advice`: all of it for one model (:func:`advise`);
+- :mod:`~workbench.core.advisor.measure`: real steps of the front candidates, side by side;
+- :mod:`~workbench.core.advisor.tracking`: live tensor bytes, the measured peak on CPU.
+"""
+
+from workbench.core.advisor.advice import Advice, Assessment, Measured, advise
+from workbench.core.advisor.candidates import Candidate, block_sequence, generate_candidates, trainable_names
+from workbench.core.advisor.front import Point, choose, pareto_front
+from workbench.core.advisor.memory import MemoryEstimate, estimate_memory
+from workbench.core.advisor.predict import step_flops, step_ratio
+from workbench.core.advisor.profile import AdvisorError, ModelProfile, meta_copy, profile_model
+from workbench.core.advisor.sizes import parse_size
+from workbench.core.advisor.tracking import LiveTensorBytes, storage_bytes
+
+__all__ = [
+    "Advice",
+    "AdvisorError",
+    "Assessment",
+    "Candidate",
+    "LiveTensorBytes",
+    "Measured",
+    "MemoryEstimate",
+    "ModelProfile",
+    "Point",
+    "advise",
+    "block_sequence",
+    "choose",
+    "estimate_memory",
+    "generate_candidates",
+    "meta_copy",
+    "pareto_front",
+    "parse_size",
+    "profile_model",
+    "step_flops",
+    "step_ratio",
+    "storage_bytes",
+    "trainable_names",
+]

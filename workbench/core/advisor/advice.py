@@ -1,0 +1,175 @@
+"""The advisor: candidate plans for a model, their predicted cost, the front and the choice.
+
+:func:`advise` profiles the model once on the ``meta`` device (twice when BatchNorm-eval
+variants need their own pass), generates the candidates from its structure, predicts each
+one's peak memory and step time, and picks the plan that trains the most within the budget.
+:meth:`Advice.to_dict` is the JSON contract of ``workbench advise --json``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from workbench.core.advisor.candidates import Candidate, generate_candidates, trainable_names
+from workbench.core.advisor.front import Point, choose, pareto_front
+from workbench.core.advisor.memory import MemoryEstimate, estimate_memory
+from workbench.core.advisor.predict import step_ratio
+from workbench.core.advisor.profile import AdvisorError, profile_model
+from workbench.core.formatting import fmt_bytes
+
+__all__ = ["Advice", "Assessment", "Measured", "advise"]
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a few real training steps of a candidate cost.
+
+    Attributes:
+        peak_bytes: measured peak (CUDA: ``max_memory_allocated``; CPU: live tensor bytes).
+        step_ratio: median step time relative to full fine-tuning.
+        step_ms: median step time in milliseconds.
+    """
+
+    peak_bytes: int
+    step_ratio: float
+    step_ms: float
+
+
+@dataclass
+class Assessment:
+    """A candidate with its predicted (and possibly measured) cost.
+
+    Attributes:
+        candidate: the candidate plan.
+        memory: the predicted memory breakdown.
+        step_ratio: predicted step time relative to full fine-tuning.
+        trainable_params: parameters the plan trains.
+        fits: the predicted peak is within the budget.
+        measured: the measured cost, once :func:`~workbench.core.advisor.measure.measure_front` ran.
+    """
+
+    candidate: Candidate
+    memory: MemoryEstimate
+    step_ratio: float
+    trainable_params: int
+    fits: bool
+    measured: Measured | None = None
+
+    @property
+    def point(self) -> Point:
+        """Coordinates for the Pareto front."""
+        return Point(self.memory.peak, self.trainable_params, self.step_ratio)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The candidate entry of the JSON contract."""
+        d: dict[str, Any] = {
+            "name": self.candidate.name,
+            "plan": self.candidate.plan.to_dict(),
+            "predicted": {"peak_bytes": self.memory.peak, "step_ratio": round(self.step_ratio, 4)},
+            "trainable_params": self.trainable_params,
+            "fits": self.fits,
+        }
+        if self.measured is not None:
+            d["measured"] = {"peak_bytes": self.measured.peak_bytes, "step_ratio": round(self.measured.step_ratio, 4)}
+        return d
+
+
+@dataclass
+class Advice:
+    """The advisor's answer.
+
+    Attributes:
+        budget_bytes: the memory budget.
+        assessed: every candidate, least trained first.
+        front: indices into ``assessed`` of the Pareto front, by predicted peak.
+        chosen: index into ``assessed`` of the chosen plan (None: nothing fits).
+        input_shape: the input batch shape the predictions are for.
+    """
+
+    budget_bytes: int
+    assessed: list[Assessment]
+    front: list[int]
+    chosen: int | None
+    input_shape: tuple[int, ...]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def front_assessed(self) -> list[Assessment]:
+        """The candidates on the front, by predicted peak."""
+        return [self.assessed[i] for i in self.front]
+
+    @property
+    def smallest_peak(self) -> int:
+        """The lowest predicted peak of any candidate: the smallest memory that could work."""
+        return min(a.memory.peak for a in self.assessed)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON contract: the front candidates and the index of the chosen one among them.
+
+        Returns:
+            ``{"budget_bytes", "candidates": [...], "chosen": i or None}``.
+        """
+        chosen = self.front.index(self.chosen) if self.chosen is not None else None
+        return {
+            "budget_bytes": self.budget_bytes,
+            "candidates": [a.to_dict() for a in self.front_assessed],
+            "chosen": chosen,
+        }
+
+
+def advise(
+    model: nn.Module,
+    budget_bytes: int,
+    input_shape: tuple[int, ...],
+    *,
+    optimizer: str = "adamw",
+    amp: str = "off",
+    device_type: str = "cpu",
+) -> Advice:
+    """Propose the plans that fit ``budget_bytes`` and choose the one that trains the most.
+
+    Args:
+        model: the model (any device; it is not changed, nothing real is computed).
+        budget_bytes: the memory budget of the device.
+        input_shape: one input batch's shape, e.g. ``(32, 3, 224, 224)``.
+        optimizer: ``sgd``, ``sgd_momentum``, ``adam`` or ``adamw``.
+        amp: ``off``, ``bf16`` or ``fp16``.
+        device_type: ``cpu`` or the accelerator type (``cuda``): decides the optimizer path.
+
+    Returns:
+        The advice.
+
+    Raises:
+        AdvisorError: the budget is below the model's own weights (the message gives the
+            smallest memory that could work); the model cannot be profiled; bad settings.
+    """
+    profile = profile_model(model, input_shape)
+    candidates = generate_candidates(model, profile)
+    bn_profile = profile_model(model, input_shape, bn_eval=True) if any(c.bn_eval for c in candidates) else None
+    assessed: list[Assessment] = []
+    for c in candidates:
+        prof = bn_profile if c.bn_eval and bn_profile is not None else profile
+        names = trainable_names(c, model)
+        mem = estimate_memory(prof, names, optimizer=optimizer, amp=amp, device_type=device_type)
+        count = sum(p.numel for p in prof.params if p.name in names)
+        assessed.append(Assessment(c, mem, step_ratio(prof, names, optimizer), count, mem.peak <= budget_bytes))
+    weights = profile.param_bytes + profile.buffer_bytes
+    if budget_bytes < weights:
+        smallest = min(a.memory.peak for a in assessed)
+        raise AdvisorError(
+            f"a budget of {fmt_bytes(budget_bytes)} is below the model's own weights ({fmt_bytes(weights)}); "
+            f"the smallest plan needs about {fmt_bytes(smallest)} ({smallest} bytes): give at least that much"
+        )
+    points = [a.point for a in assessed]
+    front = sorted(pareto_front(points), key=lambda i: (points[i].peak_bytes, -points[i].trainable_params, i))
+    return Advice(
+        budget_bytes=budget_bytes,
+        assessed=assessed,
+        front=front,
+        chosen=choose(points, budget_bytes),
+        input_shape=tuple(input_shape),
+        settings={"optimizer": optimizer, "amp": amp, "device_type": device_type},
+    )

@@ -1,0 +1,335 @@
+"""One forward pass on the ``meta`` device: what a training step of the model stores and computes.
+
+:func:`profile_model` runs a shape-only copy of the model (no real compute, no real memory)
+with every parameter requiring a gradient and records, in execution order:
+
+- every aten op: the module it ran in, its FLOPs (torch's FLOP formulas; elementwise ops
+  count one per output element), the bytes of its outputs and the parameters it read;
+- every tensor autograd saves for backward (``saved_tensors_hooks``), once per storage, with
+  the op positions that saved it, parameters, buffers and the input batch left out.
+
+Attention (``scaled_dot_product_attention``) runs as the fused kernel CPU and CUDA pick, not
+as the meta device's math fallback that would store the whole attention matrix: during the
+pass the function in ``torch.nn.functional`` is swapped for one that does so on meta tensors
+only (any other caller gets torch's own function).
+
+From that one record the advisor derives, for any choice of trainable parameters, the
+activations kept for backward (only ops from the first trainable parameter on save
+anything: a frozen prefix keeps none) and the relative step time, without running the model
+again. A profile is plain data: it holds no reference to the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import flop_registry
+
+from workbench.core.errors import WorkbenchError
+from workbench.core.models.tree import is_batchnorm
+
+__all__ = ["AdvisorError", "ModelProfile", "OpRecord", "ParamRecord", "SavedStorage", "meta_copy", "profile_model"]
+
+
+class AdvisorError(WorkbenchError):
+    """The advisor cannot answer for this model or these settings; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class OpRecord:
+    """One aten op of the forward pass.
+
+    Attributes:
+        module: dotted path of the innermost module that ran it (``""`` for the root).
+        flops: forward FLOPs (matmul/conv: torch's formulas; views: 0; other ops: output elements).
+        out_bytes: bytes of the outputs that are new tensors (views and in-place ops: 0).
+        params: names of the parameters the op read (directly or through a view).
+    """
+
+    module: str
+    flops: int
+    out_bytes: int
+    params: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class ParamRecord:
+    """A parameter of the profiled model.
+
+    Attributes:
+        name: dotted parameter name (``layer4.1.conv2.weight``).
+        owner: dotted path of the module that registers it.
+        numel: elements.
+        nbytes: bytes (elements x element size of its dtype).
+        first_use: position of the first op that read it (None: never used in forward).
+        last_use: position of the last op that read it.
+    """
+
+    name: str
+    owner: str
+    numel: int
+    nbytes: int
+    first_use: int | None
+    last_use: int | None
+
+
+@dataclass(frozen=True)
+class SavedStorage:
+    """A tensor storage autograd keeps for backward.
+
+    Attributes:
+        nbytes: bytes of the storage.
+        saves: op positions whose backward needs it, ascending.
+    """
+
+    nbytes: int
+    saves: tuple[int, ...]
+
+
+@dataclass
+class ModelProfile:
+    """What one forward pass of a model stores and computes (see the module docstring).
+
+    Attributes:
+        input_shape: shape of the input batch.
+        input_bytes: bytes of the input batch.
+        ops: forward ops in execution order (an op's position is its index).
+        saved: storages saved for backward.
+        params: parameters in registration order (shared tensors once).
+        buffer_bytes: bytes of the buffers (BatchNorm running statistics ...).
+        module_order: module paths in the order they first ran.
+        bn_eval: whether BatchNorm modules ran on running statistics.
+    """
+
+    input_shape: tuple[int, ...]
+    input_bytes: int
+    ops: list[OpRecord] = field(default_factory=list)
+    saved: list[SavedStorage] = field(default_factory=list)
+    params: list[ParamRecord] = field(default_factory=list)
+    buffer_bytes: int = 0
+    module_order: list[str] = field(default_factory=list)
+    bn_eval: bool = False
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes of all parameters."""
+        return sum(p.nbytes for p in self.params)
+
+    @property
+    def total_flops(self) -> int:
+        """Forward FLOPs of the whole model."""
+        return sum(op.flops for op in self.ops)
+
+    def params_of(self, modules: set[str]) -> list[ParamRecord]:
+        """The parameters registered by any of ``modules`` (dotted paths).
+
+        Args:
+            modules: module paths.
+
+        Returns:
+            Their parameters, in registration order.
+        """
+        return [p for p in self.params if p.owner in modules]
+
+
+def meta_copy(model: nn.Module) -> nn.Module:
+    """A copy of ``model`` whose parameters and buffers live on the ``meta`` device.
+
+    Tensors are replaced before copying, so a large model is never duplicated in memory;
+    shared parameters stay shared.
+
+    Args:
+        model: any module, on any device.
+
+    Returns:
+        The copy (``model`` itself is not changed).
+    """
+    memo: dict[int, Any] = {}
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        if id(t) in memo:
+            continue
+        meta = torch.empty_like(t, device="meta")
+        memo[id(t)] = nn.Parameter(meta, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else meta
+    return copy.deepcopy(model, memo)
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    return t.numel() * t.element_size()
+
+
+#: Ops without a FLOP formula of their own that compute what another op computes.
+_FLOP_ALIASES = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: torch.ops.aten._scaled_dot_product_flash_attention,
+}
+
+
+class _Recorder(TorchDispatchMode):
+    """Counts ops, their FLOPs and the parameters they read, and which module ran them."""
+
+    def __init__(self, param_storages: dict[int, str]) -> None:
+        super().__init__()
+        self.param_storages = param_storages
+        self.stack: list[str] = [""]
+        self.ops: list[OpRecord] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        flat_in = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        in_storages = {id(a.untyped_storage()) for a in flat_in}
+        params = tuple(dict.fromkeys(
+            self.param_storages[k] for k in (id(a.untyped_storage()) for a in flat_in) if k in self.param_storages
+        ))
+        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        new = [t for t in outs if id(t.untyped_storage()) not in in_storages]
+        packet = func.overloadpacket
+        counter = flop_registry.get(_FLOP_ALIASES.get(packet, packet))
+        flops = 0
+        if counter is not None:
+            try:
+                flops = int(counter(*args, **kwargs, out_val=out))
+            except Exception:  # a formula that does not take these arguments: count elements
+                flops = 0
+        if not flops and not getattr(func, "is_view", False):
+            flops = sum(t.numel() for t in outs)
+        self.ops.append(OpRecord(self.stack[-1], flops, sum(_nbytes(t) for t in new), params))
+        return out
+
+
+_SDPA = torch.nn.functional.scaled_dot_product_attention
+
+
+def _sdpa_as_on_device(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: Any = None,
+                       dropout_p: float = 0.0, is_causal: bool = False, scale: float | None = None,
+                       **kwargs: Any) -> torch.Tensor:
+    """``scaled_dot_product_attention`` that, on meta tensors, runs the fused kernel real devices pick.
+
+    On the ``meta`` device sdpa falls back to the math path, which saves the whole attention
+    matrix for backward; CPU and CUDA run a fused kernel (flash / memory-efficient) that saves
+    only the output and the log-sum-exp. The CPU flash op has a meta kernel and saves the same
+    tensors as the CUDA ones. Other devices, and shapes the fused op does not take, go to
+    torch's own function unchanged.
+    """
+    if query.device.type == "meta" and not kwargs.get("enable_gqa") and query.shape[:-2] == key.shape[:-2] == value.shape[:-2]:
+        try:
+            return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                query, key, value, float(dropout_p), bool(is_causal), attn_mask=attn_mask, scale=scale
+            )[0]
+        except (RuntimeError, TypeError, ValueError):
+            pass  # a mask or layout the fused op does not take: the math path, as on the device
+    return _SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **kwargs)
+
+
+@contextlib.contextmanager
+def _fused_attention_on_meta() -> Iterator[None]:
+    """Route ``torch.nn.functional.scaled_dot_product_attention`` through :func:`_sdpa_as_on_device`."""
+    functional = torch.nn.functional
+    saved = functional.scaled_dot_product_attention
+    functional.scaled_dot_product_attention = _sdpa_as_on_device
+    try:
+        yield
+    finally:
+        functional.scaled_dot_product_attention = saved
+
+
+def profile_model(
+    model: nn.Module,
+    input_shape: tuple[int, ...],
+    *,
+    bn_eval: bool = False,
+    dtype: torch.dtype | None = None,
+) -> ModelProfile:
+    """Run one forward pass of a meta copy of ``model`` and record what training would store.
+
+    Args:
+        model: the model (any device; it is not changed and nothing real is computed).
+        input_shape: shape of one input batch, e.g. ``(8, 3, 224, 224)``.
+        bn_eval: BatchNorm modules run on running statistics (eval mode).
+        dtype: dtype of the input batch (default: the dtype of the first floating parameter).
+
+    Returns:
+        The profile.
+
+    Raises:
+        AdvisorError: the model cannot run on the ``meta`` device or with that input shape.
+    """
+    meta = meta_copy(model)
+    meta.train()
+    names: dict[int, str] = {}
+    for name, p in meta.named_parameters():
+        p.requires_grad_(True)
+        names.setdefault(id(p.untyped_storage()), name)
+    buffers = {id(b.untyped_storage()): b for b in meta.buffers()}
+    if dtype is None:
+        dtype = next((p.dtype for p in meta.parameters() if p.is_floating_point()), torch.float32)
+    x = torch.empty(input_shape, device="meta", dtype=dtype)
+    recorder = _Recorder(names)
+    first_seen: dict[str, int] = {}
+    saved: dict[int, tuple[int, list[int]]] = {}
+    keep: list[Any] = []  # storages stay referenced so their ids are not reused during the pass
+    skip = set(names) | set(buffers) | {id(x.untyped_storage())}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        st = t.untyped_storage()
+        k = id(st)
+        if k not in skip:
+            if k not in saved:
+                keep.append(st)
+                saved[k] = (st.nbytes(), [])
+            saved[k][1].append(len(recorder.ops))
+        return t
+
+    hooks = []
+    for path, mod in meta.named_modules():
+        if bn_eval and is_batchnorm(mod):
+            mod.eval()
+
+        def pre(_m: nn.Module, _a: Any, path: str = path) -> None:
+            first_seen.setdefault(path, len(recorder.ops))
+            recorder.stack.append(path)
+
+        def post(_m: nn.Module, _a: Any, _o: Any) -> None:
+            recorder.stack.pop()
+
+        hooks.append(mod.register_forward_pre_hook(pre))
+        hooks.append(mod.register_forward_hook(post))
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention_on_meta(), recorder:
+            meta(x)
+    except Exception as e:
+        raise AdvisorError(
+            f"the model could not run a shape-only forward pass with input {tuple(input_shape)}: "
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; check --image-size/--batch-size "
+            "(the model must accept them)"
+        ) from None
+    finally:
+        for h in hooks:
+            h.remove()
+    uses: dict[str, list[int]] = {}
+    for i, op in enumerate(recorder.ops):
+        for n in op.params:
+            uses.setdefault(n, []).append(i)
+    params = []
+    for name in names.values():
+        p = meta.get_parameter(name)
+        u = uses.get(name)
+        params.append(ParamRecord(name, name.rpartition(".")[0], p.numel(), _nbytes(p),
+                                  u[0] if u else None, u[-1] if u else None))
+    return ModelProfile(
+        input_shape=tuple(input_shape),
+        input_bytes=_nbytes(x),
+        ops=recorder.ops,
+        saved=[SavedStorage(n, tuple(s)) for n, s in saved.values()],
+        params=params,
+        buffer_bytes=sum(_nbytes(b) for b in buffers.values()),
+        module_order=sorted(first_seen, key=lambda p: first_seen[p]),
+        bn_eval=bn_eval,
+    )
