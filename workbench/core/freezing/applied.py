@@ -746,16 +746,25 @@ class AppliedPlan:
         self._snap(fresh=False)
         return diff
 
-    def verify(self) -> VerifyReport:
+    def verify(self, steps: int | None = None) -> VerifyReport:
         """Prove the plan held: frozen tensors bit-identical, eval-BN stats unchanged.
 
-        Trainable tensors that did not change are reported as warnings.
+        Trainable tensors that did not change are reported as warnings, except BatchNorm
+        affine parameters and, when ``steps`` says so, after too few steps to tell (see
+        :func:`workbench.core.checks.verify.compare`).
+
+        Args:
+            steps: optimizer steps since the plan was applied or last updated, when known.
 
         Returns:
             The report (``report.ok`` is False on any frozen change).
         """
         self._check_alive()
-        return compare(self._snapshot, self._categories())
+        quiet = {
+            f"{path}.{short}" if path else short
+            for path, node in self.tree.nodes.items() if node.is_bn for short in node.param_names
+        }
+        return compare(self._snapshot, self._categories(), quiet=quiet, steps=steps)
 
     def remove(self, merge: bool = True) -> None:
         """Put the model back as it was before the plan.
