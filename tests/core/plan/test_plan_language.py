@@ -60,3 +60,13 @@ def test_new_keys_round_trip():
     plan = FreezePlan.from_dict(raw)
     assert [r.to_dict() for r in plan.rules] == raw["rules"]
     assert FreezePlan.from_json(plan.to_json()).to_dict() == plan.to_dict()
+
+
+def test_lint_does_not_call_bitfit_nothing_trainable():
+    from workbench.core.checks.lint import lint_plan
+
+    tree = ModelTree.from_model(_mlp())
+    bitfit = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True}, {"select": "param:*.bias", "frozen": False}]})
+    assert "nothing-trainable" not in {f.code for f in lint_plan(bitfit, tree)}
+    frozen = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True}]})
+    assert "nothing-trainable" in {f.code for f in lint_plan(frozen, tree)}
