@@ -25,7 +25,7 @@ from workbench.core.checks.lint import lint_plan
 #: argparse destination -> TrainConfig field, for flags that override a --config file.
 _FIELDS = (
     "model", "weights", "checkpoint", "num_classes", "plan", "data", "image_size", "batch_size",
-    "optimizer", "lr", "weight_decay", "momentum", "steps", "epochs", "device", "amp",
+    "optimizer", "lr", "weight_decay", "no_decay", "momentum", "steps", "epochs", "device", "amp",
     "channels_last", "compile", "num_workers", "pin_memory", "seed", "on_nonfinite",
     "torch_threads", "log_every", "save_dir", "metrics_path",
 )
@@ -43,6 +43,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     p.add_argument("--lr", type=float, help="base learning rate (default 1e-3); groups get lr x lr_scale")
     p.add_argument("--weight-decay", type=float, help="weight decay (default 0)")
+    p.add_argument("--no-decay", choices=("auto", "none"),
+                   help="auto: no weight decay for biases, 1-D params and the model's no_weight_decay() names")
     p.add_argument("--momentum", type=float, help="momentum of sgd_momentum (default 0.9)")
     p.add_argument("--device", help="auto (cuda > mps > cpu), cpu, cuda, cuda:N, mps")
     p.add_argument("--amp", choices=AMP_MODES, help="mixed precision (fp16 uses a GradScaler)")

@@ -68,6 +68,8 @@ class TrainConfig:
         optimizer: ``sgd``, ``sgd_momentum``, ``adam`` or ``adamw``.
         lr: base learning rate (each param group gets ``lr * lr_scale``).
         weight_decay: weight decay of every group.
+        no_decay: ``auto``: no weight decay for biases, 1-D parameters and the model's
+            ``no_weight_decay()`` names (as timm); None: ``weight_decay`` everywhere.
         momentum: momentum of ``sgd_momentum``.
         steps: optimizer steps to run. With ``epochs`` too, whichever ends first.
         epochs: passes over the dataset. Neither given: :data:`DEFAULT_STEPS` steps.
@@ -100,6 +102,7 @@ class TrainConfig:
     optimizer: str = "adamw"
     lr: float = 1e-3
     weight_decay: float = 0.0
+    no_decay: str | None = None
     momentum: float = 0.9
     steps: int | None = None
     epochs: int | None = None
@@ -165,6 +168,10 @@ class TrainConfig:
         self.optimizer = _choice(self, "optimizer", OPTIMIZERS, bad, aliases={"sgdm": "sgd_momentum", "momentum": "sgd_momentum"})
         self.amp = _choice(self, "amp", AMP_MODES, bad, aliases={"none": "off", "no": "off", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"})
         self.on_nonfinite = _choice(self, "on_nonfinite", NONFINITE_MODES, bad, aliases={})
+        if self.no_decay in ("none", ""):
+            self.no_decay = None
+        if self.no_decay not in (None, "auto"):
+            raise bad("no_decay", f"must be \"auto\" or null, got {self.no_decay!r}")
         for name in ("lr", "weight_decay", "momentum"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and v < float("inf")):
