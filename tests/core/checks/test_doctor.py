@@ -440,3 +440,15 @@ def test_dropout_in_a_frozen_subtree_is_flagged_until_eval_locks_it():
     wb.apply_plan(model2, locked)
     model2.train()
     assert not [f for f in doctor.check(model2) if f.code == "dropout-in-frozen"]
+
+
+def test_bitfit_applied_follows_its_plan():
+    import workbench as wb
+
+    model = torchvision.models.resnet18(num_classes=4)
+    plan = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True}, {"select": "param:*.bias", "frozen": False}]})
+    wb.apply_plan(model, plan)
+    model.train()
+    assert "plan-not-applied" not in {f.code for f in doctor.check(model, plan=plan)}
+    model.fc.weight.requires_grad_(True)
+    assert "plan-not-applied" in {f.code for f in doctor.check(model, plan=plan)}

@@ -648,6 +648,7 @@ def _plan_mismatch(
     owner: dict[str, str],
 ) -> list[Finding]:
     eff = plan.resolve(tree)
+    by_param = plan.resolve_params(tree)  # param: rules and lr_decay
     fixed = fixed_parameter_ids(model)
     wrong: dict[str, int] = {}
     universe: dict[str, int] = {}
@@ -657,7 +658,8 @@ def _plan_mismatch(
             continue
         o = owner[name]
         universe[o] = universe.get(o, 0) + 1
-        if p.requires_grad == eff[o].frozen:
+        pe = by_param.get(tree.param_name(name)) or eff[o]
+        if p.requires_grad == pe.frozen:
             wrong[o] = wrong.get(o, 0) + 1
             n += 1
     bn_wrong = []
@@ -665,7 +667,7 @@ def _plan_mismatch(
     for path, node in tree.nodes.items():
         m = model.get_submodule(path) if path else model
         e = eff[path]
-        if node.is_bn and model.training and e.bn_eval and m.training:
+        if model.training and ((node.is_bn and e.bn_eval) or e.eval) and m.training:
             bn_wrong.append(path)
         if e.reparam and e.reparam.mode == "exact" and node.own_params and not a_plus_b_names(m):
             ext_wrong.append(path)
@@ -678,7 +680,7 @@ def _plan_mismatch(
         if n:
             parts.append(f"{n} parameters have requires_grad against the plan ({_names(where)})")
         if bn_wrong:
-            parts.append(f"{len(bn_wrong)} BatchNorm modules the plan keeps in eval are in train mode")
+            parts.append(f"{len(bn_wrong)} modules the plan keeps in eval (bn_eval, eval) are in train mode")
         if ext_wrong:
             parts.append(f"A+B / sub-tensor freezing of the plan is missing on {_names(ext_wrong)}")
         out.append(
