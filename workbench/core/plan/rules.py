@@ -446,8 +446,9 @@ class FreezePlan:
                         node = tree.nodes[p]
                         for short in node.param_names:
                             o = over.get(f"{p}.{short}" if p else short)
-                            for k in wins if o else ():
-                                o.pop(k, None)
+                            if o:
+                                for k in wins:
+                                    o.pop(k, None)
             direct = {k.name: rule.value(k.name) for k in SETTING_KEYS if not k.inherited and rule.sets(k.name)}
             if direct:
                 for p in m.direct(rule.select):
