@@ -164,3 +164,23 @@ def test_unfreezing_a_tied_head_warns_with_the_tie_named_and_counts_once():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         wb.apply_plan(_gpt2(), {"rules": [{"select": "*", "frozen": True}, {"select": "transformer.h", "frozen": False}]})
+
+
+def test_layers_without_timm_follow_the_repeated_blocks():
+    from workbench.core.models.layers import parameter_layers
+
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.BertConfig(
+        vocab_size=50, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, intermediate_size=32,
+        max_position_embeddings=16, num_labels=2,
+    )
+    model = transformers.BertForSequenceClassification(cfg)
+    ids = parameter_layers(model)
+    assert ids["bert.embeddings.word_embeddings.weight"] == 0
+    assert ids["bert.encoder.layer.0.attention.self.query.weight"] == 1
+    assert ids["bert.encoder.layer.2.output.dense.bias"] == 3
+    assert ids["classifier.weight"] == ids["bert.pooler.dense.weight"] == 4
+    scales = {n: e.lr_scale for n, e in FreezePlan.from_dict({"lr_decay": 0.5, "rules": []}).resolve_params(model).items()}
+    assert scales["classifier.weight"] == 1.0 and scales["bert.encoder.layer.2.output.dense.bias"] == 0.5
+    assert scales["bert.embeddings.word_embeddings.weight"] == 0.5 ** 4
+    assert parameter_layers(_resnet())["fc.weight"] > parameter_layers(_resnet())["layer4.0.conv1.weight"]
