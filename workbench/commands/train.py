@@ -26,7 +26,7 @@ from workbench.core.training.run_folder import check_save_folder
 #: argparse destination -> TrainConfig field, for flags that override a --config file.
 _FIELDS = (
     "model", "weights", "checkpoint", "num_classes", "plan", "data", "image_size", "batch_size",
-    "optimizer", "lr", "weight_decay", "momentum", "steps", "epochs", "device", "amp",
+    "optimizer", "lr", "weight_decay", "no_decay", "momentum", "steps", "epochs", "device", "amp",
     "channels_last", "compile", "num_workers", "pin_memory", "seed", "on_nonfinite",
     "torch_threads", "log_every", "save_dir", "metrics_path", "scheduler", "warmup_steps", "val", "val_every",
     "val_fraction",
@@ -45,6 +45,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--optimizer", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     p.add_argument("--lr", type=float, help="base learning rate (default 1e-3); groups get lr x lr_scale")
     p.add_argument("--weight-decay", type=float, help="weight decay (default 0)")
+    p.add_argument("--no-decay", choices=("auto", "none"),
+                   help="auto: no weight decay for biases, 1-D params and the model's no_weight_decay() names")
     p.add_argument("--momentum", type=float, help="momentum of sgd_momentum (default 0.9)")
     p.add_argument("--scheduler", help=f"learning-rate schedule: {', '.join(SCHEDULERS)} (default constant)")
     p.add_argument("--warmup-steps", type=int, help="steps of linear warm-up (onecycle: the rising phase; default 0)")

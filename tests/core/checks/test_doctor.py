@@ -416,3 +416,39 @@ def test_watch_on_cuda_measures_device_memory():
     assert w.memory_kind == "cuda_allocated" and min(w.memory) > 0
     assert [f for f in w.findings() if f.code not in TIMING] == []
     assert doctor.check(model, opt, plan) == []
+
+
+def test_dropout_in_a_frozen_subtree_is_flagged_until_eval_locks_it():
+    timm = pytest.importorskip("timm")
+    import workbench as wb
+
+    model = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2, num_classes=5,
+        drop_path_rate=0.2, proj_drop_rate=0.1, drop_rate=0.3,
+    )
+    plan = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True}, {"select": "head", "frozen": False}]})
+    wb.apply_plan(model, plan)
+    model.train()
+    found = [f for f in doctor.check(model) if f.code == "dropout-in-frozen"]
+    assert len(found) == 1 and found[0].path == "blocks" and '"eval": true' in found[0].fix
+    assert "head_drop" not in found[0].message  # dropout feeding the trainable head is wanted
+    locked = FreezePlan.from_dict({"rules": plan.to_dict()["rules"] + [{"select": "blocks", "eval": True}]})
+    model2 = timm.create_model(
+        "vit_tiny_patch16_224", pretrained=False, img_size=32, patch_size=8, depth=2, num_classes=5,
+        drop_path_rate=0.2, proj_drop_rate=0.1,
+    )
+    wb.apply_plan(model2, locked)
+    model2.train()
+    assert not [f for f in doctor.check(model2) if f.code == "dropout-in-frozen"]
+
+
+def test_bitfit_applied_follows_its_plan():
+    import workbench as wb
+
+    model = torchvision.models.resnet18(num_classes=4)
+    plan = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True}, {"select": "param:*.bias", "frozen": False}]})
+    wb.apply_plan(model, plan)
+    model.train()
+    assert "plan-not-applied" not in {f.code for f in doctor.check(model, plan=plan)}
+    model.fc.weight.requires_grad_(True)
+    assert "plan-not-applied" in {f.code for f in doctor.check(model, plan=plan)}

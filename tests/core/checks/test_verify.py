@@ -43,3 +43,19 @@ def test_verify_after_update_checks_newly_frozen_from_that_moment(resnet18):
     with torch.no_grad():
         resnet18.fc.weight.add_(1.0)
     assert any(v.kind == "frozen_changed" and v.name == "fc.weight" for v in applied.verify().violations)
+
+
+def test_unchanged_bn_affine_and_too_few_steps_are_not_reported(resnet18):
+    applied = wb.apply_plan(resnet18, {"rules": []})
+    fc_before = [t.detach().clone() for t in resnet18.fc.parameters()]
+    with torch.no_grad():  # one real-looking update everywhere except the BatchNorm affine parameters
+        for name, p in resnet18.named_parameters():
+            if "bn" not in name and "downsample.1" not in name:
+                p.add_(1e-3)
+    report = applied.verify()
+    assert not [v for v in report.violations if v.kind == "trainable_unchanged"]
+    with torch.no_grad():
+        for p, before in zip(resnet18.fc.parameters(), fc_before):
+            p.copy_(before)  # fc back to its snapshot: unchanged
+    assert {v.module for v in applied.verify().violations} == {"fc"}
+    assert not applied.verify(steps=2).violations and {v.module for v in applied.verify(steps=50).violations} == {"fc"}

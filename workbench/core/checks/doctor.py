@@ -186,6 +186,7 @@ def check(
     if plan is not None:  # frozen BatchNorm the plan trains on purpose: the linter already says it
         explicit = {p for p, e in plan.resolve(tree).items() if e.bn_eval_explicit and not e.bn_eval}
     out += _bn_findings(model, tree, explicit)
+    out += _dropout_findings(model, tree)
     out += _hook_findings(model, tree, params, owner, probe_hooks)
     out += _tied_findings(model, tree, params, owner, plan)
     if plan is None:
@@ -412,6 +413,49 @@ def _bn_findings(model: nn.Module, tree: ModelTree, explicit_train: set[str]) ->
             )
         )
     return out
+
+
+def _drop_rate(m: nn.Module) -> float:
+    """The drop probability of a Dropout, DropPath or StochasticDepth module (0 for others)."""
+    if isinstance(m, nn.modules.dropout._DropoutNd):
+        return float(m.p)
+    if type(m).__name__ in ("DropPath", "StochasticDepth"):
+        rate = getattr(m, "drop_prob", getattr(m, "p", 0.0))
+        return float(rate) if isinstance(rate, (int, float)) else 0.0
+    return 0.0
+
+
+def _dropout_findings(model: nn.Module, tree: ModelTree) -> list[Finding]:
+    """Dropout (or drop-path) in train mode inside a frozen subtree."""
+    if not model.training:
+        return []
+    noisy: list[str] = []
+    drops: list[str] = []
+    for path, node in tree.nodes.items():
+        parent = node.parent
+        if parent is None:
+            continue
+        m = model.get_submodule(path)
+        if _drop_rate(m) <= 0:
+            continue
+        drops.append(path)
+        if m.training and parent.total_params and not parent.trainable_params:
+            noisy.append(path)
+    if not noisy:
+        return []
+    where = cover_paths(tree, noisy, [p for p in drops if p not in set(noisy)])
+    return [
+        Finding(
+            "dropout-in-frozen",
+            "warning",
+            _common_path(where),
+            f"{len(noisy)} dropout modules run in train mode inside frozen modules: {_names(where)}",
+            "the frozen features are noisy while training and clean at evaluation: what trains after "
+            "them learns on features it never sees at test time",
+            "keep the frozen part in eval mode: a rule with \"eval\": true on it (workbench.apply_plan "
+            "keeps it in eval across model.train())",
+        )
+    ]
 
 
 # ---------------------------------------------------------------------- gradient hooks
@@ -650,6 +694,7 @@ def _plan_mismatch(
     owner: dict[str, str],
 ) -> list[Finding]:
     eff = plan.resolve(tree)
+    by_param = plan.resolve_params(tree)  # param: rules and lr_decay
     fixed = fixed_parameter_ids(model)
     wrong: dict[str, int] = {}
     universe: dict[str, int] = {}
@@ -659,7 +704,8 @@ def _plan_mismatch(
             continue
         o = owner[name]
         universe[o] = universe.get(o, 0) + 1
-        if p.requires_grad == eff[o].frozen:
+        pe = by_param.get(tree.param_name(name)) or eff[o]
+        if p.requires_grad == pe.frozen:
             wrong[o] = wrong.get(o, 0) + 1
             n += 1
     bn_wrong = []
@@ -667,7 +713,7 @@ def _plan_mismatch(
     for path, node in tree.nodes.items():
         m = model.get_submodule(path) if path else model
         e = eff[path]
-        if node.is_bn and model.training and e.bn_eval and m.training:
+        if model.training and ((node.is_bn and e.bn_eval) or e.eval) and m.training:
             bn_wrong.append(path)
         if e.reparam and e.reparam.mode == "exact" and node.own_params and not a_plus_b_names(m):
             ext_wrong.append(path)
@@ -680,7 +726,7 @@ def _plan_mismatch(
         if n:
             parts.append(f"{n} parameters have requires_grad against the plan ({_names(where)})")
         if bn_wrong:
-            parts.append(f"{len(bn_wrong)} BatchNorm modules the plan keeps in eval are in train mode")
+            parts.append(f"{len(bn_wrong)} modules the plan keeps in eval (bn_eval, eval) are in train mode")
         if ext_wrong:
             parts.append(f"A+B / sub-tensor freezing of the plan is missing on {_names(ext_wrong)}")
         out.append(

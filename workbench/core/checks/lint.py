@@ -8,7 +8,7 @@ tree).
 from __future__ import annotations
 
 from workbench.core.checks.findings import Finding
-from workbench.core.plan.readiness import leaves_trainable
+from workbench.core.plan.readiness import plan_leaves_trainable
 from workbench.core.plan.rules import FreezePlan, select_paths
 from workbench.core.models.tree import ModelTree
 
@@ -40,7 +40,7 @@ def lint_plan(plan: FreezePlan, tree: ModelTree, optimizer: str = "adamw") -> li
         )
     eff = plan.resolve(tree)
     nodes = tree.nodes
-    if tree.total_params and not leaves_trainable(eff, tree):
+    if tree.total_params and not plan_leaves_trainable(plan, tree, eff):
         out.append(
             Finding(
                 "nothing-trainable",

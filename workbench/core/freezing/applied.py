@@ -3,13 +3,14 @@
 :func:`install_plan` (behind :func:`workbench.core.freezing.apply.apply_plan` and
 :meth:`FreezePlan.apply`) returns an :class:`AppliedPlan`, a handle that
 
-- sets ``requires_grad`` per parameter from the plan;
-- keeps BatchNorm modules marked ``bn_eval`` in eval mode even after ``model.train()``
-  (their ``train`` is overridden on the instance, so ``model.train()`` cannot undo it and no
-  torch code is patched);
+- sets ``requires_grad`` per parameter from the plan (``param:`` rules included), and warns
+  when a rule asks to train a parameter tied to a frozen one (one tensor, one flag);
+- keeps BatchNorm modules marked ``bn_eval``, and every module marked ``eval``, in eval mode
+  even after ``model.train()`` (their ``train`` is overridden on the instance, so
+  ``model.train()`` cannot undo it and no torch code is patched);
 - installs extensions (A+B reparameterization, sub-tensor freezing) where the plan asks;
-- gives optimizer param groups with only trainable parameters, grouped by ``lr_scale``, each
-  parameter once (by identity);
+- gives optimizer param groups with only trainable parameters, grouped by ``lr_scale`` and
+  weight decay, each parameter once (by identity);
 - counts parameters and the memory of params, grads and optimizer state;
 - re-applies a changed plan to the same model (:meth:`AppliedPlan.update`);
 - proves after training that frozen tensors did not change (:meth:`AppliedPlan.verify`);
@@ -18,8 +19,10 @@
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import types
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
@@ -31,9 +34,9 @@ from workbench.core.checks.verify import Snapshot, VerifyReport, compare_in_forc
 from workbench.core.errors import WorkbenchError
 from workbench.core.freezing import plan_registry
 from workbench.core.freezing import partial, reparam
-from workbench.core.models.tree import ModelTree
+from workbench.core.models.tree import ModelTree, ModuleNode
 from workbench.core.plan.keys import Effective
-from workbench.core.plan.problems import PlanError
+from workbench.core.plan.problems import PlanError, PlanWarning
 from workbench.core.plan.specs import SPECS, check_extensions
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -49,7 +52,10 @@ __all__ = [
     "check_extensions",
     "install_plan",
     "is_bn_eval_locked",
+    "is_eval_locked",
+    "no_decay_names",
     "optimizer_state_factor",
+    "tied_parameters",
 ]
 
 class Installed(Protocol):
@@ -100,26 +106,26 @@ _BY_KEY = {
 INSTALLERS: tuple[Installer, ...] = tuple(_BY_KEY[cls.key] for cls in SPECS)
 
 
-# ---------------------------------------------------------------- BatchNorm eval lock
+# ---------------------------------------------------------------- eval lock (bn_eval, eval)
 def _train_keeping_eval(self: nn.Module, mode: bool = True) -> nn.Module:
-    """``train`` for a BatchNorm the plan keeps in eval mode: always eval."""
+    """``train`` for a module the plan keeps in eval mode: always eval (its children too)."""
     nn.Module.train(self, False)
     return self
 
 
-def _lock_bn_eval(module: nn.Module) -> None:
+def _lock_eval(module: nn.Module) -> None:
     object.__setattr__(module, "train", types.MethodType(_train_keeping_eval, module))
     nn.Module.train(module, False)
 
 
-def _unlock_bn_eval(module: nn.Module, training: bool) -> None:
+def _unlock_eval(module: nn.Module, training: bool) -> None:
     if "train" in module.__dict__:
         object.__delattr__(module, "train")
     nn.Module.train(module, training)
 
 
-def is_bn_eval_locked(module: nn.Module) -> bool:
-    """Whether a plan keeps this module in eval mode across ``model.train()``.
+def is_eval_locked(module: nn.Module) -> bool:
+    """Whether a plan keeps this module in eval mode across ``model.train()`` (``bn_eval`` or ``eval``).
 
     Args:
         module: any module.
@@ -129,6 +135,60 @@ def is_bn_eval_locked(module: nn.Module) -> bool:
     """
     m = module.__dict__.get("train")
     return isinstance(m, types.MethodType) and m.__func__ is _train_keeping_eval
+
+
+def is_bn_eval_locked(module: nn.Module) -> bool:
+    """Whether a plan keeps this module in eval mode across ``model.train()``.
+
+    The name predates the ``eval`` key; it answers for any locked module (see :func:`is_eval_locked`).
+
+    Args:
+        module: any module.
+
+    Returns:
+        True when the workbench locked it in eval mode.
+    """
+    return is_eval_locked(module)
+
+
+def _eval_wanted(e: Effective, is_bn: bool) -> bool:
+    return e.eval or (is_bn and e.bn_eval)
+
+
+# ---------------------------------------------------------------- weight decay, tied weights
+def no_decay_names(model: nn.Module) -> set[str]:
+    """Parameters that get no weight decay with ``no_decay="auto"``: biases, 1-D (and 0-D)
+    tensors and the names (fnmatch patterns) of the model's ``no_weight_decay()``, as timm's
+    ``param_groups_weight_decay`` excludes them.
+
+    Args:
+        model: the model.
+
+    Returns:
+        Names from ``model.named_parameters()``.
+    """
+    fn = getattr(model, "no_weight_decay", None)
+    listed = set(fn()) if callable(fn) else set()
+    return {
+        n for n, p in model.named_parameters()
+        if p.ndim <= 1 or n.endswith(".bias") or any(fnmatch.fnmatch(n, pat) for pat in listed)
+    }
+
+
+def tied_parameters(model: nn.Module) -> dict[str, list[str]]:
+    """Parameters shared under several names (tied weights such as GPT-2's ``lm_head.weight``
+    and ``transformer.wte.weight``).
+
+    Args:
+        model: the model.
+
+    Returns:
+        ``{name in model.named_parameters(): [the other names of the same tensor]}``.
+    """
+    by_id: dict[int, list[str]] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(p), []).append(n)
+    return {names[0]: names[1:] for names in by_id.values() if len(names) > 1}
 
 
 # ---------------------------------------------------------------- counting
@@ -297,6 +357,8 @@ class PlanDiff:
         reinstalled: module paths whose extensions were removed or installed (their
             parameter objects may be new).
         bn_changed: BatchNorm paths whose eval lock changed.
+        eval_changed: module paths whose ``eval`` setting changed.
+        tree: the model's tree, to name the modules in :meth:`describe` (None: parameter owners).
     """
 
     newly_frozen: list[str] = field(default_factory=list)
@@ -304,37 +366,91 @@ class PlanDiff:
     lr_changed: list[str] = field(default_factory=list)
     reinstalled: list[str] = field(default_factory=list)
     bn_changed: list[str] = field(default_factory=list)
+    eval_changed: list[str] = field(default_factory=list)
+    tree: ModelTree | None = field(default=None, repr=False, compare=False)
 
     @property
     def empty(self) -> bool:
         """Nothing changed."""
-        return not (self.newly_frozen or self.newly_trainable or self.lr_changed or self.reinstalled or self.bn_changed)
+        return not (
+            self.newly_frozen or self.newly_trainable or self.lr_changed or self.reinstalled
+            or self.bn_changed or self.eval_changed
+        )
 
     def describe(self) -> str:
-        """Short text for plot markers and logs."""
+        """Short text for plot markers and logs, naming the modules (``unfroze bert.encoder.layer.2``)."""
         parts = []
         if self.newly_frozen:
-            parts.append(f"froze {_short(self.newly_frozen)}")
+            parts.append(f"froze {self._params(self.newly_frozen)}")
         if self.newly_trainable:
-            parts.append(f"unfroze {_short(self.newly_trainable)}")
+            parts.append(f"unfroze {self._params(self.newly_trainable)}")
         if self.lr_changed:
-            parts.append(f"lr× {_short(self.lr_changed)}")
+            parts.append(f"lr× {self._params(self.lr_changed)}")
         if self.reinstalled:
-            parts.append(f"A+B/partial {_short(self.reinstalled, params=False)}")
+            parts.append(f"A+B/partial {_compact(self.reinstalled)}")
         if self.bn_changed:
-            parts.append(f"BN eval {_short(self.bn_changed, params=False)}")
+            parts.append(f"BN eval {_compact(self.bn_changed)}")
+        if self.eval_changed:
+            parts.append(f"eval {_compact(_outermost(self.eval_changed))}")
         return "; ".join(parts) or "no change"
 
+    def _params(self, names: list[str]) -> str:
+        if self.tree is None:
+            return _compact(sorted({n.rsplit(".", 1)[0] if "." in n else "" for n in names}))
+        return _compact(_whole_modules(self.tree, names))
 
-def _short(names: list[str], params: bool = True) -> str:
-    mods = sorted({n.rsplit(".", 1)[0] if params and "." in n else n for n in names})
+
+def _outermost(paths: list[str]) -> list[str]:
+    """The paths not inside another path of the list."""
+    ps = sorted(set(paths), key=lambda p: (p.count("."), p))
+    out: list[str] = []
+    for p in ps:
+        if not any(q == "" or p.startswith(q + ".") for q in out):
+            out.append(p)
+    return out
+
+
+def _whole_modules(tree: ModelTree, raw_names: list[str]) -> list[str]:
+    """The largest modules every parameter of which is in ``raw_names``, and the owners of the
+    names left over (a change of a few parameters of a module)."""
+    changed = {tree.param_name(n) for n in raw_names}
+    total: dict[str, int] = {}
+    hit: dict[str, int] = {}
+    for name in tree.param_shapes:
+        node: ModuleNode | None = tree.nodes[name.rpartition(".")[0]]
+        inside = name in changed
+        while node is not None:
+            total[node.path] = total.get(node.path, 0) + 1
+            hit[node.path] = hit.get(node.path, 0) + inside
+            node = node.parent
+    whole = [p for p, n in total.items() if n and hit.get(p) == n]
+    out = _outermost(whole)
+    covered = set(out)
+    for name in sorted(changed):
+        owner = name.rpartition(".")[0]
+        if not any(owner == q or q == "" or owner.startswith(q + ".") for q in covered):
+            covered.add(owner)
+            out.append(owner)
+    return sorted(out, key=lambda p: tree.nodes[p].order if p in tree.nodes else 0)
+
+
+def _compact(mods: list[str]) -> str:
+    """Module paths for a label: all when few, else their common prefix and how many."""
+    mods = list(dict.fromkeys(mods))
     if not mods:
         return ""
-    # collapse to common top-level modules when many
-    if len(mods) > 3:
-        tops = sorted({m.split(".")[0] for m in mods})
-        return ", ".join(tops[:3]) + (f" +{len(tops) - 3}" if len(tops) > 3 else "")
-    return ", ".join(m or "(root)" for m in mods)
+    if len(mods) <= 3:
+        return ", ".join(m or "(root)" for m in mods)
+    parts = [m.split(".") for m in mods]
+    prefix: list[str] = []
+    for level in zip(*parts):
+        if len(set(level)) > 1:
+            break
+        prefix.append(level[0])
+    if prefix:
+        return f"{'.'.join(prefix)} ({len(mods)} modules)"
+    tops = sorted({m.split(".")[0] or "(root)" for m in mods})
+    return ", ".join(tops[:3]) + (f" +{len(tops) - 3}" if len(tops) > 3 else "")
 
 
 # ---------------------------------------------------------------- the handle
@@ -353,6 +469,7 @@ class AppliedPlan:
         self.tree = tree
         self.base_dir = base_dir
         self._effective: dict[str, Effective] = {}
+        self._param_effective: dict[str, Effective] = {}  # canonical parameter name -> settings
         self._installed: dict[tuple[str, str], Installed] = {}  # (key, path) -> handle
         self._orig_requires_grad: dict[int, tuple[nn.Parameter, bool]] = {
             id(p): (p, p.requires_grad) for p in model.parameters()
@@ -391,24 +508,50 @@ class AppliedPlan:
                 if diff is not None and path not in diff.reinstalled:
                     diff.reinstalled.append(path)
 
-    def _apply_flags(self, new: dict[str, Effective]) -> None:
+    def _param_settings(self, raw_name: str, module_effective: dict[str, Effective] | None = None) -> Effective:
+        """Settings of a parameter by its name in ``model.named_parameters()``."""
+        hit = self._param_effective.get(self.tree.param_name(raw_name)) if module_effective is None else None
+        return hit if hit is not None else (module_effective or self._effective)[self._owner(raw_name)]
+
+    def _apply_flags(self, new: dict[str, Effective], new_params: dict[str, Effective]) -> None:
         fixed = self._fixed_ids()
         for name, p in self.model.named_parameters():
             if id(p) in fixed:
                 p.requires_grad_(False)
                 continue
-            p.requires_grad_(not new[self._owner(name)].frozen)
-        for path, node in self.tree.nodes.items():
-            if not node.is_bn:
-                continue
+            pe = new_params.get(self.tree.param_name(name)) or new[self._owner(name)]
+            p.requires_grad_(not pe.frozen)
+        # parents before children: unlocking a parent first cannot undo a child's lock
+        for path in sorted(self.tree.nodes, key=lambda q: self.tree.nodes[q].order):
+            want = _eval_wanted(new[path], self.tree.nodes[path].is_bn)
             module = self.model.get_submodule(path)
-            if new[path].bn_eval:
-                if not is_bn_eval_locked(module):
-                    _lock_bn_eval(module)
-            elif is_bn_eval_locked(module):
+            if want:
+                if not is_eval_locked(module):
+                    _lock_eval(module)
+            elif is_eval_locked(module):
                 parent_training = self.model.training if not path else self._parent_training(path)
-                _unlock_bn_eval(module, parent_training)
+                _unlock_eval(module, parent_training)
         self._effective = new
+        self._param_effective = new_params
+        self._warn_tied()
+
+    def _warn_tied(self) -> None:
+        """Warn where rules ask one tensor to train under one name and stay frozen under another."""
+        for first, others in tied_parameters(self.model).items():
+            for other in others:
+                owner = self._owner(other)
+                if self._effective[owner].frozen == self._param_settings(first).frozen:
+                    continue
+                trains = not self._param_settings(first).frozen
+                warnings.warn(
+                    PlanWarning(
+                        f"{other} is tied to {first} (one tensor): the plan {'freezes' if not trains else 'unfreezes'} "
+                        f"{owner or 'the root'} but the tensor follows {first}, so it "
+                        f"{'trains anyway' if trains else 'does not train'}; set 'frozen' the same for "
+                        f"{first.rpartition('.')[0] or 'the root'} and {owner or 'the root'}"
+                    ),
+                    stacklevel=4,
+                )
 
     def _parent_training(self, path: str) -> bool:
         parent = path.rpartition(".")[0]
@@ -425,7 +568,7 @@ class AppliedPlan:
             (trainable if p.requires_grad else frozen)[name] = p
         bn: dict[str, torch.Tensor] = {}
         for path, node in self.tree.nodes.items():
-            if node.is_bn and self._effective[path].bn_eval:
+            if node.is_bn and _eval_wanted(self._effective[path], True):
                 module = self.model.get_submodule(path)
                 for bname, buf in module.named_buffers(recurse=False):
                     if buf is not None:
@@ -473,41 +616,65 @@ class AppliedPlan:
 
     def lr_scale_of(self, param_name: str) -> float:
         """lr_scale in force for a parameter (by its name in ``model.named_parameters()``)."""
-        return self._effective[self._owner(param_name)].lr_scale
+        return self._param_settings(param_name).lr_scale
 
-    def param_groups(self, lr: float, weight_decay: float = 0.0, **extra: Any) -> list[dict[str, Any]]:
-        """Optimizer param groups with only trainable parameters, grouped by ``lr_scale``.
+    def weight_decay_of(self, param_name: str, default: float = 0.0) -> float:
+        """Weight decay a rule sets for a parameter, else ``default``.
+
+        Args:
+            param_name: a name from ``model.named_parameters()``.
+            default: the optimizer's weight decay.
+
+        Returns:
+            The absolute weight decay.
+        """
+        wd = self._param_settings(param_name).weight_decay
+        return default if wd is None else wd
+
+    def param_groups(
+        self, lr: float, weight_decay: float = 0.0, no_decay: str | None = None, **extra: Any
+    ) -> list[dict[str, Any]]:
+        """Optimizer param groups with only trainable parameters, grouped by ``lr_scale`` and
+        weight decay.
 
         Each parameter appears exactly once (by identity). Every group carries ``lr``
         (= ``lr * lr_scale``), ``weight_decay``, ``lr_scale`` and ``param_names``.
 
         Args:
             lr: base learning rate.
-            weight_decay: weight decay for every group.
+            weight_decay: weight decay of the parameters no ``weight_decay`` rule reaches.
+            no_decay: ``"auto"``: weight decay 0 for biases, 1-D parameters and the model's
+                ``no_weight_decay()`` names (see :func:`no_decay_names`), whatever the rules
+                say; None: rules and ``weight_decay`` only.
             **extra: other per-group options (``momentum``, ``betas``...).
 
         Returns:
             A list for ``torch.optim.X(groups)``.
 
         Raises:
-            ValueError: nothing is trainable (the optimizer would have no parameters).
+            ValueError: nothing is trainable (the optimizer would have no parameters), or
+                ``no_decay`` is not None or ``"auto"``.
         """
         self._check_alive()
-        groups: dict[float, dict[str, Any]] = {}
+        if no_decay not in (None, "auto"):
+            raise ValueError(f"no_decay must be None or \"auto\", got {no_decay!r}")
+        skip = no_decay_names(self.model) if no_decay == "auto" else set()
+        groups: dict[tuple[float, float], dict[str, Any]] = {}
         seen: set[int] = set()
         for name, p in self.model.named_parameters():
             if not p.requires_grad or id(p) in seen:
                 continue
             seen.add(id(p))
             scale = self.lr_scale_of(name)
-            g = groups.get(scale)
+            wd = 0.0 if name in skip else self.weight_decay_of(name, weight_decay)
+            g = groups.get((scale, wd))
             if g is None:
-                g = groups[scale] = {
+                g = groups[(scale, wd)] = {
                     "params": [],
                     "param_names": [],
                     "lr": lr * scale,
                     "lr_scale": scale,
-                    "weight_decay": weight_decay,
+                    "weight_decay": wd,
                     **extra,
                 }
             g["params"].append(p)
@@ -517,7 +684,7 @@ class AppliedPlan:
                 "the plan leaves no parameter trainable; unfreeze at least one module "
                 "(e.g. a rule {\"select\": \"fc\", \"frozen\": false})"
             )
-        out = [groups[k] for k in sorted(groups, reverse=True)]
+        out = [groups[k] for k in sorted(groups, key=lambda k: (-k[0], -k[1]))]
         for installer in INSTALLERS:
             handles = self.installed(installer.key)
             if handles and installer.adjust_param_groups is not None:
@@ -560,9 +727,10 @@ class AppliedPlan:
         new = plan.resolve(self.tree)
         before = {n: (id(p), p.requires_grad, self.lr_scale_of(n)) for n, p in self.model.named_parameters()}
         bn_before = {p: e.bn_eval for p, e in self._effective.items() if self.tree.nodes[p].is_bn}
-        diff = PlanDiff()
+        eval_before = {p: e.eval for p, e in self._effective.items()}
+        diff = PlanDiff(tree=self.tree)
         self._install_extensions(new, diff)
-        self._apply_flags(new)
+        self._apply_flags(new, plan.resolve_params(self.tree))
         for n, p in self.model.named_parameters():
             b = before.get(n)
             if b is None or b[0] != id(p):
@@ -576,6 +744,7 @@ class AppliedPlan:
             elif p.requires_grad and b[2] != self.lr_scale_of(n):
                 diff.lr_changed.append(n)
         diff.bn_changed = [p for p, was in bn_before.items() if was != new[p].bn_eval]
+        diff.eval_changed = [p for p, was in eval_before.items() if was != new[p].eval]
         self.plan = plan
         for bucket in self._snapshot.entries.values():  # reinstalled modules: new tensors, new baseline
             for name in [n for n, (m, _) in bucket.items() if m in diff.reinstalled]:
@@ -583,12 +752,17 @@ class AppliedPlan:
         self._snap(fresh=False)
         return diff
 
-    def verify(self) -> VerifyReport:
+    def verify(self, steps: int | None = None) -> VerifyReport:
         """Prove the plan held: frozen tensors bit-identical, eval-BN stats unchanged.
 
-        Trainable tensors that did not change are reported as warnings. Tensors are checked
-        in the categories of the snapshot taken at apply/update time; a ``requires_grad``
-        changed since then is a ``plan_not_in_force`` error.
+        Trainable tensors that did not change are reported as warnings, except BatchNorm
+        affine parameters and, when ``steps`` says so, after too few steps to tell (see
+        :func:`workbench.core.checks.verify.compare`). Tensors are checked in the categories
+        of the snapshot taken at apply/update time; a ``requires_grad`` changed since then is
+        a ``plan_not_in_force`` error.
+
+        Args:
+            steps: optimizer steps since the plan was applied or last updated, when known.
 
         Returns:
             The report (``report.ok`` is False on any frozen change).
@@ -602,8 +776,13 @@ class AppliedPlan:
                 "verify needs real tensors, and this model was built on the meta device (structure only); "
                 "build it with its weights (without --meta) to verify the plan"
             )
+        quiet = {
+            f"{path}.{short}" if path else short
+            for path, node in self.tree.nodes.items() if node.is_bn for short in node.param_names
+        }
         fixed = {n: t for h in self._installed.values() for n, t in h.fixed()}
-        return compare_in_force(self._snapshot, model_tensors(self.model, fixed))  # the plan's snapshot, not requires_grad now
+        # the plan's snapshot, not requires_grad as it is now
+        return compare_in_force(self._snapshot, model_tensors(self.model, fixed), quiet=quiet, steps=steps)
 
     def remove(self, merge: bool = True) -> None:
         """Put the model back as it was before the plan.
@@ -617,11 +796,10 @@ class AppliedPlan:
         for key in reversed([i.key for i in INSTALLERS]):
             for (k, path) in [kp for kp in self._installed if kp[0] == key]:
                 self._installed.pop((k, path)).remove(merge=merge)
-        for path, node in self.tree.nodes.items():
-            if node.is_bn:
-                module = self.model.get_submodule(path)
-                if is_bn_eval_locked(module):
-                    _unlock_bn_eval(module, self._orig_training.get(path, True))
+        for path in self.tree.nodes:
+            module = self.model.get_submodule(path)
+            if is_eval_locked(module):
+                _unlock_eval(module, self._orig_training.get(path, True))
         for p, rg in self._orig_requires_grad.values():
             p.requires_grad_(rg)
         for path, module in self.model.named_modules():
@@ -696,7 +874,7 @@ def install_plan(
     except (ValueError, OSError, KeyError) as e:
         applied.remove(merge=False)
         raise PlanError(str(e)) from e
-    applied._apply_flags(new)
+    applied._apply_flags(new, plan.resolve_params(tree))
     applied._snap(fresh=True)
     plan_registry.register(model, applied)
     return applied

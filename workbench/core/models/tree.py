@@ -21,6 +21,8 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.utils import parametrize
 
+from workbench.core.models.layers import parameter_layers
+
 __all__ = [
     "ModuleNode",
     "ModelTree",
@@ -241,6 +243,11 @@ class ModelTree:
         self.root = root
         self.nodes = nodes
         self.fingerprint = fp
+        #: ``{canonical parameter name: shape}``, each tensor once, in model order.
+        self.param_shapes: dict[str, tuple[int, ...]] = {}
+        #: ``{canonical parameter name: layer index}`` for layer-wise LR decay (see
+        #: :func:`workbench.core.models.layers.parameter_layers`).
+        self.layer_ids: dict[str, int] = {}
 
     @classmethod
     def from_model(cls, model: nn.Module) -> "ModelTree":
@@ -288,7 +295,21 @@ class ModelTree:
         tree = cls(root, nodes, "")
         tree._count(model)
         tree.fingerprint = fingerprint(model)
+        tree.layer_ids = {tree.param_name(raw): i for raw, i in parameter_layers(model).items()}
         return tree
+
+    def param_name(self, raw_param_name: str) -> str:
+        """Canonical dotted name of a parameter (workbench internals folded in).
+
+        Args:
+            raw_param_name: a name from ``model.named_parameters()``
+                (``fc.parametrizations.weight.original`` → ``fc.weight``).
+
+        Returns:
+            The name in the plain model.
+        """
+        node, short = self._owner(raw_param_name)
+        return f"{node.path}.{short}" if node.path else short
 
     def owner_of(self, raw_param_name: str) -> str:
         """Path of the visible module that owns a parameter (workbench internals folded in).
@@ -317,8 +338,10 @@ class ModelTree:
         for node in self.nodes.values():
             node.own_params = node.own_trainable = node.total_params = node.trainable_params = 0
         names: dict[str, list[str]] = {}
+        self.param_shapes = {}
         for raw, p in model.named_parameters():
             node, short = self._owner(raw)
+            self.param_shapes.setdefault(f"{node.path}.{short}" if node.path else short, tuple(p.shape))
             n = p.numel()
             node.own_params += n
             if p.requires_grad:

@@ -23,6 +23,7 @@ from workbench.core.plan.spec_base import ExtensionSpec
 
 __all__ = [
     "INHERITED_KEYS",
+    "PARAM_KEYS",
     "cache_key",
     "RULE_KEYS",
     "RULE_KEY_NAMES",
@@ -61,6 +62,14 @@ def _parse_lr_scale(v: Any) -> float:
     return float(v)
 
 
+def _parse_weight_decay(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"must be a number >= 0 (the absolute weight decay, e.g. 0.05), got {_type_name(v)}")
+    if not math.isfinite(v) or v < 0:
+        raise ValueError(f"must be a finite number >= 0, got {v}; use 0 for no weight decay")
+    return float(v)
+
+
 def _parse_comment(v: Any) -> str:
     if not isinstance(v, str):
         raise ValueError("must be a string")
@@ -96,6 +105,7 @@ class PlanKey:
         follows: the key defaults to the value of this other key (``bn_eval`` follows ``frozen``).
         spec: the typed spec class of an extension key (its value on a rule is an instance).
         show: how a value shows in :meth:`Stage.describe`.
+        per_param: a ``"param:GLOB"`` selector may set the key on single parameters.
     """
 
     name: str
@@ -109,22 +119,45 @@ class PlanKey:
     follows: str | None = None
     spec: type[ExtensionSpec] | None = None
     show: Callable[[Any], str] = str
+    per_param: bool = False
 
+
+#: Keys of the plan language beyond freezing: train/eval behaviour and weight decay.
+_LANGUAGE_KEYS: tuple[PlanKey, ...] = (
+    PlanKey(
+        "eval", "boolean", _parse_bool, True, False,
+        "the modules stay in eval mode across `model.train()` (Dropout, DropPath, BatchNorm, anything "
+        "with train/eval behaviour)",
+    ),
+    PlanKey(
+        "weight_decay", "number >= 0", _parse_weight_decay, True, None,
+        "absolute weight decay of the parameters; absent: the optimizer's", per_param=True,
+    ),
+)
 
 #: Every rule key, in schema (and JSON output) order.
 RULE_KEYS: tuple[PlanKey, ...] = (
     PlanKey(
         "select", "string", str, False, None,
-        '`"*"` (whole model), a dotted module path, an fnmatch glob on paths, or `"type:ClassName"`; required',
+        '`"*"` (whole model), a dotted module path, an fnmatch glob on paths, `"type:ClassName"`, or '
+        '`"param:GLOB"` (an fnmatch glob on dotted parameter names; sets `frozen`, `lr_scale` and '
+        '`weight_decay` per parameter: `"param:*.bias"` is BitFit); required',
         setting=False,
     ),
-    PlanKey("frozen", "boolean", _parse_bool, True, False, "the modules' own parameters do not train"),
+    PlanKey(
+        "frozen", "boolean", _parse_bool, True, False, "the modules' own parameters do not train", per_param=True
+    ),
     PlanKey(
         "bn_eval", "boolean", _parse_bool, True, False,
         "BatchNorm runs on its running statistics (eval mode) while the model trains; absent: follows `frozen`",
         follows="frozen",
     ),
-    PlanKey("lr_scale", "number >= 0", _parse_lr_scale, True, 1.0, "multiplier of the base learning rate"),
+    PlanKey(
+        "lr_scale", "number >= 0", _parse_lr_scale, True, 1.0,
+        "multiplier of the base learning rate; absent: the plan's `lr_decay` for the layer, else 1",
+        per_param=True,
+    ),
+    *_LANGUAGE_KEYS,
     PlanKey(
         "reparam", "object, true or false", ReparamSpec.parse, True, None,
         "A+B: train B in W = A + B with A fixed (see docs/reparam.md); `true` for the defaults, "
@@ -141,6 +174,8 @@ RULE_KEYS: tuple[PlanKey, ...] = (
 RULE_KEY_NAMES: tuple[str, ...] = tuple(k.name for k in RULE_KEYS)
 SETTING_KEYS: tuple[PlanKey, ...] = tuple(k for k in RULE_KEYS if k.setting)
 INHERITED_KEYS: tuple[str, ...] = tuple(k.name for k in SETTING_KEYS if k.inherited)
+#: Keys a ``"param:GLOB"`` selector may set.
+PARAM_KEYS: tuple[str, ...] = tuple(k.name for k in SETTING_KEYS if k.per_param)
 
 
 def rule_key(name: str) -> PlanKey:
@@ -173,6 +208,8 @@ class Effective:
         lr_scale: multiplier of the base learning rate for the module's parameters.
         reparam: the A+B spec, or None.
         partial: the sub-tensor freezing spec, or None.
+        eval: the module stays in eval mode across ``model.train()``.
+        weight_decay: absolute weight decay, or None for the optimizer's.
     """
 
     frozen: bool = False
@@ -181,6 +218,8 @@ class Effective:
     lr_scale: float = 1.0
     reparam: ReparamSpec | None = None
     partial: PartialSpec | None = None
+    eval: bool = False
+    weight_decay: float | None = None
 
 
 def effective_from(state: dict[str, Any]) -> Effective:
@@ -247,4 +286,15 @@ def schema_markdown() -> str:
             default = f"`{json.dumps(k.default)}`"
         inherited = "yes" if k.inherited else ("no (matched modules only)" if k.setting else "—")
         lines.append(f"| `{k.name}` | {k.json_type} | {inherited} | {default} | {k.doc} |")
+    lines += [
+        "",
+        "Top-level keys besides `rules` and `stages`:",
+        "",
+        "| key | JSON type | meaning |",
+        "| --- | --- | --- |",
+        "| `lr_decay` | number in (0, 1] | layer-wise learning-rate decay: a parameter of layer i of L gets "
+        "`lr_scale = lr_decay ** (L - 1 - i)` unless a rule sets `lr_scale`; layers from a timm model's "
+        "`group_matcher` (as timm's `param_groups_layer_decay`), else the repeated blocks in "
+        "registration order |",
+    ]
     return "\n".join(lines) + "\n"

@@ -18,8 +18,9 @@ from typing import Mapping
 
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanProblem
+from workbench.core.plan.selectors import is_param_selector
 
-__all__ = ["NOTHING_TRAINABLE", "PlanReadiness", "check_plan", "leaves_trainable"]
+__all__ = ["NOTHING_TRAINABLE", "PlanReadiness", "check_plan", "leaves_trainable", "plan_leaves_trainable"]
 
 #: The message for a plan under which no parameter trains.
 NOTHING_TRAINABLE = "the plan leaves nothing trainable; keep at least one module unfrozen"
@@ -70,7 +71,11 @@ class PlanReadiness:
         raise PlanError(first + list(self.problems))
 
 
-def leaves_trainable(effective: Mapping[str, Effective], tree: ModelTree) -> bool:
+def leaves_trainable(
+    effective: Mapping[str, Effective],
+    tree: ModelTree,
+    param_effective: Mapping[str, Effective] | None = None,
+) -> bool:
     """Whether resolved settings leave some module with parameters unfrozen.
 
     A module with sub-tensor freezing counts as trainable (its spec keeps part of the
@@ -79,11 +84,30 @@ def leaves_trainable(effective: Mapping[str, Effective], tree: ModelTree) -> boo
     Args:
         effective: ``plan.resolve(tree)``.
         tree: the model's tree.
+        param_effective: ``plan.resolve_params(tree)``, which ``param:`` rules make decide.
 
     Returns:
         True when at least one parameter element trains.
     """
+    if param_effective is not None and tree.param_shapes:
+        return any(not e.frozen for e in param_effective.values())
     return any(node.own_params and not effective[path].frozen for path, node in tree.nodes.items())
+
+
+def plan_leaves_trainable(plan: FreezePlan, tree: ModelTree, effective: Mapping[str, Effective]) -> bool:
+    """:func:`leaves_trainable` for a plan's base rules, ``param:`` rules included.
+
+    Args:
+        plan: the plan.
+        tree: the model's tree.
+        effective: ``plan.resolve(tree)`` (or the caller's resolution, which decides for
+            plans without ``param:`` rules).
+
+    Returns:
+        True when at least one parameter element trains.
+    """
+    by_param = plan.resolve_params(tree) if any(is_param_selector(r.select) for r in plan.rules) else None
+    return leaves_trainable(effective, tree, by_param)
 
 
 def check_plan(
@@ -108,5 +132,5 @@ def check_plan(
     """
     eff = effective if effective is not None else plan.resolve(tree)
     problems = plan.fit_problems(tree)
-    trainable = None if plan.stages else leaves_trainable(eff, tree)
+    trainable = None if plan.stages else plan_leaves_trainable(plan, tree, eff)
     return PlanReadiness(tuple(problems), trainable)

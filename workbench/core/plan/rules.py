@@ -8,7 +8,12 @@ Rules apply in order and a later rule wins for the keys it sets. A rule's ``sele
 - ``"*"`` or ``""``: the root (the whole model);
 - a dotted module path (``"layer4"``): that module and its subtree;
 - an fnmatch glob on dotted paths (``"layer3.*.conv1"``): every matching module and its subtree;
-- ``"type:ClassName"``: every module whose class (or a base class) has that name, and its subtree.
+- ``"type:ClassName"``: every module whose class (or a base class) has that name, and its subtree;
+- ``"param:GLOB"``: the parameters whose dotted names match the fnmatch glob (``"param:*.bias"``),
+  for ``frozen``, ``lr_scale`` and ``weight_decay`` only (:meth:`FreezePlan.resolve_params`).
+
+The plan-level ``lr_decay`` gives each parameter ``lr_scale = lr_decay ** (L - 1 - layer)``
+unless a rule sets ``lr_scale`` for it.
 
 ``frozen``, ``bn_eval``, ``lr_scale`` and ``reparam`` are inherited by the subtree of what a
 rule selects; ``partial`` applies only to the modules the selector matches directly.
@@ -32,6 +37,7 @@ from workbench.core.atomic import atomic_write
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.keys import (
     INHERITED_KEYS,
+    PARAM_KEYS,
     RULE_KEY_NAMES,
     RULE_KEYS,
     SETTING_KEYS,
@@ -41,7 +47,9 @@ from workbench.core.plan.keys import (
     rule_key,
 )
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
-from workbench.core.plan.selectors import as_tree, is_pattern, matcher, select_paths
+from workbench.core.plan.layer_decay import module_scales, parse_lr_decay, parameter_scales
+from workbench.core.plan.param_counts import frozen_elements
+from workbench.core.plan.selectors import PARAM_PREFIX, as_tree, is_param_selector, is_pattern, matcher, select_paths
 from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.core.plan.specs import check_extensions
 from workbench.core.plan.partial_spec import PartialSpec
@@ -67,7 +75,7 @@ __all__ = [
 FORMAT = "freeze-plan"
 VERSION = 1
 
-_TOP_KEYS = {"format", "version", "model", "rules", "stages", "description"}
+_TOP_KEYS = {"format", "version", "model", "rules", "stages", "description", "lr_decay"}
 _MODEL_KEYS = {"source", "name", "weights", "fingerprint", "num_classes", "checkpoint", "arch"}
 _STAGE_KEYS = {"at_step", "at_epoch", "rules", "label"}
 
@@ -89,6 +97,8 @@ class Rule:
     lr_scale: float | None = None
     reparam: ReparamSpec | None = None
     partial: PartialSpec | None = None
+    eval: bool | None = None
+    weight_decay: float | None = None
     comment: str | None = None
     #: ``reparam: false`` in a later rule switches A+B off again (distinct from "not set").
     reparam_off: bool = False
@@ -210,6 +220,14 @@ def _parse_rule(raw: Any, index: int, stage: int | None, problems: list[PlanProb
     elif select.startswith("type:") and not select[5:].strip():
         bad("select", "'type:' needs a class name, e.g. \"type:BatchNorm2d\"")
         ok = False
+    elif is_param_selector(select):
+        if not select[len(PARAM_PREFIX):].strip():
+            bad("select", "'param:' needs a glob on parameter names, e.g. \"param:*.bias\"")
+            ok = False
+        for k in raw:
+            if k in RULE_KEY_NAMES and rule_key(k).setting and k not in PARAM_KEYS and raw[k] is not None:
+                bad(k, f"a \"param:\" selector sets only {', '.join(PARAM_KEYS)}; select the module to set {k!r}")
+                ok = False
     rule = Rule(select=select if isinstance(select, str) else "")
     for key in RULE_KEYS:
         if key.name == "select" or raw.get(key.name) is None:
@@ -241,6 +259,8 @@ class FreezePlan:
     stages: list[Stage] = field(default_factory=list)
     model: dict[str, Any] = field(default_factory=dict)
     description: str | None = None
+    #: layer-wise learning-rate decay in (0, 1]; None: off.
+    lr_decay: float | None = None
 
     # ---------------------------------------------------------------- (de)serialization
     @classmethod
@@ -315,9 +335,15 @@ class FreezePlan:
         if desc is not None and not isinstance(desc, str):
             problems.append(PlanProblem("'description' must be a string", field="description"))
             desc = None
+        lr_decay = data.get("lr_decay")
+        if lr_decay is not None:
+            try:
+                lr_decay = parse_lr_decay(lr_decay)
+            except ValueError as e:
+                problems.append(PlanProblem(str(e), field="lr_decay"))
         if problems:
             raise PlanError(problems, source)
-        return cls(rules=rules, stages=stages, model=dict(model), description=desc)
+        return cls(rules=rules, stages=stages, model=dict(model), description=desc, lr_decay=lr_decay)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as a JSON-ready dict (schema v1)."""
@@ -325,6 +351,8 @@ class FreezePlan:
         if self.description:
             d["description"] = self.description
         d["model"] = dict(self.model)
+        if self.lr_decay is not None:
+            d["lr_decay"] = self.lr_decay
         d["rules"] = [r.to_dict() for r in self.rules]
         if self.stages:
             d["stages"] = [s.to_dict() for s in self.stages]
@@ -400,10 +428,44 @@ class FreezePlan:
         atomic_write(path, text)
 
     # ---------------------------------------------------------------- resolution
+    def _rule_state(self, tree: ModelTree) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+        """The values rules leave: per module path, and per parameter where a later
+        ``param:`` rule overrides its module (a module rule after it wins again)."""
+        m = matcher(tree)
+        state: dict[str, dict[str, Any]] = {p: {} for p in m.paths}
+        over: dict[str, dict[str, Any]] = {}
+        for rule in self.rules:
+            if is_param_selector(rule.select):
+                values = {k: rule.value(k) for k in PARAM_KEYS if rule.sets(k)}
+                for name in m.params(rule.select):
+                    over.setdefault(name, {}).update(values)
+                continue
+            inherited = {k: rule.value(k) for k in INHERITED_KEYS if rule.sets(k)}
+            if inherited:
+                covered = m.covered(rule.select)
+                for p in covered:
+                    state[p].update(inherited)
+                wins = [k for k in inherited if k in PARAM_KEYS]
+                if over and wins:
+                    for p in covered:
+                        node = tree.nodes[p]
+                        for short in node.param_names:
+                            o = over.get(f"{p}.{short}" if p else short)
+                            if o:
+                                for k in wins:
+                                    o.pop(k, None)
+            direct = {k.name: rule.value(k.name) for k in SETTING_KEYS if not k.inherited and rule.sets(k.name)}
+            if direct:
+                for p in m.direct(rule.select):
+                    state[p].update(direct)
+        return state, over
+
     def resolve(self, model_or_tree: nn.Module | ModelTree) -> dict[str, Effective]:
         """Effective settings of every module.
 
-        Selectors that match nothing are ignored here (see :meth:`validate`).
+        Selectors that match nothing are ignored here (see :meth:`validate`). ``param:``
+        rules are not in these (see :meth:`resolve_params`); with ``lr_decay`` a module's
+        ``lr_scale`` is that of its first parameter unless a rule sets it.
 
         Args:
             model_or_tree: the model, or its :class:`ModelTree`.
@@ -412,26 +474,32 @@ class FreezePlan:
             ``{path: Effective}`` for every module of the tree.
         """
         tree = as_tree(model_or_tree)
-        m = matcher(tree)
-        state: dict[str, dict[str, Any]] = {p: {} for p in m.paths}
-        for rule in self.rules:
-            inherited = {k: rule.value(k) for k in INHERITED_KEYS if rule.sets(k)}
-            if inherited:
-                for p in m.covered(rule.select):
-                    state[p].update(inherited)
-            direct = {k.name: rule.value(k.name) for k in SETTING_KEYS if not k.inherited and rule.sets(k.name)}
-            if direct:
-                for p in m.direct(rule.select):
-                    state[p].update(direct)
-        out: dict[str, Effective] = {}
-        cache: dict[tuple, Effective] = {}
-        for p, values in state.items():
-            key = cache_key(values)
-            eff = cache.get(key)
-            if eff is None:
-                eff = cache[key] = effective_from(values)
-            out[p] = eff
-        return out
+        state, _ = self._rule_state(tree)
+        if self.lr_decay is not None:
+            for p, scale in module_scales(tree, self.lr_decay).items():
+                state[p].setdefault("lr_scale", scale)
+        return _effectives(state)
+
+    def resolve_params(self, model_or_tree: nn.Module | ModelTree) -> dict[str, Effective]:
+        """Effective settings of every parameter: its module's, with ``param:`` rules and
+        ``lr_decay`` applied.
+
+        Args:
+            model_or_tree: the model, or its :class:`ModelTree`.
+
+        Returns:
+            ``{canonical parameter name: Effective}`` in model order.
+        """
+        tree = as_tree(model_or_tree)
+        state, over = self._rule_state(tree)
+        scales = parameter_scales(tree, self.lr_decay) if self.lr_decay is not None else {}
+        values: dict[str, dict[str, Any]] = {}
+        for name in tree.param_shapes:
+            v = {**state[name.rpartition(".")[0]], **over.get(name, {})}
+            if name in scales:
+                v.setdefault("lr_scale", scales[name])
+            values[name] = v
+        return _effectives(values)
 
     def effective(self, path: str, model_or_tree: nn.Module | ModelTree) -> Effective:
         """Effective settings of one module.
@@ -459,7 +527,20 @@ class FreezePlan:
 
         def check(rules: list[Rule], stage: int | None) -> None:
             for i, r in enumerate(rules):
-                if not m.direct(r.select):
+                if is_param_selector(r.select):
+                    for k in (k.name for k in SETTING_KEYS if k.name not in PARAM_KEYS and r.sets(k.name)):
+                        problems.append(PlanProblem(
+                            f"a \"param:\" selector sets only {', '.join(PARAM_KEYS)}; select the module to set {k!r}",
+                            i, k, stage,
+                        ))
+                    if m.params(r.select):
+                        continue
+                    sug = m.suggest(r.select)
+                    hint = f"; did you mean {', '.join(repr(s) for s in sug)}?" if sug else (
+                        "; run `workbench inspect` to list the model's parameter names"
+                    )
+                    problems.append(PlanProblem(f"selector {r.select!r} matches no parameter{hint}", i, "select", stage))
+                elif not m.direct(r.select):
                     sug = m.suggest(r.select)
                     hint = f"; did you mean {', '.join(repr(s) for s in sug)}?" if sug else (
                         "; run `workbench inspect` to list the model's module paths"
@@ -529,7 +610,7 @@ class FreezePlan:
         for st in self.stages:
             if st.reached(step, epoch):
                 rules.extend(copy.deepcopy(r) for r in st.rules)
-        return FreezePlan(rules=rules, model=dict(self.model), description=self.description)
+        return FreezePlan(rules=rules, model=dict(self.model), description=self.description, lr_decay=self.lr_decay)
 
     def stage_index(self, step: int, epoch: int = 0) -> int:
         """Number of stages in force at ``step``/``epoch``."""
@@ -621,7 +702,8 @@ class FreezePlan:
         tree = as_tree(model_or_tree)
         eff = self.resolve(tree)
         total = tree.total_params
-        trainable = sum(n.own_params for p, n in tree.nodes.items() if not eff[p].frozen)
+        frozen = frozen_elements(tree, eff, self.resolve_params(tree))
+        trainable = sum(n.own_params - frozen.get(p, 0) for p, n in tree.nodes.items())
         bn_eval = sum(1 for p, n in tree.nodes.items() if n.is_bn and eff[p].bn_eval)
         bn = sum(1 for n in tree.nodes.values() if n.is_bn)
         rp = sum(1 for p, n in tree.nodes.items() if eff[p].reparam and n.own_params)
@@ -668,6 +750,19 @@ class FreezePlan:
         from workbench.core.freezing.observe import observed_plan
 
         return FreezePlan.from_dict(observed_plan(model))
+
+
+def _effectives(state: dict[str, dict[str, Any]]) -> dict[str, Effective]:
+    """``effective_from`` of each value dict, equal settings shared."""
+    out: dict[str, Effective] = {}
+    cache: dict[tuple, Effective] = {}
+    for p, values in state.items():
+        key = cache_key(values)
+        eff = cache.get(key)
+        if eff is None:
+            eff = cache[key] = effective_from(values)
+        out[p] = eff
+    return out
 
 
 def _parse_stage(raw: Any, si: int, problems: list[PlanProblem]) -> Stage | None:

@@ -1,4 +1,5 @@
-"""Selectors: which modules a rule's ``select`` reaches (paths, globs, ``type:ClassName``, ``*``)."""
+"""Selectors: which modules a rule's ``select`` reaches (paths, globs, ``type:ClassName``, ``*``),
+and which parameters a ``param:GLOB`` selector reaches."""
 
 from __future__ import annotations
 
@@ -9,7 +10,22 @@ from torch import nn
 from workbench.core.models.tree import ModelTree
 from workbench.core.suggest import close_matches
 
-__all__ = ["Matcher", "as_tree", "is_pattern", "matcher", "select_paths"]
+__all__ = ["PARAM_PREFIX", "Matcher", "as_tree", "is_param_selector", "is_pattern", "matcher", "select_paths"]
+
+#: Prefix of a parameter selector: ``"param:*.bias"`` (fnmatch on dotted parameter names).
+PARAM_PREFIX = "param:"
+
+
+def is_param_selector(select: str) -> bool:
+    """Whether a selector picks parameters (``"param:GLOB"``) rather than modules.
+
+    Args:
+        select: the selector.
+
+    Returns:
+        True for ``"param:..."``.
+    """
+    return select.startswith(PARAM_PREFIX)
 
 
 def is_pattern(select: str) -> bool:
@@ -21,7 +37,7 @@ def is_pattern(select: str) -> bool:
     Returns:
         False for ``"*"``, ``""`` and plain dotted paths.
     """
-    return select.startswith("type:") or (select not in ("", "*") and any(c in select for c in "*?["))
+    return select.startswith(("type:", PARAM_PREFIX)) or (select not in ("", "*") and any(c in select for c in "*?["))
 
 
 class Matcher:
@@ -31,6 +47,7 @@ class Matcher:
         self.tree = tree
         self._paths = tree.paths()
         self._cache: dict[str, list[str]] = {}
+        self._param_cache: dict[str, list[str]] = {}
 
     @property
     def paths(self) -> list[str]:
@@ -45,6 +62,8 @@ class Matcher:
         tree = self.tree
         if select in ("", "*"):
             hit = [""]
+        elif is_param_selector(select):
+            hit = []
         elif select.startswith("type:"):
             cls = select[5:].strip()
             hit = [p for p in self._paths if cls in tree.nodes[p].type_names]
@@ -55,6 +74,15 @@ class Matcher:
         else:
             hit = []
         self._cache[select] = hit
+        return hit
+
+    def params(self, select: str) -> list[str]:
+        """Parameter names (canonical, in model order) a ``param:GLOB`` selector matches."""
+        hit = self._param_cache.get(select)
+        if hit is None:
+            glob = select[len(PARAM_PREFIX):].strip() if is_param_selector(select) else ""
+            hit = [n for n in self.tree.param_shapes if glob and fnmatch.fnmatchcase(n, glob)]
+            self._param_cache[select] = hit
         return hit
 
     def covered(self, select: str) -> list[str]:
@@ -71,7 +99,11 @@ class Matcher:
         return list(seen)
 
     def suggest(self, select: str) -> list[str]:
-        """Close module paths (or ``type:`` names) for a selector that matches nothing."""
+        """Close module paths (``type:`` names, ``param:`` names) for a selector that matches nothing."""
+        if is_param_selector(select):
+            names = list(self.tree.param_shapes)
+            glob = select[len(PARAM_PREFIX):]
+            return [PARAM_PREFIX + n for n in close_matches(glob, names, n=3, cutoff=0.6)]
         if select.startswith("type:"):
             names = sorted({n.type_name for n in self.tree.nodes.values()})
             return ["type:" + n for n in close_matches(select[5:], names, n=3, cutoff=0.5)]

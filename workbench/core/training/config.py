@@ -70,6 +70,8 @@ class TrainConfig:
         optimizer: ``sgd``, ``sgd_momentum``, ``adam`` or ``adamw``.
         lr: base learning rate (each param group gets ``lr * lr_scale``).
         weight_decay: weight decay of every group.
+        no_decay: ``auto``: no weight decay for biases, 1-D parameters and the model's
+            ``no_weight_decay()`` names (as timm); None: ``weight_decay`` everywhere.
         momentum: momentum of ``sgd_momentum``.
         scheduler: learning-rate schedule: ``constant`` (default), ``cosine``, ``linear`` or
             ``onecycle`` (see :func:`workbench.core.training.schedule.lr_factor`); it
@@ -113,6 +115,7 @@ class TrainConfig:
     optimizer: str = "adamw"
     lr: float = 1e-3
     weight_decay: float = 0.0
+    no_decay: str | None = None
     momentum: float = 0.9
     scheduler: str = "constant"
     warmup_steps: int = 0
@@ -196,6 +199,10 @@ class TrainConfig:
         self.optimizer = _choice(self, "optimizer", OPTIMIZERS, bad, aliases={"sgdm": "sgd_momentum", "momentum": "sgd_momentum"})
         self.amp = _choice(self, "amp", AMP_MODES, bad, aliases={"none": "off", "no": "off", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"})
         self.on_nonfinite = _choice(self, "on_nonfinite", NONFINITE_MODES, bad, aliases={})
+        if self.no_decay in ("none", ""):
+            self.no_decay = None
+        if self.no_decay not in (None, "auto"):
+            raise bad("no_decay", f"must be \"auto\" or null, got {self.no_decay!r}")
         for name in ("lr", "weight_decay", "momentum"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not (v >= 0 and v < float("inf")):

@@ -418,7 +418,7 @@ class Trainer:
         start = plan.at(0, 0)
         self.applied = apply_plan(model, start, base_dir=self._base_dir)
         try:
-            groups = self.applied.param_groups(cfg.lr, cfg.weight_decay)
+            groups = self.applied.param_groups(cfg.lr, cfg.weight_decay, no_decay=cfg.no_decay)
         except ValueError as e:
             self.applied.remove(merge=False)
             raise TrainError(str(e)) from None
@@ -466,7 +466,7 @@ class Trainer:
         if diff.empty:
             return f"{label}: no change"
         cfg = self.config
-        sync_optimizer(self.optimizer, self.applied.param_groups(cfg.lr, cfg.weight_decay))
+        sync_optimizer(self.optimizer, self.applied.param_groups(cfg.lr, cfg.weight_decay, no_decay=cfg.no_decay))
         if self.dist is not None:
             self._wrap()
         self._recount()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, NamedTuple
 
 from workbench.core.freezing.apply import Counts, optimizer_state_factor
-from workbench.core.plan.partial_spec import PartialError, PartialSpec, trainable_fraction
+from workbench.core.plan.param_counts import frozen_elements
 from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.checks.findings import Finding
 from workbench.core.checks.lint import lint_plan
@@ -62,22 +62,6 @@ class NodeState(NamedTuple):
     partial: Mapping[str, Any] | None = None
     partial_below: bool = False
     lr_ignored: bool = False
-
-
-def _partial_frozen(node: ModuleNode, spec: PartialSpec, shapes: Mapping[str, tuple[int, ...]]) -> int:
-    """Elements of a module's own parameters that sub-tensor freezing keeps frozen."""
-    name = f"{node.path}.{spec.param}" if node.path else spec.param
-    shape = shapes.get(name)
-    if not shape:
-        return 0
-    try:
-        frac = trainable_fraction(spec, shape)
-    except PartialError:
-        return 0  # does not fit the tensor: reported as a plan problem
-    numel = 1
-    for d in shape:
-        numel *= d
-    return min(node.own_params, round(numel * (1.0 - frac)))
 
 
 def _reparam_bytes(
@@ -286,6 +270,7 @@ class PlanState:
         """
         optimizer_state_factor(optimizer)  # unknown names fail before any work
         eff = plan.resolve(tree)
+        own_frozen = frozen_elements(tree, eff, plan.resolve_params(tree))  # param: rules, partial
         shapes = param_shapes or {}
         lay = _layout(tree)
         n = len(lay.paths)
@@ -299,13 +284,9 @@ class PlanState:
             e = effs[i]
             own = own_l[i]
             if own:
-                if e.frozen:
-                    fz[i] += own
-                    frozen_bytes += obytes[i]
-                elif e.partial:
-                    f = _partial_frozen(tree.nodes[lay.paths[i]], e.partial, shapes)
-                    fz[i] += f
-                    frozen_bytes += obytes[i] * f // own
+                f = own_frozen.get(lay.paths[i], 0)
+                fz[i] += f
+                frozen_bytes += obytes[i] * f // own
                 if e.reparam:
                     rp[i] += own
                     # A, the fixed copy of the pretrained weights (of the named ones only)
