@@ -16,7 +16,7 @@ import torch
 from workbench.core.advisor.advice import Advice, advise
 from workbench.core.advisor.sizes import parse_size
 from workbench.core.formatting import fmt_bytes, fmt_count
-from workbench.core.models.zoo import build_model, model_input_size
+from workbench.core.models.zoo import build_model, current_num_classes, model_input_size
 from workbench.core.training.config import AMP_MODES, OPTIMIZERS, TrainConfig
 
 
@@ -86,7 +86,9 @@ def run(args: argparse.Namespace) -> int:
     if args.measure is not None:
         from workbench.core.advisor.measure import measure_front
 
-        config = TrainConfig(model=args.model, num_classes=args.num_classes, data="synthetic", image_size=size,
+        # the head the prediction assumed (the engine would otherwise give synthetic data a new 10-class head)
+        classes = args.num_classes or current_num_classes(model)
+        config = TrainConfig(model=args.model, num_classes=classes, data="synthetic", image_size=size,
                              batch_size=args.batch_size, optimizer=args.optimizer, amp=args.amp,
                              device=args.device, allow_download=False)
         measure_front(advice, config, args.measure)

@@ -35,7 +35,8 @@ def setup():
 def test_predicted_peak_within_15_percent_of_measured(setup, name, optimizer):
     model, prof, cands = setup
     cand = cands[name]
-    cfg = TrainConfig(model="resnet18", plan=cand.plan.to_dict(), data="synthetic", image_size=SHAPE[-1],
+    # num_classes: the head the prediction profiled (resnet18's 1000 classes), kept by the run
+    cfg = TrainConfig(model="resnet18", num_classes=1000, plan=cand.plan.to_dict(), data="synthetic", image_size=SHAPE[-1],
                       batch_size=SHAPE[0], optimizer=optimizer, steps=3, device="cpu", allow_download=False).validate()
     trainer = Trainer(cfg)
     trainer.setup()

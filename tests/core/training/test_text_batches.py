@@ -111,3 +111,28 @@ def test_image_batches_and_bad_batches():
         forward_loss(lambda **kw: torch.zeros(1, 3), {"input_ids": x})
     with pytest.raises(WorkbenchError, match="unknown task"):
         task_loss(torch.zeros(2, 3), torch.zeros(2, dtype=torch.long), "regression")
+
+
+@pytest.mark.parametrize("make", [tiny_bert, tiny_gpt2], ids=["bert", "gpt2"])
+def test_workbench_train_runs_a_hugging_face_folder_offline(make, tmp_path):
+    """`workbench train --model hf:DIR`: synthetic tokens, dict batches, HF loss, validation, verify."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.core.models.hf_fixtures import save_folder
+
+    folder = save_folder(make(), tmp_path / "model")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    r = subprocess.run(
+        [sys.executable, "-m", "workbench", "train", "--model", f"hf:{folder}", "--steps", "3", "--batch-size", "4",
+         "--val-every", "3", "--json", "--no-progress"],
+        capture_output=True, text=True, env=env, timeout=600,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    data = json.loads(r.stdout)
+    assert data["status"] == "completed" and data["steps"] == 3, data
+    summary = data["summary"]
+    assert isinstance(summary["val_loss"], float) and summary["val_loss"] == summary["val_loss"]  # measured, finite
+    assert data["verify"]["ok"], data["verify"]

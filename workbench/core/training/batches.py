@@ -23,7 +23,7 @@ from torch import nn
 
 from workbench.core.errors import WorkbenchError
 
-__all__ = ["IGNORE_INDEX", "TASKS", "forward_loss", "move_batch", "task_loss"]
+__all__ = ["IGNORE_INDEX", "TASKS", "batch_size_of", "forward_loss", "move_batch", "task_loss"]
 
 #: Label value that token-level losses skip (the Hugging Face convention).
 IGNORE_INDEX = -100
@@ -31,6 +31,22 @@ IGNORE_INDEX = -100
 TASKS: tuple[str, ...] = ("classification", "causal_lm", "masked_lm")
 
 LossFn = Callable[[Any, torch.Tensor], torch.Tensor]
+
+
+def batch_size_of(inputs: Any) -> int:
+    """Samples in a batch's inputs: a tensor's first dimension, or that of a dict's first tensor.
+
+    Args:
+        inputs: The images tensor, or the mapping of model inputs.
+
+    Returns:
+        The batch size (0 when no tensor is found).
+    """
+    if isinstance(inputs, torch.Tensor):
+        return int(inputs.shape[0]) if inputs.dim() else 1
+    if isinstance(inputs, Mapping):
+        return next((int(v.shape[0]) for v in inputs.values() if isinstance(v, torch.Tensor) and v.dim()), 0)
+    return 0
 
 
 def move_batch(batch: Any, device: torch.device | str, non_blocking: bool = False) -> Any:

@@ -502,6 +502,7 @@ def make_dataset(
     seed: int = 0,
     length: int | None = None,
     channels: int = 3,
+    model: Any = None,
 ) -> Dataset[Any]:
     """Open a dataset from a spec string (see the module docstring for the forms).
 
@@ -517,9 +518,12 @@ def make_dataset(
         length: Number of samples (synthetic), or a deterministic random subset of a file
             dataset; ``None`` for all.
         channels: Channels the model expects; grayscale datasets are converted to it.
+        model: The model to be fed: synthetic data for a text model is token ids within its
+            vocabulary (:func:`synthetic_for_model`) instead of images.
 
     Returns:
-        A map-style dataset yielding ``(image_tensor, label)``.
+        A map-style dataset yielding ``(image_tensor, label)``, or dicts of token tensors
+        (synthetic data for a text model).
 
     Raises:
         DataError: Unknown spec, bad N, missing folder or dataset files.
@@ -545,13 +549,16 @@ def make_dataset(
                 )
             if length is not None:
                 n = min(n, length)
+        offset = 0 if train else _VAL_INDEX_OFFSET
+        if model is not None and text_task_of(model) is not None:
+            return synthetic_for_model(model, n, seed=seed, index_offset=offset)
         return SyntheticImageDataset(
             n,
             image_size,
             num_classes,
             channels=channels,
             seed=seed,
-            index_offset=0 if train else _VAL_INDEX_OFFSET,
+            index_offset=offset,
             transform=transform,
         )
 

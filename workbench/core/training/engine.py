@@ -50,6 +50,7 @@ from workbench.core.training import setup as build
 from workbench.core.training.config import TrainConfig
 from workbench.core.errors import first_line
 from workbench.core.plan.readiness import check_plan
+from workbench.core.training.batches import batch_size_of, move_batch
 from workbench.core.training.data import dataset_num_classes
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
 from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes
@@ -613,7 +614,7 @@ class Trainer:
                 self._fail(st, e, f"loading the batch of step {step} failed: {type(e).__name__}: {first_line(e)}")
                 break
             t1 = time.perf_counter()
-            bs = int(x.shape[0])
+            bs = batch_size_of(x)
             st.batch_size = bs
             # ---- plan boundary: requested plan, stages
             if st.flag_plan or self._pending is not None or self.full_plan.stages:
@@ -735,7 +736,8 @@ class Trainer:
             st.skipped += 1
             st.window.events.append(f"loss {word}: step skipped")
 
-    def _next_batch(self, st: _Loop, channels_last: bool, non_blocking: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def _next_batch(self, st: _Loop, channels_last: bool, non_blocking: bool) -> tuple[Any, torch.Tensor | None]:
+        """The next batch on the device: ``(images, labels)``, or ``(inputs dict, None)`` for text models."""
         assert st.it is not None and self.loader is not None
         try:
             batch = next(st.it)
@@ -745,8 +747,10 @@ class Trainer:
                 self._sampler.set_epoch(st.epoch)
             st.it = iter(self.loader)
             batch = next(st.it)
+        if isinstance(batch, Mapping):  # model(**batch): input_ids, attention_mask, labels, ...
+            return move_batch(batch, self.device, non_blocking), None
         if not isinstance(batch, (list, tuple)) or len(batch) < 2:
-            raise TypeError(f"expected batches of (images, labels), got {type(batch).__name__}")
+            raise TypeError(f"expected batches of (images, labels) or dicts of model inputs, got {type(batch).__name__}")
         x, y = batch[0], batch[1]
         if channels_last and x.dim() == 4:
             x = x.to(self.device, non_blocking=non_blocking, memory_format=torch.channels_last)

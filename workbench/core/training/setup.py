@@ -28,6 +28,7 @@ from workbench.core.training.data import (
     dataset_num_classes,
     make_dataset,
     make_loader,
+    text_task_of,
 )
 from workbench.core.training.validation import ValidationError, holdout_split
 
@@ -247,7 +248,9 @@ def _open_dataset(config: TrainConfig, built: BuiltModel, spec: str, size: int, 
     if not spec.strip().lower().startswith("synthetic") and member is not None:
         transform = weights_transform(member, config.image_size)
     try:
-        return make_dataset(spec, image_size=size, num_classes=classes, train=train, transform=transform, seed=config.seed)
+        return make_dataset(
+            spec, image_size=size, num_classes=classes, train=train, transform=transform, seed=config.seed, model=built.model
+        )
     except DataError as e:
         raise TrainError(str(e)) from e
 
@@ -355,6 +358,8 @@ def fit_head(config: TrainConfig, built: BuiltModel, dataset: Dataset[Any], *, s
     from workbench.core.models.zoo import ModelSourceError, current_num_classes, replace_head
 
     model = built.model
+    if synthetic and text_task_of(model) is not None and not (config.num_classes or built.spec_classes):
+        return []  # synthetic text follows the model's own head (num_labels, vocabulary)
     ds_classes = dataset_num_classes(dataset)
     target = config.num_classes or built.spec_classes or (None if synthetic and built.provided else ds_classes)
     new_heads: list[str] = []

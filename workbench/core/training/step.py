@@ -18,6 +18,7 @@ from typing import Any, Callable, NamedTuple
 import torch
 from torch import nn
 
+from workbench.core.training.batches import forward_loss
 from workbench.core.training.failure_text import oom_message, step_failed_message
 
 __all__ = ["ClassificationLoss", "LossFn", "StepFailure", "StepOutcome", "TrainStep", "clear_grads"]
@@ -150,14 +151,15 @@ class TrainStep:
         self._mps = device.type == "mps"
 
     def __call__(
-        self, step: int, x: torch.Tensor, y: torch.Tensor, events: tuple[Any, Any] | None = None
+        self, step: int, x: Any, y: torch.Tensor | None, events: tuple[Any, Any] | None = None
     ) -> StepOutcome:
         """Run the step.
 
         Args:
             step: the step number (for the hook and messages).
-            x: the inputs, on the device.
-            y: the labels, on the device.
+            x: the inputs, on the device: images, or a mapping of model inputs called as
+                ``model(**x)`` (its ``labels`` make a Hugging Face model compute the loss).
+            y: the labels, on the device; None for a mapping batch.
             events: a pair of CUDA timing events recorded around the compute, or None.
 
         Returns:
@@ -175,11 +177,9 @@ class TrainStep:
             opt.zero_grad(set_to_none=True)
             if self.amp_dtype is not None:
                 with torch.autocast(self.device.type, dtype=self.amp_dtype):
-                    out = self.forward(x)
-                    loss = self.loss_fn(out, y)
+                    loss, out = forward_loss(self.forward, x if y is None else (x, y), self.loss_fn)
             else:
-                out = self.forward(x)
-                loss = self.loss_fn(out, y)
+                loss, out = forward_loss(self.forward, x if y is None else (x, y), self.loss_fn)
             del out
             if scaler is not None:
                 scaler.scale(loss).backward()

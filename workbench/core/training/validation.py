@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Sized
+from collections.abc import Mapping, Sized
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -21,6 +21,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.training.batches import batch_size_of, forward_loss, move_batch
 
 __all__ = ["Validation", "ValidationError", "evaluate", "holdout_split"]
 
@@ -124,16 +125,24 @@ def evaluate(
     try:
         with torch.no_grad(), autocast:
             for batch in loader:
-                x, y = batch[0], batch[1]
-                fmt = torch.channels_last if channels_last and x.dim() == 4 else torch.preserve_format
-                x = x.to(device, memory_format=fmt)
-                y = y.to(device)
-                out = model(x)
-                bs = int(x.shape[0])
-                loss_sum += float(loss_fn(out, y)) * bs
+                if isinstance(batch, Mapping):  # model inputs of a text model, labels inside
+                    inputs = move_batch(batch, device)
+                    y = inputs.get("labels")
+                    loss, out = forward_loss(model, inputs, loss_fn)
+                else:
+                    x, y = batch[0], batch[1]
+                    fmt = torch.channels_last if channels_last and x.dim() == 4 else torch.preserve_format
+                    inputs = x.to(device, memory_format=fmt)
+                    y = y.to(device)
+                    loss, out = forward_loss(model, (inputs, y), loss_fn)
+                bs = batch_size_of(inputs)
+                loss_sum += float(loss) * bs
                 n += bs
                 logits = _logits(out)
-                if classification and logits is not None and logits.dim() == 2 and y.dim() == 1 and not y.is_floating_point():
+                if (
+                    classification and logits is not None and isinstance(y, torch.Tensor)
+                    and logits.dim() == 2 and y.dim() == 1 and not y.is_floating_point()
+                ):
                     correct += int((logits.argmax(1) == y).sum())
                     classified += bs
                 else:
