@@ -24,8 +24,8 @@ from torch import nn
 from workbench.core.models import zoo
 from workbench.core.models.sources import SOURCES, is_structure_only, parse_model_spec, source_of
 from workbench.core.models.spec import ModelSpec
-from workbench.core.plan.rules import FreezePlan
 from workbench.core.models.tree import ModelTree, canonical_parameters, visible_path
+from workbench.core.plan.rules import FreezePlan
 
 __all__ = [
     "DEFAULT_MODEL",

@@ -165,8 +165,10 @@ class ModelSourceBar(QWidget):
         layout.addWidget(self.load_button)
         self.source_box.activated.connect(lambda i: self.select_source(self.source_box.itemData(i)))
         self.model_box.currentIndexChanged.connect(self._refresh_weights)
-        self.model_box.lineEdit().returnPressed.connect(self._commit_typed)
-        self.model_box.lineEdit().textEdited.connect(self._typed_text)
+        edit = self.model_box.lineEdit()
+        assert edit is not None  # an editable combo box has one
+        edit.returnPressed.connect(self._commit_typed)
+        edit.textEdited.connect(self._typed_text)
         self._show_source("torchvision")
         self.set_current({"name": DEFAULT_MODEL})
 
@@ -292,7 +294,9 @@ class ModelSourceBar(QWidget):
         self.model_box.blockSignals(False)
         self._completer.setModel(items)
         self.model_box.setCompleter(self._completer)
-        self.model_box.lineEdit().setPlaceholderText(_PLACEHOLDERS.get(source, ""))
+        edit = self.model_box.lineEdit()
+        if edit is not None:
+            edit.setPlaceholderText(_PLACEHOLDERS.get(source, ""))
         row = SOURCES[source]
         tip = row.description + (" (● opens offline)" if source in ("torchvision", "timm", "hf") else "")
         if row.runs_code:
@@ -389,8 +393,8 @@ class ModelSourceBar(QWidget):
                 self.weights_box.addItem(cached_icon(cached), label, w)
         j = self.weights_box.findData(previous) if previous else -1
         if j < 0 and info is not None:
-            cached = [w for w in info.weights if info.cached.get(w)]
-            j = self.weights_box.findData(cached[0]) if cached else 0
+            in_cache = [w for w in info.weights if info.cached.get(w)]
+            j = self.weights_box.findData(in_cache[0]) if in_cache else 0
         self.weights_box.setCurrentIndex(max(j, 0))
         self.weights_box.blockSignals(False)
 

@@ -28,10 +28,10 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from workbench.core.formatting import fmt_bytes, fmt_count, fmt_percent
 from workbench.core.freezing.apply import Counts
 from workbench.core.models.memory import DTYPE_BYTES, GPU_SIZES, MemoryEstimate
 from workbench.gui.controller import OPTIMIZERS, Controller
-from workbench.core.formatting import fmt_bytes, fmt_count, fmt_percent
 from workbench.gui.plan.state import finding_line
 
 __all__ = ["CostPanel", "MemoryBar", "fit_text"]

@@ -14,15 +14,15 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, NamedTuple
 
-from workbench.core.freezing.apply import Counts, optimizer_state_factor
-from workbench.core.models.memory import MemoryEstimate, estimate_memory
-from workbench.core.plan.partial_spec import PartialError, PartialSpec, trainable_fraction
-from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.checks.findings import Finding
 from workbench.core.checks.lint import lint_plan
-from workbench.core.plan.rules import Effective, FreezePlan, PlanProblem, Rule, select_paths
+from workbench.core.freezing.apply import Counts, optimizer_state_factor
+from workbench.core.models.memory import MemoryEstimate, estimate_memory
 from workbench.core.models.tree import ModelTree, ModuleNode
+from workbench.core.plan.partial_spec import PartialError, PartialSpec, trainable_fraction
 from workbench.core.plan.readiness import PlanReadiness, check_plan
+from workbench.core.plan.reparam_spec import ReparamSpec
+from workbench.core.plan.rules import Effective, FreezePlan, PlanProblem, Rule, select_paths
 
 __all__ = [
     "NodeState",
