@@ -33,7 +33,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         p: the subcommand's parser.
     """
     p.add_argument("file", nargs="?", help="a freeze plan (.json) or checkpoint (.pt/.pth/.safetensors) to open")
-    p.add_argument("--model", help="torchvision model to load at start-up instead of resnet18 (e.g. vit_b_16)")
+    p.add_argument(
+        "--model",
+        metavar="SPEC",
+        help="model to load at start-up instead of resnet18: a torchvision name (vit_b_16), timm:NAME, "
+        "hf:FOLDER_OR_CACHED_REPO, or py:FILE.py:FACTORY / py:MODULE:FACTORY (runs that code)",
+    )
     p.add_argument(
         "--screenshot",
         metavar="PNG",
@@ -135,6 +140,7 @@ class _HeadlessDialogs:
         return ""
 
     save_file = open_file
+    open_dir = open_file
 
     def choose(self, *args: Any, **kwargs: Any) -> None:
         return None
@@ -156,7 +162,8 @@ def screenshot(
     Args:
         png: the PNG file to write (its folder is created).
         path: a plan or checkpoint to open, as ``workbench gui FILE``.
-        model: a model to load instead of the default, as ``--model``.
+        model: a model spec to load instead of the default, as ``--model`` (``resnet50``,
+            ``timm:NAME``, ``hf:FOLDER``, ``py:FILE.py:FACTORY``).
         timeout: seconds to wait for loading before giving up.
         size: window size in pixels (the window's minimum size wins where larger).
 
@@ -187,7 +194,10 @@ def screenshot(
     from workbench.gui.main_window import MainWindow
 
     headless = _HeadlessDialogs()
-    saved = {name: getattr(dialogs, name) for name in ("error", "info", "ask", "open_file", "save_file", "choose", "run_dialog")}
+    saved = {
+        name: getattr(dialogs, name)
+        for name in ("error", "info", "ask", "open_file", "open_dir", "save_file", "choose", "run_dialog")
+    }
     result: dict[str, int] = {}
     deadline = time.monotonic() + timeout
     quiet_polls = [0]

@@ -18,6 +18,7 @@ training controls and the Run menu, and the window places them.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any, Callable
 
@@ -56,7 +57,14 @@ from workbench.gui import settings as app_settings
 from workbench.gui.controller import Controller
 from workbench.gui.plan.cost_panel import CostPanel
 from workbench.core.formatting import fmt_count
-from workbench.gui.model_loading import LoadRequest, default_request, load_model, request_for_plan
+from workbench.gui.model_loading import (
+    LoadRequest,
+    default_request,
+    factory_candidates,
+    load_model,
+    path_kind,
+    request_for_plan,
+)
 from workbench.gui.model_source import ModelSourceBar
 from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
 from workbench.gui.qt_compat import protect_none_refcount
@@ -71,6 +79,9 @@ PLAN_FILTER = "Freeze plans (*.json);;All files (*)"
 CHECKPOINT_FILTER = (
     "Checkpoints (" + " ".join(f"*{s}" for s in CHECKPOINT_SUFFIXES) + ");;All files (*)"
 )
+CODE_FILTER = "Python files (*.py);;All files (*)"
+#: What the factory question says about running a ``.py`` file.
+RUNS_CODE_NOTE = "Opening it runs this file's code with your rights: only open files you trust."
 #: Tree depth expanded after a model loads (0: the root's children are visible).
 DEFAULT_DEPTH = 0
 
@@ -142,6 +153,7 @@ class MainWindow(QMainWindow):
 
         self.source_bar = ModelSourceBar(self)
         self.source_bar.loadRequested.connect(self.load_model_request)
+        self.source_bar.browseRequested.connect(self._browse_source)
         self.cost_panel = CostPanel(self.controller, self)
         self.cost_panel.findingActivated.connect(self.select_path)
         self.training = TrainingUI(self.controller, self._settings, self)
@@ -250,6 +262,14 @@ class MainWindow(QMainWindow):
         self.act_open_ckpt = self._action(
             "Open &Checkpoint…", self.open_checkpoint, "Ctrl+Shift+O", "Load weights from .pt/.pth/.safetensors"
         )
+        self.act_open_folder = self._action(
+            "Open Model &Folder…", self.open_model_folder, None,
+            "Open a Hugging Face model folder (config.json, with or without weights)",
+        )
+        self.act_open_code = self._action(
+            "Open Model C&ode…", self.open_model_code, None,
+            "Build the model with a function of your .py file (runs that code)",
+        )
         self.act_save = self._action("&Save", self.save, QKeySequence(K.Save), "Save the plan")
         self.act_save_as = self._action("Save &As…", self.save_as, "Ctrl+Shift+S", "Save the plan under a new name")
         self.act_quit = self._action("&Quit", self.close, QKeySequence(K.Quit))
@@ -303,7 +323,7 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         mb = self.menuBar()
         f = mb.addMenu("&File")
-        f.addActions([self.act_new, self.act_open, self.act_open_ckpt])
+        f.addActions([self.act_new, self.act_open, self.act_open_ckpt, self.act_open_folder, self.act_open_code])
         self.recent_menu = f.addMenu("Open &Recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent)
         f.addSeparator()
@@ -446,7 +466,7 @@ class MainWindow(QMainWindow):
             return
         self.model_label.setText(f"{loaded.label} · {loaded.note}")
         self.model_label.setToolTip("\n".join([loaded.note, *loaded.messages]))
-        if loaded.spec.get("source") == "torchvision":
+        if loaded.spec.get("source") != "checkpoint":
             self.source_bar.set_current(loaded.spec)
         elif loaded.spec.get("name"):
             self.source_bar.set_current({"name": loaded.spec["name"]})
@@ -476,7 +496,7 @@ class MainWindow(QMainWindow):
         self.busy_label.setVisible(busy)
         self.busy_bar.setVisible(busy)
         self.source_bar.set_busy(busy)
-        for act in (self.act_open, self.act_open_ckpt, self.act_new):
+        for act in (self.act_open, self.act_open_ckpt, self.act_open_folder, self.act_open_code, self.act_new):
             act.setEnabled(not busy)
 
     def _show_error(self, title: str, message: str, details: str) -> None:
@@ -709,8 +729,84 @@ class MainWindow(QMainWindow):
             app_settings.add_recent(path, self._settings)
         return started
 
+    def open_model_folder(self, path: str | None = None) -> bool:
+        """Open a Hugging Face model folder (``config.json``, weights optional) off the GUI thread.
+
+        A folder without weights opens structure-only; so does any folder while the model
+        bar's "Structure only" box is checked. A folder without ``config.json`` is refused
+        with one message and the current model stays.
+
+        Args:
+            path: the folder (default: ask).
+
+        Returns:
+            True when the load started.
+        """
+        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
+            return False
+        if path is None:
+            path = dialogs.open_dir(self, "Open model folder (config.json)", self._start_dir())
+            if not path:
+                return False
+        request = LoadRequest(name=str(path), source="hf", meta=self.source_bar.meta_box.isChecked())
+        return self.controller.load(request)
+
+    def open_model_code(self, path: str | None = None, factory: str | None = None) -> bool:
+        """Build the model with a function of a ``.py`` file (``py:FILE.py:FACTORY``); runs that file.
+
+        The file is parsed (not run) to offer its top-level functions and classes; the
+        question says that opening runs the file's code.
+
+        Args:
+            path: the ``.py`` file (default: ask).
+            factory: the function that returns the model (default: ask).
+
+        Returns:
+            True when the load started.
+        """
+        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
+            return False
+        if path is None:
+            path = dialogs.open_file(self, "Open model code", self._start_dir(), CODE_FILTER)
+            if not path:
+                return False
+        if factory is None:
+            try:
+                names = factory_candidates(path)
+            except ModelSourceError as e:
+                dialogs.error(self, "Cannot open model code", str(e))
+                return False
+            if not names:
+                dialogs.error(
+                    self, "Cannot open model code",
+                    f"{Path(path).name} defines no top-level function or class; "
+                    "add a function that returns the nn.Module",
+                )
+                return False
+            guess = next((n for n in names if any(w in n.lower() for w in ("model", "build", "make", "create"))), names[0])
+            factory = dialogs.choose(
+                self, "Open model code",
+                f"{Path(path).name}: which function returns the model?\n{RUNS_CODE_NOTE}", names, guess,
+            )
+            if not factory:
+                return False
+        request = LoadRequest(
+            name=f"{path}:{factory}", source="py", num_classes=self.source_bar.classes.value() or None,
+            meta=self.source_bar.meta_box.isChecked(),
+        )
+        started = self.controller.load(request)
+        if started:
+            app_settings.add_recent(path, self._settings)
+        return started
+
+    def _browse_source(self, source: str) -> None:
+        if source == "hf":
+            self.open_model_folder()
+        elif source == "py":
+            self.open_model_code()
+
     def load_model_request(self, request: LoadRequest) -> bool:
-        """Load a torchvision model described by the model bar (asks before downloading).
+        """Load a model described by the model bar (asks before downloading).
 
         Args:
             request: what to load.
@@ -742,9 +838,9 @@ class MainWindow(QMainWindow):
             "Random Init",
         )
         if answer == "Download":
-            return LoadRequest(request.name, request.weights, request.num_classes, allow_download=True)
+            return dataclasses.replace(request, allow_download=True)
         if answer == "Random Init":
-            return LoadRequest(request.name, None, request.num_classes, note="random init (weights not cached)")
+            return dataclasses.replace(request, weights=None, note="random init (weights not cached)")
         return None
 
     def save(self) -> bool:
@@ -810,16 +906,22 @@ class MainWindow(QMainWindow):
             act.triggered.connect(lambda _c=False, f=f: self.open_path(f))
 
     def open_path(self, path: str) -> bool:
-        """Open a plan (``.json``) or a checkpoint, by suffix (recent files, drag and drop).
+        """Open a plan (``.json``), a Hugging Face folder, model code (``.py``) or a
+        checkpoint, by what the path is (recent files, drag and drop).
 
         Args:
-            path: the file.
+            path: the file or folder.
 
         Returns:
             True when it was opened or its load started.
         """
-        if Path(path).suffix.lower() == ".json":
+        kind = path_kind(path)
+        if kind == "plan":
             return self.open_plan(path)
+        if kind == "folder":
+            return self.open_model_folder(path)
+        if kind == "code":
+            return self.open_model_code(path)
         return self.open_checkpoint(path)
 
     # ------------------------------------------------------------------ drag and drop
@@ -831,7 +933,7 @@ class MainWindow(QMainWindow):
         for url in md.urls():
             if url.isLocalFile():
                 p = url.toLocalFile()
-                if Path(p).suffix.lower() in (".json", *CHECKPOINT_SUFFIXES):
+                if path_kind(p) is not None:
                     return p
         return None
 
@@ -864,5 +966,6 @@ class MainWindow(QMainWindow):
             return
         self.training.shutdown()  # stops a run within one step and joins its thread
         self.save_settings()
+        self.source_bar.wait()
         self.controller.wait()
         event.accept()

@@ -4,29 +4,41 @@ Qt-free: :func:`load_model` runs on a worker thread and returns a :class:`Loaded
 (the model, its :class:`~workbench.core.models.tree.ModelTree`, bytes per module and a one-line
 note), so the GUI thread never walks a large model. Weights missing from the local cache are
 never downloaded unless the request says so (the window asks first).
+
+A request names any model source of :mod:`workbench.core.models.sources` (torchvision, timm,
+Hugging Face, your own code) and may ask for the structure only (the ``meta`` device); the
+model is built with :meth:`ModelSpec.build <workbench.core.models.spec.ModelSpec.build>`.
+:func:`path_kind` and :func:`factory_candidates` tell the window what a dropped or opened
+path is, and which functions of a ``.py`` file may build the model (read without running it).
 """
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from torch import nn
 
 from workbench.core.models import zoo
-from workbench.core.plan.rules import FreezePlan
+from workbench.core.models.sources import SOURCES, is_structure_only, parse_model_spec, source_of
+from workbench.core.models.spec import ModelSpec
 from workbench.core.models.tree import ModelTree, canonical_parameters, visible_path
+from workbench.core.plan.rules import FreezePlan
 
 __all__ = [
     "DEFAULT_MODEL",
     "diagnose",
     "LoadRequest",
     "LoadedModel",
+    "PathKind",
     "default_request",
+    "factory_candidates",
     "load_model",
     "loaded_from_model",
     "module_bytes",
+    "path_kind",
     "request_for_plan",
 ]
 
@@ -34,19 +46,30 @@ __all__ = [
 DEFAULT_MODEL = "resnet18"
 _DEFAULT_WEIGHTS = "IMAGENET1K_V1"
 
+#: What a path given to the window is: a plan, a checkpoint, a Hugging Face folder, model code.
+PathKind = Literal["plan", "checkpoint", "folder", "code"]
+
 
 @dataclass(frozen=True)
 class LoadRequest:
     """What to load.
 
+    A torchvision ``name`` written as a prefixed spec (``"timm:resnet10t"``, ``"hf:./bert"``,
+    ``"py:net.py:build"``) moves to its source.
+
     Attributes:
-        name: torchvision architecture (for a checkpoint: the architecture to build when the
-            file does not name one).
-        weights: torchvision weights name, or None for random initialisation.
+        name: architecture within the source: a torchvision or timm name, a Hugging Face
+            folder or cached repo id, ``MODULE:FACTORY`` or ``file.py:FACTORY`` (for a
+            checkpoint: the torchvision architecture to build when the file names none).
+        weights: torchvision weights name, a timm tag (``DEFAULT``: the default pretrained
+            tag), or None for random initialisation (Hugging Face folders bring their own).
         num_classes: classes of a new head, or None to keep the model's head.
         checkpoint: a ``.pt/.pth/.safetensors`` file to load, or None.
         allow_download: weights missing from the cache may be downloaded.
         note: extra text for the status bar (e.g. why weights are random).
+        source: ``"torchvision"``, ``"timm"``, ``"hf"`` or ``"py"`` (the source table's keys).
+        meta: build the structure only, on the ``meta`` device (no weights read or allocated);
+            a Hugging Face folder without weights is always built so.
     """
 
     name: str | None = DEFAULT_MODEL
@@ -55,27 +78,54 @@ class LoadRequest:
     checkpoint: str | None = None
     allow_download: bool = False
     note: str = ""
+    source: str = "torchvision"
+    meta: bool = False
+
+    def __post_init__(self) -> None:
+        if self.source == "torchvision" and self.name and ":" in self.name:
+            source, name = parse_model_spec(self.name)
+            object.__setattr__(self, "source", source)
+            object.__setattr__(self, "name", name)
+        source_of(self.source)  # an unknown source fails here, with the known ones named
+
+    @property
+    def spec_text(self) -> str:
+        """The command-line spec: ``resnet18``, ``timm:resnet10t``, ``hf:/data/bert``."""
+        name = self.name or "?"
+        return name if self.source == "torchvision" else f"{self.source}:{name}"
 
     def describe(self) -> str:
-        """``resnet18``, ``resnet18 · IMAGENET1K_V1 · 10 classes``, ``ckpt.pt``."""
+        """``resnet18``, ``resnet18 · IMAGENET1K_V1 · 10 classes``, ``hf:bert · structure only``, ``ckpt.pt``."""
         if self.checkpoint:
             return Path(self.checkpoint).name
-        parts = [self.name or "?"]
+        parts = [self.spec_text]
         if self.weights:
             parts.append(self.weights)
         if self.num_classes:
             parts.append(f"{self.num_classes} classes")
+        if self.meta:
+            parts.append("structure only")
         return " · ".join(parts)
 
     def needs_download(self) -> bool:
-        """Whether the torchvision weights are named and missing from the local cache.
+        """Whether pretrained weights are named and missing from the local cache.
+
+        Only torchvision and timm weights are ever downloaded; a structure-only request reads
+        no weights. An unknown timm name answers False (loading then says what is wrong).
 
         Raises:
-            ModelSourceError: unknown model or weights name.
+            ModelSourceError: unknown torchvision model or weights name, or a missing extra.
         """
-        if self.checkpoint or not self.weights or not self.name:
+        if self.checkpoint or not self.weights or not self.name or self.meta:
             return False
-        return not zoo.weights_cached(self.name, self.weights)
+        if self.source == "torchvision":
+            return not zoo.weights_cached(self.name, self.weights)
+        if self.source == "timm":
+            row = SOURCES["timm"]
+            if not row.names(self.name.split(".", 1)[0]):
+                return False
+            return not row.cached(self.name, self.weights)
+        return False
 
 
 @dataclass
@@ -92,6 +142,7 @@ class LoadedModel:
         note: one line on the weights (``random init (weights not cached)``).
         messages: further information (missing/unexpected checkpoint keys).
         param_shapes: ``{parameter name: shape}`` in the plain model's names.
+        meta: the model is on the ``meta`` device (structure only: no weights to train or verify).
     """
 
     model: nn.Module
@@ -102,6 +153,7 @@ class LoadedModel:
     note: str
     messages: list[str] = field(default_factory=list)
     param_shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    meta: bool = False
 
 
 def module_bytes(model: nn.Module, tree: ModelTree) -> dict[str, int]:
@@ -151,7 +203,7 @@ def loaded_from_model(
     """Wrap a model built elsewhere (a script, a test) for the window.
 
     Args:
-        model: the model.
+        model: the model (on any device, ``meta`` included).
         label: short name for the status bar.
         note: one line on its weights.
         spec: the plan ``model`` block (None values are dropped; the fingerprint is added).
@@ -164,18 +216,42 @@ def loaded_from_model(
     clean = {k: v for k, v in (spec or {}).items() if v is not None}
     clean["fingerprint"] = tree.fingerprint
     shapes = dict(canonical_parameters(model))
-    return LoadedModel(model, tree, module_bytes(model, tree), clean, label, note, list(messages or []), shapes)
+    meta = any(p.is_meta for p in model.parameters())
+    return LoadedModel(
+        model, tree, module_bytes(model, tree), clean, label, note, list(messages or []), shapes, meta=meta
+    )
 
 
-def _finish(model: nn.Module, spec: dict[str, Any], label: str, note: str, messages: list[str]) -> LoadedModel:
-    return loaded_from_model(model, label, note, spec, messages)
+def _label(source: str, name: str) -> str:
+    """Short name of a model: ``resnet18``, ``bert-tiny`` (a folder), ``build (net.py)``."""
+    if source == "hf":
+        return Path(name).name or name
+    if source == "py":
+        target, _sep, factory = name.rpartition(":")
+        return f"{factory} ({Path(target).name if target.endswith('.py') else target})"
+    return name
+
+
+def _note(request: LoadRequest, meta: bool) -> str:
+    """One line on the weights of a built model."""
+    if meta:
+        return "structure only (meta device: no weights read or allocated)"
+    if request.note:
+        return request.note
+    if request.source == "hf":
+        return "weights from the folder"  # a folder without weights is built structure-only
+    if request.source == "py":
+        return "built by your code"
+    return f"{request.weights} weights" if request.weights else "random init"
 
 
 def load_model(request: LoadRequest) -> LoadedModel:
     """Build or read the model a request describes (slow: run it off the GUI thread).
 
     A checkpoint is loaded with its own architecture when the file names one, otherwise
-    with ``request.name``.
+    with ``request.name``. Any other request is built by :meth:`ModelSpec.build`, on the
+    ``meta`` device when it asks for the structure only or names a Hugging Face folder
+    without weights.
 
     Args:
         request: what to load.
@@ -184,24 +260,30 @@ def load_model(request: LoadRequest) -> LoadedModel:
         The model with its tree and byte counts.
 
     Raises:
-        ModelSourceError: unknown model or weights, weights not cached and no download
-            allowed, an unreadable or mismatching checkpoint (message says what to do).
+        ModelSourceError: unknown model or weights (with close matches), weights not
+            cached and no download allowed, a folder without ``config.json``, a factory that
+            raises or returns no module, an unreadable or mismatching checkpoint (the
+            message says what to do).
     """
     if request.checkpoint:
         return _load_checkpoint(request)
     if not request.name:
         raise zoo.ModelSourceError("choose a model architecture (for example resnet18)")
-    model = zoo.build_model(
-        request.name, request.weights, request.num_classes, allow_download=request.allow_download
+    spec = ModelSpec(
+        source=request.source,  # type: ignore[arg-type]
+        name=request.name,
+        weights=request.weights,
+        num_classes=request.num_classes,
     )
-    note = request.note or (f"{request.weights} weights" if request.weights else "random init")
-    spec = {
-        "source": "torchvision",
+    meta = request.meta or is_structure_only(request.source, request.name)
+    model = spec.build(allow_download=request.allow_download, meta=meta)
+    block = {
+        "source": request.source,
         "name": request.name,
         "weights": request.weights,
         "num_classes": request.num_classes,
     }
-    return _finish(model, spec, request.name, note, [])
+    return loaded_from_model(model, _label(request.source, request.name), _note(request, meta), block)
 
 
 def _load_checkpoint(request: LoadRequest) -> LoadedModel:
@@ -236,7 +318,7 @@ def _load_checkpoint(request: LoadRequest) -> LoadedModel:
         "num_classes": zoo.current_num_classes(model),
     }
     note = f"checkpoint {path.name}" + (" (partial match)" if result.missing_keys else "")
-    return _finish(model, spec, arch or path.stem, note, messages)
+    return loaded_from_model(model, arch or path.stem, note, spec, messages)
 
 
 def request_for_plan(
@@ -264,9 +346,12 @@ def request_for_plan(
         checkpoint = str(Path(plan_dir) / checkpoint)
     if not name and not checkpoint:
         return None
+    source = info.get("source")
+    source = source if source in SOURCES and not checkpoint else "torchvision"
     wanted = (name, info.get("weights"), info.get("num_classes"), checkpoint)
     have = (current.get("name"), current.get("weights"), current.get("num_classes"), current.get("checkpoint"))
-    if not fp and wanted == have:
+    have_source = current.get("source") if current.get("source") in SOURCES and not checkpoint else "torchvision"
+    if not fp and wanted == have and source == have_source:
         return None
     num_classes = info.get("num_classes")
     return LoadRequest(
@@ -274,7 +359,59 @@ def request_for_plan(
         weights=None if checkpoint else info.get("weights"),
         num_classes=num_classes if isinstance(num_classes, int) and not isinstance(num_classes, bool) else None,
         checkpoint=checkpoint,
+        source=source,
     )
+
+
+def path_kind(path: str | Path) -> PathKind | None:
+    """What a file or folder given to the window (File ▸ Open, a drop, a recent file) is.
+
+    Args:
+        path: the path.
+
+    Returns:
+        ``"plan"`` (``.json`` file), ``"checkpoint"`` (``.pt``, ``.pth``, ``.safetensors``...),
+        ``"folder"`` (a folder: a Hugging Face model when it holds ``config.json``),
+        ``"code"`` (``.py``: a model factory), or None for anything else.
+    """
+    p = Path(path)
+    if p.is_dir():
+        return "folder"
+    suffix = p.suffix.lower()
+    if suffix == ".json":
+        return "plan"
+    if suffix == ".py":
+        return "code"
+    if suffix in zoo.CHECKPOINT_SUFFIXES:
+        return "checkpoint"
+    return None
+
+
+def factory_candidates(path: str | Path) -> list[str]:
+    """Top-level functions and classes of a ``.py`` file that may build the model.
+
+    The file is parsed, not run. Names starting with ``_`` are left out; functions come
+    before classes, each in file order.
+
+    Args:
+        path: the ``.py`` file.
+
+    Returns:
+        The names (possibly empty).
+
+    Raises:
+        ModelSourceError: the file cannot be read or is not valid Python.
+    """
+    p = Path(path)
+    try:
+        tree = ast.parse(p.read_text(encoding="utf-8"), filename=str(p))
+    except (OSError, UnicodeDecodeError) as e:
+        raise zoo.ModelSourceError(f"cannot read {p}: {e}; check the path and that it is a UTF-8 text file") from None
+    except SyntaxError as e:
+        raise zoo.ModelSourceError(f"{p.name} is not valid Python (line {e.lineno}: {e.msg}); fix the file") from None
+    funcs = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    classes = [n.name for n in tree.body if isinstance(n, ast.ClassDef)]
+    return [n for n in funcs + classes if not n.startswith("_")]
 
 
 def diagnose(model: nn.Module, plan: FreezePlan) -> list[Any]:

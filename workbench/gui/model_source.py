@@ -1,8 +1,15 @@
-"""The model source bar: a searchable list of torchvision models, their weights, a new head.
+"""The model source bar: Source ▾ · Model ▾ · … · Weights ▾ · Classes · Structure only · Load.
 
-Weights already in the local torch hub cache are marked; the bar only describes what to
-load (a :class:`~workbench.gui.model_loading.LoadRequest`); the window decides whether a
-download may happen (it asks) and the controller loads off the GUI thread.
+The source selector offers every row of :data:`workbench.core.models.sources.SOURCES`
+(torchvision, timm, Hugging Face, your own code). Each source's names come from
+:func:`~workbench.core.models.sources.search_models` (a registry search, run once per source
+on a worker thread) with a mark when the model opens offline (weights or repo in the local
+cache); typing in the model box searches them. Hugging Face folders and ``.py`` files can be
+typed, or picked with the ``…`` button.
+
+The bar only describes what to load (a :class:`~workbench.gui.model_loading.LoadRequest`);
+the window decides whether a download may happen (it asks) and the controller loads off the
+GUI thread.
 """
 
 from __future__ import annotations
@@ -11,16 +18,43 @@ from typing import Any, Mapping
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QStandardItem, QStandardItemModel
-from PySide6.QtWidgets import QComboBox, QCompleter, QHBoxLayout, QLabel, QPushButton, QSpinBox, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QCompleter,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSpinBox,
+    QToolButton,
+    QWidget,
+)
 
-from workbench.core.models import zoo
 from workbench.core.formatting import fmt_count
+from workbench.core.models import zoo
+from workbench.core.models.sources import SOURCES, parse_model_spec, search_models
+from workbench.gui.background import BackgroundTask
 from workbench.gui.icons import dot_icon
 from workbench.gui.model_loading import DEFAULT_MODEL, LoadRequest
 
-__all__ = ["ModelSourceBar", "cached_icon"]
+__all__ = ["SOURCE_LABELS", "ModelSourceBar", "cached_icon"]
 
 _NAME_ROLE = int(Qt.ItemDataRole.UserRole) + 10
+_CACHED_ROLE = int(Qt.ItemDataRole.UserRole) + 11
+
+#: What the source selector shows for each source key.
+SOURCE_LABELS: dict[str, str] = {"torchvision": "torchvision", "timm": "timm", "hf": "Hugging Face", "py": "Your code"}
+
+#: What the model box says it wants, per source.
+_PLACEHOLDERS: dict[str, str] = {
+    "torchvision": "resnet18",
+    "timm": "type to search timm, e.g. vit_tiny",
+    "hf": "folder with config.json, or a cached repo id",
+    "py": "path/to/file.py:FACTORY or module:FACTORY",
+}
+
+#: The one weights entry of sources whose weights come with the model.
+_OWN_WEIGHTS: dict[str, str] = {"hf": "From the folder", "py": "From your code"}
 
 
 def cached_icon(cached: bool) -> QIcon:
@@ -37,45 +71,60 @@ def cached_icon(cached: bool) -> QIcon:
 
 
 class ModelSourceBar(QWidget):
-    """Model ▾ · Weights ▾ · Classes · Load.
+    """Source ▾ · Model ▾ · … · Weights ▾ · Classes · Structure only · Load.
 
     Signals:
         loadRequested(LoadRequest): the user pressed Load.
+        browseRequested(str): the ``…`` button was pressed for source ``"hf"`` (pick a
+            folder) or ``"py"`` (pick a ``.py`` file); the window asks and opens it.
+        namesReady(str): the names of a source arrived (after :meth:`select_source`).
 
     Args:
         parent: Qt parent.
+
+    Attributes:
+        source_box / model_box / browse_button / weights_box / classes / meta_box /
+        load_button: the bar's widgets.
     """
 
     loadRequested = Signal(object)
+    browseRequested = Signal(str)
+    namesReady = Signal(str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._infos = {m.name: m for m in zoo.list_models()}
+        self._lists: dict[str, QStandardItemModel] = {}
+        self._searched: set[str] = set()
+        self._search: BackgroundTask | None = None
+        self._queued: str | None = None
+        self._typed: dict[str, str] = {}
+        self._source = "torchvision"
         layout = QHBoxLayout(self)
         layout.setContentsMargins(4, 0, 4, 0)
         layout.setSpacing(6)
+
+        self.source_box = QComboBox(self)
+        for key, row in SOURCES.items():
+            self.source_box.addItem(SOURCE_LABELS.get(key, key), key)
+            self.source_box.setItemData(self.source_box.count() - 1, row.description, Qt.ItemDataRole.ToolTipRole)
+        self.source_box.setToolTip("Where the model comes from")
 
         self.model_box = QComboBox(self)
         self.model_box.setEditable(True)
         self.model_box.setInsertPolicy(QComboBox.InsertPolicy.NoInsert)
         self.model_box.setMinimumContentsLength(18)
         self.model_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
-        self.model_box.setToolTip("torchvision classification model (type to search; ● weights in the local cache)")
-        items = QStandardItemModel(self.model_box)
-        for name, info in self._infos.items():
-            cached = any(info.cached.values())
-            item = QStandardItem(cached_icon(cached), name)
-            size = fmt_count(info.num_params) if info.num_params else "?"
-            weights = ", ".join(f"{w} ({'cached' if info.cached.get(w) else 'not cached'})" for w in info.weights)
-            item.setToolTip(f"{name}: {size} parameters, {info.input_size} px input\nweights: {weights or 'none'}")
-            item.setData(name, _NAME_ROLE)
-            items.appendRow(item)
-        self.model_box.setModel(items)
-        completer = QCompleter(items, self.model_box)
-        completer.setFilterMode(Qt.MatchFlag.MatchContains)
-        completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
-        completer.setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
-        self.model_box.setCompleter(completer)
+        self._completer = QCompleter(self.model_box)
+        self._completer.setFilterMode(Qt.MatchFlag.MatchContains)
+        self._completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
+        self._completer.setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
+        self._lists["torchvision"] = self._torchvision_list()
+        self._searched.add("torchvision")
+
+        self.browse_button = QToolButton(self)
+        self.browse_button.setText("…")
+        self.browse_button.clicked.connect(lambda: self.browseRequested.emit(self._source))
 
         self.weights_box = QComboBox(self)
         self.weights_box.setToolTip("Pretrained weights (● in the local cache; others need a download)")
@@ -87,28 +136,60 @@ class ModelSourceBar(QWidget):
         self.classes.setToolTip("Classes of a new classification head (keep: the model's own head)")
         self.classes.setMinimumWidth(self.classes.fontMetrics().horizontalAdvance("1000000") + 36)
 
+        self.meta_box = QCheckBox("Structure only", self)
+        self.meta_box.setToolTip(
+            "Build on the meta device: the tree, counts, plan and cost panel work without reading or\n"
+            "allocating any weights (7B-class models open in seconds). Training and verify need real tensors.\n"
+            "A Hugging Face folder with only config.json always opens this way."
+        )
+
         self.load_button = QPushButton("Load", self)
         self.load_button.setToolTip("Build the model (a download is only started after asking)")
         self.load_button.clicked.connect(self._emit_request)
 
-        for label, w in (("Model", self.model_box), ("Weights", self.weights_box), ("Classes", self.classes)):
+        src = QLabel("Source", self)
+        src.setBuddy(self.source_box)
+        layout.addWidget(src)
+        layout.addWidget(self.source_box)
+        lab = QLabel("Model", self)
+        lab.setBuddy(self.model_box)
+        layout.addWidget(lab)
+        layout.addWidget(self.model_box)
+        layout.addWidget(self.browse_button)
+        for label, w in (("Weights", self.weights_box), ("Classes", self.classes)):
             lab = QLabel(label, self)
             lab.setBuddy(w)
             layout.addWidget(lab)
             layout.addWidget(w)
+        layout.addWidget(self.meta_box)
         layout.addWidget(self.load_button)
+        self.source_box.activated.connect(lambda i: self.select_source(self.source_box.itemData(i)))
         self.model_box.currentIndexChanged.connect(self._refresh_weights)
-        self.model_box.lineEdit().returnPressed.connect(self._commit_typed)
+        edit = self.model_box.lineEdit()
+        assert edit is not None  # an editable combo box has one
+        edit.returnPressed.connect(self._commit_typed)
+        edit.textEdited.connect(self._typed_text)
+        self._show_source("torchvision")
         self.set_current({"name": DEFAULT_MODEL})
 
     # ------------------------------------------------------------------ API
     def model_names(self) -> list[str]:
-        """Every architecture the bar offers."""
-        return list(self._infos)
+        """Every name the bar offers for the current source (so far: registries fill in
+        once their search has finished)."""
+        items = self._lists.get(self._source)
+        if items is None:
+            return []
+        return [n for r in range(items.rowCount()) if (n := items.item(r).data(_NAME_ROLE))]
+
+    def current_source(self) -> str:
+        """The source selected: ``"torchvision"``, ``"timm"``, ``"hf"`` or ``"py"``."""
+        return self._source
 
     def current_name(self) -> str:
-        """The architecture selected (or typed, when it is a known name)."""
+        """The model selected or typed (torchvision: typed text only when it is a known name)."""
         text = self.model_box.currentText().strip()
+        if self._source != "torchvision":
+            return text
         return text if text in self._infos else (self.model_box.currentData(_NAME_ROLE) or text)
 
     def request(self) -> LoadRequest:
@@ -119,19 +200,36 @@ class ModelSourceBar(QWidget):
         """
         weights = self.weights_box.currentData()
         n = self.classes.value()
-        return LoadRequest(name=self.current_name(), weights=weights or None, num_classes=n or None)
+        return LoadRequest(
+            name=self.current_name(),
+            weights=weights or None,
+            num_classes=n or None,
+            source=self._source,
+            meta=self.meta_box.isChecked(),
+        )
 
     def set_current(self, spec: Mapping[str, Any]) -> None:
-        """Show the loaded model's name, weights and head size.
+        """Show the loaded model's source, name, weights and head size.
 
         Args:
-            spec: a plan ``model`` block (``name``, ``weights``, ``num_classes``).
+            spec: a plan ``model`` block (``source``, ``name``, ``weights``, ``num_classes``);
+                a ``name`` written as a prefixed spec (``"timm:resnet10t"``) selects its source.
         """
+        source = spec.get("source")
         name = spec.get("name")
-        if name in self._infos:
+        if source in (None, "torchvision", "checkpoint") and isinstance(name, str) and ":" in name:
+            try:
+                source, name = parse_model_spec(name)
+            except zoo.ModelSourceError:
+                pass
+        if source in SOURCES and source != self._source:
+            self._show_source(source)
+        if isinstance(name, str):
             i = self.model_box.findData(name, _NAME_ROLE)
-            self.model_box.setCurrentIndex(i)
-            self.model_box.setEditText(name)
+            if i >= 0:
+                self.model_box.setCurrentIndex(i)
+            if self._source != "torchvision" or name in self._infos:
+                self.model_box.setEditText(name)
         self._refresh_weights()
         w = spec.get("weights")
         j = self.weights_box.findData(w) if w else 0
@@ -139,17 +237,155 @@ class ModelSourceBar(QWidget):
         n = spec.get("num_classes")
         self.classes.setValue(n if isinstance(n, int) and not isinstance(n, bool) else 0)
 
+    def select_source(self, source: str, search: bool = True) -> None:
+        """Switch the bar to a source; its registry is searched once (on a worker thread).
+
+        Args:
+            source: a key of :data:`~workbench.core.models.sources.SOURCES`.
+            search: start the search for the source's names when not done yet
+                (:attr:`namesReady` follows).
+        """
+        if source != self._source:
+            self._show_source(source)
+        if search:
+            self._ensure_names(source)
+
     def set_busy(self, busy: bool) -> None:
         """Disable the Load button while a model loads."""
         self.load_button.setEnabled(not busy)
 
+    def searching(self) -> bool:
+        """Whether a registry search is running."""
+        return self._search is not None
+
+    def wait(self) -> None:
+        """Block until a running registry search has ended (the window calls it on close)."""
+        if self._search is not None:
+            self._search.wait()
+
+    # ------------------------------------------------------------------ sources
+    def _torchvision_list(self) -> QStandardItemModel:
+        items = QStandardItemModel(self)
+        for name, info in self._infos.items():
+            cached = any(info.cached.values())
+            item = QStandardItem(cached_icon(cached), name)
+            size = fmt_count(info.num_params) if info.num_params else "?"
+            weights = ", ".join(f"{w} ({'cached' if info.cached.get(w) else 'not cached'})" for w in info.weights)
+            item.setToolTip(f"{name}: {size} parameters, {info.input_size} px input\nweights: {weights or 'none'}")
+            item.setData(name, _NAME_ROLE)
+            item.setData(cached, _CACHED_ROLE)
+            items.appendRow(item)
+        return items
+
+    def _show_source(self, source: str) -> None:
+        """Put a source's list, placeholder and weights in the bar (no search started)."""
+        self._typed[self._source] = self.model_box.currentText()
+        self._source = source
+        i = self.source_box.findData(source)
+        if i >= 0 and i != self.source_box.currentIndex():
+            self.source_box.setCurrentIndex(i)
+        items = self._lists.get(source)
+        if items is None:
+            items = self._lists[source] = QStandardItemModel(self)
+        self.model_box.blockSignals(True)
+        self.model_box.setModel(items)
+        self.model_box.setCurrentIndex(-1)
+        self.model_box.setEditText(self._typed.get(source, ""))
+        self.model_box.blockSignals(False)
+        self._completer.setModel(items)
+        self.model_box.setCompleter(self._completer)
+        edit = self.model_box.lineEdit()
+        if edit is not None:
+            edit.setPlaceholderText(_PLACEHOLDERS.get(source, ""))
+        row = SOURCES[source]
+        tip = row.description + (" (● opens offline)" if source in ("torchvision", "timm", "hf") else "")
+        if row.runs_code:
+            tip += "\nLoading runs that code with your rights: only name code you trust."
+        self.model_box.setToolTip(tip)
+        self.browse_button.setVisible(source in ("hf", "py"))
+        self.browse_button.setToolTip(
+            "Choose a folder with config.json" if source == "hf" else "Choose a .py file and its factory function"
+        )
+        self._refresh_weights()
+
+    def _ensure_names(self, source: str) -> None:
+        if source in self._searched:
+            return
+        if self._search is not None:
+            self._queued = source
+            return
+        self._searched.add(source)
+        items = self._lists[source]
+        if items.rowCount() == 0:
+            wait = QStandardItem(f"searching {SOURCE_LABELS.get(source, source)}…")
+            wait.setEnabled(False)
+            items.appendRow(wait)
+        task = BackgroundTask(lambda: search_models(source), self)
+        task.done.connect(lambda result, error, _details: self._names_done(source, result, error))
+        self._search = task
+        task.start()
+
+    def _names_done(self, source: str, result: list[tuple[str, bool]] | None, error: str) -> None:
+        task, self._search = self._search, None
+        if task is not None:
+            task.deleteLater()
+        items = self._lists[source]
+        text = self.model_box.currentText() if source == self._source else ""
+        items.clear()
+        if result is None:
+            item = QStandardItem(error or f"no {source} names")
+            item.setToolTip(error)
+            item.setEnabled(False)
+            items.appendRow(item)
+        for name, cached in result or []:
+            item = QStandardItem(cached_icon(cached), name)
+            where = "local cache" if source != "hf" else "local Hugging Face cache"
+            item.setToolTip(f"{name}: {'in the ' + where if cached else 'not cached (weights need a download)'}")
+            item.setData(name, _NAME_ROLE)
+            item.setData(cached, _CACHED_ROLE)
+            items.appendRow(item)
+        if source == self._source:
+            self.model_box.blockSignals(True)
+            self.model_box.setCurrentIndex(-1)
+            self.model_box.setEditText(text)
+            self.model_box.blockSignals(False)
+            self._refresh_weights()
+        self.namesReady.emit(source)
+        queued, self._queued = self._queued, None
+        if queued is not None:
+            self._ensure_names(queued)
+
     # ------------------------------------------------------------------ internals
+    def _typed_text(self, _text: str) -> None:
+        self._ensure_names(self._source)  # typing searches the source's names
+        self._refresh_weights()
+
+    def _cached_mark(self, name: str) -> bool | None:
+        i = self.model_box.findData(name, _NAME_ROLE)
+        return self.model_box.itemData(i, _CACHED_ROLE) if i >= 0 else None
+
     def _refresh_weights(self, *_: Any) -> None:
-        info = self._infos.get(self.current_name())
         previous = self.weights_box.currentData()
         self.weights_box.blockSignals(True)
         self.weights_box.clear()
+        own = _OWN_WEIGHTS.get(self._source)
+        if own is not None:
+            self.weights_box.addItem(own, None)
+            self.weights_box.setEnabled(False)
+            self.weights_box.blockSignals(False)
+            return
+        self.weights_box.setEnabled(True)
         self.weights_box.addItem("Random init", None)
+        if self._source == "timm":
+            name = self.current_name()
+            if name:
+                cached = bool(self._cached_mark(name))
+                self.weights_box.addItem(cached_icon(cached), f"Pretrained ({'cached' if cached else 'download'})", "DEFAULT")
+            j = self.weights_box.findData(previous) if previous else 0
+            self.weights_box.setCurrentIndex(max(j, 0))
+            self.weights_box.blockSignals(False)
+            return
+        info = self._infos.get(self.current_name())
         if info is not None:
             for w in info.weights:
                 cached = bool(info.cached.get(w))
@@ -157,15 +393,16 @@ class ModelSourceBar(QWidget):
                 self.weights_box.addItem(cached_icon(cached), label, w)
         j = self.weights_box.findData(previous) if previous else -1
         if j < 0 and info is not None:
-            cached = [w for w in info.weights if info.cached.get(w)]
-            j = self.weights_box.findData(cached[0]) if cached else 0
+            in_cache = [w for w in info.weights if info.cached.get(w)]
+            j = self.weights_box.findData(in_cache[0]) if in_cache else 0
         self.weights_box.setCurrentIndex(max(j, 0))
         self.weights_box.blockSignals(False)
 
     def _commit_typed(self) -> None:
         name = self.model_box.currentText().strip()
-        if name in self._infos:
-            self.model_box.setCurrentIndex(self.model_box.findData(name, _NAME_ROLE))
+        i = self.model_box.findData(name, _NAME_ROLE)
+        if i >= 0:
+            self.model_box.setCurrentIndex(i)
 
     def _emit_request(self) -> None:
         self.loadRequested.emit(self.request())

@@ -4,6 +4,10 @@ Everything comes from the controller's :class:`~workbench.gui.plan.state.PlanSta
 (recomputed once per plan edit from the plan and the tree, never from the model):
 parameter totals, bytes of parameters + gradients + optimizer state against full
 fine-tuning, and one line per lint finding (double-click selects the module).
+
+The dtype selector answers "does this plan fit on a 24 / 80 GB GPU": the same memory if the
+weights were stored in fp32, bf16 or fp16 (:meth:`PlanState.memory
+<workbench.gui.plan.state.PlanState.memory>`), with a mark per GPU size.
 """
 
 from __future__ import annotations
@@ -24,12 +28,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.core.freezing.apply import Counts
-from workbench.gui.controller import OPTIMIZERS, Controller
 from workbench.core.formatting import fmt_bytes, fmt_count, fmt_percent
+from workbench.core.freezing.apply import Counts
+from workbench.core.models.memory import DTYPE_BYTES, GPU_SIZES, MemoryEstimate
+from workbench.gui.controller import OPTIMIZERS, Controller
 from workbench.gui.plan.state import finding_line
 
-__all__ = ["CostPanel", "MemoryBar"]
+__all__ = ["CostPanel", "MemoryBar", "fit_text"]
+
+#: Colours of the fits / does-not-fit marks.
+FIT_COLORS = {True: QColor(46, 160, 67), False: QColor(200, 50, 50)}
 
 #: Segment colours of the memory bar: parameters, gradients, optimizer state, fixed A.
 SEGMENT_COLORS = {
@@ -96,6 +104,27 @@ class MemoryBar(QWidget):
         p.end()
 
 
+def fit_text(est: MemoryEstimate, rich: bool = True) -> str:
+    """One line on a memory estimate: its total and whether it fits each GPU size.
+
+    Args:
+        est: the estimate.
+        rich: colour the marks (HTML) instead of plain text.
+
+    Returns:
+        ``"bf16: 14.7 GB · 24 GB ✓ · 80 GB ✓"`` (✗ where it does not fit).
+    """
+    marks = []
+    for size in GPU_SIZES:
+        ok = est.fits(size)
+        mark = "✓" if ok else "✗"
+        if rich:
+            mark = f'<span style="color:{FIT_COLORS[ok].name()}">{mark}</span>'
+        marks.append(f"{size // 10**9} GB {mark}")
+    total = f"<b>{fmt_bytes(est.total_bytes)}</b>" if rich else fmt_bytes(est.total_bytes)
+    return f"{est.dtype}: {total} · " + " · ".join(marks)
+
+
 def _legend(text: str, color: QColor) -> str:
     return f'<span style="color:{color.name()}">■</span> {text}'
 
@@ -139,10 +168,19 @@ class CostPanel(QFrame):
         for key, label in OPTIMIZERS.items():
             self.optimizer_box.addItem(label, key)
         self.optimizer_box.setToolTip("Optimizer whose state is counted (AdamW/Adam: 2 tensors per parameter)")
+        self.dtype_box = QComboBox(stats)
+        for key in DTYPE_BYTES:
+            self.dtype_box.addItem(key, key)
+        self.dtype_box.setToolTip("Weights dtype of the GPU estimate: does the plan fit on a 24 / 80 GB GPU?")
+        self.fit_label = QLabel(stats)
+        self.fit_label.setTextFormat(Qt.TextFormat.RichText)
         opt_row = QHBoxLayout()
         opt_row.setSpacing(6)
         opt_row.addWidget(QLabel("Optimizer", stats))
         opt_row.addWidget(self.optimizer_box)
+        opt_row.addWidget(QLabel("GPU fit in", stats))
+        opt_row.addWidget(self.dtype_box)
+        opt_row.addWidget(self.fit_label)
         opt_row.addStretch(1)
         grid.addWidget(self.params_label, 0, 0, 1, 2)
         grid.addWidget(self.memory_label, 1, 0, 1, 2)
@@ -170,6 +208,7 @@ class CostPanel(QFrame):
 
         self._shown: list[tuple[str, str, str]] = []
         self.optimizer_box.currentIndexChanged.connect(self._optimizer_chosen)
+        self.dtype_box.currentIndexChanged.connect(lambda _i: self.refresh())
         controller.planChanged.connect(self.refresh)
         controller.modelChanged.connect(self.refresh)
         self.refresh()
@@ -187,6 +226,7 @@ class CostPanel(QFrame):
             self.memory_label.clear()
             self.saving_label.clear()
             self.legend_label.clear()
+            self.fit_label.clear()
             self.bar.set_counts(None)
             self.findings.clear()
             self._shown = []
@@ -219,7 +259,42 @@ class CostPanel(QFrame):
             parts.append(_legend(f"A of A+B {fmt_bytes(c.fixed_bytes)}", _color("fixed")))
         self.legend_label.setText("&nbsp;&nbsp;".join(parts))
         self.bar.set_counts(c)
+        self._show_fit(state.memory(self.dtype))
         self._fill_findings(state.messages())
+
+    @property
+    def dtype(self) -> str:
+        """The weights dtype of the GPU estimate (``fp32``, ``bf16``, ``fp16``)."""
+        return self.dtype_box.currentData() or "fp32"
+
+    def set_dtype(self, dtype: str) -> None:
+        """Choose the weights dtype of the GPU estimate.
+
+        Args:
+            dtype: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
+
+        Raises:
+            ValueError: another dtype.
+        """
+        i = self.dtype_box.findData(dtype)
+        if i < 0:
+            raise ValueError(f"unknown dtype {dtype!r} for the GPU estimate; use one of {', '.join(DTYPE_BYTES)}")
+        self.dtype_box.setCurrentIndex(i)
+
+    def _show_fit(self, est: MemoryEstimate) -> None:
+        opt = OPTIMIZERS.get(est.optimizer, est.optimizer)
+        self.fit_label.setText(fit_text(est))
+        state = f"{opt} state ({est.state_dtype})"
+        self.fit_label.setToolTip(
+            f"Training memory with {est.dtype} weights (activations not counted):\n"
+            f"  parameters {fmt_bytes(est.param_bytes)}\n"
+            f"  gradients {fmt_bytes(est.grad_bytes)}\n"
+            f"  {state} {fmt_bytes(est.optimizer_bytes)}\n"
+            f"  total {fmt_bytes(est.total_bytes)} (full fine-tuning {fmt_bytes(est.full_ft_bytes)})\n"
+            + "\n".join(
+                f"  {size // 10**9} GB GPU: {'fits' if est.fits(size) else 'does not fit'}" for size in GPU_SIZES
+            )
+        )
 
     def _fill_findings(self, messages: list[tuple[str, str, str]]) -> None:
         if messages == self._shown and self.findings.count():

@@ -14,14 +14,15 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping, NamedTuple
 
-from workbench.core.freezing.apply import Counts, optimizer_state_factor
-from workbench.core.plan.param_counts import frozen_elements
-from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.checks.findings import Finding
 from workbench.core.checks.lint import lint_plan
-from workbench.core.plan.rules import Effective, FreezePlan, PlanProblem, Rule, select_paths
+from workbench.core.freezing.apply import Counts, optimizer_state_factor
+from workbench.core.models.memory import MemoryEstimate, estimate_memory
 from workbench.core.models.tree import ModelTree, ModuleNode
+from workbench.core.plan.param_counts import frozen_elements
 from workbench.core.plan.readiness import PlanReadiness, check_plan
+from workbench.core.plan.reparam_spec import ReparamSpec
+from workbench.core.plan.rules import Effective, FreezePlan, PlanProblem, Rule, select_paths
 
 __all__ = [
     "NodeState",
@@ -226,6 +227,7 @@ class PlanState:
         explicit: ``{key: set of paths}`` set by plain-path rules (bold in the tree).
         bn_modules / bn_eval_modules: BatchNorm modules, and those in eval mode.
         reparam_modules: modules with parameters that have A+B.
+        fixed_params: elements of the fixed tensors A that A+B adds (for :meth:`memory`).
     """
 
     tree: ModelTree
@@ -241,6 +243,7 @@ class PlanState:
     bn_eval_modules: int = 0
     reparam_modules: int = 0
     readiness: PlanReadiness = field(default_factory=PlanReadiness)
+    fixed_params: int = 0
 
     @classmethod
     def compute(
@@ -278,7 +281,7 @@ class PlanState:
         obytes = [own_bytes.get(p, 4 * o) for p, o in zip(lay.paths, lay.own)] if own_bytes else [4 * o for o in lay.own]
         # subtree accumulators: frozen elements, A+B elements, BN in eval, BN following frozen, partial modules
         fz, rp, be, ba, pa = [0] * n, [0] * n, [0] * n, [0] * n, [0] * n
-        frozen_bytes = fixed_bytes = reparam_modules = 0
+        frozen_bytes = fixed_bytes = fixed_params = reparam_modules = 0
         own_l, parent_l, bn_l = lay.own, lay.parent, lay.is_bn
         for i in range(n - 1, -1, -1):  # pre-order reversed: children before their parent
             e = effs[i]
@@ -291,6 +294,7 @@ class PlanState:
                     rp[i] += own
                     # A, the fixed copy of the pretrained weights (of the named ones only)
                     fixed_bytes += _reparam_bytes(lay.paths[i], e.reparam, own, obytes[i], shapes)
+                    fixed_params += _reparam_bytes(lay.paths[i], e.reparam, own, own, shapes)  # elements
                     reparam_modules += 1
             if bn_l[i]:
                 be[i] += e.bn_eval
@@ -351,8 +355,27 @@ class PlanState:
         return cls(
             tree, plan, eff, nodes, counts, findings, problems, notes, explicit,
             bn_modules=bn_total_l[0] if n else 0, bn_eval_modules=be[0] if n else 0,
-            reparam_modules=reparam_modules, readiness=readiness,
+            reparam_modules=reparam_modules, readiness=readiness, fixed_params=fixed_params,
         )
+
+    def memory(self, dtype: str = "fp32") -> MemoryEstimate:
+        """Training memory of the plan if the weights were stored in ``dtype``.
+
+        Params (and the fixed A of A+B), one gradient per trainable element and the
+        optimizer state of :attr:`counts`' optimizer, from
+        :func:`~workbench.core.models.memory.estimate_memory`; activations not counted.
+
+        Args:
+            dtype: ``"fp32"``, ``"bf16"`` or ``"fp16"``.
+
+        Returns:
+            The estimate (``fits(24e9)``: does it fit on a 24 GB GPU).
+
+        Raises:
+            WorkbenchError: unknown dtype.
+        """
+        c = self.counts
+        return estimate_memory(c.total, c.trainable, dtype, c.optimizer, fixed=self.fixed_params)
 
     def summary(self) -> str:
         """One line on what the plan does (like :meth:`FreezePlan.summary`, without resolving again)."""
