@@ -28,11 +28,11 @@ import torch
 from torch import nn
 
 from workbench.core.checks.verify import Snapshot, VerifyReport, compare
-from workbench.core.freezing import partial, reparam
+from workbench.core.freezing import low_rank, partial, reparam
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.keys import Effective
-from workbench.core.plan.problems import PlanError
-from workbench.core.plan.specs import SPECS, check_extensions
+from workbench.core.plan.problems import PlanError, PlanProblem
+from workbench.core.plan.specs import SPECS, check_extensions, rule_index_for
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from workbench.core.plan.rules import FreezePlan
@@ -92,7 +92,7 @@ class Installer:
 
 _BY_KEY = {
     "partial": Installer("partial", partial.install),
-    "reparam": Installer("reparam", reparam.install, reparam.adjust_param_groups),
+    "reparam": Installer("reparam", low_rank.install_a_plus_b, reparam.adjust_param_groups),
 }
 #: Installers in the order of the spec registry (the order they are installed on a module).
 INSTALLERS: tuple[Installer, ...] = tuple(_BY_KEY[cls.key] for cls in SPECS)
@@ -383,7 +383,12 @@ class AppliedPlan:
             for path in sorted(want, key=lambda p: self.tree.nodes[p].order):
                 if (key, path) in self._installed:
                     continue
-                self._installed[(key, path)] = installer.install(self.model, path, want[path], base_dir=self.base_dir)
+                try:
+                    handle = installer.install(self.model, path, want[path], base_dir=self.base_dir)
+                except ValueError as e:  # name the rule that set the spec, and the module
+                    idx = rule_index_for(self.plan, key, want[path])
+                    raise PlanError(PlanProblem(f"module {path or '(root)'!r}: {e}", idx, key)) from e
+                self._installed[(key, path)] = handle
                 if diff is not None and path not in diff.reinstalled:
                     diff.reinstalled.append(path)
 
@@ -393,9 +398,13 @@ class AppliedPlan:
             if id(p) in fixed:
                 p.requires_grad_(False)
                 continue
-            p.requires_grad_(not new[self._owner(name)].frozen)
+            eff = new[self._owner(name)]
+            if eff.kept and id(p) in self._orig_requires_grad:  # "unselected": "keep"
+                p.requires_grad_(self._orig_requires_grad[id(p)][1])
+                continue
+            p.requires_grad_(not eff.frozen)
         for path, node in self.tree.nodes.items():
-            if not node.is_bn:
+            if not node.is_bn or new[path].kept:
                 continue
             module = self.model.get_submodule(path)
             if new[path].bn_eval:
@@ -673,6 +682,9 @@ def install_plan(
     new = plan.resolve(tree)
     try:
         applied._install_extensions(new, None)
+    except PlanError:
+        applied.remove(merge=False)
+        raise
     except (ValueError, OSError, KeyError) as e:
         applied.remove(merge=False)
         raise PlanError(str(e)) from e

@@ -23,6 +23,8 @@ from workbench.core.plan.spec_base import ExtensionSpec
 
 __all__ = [
     "INHERITED_KEYS",
+    "PLAN_KEYS",
+    "UNSELECTED_VALUES",
     "cache_key",
     "RULE_KEYS",
     "RULE_KEY_NAMES",
@@ -128,7 +130,8 @@ RULE_KEYS: tuple[PlanKey, ...] = (
     PlanKey(
         "reparam", "object, true or false", ReparamSpec.parse, True, None,
         "A+B: train B in W = A + B with A fixed (see docs/reparam.md); `true` for the defaults, "
-        "`false` switches it off",
+        "`false` switches it off; `rank`, `alpha`, `dropout`, `init` make B = (alpha/rank) U V low-rank "
+        "(LoRA) on Linear, Conv1d/2d, Conv1D and Embedding layers",
         can_switch_off=True, spec=ReparamSpec, show=_show_spec,
     ),
     PlanKey(
@@ -139,6 +142,19 @@ RULE_KEYS: tuple[PlanKey, ...] = (
     PlanKey("comment", "string", _parse_comment, False, None, "free text, kept with the rule", setting=False),
 )
 RULE_KEY_NAMES: tuple[str, ...] = tuple(k.name for k in RULE_KEYS)
+
+# ---- plan-level keys (top level of the plan file, beside "rules")
+#: Values of the top-level ``unselected`` key.
+UNSELECTED_VALUES: tuple[str, ...] = ("train", "keep")
+#: ``(name, JSON type, default, meaning)`` of the plan-level keys, for the schema docs.
+PLAN_KEYS: tuple[tuple[str, str, Any, str], ...] = (
+    (
+        "unselected", '`"train"` or `"keep"`', "train",
+        "modules no rule selects: `\"train\"` gives them the defaults (they train); `\"keep\"` leaves "
+        "their `requires_grad` and train/eval mode as the model has them (a PEFT model, a model a script "
+        "partly froze)",
+    ),
+)
 SETTING_KEYS: tuple[PlanKey, ...] = tuple(k for k in RULE_KEYS if k.setting)
 INHERITED_KEYS: tuple[str, ...] = tuple(k.name for k in SETTING_KEYS if k.inherited)
 
@@ -173,6 +189,9 @@ class Effective:
         lr_scale: multiplier of the base learning rate for the module's parameters.
         reparam: the A+B spec, or None.
         partial: the sub-tensor freezing spec, or None.
+        kept: no rule selects the module and the plan says ``"unselected": "keep"``: its
+            parameters keep the ``requires_grad`` and its mode the model had (the fields
+            above are then only defaults).
     """
 
     frozen: bool = False
@@ -181,13 +200,16 @@ class Effective:
     lr_scale: float = 1.0
     reparam: ReparamSpec | None = None
     partial: PartialSpec | None = None
+    # ---- plan-level: what a plan does not select (not a rule key)
+    kept: bool = False
 
 
-def effective_from(state: dict[str, Any]) -> Effective:
+def effective_from(state: dict[str, Any], *, kept: bool = False) -> Effective:
     """The settings in force from the values the rules left on a module.
 
     Args:
         state: ``{key: value}`` for the keys some rule set (``False`` for a switched-off key).
+        kept: no rule selects the module and the plan keeps unselected modules as they are.
 
     Returns:
         The settings, with defaults for the keys no rule set.
@@ -202,7 +224,7 @@ def effective_from(state: dict[str, Any]) -> Effective:
             if v is None:
                 v = values[key.follows]
         values[key.name] = key.default if v is None else v
-    return Effective(**values)
+    return Effective(**values, kept=kept)
 
 
 def cache_key(state: dict[str, Any]) -> tuple[Any, ...]:
@@ -227,6 +249,13 @@ def schema_markdown() -> str:
     Returns:
         Markdown text.
     """
+    plan_lines = [
+        "",
+        "## Plan-level keys",
+        "",
+        "| key | JSON type | default | meaning |",
+        "| --- | --- | --- | --- |",
+    ] + [f"| `{name}` | {json_type} | `{json.dumps(default)}` | {doc} |" for name, json_type, default, doc in PLAN_KEYS]
     lines = [
         "# Plan schema: rule keys",
         "",
@@ -247,4 +276,4 @@ def schema_markdown() -> str:
             default = f"`{json.dumps(k.default)}`"
         inherited = "yes" if k.inherited else ("no (matched modules only)" if k.setting else "—")
         lines.append(f"| `{k.name}` | {k.json_type} | {inherited} | {default} | {k.doc} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + plan_lines) + "\n"

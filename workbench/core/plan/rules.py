@@ -38,6 +38,7 @@ from workbench.core.plan.keys import (
     cache_key,
     effective_from,
     rule_key,
+    UNSELECTED_VALUES,
 )
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
 from workbench.core.plan.selectors import as_tree, is_pattern, matcher, select_paths
@@ -66,7 +67,7 @@ __all__ = [
 FORMAT = "freeze-plan"
 VERSION = 1
 
-_TOP_KEYS = {"format", "version", "model", "rules", "stages", "description"}
+_TOP_KEYS = {"format", "version", "model", "rules", "stages", "description", "unselected"}
 _MODEL_KEYS = {"source", "name", "weights", "fingerprint", "num_classes", "checkpoint", "arch"}
 _STAGE_KEYS = {"at_step", "at_epoch", "rules", "label"}
 
@@ -240,6 +241,18 @@ class FreezePlan:
     stages: list[Stage] = field(default_factory=list)
     model: dict[str, Any] = field(default_factory=dict)
     description: str | None = None
+    #: ``"train"`` (default): modules no rule selects train; ``"keep"``: they stay as the model has them.
+    unselected: str = "train"
+
+    def __post_init__(self) -> None:
+        """Check ``unselected``.
+
+        Raises:
+            PlanError: ``unselected`` is not ``"train"`` or ``"keep"``.
+        """
+        problem = _unselected_problem(self.unselected)
+        if problem is not None:
+            raise PlanError(problem)
 
     # ---------------------------------------------------------------- (de)serialization
     @classmethod
@@ -314,9 +327,14 @@ class FreezePlan:
         if desc is not None and not isinstance(desc, str):
             problems.append(PlanProblem("'description' must be a string", field="description"))
             desc = None
+        unselected = data.get("unselected", "train")
+        bad_unselected = _unselected_problem(unselected)
+        if bad_unselected is not None:
+            problems.append(bad_unselected)
+            unselected = "train"
         if problems:
             raise PlanError(problems, source)
-        return cls(rules=rules, stages=stages, model=dict(model), description=desc)
+        return cls(rules=rules, stages=stages, model=dict(model), description=desc, unselected=unselected)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as a JSON-ready dict (schema v1)."""
@@ -324,6 +342,8 @@ class FreezePlan:
         if self.description:
             d["description"] = self.description
         d["model"] = dict(self.model)
+        if self.unselected != "train":
+            d["unselected"] = self.unselected
         d["rules"] = [r.to_dict() for r in self.rules]
         if self.stages:
             d["stages"] = [s.to_dict() for s in self.stages]
@@ -418,13 +438,19 @@ class FreezePlan:
             if direct:
                 for p in m.direct(rule.select):
                     state[p].update(direct)
+        selected: set[str] | None = None
+        if self.unselected == "keep":
+            selected = set()
+            for rule in self.rules:
+                selected.update(m.covered(rule.select))
         out: dict[str, Effective] = {}
         cache: dict[tuple, Effective] = {}
         for p, values in state.items():
-            key = cache_key(values)
+            kept = selected is not None and p not in selected
+            key = (kept, *cache_key(values))
             eff = cache.get(key)
             if eff is None:
-                eff = cache[key] = effective_from(values)
+                eff = cache[key] = effective_from(values, kept=kept)
             out[p] = eff
         return out
 
@@ -524,7 +550,7 @@ class FreezePlan:
         for st in self.stages:
             if st.reached(step, epoch):
                 rules.extend(copy.deepcopy(r) for r in st.rules)
-        return FreezePlan(rules=rules, model=dict(self.model), description=self.description)
+        return FreezePlan(rules=rules, model=dict(self.model), description=self.description, unselected=self.unselected)
 
     def stage_index(self, step: int, epoch: int = 0) -> int:
         """Number of stages in force at ``step``/``epoch``."""
@@ -663,6 +689,17 @@ class FreezePlan:
         from workbench.core.freezing.observe import observed_plan
 
         return FreezePlan.from_dict(observed_plan(model))
+
+
+def _unselected_problem(value: Any) -> PlanProblem | None:
+    if value in UNSELECTED_VALUES:
+        return None
+    shown = json.dumps(value) if isinstance(value, (str, int, float, bool)) or value is None else _type_name(value)
+    return PlanProblem(
+        f"'unselected' must be \"train\" (modules no rule selects train) or \"keep\" (they stay as the "
+        f"model has them), got {shown}",
+        field="unselected",
+    )
 
 
 def _parse_stage(raw: Any, si: int, problems: list[PlanProblem]) -> Stage | None:
