@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from workbench.core.checks.verify import Snapshot, VerifyReport, compare
-from workbench.core.freezing import low_rank, partial, reparam
+from workbench.core.freezing import low_rank, partial, peft_interop, reparam
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.problems import PlanError, PlanProblem
@@ -647,6 +647,34 @@ class AppliedPlan:
     def load_deltas(self, path: str | os.PathLike[str]) -> None:
         """Load B tensors from a safetensors file written by :meth:`export_deltas`."""
         self._reparam().load_deltas(self, path)
+
+    def to_peft(self, folder: str | os.PathLike[str]) -> Path:
+        """Write the low-rank A+B as a PEFT LoRA adapter (``adapter_config.json`` +
+        ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained(base, folder)`` loads.
+
+        Args:
+            folder: the adapter folder.
+
+        Returns:
+            The folder.
+
+        Raises:
+            ReparamError: full-rank A+B or no low-rank A+B (see :func:`peft_interop.to_peft`).
+        """
+        self._check_alive()
+        return peft_interop.to_peft(self, folder)
+
+    def load_peft(self, folder: str | os.PathLike[str]) -> None:
+        """Load a PEFT LoRA adapter's weights (U, V, modules_to_save) into this applied plan.
+
+        Args:
+            folder: the adapter folder.
+
+        Raises:
+            ReparamError: a tensor is missing or has another shape (see :func:`peft_interop.load_peft`).
+        """
+        self._check_alive()
+        peft_interop.load_peft(self, folder)
 
     def reparam_stats(self) -> dict[str, dict[str, float]]:
         """Per reparametrized tensor: ``{"b_norm": ‖B‖, "ratio": ‖B‖/‖A‖}``."""

@@ -677,6 +677,29 @@ class FreezePlan:
         return install_plan(model, self, strict=strict, base_dir=base_dir)
 
     @classmethod
+    def from_peft(cls, source: Any, model: nn.Module | None = None) -> "FreezePlan":
+        """The plan of a Hugging Face PEFT LoRA adapter: its targets get low-rank A+B.
+
+        Args:
+            source: an adapter folder, its ``adapter_config.json``, or a ``peft.LoraConfig``.
+            model: the base model; targets then resolve into exact module paths (needed for a
+                regular-expression ``target_modules``).
+
+        Returns:
+            A plan: everything frozen, each target ``{"frozen": false, "reparam": {"rank": r,
+            "alpha": lora_alpha, "dropout": lora_dropout, "mode": "fused"}}``, each of
+            ``modules_to_save`` unfrozen. Load the adapter's weights into an applied plan with
+            :meth:`AppliedPlan.load_peft`.
+
+        Raises:
+            PlanError: not a LoRA config (field ``peft_type``), an option with no plan form
+                (the field is named), or targets that match nothing.
+        """
+        from workbench.core.plan.peft_config import peft_plan_dict
+
+        return cls.from_dict(peft_plan_dict(source, model), "PEFT adapter config")
+
+    @classmethod
     def from_model(cls, model: nn.Module) -> "FreezePlan":
         """Capture a model's current requires_grad, BatchNorm modes and A+B as a compact plan.
 
