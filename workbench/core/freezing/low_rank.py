@@ -20,7 +20,6 @@ The module's other parameters (the bias) are held fixed, as a LoRA layer holds i
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -293,10 +292,11 @@ class LowRankHandle(ReparamHandle):
         self._orig.clear()
 
 
-def _fused_hook(handle_ref: "weakref.ref[LowRankHandle]") -> Callable[..., Tensor | None]:
+def _fused_hook(h: LowRankHandle) -> Callable[..., Tensor | None]:
+    """The forward hook of a fused layer; it holds the handle (an applied plan may be dropped)."""
+
     def hook(module: nn.Module, args: tuple[Any, ...], output: Tensor) -> Tensor | None:
-        h = handle_ref()
-        if h is None or not h.names:
+        if not h.names:
             return None
         return output + _fused_output(module, str(h.kind), h._delta[h.names[0]], args[0], h.low_rank.dropout)
 
@@ -370,7 +370,7 @@ def install(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = N
             module.add_module(CHILD, child)
         child["weight"] = d
         handle._delta["weight"] = d
-        handle._hook = module.register_forward_hook(_fused_hook(weakref.ref(handle)))
+        handle._hook = module.register_forward_hook(_fused_hook(handle))
     handle.names.append("weight")
     return handle
 
