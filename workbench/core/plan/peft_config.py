@@ -10,7 +10,8 @@ becomes::
 
 With a model, targets resolve as PEFT resolves them (a string is a regular expression matched
 against whole module paths; a list entry matches a path equal to it or ending in ``.<entry>``)
-into exact module paths; without one, list entries become the globs ``*.<entry>``. PEFT itself
+into exact module paths; without one, a plain name becomes the glob ``*.<name>`` and a dotted
+entry is read as a path from the root (pass the model for PEFT's suffix matching). PEFT itself
 is not needed: the config is read from ``adapter_config.json`` or from a ``LoraConfig`` object.
 """
 
@@ -126,7 +127,12 @@ def _selectors(targets: Any, model: nn.Module | None, field: str) -> list[str]:
             f"'{field}' is a regular expression ({targets!r}); pass the model (from_peft(config, model=...)) "
             "to resolve it into module paths",
         )
-    return [f"*.{t}" for t in targets]
+    return [_glob(t) for t in targets]
+
+
+def _glob(name: str) -> str:
+    """A list entry as a selector without the model: ``*.query``, or a dotted path as it is."""
+    return name if "." in name else f"*.{name}"
 
 
 def _check(data: dict[str, Any]) -> None:
@@ -200,7 +206,7 @@ def peft_plan_dict(source: Any, model: nn.Module | None = None) -> dict[str, Any
             if not names:
                 raise _problem("modules_to_save", f"'modules_to_save' {saved!r} matches no module of the model")
         else:
-            names = [f"*.{t}" for t in saved]
+            names = [_glob(t) for t in saved]
         rules += [{"select": n, "frozen": False} for n in names]
     plan: dict[str, Any] = {"format": "freeze-plan", "version": 1, "rules": rules}
     base = data.get("base_model_name_or_path")
