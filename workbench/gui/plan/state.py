@@ -51,6 +51,7 @@ class NodeState(NamedTuple):
         partial: the module's own sub-tensor freezing spec, if any.
         partial_below: some module in the subtree has sub-tensor freezing.
         lr_ignored: lr_scale differs from 1 but every parameter below is frozen.
+        reparam_text: the A+B in force on the module: ``"full"``, ``"r=8"``, or ``""``.
     """
 
     frozen: Tri
@@ -62,6 +63,7 @@ class NodeState(NamedTuple):
     partial: Mapping[str, Any] | None = None
     partial_below: bool = False
     lr_ignored: bool = False
+    reparam_text: str = ""
 
 
 def _partial_frozen(node: ModuleNode, spec: PartialSpec, shapes: Mapping[str, tuple[int, ...]]) -> int:
@@ -95,6 +97,21 @@ def _reparam_bytes(
             return own_bytes
         numel += math.prod(shape)
     return own_bytes * min(numel, own) // own
+
+
+#: Layer types low-rank A+B adapts (others in a rule's reach keep plain parameters).
+_LOW_RANK_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv1D", "Embedding")
+
+
+def _low_rank_elements(node: ModuleNode, spec: ReparamSpec, shapes: Mapping[str, tuple[int, ...]]) -> int | None:
+    """Elements of U (out x r) and V (r x in) that low-rank A+B adds to a layer, or None when
+    the spec is full rank, the layer is not adapted, or its weight's shape is not known."""
+    if spec.low_rank is None or node.type_name not in _LOW_RANK_TYPES:
+        return None
+    shape = shapes.get(f"{node.path}.weight" if node.path else "weight")
+    if not shape or len(shape) < 2:
+        return None
+    return spec.low_rank.rank * (shape[0] + math.prod(shape[1:]))
 
 
 @dataclass
@@ -293,24 +310,34 @@ class PlanState:
         obytes = [own_bytes.get(p, 4 * o) for p, o in zip(lay.paths, lay.own)] if own_bytes else [4 * o for o in lay.own]
         # subtree accumulators: frozen elements, A+B elements, BN in eval, BN following frozen, partial modules
         fz, rp, be, ba, pa = [0] * n, [0] * n, [0] * n, [0] * n, [0] * n
-        frozen_bytes = fixed_bytes = reparam_modules = 0
+        ad = [0] * n  # elements low-rank A+B adds (U and V)
+        frozen_bytes = fixed_bytes = reparam_modules = added_bytes = 0
         own_l, parent_l, bn_l = lay.own, lay.parent, lay.is_bn
         for i in range(n - 1, -1, -1):  # pre-order reversed: children before their parent
             e = effs[i]
             own = own_l[i]
             if own:
-                if e.frozen:
+                low = _low_rank_elements(tree.nodes[lay.paths[i]], e.reparam, shapes) if e.reparam else None
+                if low is not None:
+                    # A is the layer's own weight, held fixed with its bias; U and V follow "frozen"
+                    per = obytes[i] // own
+                    ad[i] += low
+                    added_bytes += low * per
+                    fz[i] += own + (low if e.frozen else 0)
+                    frozen_bytes += obytes[i] + (low * per if e.frozen else 0)
+                elif e.frozen:
                     fz[i] += own
                     frozen_bytes += obytes[i]
                 elif e.partial:
                     f = _partial_frozen(tree.nodes[lay.paths[i]], e.partial, shapes)
                     fz[i] += f
                     frozen_bytes += obytes[i] * f // own
-                if e.reparam:
+                if e.reparam and (e.reparam.low_rank is None or tree.nodes[lay.paths[i]].type_name in _LOW_RANK_TYPES):
                     rp[i] += own
-                    # A, the fixed copy of the pretrained weights (of the named ones only)
-                    fixed_bytes += _reparam_bytes(lay.paths[i], e.reparam, own, obytes[i], shapes)
                     reparam_modules += 1
+                    if e.reparam.low_rank is None:
+                        # A, the fixed copy of the pretrained weights (of the named ones only)
+                        fixed_bytes += _reparam_bytes(lay.paths[i], e.reparam, own, obytes[i], shapes)
             if bn_l[i]:
                 be[i] += e.bn_eval
                 ba[i] += not e.bn_eval_explicit
@@ -319,6 +346,7 @@ class PlanState:
             j = parent_l[i]
             if j >= 0:
                 fz[j] += fz[i]
+                ad[j] += ad[i]
                 rp[j] += rp[i]
                 be[j] += be[i]
                 ba[j] += ba[i]
@@ -327,7 +355,7 @@ class PlanState:
         total_l, bn_total_l = lay.total, lay.bn_total
         for i in range(n):
             e = effs[i]
-            params, frozen, bn = total_l[i], fz[i], bn_total_l[i]
+            params, frozen, bn = total_l[i] + ad[i], fz[i], bn_total_l[i]
             if params == 0:
                 ftri: Tri = "on" if e.frozen else "off"
             else:
@@ -335,7 +363,7 @@ class PlanState:
             if pa[i]:
                 ftri = "mixed"
             trainable = params - frozen
-            r = rp[i]
+            r = rp[i] + ad[i]
             nodes[lay.paths[i]] = NodeState(
                 ftri,
                 trainable,
@@ -346,9 +374,10 @@ class PlanState:
                 e.partial,
                 bool(pa[i]),
                 e.lr_scale != 1.0 and params > 0 and trainable == 0,
+                e.reparam.short() if e.reparam else "",
             )
-        total_bytes = sum(obytes)
-        total = tree.total_params
+        total_bytes = sum(obytes) + added_bytes
+        total = tree.total_params + (ad[0] if n else 0)
         trainable_total = nodes[""].trainable if "" in nodes else 0
         train_bytes = total_bytes - frozen_bytes
         counts = Counts.from_totals(total, trainable_total, total_bytes, train_bytes, fixed_bytes, optimizer)

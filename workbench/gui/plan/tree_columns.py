@@ -326,7 +326,8 @@ COLUMNS: tuple[TreeColumn, ...] = (
     ),
     toggle_column(
         "reparam", "A+B", "A+B: train a delta B on top of the fixed pretrained weight A (W = A + B)",
-        "reparam", _ab_tip, to_plan=lambda on: dict(A_PLUS_B) if on else False, width_pad=8,
+        "reparam", _ab_tip, to_plan=lambda on: dict(A_PLUS_B) if on else False,
+        display=lambda node, st: st.reparam_text if st.reparam in ("on", "mixed") else "", width_pad=30,
     ),
     toggle_column(
         "bn_eval", "BN eval",
