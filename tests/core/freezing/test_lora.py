@@ -211,3 +211,12 @@ def test_unselected_keep_leaves_what_no_rule_selects():
 def test_unselected_bad_value(value):
     with pytest.raises(PlanError, match="'unselected' must be"):
         FreezePlan.from_dict({"unselected": value, "rules": []})
+
+
+def test_plain_script_export_refuses_low_rank(tmp_path):
+    from workbench.core.export import ExportError, export_script
+    from workbench.core.models.zoo import ModelSpec
+
+    plan = FreezePlan.from_dict({"rules": [{"select": "fc", "reparam": {"rank": 4}}]})
+    with pytest.raises(ExportError, match="low-rank A\\+B .*--peft"):
+        export_script(plan, ModelSpec(source="torchvision", name="resnet18", num_classes=10), tmp_path / "s.py")

@@ -132,27 +132,29 @@ class LowRankAPlusB(LowRankDelta):
     """Parametrization ``weight = A + s U V`` (``A`` is the parametrization's frozen ``original``)."""
 
     def forward(self, a: Tensor) -> Tensor:
-        """``A + s U V``: the gradient flows to ``U`` and ``V`` only."""
-        return a + self.delta()
+        """``A + s U V`` in one ``addmm``: the gradient flows to ``U`` and ``V`` only."""
+        g = self.geometry
+        if g.kind in ("conv1d_hf", "embedding"):  # the weight is (U V)^T: in x out
+            return torch.addmm(a, self.V.t(), self.U.t(), alpha=self.scale)
+        return torch.addmm(a.reshape(g.out, g.inp), self.U, self.V, alpha=self.scale).view(g.shape)
 
 
 def _fused_output(module: nn.Module, kind: str, d: LowRankDelta, x: Tensor, drop: float) -> Tensor:
-    """``s U (V x)`` for the layer's input ``x``, without building ``U V``."""
+    """``U (V x)`` for the layer's input ``x``, without building ``U V`` (the caller scales it
+    while adding it to the layer's output: one pass instead of a multiply and an add)."""
     if kind == "embedding":
         h = F.embedding(x, d.V.t(), module.padding_idx, module.max_norm, module.norm_type, module.scale_grad_by_freq, module.sparse)
-        return (h @ d.U.t()) * d.scale
+        return F.linear(h, d.U)
     if drop and module.training:
         x = F.dropout(x, drop, training=True)
-    if kind == "linear":
-        return F.linear(F.linear(x, d.V), d.U) * d.scale
-    if kind == "conv1d_hf":
-        return ((x @ d.V.t()) @ d.U.t()) * d.scale
+    if kind in ("linear", "conv1d_hf"):
+        return F.linear(F.linear(x, d.V), d.U)
     nd = len(d.geometry.shape) - 2
     conv: Callable[..., Tensor] = F.conv1d if nd == 1 else F.conv2d
     v = d.V.view(d.V.shape[0], *d.geometry.shape[1:])
     u = d.U.view(*d.U.shape, *([1] * nd))
     h = conv(x, v, None, module.stride, module.padding, module.dilation)
-    return conv(h, u) * d.scale
+    return conv(h, u)
 
 
 def _init_uv(lr: LowRank, g: _Geometry, like: Tensor, key: str) -> tuple[Tensor, Tensor]:
@@ -298,7 +300,8 @@ def _fused_hook(h: LowRankHandle) -> Callable[..., Tensor | None]:
     def hook(module: nn.Module, args: tuple[Any, ...], output: Tensor) -> Tensor | None:
         if not h.names:
             return None
-        return output + _fused_output(module, str(h.kind), h._delta[h.names[0]], args[0], h.low_rank.dropout)
+        d = h._delta[h.names[0]]
+        return torch.add(output, _fused_output(module, str(h.kind), d, args[0], h.low_rank.dropout), alpha=d.scale)
 
     return hook
 
