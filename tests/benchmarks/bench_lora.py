@@ -29,6 +29,7 @@ The script measures and prints; it asserts nothing.
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import statistics
@@ -200,7 +201,7 @@ def run_model(model_name: str, variants: list[str], args: argparse.Namespace, de
     for i in range(args.steps):
         x = xs[i % len(xs)]
         for v in variants[i % len(variants):] + variants[: i % len(variants)]:
-            times[v].append(timed(lambda: runners[v].step(x), device))
+            times[v].append(timed(functools.partial(runners[v].step, x), device))
     del runners
     gc.collect()
     times = {v: t[args.warmup:] for v, t in times.items()}
@@ -209,7 +210,7 @@ def run_model(model_name: str, variants: list[str], args: argparse.Namespace, de
         out[v] = {
             "trainable": trainable[v],
             "median_ms": 1000 * statistics.median(times[v]),
-            "ratio": statistics.median(t / p for t, p in zip(times[v], times["peft"])),
+            "ratio": statistics.median(t / p for t, p in zip(times[v], times["peft"], strict=True)),
         }
     if not args.no_memory:
         log(f"{model_name}: peak memory, one variant at a time")
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.only:
         r = Runner(args.only, models[0], args.full_size, args.rank, device)
         xs = batches(args, device)
-        ts = [timed(lambda: r.step(xs[i % 2]), device) for i in range(args.steps)][args.warmup:]
+        ts = [timed(functools.partial(r.step, xs[i % 2]), device) for i in range(args.steps)][args.warmup:]
         print(json.dumps({"median_s": statistics.median(ts)}))
         return {}
     variants = ["peft"] + [v for v in args.variants.split(",") if v and v != "peft"]

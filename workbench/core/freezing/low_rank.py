@@ -30,7 +30,14 @@ from torch import Tensor, nn
 from torch.nn.utils import parametrize
 
 from workbench.core.freezing import reparam
-from workbench.core.freezing.reparam import ORDER_ATTR, ReparamError, ReparamHandle, _derived_seed, _restore_order, _Sources
+from workbench.core.freezing.reparam import (
+    ORDER_ATTR,
+    ReparamError,
+    ReparamHandle,
+    _derived_seed,
+    _restore_order,
+    _Sources,
+)
 from workbench.core.plan.reparam_spec import LowRank, ReparamSpec, parse_spec
 
 __all__ = [

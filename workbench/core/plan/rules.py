@@ -34,18 +34,18 @@ from workbench.core.plan.keys import (
     RULE_KEY_NAMES,
     RULE_KEYS,
     SETTING_KEYS,
+    UNSELECTED_VALUES,
     Effective,
     cache_key,
     effective_from,
     rule_key,
-    UNSELECTED_VALUES,
 )
+from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
+from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.plan.selectors import as_tree, is_pattern, matcher, select_paths
 from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.core.plan.specs import check_extensions
-from workbench.core.plan.partial_spec import PartialSpec
-from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.suggest import did_you_mean
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
