@@ -220,3 +220,11 @@ def test_plain_script_export_refuses_low_rank(tmp_path):
     plan = FreezePlan.from_dict({"rules": [{"select": "fc", "reparam": {"rank": 4}}]})
     with pytest.raises(ExportError, match="low-rank A\\+B .*--peft"):
         export_script(plan, ModelSpec(source="torchvision", name="resnet18", num_classes=10), tmp_path / "s.py")
+
+
+def test_update_to_a_rank_the_layer_refuses_names_the_new_rule():
+    model, _ = _model()
+    applied = _plan("fused").apply(model)
+    bad = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True}, {"select": "c1", "frozen": False, "reparam": {"rank": 9}}]})
+    with pytest.raises(PlanError, match="rule 1.*reparam.rank 9"):
+        applied.update(bad)

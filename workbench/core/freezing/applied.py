@@ -366,7 +366,9 @@ class AppliedPlan:
     def _fixed_ids(self) -> set[int]:
         return {id(t) for h in self._installed.values() for _, t in h.fixed()}
 
-    def _install_extensions(self, new: dict[str, Effective], diff: PlanDiff | None) -> None:
+    def _install_extensions(
+        self, new: dict[str, Effective], diff: PlanDiff | None, plan: "FreezePlan | None" = None
+    ) -> None:
         for key in (i.key for i in INSTALLERS):
             want = {p: getattr(e, key) for p, e in new.items() if getattr(e, key)}
             have = {p: h.spec for (k, p), h in self._installed.items() if k == key}
@@ -386,7 +388,7 @@ class AppliedPlan:
                 try:
                     handle = installer.install(self.model, path, want[path], base_dir=self.base_dir)
                 except ValueError as e:  # name the rule that set the spec, and the module
-                    idx = rule_index_for(self.plan, key, want[path])
+                    idx = rule_index_for(plan or self.plan, key, want[path])
                     raise PlanError(PlanProblem(f"module {path or '(root)'!r}: {e}", idx, key)) from e
                 self._installed[(key, path)] = handle
                 if diff is not None and path not in diff.reinstalled:
@@ -564,7 +566,7 @@ class AppliedPlan:
         before = {n: (id(p), p.requires_grad, self.lr_scale_of(n)) for n, p in self.model.named_parameters()}
         bn_before = {p: e.bn_eval for p, e in self._effective.items() if self.tree.nodes[p].is_bn}
         diff = PlanDiff()
-        self._install_extensions(new, diff)
+        self._install_extensions(new, diff, plan)
         self._apply_flags(new)
         for n, p in self.model.named_parameters():
             b = before.get(n)
