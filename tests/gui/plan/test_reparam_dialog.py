@@ -74,3 +74,14 @@ def test_dialog_shows_why_a_spec_is_invalid(qtbot: Any) -> None:
     assert dlg.values()["dropout"] == 0.1 and dlg.spec() is not None
     dlg.rank.setValue(0)
     assert "rank" not in dlg.values() and dlg.spec().low_rank is None
+
+
+def test_unselected_keep_shows_the_state_the_model_has(qapp: Any) -> None:
+    model = _model()
+    model[0].requires_grad_(False)  # a script froze the first layer
+    c = Controller()
+    c.set_loaded(loaded_from_model(model, "mlp", spec={"source": "py", "name": "mlp"}))
+    plan = FreezePlan.from_dict({"unselected": "keep", "rules": [{"select": "2", "frozen": True}]})
+    state = PlanState.compute(c.tree, plan, param_shapes=c.loaded.param_shapes)
+    assert state.nodes["0"].frozen == "on" and state.nodes["1"].frozen == "off" and state.nodes["2"].frozen == "on"
+    assert state.counts.trainable == plan.apply(model).counts().trainable == 64

@@ -325,6 +325,10 @@ class PlanState:
                     added_bytes += low * per
                     fz[i] += own + (low if e.frozen else 0)
                     frozen_bytes += obytes[i] + (low * per if e.frozen else 0)
+                elif e.kept:  # "unselected": "keep": as the model has it
+                    f = own - tree.nodes[lay.paths[i]].own_trainable
+                    fz[i] += f
+                    frozen_bytes += obytes[i] * f // own
                 elif e.frozen:
                     fz[i] += own
                     frozen_bytes += obytes[i]

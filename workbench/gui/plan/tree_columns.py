@@ -255,7 +255,9 @@ def _frozen_tip(c: Controller, node: ModuleNode, st: NodeState) -> str:
     text = {"on": "Frozen", "off": "Trains", "mixed": "Some modules below are frozen"}[st.frozen]
     if st.partial_below:
         text += " (sub-tensor freezing below)"
-    return f"{text} — {rule_source(c, node, 'frozen')}. Space toggles the selected rows."
+    kept = c.state is not None and node.path in c.state.effective and c.state.effective[node.path].kept
+    source = "kept as the model has it (no rule selects it; the plan keeps unselected modules)" if kept else rule_source(c, node, "frozen")
+    return f"{text} — {source}. Space toggles the selected rows."
 
 
 def _ab_tip(c: Controller, node: ModuleNode, st: NodeState) -> str:
