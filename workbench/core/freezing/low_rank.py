@@ -146,7 +146,7 @@ class LowRankAPlusB(LowRankDelta):
         return torch.addmm(a.reshape(g.out, g.inp), self.U, self.V, alpha=self.scale).view(g.shape)
 
 
-def _fused_output(module: nn.Module, kind: str, d: LowRankDelta, x: Tensor, drop: float) -> Tensor:
+def _fused_output(module: Any, kind: str, d: LowRankDelta, x: Tensor, drop: float) -> Tensor:
     """``U (V x)`` for the layer's input ``x``, without building ``U V`` (the caller scales it
     while adding it to the layer's output: one pass instead of a multiply and an add)."""
     if kind == "embedding":
@@ -286,7 +286,7 @@ class LowRankHandle(ReparamHandle):
                     if merge:
                         with torch.no_grad():
                             w.add_(self._delta[n].delta())
-                    child = module._modules.get(CHILD)
+                    child: Any = module._modules.get(CHILD)
                     if child is not None and n in child:
                         del child[n]
                         if not len(child):
@@ -373,10 +373,10 @@ def install(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = N
         handle._delta["weight"] = par
     else:
         d = LowRankDelta(u, v, lr.scale, g)
-        child = module._modules.get(CHILD)
+        child: Any = module._modules.get(CHILD)
         if child is None:
             child = nn.ModuleDict()
-            child._workbench_internal = True  # type: ignore[assignment]
+            child._workbench_internal = True
             module.add_module(CHILD, child)
         child["weight"] = d
         handle._delta["weight"] = d

@@ -39,7 +39,7 @@ PREFIX = "base_model.model."
 
 
 def _low_rank_handles(applied: "AppliedPlan") -> list[LowRankHandle]:
-    handles = [h for h in applied.installed("reparam").values() if h.names]
+    handles: list[Any] = [h for h in applied.installed("reparam").values() if getattr(h, "names", None)]
     full = [h.path or "(root)" for h in handles if not isinstance(h, LowRankHandle)]
     if full:
         raise ReparamError(
@@ -192,7 +192,7 @@ def load_peft(applied: "AppliedPlan", folder: str | os.PathLike[str]) -> None:
     path = path / WEIGHTS_FILE if path.is_dir() else path
     if not path.is_file():
         raise ReparamError(f"no {WEIGHTS_FILE} at {str(path)!r}; give the folder PEFT's save_pretrained wrote")
-    writes: list[tuple[Any, Tensor]] = []
+    writes: list[tuple[Any, Any]] = []
     with safe_open(str(path), framework="pt", device="cpu") as f:
         keys = set(f.keys())
 
@@ -214,7 +214,7 @@ def load_peft(applied: "AppliedPlan", folder: str | os.PathLike[str]) -> None:
         lora_keys = {k for h in handles for k in _keys(h)}
         for key in sorted(keys - lora_keys):
             name = key[len(PREFIX):] if key.startswith(PREFIX) else key
-            target = dict(applied.model.named_parameters()).get(name)
+            target: Tensor | None = dict(applied.model.named_parameters()).get(name)
             if target is None:
                 target = dict(applied.model.named_buffers()).get(name)
             if target is None:
