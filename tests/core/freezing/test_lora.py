@@ -228,3 +228,13 @@ def test_update_to_a_rank_the_layer_refuses_names_the_new_rule():
     bad = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True}, {"select": "c1", "frozen": False, "reparam": {"rank": 9}}]})
     with pytest.raises(PlanError, match="rule 1.*reparam.rank 9"):
         applied.update(bad)
+
+
+@pytest.mark.parametrize("mode", ["exact", "fused"])
+def test_the_tree_of_an_adapted_model_is_the_plain_tree(mode):
+    model, _ = _model()
+    before = ModelTree.from_model(model)
+    _plan(mode).apply(model)
+    after = ModelTree.from_model(model)
+    assert after.fingerprint == before.fingerprint and list(after.nodes) == list(before.nodes)
+    assert after.owner_of("lin.wb_lowrank.weight.U" if mode == "fused" else "lin.parametrizations.weight.0.U") == "lin"
