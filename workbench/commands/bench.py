@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from workbench.core.models.spec import ModelSpec
 from workbench.core.training.config import AMP_MODES, OPTIMIZERS, TrainConfig
 from workbench.core.training.engine import Trainer
 from workbench.core.errors import WorkbenchError
@@ -52,10 +53,12 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         WorkbenchError: bad model, plan or settings; or a variant failed to train.
     """
     total = args.warmup + args.steps
+    # the model as it is: its own head, not the 10-class head a training run gives synthetic data
+    classes = args.num_classes or ModelSpec(name=args.model, weights=args.weights).head_classes()
     trainers: list[tuple[str, Trainer]] = []
     for label, plan in _variants(args):
         cfg = TrainConfig(
-            model=args.model, weights=args.weights, num_classes=args.num_classes, plan=plan,
+            model=args.model, weights=args.weights, num_classes=classes, plan=plan,
             data="synthetic", image_size=args.image_size, batch_size=args.batch_size,
             optimizer=args.optimizer, steps=total, device=args.device, amp=args.amp,
             allow_download=False,

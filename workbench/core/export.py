@@ -684,6 +684,13 @@ def render_script(
             f"sub-tensor freezing ('partial' on {where}) cannot be exported as a plain script; "
             "apply the plan with workbench.apply_plan(model, plan) in your script, or remove 'partial'"
         )
+    low_rank = [p for p, e in eff.items() if e.reparam is not None and e.reparam.low_rank is not None]
+    if low_rank or any(r.reparam is not None and r.reparam.low_rank is not None for st in plan.stages for r in st.rules):
+        where = ", ".join(p or "(root)" for p in low_rank[:3]) or "a stage"
+        raise ExportError(
+            f"low-rank A+B ('reparam.rank' on {where}) has no plain-script form; write a PEFT adapter with "
+            "`workbench export --peft DIR`, or apply the plan with workbench.apply_plan(model, plan) in your script"
+        )
     base = _settings(tree, eff)
     steps, epochs, stages = _stage_table(plan, tree)
     reparam = _reparam_settings(tree, eff)

@@ -69,6 +69,7 @@ from workbench.gui.model_source import ModelSourceBar
 from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
 from workbench.gui.qt_compat import protect_none_refcount
 from workbench.gui.plan.partial_dialog import edit_partial
+from workbench.gui.plan.reparam_dialog import edit_reparam
 from workbench.gui.plan.tree_view import ModuleTreeView
 from workbench.gui.training.ui import TrainingUI
 from workbench.gui.training.verify_panel import STATUS_COLORS
@@ -305,6 +306,8 @@ class MainWindow(QMainWindow):
         self.act_ab_on = self._action("A+B On Subtree", lambda: self._set_selected("reparam", dict(plan_edits.A_PLUS_B)),
                                       None, "Train W = A + B: A fixed pretrained weight, B a trainable delta")
         self.act_ab_off = self._action("A+B Off Subtree", lambda: self._set_selected("reparam", False))
+        self.act_ab_settings = self._action("A+B Settings…", self.edit_reparam, None,
+                                            "Full or low rank (rank, alpha, dropout) and mode of A+B on the selection")
         self.act_inherit_lr = self._action("Reset LR × To Inherited", lambda: self._set_selected("lr_scale", None))
         self.act_remove_unmatched = self._action("Remove Rules That Match Nothing", self.remove_unmatched_rules)
         self.act_partial = self._action("Partial Freezing…", self.edit_partial, None,
@@ -317,7 +320,7 @@ class MainWindow(QMainWindow):
         self.act_about = self._action("&About Freeze Workbench", self.about)
         self._selection_actions = [
             self.act_freeze, self.act_unfreeze, self.act_toggle, self.act_train_only, self.act_freeze_before,
-            self.act_inherit_lr, self.act_ab_on, self.act_ab_off,
+            self.act_inherit_lr, self.act_ab_on, self.act_ab_off, self.act_ab_settings,
         ]
 
     def _build_menus(self) -> None:
@@ -339,7 +342,7 @@ class MainWindow(QMainWindow):
         e.addSeparator()
         e.addActions([self.act_bn_on, self.act_bn_off, self.act_bn_auto])
         e.addSeparator()
-        e.addActions([self.act_ab_on, self.act_ab_off, self.act_inherit_lr, self.act_partial])
+        e.addActions([self.act_ab_on, self.act_ab_off, self.act_ab_settings, self.act_inherit_lr, self.act_partial])
         e.addSeparator()
         e.addAction(self.act_remove_unmatched)
         v = mb.addMenu("&View")
@@ -591,7 +594,7 @@ class MainWindow(QMainWindow):
         menu.addSeparator()
         menu.addActions([self.act_bn_on, self.act_bn_off, self.act_bn_auto])
         menu.addSeparator()
-        menu.addActions([self.act_ab_on, self.act_ab_off, self.act_inherit_lr, self.act_partial])
+        menu.addActions([self.act_ab_on, self.act_ab_off, self.act_ab_settings, self.act_inherit_lr, self.act_partial])
         return menu
 
     # ------------------------------------------------------------------ plan edits
@@ -632,6 +635,12 @@ class MainWindow(QMainWindow):
     def remove_unmatched_rules(self) -> None:
         """Delete rules whose selector matches no module (one undo step)."""
         self.controller.edit("Remove rules that match nothing", plan_edits.remove_unmatched_rules)
+
+    def edit_reparam(self) -> None:
+        """Open the A+B settings dialog (rank, alpha) for the selected modules."""
+        paths = self.view.selected_paths()
+        if paths:
+            edit_reparam(self, self.controller, paths)
 
     def edit_partial(self) -> None:
         """Open the partial-freezing dialog for the selected module."""

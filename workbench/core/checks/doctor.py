@@ -52,6 +52,7 @@ from workbench.core.freezing.capture import (
     fixed_parameter_ids,
     partial_spec,
 )
+from workbench.core.checks.adapters import adapter_findings
 from workbench.core.checks.findings import SEVERITIES, Finding
 from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.checks.lint import lint_plan
@@ -189,6 +190,7 @@ def check(
     out += _dropout_findings(model, tree)
     out += _hook_findings(model, tree, params, owner, probe_hooks)
     out += _tied_findings(model, tree, params, owner, plan)
+    out += adapter_findings(model, tree)
     if plan is None:
         out += _head_findings(model, tree, params, owner)
     return merge_findings(group_findings(merge_findings(out)))

@@ -7,6 +7,7 @@ tree).
 
 from __future__ import annotations
 
+from workbench.core.checks.adapters import lint_low_rank
 from workbench.core.checks.findings import Finding
 from workbench.core.plan.readiness import plan_leaves_trainable
 from workbench.core.plan.rules import FreezePlan, select_paths
@@ -128,6 +129,8 @@ def lint_plan(plan: FreezePlan, tree: ModelTree, optimizer: str = "adamw") -> li
                     'use "a": "current" with "b_init": "zeros" to start exactly at the pretrained model',
                 )
             )
+    if any(r.reparam is not None and r.reparam.low_rank is not None for r in plan.rules):
+        out += lint_low_rank(plan, tree)
     order = {"error": 0, "warning": 1, "info": 2}
     out.sort(key=lambda f: order[f.severity])
     return out

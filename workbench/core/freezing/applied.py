@@ -32,12 +32,11 @@ from torch import nn
 
 from workbench.core.checks.verify import Snapshot, VerifyReport, compare_in_force, model_tensors
 from workbench.core.errors import WorkbenchError
-from workbench.core.freezing import plan_registry
-from workbench.core.freezing import partial, reparam
+from workbench.core.freezing import low_rank, partial, peft_interop, plan_registry, reparam
 from workbench.core.models.tree import ModelTree, ModuleNode
 from workbench.core.plan.keys import Effective
-from workbench.core.plan.problems import PlanError, PlanWarning
-from workbench.core.plan.specs import SPECS, check_extensions
+from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
+from workbench.core.plan.specs import SPECS, check_extensions, rule_index_for
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from workbench.core.plan.rules import FreezePlan
@@ -100,7 +99,7 @@ class Installer:
 
 _BY_KEY = {
     "partial": Installer("partial", partial.install),
-    "reparam": Installer("reparam", reparam.install, reparam.adjust_param_groups),
+    "reparam": Installer("reparam", low_rank.install_a_plus_b, reparam.adjust_param_groups),
 }
 #: Installers in the order of the spec registry (the order they are installed on a module).
 INSTALLERS: tuple[Installer, ...] = tuple(_BY_KEY[cls.key] for cls in SPECS)
@@ -487,7 +486,9 @@ class AppliedPlan:
     def _fixed_ids(self) -> set[int]:
         return {id(t) for h in self._installed.values() for _, t in h.fixed()}
 
-    def _install_extensions(self, new: dict[str, Effective], diff: PlanDiff | None) -> None:
+    def _install_extensions(
+        self, new: dict[str, Effective], diff: PlanDiff | None, plan: "FreezePlan | None" = None
+    ) -> None:
         for key in (i.key for i in INSTALLERS):
             want = {p: getattr(e, key) for p, e in new.items() if getattr(e, key)}
             have = {p: h.spec for (k, p), h in self._installed.items() if k == key}
@@ -504,7 +505,12 @@ class AppliedPlan:
             for path in sorted(want, key=lambda p: self.tree.nodes[p].order):
                 if (key, path) in self._installed:
                     continue
-                self._installed[(key, path)] = installer.install(self.model, path, want[path], base_dir=self.base_dir)
+                try:
+                    handle = installer.install(self.model, path, want[path], base_dir=self.base_dir)
+                except ValueError as e:  # name the rule that set the spec, and the module
+                    idx = rule_index_for(plan or self.plan, key, want[path])
+                    raise PlanError(PlanProblem(f"module {path or '(root)'!r}: {e}", idx, key)) from e
+                self._installed[(key, path)] = handle
                 if diff is not None and path not in diff.reinstalled:
                     diff.reinstalled.append(path)
 
@@ -520,9 +526,14 @@ class AppliedPlan:
                 p.requires_grad_(False)
                 continue
             pe = new_params.get(self.tree.param_name(name)) or new[self._owner(name)]
+            if pe.kept and id(p) in self._orig_requires_grad:  # "unselected": "keep"
+                p.requires_grad_(self._orig_requires_grad[id(p)][1])
+                continue
             p.requires_grad_(not pe.frozen)
         # parents before children: unlocking a parent first cannot undo a child's lock
         for path in sorted(self.tree.nodes, key=lambda q: self.tree.nodes[q].order):
+            if new[path].kept:  # "unselected": "keep": its mode stays as the model has it
+                continue
             want = _eval_wanted(new[path], self.tree.nodes[path].is_bn)
             module = self.model.get_submodule(path)
             if want:
@@ -729,7 +740,7 @@ class AppliedPlan:
         bn_before = {p: e.bn_eval for p, e in self._effective.items() if self.tree.nodes[p].is_bn}
         eval_before = {p: e.eval for p, e in self._effective.items()}
         diff = PlanDiff(tree=self.tree)
-        self._install_extensions(new, diff)
+        self._install_extensions(new, diff, plan)
         self._apply_flags(new, plan.resolve_params(self.tree))
         for n, p in self.model.named_parameters():
             b = before.get(n)
@@ -835,6 +846,34 @@ class AppliedPlan:
         """Load B tensors from a safetensors file written by :meth:`export_deltas`."""
         self._reparam().load_deltas(self, path)
 
+    def to_peft(self, folder: str | os.PathLike[str]) -> Path:
+        """Write the low-rank A+B as a PEFT LoRA adapter (``adapter_config.json`` +
+        ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained(base, folder)`` loads.
+
+        Args:
+            folder: the adapter folder.
+
+        Returns:
+            The folder.
+
+        Raises:
+            ReparamError: full-rank A+B or no low-rank A+B (see :func:`peft_interop.to_peft`).
+        """
+        self._check_alive()
+        return peft_interop.to_peft(self, folder)
+
+    def load_peft(self, folder: str | os.PathLike[str]) -> None:
+        """Load a PEFT LoRA adapter's weights (U, V, modules_to_save) into this applied plan.
+
+        Args:
+            folder: the adapter folder.
+
+        Raises:
+            ReparamError: a tensor is missing or has another shape (see :func:`peft_interop.load_peft`).
+        """
+        self._check_alive()
+        peft_interop.load_peft(self, folder)
+
     def reparam_stats(self) -> dict[str, dict[str, float]]:
         """Per reparametrized tensor: ``{"b_norm": ‖B‖, "ratio": ‖B‖/‖A‖}``."""
         return self._reparam().stats(self)
@@ -871,6 +910,9 @@ def install_plan(
     new = plan.resolve(tree)
     try:
         applied._install_extensions(new, None)
+    except PlanError:
+        applied.remove(merge=False)
+        raise
     except (ValueError, OSError, KeyError) as e:
         applied.remove(merge=False)
         raise PlanError(str(e)) from e

@@ -498,7 +498,7 @@ def adjust_param_groups(
     Returns:
         The groups, fused-mode parameters split out where a group decays.
     """
-    fused = {id(p) for h in handles.values() if h.mode == "fused" for _, p in h.trainable()}
+    fused = {id(p) for h in handles.values() if h.mode == "fused" and not h.spec.low_rank for _, p in h.trainable()}
     if not fused or not weight_decay:
         return groups
     out: list[dict[str, Any]] = []
@@ -664,7 +664,7 @@ def load_deltas(applied: "AppliedPlan", path: str | os.PathLike[str], *, strict:
             f"deltas file {str(path)!r} holds B for parameter(s) without A+B in this plan: "
             f"{', '.join(extra[:5])}{' ...' if len(extra) > 5 else ''}; add A+B there, or pass strict=False"
         )
-    values = [(h, n, f.tensor(k, h._w[n])) for k, (h, n) in want.items()]
+    values = [(h, n, f.tensor(k, h.a(n))) for k, (h, n) in want.items()]
     for h, n, v in values:
         h.set_b(n, v)
 
@@ -727,4 +727,6 @@ def ddp_ignore_names(applied: "AppliedPlan") -> list[str]:
     Returns:
         Fully qualified buffer names.
     """
-    return [name for h in _handles(applied).values() if h.mode == "exact" for name, _ in h.fixed()]
+    return [
+        name for h in _handles(applied).values() if h.mode == "exact" and not h.spec.low_rank for name, _ in h.fixed()
+    ]

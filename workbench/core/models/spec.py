@@ -13,7 +13,14 @@ from typing import Any, Literal, Mapping
 from torch import nn
 
 from workbench.core.models.sources import build_from_source, parse_model_spec
-from workbench.core.models.zoo import ModelSourceError, build_model, load_checkpoint, load_weights_into, replace_head
+from workbench.core.models.zoo import (
+    ModelSourceError,
+    build_model,
+    current_num_classes,
+    load_checkpoint,
+    load_weights_into,
+    replace_head,
+)
 
 __all__ = ["ModelSpec"]
 
@@ -111,6 +118,21 @@ class ModelSpec:
         if "num_classes" in data:
             kwargs["num_classes"] = data["num_classes"]
         return cls(**kwargs)
+
+    def head_classes(self) -> int | None:
+        """Outputs of the classification head the spec builds, read from its structure alone.
+
+        Returns:
+            The class count (``num_classes`` when the spec sets it), or None without a
+            recognisable head.
+
+        Raises:
+            ModelSourceError: the spec cannot be built.
+        """
+        if self.num_classes is not None:
+            return self.num_classes
+        model = self.build(allow_download=False, meta=self.checkpoint is None)
+        return current_num_classes(model)
 
     def build(
         self, allow_download: bool = True, *, trust_pickle: bool = False, meta: bool = False

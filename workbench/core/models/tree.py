@@ -33,6 +33,8 @@ __all__ = [
 ]
 
 _PARAMETRIZATIONS = "parametrizations"
+#: Child names of workbench internals folded into their owner (low-rank A+B's U and V).
+_INTERNAL_SEGMENTS = (_PARAMETRIZATIONS, "wb_lowrank")
 
 
 def is_batchnorm(module: nn.Module) -> bool:
@@ -55,7 +57,7 @@ def _split_internal(path: str) -> tuple[str, str]:
     """
     parts = path.split(".") if path else []
     for i, part in enumerate(parts):
-        if part == _PARAMETRIZATIONS:
+        if part in _INTERNAL_SEGMENTS:
             return ".".join(parts[:i]), ".".join(parts[i:])
     return path, ""
 

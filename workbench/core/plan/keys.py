@@ -24,6 +24,8 @@ from workbench.core.plan.spec_base import ExtensionSpec
 __all__ = [
     "INHERITED_KEYS",
     "PARAM_KEYS",
+    "PLAN_KEYS",
+    "UNSELECTED_VALUES",
     "cache_key",
     "RULE_KEYS",
     "RULE_KEY_NAMES",
@@ -161,7 +163,8 @@ RULE_KEYS: tuple[PlanKey, ...] = (
     PlanKey(
         "reparam", "object, true or false", ReparamSpec.parse, True, None,
         "A+B: train B in W = A + B with A fixed (see docs/reparam.md); `true` for the defaults, "
-        "`false` switches it off",
+        "`false` switches it off; `rank`, `alpha`, `dropout`, `init` make B = (alpha/rank) U V low-rank "
+        "(LoRA) on Linear, Conv1d/2d, Conv1D and Embedding layers",
         can_switch_off=True, spec=ReparamSpec, show=_show_spec,
     ),
     PlanKey(
@@ -172,6 +175,25 @@ RULE_KEYS: tuple[PlanKey, ...] = (
     PlanKey("comment", "string", _parse_comment, False, None, "free text, kept with the rule", setting=False),
 )
 RULE_KEY_NAMES: tuple[str, ...] = tuple(k.name for k in RULE_KEYS)
+
+# ---- plan-level keys (top level of the plan file, beside "rules")
+#: Values of the top-level ``unselected`` key.
+UNSELECTED_VALUES: tuple[str, ...] = ("train", "keep")
+#: ``(name, JSON type, default, meaning)`` of the plan-level keys, for the schema docs.
+PLAN_KEYS: tuple[tuple[str, str, Any, str], ...] = (
+    (
+        "unselected", '`"train"` or `"keep"`', "train",
+        "modules no rule selects: `\"train\"` gives them the defaults (they train); `\"keep\"` leaves "
+        "their `requires_grad` and train/eval mode as the model has them (a PEFT model, a model a script "
+        "partly froze)",
+    ),
+    (
+        "lr_decay", "number in (0, 1]", None,
+        "layer-wise learning-rate decay: a parameter of layer i of L gets `lr_scale = lr_decay ** (L - 1 - i)` "
+        "unless a rule sets `lr_scale`; layers from a timm model's `group_matcher` (as timm's "
+        "`param_groups_layer_decay`), else the repeated blocks in registration order",
+    ),
+)
 SETTING_KEYS: tuple[PlanKey, ...] = tuple(k for k in RULE_KEYS if k.setting)
 INHERITED_KEYS: tuple[str, ...] = tuple(k.name for k in SETTING_KEYS if k.inherited)
 #: Keys a ``"param:GLOB"`` selector may set.
@@ -210,6 +232,9 @@ class Effective:
         partial: the sub-tensor freezing spec, or None.
         eval: the module stays in eval mode across ``model.train()``.
         weight_decay: absolute weight decay, or None for the optimizer's.
+        kept: no rule selects the module and the plan says ``"unselected": "keep"``: its
+            parameters keep the ``requires_grad`` and its mode the model had (the fields
+            above are then only defaults).
     """
 
     frozen: bool = False
@@ -220,13 +245,16 @@ class Effective:
     partial: PartialSpec | None = None
     eval: bool = False
     weight_decay: float | None = None
+    # ---- plan-level: what a plan does not select (not a rule key)
+    kept: bool = False
 
 
-def effective_from(state: dict[str, Any]) -> Effective:
+def effective_from(state: dict[str, Any], *, kept: bool = False) -> Effective:
     """The settings in force from the values the rules left on a module.
 
     Args:
         state: ``{key: value}`` for the keys some rule set (``False`` for a switched-off key).
+        kept: no rule selects the module and the plan keeps unselected modules as they are.
 
     Returns:
         The settings, with defaults for the keys no rule set.
@@ -241,7 +269,7 @@ def effective_from(state: dict[str, Any]) -> Effective:
             if v is None:
                 v = values[key.follows]
         values[key.name] = key.default if v is None else v
-    return Effective(**values)
+    return Effective(**values, kept=kept)
 
 
 def cache_key(state: dict[str, Any]) -> tuple[Any, ...]:
@@ -266,6 +294,13 @@ def schema_markdown() -> str:
     Returns:
         Markdown text.
     """
+    plan_lines = [
+        "",
+        "## Plan-level keys",
+        "",
+        "| key | JSON type | default | meaning |",
+        "| --- | --- | --- | --- |",
+    ] + [f"| `{name}` | {json_type} | `{json.dumps(default)}` | {doc} |" for name, json_type, default, doc in PLAN_KEYS]
     lines = [
         "# Plan schema: rule keys",
         "",
@@ -286,15 +321,4 @@ def schema_markdown() -> str:
             default = f"`{json.dumps(k.default)}`"
         inherited = "yes" if k.inherited else ("no (matched modules only)" if k.setting else "—")
         lines.append(f"| `{k.name}` | {k.json_type} | {inherited} | {default} | {k.doc} |")
-    lines += [
-        "",
-        "Top-level keys besides `rules` and `stages`:",
-        "",
-        "| key | JSON type | meaning |",
-        "| --- | --- | --- |",
-        "| `lr_decay` | number in (0, 1] | layer-wise learning-rate decay: a parameter of layer i of L gets "
-        "`lr_scale = lr_decay ** (L - 1 - i)` unless a rule sets `lr_scale`; layers from a timm model's "
-        "`group_matcher` (as timm's `param_groups_layer_decay`), else the repeated blocks in "
-        "registration order |",
-    ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + plan_lines) + "\n"

@@ -5,6 +5,10 @@ installs it on a live model. The JSON form::
 
     {"kind": "a_plus_b", "a": "current", "b_init": "zeros", "mode": "exact", "params": null}
 
+Low rank (the LoRA family): ``{"rank": 8, "alpha": 16, "dropout": 0.05, "init": "kaiming"}``
+adds ``B = (alpha / rank) * U V`` with ``U`` zero at the start (``V`` for embeddings), so the
+model starts exactly at ``A``; ``rank`` absent means full rank (the keys are then not written).
+
 ``a`` and ``b_init`` are tensor sources: ``"current"`` (the loaded weights, ``a`` only),
 ``"zeros"``, ``{"random": {"seed": 0, "dist": "uniform", "scale": 1.0}}`` or
 ``{"file": "tensors.safetensors"}``.
@@ -20,12 +24,13 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.core.suggest import did_you_mean
 
-__all__ = ["DISTS", "KIND", "MODES", "ReparamError", "ReparamSpec", "Source", "changes_function", "describe", "parse_spec"]
+__all__ = ["DISTS", "INITS", "KIND", "LowRank", "MODES", "ReparamError", "ReparamSpec", "Source", "changes_function", "describe", "parse_spec"]
 
 KIND = "a_plus_b"
 MODES = ("exact", "fused")
 DISTS = ("uniform", "normal")
-_SPEC_KEYS = ("kind", "a", "b_init", "mode", "params")
+INITS = ("kaiming", "gaussian")
+_SPEC_KEYS = ("kind", "a", "b_init", "mode", "params", "rank", "alpha", "dropout", "init")
 _RANDOM_KEYS = ("seed", "dist", "scale")
 
 
@@ -145,6 +150,86 @@ def _parse_source(raw: Any, field: str, *, allow_current: bool) -> Source:
     raise ReparamError(f"reparam.{field} must be {usage}, got {_describe_value(raw)}")
 
 
+@dataclass(frozen=True)
+class LowRank:
+    """The low-rank part of a spec: ``B = (alpha / rank) * U V``.
+
+    Attributes:
+        rank: r, the inner size of ``U`` (out x r) and ``V`` (r x in).
+        alpha: the scale numerator; the scale is ``alpha / rank``.
+        dropout: dropout probability on the input of the low-rank path (fused mode only).
+        init: ``"kaiming"`` (V kaiming-uniform, as PEFT) or ``"gaussian"`` (V ~ N(0, 1/r)); U is zero.
+    """
+
+    rank: int
+    alpha: float
+    dropout: float = 0.0
+    init: str = "kaiming"
+
+    @property
+    def scale(self) -> float:
+        """``alpha / rank``."""
+        return self.alpha / self.rank
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"rank": ..., "alpha": ..., "dropout": ..., "init": ...}``."""
+        alpha: float | int = int(self.alpha) if float(self.alpha).is_integer() else self.alpha
+        return {"rank": self.rank, "alpha": alpha, "dropout": self.dropout, "init": self.init}
+
+
+def _number(raw: Any, field: str, usage: str) -> float:
+    if isinstance(raw, bool) or not isinstance(raw, (int, float)) or not math.isfinite(raw):
+        raise ReparamError(f"reparam.{field} must be {usage}, got {_describe_value(raw)}")
+    return float(raw)
+
+
+def _parse_low_rank(raw: Mapping[str, Any], mode: str) -> LowRank | None:
+    if raw.get("rank") is None:
+        extra = [k for k in ("alpha", "dropout", "init") if raw.get(k) is not None]
+        if extra:
+            raise ReparamError(
+                f"reparam.{extra[0]} needs reparam.rank (low-rank A+B); add \"rank\": 8 or remove {extra[0]!r}"
+            )
+        return None
+    rank = raw["rank"]
+    if isinstance(rank, bool) or not isinstance(rank, int) or rank <= 0:
+        raise ReparamError(
+            f"reparam.rank must be an integer >= 1 (such as 8), got {_describe_value(rank)}; "
+            "leave it out for full-rank A+B"
+        )
+    alpha = _number(raw.get("alpha", rank), "alpha", "a finite number (the scale is alpha / rank; 16 with rank 8 is usual)")
+    if alpha <= 0:
+        raise ReparamError(f"reparam.alpha must be > 0 (the scale is alpha / rank), got {alpha:g}")
+    dropout = _number(raw.get("dropout", 0.0), "dropout", "a number in [0, 1)")
+    if not 0.0 <= dropout < 1.0:
+        raise ReparamError(f"reparam.dropout must be in [0, 1), got {dropout:g}")
+    if dropout and mode != "fused":
+        raise ReparamError(
+            'reparam.dropout acts on the input of U V, which only mode "fused" computes; '
+            'set "mode": "fused" or "dropout": 0'
+        )
+    init = raw.get("init", "kaiming")
+    if init not in INITS:
+        hint = _hint(init, INITS) if isinstance(init, str) else ""
+        raise ReparamError(
+            f'reparam.init must be "kaiming" (V kaiming-uniform, as PEFT) or "gaussian" (V ~ N(0, 1/rank)), '
+            f"got {_describe_value(init)}{hint}"
+        )
+    b = raw.get("b_init", "zeros")
+    if b != "zeros" and b != Source("zeros"):
+        raise ReparamError(
+            "reparam.b_init cannot be set with reparam.rank: low-rank B = U V starts at zero; "
+            "remove b_init, or remove rank for a full-rank B"
+        )
+    params = raw.get("params")
+    if params is not None and list([params] if isinstance(params, str) else params) != ["weight"]:
+        raise ReparamError(
+            'reparam.params with reparam.rank can only be ["weight"]: the low-rank B adapts the weight '
+            "and the module's other parameters stay as they are; remove params or rank"
+        )
+    return LowRank(rank=rank, alpha=alpha, dropout=dropout, init=init)
+
+
 @dataclass(frozen=True, eq=False)
 class ReparamSpec(ExtensionSpec):
     """A normalized ``reparam`` value.
@@ -154,6 +239,7 @@ class ReparamSpec(ExtensionSpec):
         b_init: the initial value of the trained B.
         mode: ``"exact"`` (parametrize, B is a parameter) or ``"fused"`` (train W, B = W - A).
         params: parameter names of the module (None: every parameter it owns).
+        low_rank: rank, alpha, dropout and init of a low-rank B (None: full rank).
     """
 
     key = "reparam"
@@ -163,6 +249,7 @@ class ReparamSpec(ExtensionSpec):
     b_init: Source = Source("zeros")
     mode: str = "exact"
     params: tuple[str, ...] | None = None
+    low_rank: LowRank | None = None
 
     kind = KIND
 
@@ -172,14 +259,27 @@ class ReparamSpec(ExtensionSpec):
         return parse_spec(raw)
 
     def to_json(self) -> dict[str, Any]:
-        """``{"kind": "a_plus_b", "a": ..., "b_init": ..., "mode": ..., "params": ...}``."""
-        return {
+        """``{"kind": "a_plus_b", "a": ..., "b_init": ..., "mode": ..., "params": ...}``, plus
+        ``rank``, ``alpha``, ``dropout`` and ``init`` for a low-rank B."""
+        out: dict[str, Any] = {
             "kind": KIND,
             "a": self.a.to_json(),
             "b_init": self.b_init.to_json(),
             "mode": self.mode,
             "params": None if self.params is None else list(self.params),
         }
+        if self.low_rank is not None:
+            out.update(self.low_rank.to_json())
+        return out
+
+    @property
+    def rank(self) -> int | None:
+        """The rank of B (None: full rank)."""
+        return None if self.low_rank is None else self.low_rank.rank
+
+    def short(self) -> str:
+        """``"full"`` or ``"r=8"``, for the A+B column."""
+        return "full" if self.low_rank is None else f"r={self.low_rank.rank}"
 
     def changes_function(self) -> bool | None:
         """Whether ``W = A + B`` differs from the loaded weights when training starts.
@@ -204,6 +304,10 @@ class ReparamSpec(ExtensionSpec):
         """One line, e.g. ``"A+B (exact): A = the loaded weights, B starts at zeros; training
         starts at the loaded model"``."""
         head = f"A+B ({self.mode}): A = {self.a.text()}, B starts at {self.b_init.text()}"
+        if self.low_rank is not None:
+            lr = self.low_rank
+            head += f", B = ({lr.alpha:g}/{lr.rank}) U V of rank {lr.rank} ({lr.init} init"
+            head += f", dropout {lr.dropout:g})" if lr.dropout else ")"
         if self.params:
             head += f", on {', '.join(self.params)}"
         ch = self.changes_function()
@@ -274,7 +378,10 @@ def parse_spec(raw: Any) -> ReparamSpec:
             if p not in out:
                 out.append(p)
         names = tuple(out)
-    return ReparamSpec(a=a, b_init=b, mode=mode, params=names)
+    low_rank = _parse_low_rank(raw, mode)
+    if low_rank is not None:
+        names = None
+    return ReparamSpec(a=a, b_init=b, mode=mode, params=names, low_rank=low_rank)
 
 
 def changes_function(spec: Any) -> bool | None:

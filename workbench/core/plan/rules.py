@@ -28,7 +28,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, AbstractSet, Any
 
 from torch import nn
 
@@ -41,19 +41,20 @@ from workbench.core.plan.keys import (
     RULE_KEY_NAMES,
     RULE_KEYS,
     SETTING_KEYS,
+    UNSELECTED_VALUES,
     Effective,
     cache_key,
     effective_from,
     rule_key,
 )
+from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
 from workbench.core.plan.layer_decay import module_scales, parse_lr_decay, parameter_scales
 from workbench.core.plan.param_counts import frozen_elements
 from workbench.core.plan.selectors import PARAM_PREFIX, as_tree, is_param_selector, is_pattern, matcher, select_paths
+from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.core.plan.specs import check_extensions
-from workbench.core.plan.partial_spec import PartialSpec
-from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.suggest import did_you_mean
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -75,7 +76,7 @@ __all__ = [
 FORMAT = "freeze-plan"
 VERSION = 1
 
-_TOP_KEYS = {"format", "version", "model", "rules", "stages", "description", "lr_decay"}
+_TOP_KEYS = {"format", "version", "model", "rules", "stages", "description", "lr_decay", "unselected"}
 _MODEL_KEYS = {"source", "name", "weights", "fingerprint", "num_classes", "checkpoint", "arch"}
 _STAGE_KEYS = {"at_step", "at_epoch", "rules", "label"}
 
@@ -261,6 +262,18 @@ class FreezePlan:
     description: str | None = None
     #: layer-wise learning-rate decay in (0, 1]; None: off.
     lr_decay: float | None = None
+    #: ``"train"`` (default): modules no rule selects train; ``"keep"``: they stay as the model has them.
+    unselected: str = "train"
+
+    def __post_init__(self) -> None:
+        """Check ``unselected``.
+
+        Raises:
+            PlanError: ``unselected`` is not ``"train"`` or ``"keep"``.
+        """
+        problem = _unselected_problem(self.unselected)
+        if problem is not None:
+            raise PlanError(problem)
 
     # ---------------------------------------------------------------- (de)serialization
     @classmethod
@@ -341,9 +354,16 @@ class FreezePlan:
                 lr_decay = parse_lr_decay(lr_decay)
             except ValueError as e:
                 problems.append(PlanProblem(str(e), field="lr_decay"))
+        unselected = data.get("unselected", "train")
+        bad_unselected = _unselected_problem(unselected)
+        if bad_unselected is not None:
+            problems.append(bad_unselected)
+            unselected = "train"
         if problems:
             raise PlanError(problems, source)
-        return cls(rules=rules, stages=stages, model=dict(model), description=desc, lr_decay=lr_decay)
+        return cls(
+            rules=rules, stages=stages, model=dict(model), description=desc, lr_decay=lr_decay, unselected=unselected
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as a JSON-ready dict (schema v1)."""
@@ -353,6 +373,8 @@ class FreezePlan:
         d["model"] = dict(self.model)
         if self.lr_decay is not None:
             d["lr_decay"] = self.lr_decay
+        if self.unselected != "train":
+            d["unselected"] = self.unselected
         d["rules"] = [r.to_dict() for r in self.rules]
         if self.stages:
             d["stages"] = [s.to_dict() for s in self.stages]
@@ -478,7 +500,20 @@ class FreezePlan:
         if self.lr_decay is not None:
             for p, scale in module_scales(tree, self.lr_decay).items():
                 state[p].setdefault("lr_scale", scale)
-        return _effectives(state)
+        return _effectives(state, self._kept_paths(tree))
+
+    def _kept_paths(self, tree: ModelTree) -> set[str]:
+        """Modules no rule selects, when the plan keeps those as the model has them."""
+        if self.unselected != "keep":
+            return set()
+        m = matcher(tree)
+        selected: set[str] = set()
+        for rule in self.rules:
+            if is_param_selector(rule.select):
+                selected.update(n.rpartition(".")[0] for n in m.params(rule.select))
+            else:
+                selected.update(m.covered(rule.select))
+        return set(m.paths) - selected
 
     def resolve_params(self, model_or_tree: nn.Module | ModelTree) -> dict[str, Effective]:
         """Effective settings of every parameter: its module's, with ``param:`` rules and
@@ -493,13 +528,18 @@ class FreezePlan:
         tree = as_tree(model_or_tree)
         state, over = self._rule_state(tree)
         scales = parameter_scales(tree, self.lr_decay) if self.lr_decay is not None else {}
+        kept_modules = self._kept_paths(tree)
         values: dict[str, dict[str, Any]] = {}
+        kept: set[str] = set()
         for name in tree.param_shapes:
-            v = {**state[name.rpartition(".")[0]], **over.get(name, {})}
+            owner = name.rpartition(".")[0]
+            v = {**state[owner], **over.get(name, {})}
             if name in scales:
                 v.setdefault("lr_scale", scales[name])
             values[name] = v
-        return _effectives(values)
+            if owner in kept_modules:
+                kept.add(name)
+        return _effectives(values, kept)
 
     def effective(self, path: str, model_or_tree: nn.Module | ModelTree) -> Effective:
         """Effective settings of one module.
@@ -610,7 +650,10 @@ class FreezePlan:
         for st in self.stages:
             if st.reached(step, epoch):
                 rules.extend(copy.deepcopy(r) for r in st.rules)
-        return FreezePlan(rules=rules, model=dict(self.model), description=self.description, lr_decay=self.lr_decay)
+        return FreezePlan(
+            rules=rules, model=dict(self.model), description=self.description, lr_decay=self.lr_decay,
+            unselected=self.unselected,
+        )
 
     def stage_index(self, step: int, epoch: int = 0) -> int:
         """Number of stages in force at ``step``/``epoch``."""
@@ -738,6 +781,29 @@ class FreezePlan:
         return install_plan(model, self, strict=strict, base_dir=base_dir)
 
     @classmethod
+    def from_peft(cls, source: Any, model: nn.Module | None = None) -> "FreezePlan":
+        """The plan of a Hugging Face PEFT LoRA adapter: its targets get low-rank A+B.
+
+        Args:
+            source: an adapter folder, its ``adapter_config.json``, or a ``peft.LoraConfig``.
+            model: the base model; targets then resolve into exact module paths (needed for a
+                regular-expression ``target_modules``).
+
+        Returns:
+            A plan: everything frozen, each target ``{"frozen": false, "reparam": {"rank": r,
+            "alpha": lora_alpha, "dropout": lora_dropout, "mode": "fused"}}``, each of
+            ``modules_to_save`` unfrozen. Load the adapter's weights into an applied plan with
+            :meth:`AppliedPlan.load_peft`.
+
+        Raises:
+            PlanError: not a LoRA config (field ``peft_type``), an option with no plan form
+                (the field is named), or targets that match nothing.
+        """
+        from workbench.core.plan.peft_config import peft_plan_dict
+
+        return cls.from_dict(peft_plan_dict(source, model), "PEFT adapter config")
+
+    @classmethod
     def from_model(cls, model: nn.Module) -> "FreezePlan":
         """Capture a model's current requires_grad, BatchNorm modes and A+B as a compact plan.
 
@@ -752,17 +818,30 @@ class FreezePlan:
         return FreezePlan.from_dict(observed_plan(model))
 
 
-def _effectives(state: dict[str, dict[str, Any]]) -> dict[str, Effective]:
-    """``effective_from`` of each value dict, equal settings shared."""
+def _effectives(state: dict[str, dict[str, Any]], kept: AbstractSet[str] = frozenset()) -> dict[str, Effective]:
+    """``effective_from`` of each value dict, equal settings shared; ``kept`` names those
+    no rule selects under ``"unselected": "keep"``."""
     out: dict[str, Effective] = {}
     cache: dict[tuple, Effective] = {}
     for p, values in state.items():
-        key = cache_key(values)
+        is_kept = p in kept
+        key = (is_kept, *cache_key(values))
         eff = cache.get(key)
         if eff is None:
-            eff = cache[key] = effective_from(values)
+            eff = cache[key] = effective_from(values, kept=is_kept)
         out[p] = eff
     return out
+
+
+def _unselected_problem(value: Any) -> PlanProblem | None:
+    if value in UNSELECTED_VALUES:
+        return None
+    shown = json.dumps(value) if isinstance(value, (str, int, float, bool)) or value is None else _type_name(value)
+    return PlanProblem(
+        f"'unselected' must be \"train\" (modules no rule selects train) or \"keep\" (they stay as the "
+        f"model has them), got {shown}",
+        field="unselected",
+    )
 
 
 def _parse_stage(raw: Any, si: int, problems: list[PlanProblem]) -> Stage | None:

@@ -18,7 +18,7 @@ from workbench.core.plan.spec_base import ExtensionSpec
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from workbench.core.plan.rules import FreezePlan
 
-__all__ = ["SPECS", "check_extensions", "spec_class"]
+__all__ = ["SPECS", "check_extensions", "rule_index_for", "spec_class"]
 
 #: Extension spec classes, in the order they are installed on a module.
 SPECS: tuple[type[ExtensionSpec], ...] = (PartialSpec, ReparamSpec)
@@ -42,7 +42,17 @@ def spec_class(key: str) -> type[ExtensionSpec]:
     raise KeyError(key)
 
 
-def _rule_index_for(plan: "FreezePlan", key: str, spec: Any) -> int | None:
+def rule_index_for(plan: "FreezePlan", key: str, spec: Any) -> int | None:
+    """The index of the rule whose ``key`` holds ``spec`` (by identity).
+
+    Args:
+        plan: the plan.
+        key: an extension key.
+        spec: a spec that :meth:`FreezePlan.resolve` returned for some module.
+
+    Returns:
+        The rule index, or None when no base rule holds it (a stage rule).
+    """
     for i, r in enumerate(plan.rules):
         if getattr(r, key) is spec:
             return i
@@ -74,7 +84,7 @@ def check_extensions(plan: "FreezePlan", tree: ModelTree) -> list[PlanProblem]:
             for other in cls.conflicts_with:
                 if getattr(e, other) and order.index(other) > order.index(cls.key):
                     msg = spec.conflict_message(path, other)
-                    idx = _rule_index_for(plan, cls.key, spec)
+                    idx = rule_index_for(plan, cls.key, spec)
                     problems.append(PlanProblem(f"module {path or '(root)'!r}: {msg}", idx, cls.key))
     for cls in SPECS:
         for path, e in eff.items():
@@ -83,6 +93,6 @@ def check_extensions(plan: "FreezePlan", tree: ModelTree) -> list[PlanProblem]:
                 continue
             msg = spec.check(tree.nodes[path])
             if msg:
-                idx = _rule_index_for(plan, cls.key, spec)
+                idx = rule_index_for(plan, cls.key, spec)
                 problems.append(PlanProblem(f"module {path or '(root)'!r}: {msg}", idx, cls.key))
     return problems

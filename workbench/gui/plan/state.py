@@ -52,6 +52,7 @@ class NodeState(NamedTuple):
         partial: the module's own sub-tensor freezing spec, if any.
         partial_below: some module in the subtree has sub-tensor freezing.
         lr_ignored: lr_scale differs from 1 but every parameter below is frozen.
+        reparam_text: the A+B in force on the module: ``"full"``, ``"r=8"``, or ``""``.
     """
 
     frozen: Tri
@@ -63,6 +64,7 @@ class NodeState(NamedTuple):
     partial: Mapping[str, Any] | None = None
     partial_below: bool = False
     lr_ignored: bool = False
+    reparam_text: str = ""
 
 
 def _reparam_bytes(
@@ -80,6 +82,21 @@ def _reparam_bytes(
             return own_bytes
         numel += math.prod(shape)
     return own_bytes * min(numel, own) // own
+
+
+#: Layer types low-rank A+B adapts (others in a rule's reach keep plain parameters).
+_LOW_RANK_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv1D", "Embedding")
+
+
+def _low_rank_elements(node: ModuleNode, spec: ReparamSpec, shapes: Mapping[str, tuple[int, ...]]) -> int | None:
+    """Elements of U (out x r) and V (r x in) that low-rank A+B adds to a layer, or None when
+    the spec is full rank, the layer is not adapted, or its weight's shape is not known."""
+    if spec.low_rank is None or node.type_name not in _LOW_RANK_TYPES:
+        return None
+    shape = shapes.get(f"{node.path}.weight" if node.path else "weight")
+    if not shape or len(shape) < 2:
+        return None
+    return spec.low_rank.rank * (shape[0] + math.prod(shape[1:]))
 
 
 @dataclass
@@ -281,21 +298,36 @@ class PlanState:
         obytes = [own_bytes.get(p, 4 * o) for p, o in zip(lay.paths, lay.own)] if own_bytes else [4 * o for o in lay.own]
         # subtree accumulators: frozen elements, A+B elements, BN in eval, BN following frozen, partial modules
         fz, rp, be, ba, pa = [0] * n, [0] * n, [0] * n, [0] * n, [0] * n
-        frozen_bytes = fixed_bytes = fixed_params = reparam_modules = 0
+        ad = [0] * n  # elements low-rank A+B adds (U and V)
+        frozen_bytes = fixed_bytes = fixed_params = reparam_modules = added_bytes = 0
         own_l, parent_l, bn_l = lay.own, lay.parent, lay.is_bn
         for i in range(n - 1, -1, -1):  # pre-order reversed: children before their parent
             e = effs[i]
             own = own_l[i]
             if own:
-                f = own_frozen.get(lay.paths[i], 0)
-                fz[i] += f
-                frozen_bytes += obytes[i] * f // own
-                if e.reparam:
+                low = _low_rank_elements(tree.nodes[lay.paths[i]], e.reparam, shapes) if e.reparam else None
+                if low is not None:
+                    # A is the layer's own weight, held fixed with its bias; U and V follow "frozen"
+                    per = obytes[i] // own
+                    ad[i] += low
+                    added_bytes += low * per
+                    fz[i] += own + (low if e.frozen else 0)
+                    frozen_bytes += obytes[i] + (low * per if e.frozen else 0)
+                elif e.kept:  # "unselected": "keep": as the model has it
+                    f = own - tree.nodes[lay.paths[i]].own_trainable
+                    fz[i] += f
+                    frozen_bytes += obytes[i] * f // own
+                else:  # frozen, param: rules and partial freezing, element by element
+                    f = own_frozen.get(lay.paths[i], 0)
+                    fz[i] += f
+                    frozen_bytes += obytes[i] * f // own
+                if e.reparam and (e.reparam.low_rank is None or tree.nodes[lay.paths[i]].type_name in _LOW_RANK_TYPES):
                     rp[i] += own
-                    # A, the fixed copy of the pretrained weights (of the named ones only)
-                    fixed_bytes += _reparam_bytes(lay.paths[i], e.reparam, own, obytes[i], shapes)
-                    fixed_params += _reparam_bytes(lay.paths[i], e.reparam, own, own, shapes)  # elements
                     reparam_modules += 1
+                    if e.reparam.low_rank is None:
+                        # A, the fixed copy of the pretrained weights (of the named ones only)
+                        fixed_bytes += _reparam_bytes(lay.paths[i], e.reparam, own, obytes[i], shapes)
+                        fixed_params += _reparam_bytes(lay.paths[i], e.reparam, own, own, shapes)  # elements
             if bn_l[i]:
                 be[i] += e.bn_eval
                 ba[i] += not e.bn_eval_explicit
@@ -304,6 +336,7 @@ class PlanState:
             j = parent_l[i]
             if j >= 0:
                 fz[j] += fz[i]
+                ad[j] += ad[i]
                 rp[j] += rp[i]
                 be[j] += be[i]
                 ba[j] += ba[i]
@@ -312,7 +345,7 @@ class PlanState:
         total_l, bn_total_l = lay.total, lay.bn_total
         for i in range(n):
             e = effs[i]
-            params, frozen, bn = total_l[i], fz[i], bn_total_l[i]
+            params, frozen, bn = total_l[i] + ad[i], fz[i], bn_total_l[i]
             if params == 0:
                 ftri: Tri = "on" if e.frozen else "off"
             else:
@@ -320,7 +353,7 @@ class PlanState:
             if pa[i]:
                 ftri = "mixed"
             trainable = params - frozen
-            r = rp[i]
+            r = rp[i] + ad[i]
             nodes[lay.paths[i]] = NodeState(
                 ftri,
                 trainable,
@@ -331,9 +364,10 @@ class PlanState:
                 e.partial,
                 bool(pa[i]),
                 e.lr_scale != 1.0 and params > 0 and trainable == 0,
+                e.reparam.short() if e.reparam else "",
             )
-        total_bytes = sum(obytes)
-        total = tree.total_params
+        total_bytes = sum(obytes) + added_bytes
+        total = tree.total_params + (ad[0] if n else 0)
         trainable_total = nodes[""].trainable if "" in nodes else 0
         train_bytes = total_bytes - frozen_bytes
         counts = Counts.from_totals(total, trainable_total, total_bytes, train_bytes, fixed_bytes, optimizer)

@@ -255,7 +255,9 @@ def _frozen_tip(c: Controller, node: ModuleNode, st: NodeState) -> str:
     text = {"on": "Frozen", "off": "Trains", "mixed": "Some modules below are frozen"}[st.frozen]
     if st.partial_below:
         text += " (sub-tensor freezing below)"
-    return f"{text} — {rule_source(c, node, 'frozen')}. Space toggles the selected rows."
+    kept = c.state is not None and node.path in c.state.effective and c.state.effective[node.path].kept
+    source = "kept as the model has it (no rule selects it; the plan keeps unselected modules)" if kept else rule_source(c, node, "frozen")
+    return f"{text} — {source}. Space toggles the selected rows."
 
 
 def _ab_tip(c: Controller, node: ModuleNode, st: NodeState) -> str:
@@ -326,7 +328,8 @@ COLUMNS: tuple[TreeColumn, ...] = (
     ),
     toggle_column(
         "reparam", "A+B", "A+B: train a delta B on top of the fixed pretrained weight A (W = A + B)",
-        "reparam", _ab_tip, to_plan=lambda on: dict(A_PLUS_B) if on else False, width_pad=8,
+        "reparam", _ab_tip, to_plan=lambda on: dict(A_PLUS_B) if on else False,
+        display=lambda node, st: st.reparam_text if st.reparam in ("on", "mixed") else "", width_pad=30,
     ),
     toggle_column(
         "bn_eval", "BN eval",

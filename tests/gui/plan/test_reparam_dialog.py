@@ -1,0 +1,87 @@
+"""The A+B column shows full / r=8, the A+B dialog sets rank and alpha, and costs count U, V and A."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from PySide6.QtCore import Qt
+from torch import nn
+
+from workbench.core.plan.rules import FreezePlan
+from workbench.gui.controller import Controller
+from workbench.gui.model_loading import loaded_from_model
+from workbench.gui.plan.reparam_dialog import ReparamDialog, edit_reparam
+from workbench.gui.plan.state import PlanState
+from workbench.gui.plan.tree_columns import Column
+from workbench.gui.plan.tree_model import ModuleTreeModel
+
+
+def _model() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.Linear(32, 4))
+
+
+def _controller() -> Controller:
+    c = Controller()
+    c.set_loaded(loaded_from_model(_model(), "mlp", spec={"source": "py", "name": "mlp"}))
+    return c
+
+
+def test_cost_counts_u_v_and_a_exactly_as_the_applied_plan(qapp: Any) -> None:
+    c = _controller()
+    plan = FreezePlan.from_dict(
+        {"rules": [{"select": "*", "frozen": True}, {"select": "0", "frozen": False, "reparam": {"rank": 4, "alpha": 8}}]}
+    )
+    state = PlanState.compute(c.tree, plan, param_shapes=c.loaded.param_shapes)
+    model = _model()
+    counts = plan.apply(model).counts()
+    assert state.counts.trainable == counts.trainable == 4 * (16 + 32)
+    assert state.counts.total == counts.total and state.counts.fixed_bytes == 0
+    assert state.nodes["0"].reparam_text == "r=4" and state.nodes["0"].trainable == 4 * 48
+    assert state.nodes["0"].reparam == "on" and state.nodes["1"].reparam_text == ""
+
+
+def test_ab_column_shows_full_or_rank_and_the_dialog_sets_rank_and_alpha(qtbot: Any, dialogs: Any) -> None:
+    c = _controller()
+    m = ModuleTreeModel(c)
+    c.set_value(["2"], "reparam", {"kind": "a_plus_b"})
+    root = m.index(0, 0)
+    cell = m.index(2, Column.AB, root)
+    assert m.data(cell, Qt.ItemDataRole.DisplayRole) == "full"
+
+    def fill(dlg: ReparamDialog) -> bool:
+        assert dlg.rank.value() == 0  # the full-rank spec in force
+        dlg.rank.setValue(2)
+        dlg.alpha.setValue(4.0)
+        return dlg.spec() is not None
+
+    dialogs.script("dialog", fill)
+    assert edit_reparam(None, c, ["2"])
+    spec = c.state.effective["2"].reparam
+    assert spec.rank == 2 and spec.low_rank.alpha == 4.0
+    assert m.data(m.index(2, Column.AB, root), Qt.ItemDataRole.DisplayRole) == "r=2"
+
+
+def test_dialog_shows_why_a_spec_is_invalid(qtbot: Any) -> None:
+    dlg = ReparamDialog(None, ["0"], None)
+    qtbot.addWidget(dlg)
+    dlg.rank.setValue(4)
+    dlg.mode.setCurrentText("exact")
+    assert not dlg.dropout.isEnabled()
+    dlg.mode.setCurrentText("fused")
+    dlg.dropout.setValue(0.1)
+    assert dlg.values()["dropout"] == 0.1 and dlg.spec() is not None
+    dlg.rank.setValue(0)
+    assert "rank" not in dlg.values() and dlg.spec().low_rank is None
+
+
+def test_unselected_keep_shows_the_state_the_model_has(qapp: Any) -> None:
+    model = _model()
+    model[0].requires_grad_(False)  # a script froze the first layer
+    c = Controller()
+    c.set_loaded(loaded_from_model(model, "mlp", spec={"source": "py", "name": "mlp"}))
+    plan = FreezePlan.from_dict({"unselected": "keep", "rules": [{"select": "2", "frozen": True}]})
+    state = PlanState.compute(c.tree, plan, param_shapes=c.loaded.param_shapes)
+    assert state.nodes["0"].frozen == "on" and state.nodes["1"].frozen == "off" and state.nodes["2"].frozen == "on"
+    assert state.counts.trainable == plan.apply(model).counts().trainable == 64
