@@ -7,6 +7,7 @@ tree).
 
 from __future__ import annotations
 
+from workbench.core.checks.checkpoint_lint import checkpoint_findings
 from workbench.core.checks.findings import Finding
 from workbench.core.plan.readiness import leaves_trainable
 from workbench.core.plan.rules import FreezePlan, select_paths
@@ -116,6 +117,7 @@ def lint_plan(plan: FreezePlan, tree: ModelTree, optimizer: str = "adamw") -> li
                     'use "a": "current" with "b_init": "zeros" to start exactly at the pretrained model',
                 )
             )
+    out.extend(checkpoint_findings(eff, tree))
     order = {"error": 0, "warning": 1, "info": 2}
     out.sort(key=lambda f: order[f.severity])
     return out

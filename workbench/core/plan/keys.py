@@ -22,6 +22,7 @@ from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.plan.spec_base import ExtensionSpec
 
 __all__ = [
+    "CHECKPOINT_KEY",
     "INHERITED_KEYS",
     "cache_key",
     "RULE_KEYS",
@@ -111,6 +112,16 @@ class PlanKey:
     show: Callable[[Any], str] = str
 
 
+# ---- activation checkpointing (its own block: a plain boolean, not inherited)
+#: ``checkpoint: true`` recomputes the selected modules' activations in backward.
+CHECKPOINT_KEY = PlanKey(
+    "checkpoint", "boolean", _parse_bool, False, False,
+    "activation checkpointing: the selected modules keep no activations and run their forward again "
+    "in backward (less memory, about one more forward of them per step); the root uses the model's own "
+    "`set_grad_checkpointing`/`gradient_checkpointing_enable` when it has one (see docs/scaling.md)",
+)
+# ---- end of activation checkpointing
+
 #: Every rule key, in schema (and JSON output) order.
 RULE_KEYS: tuple[PlanKey, ...] = (
     PlanKey(
@@ -136,6 +147,7 @@ RULE_KEYS: tuple[PlanKey, ...] = (
         "sub-tensor freezing: the ranges of a weight that train (see docs/partial.md)",
         spec=PartialSpec, show=_show_spec,
     ),
+    CHECKPOINT_KEY,
     PlanKey("comment", "string", _parse_comment, False, None, "free text, kept with the rule", setting=False),
 )
 RULE_KEY_NAMES: tuple[str, ...] = tuple(k.name for k in RULE_KEYS)
@@ -173,6 +185,7 @@ class Effective:
         lr_scale: multiplier of the base learning rate for the module's parameters.
         reparam: the A+B spec, or None.
         partial: the sub-tensor freezing spec, or None.
+        checkpoint: activation checkpointing of the module (set on the module itself, not inherited).
     """
 
     frozen: bool = False
@@ -181,6 +194,7 @@ class Effective:
     lr_scale: float = 1.0
     reparam: ReparamSpec | None = None
     partial: PartialSpec | None = None
+    checkpoint: bool = False
 
 
 def effective_from(state: dict[str, Any]) -> Effective:

@@ -11,7 +11,8 @@ Rules apply in order and a later rule wins for the keys it sets. A rule's ``sele
 - ``"type:ClassName"``: every module whose class (or a base class) has that name, and its subtree.
 
 ``frozen``, ``bn_eval``, ``lr_scale`` and ``reparam`` are inherited by the subtree of what a
-rule selects; ``partial`` applies only to the modules the selector matches directly.
+rule selects; ``partial`` and ``checkpoint`` apply only to the modules the selector matches
+directly.
 ``bn_eval`` absent means "follow ``frozen``".
 """
 
@@ -29,6 +30,7 @@ from torch import nn
 
 from workbench.core.atomic import atomic_write
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.checkpoint_fit import checkpoint_problems
 from workbench.core.plan.keys import (
     INHERITED_KEYS,
     RULE_KEY_NAMES,
@@ -88,6 +90,7 @@ class Rule:
     lr_scale: float | None = None
     reparam: ReparamSpec | None = None
     partial: PartialSpec | None = None
+    checkpoint: bool | None = None
     comment: str | None = None
     #: ``reparam: false`` in a later rule switches A+B off again (distinct from "not set").
     reparam_off: bool = False
@@ -501,12 +504,14 @@ class FreezePlan:
 
         Returns:
             Selectors that match no module (with close names), then A+B and sub-tensor
-            specs the model refuses; empty when every rule fits.
+            specs the model refuses, then ``checkpoint`` on modules that cannot use it; empty
+            when every rule fits.
         """
         tree = as_tree(model_or_tree)
         problems = self.unmatched(tree)
         if any(r.reparam or r.partial for r in self.rules):
             problems.extend(check_extensions(self, tree))
+        problems.extend(checkpoint_problems(self, tree))
         return problems
 
     # ---------------------------------------------------------------- stages
