@@ -17,7 +17,7 @@ from types import FrameType
 from typing import Any
 
 from workbench.commands.common import add_model_arguments
-from workbench.core.training.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, TrainConfig
+from workbench.core.training.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, STRATEGIES, TrainConfig
 from workbench.core.training.engine import RunResult, Trainer
 from workbench.core.formatting import fmt_bytes
 from workbench.core.checks.lint import lint_plan
@@ -28,6 +28,7 @@ _FIELDS = (
     "optimizer", "lr", "weight_decay", "momentum", "steps", "epochs", "device", "amp",
     "channels_last", "compile", "num_workers", "pin_memory", "seed", "on_nonfinite",
     "torch_threads", "log_every", "save_dir", "metrics_path",
+    "tensorboard_dir", "strategy",
 )
 
 
@@ -58,6 +59,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-every", type=int, help="report metrics every N steps (default 1)")
     p.add_argument("--metrics", dest="metrics_path", help="write per-step metrics to FILE.jsonl or FILE.csv")
     p.add_argument("--save", dest="save_dir", help="folder for the trainable state, B deltas, plan in force, config, metrics")
+    p.add_argument("--tensorboard", dest="tensorboard_dir", metavar="DIR",
+                   help="also write every metric to TensorBoard event files in DIR (needs the tensorboard extra)")
+    p.add_argument("--strategy", choices=STRATEGIES,
+                   help="under torchrun: ddp (default, a full replica per rank) or fsdp (sharded; see docs/scaling.md)")
     p.add_argument("--offline", action="store_true", help="never download pretrained weights")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of the summary table")

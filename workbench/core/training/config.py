@@ -23,6 +23,7 @@ __all__ = [
     "AMP_MODES",
     "DEFAULT_STEPS",
     "NONFINITE_MODES",
+    "STRATEGIES",
     "OPTIMIZERS",
     "ConfigError",
     "TrainConfig",
@@ -34,6 +35,8 @@ OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adam", "adamw")
 AMP_MODES: tuple[str, ...] = ("off", "bf16", "fp16")
 #: What a non-finite loss does: end the run, or skip that step and count it.
 NONFINITE_MODES: tuple[str, ...] = ("stop", "skip")
+#: How the model is spread over the ranks under torchrun (see docs/scaling.md).
+STRATEGIES: tuple[str, ...] = ("ddp", "fsdp")
 #: Steps run when neither ``steps`` nor ``epochs`` is given.
 DEFAULT_STEPS = 200
 
@@ -87,6 +90,9 @@ class TrainConfig:
         save_dir: folder for the end-of-run checkpoint of the trainable state, or None.
         metrics_path: ``*.jsonl`` or ``*.csv`` file for the per-step metrics, or None.
         allow_download: allow downloading pretrained weights missing from the cache.
+        tensorboard_dir: folder for TensorBoard event files (rank 0), or None.
+        strategy: under torchrun, ``"ddp"`` (a full replica per rank) or ``"fsdp"``
+            (parameters, gradients and optimizer state sharded with FSDP2).
     """
 
     model: str | dict[str, Any] | None = None
@@ -116,6 +122,9 @@ class TrainConfig:
     save_dir: str | None = None
     metrics_path: str | None = None
     allow_download: bool = True
+    # ---- scaling out (TensorBoard sink, distributed strategy under torchrun)
+    tensorboard_dir: str | None = None
+    strategy: str = "ddp"
 
     # ------------------------------------------------------------ validation
     def validate(self) -> "TrainConfig":
@@ -134,7 +143,7 @@ class TrainConfig:
             raise bad("model", f"must be a model name like 'resnet18' or a model spec object, got {type(self.model).__name__}")
         if isinstance(self.model, str) and not self.model.strip():
             raise bad("model", "is empty; give a torchvision model name like 'resnet18'")
-        for name in ("weights", "checkpoint", "save_dir", "metrics_path"):
+        for name in ("weights", "checkpoint", "save_dir", "metrics_path", "tensorboard_dir"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, (str, os.PathLike)):
                 raise bad(name, f"must be a string or null, got {type(v).__name__}")
@@ -182,6 +191,7 @@ class TrainConfig:
             raise bad("compile", "must be true, false, or a torch.compile backend name such as 'inductor'")
         if self.metrics_path is not None and Path(self.metrics_path).suffix.lower() not in _METRICS_SUFFIXES:
             raise bad("metrics_path", f"{self.metrics_path!r} must end in .jsonl or .csv")
+        self.strategy = _choice(self, "strategy", STRATEGIES, bad, aliases={"fsdp2": "fsdp"})
         return self
 
     @property

@@ -50,6 +50,7 @@ from workbench.core.training import setup as build
 from workbench.core.training.config import TrainConfig
 from workbench.core.errors import first_line
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
+from workbench.core.training.tensorboard import TensorBoardWriter, open_tensorboard
 from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes
 from workbench.core.training.optim import sync_optimizer
 from workbench.core.plan.readiness import check_plan
@@ -259,7 +260,7 @@ class Trainer:
         self._base_dir: Path | None = None
         self._counts = (0, 0, 0)  # trainable, frozen, grad bytes
         self._opt_bytes = 0
-        self._writers: list[MetricsWriter] = []
+        self._writers: list[MetricsWriter | TensorBoardWriter] = []
         self._probe: MemoryProbe | None = None
 
     # ------------------------------------------------------------ thread-safe controls
@@ -557,6 +558,8 @@ class Trainer:
         saved = Path(cfg.save_dir) / "metrics.jsonl" if cfg.save_dir else None
         if saved is not None and not (cfg.metrics_path and Path(cfg.metrics_path).resolve() == saved.resolve()):
             self._writers.append(MetricsWriter(saved))
+        if cfg.tensorboard_dir:
+            self._writers.append(open_tensorboard(cfg.tensorboard_dir, self.plan))
 
     def _loop(self, st: _Loop) -> Iterator[StepMetrics]:
         assert self.model is not None and self.optimizer is not None and self.loader is not None
