@@ -29,7 +29,7 @@ _FIELDS = (
     "optimizer", "lr", "weight_decay", "no_decay", "momentum", "steps", "epochs", "device", "amp",
     "channels_last", "compile", "num_workers", "pin_memory", "seed", "on_nonfinite",
     "torch_threads", "log_every", "save_dir", "metrics_path", "scheduler", "warmup_steps", "val", "val_every",
-    "val_fraction",
+    "val_fraction", "tensorboard_dir",
 )
 
 
@@ -69,6 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--save", dest="save_dir", help="folder for the trainable state, B deltas, plan in force, config, metrics")
     p.add_argument("--overwrite", action="store_true",
                    help="replace the earlier run in the --save folder (it is replaced whole when this run ends)")
+    p.add_argument("--tensorboard", dest="tensorboard_dir", metavar="DIR",
+                   help="also write every metric to TensorBoard event files in DIR (needs the tensorboard extra)")
     p.add_argument("--offline", action="store_true", help="never download pretrained weights")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of the summary table")

@@ -8,6 +8,7 @@ tree).
 from __future__ import annotations
 
 from workbench.core.checks.adapters import lint_low_rank
+from workbench.core.checks.checkpoint_lint import checkpoint_findings
 from workbench.core.checks.findings import Finding
 from workbench.core.plan.readiness import plan_leaves_trainable
 from workbench.core.plan.rules import FreezePlan, select_paths
@@ -131,6 +132,7 @@ def lint_plan(plan: FreezePlan, tree: ModelTree, optimizer: str = "adamw") -> li
             )
     if any(r.reparam is not None and r.reparam.low_rank is not None for r in plan.rules):
         out += lint_low_rank(plan, tree)
+    out.extend(checkpoint_findings(eff, tree))
     order = {"error": 0, "warning": 1, "info": 2}
     out.sort(key=lambda f: order[f.severity])
     return out

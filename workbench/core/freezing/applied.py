@@ -34,6 +34,8 @@ from workbench.core.checks.verify import Snapshot, VerifyReport, compare_in_forc
 from workbench.core.errors import WorkbenchError
 from workbench.core.freezing import low_rank, partial, peft_interop, plan_registry, reparam
 from workbench.core.models.tree import ModelTree, ModuleNode
+from workbench.core.freezing import checkpointing
+from workbench.core.plan.checkpoint_fit import outermost_fitting
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
 from workbench.core.plan.specs import SPECS, check_extensions, rule_index_for
@@ -90,19 +92,28 @@ class Installer:
         install: ``install(model, path, spec, base_dir=...)`` returning an :class:`Installed`.
         adjust_param_groups: optional ``adjust(groups, handles, weight_decay=...)`` applied to
             :meth:`AppliedPlan.param_groups`.
+        changes_tensors: installing replaces tensors of the module (False for checkpointing:
+            a change of it is no re-installation in :class:`PlanDiff` and keeps verify's baseline).
+        narrow: optional ``narrow(paths, tree)``: of the modules whose setting is on, those to
+            install on.
     """
 
     key: str
     install: Callable[..., Installed]
     adjust_param_groups: Callable[..., list[dict[str, Any]]] | None = None
+    changes_tensors: bool = True
+    narrow: Callable[[list[str], ModelTree], list[str]] | None = None
 
 
 _BY_KEY = {
     "partial": Installer("partial", partial.install),
     "reparam": Installer("reparam", low_rank.install_a_plus_b, reparam.adjust_param_groups),
 }
-#: Installers in the order of the spec registry (the order they are installed on a module).
-INSTALLERS: tuple[Installer, ...] = tuple(_BY_KEY[cls.key] for cls in SPECS)
+#: Installers in the order of the spec registry (the order they are installed on a module),
+#: then activation checkpointing (wraps whatever the others installed).
+INSTALLERS: tuple[Installer, ...] = tuple(_BY_KEY[cls.key] for cls in SPECS) + (
+    Installer("checkpoint", checkpointing.install, changes_tensors=False, narrow=outermost_fitting),
+)
 
 
 # ---------------------------------------------------------------- eval lock (bn_eval, eval)
@@ -486,20 +497,27 @@ class AppliedPlan:
     def _fixed_ids(self) -> set[int]:
         return {id(t) for h in self._installed.values() for _, t in h.fixed()}
 
+    def _wanted(self, installer: Installer, new: dict[str, Effective]) -> dict[str, Any]:
+        want = {p: getattr(e, installer.key) for p, e in new.items() if getattr(e, installer.key)}
+        if installer.narrow is not None:
+            want = {p: want[p] for p in installer.narrow(list(want), self.tree)}
+        return want
+
     def _install_extensions(
         self, new: dict[str, Effective], diff: PlanDiff | None, plan: "FreezePlan | None" = None
     ) -> None:
-        for key in (i.key for i in INSTALLERS):
-            want = {p: getattr(e, key) for p, e in new.items() if getattr(e, key)}
+        for installer in INSTALLERS:
+            key = installer.key
+            want = self._wanted(installer, new)
             have = {p: h.spec for (k, p), h in self._installed.items() if k == key}
             # remove what changed or went away (reverse order of install: reparam before partial)
             for path in sorted(set(have) - set(want)) + sorted(p for p in want if p in have and have[p] != want[p]):
                 self._installed.pop((key, path)).remove(merge=True)
-                if diff is not None:
+                if diff is not None and installer.changes_tensors:
                     diff.reinstalled.append(path)
         for installer in INSTALLERS:
             key = installer.key
-            want = {p: getattr(e, key) for p, e in new.items() if getattr(e, key)}
+            want = self._wanted(installer, new)
             if not want:
                 continue
             for path in sorted(want, key=lambda p: self.tree.nodes[p].order):
@@ -511,7 +529,7 @@ class AppliedPlan:
                     idx = rule_index_for(plan or self.plan, key, want[path])
                     raise PlanError(PlanProblem(f"module {path or '(root)'!r}: {e}", idx, key)) from e
                 self._installed[(key, path)] = handle
-                if diff is not None and path not in diff.reinstalled:
+                if diff is not None and installer.changes_tensors and path not in diff.reinstalled:
                     diff.reinstalled.append(path)
 
     def _param_settings(self, raw_name: str, module_effective: dict[str, Effective] | None = None) -> Effective:

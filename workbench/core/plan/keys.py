@@ -22,6 +22,7 @@ from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.plan.spec_base import ExtensionSpec
 
 __all__ = [
+    "CHECKPOINT_KEY",
     "INHERITED_KEYS",
     "PARAM_KEYS",
     "PLAN_KEYS",
@@ -136,6 +137,15 @@ _LANGUAGE_KEYS: tuple[PlanKey, ...] = (
         "absolute weight decay of the parameters; absent: the optimizer's", per_param=True,
     ),
 )
+# ---- activation checkpointing (its own block: a plain boolean, not inherited)
+#: ``checkpoint: true`` recomputes the selected modules' activations in backward.
+CHECKPOINT_KEY = PlanKey(
+    "checkpoint", "boolean", _parse_bool, False, False,
+    "activation checkpointing: the selected modules keep no activations and run their forward again "
+    "in backward (less memory, about one more forward of them per step); the root uses the model's own "
+    "`set_grad_checkpointing`/`gradient_checkpointing_enable` when it has one (see docs/scaling.md)",
+)
+# ---- end of activation checkpointing
 
 #: Every rule key, in schema (and JSON output) order.
 RULE_KEYS: tuple[PlanKey, ...] = (
@@ -172,6 +182,7 @@ RULE_KEYS: tuple[PlanKey, ...] = (
         "sub-tensor freezing: the ranges of a weight that train (see docs/partial.md)",
         spec=PartialSpec, show=_show_spec,
     ),
+    CHECKPOINT_KEY,
     PlanKey("comment", "string", _parse_comment, False, None, "free text, kept with the rule", setting=False),
 )
 RULE_KEY_NAMES: tuple[str, ...] = tuple(k.name for k in RULE_KEYS)
@@ -235,6 +246,7 @@ class Effective:
         kept: no rule selects the module and the plan says ``"unselected": "keep"``: its
             parameters keep the ``requires_grad`` and its mode the model had (the fields
             above are then only defaults).
+        checkpoint: activation checkpointing of the module (set on the module itself, not inherited).
     """
 
     frozen: bool = False
@@ -247,6 +259,7 @@ class Effective:
     weight_decay: float | None = None
     # ---- plan-level: what a plan does not select (not a rule key)
     kept: bool = False
+    checkpoint: bool = False
 
 
 def effective_from(state: dict[str, Any], *, kept: bool = False) -> Effective:

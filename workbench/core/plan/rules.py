@@ -16,7 +16,8 @@ The plan-level ``lr_decay`` gives each parameter ``lr_scale = lr_decay ** (L - 1
 unless a rule sets ``lr_scale`` for it.
 
 ``frozen``, ``bn_eval``, ``lr_scale`` and ``reparam`` are inherited by the subtree of what a
-rule selects; ``partial`` applies only to the modules the selector matches directly.
+rule selects; ``partial`` and ``checkpoint`` apply only to the modules the selector matches
+directly.
 ``bn_eval`` absent means "follow ``frozen``".
 """
 
@@ -35,6 +36,7 @@ from torch import nn
 from workbench.core import safe_json
 from workbench.core.atomic import atomic_write
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.checkpoint_fit import checkpoint_problems
 from workbench.core.plan.keys import (
     INHERITED_KEYS,
     PARAM_KEYS,
@@ -100,6 +102,7 @@ class Rule:
     partial: PartialSpec | None = None
     eval: bool | None = None
     weight_decay: float | None = None
+    checkpoint: bool | None = None
     comment: str | None = None
     #: ``reparam: false`` in a later rule switches A+B off again (distinct from "not set").
     reparam_off: bool = False
@@ -627,12 +630,14 @@ class FreezePlan:
 
         Returns:
             Selectors that match no module (with close names), then A+B and sub-tensor
-            specs the model refuses; empty when every rule fits.
+            specs the model refuses, then ``checkpoint`` on modules that cannot use it; empty
+            when every rule fits.
         """
         tree = as_tree(model_or_tree)
         problems = self.unmatched(tree)
         if any(r.reparam or r.partial for r in self.rules):
             problems.extend(check_extensions(self, tree))
+        problems.extend(checkpoint_problems(self, tree))
         return problems
 
     # ---------------------------------------------------------------- stages

@@ -36,6 +36,7 @@ OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adam", "adamw")
 AMP_MODES: tuple[str, ...] = ("off", "bf16", "fp16")
 #: What a non-finite loss does: end the run, or skip that step and count it.
 NONFINITE_MODES: tuple[str, ...] = ("stop", "skip")
+#: How the model is spread over the ranks under torchrun (see docs/scaling.md).
 #: Steps run when neither ``steps`` nor ``epochs`` is given.
 DEFAULT_STEPS = 200
 
@@ -102,6 +103,7 @@ class TrainConfig:
         val_fraction: share of the training data held out for validation when ``val`` is
             None and ``val_every`` is set (0 < f < 1).
         allow_download: allow downloading pretrained weights missing from the cache.
+        tensorboard_dir: folder for TensorBoard event files (rank 0), or None.
     """
 
     model: str | dict[str, Any] | None = None
@@ -142,6 +144,8 @@ class TrainConfig:
     def validates(self) -> bool:
         """Validation is on (``val`` or ``val_every`` given)."""
         return self.val is not None or self.val_every is not None
+    # ---- TensorBoard event files of every metric
+    tensorboard_dir: str | None = None
 
     # ------------------------------------------------------------ validation
     def validate(self) -> "TrainConfig":
@@ -160,7 +164,7 @@ class TrainConfig:
             raise bad("model", f"must be a model name like 'resnet18' or a model spec object, got {type(self.model).__name__}")
         if isinstance(self.model, str) and not self.model.strip():
             raise bad("model", "is empty; give a torchvision model name like 'resnet18'")
-        for name in ("weights", "checkpoint", "save_dir", "metrics_path"):
+        for name in ("weights", "checkpoint", "save_dir", "metrics_path", "tensorboard_dir"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, (str, os.PathLike)):
                 raise bad(name, f"must be a string or null, got {type(v).__name__}")

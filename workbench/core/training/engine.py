@@ -53,6 +53,7 @@ from workbench.core.plan.readiness import check_plan
 from workbench.core.training.batches import batch_size_of, move_batch
 from workbench.core.training.data import dataset_num_classes
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
+from workbench.core.training.tensorboard import TensorBoardWriter, open_tensorboard
 from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes
 from workbench.core.training.optim import sync_optimizer
 from workbench.core.training.run_folder import RunOutputs
@@ -275,7 +276,7 @@ class Trainer:
         self._base_dir: Path | None = None
         self._counts = (0, 0, 0)  # trainable, frozen, grad bytes
         self._opt_bytes = 0
-        self._writers: list[MetricsWriter] = []
+        self._writers: list[MetricsWriter | TensorBoardWriter] = []
         self._outputs: RunOutputs | None = None  # locked, staged save folder and metrics files
         self._probe: MemoryProbe | None = None
 
@@ -574,6 +575,8 @@ class Trainer:
             return
         self._outputs = RunOutputs.open(cfg.save_dir, cfg.metrics_path)
         self._writers.extend(self._outputs.writers)
+        if cfg.tensorboard_dir:
+            self._writers.append(open_tensorboard(cfg.tensorboard_dir, self.plan))
 
     def _loop(self, st: _Loop) -> Iterator[StepMetrics]:
         assert self.model is not None and self.optimizer is not None and self.loader is not None
