@@ -191,7 +191,6 @@ def screenshot(
     from workbench.gui import dialogs
     from workbench.gui.app import create_application
     from workbench.gui.app import main as app_main
-    from workbench.gui.main_window import MainWindow
 
     headless = _HeadlessDialogs()
     saved = {
@@ -202,14 +201,18 @@ def screenshot(
     deadline = time.monotonic() + timeout
     quiet_polls = [0]
 
-    def finish(code: int, window: MainWindow | None) -> None:
+    def main_window() -> Any:
+        """The full window once it exists (the start-up window comes first; see gui.startup)."""
+        return next((w for w in QApplication.topLevelWidgets() if w.objectName() == "MainWindow"), None)
+
+    def finish(code: int, window: Any) -> None:
         result["code"] = code
         if window is not None:
             window.close()
         QApplication.exit(code)
 
     def poll() -> None:
-        window = next((w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow)), None)
+        window = main_window()
         try:
             c = window.controller if window is not None else None
             idle = c is not None and not c.busy and not c.checking
@@ -247,7 +250,7 @@ def screenshot(
         for name in saved:
             setattr(dialogs, name, getattr(headless, name))
         try:
-            create_application()
+            create_application(reserve_cores=False)  # torch is imported behind the first window
             QTimer.singleShot(0, poll)
             rc = app_main(path=path, model=model)
         finally:

@@ -5,6 +5,7 @@ Importing this package does not import Qt; the modules inside do. Start the app 
 
 Modules:
     app              QApplication set-up and ``main(argv)``.
+    startup          the first window (before torch is imported) and the imports behind it.
     main_window      MainWindow: builds the plan side and places the training side's tabs,
                      controls, Run menu and actions.
     controller       Controller: model, tree, plan, file, undo stack; ``planChanged`` / ``modelChanged``.

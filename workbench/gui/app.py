@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-from PySide6.QtCore import QPointF, QRectF, Qt
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap
-from PySide6.QtWidgets import QApplication
+from PySide6.QtWidgets import QApplication, QWidget
 
 from workbench import __version__
 from workbench.gui.settings import APPLICATION, ORGANIZATION
 from workbench.resources import APP_ID, ResourceError, icon_paths
+
+if TYPE_CHECKING:
+    from workbench.gui.main_window import MainWindow
 
 __all__ = ["app_icon", "create_application", "main"]
 
@@ -69,7 +72,7 @@ def _drawn_icon() -> QIcon:
     return icon
 
 
-def create_application(argv: Sequence[str] | None = None) -> QApplication:
+def create_application(argv: Sequence[str] | None = None, *, reserve_cores: bool = True) -> QApplication:
     """The ``QApplication`` (reused when one exists), named for ``QSettings``.
 
     Also keeps torch on one CPU thread in the calling (GUI) thread, so that the training and
@@ -77,13 +80,16 @@ def create_application(argv: Sequence[str] | None = None) -> QApplication:
 
     Args:
         argv: Qt command-line arguments (default: the program name only).
+        reserve_cores: do that now (imports torch); :func:`main` passes False and does it once
+            torch has been imported behind the first window.
 
     Returns:
         The application.
     """
-    from workbench.core.training.cpu_threads import reserve_cores_for_workers
+    if reserve_cores:
+        from workbench.core.training.cpu_threads import reserve_cores_for_workers
 
-    reserve_cores_for_workers()
+        reserve_cores_for_workers()
     app = QApplication.instance()
     if app is None:
         app = QApplication(list(argv) if argv is not None else [sys.argv[0] if sys.argv else "workbench"])
@@ -102,6 +108,10 @@ def create_application(argv: Sequence[str] | None = None) -> QApplication:
 def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: str | None = None) -> int:
     """Run the desktop app until its window closes.
 
+    The window shows at once (:class:`~workbench.gui.startup.StartupWindow`: model bar, an
+    empty tree saying what loads); torch and the library are imported on a thread behind it,
+    then the full window takes its place and loads the model in the background.
+
     Args:
         argv: Qt command-line arguments.
         path: a plan (``.json``) or checkpoint file to open after start-up.
@@ -111,23 +121,64 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
     Returns:
         The exit code of the event loop.
     """
-    from workbench.gui.main_window import MainWindow
-    from workbench.gui.model_loading import LoadRequest
+    from workbench.gui import dialogs
+    from workbench.gui.settings import settings
+    from workbench.gui.startup import HeavyImports, StartupWindow, trace
 
-    app = create_application(argv)
-    window = MainWindow()
+    app = create_application(argv, reserve_cores=False)
+    shell = StartupWindow(model or "resnet18", settings())
+    shell.show()
+    imports = HeavyImports(parent=shell)
+
+    def imported(error: str, details: str) -> None:
+        imports.wait()
+        trace("imports-done")
+        if error:
+            dialogs.error(shell, "Cannot start Freeze Workbench", error, details)
+            shell.close()
+            QApplication.exit(2)
+            return
+        window = _open_window(shell, path=path, model=model)
+        trace("window")
+        window.controller.modelChanged.connect(lambda: trace("tree") if window.controller.tree is not None else None)
+
+    imports.imported.connect(imported, Qt.ConnectionType.QueuedConnection)
+    QTimer.singleShot(0, imports.start)  # after the first window has been painted
+    return app.exec()
+
+
+def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> "MainWindow":
+    """Replace the start-up window by the full window at its place; start loading the model.
+
+    Args:
+        shell: the start-up window (closed here).
+        path: plan or checkpoint to open once the model has loaded.
+        model: the model to load instead of the default.
+
+    Returns:
+        The window.
+    """
+    from workbench.core.training.cpu_threads import reserve_cores_for_workers
+    from workbench.gui import dialogs
+    from workbench.gui.main_window import MainWindow
+    from workbench.gui.model_loading import LoadRequest, default_request
+
+    reserve_cores_for_workers()  # on the GUI thread, before it runs any torch op
+    window = MainWindow(load_default=False)
     window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-    window.show()
+    window.show()  # at the place the start-up window took (both restore the saved geometry)
+    shell.close()
+    shell.deleteLater()
     if model:
         window.source_bar.set_current({"name": model})  # picks cached weights, if any
         request = window.source_bar.request() if window.source_bar.current_name() == model else LoadRequest(name=model)
         window.load_model_request(request)
+    if window.controller.tree is None and not window.controller.busy:  # the default, or after a refused --model
+        window.controller.load(default_request())
     if path:
         if not Path(path).is_file():
-            from workbench.gui import dialogs
-
             dialogs.error(window, "Cannot open file", f"{path}: no such file; check the path")
-        elif window.controller.busy:  # open it once the --model load has ended
+        elif window.controller.busy:  # open it once the model has loaded
 
             def open_after_load(_ok: bool) -> None:
                 window.controller.loadFinished.disconnect(open_after_load)
@@ -136,4 +187,4 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
             window.controller.loadFinished.connect(open_after_load)
         else:
             window.open_path(path)
-    return app.exec()
+    return window

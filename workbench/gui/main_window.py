@@ -160,6 +160,7 @@ class MainWindow(QMainWindow):
         self.training = TrainingUI(self.controller, self._settings, self)
 
         self._build_central()
+        self._build_tree_loading()
         self._build_actions()
         self._build_menus()
         self._build_toolbars()
@@ -494,7 +495,19 @@ class MainWindow(QMainWindow):
         else:
             self.right_panel.setTabIcon(index, dot_icon(STATUS_COLORS["ok" if ok else "error"], size=10))
 
+    def _build_tree_loading(self) -> None:
+        """The empty tree's loading state: what is loading, centred in the tree while no model is."""
+        self.tree_loading = QLabel(self.view.viewport())
+        self.tree_loading.setObjectName("tree_loading")
+        self.tree_loading.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.tree_loading.setWordWrap(True)
+        self.tree_loading.setStyleSheet("color: palette(mid); font-size: 13pt")
+        QVBoxLayout(self.view.viewport()).addWidget(self.tree_loading)
+        self.tree_loading.hide()
+
     def _busy_changed(self, busy: bool, text: str) -> None:
+        self.tree_loading.setText(text)
+        self.tree_loading.setVisible(busy and self.controller.tree is None)
         self.busy_label.setText(text)
         self.busy_label.setVisible(busy)
         self.busy_bar.setVisible(busy)

@@ -4,7 +4,8 @@ Usage::
 
     QT_QPA_PLATFORM=offscreen python -m workbench.gui.screenshot docs/screenshots
 
-It trains resnet18 (random weights, synthetic 64 px images, batch 16, CPU) twice through the
+It trains resnet18 (random weights, a 10-class head, synthetic 64 px images, batch 16, CPU:
+the loss falls within the run) twice through the
 window's own training thread: run #1 fine-tunes everything; run #2 starts the same way and,
 part-way through, the stem and ``layer1``–``layer3`` are frozen in the tree while it trains.
 Then it writes:
@@ -65,6 +66,7 @@ def render(
     from workbench.core.atomic import atomic_path
     from workbench.gui.app import create_application
     from workbench.gui.main_window import MainWindow
+    from workbench.gui.model_loading import LoadRequest, default_request
     from workbench.gui.training.runs_tab import RUNS_DIR_ENV
     from workbench.gui.plan.tree_model import Column
 
@@ -84,6 +86,11 @@ def render(
             window.show()
             c = window.controller
             t = window.training
+            # the synthetic data is learnable by a 10-class head (a 1000-class one sits at ln 1000)
+            demo = default_request()
+            window.source_bar.classes.setValue(10)
+            assert c.load(LoadRequest(demo.name, demo.weights, 10, note=demo.note))
+            _wait(app, lambda: not c.busy)
             tabs = window.right_panel
 
             def grab(name: str) -> None:

@@ -18,12 +18,12 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
-from workbench.core.training.config import TrainConfig
 from workbench.core.plan.rules import PlanError
+from workbench.core.training.config import TrainConfig
 from workbench.gui.controller import Controller
-from workbench.gui.wording import sentence
-from workbench.gui.training.run_store import RunRecord, RunStore, RunStoreError
+from workbench.gui.training.run_store import RunRecord, RunStore, RunStoreError, clean_name, clean_tags
 from workbench.gui.training.session import TrainingJob, TrainingSession
+from workbench.gui.wording import sentence
 
 __all__ = ["LIVE_PLAN_KINDS", "RunController"]
 
@@ -42,7 +42,7 @@ class RunController(QObject):
         runEnded(record): the run ended (after its thread ended) and was saved. A run
             refused at setup (bad input, nothing trained) is not kept: its record has status
             ``refused`` and is neither in :attr:`records` nor in the store.
-        runsChanged(): runs were added or deleted.
+        runsChanged(): runs were added, deleted, renamed or annotated.
         watchFinished(findings, summary): a doctor-watch run ended: findings as dicts and the
             watch summary.
         stateChanged(state): ``"idle"``, ``"starting"``, ``"running"``, ``"paused"``,
@@ -234,7 +234,9 @@ class RunController(QObject):
     def _on_prepared(self, info: dict) -> None:
         self.info = dict(info)
         if self.current is not None:
-            self.current.summary.update({"total_steps": info.get("total_steps"), "device": info.get("device")})
+            self.current.summary.update(
+                {k: info.get(k) for k in ("total_steps", "device", "num_classes") if info.get(k) is not None}
+            )
         if self._state == "starting":
             self._set_state("paused" if self._session is not None and self._session.paused else "running")
         self.prepared.emit(self.info)
@@ -316,6 +318,50 @@ class RunController(QObject):
             self.store.save(record, metrics=metrics)
         except RunStoreError as e:
             self.statusMessage.emit(f"Run not saved: {e}")
+
+    def rename(self, record: RunRecord, name: str) -> bool:
+        """Give a run a new name (kept in its ``run.json``; also the run in progress).
+
+        Args:
+            record: the run.
+            name: the new name (one line; an empty name is refused).
+
+        Returns:
+            True when the name changed and was saved; False when refused (the reason goes
+            to :attr:`statusMessage`) or unchanged.
+        """
+        new = clean_name(name)
+        if not new:
+            self.statusMessage.emit(f"A run needs a name; {record.name} keeps its name.")
+            return False
+        if new == record.name or record not in self.records:
+            return False
+        record.name = new
+        self._save(record, metrics=False)
+        self.runsChanged.emit()
+        return True
+
+    def annotate(self, record: RunRecord, *, notes: str | None = None, tags: str | list[str] | None = None) -> bool:
+        """Set a run's notes and/or tags (kept in its ``run.json``).
+
+        Args:
+            record: the run.
+            notes: free text, or None to keep the notes.
+            tags: comma-separated text or a list, or None to keep the tags.
+
+        Returns:
+            True when something changed and was saved.
+        """
+        if record not in self.records:
+            return False
+        new_notes = record.notes if notes is None else str(notes).strip()
+        new_tags = record.tags if tags is None else clean_tags(tags)
+        if (new_notes, new_tags) == (record.notes, record.tags):
+            return False
+        record.notes, record.tags = new_notes, new_tags
+        self._save(record, metrics=False)
+        self.runsChanged.emit()
+        return True
 
     def load_metrics(self, record: RunRecord) -> list[dict[str, Any]]:
         """A run's metrics (read from the store the first time).

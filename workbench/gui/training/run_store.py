@@ -9,7 +9,11 @@ verify report), the plan changes it saw (``events``) and its per-step metrics.
 - ``metrics.csv``: the :class:`~workbench.core.training.metrics.StepMetrics` records, written with
   :class:`~workbench.core.training.metrics.MetricsWriter` (readable with ``load_metrics``).
 
-A run that was still ``running`` when the app ended is listed as ``interrupted``.
+A run that was still ``running`` when the app ended is listed as ``interrupted``. The user's
+own words about a run (its name, ``notes`` and ``tags``) live in ``run.json`` too.
+
+:meth:`RunRecord.segments` splits a run at its plan changes, so runs that froze or unfroze
+mid-way are compared by the medians of each plan segment, not by their last numbers.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ import math
 import os
 import secrets
 import shutil
+import statistics
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -29,7 +35,18 @@ from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError
 from workbench.core.training.metrics import MetricsError, MetricsWriter, StepMetrics, load_metrics
 
-__all__ = ["RUN_FORMAT", "RUN_VERSION", "RunRecord", "RunStore", "RunStoreError"]
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "RUN_FORMAT",
+    "RUN_VERSION",
+    "RunRecord",
+    "RunStore",
+    "RunStoreError",
+    "Segment",
+    "clean_name",
+    "clean_tags",
+    "plan_text",
+]
 
 RUN_FORMAT = "workbench-run"
 RUN_VERSION = 1
@@ -37,6 +54,8 @@ _RUN_FILE = "run.json"
 _METRICS_FILE = "metrics.csv"
 #: Statuses a record can have: the engine's, plus ``running`` and ``interrupted``.
 _STATUSES = ("running", "completed", "stopped", "failed", "nonfinite", "interrupted")
+#: Longest run name kept (longer names are cut).
+MAX_NAME_LENGTH = 120
 
 
 class RunStoreError(WorkbenchError):
@@ -63,6 +82,110 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def clean_name(name: str) -> str:
+    """A run name as stored: one line, surrounding spaces removed, at most :data:`MAX_NAME_LENGTH`.
+
+    Args:
+        name: what the user typed.
+
+    Returns:
+        The name; ``""`` when nothing is left (the caller keeps the old name).
+    """
+    return " ".join(str(name).split())[:MAX_NAME_LENGTH]
+
+
+def clean_tags(tags: str | Iterable[Any]) -> list[str]:
+    """Tags as stored: from ``"a, b"`` or a list; spaces trimmed, empty and repeated ones dropped.
+
+    Args:
+        tags: comma-separated text or a list of tags.
+
+    Returns:
+        The tags in the order given.
+    """
+    raw = tags.split(",") if isinstance(tags, str) else [t for t in tags if isinstance(t, str)]
+    out: list[str] = []
+    for t in raw:
+        t = " ".join(t.split())[:60]
+        if t and t not in out:
+            out.append(t)
+    return out
+
+
+def _rule_text(rule: Mapping[str, Any]) -> str:
+    select = str(rule.get("select") or "*")
+    bits = []
+    for key, value in rule.items():
+        if key == "select":
+            continue
+        if key == "frozen":
+            bits.append("frozen" if value else "trains")
+        elif key == "reparam":
+            bits.append("A+B" if value else "no A+B")
+        elif key == "lr_scale":
+            bits.append(f"lr×{value:g}" if isinstance(value, (int, float)) else f"lr×{value}")
+        elif value is True:
+            bits.append(str(key))
+        else:
+            bits.append(f"{key}={value}")
+    return f"{select} {' '.join(bits)}".strip()
+
+
+def plan_text(plan: Mapping[str, Any] | None, *, most: int = 2) -> str:
+    """A plan in a few words for the runs table: ``layer1 frozen, fc trains +1``.
+
+    Args:
+        plan: the plan as a dict (``FreezePlan.to_dict()``), possibly hand-edited.
+        most: rules spelled out; the rest are counted.
+
+    Returns:
+        The text; ``"all train"`` for a plan without rules.
+    """
+    if not isinstance(plan, Mapping):
+        return "no plan"
+    rules = [r for r in plan.get("rules") or [] if isinstance(r, Mapping)]
+    text = ", ".join(_rule_text(r) for r in rules[:most]) if rules else "all train"
+    if len(rules) > most:
+        text += f" +{len(rules) - most}"
+    stages = plan.get("stages")
+    if isinstance(stages, list) and stages:
+        text += f", {len(stages)} stage{'s' if len(stages) > 1 else ''}"
+    return text
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The steps of a run between two plan changes, with their medians.
+
+    Attributes:
+        start: first step of the segment.
+        end: last step of the segment.
+        label: the plan change that started it (``""`` for the starting plan).
+        step_ms: median step time in ms, or None.
+        trainable: median trainable parameter count, or None.
+    """
+
+    start: int
+    end: int
+    label: str
+    step_ms: float | None
+    trainable: float | None
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def _finite(records: Iterable[Mapping[str, Any]], key: str) -> list[float]:
+    """The finite numbers of ``key`` in metric records (missing, None, NaN and bools skipped)."""
+    out = []
+    for m in records:
+        v = m.get(key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            out.append(float(v))
+    return out
+
+
 @dataclass
 class RunRecord:
     """One training run.
@@ -83,6 +206,8 @@ class RunRecord:
         verify: the verify report as a dict (``ok``, ``checked``, ``violations``,
             ``module_status``), or None.
         events: ``[{"step", "wall_time", "label"}]``: plan changes and stages seen.
+        notes: the user's notes (free text).
+        tags: the user's tags.
         error: traceback of a failure, if any.
         finished: ISO time the run ended, or None.
         folder: where it is stored (None until saved).
@@ -103,6 +228,8 @@ class RunRecord:
     summary: dict[str, Any] = field(default_factory=dict)
     verify: dict[str, Any] | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
+    notes: str = ""
+    tags: list[str] = field(default_factory=list)
     error: str | None = None
     finished: str | None = None
     folder: Path | None = None
@@ -116,12 +243,7 @@ class RunRecord:
         return self.status == "running"
 
     def _metric_values(self, key: str) -> list[float]:
-        out = []
-        for m in self.metrics:
-            v = m.get(key)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-                out.append(float(v))
-        return out
+        return _finite(self.metrics, key)
 
     def median_step_ms(self) -> float | None:
         """Median step time in ms (the engine's summary, else from the metrics)."""
@@ -167,6 +289,47 @@ class RunRecord:
             return v
         return int(self.metrics[-1].get("step", -1)) + 1 if self.metrics else 0
 
+    def num_classes(self) -> int | None:
+        """Classes the run trained on (its head's outputs), when known."""
+        for v in (self.summary.get("num_classes"), self.config.get("num_classes")):
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+        return None
+
+    def segments(self) -> list[Segment]:
+        """The run split at its plan changes (``events``), with per-segment medians.
+
+        A change applies at the step it is recorded at, so that step opens the new segment.
+        Without metrics (not loaded, or none written), one segment from the summary.
+
+        Returns:
+            The segments in step order (segments without steps are left out).
+        """
+        if not self.metrics:
+            return [Segment(0, max(self.steps() - 1, 0), "", self.median_step_ms(),
+                            float(t) if (t := self.trainable()) is not None else None)]
+        cuts: dict[int, str] = {}
+        for e in self.events:
+            step = e.get("step")
+            if isinstance(step, int) and not isinstance(step, bool):
+                cuts[step] = f"{cuts[step]}; {e.get('label', '')}" if step in cuts else str(e.get("label", ""))
+        bounds = sorted(cuts)
+        groups: dict[int, list[Mapping[str, Any]]] = {}
+        for m in self.metrics:
+            step = m.get("step")
+            if isinstance(step, int):
+                groups.setdefault(bisect_right(bounds, step), []).append(m)
+        out = []
+        for index in sorted(groups):
+            ms = groups[index]
+            out.append(Segment(
+                start=int(ms[0]["step"]), end=int(ms[-1]["step"]),
+                label=cuts[bounds[index - 1]] if index else "",
+                step_ms=_median([v * 1e3 for v in _finite(ms, "step_time_s")]),
+                trainable=_median(_finite(ms, "trainable_params")),
+            ))
+        return out
+
     # ------------------------------------------------------------ (de)serialization
     def to_dict(self) -> dict[str, Any]:
         """The ``run.json`` content (no metrics, no folder)."""
@@ -187,6 +350,8 @@ class RunRecord:
                 "summary": self.summary,
                 "verify": self.verify,
                 "events": self.events,
+                "notes": self.notes,
+                "tags": self.tags,
                 "error": self.error,
             }
         )
@@ -232,6 +397,8 @@ class RunRecord:
             summary=mapping("summary"),
             verify=mapping("verify") or None,
             events=events,
+            notes=data.get("notes") if isinstance(data.get("notes"), str) else "",
+            tags=clean_tags(data.get("tags")) if isinstance(data.get("tags"), list) else [],
             error=data.get("error") if isinstance(data.get("error"), str) else None,
             finished=data.get("finished") if isinstance(data.get("finished"), str) else None,
             folder=folder,

@@ -1,9 +1,14 @@
 """The Runs tab: every training run, compared side by side; selected runs overlay the plots.
 
 The table lists the runs of :class:`~workbench.gui.training.run_controller.RunController` (the one in
-progress and those kept on disk) with median step time, peak memory, trainable parameters and
-final loss. Selecting runs overlays their curves in the plots (each run has a colour, shown
-as a swatch); with two or more selected, a line compares them with the first selected run.
+progress and those kept on disk) with median step time, peak memory, trainable parameters,
+final loss, the setup (optimizer, LR, batch, classes, plan) and the user's tags and notes.
+Selecting runs overlays their curves in the plots (each run has a colour, shown as a
+swatch); with two or more selected, a line compares them with the oldest selected run,
+plan segment by plan segment (:meth:`RunRecord.segments`).
+
+A run is renamed in place (double-click or F2 on its name); the tags and notes of the
+selected run are edited below the table. Both are kept in the run's ``run.json``.
 
 Runs are stored in :func:`default_runs_dir` (``$WORKBENCH_RUNS_DIR`` when set), so they come
 back when the app starts again.
@@ -15,13 +20,16 @@ import os
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QStandardPaths, Qt, Signal
+from PySide6.QtCore import QStandardPaths, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QIcon, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFormLayout,
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QLineEdit,
+    QPlainTextEdit,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -29,18 +37,29 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.gui import dialogs
 from workbench.core.formatting import fmt_count, fmt_percent
+from workbench.gui import dialogs
 from workbench.gui.training.plots import run_color
 from workbench.gui.training.run_controller import RunController
-from workbench.gui.training.run_store import RunRecord, RunStoreError
+from workbench.gui.training.run_store import RunRecord, RunStoreError, Segment, plan_text
 
-__all__ = ["COLUMNS", "RUNS_DIR_ENV", "RunsPanel", "default_runs_dir", "export_run_csv", "setup_text"]
+__all__ = [
+    "COLUMNS",
+    "RUNS_DIR_ENV",
+    "RunsPanel",
+    "compare_text",
+    "default_runs_dir",
+    "export_run_csv",
+    "setup_text",
+]
 
 #: Environment variable that overrides the runs folder (tests point it at a temporary folder).
 RUNS_DIR_ENV = "WORKBENCH_RUNS_DIR"
 #: Table columns.
-COLUMNS = ("Run", "Status", "Steps", "Step time", "Peak memory", "Trainable", "Final loss", "Setup")
+COLUMNS = ("Run", "Status", "Steps", "Step time", "Peak memory", "Trainable", "Final loss", "Setup", "Tags · notes")
+_NOTES_COLUMN = COLUMNS.index("Tags · notes")
+#: Milliseconds after the last keystroke in the notes before they are saved.
+_NOTES_SAVE_DELAY_MS = 600
 _RECORD_ROLE = int(Qt.ItemDataRole.UserRole) + 1
 
 
@@ -57,25 +76,96 @@ def default_runs_dir() -> Path:
     return Path(base or Path.home() / ".freeze-workbench") / "runs"
 
 
-def setup_text(config: dict[str, Any]) -> str:
-    """A run's setup in a few words: ``adamw bs16 64px cpu bf16``.
+def setup_text(config: dict[str, Any], *, num_classes: int | None = None, plan: dict[str, Any] | None = None) -> str:
+    """A run's setup in a few words: ``adamw lr 0.001 bs16 64px 10 classes cpu · layer1 frozen``.
 
     Args:
         config: the run's ``TrainConfig`` dict.
+        num_classes: classes the run trained on (:meth:`RunRecord.num_classes`), if known.
+        plan: the plan the run started with; summarised after a ``·`` when given.
 
     Returns:
         The text.
     """
-    parts = [str(config.get("optimizer", "?")), f"bs{config.get('batch_size', '?')}"]
+    parts = [str(config.get("optimizer", "?"))]
+    lr = config.get("lr")
+    if isinstance(lr, (int, float)) and not isinstance(lr, bool):
+        parts.append(f"lr {lr:g}")
+    parts.append(f"bs{config.get('batch_size', '?')}")
     if config.get("image_size"):
         parts.append(f"{config['image_size']}px")
+    if num_classes:
+        parts.append(f"{num_classes} classes")
     parts.append(str(config.get("device", "auto")))
     if config.get("amp") and config.get("amp") != "off":
         parts.append(str(config["amp"]))
     data = str(config.get("data", "synthetic"))
     if not data.startswith("synthetic"):
         parts.append(data.split(":", 1)[0])
-    return " ".join(parts)
+    text = " ".join(parts)
+    return text if plan is None else f"{text} · {plan_text(plan)}"
+
+
+def _ratios(mine: list[float | None], base: list[float | None]) -> str | None:
+    """``0.95× → 0.80×``: each of ``mine`` over the base value of the same segment (the base's
+    last segment for segments it does not have); None when no ratio can be formed."""
+    out = []
+    for i, b in enumerate(mine):
+        a = base[min(i, len(base) - 1)] if base else None
+        if a and b:
+            out.append(f"{b / a:.2f}×")
+    return " → ".join(out) if out else None
+
+
+def _segments_line(r: RunRecord, segments: list[Segment]) -> str:
+    parts = []
+    for s in segments:
+        bits = [f"steps {s.start}–{s.end}"]
+        if s.label:
+            bits.append(f"after {s.label}")
+        if s.step_ms is not None:
+            bits.append(f"{s.step_ms:.1f} ms")
+        if s.trainable is not None:
+            bits.append(f"{fmt_count(int(s.trainable))} trainable")
+        parts.append(", ".join(bits))
+    return f"{r.name}: " + "; ".join(parts)
+
+
+def compare_text(base: RunRecord, others: list[RunRecord]) -> tuple[str, str]:
+    """The comparison line of runs against a base run, by medians per plan segment.
+
+    A run is split at its plan changes (:meth:`RunRecord.segments`); segment *i* of a run is
+    compared with segment *i* of the base (its last one where the base has fewer), so a run
+    that froze a block mid-way shows the step time and trainable count before and after
+    (``0.98× → 0.61×``), not only its final numbers. Peak memory is a whole-run number.
+
+    Args:
+        base: the run the others are compared with.
+        others: the runs to compare.
+
+    Returns:
+        ``(html, tooltip)``: one line per run, and each run's segments spelled out.
+    """
+    base_segs = base.segments()
+    lines, tips = [], [_segments_line(base, base_segs)]
+    for r in others:
+        segs = r.segments()
+        bits = []
+        for what, mine, theirs in (
+            ("step time", [s.step_ms for s in segs], [s.step_ms for s in base_segs]),
+            ("trainable", [s.trainable for s in segs], [s.trainable for s in base_segs]),
+        ):
+            ratio = _ratios(mine, theirs)
+            if ratio:
+                bits.append(f"{what} <b>{ratio}</b>")
+        a, b = base.peak_memory(), r.peak_memory()
+        if a and b:
+            bits.insert(1 if bits else 0, f"peak memory <b>{b / a:.2f}×</b>")
+        if len(segs) > 1 or len(base_segs) > 1:
+            bits.append(f"per plan segment ({len(segs)} vs {len(base_segs)})")
+        lines.append(f"{r.name} vs {base.name}: " + (", ".join(bits) if bits else "no numbers yet"))
+        tips.append(_segments_line(r, segs))
+    return "<br>".join(lines), "\n".join(tips)
 
 
 def _swatch(color: QColor) -> QIcon:
@@ -100,7 +190,7 @@ class _Item(QTableWidgetItem):
 
 
 class RunsPanel(QWidget):
-    """The runs table, the comparison line and the run actions.
+    """The runs table, the comparison line, the tags and notes editor and the run actions.
 
     Signals:
         selectionChanged(records): the selected runs changed (list of :class:`RunRecord`).
@@ -123,7 +213,9 @@ class RunsPanel(QWidget):
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.ExtendedSelection)
-        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setEditTriggers(  # only the name column is editable: rename in place
+            QAbstractItemView.EditTrigger.DoubleClicked | QAbstractItemView.EditTrigger.EditKeyPressed
+        )
         self.table.verticalHeader().setVisible(False)
         self.table.setAlternatingRowColors(True)
         self.table.setWordWrap(False)
@@ -135,11 +227,33 @@ class RunsPanel(QWidget):
         self.table.setColumnWidth(0, 112)
         self.table.horizontalHeaderItem(3).setToolTip("Median time of one training step (forward, backward, optimizer)")
         self.table.horizontalHeaderItem(4).setToolTip("CUDA: peak allocated memory; CPU: the largest process RSS seen")
+        self.table.horizontalHeaderItem(0).setToolTip("The run's name: double-click or F2 to rename it")
+        self.table.horizontalHeaderItem(_NOTES_COLUMN).setToolTip("Your tags and notes (edit them below the table)")
         self.table.itemSelectionChanged.connect(self._selection_changed)
-        self.table.itemDoubleClicked.connect(lambda _i: self._export())
+        self.table.itemDoubleClicked.connect(lambda i: self._export() if i.column() != 0 else None)
+        self.table.itemChanged.connect(self._item_changed)
         self.compare = QLabel(self)
         self.compare.setWordWrap(True)
         self.compare.setTextFormat(Qt.TextFormat.RichText)
+        self.tags_edit = QLineEdit(self)
+        self.tags_edit.setPlaceholderText("baseline, lr sweep …")
+        self.tags_edit.setToolTip("Tags of the selected run, separated by commas (saved when you press Enter or leave the field)")
+        self.tags_edit.editingFinished.connect(self.save_notes)
+        self.notes_edit = QPlainTextEdit(self)
+        self.notes_edit.setPlaceholderText("Notes on the selected run")
+        self.notes_edit.setToolTip("Notes on the selected run (saved as you type)")
+        self.notes_edit.setTabChangesFocus(True)
+        self.notes_edit.setFixedHeight(self.notes_edit.fontMetrics().lineSpacing() * 3 + 12)
+        self._notes_timer = QTimer(self)
+        self._notes_timer.setSingleShot(True)
+        self._notes_timer.setInterval(_NOTES_SAVE_DELAY_MS)
+        self._notes_timer.timeout.connect(self.save_notes)
+        self.notes_edit.textChanged.connect(self._notes_typed)
+        self._notes_record: RunRecord | None = None
+        editor = QFormLayout()
+        editor.setContentsMargins(0, 0, 0, 0)
+        editor.addRow("Tags", self.tags_edit)
+        editor.addRow("Notes", self.notes_edit)
         self.note = QLabel(self)
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color: #666")
@@ -163,6 +277,7 @@ class RunsPanel(QWidget):
         layout.addLayout(buttons)
         layout.addWidget(self.table, 1)
         layout.addWidget(self.compare)
+        layout.addLayout(editor)
         layout.addWidget(self.note)
         self.note.setText(f"Runs are kept in {runs.store.folder}")
         if runs.load_problems:
@@ -174,6 +289,7 @@ class RunsPanel(QWidget):
         runs.runEnded.connect(self._ended)
         self._updating = False
         self.refresh()
+        self._load_notes()
 
     def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
         super().showEvent(event)
@@ -217,6 +333,7 @@ class RunsPanel(QWidget):
         loss = r.final_loss()
         total = r.summary.get("total_params")
         name = _Item(r.name, r.created)
+        name.setFlags(name.flags() | Qt.ItemFlag.ItemIsEditable)
         name.setIcon(_swatch(run_color(self.color_index(r))))
         name.setData(_RECORD_ROLE, r)
         name.setToolTip(
@@ -245,9 +362,15 @@ class RunsPanel(QWidget):
                 trainable,
             ),
             _Item(f"{loss:.4f}" if loss is not None else "–", loss),
-            _Item(setup_text(r.config)),
+            _Item(setup_text(r.config, num_classes=r.num_classes(), plan=r.plan)),
+            _Item(" ".join(f"[{t}]" for t in r.tags) + (" " if r.tags and r.notes else "") + " ".join(r.notes.split())),
         ]
-        cells[-1].setToolTip(", ".join(f"{k}={v}" for k, v in r.config.items() if v not in (None, False, "")))
+        cells[-2].setToolTip(
+            ", ".join(f"{k}={v}" for k, v in r.config.items() if v not in (None, False, ""))
+            + f"\nplan: {plan_text(r.plan, most=50)}"
+        )
+        if r.notes or r.tags:
+            cells[-1].setToolTip(("tags: " + ", ".join(r.tags) + "\n" if r.tags else "") + r.notes)
         for col, item in enumerate(cells):
             self.table.setItem(row, col, item)
 
@@ -294,6 +417,7 @@ class RunsPanel(QWidget):
     def _selection_changed(self) -> None:
         if self._updating:
             return
+        self._load_notes()
         self._update_buttons()
         self._update_compare()
         self.selectionChanged.emit(self.selected())
@@ -309,20 +433,78 @@ class RunsPanel(QWidget):
         sel = sorted(self.selected(), key=lambda r: (r.created, r.id))
         if len(sel) < 2:
             self.compare.setText("")
+            self.compare.setToolTip("")
             return
-        base = sel[0]
-        parts = []
-        for r in sel[1:]:
-            bits = []
-            for what, a, b in (
-                ("step time", base.median_step_ms(), r.median_step_ms()),
-                ("peak memory", base.peak_memory(), r.peak_memory()),
-                ("trainable", base.trainable(), r.trainable()),
-            ):
-                if a and b:
-                    bits.append(f"{what} <b>{b / a:.2f}×</b>")
-            parts.append(f"{r.name} vs {base.name}: " + (", ".join(bits) if bits else "no numbers yet"))
-        self.compare.setText("<br>".join(parts))
+        for r in sel:  # the segments need the per-step metrics (read once, kept by the record)
+            if not r.metrics_loaded:
+                self.runs.load_metrics(r)
+        html, tip = compare_text(sel[0], sel[1:])
+        self.compare.setText(html)
+        self.compare.setToolTip(tip)
+
+    # ------------------------------------------------------------ rename, tags, notes
+    def _item_changed(self, item: QTableWidgetItem) -> None:
+        if self._updating or item.column() != 0:
+            return
+        rec = item.data(_RECORD_ROLE)
+        if not isinstance(rec, RunRecord):
+            return
+        if not self.runs.rename(rec, item.text()):  # refused or unchanged: show the kept name
+            self._updating = True
+            try:
+                item.setText(rec.name)
+            finally:
+                self._updating = False
+            return
+        self.selectionChanged.emit(self.selected())  # legends show the new name
+
+    def rename(self, record: RunRecord) -> None:
+        """Open the in-place editor on a run's name.
+
+        Args:
+            record: the run.
+        """
+        row = self._row_of(record)
+        if row >= 0:
+            self.table.setCurrentCell(row, 0)
+            self.table.editItem(self.table.item(row, 0))
+
+    def _load_notes(self) -> None:
+        """Show the tags and notes of the selected run (the editor is off unless one run is selected)."""
+        self.save_notes()
+        sel = self.selected()
+        rec = sel[0] if len(sel) == 1 else None
+        self._notes_record = rec
+        for w in (self.tags_edit, self.notes_edit):
+            w.blockSignals(True)
+        try:
+            self.tags_edit.setText(", ".join(rec.tags) if rec else "")
+            self.notes_edit.setPlainText(rec.notes if rec else "")
+        finally:
+            for w in (self.tags_edit, self.notes_edit):
+                w.blockSignals(False)
+        self.tags_edit.setEnabled(rec is not None)
+        self.notes_edit.setEnabled(rec is not None)
+
+    def _notes_typed(self) -> None:
+        if self._notes_record is not None:
+            self._notes_timer.start()
+
+    def save_notes(self) -> bool:
+        """Save the edited tags and notes to the run they belong to (now, not after the delay).
+
+        Returns:
+            True when something changed and was saved.
+        """
+        self._notes_timer.stop()
+        rec = self._notes_record
+        if rec is None:
+            return False
+        return self.runs.annotate(rec, notes=self.notes_edit.toPlainText(), tags=self.tags_edit.text())
+
+    def hideEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        self.save_notes()
+        super().hideEvent(event)
 
     # ------------------------------------------------------------ actions
     def _use_plan(self) -> None:

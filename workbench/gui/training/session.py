@@ -169,7 +169,7 @@ class TrainingWorker(QObject):
     """Runs one :class:`TrainingJob` on the thread it was moved to.
 
     Signals:
-        prepared(info): setup is done: ``total_steps``, ``steps_per_epoch``, ``device``,
+        prepared(info): setup is done: ``total_steps``, ``steps_per_epoch``, ``device``, ``num_classes``,
             ``torch_threads`` (of the training thread), ``image_size``, ``batch_size``,
             ``trainable_params``, ``total_params``, ``new_heads``.
         metricsBatch(records): a list of ``StepMetrics.to_dict()`` records.
@@ -220,6 +220,8 @@ class TrainingWorker(QObject):
         trainer.setup()  # bad input raises WorkbenchError: reported by run()
         assert trainer.applied is not None and trainer.optimizer is not None
         counts = trainer.applied.counts(trainer.optimizer)
+        from workbench.core.models.zoo import current_num_classes
+
         self.prepared.emit(
             {
                 "total_steps": trainer.total_steps,
@@ -231,6 +233,7 @@ class TrainingWorker(QObject):
                 "trainable_params": int(counts.trainable),
                 "total_params": int(counts.total),
                 "new_heads": list(trainer.new_heads),
+                "num_classes": current_num_classes(trainer.model) if trainer.model is not None else None,
             }
         )
         watch, static = None, []

@@ -1,0 +1,61 @@
+"""Start-up: a window with a loading state before torch and the model are there."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from workbench.gui.app import _open_window
+from workbench.gui.startup import HeavyImports, StartupWindow, loading_text
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_first_window_needs_neither_torch_nor_pyqtgraph() -> None:
+    code = (
+        "import sys; import workbench.cli, workbench.commands.gui, workbench.gui.app, workbench.gui.startup; "
+        "heavy = [m for m in ('torch', 'torchvision', 'pyqtgraph') if m in sys.modules]; "
+        "assert not heavy, heavy"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=False,
+                          env={"PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen", "PATH": ""})
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_startup_window_shows_the_model_bar_and_a_loading_tree(qtbot: Any) -> None:
+    shell = StartupWindow("vit_b_16")
+    qtbot.addWidget(shell)
+    shell.show()
+    assert shell.model_box.currentText() == "vit_b_16" and not shell.model_box.isEnabled()
+    assert shell.loading_label.isVisible() and shell.loading_label.text() == "Loading PyTorch and vit_b_16…"
+    assert shell.tree.topLevelItemCount() == 0
+    assert loading_text(None) == "Loading PyTorch…"
+
+
+def test_heavy_imports_report_a_missing_module_in_one_line(qtbot: Any) -> None:
+    imports = HeavyImports(["json", "no_such_module_for_workbench"])
+    with qtbot.waitSignal(imports.imported, timeout=10_000) as blocker:
+        imports.start()
+    imports.wait()
+    error, details = blocker.args
+    assert error.startswith("cannot import no_such_module_for_workbench") and "reinstall" in error
+    assert "\n" not in error and "Traceback" in details
+
+
+def test_window_shows_a_loading_state_until_the_model_is_loaded(qtbot: Any) -> None:
+    shell = StartupWindow("resnet18")  # closed and deleted when the full window replaces it
+    shell.show()
+    window = _open_window(shell, path=None, model=None)  # deletes itself when closed
+    c = window.controller
+    try:
+        assert c.busy and c.tree is None  # shown first, the model loads behind it
+        assert window.isVisible() and not shell.isVisible()
+        assert window.tree_loading.isVisible() and window.tree_loading.text().startswith("Loading resnet18")
+        assert window.tree_model.rowCount() == 0
+        qtbot.waitUntil(lambda: c.tree is not None, timeout=120_000)
+        assert not window.tree_loading.isVisible() and window.tree_model.rowCount() > 0
+    finally:
+        qtbot.waitUntil(lambda: not c.busy and not c.checking, timeout=120_000)
+        window.close()

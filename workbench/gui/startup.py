@@ -1,0 +1,172 @@
+"""Start-up: a window on screen before torch is imported, the heavy imports behind it.
+
+Importing torch, torchvision and pyqtgraph takes seconds; the window needs them all. So
+:func:`workbench.gui.app.main` first shows a :class:`StartupWindow` (Qt only, painted within
+a fraction of a second): the window's title, its model bar with the start-up model, and an
+empty tree that says what is loading. :class:`HeavyImports` imports torch and the Qt-free
+library on a thread meanwhile; then the real window replaces the start-up one at the same
+place and loads the model in the background (its tree shows the same loading state).
+
+This module imports nothing but Qt and the standard library.
+
+``WORKBENCH_STARTUP_TRACE=1`` prints ``startup: <event> <unix time>`` lines on stderr
+(``first-paint``, ``imports-done``, ``window``, ``tree``); ``tests/benchmarks/bench_startup.py``
+reads them.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+import traceback
+from typing import Any, Sequence
+
+from PySide6.QtCore import QByteArray, QSettings, Qt, QThread, Signal
+from PySide6.QtGui import QPaintEvent
+from PySide6.QtWidgets import (
+    QComboBox,
+    QLabel,
+    QMainWindow,
+    QProgressBar,
+    QToolBar,
+    QTreeWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+__all__ = ["HEAVY_MODULES", "STARTUP_TRACE_ENV", "HeavyImports", "StartupWindow", "loading_text", "trace"]
+
+#: Environment variable that makes start-up print its timestamps on stderr.
+STARTUP_TRACE_ENV = "WORKBENCH_STARTUP_TRACE"
+#: What the window needs that Qt does not: imported on :class:`HeavyImports`' thread.
+HEAVY_MODULES: tuple[str, ...] = (
+    "torch",
+    "torchvision",
+    "workbench.core.training.cpu_threads",
+    "workbench.core.plan.rules",
+    "workbench.core.models.zoo",
+    "workbench.gui.model_loading",
+)
+
+
+def trace(event: str) -> None:
+    """Print ``startup: EVENT TIME`` on stderr when ``$WORKBENCH_STARTUP_TRACE`` is set.
+
+    Args:
+        event: what just happened (``first-paint``, ``tree`` ...).
+    """
+    if os.environ.get(STARTUP_TRACE_ENV):
+        print(f"startup: {event} {time.time():.4f}", file=sys.stderr, flush=True)
+
+
+def loading_text(model: str | None) -> str:
+    """What the empty tree says while the app starts: ``Loading PyTorch and resnet18…``.
+
+    Args:
+        model: the model that will load, if known.
+
+    Returns:
+        The text.
+    """
+    return f"Loading PyTorch and {model}…" if model else "Loading PyTorch…"
+
+
+class HeavyImports(QThread):
+    """Imports :data:`HEAVY_MODULES` on a thread (Python's import lock keeps it safe).
+
+    Signals:
+        imported(error, details): on the GUI thread when done; ``error`` is ``""`` on
+            success, else one line naming the module that failed and what to do.
+
+    Args:
+        modules: the modules to import.
+        parent: Qt parent.
+    """
+
+    imported = Signal(str, str)
+
+    def __init__(self, modules: Sequence[str] = HEAVY_MODULES, parent: Any = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("workbench-imports")
+        self._modules = tuple(modules)
+
+    def run(self) -> None:  # noqa: D102 - QThread API
+        for name in self._modules:
+            try:
+                importlib.import_module(name)
+            except Exception as e:  # a broken installation: say which module, keep the traceback
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                self.imported.emit(
+                    f"cannot import {name} ({first}); reinstall freeze-workbench and its dependencies (pip install -U freeze-workbench)",
+                    traceback.format_exc(),
+                )
+                return
+        self.imported.emit("", "")
+
+
+class _TracedTree(QTreeWidget):
+    """The start-up tree; reports its first paint once."""
+
+    def __init__(self, parent: QWidget) -> None:
+        super().__init__(parent)
+        self._painted = False
+
+    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt API
+        super().paintEvent(event)
+        if not self._painted:
+            self._painted = True
+            trace("first-paint")
+
+
+class StartupWindow(QMainWindow):
+    """The window as it first shows: title, model bar, an empty tree that says what loads.
+
+    Args:
+        model: the model that will load (shown in the model bar and the tree).
+        settings: where the window's geometry was saved (the real window's place).
+        parent: Qt parent.
+
+    Attributes:
+        model_box / tree / loading_label / progress: the widgets (read by tests).
+    """
+
+    def __init__(self, model: str | None, settings: QSettings | None = None, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("StartupWindow")
+        self.setWindowTitle("Freeze Workbench")
+        bar = QToolBar("Model", self)
+        bar.setMovable(False)
+        bar.addWidget(QLabel(" Model ", bar))
+        self.model_box = QComboBox(bar)
+        self.model_box.addItem(model or "…")
+        self.model_box.setEnabled(False)
+        self.model_box.setMinimumWidth(160)
+        bar.addWidget(self.model_box)
+        self.addToolBar(bar)
+        for title in ("&File", "&Edit", "&View", "&Run", "&Help"):
+            self.menuBar().addMenu(title).setEnabled(False)
+        central = QWidget(self)
+        layout = QVBoxLayout(central)
+        layout.setContentsMargins(6, 6, 6, 6)
+        self.tree = _TracedTree(central)
+        self.tree.setHeaderLabels(["Module", "Type", "Params", "Trainable", "Frozen"])
+        self.loading_label = QLabel(loading_text(model), self.tree.viewport())
+        self.loading_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.loading_label.setStyleSheet("color: palette(mid); font-size: 13pt")
+        layout.addWidget(self.tree)
+        self.setCentralWidget(central)
+        self.progress = QProgressBar(self)
+        self.progress.setRange(0, 0)
+        self.progress.setMaximumWidth(140)
+        self.progress.setMaximumHeight(14)
+        self.statusBar().addWidget(QLabel("Starting…", self))
+        self.statusBar().addWidget(self.progress)
+        geometry = settings.value("window/geometry") if settings is not None else None
+        if not (isinstance(geometry, QByteArray) and not geometry.isEmpty() and self.restoreGeometry(geometry)):
+            self.resize(1400, 850)
+
+    def resizeEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        self.loading_label.setGeometry(self.tree.viewport().rect())
