@@ -96,7 +96,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_the_graph_sees_function_level_imports_and_skips_type_checking():
     graph = _graph()
-    assert "workbench.core.freezing.applied" in graph["workbench.core.plan.rules"]
+    assert "workbench.core.freezing.plan_handle" in graph["workbench.core.plan.rules"]
     assert "workbench.core.plan.rules" not in graph["workbench.core.plan.specs"]  # TYPE_CHECKING only
     tree = ast.parse("def f():\n    from workbench.core import errors\nif TYPE_CHECKING:\n    import workbench.cli\n")
     known = {"workbench.core", "workbench.core.errors", "workbench.cli"}

@@ -49,11 +49,11 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:  # for type checkers and IDEs
-    from workbench.core.freezing.apply import AppliedPlan, Counts, PlanDiff, apply_plan
-    from workbench.core.errors import WorkbenchError
-    from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanWarning, Rule, Stage
-    from workbench.core.models.tree import ModelTree, ModuleNode, fingerprint
     from workbench.core.checks.verify import VerifyReport
+    from workbench.core.errors import WorkbenchError
+    from workbench.core.freezing.apply import AppliedPlan, Counts, PlanDiff, apply_plan
+    from workbench.core.models.tree import ModelTree, ModuleNode, fingerprint
+    from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanWarning, Rule, Stage
 
 
 def __getattr__(name: str) -> Any:

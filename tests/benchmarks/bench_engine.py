@@ -30,10 +30,10 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from workbench.core.atomic import atomic_write
+from workbench.core.plan.rules import FreezePlan, Rule
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import SyntheticImageDataset, make_loader
 from workbench.core.training.engine import Trainer, resolve_device
-from workbench.core.plan.rules import FreezePlan, Rule
 
 FC_BN_EVAL = FreezePlan([Rule("*", frozen=True), Rule("fc", frozen=False)])  # BN follows frozen: eval
 

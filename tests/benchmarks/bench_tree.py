@@ -12,8 +12,8 @@ import time
 import torchvision
 from torch import nn
 
-from workbench.core.plan.rules import FreezePlan, Rule
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.rules import FreezePlan, Rule
 
 
 def _nested(n_blocks: int = 170) -> nn.Module:

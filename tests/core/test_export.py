@@ -18,8 +18,8 @@ from torch import nn
 
 from workbench.cli import main
 from workbench.core.export import ExportError, export_script, render_script
-from workbench.core.plan.rules import FreezePlan
 from workbench.core.models.spec import ModelSpec
+from workbench.core.plan.rules import FreezePlan
 
 #: Frozen backbone, layer4 at lr x0.1, A+B (exact) on trainable convs of layer3, fused A+B with
 #: a random A on layer4.1, one BatchNorm explicitly in train mode, everything else BN-eval.

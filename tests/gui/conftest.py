@@ -17,11 +17,14 @@ import os
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
 from collections import defaultdict, deque  # noqa: E402
-from typing import Any, Iterator, Sequence  # noqa: E402
+from typing import TYPE_CHECKING, Any, Iterator, Sequence  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
+
+if TYPE_CHECKING:
+    from workbench.gui.main_window import MainWindow
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

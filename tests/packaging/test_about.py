@@ -13,8 +13,7 @@ from PySide6 import __version__ as pyside_version
 from PySide6.QtCore import qVersion
 
 import workbench
-from workbench.gui import about
-from workbench.gui import dialogs
+from workbench.gui import about, dialogs
 
 
 @pytest.fixture(autouse=True)

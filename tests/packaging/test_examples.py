@@ -9,8 +9,8 @@ import pytest
 import torch
 import torchvision
 
-from workbench.core.plan.rules import FreezePlan
 from workbench.core.models.tree import fingerprint
+from workbench.core.plan.rules import FreezePlan
 from workbench.resources import example_plans
 
 #: name -> (trainable parameters at step 0, at step 10_000, lr scales of the param groups at 10_000)

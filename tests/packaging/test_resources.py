@@ -9,12 +9,12 @@ import shutil
 import struct
 import subprocess
 import sys
-import tomllib
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from types import ModuleType
 
 import pytest
+import tomllib
 
 from workbench import resources
 from workbench.resources import APP_ID, ICON_SIZES, ResourceError

@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from workbench.core.errors import WorkbenchError
+from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.models.spec import ModelSpec
 from workbench.core.training.config import AMP_MODES, OPTIMIZERS, TrainConfig
 from workbench.core.training.engine import Trainer
-from workbench.core.errors import WorkbenchError
-from workbench.core.formatting import fmt_bytes, fmt_count
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -12,10 +12,10 @@ import torch
 from torch import nn
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.plan.rules import FreezePlan
 from workbench.core.models.sources import SOURCES, is_structure_only
-from workbench.core.models.zoo import CheckpointKeyMismatch
 from workbench.core.models.spec import ModelSpec
+from workbench.core.models.zoo import CheckpointKeyMismatch
+from workbench.core.plan.rules import FreezePlan
 
 
 class CommandError(WorkbenchError):

@@ -13,8 +13,8 @@ from workbench.commands.common import (
     load_model_and_plan,
     optimizer_from_arg,
 )
-from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.checks.lint import lint_plan
+from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.models.memory import DTYPE_BYTES, GPU_SIZES, estimate_memory
 from workbench.core.models.tree import ModelTree
 

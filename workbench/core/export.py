@@ -35,13 +35,13 @@ from typing import Any, Mapping
 from torch import nn
 
 from workbench.core.atomic import atomic_write
-from workbench.core.freezing.capture import cover_paths, minimal_assignments
 from workbench.core.errors import WorkbenchError
-from workbench.core.plan.reparam_spec import ReparamSpec
-from workbench.core.plan.rules import Effective, FreezePlan
+from workbench.core.freezing.capture import cover_paths, minimal_assignments
+from workbench.core.models.spec import ModelSpec
 from workbench.core.models.tree import ModelTree
 from workbench.core.models.zoo import find_head
-from workbench.core.models.spec import ModelSpec
+from workbench.core.plan.reparam_spec import ReparamSpec
+from workbench.core.plan.rules import Effective, FreezePlan
 
 __all__ = ["ExportError", "OPTIMIZERS", "export_script", "render_script"]
 

@@ -13,8 +13,8 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
-from workbench.core.training.cpu_threads import use_worker_threads
 from workbench.core.errors import WorkbenchError
+from workbench.core.training.cpu_threads import use_worker_threads
 
 __all__ = ["BackgroundTask", "running_threads", "track_thread", "untrack_thread"]
 

@@ -18,12 +18,12 @@ from PySide6.QtGui import QUndoCommand, QUndoStack
 from torch import nn
 
 from workbench.core.freezing.apply import Counts
-from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.models.tree import ModelTree
-from workbench.gui.plan import edits as plan_edits
-from workbench.gui.model_loading import LoadedModel, LoadRequest, load_model, request_for_plan
-from workbench.gui.plan.state import PlanState
+from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.gui.background import BackgroundTask
+from workbench.gui.model_loading import LoadedModel, LoadRequest, load_model, request_for_plan
+from workbench.gui.plan import edits as plan_edits
+from workbench.gui.plan.state import PlanState
 
 __all__ = ["Controller", "OPTIMIZERS", "PlanEditCommand"]
 

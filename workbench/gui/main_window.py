@@ -44,19 +44,17 @@ from PySide6.QtWidgets import (
 
 from workbench.core import export
 from workbench.core.errors import WorkbenchError
+from workbench.core.formatting import fmt_count
 from workbench.core.freezing import partial
-from workbench.core.plan.rules import FreezePlan, PlanError
-from workbench.core.models.zoo import CHECKPOINT_SUFFIXES, ModelSourceError
 from workbench.core.models.spec import ModelSpec
+from workbench.core.models.zoo import CHECKPOINT_SUFFIXES, ModelSourceError
+from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.gui import dialogs
+from workbench.gui import settings as app_settings
 from workbench.gui.about import show_about
+from workbench.gui.controller import Controller
 from workbench.gui.diagnostics import DiagnosticsPanel
 from workbench.gui.icons import dot_icon
-from workbench.gui.plan import edits as plan_edits
-from workbench.gui import settings as app_settings
-from workbench.gui.controller import Controller
-from workbench.gui.plan.cost_panel import CostPanel
-from workbench.core.formatting import fmt_count
 from workbench.gui.model_loading import (
     LoadRequest,
     default_request,
@@ -66,11 +64,13 @@ from workbench.gui.model_loading import (
     request_for_plan,
 )
 from workbench.gui.model_source import ModelSourceBar
-from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
-from workbench.gui.qt_compat import protect_none_refcount
+from workbench.gui.plan import edits as plan_edits
+from workbench.gui.plan.cost_panel import CostPanel
 from workbench.gui.plan.partial_dialog import edit_partial
 from workbench.gui.plan.reparam_dialog import edit_reparam
+from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
 from workbench.gui.plan.tree_view import ModuleTreeView
+from workbench.gui.qt_compat import protect_none_refcount
 from workbench.gui.training.ui import TrainingUI
 from workbench.gui.training.verify_panel import STATUS_COLORS
 
@@ -258,7 +258,7 @@ class MainWindow(QMainWindow):
         return act
 
     def _build_actions(self) -> None:
-        K = QKeySequence.StandardKey
+        K = QKeySequence.StandardKey  # noqa: N806 - a short alias keeps the action table readable
         self.act_new = self._action("&New Plan", self.new_plan, QKeySequence(K.New), "Start an empty plan")
         self.act_open = self._action("&Open Plan…", self.open_plan, QKeySequence(K.Open), "Open a freeze plan (.json)")
         self.act_open_ckpt = self._action(

@@ -67,8 +67,8 @@ def render(
     from workbench.gui.app import create_application
     from workbench.gui.main_window import MainWindow
     from workbench.gui.model_loading import LoadRequest, default_request
-    from workbench.gui.training.runs_tab import RUNS_DIR_ENV
     from workbench.gui.plan.tree_model import Column
+    from workbench.gui.training.runs_tab import RUNS_DIR_ENV
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -44,13 +44,13 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from workbench.core.freezing.apply import AppliedPlan, apply_plan
 from workbench.core.errors import WorkbenchError
-from workbench.core.training.optim import sync_optimizer
-from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.freezing.apply import AppliedPlan, apply_plan
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.training.optim import sync_optimizer
 
-__all__ = ["FreezePlanCallback", "LightningMissingError", "rewrap_ddp", "sync_param_groups"]
+__all__ = ["FreezePlanCallback", "LightningMissingError", "rewrap_ddp", "sync_param_groups"]  # noqa: F822 - FreezePlanCallback is made on first access (PEP 562)
 
 _GROUP_SKIP = ("params", "param_names")
 

@@ -12,13 +12,12 @@ import torch
 import torchvision
 from torch import nn
 
-
 from tests.fixtures.broken_patterns import DataAssignAPlusB, HandWrittenAPlusB, make_a_b
 from workbench.cli import main
 from workbench.core.checks import doctor
-from workbench.core.freezing import partial
 from workbench.core.checks.doctor import _growth
 from workbench.core.formatting import fmt_bytes
+from workbench.core.freezing import partial
 from workbench.core.plan.rules import FreezePlan
 
 #: Findings about wall time and process memory: on a shared CI machine other processes move
@@ -45,7 +44,7 @@ def cnn() -> nn.Sequential:
 
 def train(model, opt, steps, make_loss, *, watch_steps=None, before_step=None):
     with doctor.watch(model, opt, steps=watch_steps or steps) as w:
-        for i in range(steps):
+        for _ in range(steps):
             if before_step is not None:
                 before_step()
             opt.zero_grad()

@@ -12,11 +12,11 @@ import torch
 import torchvision
 from torch import nn
 
-from workbench.core.freezing.capture import bn_eval_locked, capture_plan, cover_paths, minimal_assignments
 from workbench.core.export import export_script
-from workbench.core.plan.rules import FreezePlan, PlanWarning
-from workbench.core.models.tree import ModelTree
+from workbench.core.freezing.capture import bn_eval_locked, capture_plan, cover_paths, minimal_assignments
 from workbench.core.models.spec import ModelSpec
+from workbench.core.models.tree import ModelTree
+from workbench.core.plan.rules import FreezePlan, PlanWarning
 
 
 def _state(model: nn.Module, train: bool = True) -> tuple[list[tuple[str, bool]], list[str]]:

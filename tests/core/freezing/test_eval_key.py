@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 import workbench as wb
-from workbench.core.freezing.applied import is_bn_eval_locked, is_eval_locked
+from workbench.core.freezing.plan_handle import is_bn_eval_locked, is_eval_locked
 from workbench.core.plan.problems import PlanError
 from workbench.core.plan.rules import FreezePlan
 

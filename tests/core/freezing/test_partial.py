@@ -15,11 +15,11 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import workbench as wb
+from workbench.core.errors import WorkbenchError
 from workbench.core.freezing import partial as P
 from workbench.core.freezing.apply import check_extensions
-from workbench.core.errors import WorkbenchError
-from workbench.core.plan.rules import FreezePlan, PlanError, Rule
 from workbench.core.models.tree import ModelTree, canonical_parameters, fingerprint
+from workbench.core.plan.rules import FreezePlan, PlanError, Rule
 
 D = torch.float64
 MULTI = [[0, 2], [4, 5], [7, 8]]

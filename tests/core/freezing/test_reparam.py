@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,7 +12,6 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torch.nn.utils import parametrize
 
-from tests.fixtures.models import Tied
 import workbench as wb
 from tests.fixtures.broken_patterns import (
     DataAssignAPlusB,
@@ -20,8 +20,9 @@ from tests.fixtures.broken_patterns import (
     graph_sizes,
     make_a_b,
 )
-from workbench.core.freezing import reparam
+from tests.fixtures.models import Tied
 from workbench.core.errors import WorkbenchError
+from workbench.core.freezing import reparam
 from workbench.core.freezing.reparam import ReparamError, parse_spec
 from workbench.core.models.tree import ModelTree, canonical_parameters, fingerprint
 

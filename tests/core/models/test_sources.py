@@ -21,9 +21,9 @@ from workbench.core.models.sources import (
     parse_model_spec,
     search_models,
 )
+from workbench.core.models.spec import ModelSpec
 from workbench.core.models.tree import ModelTree
 from workbench.core.models.zoo import ModelSourceError
-from workbench.core.models.spec import ModelSpec
 from workbench.core.plan.rules import FreezePlan
 
 

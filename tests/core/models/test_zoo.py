@@ -16,9 +16,21 @@ import torch
 from torch import nn
 
 from tests.fixtures.models import Tied
-from workbench.core.models.zoo import LoadResult, ModelSourceError, build_model, current_num_classes, find_head, list_models, load_checkpoint, model_input_size, replace_head, save_checkpoint, weights_cache_path, weights_cached
 from workbench.core.models.spec import ModelSpec
-
+from workbench.core.models.zoo import (
+    LoadResult,
+    ModelSourceError,
+    build_model,
+    current_num_classes,
+    find_head,
+    list_models,
+    load_checkpoint,
+    model_input_size,
+    replace_head,
+    save_checkpoint,
+    weights_cache_path,
+    weights_cached,
+)
 
 
 @pytest.fixture(autouse=True)

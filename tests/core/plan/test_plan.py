@@ -4,8 +4,8 @@ import warnings
 import pytest
 import torchvision
 
-from workbench.core.plan.rules import FreezePlan, PlanError, PlanWarning, Rule, Stage, select_paths
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.rules import FreezePlan, PlanError, PlanWarning, Rule, Stage, select_paths
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import pytest
 from torch import nn
 
 from workbench.core.models.tree import ModelTree
-from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.plan.readiness import NOTHING_TRAINABLE, PlanReadiness, check_plan, leaves_trainable
+from workbench.core.plan.rules import FreezePlan, PlanError
 
 
 def _tree() -> ModelTree:

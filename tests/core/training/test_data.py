@@ -18,8 +18,6 @@ from workbench.core.training.data import (
     make_loader,
 )
 
-
-
 # ---------------------------------------------------------------------------- synthetic
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from tests.fixtures.torchrun import torchrun as _torchrun
+from workbench.core.plan.rules import FreezePlan, Rule
 from workbench.core.training.distributed import DistInfo, env_info
 from workbench.core.training.metrics import load_metrics
-from workbench.core.plan.rules import FreezePlan, Rule
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
 

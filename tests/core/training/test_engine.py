@@ -13,12 +13,12 @@ import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
-from workbench.core.training.config import ConfigError, TrainConfig
-from workbench.core.training.engine import RunResult, TrainError, Trainer
-from workbench.core.training.optim import sync_optimizer
 from workbench.core.errors import WorkbenchError
-from workbench.core.training.metrics import StepMetrics, load_metrics, optimizer_state_bytes
 from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.training.config import ConfigError, TrainConfig
+from workbench.core.training.engine import RunResult, Trainer, TrainError
+from workbench.core.training.metrics import StepMetrics, load_metrics, optimizer_state_bytes
+from workbench.core.training.optim import sync_optimizer
 
 NAN = float("nan")
 

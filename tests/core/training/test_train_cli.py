@@ -10,14 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 import workbench.commands.train as train_cmd
 from workbench.cli import main
+from workbench.core.plan.rules import FreezePlan, Rule
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.engine import Trainer
 from workbench.core.training.metrics import load_metrics
-from workbench.core.plan.rules import FreezePlan, Rule
 
 
 @pytest.fixture

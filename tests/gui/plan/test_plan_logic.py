@@ -7,12 +7,12 @@ import torch
 from torch import nn
 from torchvision.models import resnet18
 
-from workbench.core.freezing.apply import apply_plan
-from workbench.core.plan.rules import FreezePlan, Rule
-from workbench.core.models.tree import ModelTree
-from workbench.gui.plan import edits as plan_edits
 from workbench.core.formatting import fmt_bytes, fmt_count, fmt_lr, fmt_percent
+from workbench.core.freezing.apply import apply_plan
+from workbench.core.models.tree import ModelTree
+from workbench.core.plan.rules import FreezePlan, Rule
 from workbench.gui.model_loading import LoadRequest, loaded_from_model, request_for_plan
+from workbench.gui.plan import edits as plan_edits
 from workbench.gui.plan.state import PlanState, deciding_rule, explicit_paths
 
 

@@ -10,8 +10,8 @@ from PySide6.QtCore import QModelIndex, Qt
 from torch import nn
 from torchvision.models import resnet18
 
-from workbench.gui.controller import Controller
 from workbench.core.formatting import fmt_count
+from workbench.gui.controller import Controller
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.plan.tree_model import PATH_ROLE, Column, ModuleFilterProxy, ModuleTreeModel, parse_lr
 

@@ -15,11 +15,11 @@ import pytest
 import torch
 from torch import nn
 
-from workbench.core.training.metrics import load_metrics
 from workbench.core.plan.rules import FreezePlan
+from workbench.core.training.metrics import load_metrics
+from workbench.gui.background import running_threads
 from workbench.gui.main_window import MainWindow
 from workbench.gui.model_loading import loaded_from_model
-from workbench.gui.background import running_threads
 
 LAYER1_PARAMS = 147_968
 LONG = 100_000  # steps of runs the test stops itself

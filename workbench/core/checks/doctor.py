@@ -44,6 +44,10 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from torch import nn
 
+from workbench.core.checks.adapters import adapter_findings
+from workbench.core.checks.findings import SEVERITIES, Finding
+from workbench.core.checks.lint import lint_plan
+from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.freezing.apply import optimizer_state_factor
 from workbench.core.freezing.capture import (
     a_plus_b_names,
@@ -52,13 +56,9 @@ from workbench.core.freezing.capture import (
     fixed_parameter_ids,
     partial_spec,
 )
-from workbench.core.checks.adapters import adapter_findings
-from workbench.core.checks.findings import SEVERITIES, Finding
-from workbench.core.formatting import fmt_bytes, fmt_count
-from workbench.core.checks.lint import lint_plan
-from workbench.core.training.metrics import MemoryProbe
-from workbench.core.plan.rules import FreezePlan
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.rules import FreezePlan
+from workbench.core.training.metrics import MemoryProbe
 
 __all__ = ["Watch", "check", "group_findings", "merge_findings", "watch"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from workbench.core.checks.adapters import lint_low_rank
 from workbench.core.checks.checkpoint_lint import checkpoint_findings
 from workbench.core.checks.findings import Finding
+from workbench.core.models.tree import ModelTree
 from workbench.core.plan.readiness import plan_leaves_trainable
 from workbench.core.plan.rules import FreezePlan, select_paths
-from workbench.core.models.tree import ModelTree
 
 __all__ = ["lint_plan"]
 

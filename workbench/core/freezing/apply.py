@@ -1,7 +1,7 @@
 """Apply a :class:`~workbench.core.plan.rules.FreezePlan` to a live model: :func:`apply_plan`.
 
-The handle it returns, :class:`~workbench.core.freezing.applied.AppliedPlan`, and the counting
-helpers live in :mod:`workbench.core.freezing.applied`; they are re-exported here.
+The handle it returns, :class:`~workbench.core.freezing.plan_handle.AppliedPlan`, and the counting
+helpers live in :mod:`workbench.core.freezing.plan_handle`; they are re-exported here.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from torch import nn
 
-from workbench.core.freezing.applied import (
+from workbench.core.freezing.plan_handle import (
     INSTALLERS,
     AppliedPlan,
     Counts,

@@ -1,6 +1,6 @@
 """Capture what a script did to a model as a compact freeze plan (the way back into the GUI).
 
-:func:`capture_plan` parses what :func:`workbench.core.freezing.observe.observed_plan` reads
+:func:`capture_plan` parses what :func:`workbench.core.freezing.state_reader.observed_plan` reads
 from a live model; the tree helpers it uses (also used by :mod:`workbench.core.export` and
 :mod:`workbench.core.checks.doctor`) are re-exported here.
 """
@@ -12,7 +12,7 @@ from typing import Any, Mapping
 import torch
 from torch import nn
 
-from workbench.core.freezing.observe import (
+from workbench.core.freezing.state_reader import (
     a_plus_b_names,
     bn_eval_locked,
     cover_paths,

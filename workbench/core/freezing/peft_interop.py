@@ -28,7 +28,7 @@ from workbench.core.freezing.reparam import ReparamError
 from workbench.core.plan.peft_config import CONFIG_FILE
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from workbench.core.freezing.applied import AppliedPlan
+    from workbench.core.freezing.plan_handle import AppliedPlan
 
 __all__ = ["PREFIX", "WEIGHTS_FILE", "load_peft", "peft_tensors", "to_peft"]
 

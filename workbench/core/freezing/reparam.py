@@ -16,7 +16,7 @@ parameter a module owns (or the ones named in ``params``) by ``W = A + B``:
 
 The spec (parsing, ``changes_function``, ``describe``) is
 :class:`~workbench.core.plan.reparam_spec.ReparamSpec`, re-exported here; :func:`install` and
-:func:`adjust_param_groups` are what :mod:`workbench.core.freezing.applied` calls;
+:func:`adjust_param_groups` are what :mod:`workbench.core.freezing.plan_handle` calls;
 :func:`merge`, :func:`reset_b`, :func:`export_deltas`, :func:`load_deltas` and :func:`stats`
 back the methods of the same names on :class:`~workbench.core.freezing.apply.AppliedPlan`.
 See ``docs/reparam.md`` for the user-level description.

@@ -111,7 +111,7 @@ def canonical_parameters(model: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
         if owner is not None:
             if owner not in emitted:
                 emitted.add(owner)
-                canonical: Any = getattr(custom[owner], "_workbench_canonical_parameters")
+                canonical: Any = custom[owner]._workbench_canonical_parameters
                 for name, shape in canonical():
                     full = f"{owner}.{name}" if owner else name
                     if full not in seen:

@@ -97,7 +97,7 @@ class ModelSourceError(WorkbenchError):
     """
 
 
-class CheckpointKeyMismatch(ModelSourceError, UserWarning):
+class CheckpointKeyMismatch(ModelSourceError, UserWarning):  # noqa: N818 - a warning, named for what it reports
     """A checkpoint loaded with missing or unexpected keys (a warning; an error when strict).
 
     Issued with :func:`warnings.warn` by a non-strict load; the CLI prints it as one line,
@@ -759,7 +759,7 @@ def _read_torch(path: Path, *, trust_pickle: bool, map_location: Any) -> _RawChe
             f"{path} is not a readable PyTorch checkpoint (corrupt or wrong format?): "
             f"{first_line(exc)}"
         ) from exc
-    except (RuntimeError, EOFError, KeyError, ValueError, zipfile.BadZipFile, OSError, pickle.UnpicklingError) as exc:
+    except (RuntimeError, EOFError, KeyError, ValueError, zipfile.BadZipFile, OSError) as exc:
         raise ModelSourceError(
             f"{path} is not a readable PyTorch checkpoint (corrupt, truncated or not a "
             f"torch.save file?): {type(exc).__name__}: {first_line(exc)}"

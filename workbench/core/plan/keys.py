@@ -7,7 +7,7 @@ a rule selects inherits it, its value when no rule sets it, how it shows in
 and :class:`Effective` hold one typed field per setting row; a test keeps them in step.
 
 Adding a key: a row in :data:`RULE_KEYS`, a field on ``Rule`` and ``Effective``, and its apply
-logic in :mod:`workbench.core.freezing.applied`.
+logic in :mod:`workbench.core.freezing.plan_handle`.
 """
 
 from __future__ import annotations

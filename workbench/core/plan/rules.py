@@ -49,18 +49,18 @@ from workbench.core.plan.keys import (
     effective_from,
     rule_key,
 )
+from workbench.core.plan.layer_decay import module_scales, parameter_scales, parse_lr_decay
+from workbench.core.plan.param_counts import frozen_elements
 from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
-from workbench.core.plan.layer_decay import module_scales, parse_lr_decay, parameter_scales
-from workbench.core.plan.param_counts import frozen_elements
-from workbench.core.plan.selectors import PARAM_PREFIX, as_tree, is_param_selector, is_pattern, matcher, select_paths
 from workbench.core.plan.reparam_spec import ReparamSpec
+from workbench.core.plan.selectors import PARAM_PREFIX, as_tree, is_param_selector, is_pattern, matcher, select_paths
 from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.core.plan.specs import check_extensions
 from workbench.core.suggest import did_you_mean
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
-    from workbench.core.freezing.applied import AppliedPlan
+    from workbench.core.freezing.plan_handle import AppliedPlan
 
 __all__ = [
     "FORMAT",
@@ -781,7 +781,7 @@ class FreezePlan:
             AppliedPlan: handle for param groups, counts, verify, update and remove.
         """
         # the freezing layer imports the plan's submodules, never this module (no cycle)
-        from workbench.core.freezing.applied import install_plan
+        from workbench.core.freezing.plan_handle import install_plan
 
         return install_plan(model, self, strict=strict, base_dir=base_dir)
 
@@ -818,7 +818,7 @@ class FreezePlan:
         Returns:
             A plan that, applied to a fresh copy of the architecture, reproduces that state.
         """
-        from workbench.core.freezing.observe import observed_plan
+        from workbench.core.freezing.state_reader import observed_plan
 
         return FreezePlan.from_dict(observed_plan(model))
 

@@ -2,7 +2,7 @@
 
 Adding a technique: a spec module next to this one (parse, check, describe, conflicts), a row
 in :data:`SPECS`, a row in :data:`workbench.core.plan.keys.RULE_KEYS`, and its installer in
-:data:`workbench.core.freezing.applied.INSTALLERS`.
+:data:`workbench.core.freezing.plan_handle.INSTALLERS`.
 """
 
 from __future__ import annotations

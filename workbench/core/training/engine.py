@@ -41,25 +41,24 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from workbench.core.atomic import atomic_path, atomic_write
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.freezing.apply import AppliedPlan, PlanDiff, apply_plan
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.readiness import check_plan
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.training import distributed as wdist
 from workbench.core.training import setup as build
-from workbench.core.training.config import TrainConfig
-from workbench.core.errors import first_line
-from workbench.core.plan.readiness import check_plan
 from workbench.core.training.batches import batch_size_of, move_batch
+from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import dataset_num_classes
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
-from workbench.core.training.tensorboard import TensorBoardWriter, open_tensorboard
 from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes
 from workbench.core.training.optim import sync_optimizer
 from workbench.core.training.run_folder import RunOutputs
 from workbench.core.training.schedule import LrSchedule
 from workbench.core.training.setup import TrainError, resolve_device
 from workbench.core.training.step import ClassificationLoss, LossFn, StepFailure, TrainStep, clear_grads
+from workbench.core.training.tensorboard import TensorBoardWriter, open_tensorboard
 from workbench.core.training.validation import evaluate
 
 __all__ = [

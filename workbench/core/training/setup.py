@@ -17,11 +17,10 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.training import distributed as wdist
 from workbench.core.training.config import DEFAULT_STEPS, TrainConfig
-from workbench.core.errors import first_line
 from workbench.core.training.data import (
     SYNTHETIC_DEFAULT_CLASSES,
     DataError,
@@ -150,8 +149,8 @@ def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = F
     Raises:
         TrainError: no model is named, or it cannot be built.
     """
-    from workbench.core.models.zoo import ModelSourceError
     from workbench.core.models.spec import ModelSpec
+    from workbench.core.models.zoo import ModelSourceError
 
     if isinstance(config.model, dict):
         d: dict[str, Any] = dict(config.model)

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from workbench.core.models.tree import ModelTree
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.plan.selectors import is_pattern
-from workbench.core.models.tree import ModelTree
 
 __all__ = [
     "A_PLUS_B",

@@ -25,8 +25,8 @@ from PySide6.QtWidgets import (
 from workbench.core.freezing import partial
 from workbench.core.plan.partial_spec import PartialSpec
 from workbench.gui import dialogs
-from workbench.gui.plan import edits as plan_edits
 from workbench.gui.controller import Controller
+from workbench.gui.plan import edits as plan_edits
 
 __all__ = ["PartialDialog", "edit_partial", "format_ranges", "parse_ranges"]
 

@@ -43,6 +43,9 @@ SEARCH_ROLE = int(Qt.ItemDataRole.UserRole) + 2
 VALUE_ROLE = int(Qt.ItemDataRole.UserRole) + 3
 
 
+#: The invalid index Qt passes for "no parent" (one shared default).
+_ROOT = QModelIndex()
+
 class ModuleTreeModel(QAbstractItemModel):
     """The module tree with the plan's settings, for a ``QTreeView``.
 
@@ -94,7 +97,7 @@ class ModuleTreeModel(QAbstractItemModel):
             return QModelIndex()
         return self.createIndex(self._nodes[i].row, column, i)
 
-    def index(self, row: int, column: int, parent: Index = QModelIndex()) -> QModelIndex:
+    def index(self, row: int, column: int, parent: Index = _ROOT) -> QModelIndex:
         if column < 0 or column >= len(COLUMNS) or row < 0:
             return QModelIndex()
         if not parent.isValid():
@@ -109,7 +112,7 @@ class ModuleTreeModel(QAbstractItemModel):
         child = p.children[row]
         return self.createIndex(row, column, self._ids[child.path])
 
-    def parent(self, index: Index = QModelIndex()) -> QModelIndex:  # type: ignore[override]
+    def parent(self, index: Index = _ROOT) -> QModelIndex:  # type: ignore[override]
         if not index.isValid():
             return QModelIndex()
         node = self._nodes[index.internalId()]
@@ -118,17 +121,17 @@ class ModuleTreeModel(QAbstractItemModel):
         par = node.parent
         return self.createIndex(0 if par.parent is None else par.row, 0, self._ids[par.path])
 
-    def rowCount(self, parent: Index = QModelIndex()) -> int:
+    def rowCount(self, parent: Index = _ROOT) -> int:
         if not parent.isValid():
             return 1 if self._nodes else 0
         if parent.column() != 0:
             return 0
         return len(self._nodes[parent.internalId()].children)
 
-    def columnCount(self, parent: Index = QModelIndex()) -> int:
+    def columnCount(self, parent: Index = _ROOT) -> int:
         return len(COLUMNS)
 
-    def hasChildren(self, parent: Index = QModelIndex()) -> bool:
+    def hasChildren(self, parent: Index = _ROOT) -> bool:
         return self.rowCount(parent) > 0
 
     # ------------------------------------------------------------------ data

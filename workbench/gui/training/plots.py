@@ -27,14 +27,13 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtCore import QEvent
+from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QColor, QFont, QPalette
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
-    QGraphicsItem,
     QDoubleSpinBox,
+    QGraphicsItem,
     QHBoxLayout,
     QLabel,
     QMenu,
@@ -433,7 +432,7 @@ class PlotsPanel(QWidget):
         self.graphics.ci.setSpacing(4)
         self.plots: dict[str, pg.PlotItem] = {}
         self._vlines: dict[str, pg.InfiniteLine] = {}
-        for i, (key, title) in enumerate(PLOT_KEYS):
+        for i, (key, _title) in enumerate(PLOT_KEYS):
             p = self.graphics.addPlot(row=i // 2, col=i % 2)
             p.setClipToView(True)
             p.setDownsampling(auto=True, mode="peak")
@@ -1136,7 +1135,7 @@ class PlotsPanel(QWidget):
     # ------------------------------------------------------------ crosshair and read-out
     def _mouse_moved(self, event: tuple[Any, ...]) -> None:
         pos = event[0]
-        for key, p in self.plots.items():
+        for p in self.plots.values():
             if p.sceneBoundingRect().contains(pos):
                 self.show_crosshair(p.vb.mapSceneToView(pos).x())
                 return

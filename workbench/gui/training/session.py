@@ -29,14 +29,14 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 import torch
+from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 from torch import nn
 
-from workbench.core.training.config import TrainConfig
-from workbench.core.training.cpu_threads import use_worker_threads
 from workbench.core.errors import WorkbenchError
 from workbench.core.plan.rules import FreezePlan
+from workbench.core.training.config import TrainConfig
+from workbench.core.training.cpu_threads import use_worker_threads
 from workbench.gui.background import track_thread, untrack_thread
 
 __all__ = ["EMIT_INTERVAL_S", "MetricsBatcher", "TrainingJob", "TrainingSession", "TrainingWorker"]

@@ -28,8 +28,8 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from workbench.core.freezing.applied import is_bn_eval_locked
 from workbench.core.freezing.partial import is_partial
+from workbench.core.freezing.plan_handle import is_bn_eval_locked
 from workbench.core.models.tree import ModelTree, ModuleNode
 from workbench.core.plan.problems import PlanWarning
 

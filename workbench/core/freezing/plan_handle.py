@@ -32,9 +32,8 @@ from torch import nn
 
 from workbench.core.checks.verify import Snapshot, VerifyReport, compare_in_force, model_tensors
 from workbench.core.errors import WorkbenchError
-from workbench.core.freezing import low_rank, partial, peft_interop, plan_registry, reparam
+from workbench.core.freezing import checkpointing, low_rank, partial, peft_interop, plan_registry, reparam
 from workbench.core.models.tree import ModelTree, ModuleNode
-from workbench.core.freezing import checkpointing
 from workbench.core.plan.checkpoint_fit import outermost_fitting
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
