@@ -339,12 +339,17 @@ def test_partial_freezing_dialog(window: MainWindow, dialogs: Any) -> None:
 def test_app_main_runs_and_quits(qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     from workbench.gui import app
 
-    def close_all() -> None:
-        for w in QApplication.topLevelWidgets():
-            if isinstance(w, MainWindow):
-                w.close()
+    timer = QTimer()
 
-    QTimer.singleShot(0, close_all)
+    def close_when_open() -> None:  # the full window replaces the start-up window once torch is in
+        windows = [w for w in QApplication.topLevelWidgets() if isinstance(w, MainWindow) and w.isVisible()]
+        for w in windows:
+            w.close()
+        if windows:
+            timer.stop()
+
+    timer.timeout.connect(close_when_open)
+    timer.start(50)
     assert app.main([]) == 0
     assert QApplication.applicationName() == "Freeze Workbench"
     assert not QApplication.windowIcon().isNull()

@@ -237,6 +237,11 @@ def test_structure_only_checkbox_builds_on_meta(window: MainWindow, qtbot: Any) 
     c = window.controller
     assert c.loaded.meta and c.spec["name"] == "resnet50"
     assert next(c.model.parameters()).is_meta
+    # Start refuses a structure-only model with a message, and adds no run
+    errors: list[tuple[str, ...]] = []
+    window.training.runs.errorOccurred.connect(lambda *a: errors.append(a))
+    assert not window.training.panel.start()
+    assert errors and "structure only" in errors[-1][1] and window.training.runs.records == []
 
 
 # ---------------------------------------------------------------- bad input keeps the model

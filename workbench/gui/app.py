@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
@@ -133,6 +134,8 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
     def imported(error: str, details: str) -> None:
         imports.wait()
         trace("imports-done")
+        if not shell.isVisible():  # closed while torch was loading: the app is quitting
+            return
         if error:
             dialogs.error(shell, "Cannot start Freeze Workbench", error, details)
             shell.close()
@@ -144,7 +147,10 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
 
     imports.imported.connect(imported, Qt.ConnectionType.QueuedConnection)
     QTimer.singleShot(0, imports.start)  # after the first window has been painted
-    return app.exec()
+    code = app.exec()
+    with contextlib.suppress(RuntimeError):  # already deleted with the start-up window it replaced
+        imports.wait()  # closed during start-up: let the import thread finish before Python exits
+    return code
 
 
 def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> "MainWindow":

@@ -233,7 +233,7 @@ def _fused_attention_on_meta() -> Iterator[None]:
     """Route ``torch.nn.functional.scaled_dot_product_attention`` through :func:`_sdpa_as_on_device`."""
     functional = torch.nn.functional
     saved = functional.scaled_dot_product_attention
-    functional.scaled_dot_product_attention = _sdpa_as_on_device
+    functional.scaled_dot_product_attention = _sdpa_as_on_device  # type: ignore[assignment]  # same call signature
     try:
         yield
     finally:

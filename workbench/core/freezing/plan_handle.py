@@ -25,7 +25,7 @@ import types
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 
 import torch
 from torch import nn
@@ -63,11 +63,11 @@ class Installed(Protocol):
 
     Attributes:
         path: dotted path of the module.
-        spec: the normalized spec it was installed from.
+        spec: the spec it was installed from.
     """
 
     path: str
-    spec: Mapping[str, Any]
+    spec: Any  # the typed spec of its key (ReparamSpec, PartialSpec) or True (checkpoint)
 
     def trainable(self) -> list[tuple[str, nn.Parameter]]:
         """Parameters (full dotted names) whose ``requires_grad`` follows the module's frozen flag."""

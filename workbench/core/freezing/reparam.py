@@ -29,7 +29,7 @@ import os
 import weakref
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, cast
 
 import torch
 from safetensors import safe_open
@@ -81,6 +81,10 @@ ORDER_ATTR = "_workbench_param_order"
 
 
 # ====================================================================== the parametrization
+def _parametrizations(module: nn.Module) -> Any:
+    """``module.parametrizations`` (a ModuleDict that ``parametrize`` adds), typed loosely."""
+    return module.parametrizations
+
 class APlusB(nn.Module):
     """Parametrization ``W = A + B`` for :func:`torch.nn.utils.parametrize.register_parametrization`.
 
@@ -97,6 +101,7 @@ class APlusB(nn.Module):
         super().__init__()
         self.register_buffer("A", a, persistent=True)
 
+    A: Tensor
     def forward(self, b: Tensor) -> Tensor:
         """``A + B``; the gradient flows to ``B`` only (``A`` is a buffer)."""
         return self.A + b
@@ -302,7 +307,7 @@ class ReparamHandle:
         if self.mode == "exact":
             m = self._module_ref()
             if m is not None and parametrize.is_parametrized(m, name):
-                return m.parametrizations[name][0].A
+                return cast(APlusB, _parametrizations(m)[name][0]).A
             return self._a[name]
         w = self._w[name]
         a = _anchor_of(w)
@@ -366,7 +371,7 @@ class ReparamHandle:
             for n in self.names:
                 w = self._w[n]
                 if self.mode == "exact":
-                    if parametrize.is_parametrized(module, n) and isinstance(module.parametrizations[n][0], APlusB):
+                    if parametrize.is_parametrized(module, n) and isinstance(_parametrizations(module)[n][0], APlusB):
                         parametrize.remove_parametrizations(module, n, leave_parametrized=True)
                 else:
                     _ANCHORS.pop(id(w), None)
@@ -464,7 +469,7 @@ def install(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = N
         handle._a[n] = a_t[n]
         if spec.mode == "exact":
             parametrize.register_parametrization(module, n, APlusB(a_t[n]))
-            b = module.parametrizations[n].original
+            b = _parametrizations(module)[n].original
             with torch.no_grad():
                 b.copy_(b_t[n])
             handle._w[n] = b

@@ -691,7 +691,8 @@ class FreezePlan:
         if key not in INHERITED_KEYS:
             raise ValueError(f"cannot set {key!r} by path; use one of {', '.join(INHERITED_KEYS)}")
         if value is not None:
-            probe = _parse_rule({"select": path or "*", key: value}, 0, None, problems := [])
+            problems: list[PlanProblem] = []
+            probe = _parse_rule({"select": path or "*", key: value}, 0, None, problems)
             if probe is None:
                 raise ValueError(str(problems[0]))
         sel = path or "*"
@@ -717,6 +718,7 @@ class FreezePlan:
         if target is None:
             target = Rule(select=sel)
             self.rules.append(target)
+        assert probe is not None  # value is not None here: parsed above
         target.take(key, probe)
         self.tidy(tree)
 

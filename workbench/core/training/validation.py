@@ -151,9 +151,9 @@ def evaluate(
         model.train(was_training)
     if n == 0:
         raise ValidationError("the validation data yielded no batch; give a validation dataset with samples (--val DATA)")
-    loss = loss_sum / n
+    mean_loss = loss_sum / n
     return Validation(
-        loss=loss if math.isfinite(loss) else math.nan,
+        loss=mean_loss if math.isfinite(mean_loss) else math.nan,
         acc=correct / classified if classification and classified else None,
         samples=n,
         seconds=time.perf_counter() - t0,

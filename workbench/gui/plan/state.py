@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping, NamedTuple
+from typing import Literal, Mapping, NamedTuple
 
 from workbench.core.checks.findings import Finding
 from workbench.core.checks.lint import lint_plan
@@ -20,6 +20,7 @@ from workbench.core.freezing.apply import Counts, optimizer_state_factor
 from workbench.core.models.memory import MemoryEstimate, estimate_memory
 from workbench.core.models.tree import ModelTree, ModuleNode
 from workbench.core.plan.param_counts import frozen_elements
+from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.readiness import PlanReadiness, check_plan
 from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.plan.rules import Effective, FreezePlan, PlanProblem, Rule, select_paths
@@ -61,7 +62,7 @@ class NodeState(NamedTuple):
     bn: Tri | None
     bn_auto: bool
     lr_scale: float
-    partial: Mapping[str, Any] | None = None
+    partial: PartialSpec | None = None
     partial_below: bool = False
     lr_ignored: bool = False
     reparam_text: str = ""

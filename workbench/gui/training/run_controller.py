@@ -138,6 +138,14 @@ class RunController(QObject):
         if c.model is None or c.tree is None or c.loaded is None:
             self.statusMessage.emit("Load a model first.")
             return False
+        if c.loaded.meta:
+            self.errorOccurred.emit(
+                "Cannot start training",
+                f"{c.loaded.label} is open structure only (on the meta device): it has shapes but no weights "
+                "to train. Plan it here, or open it again without 'Structure only' to train it.",
+                "",
+            )
+            return False
         state = c.state
         if state is not None and state.problems:
             self.errorOccurred.emit(

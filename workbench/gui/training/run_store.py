@@ -18,6 +18,7 @@ mid-way are compared by the medians of each plan segment, not by their last numb
 
 from __future__ import annotations
 
+import builtins
 import datetime as _dt
 import json
 import math
@@ -377,7 +378,8 @@ class RunRecord:
             raise RunStoreError(f"run file version {version!r} is newer than this app reads ({RUN_VERSION}); update the workbench")
         if not isinstance(data.get("id"), str) or not isinstance(data.get("name"), str):
             raise RunStoreError("run file lacks 'id' or 'name'")
-        status = data.get("status") if data.get("status") in _STATUSES else "interrupted"
+        raw_status = data.get("status")
+        status = raw_status if isinstance(raw_status, str) and raw_status in _STATUSES else "interrupted"
 
         def mapping(key: str) -> dict[str, Any]:
             v = data.get(key)
@@ -397,8 +399,8 @@ class RunRecord:
             summary=mapping("summary"),
             verify=mapping("verify") or None,
             events=events,
-            notes=data.get("notes") if isinstance(data.get("notes"), str) else "",
-            tags=clean_tags(data.get("tags")) if isinstance(data.get("tags"), list) else [],
+            notes=notes if isinstance(notes := data.get("notes"), str) else "",
+            tags=clean_tags(tags) if isinstance(tags := data.get("tags"), list) else [],
             error=data.get("error") if isinstance(data.get("error"), str) else None,
             finished=data.get("finished") if isinstance(data.get("finished"), str) else None,
             folder=folder,
@@ -523,7 +525,7 @@ class RunStore:
             return f"the run store {self.folder} is not writable: runs are not kept; check its permissions"
         return None
 
-    def load_metrics(self, record: RunRecord) -> list[dict[str, Any]]:
+    def load_metrics(self, record: RunRecord) -> builtins.list[dict[str, Any]]:  # RunStore.list shadows list
         """Read a stored run's metrics into ``record.metrics`` (once).
 
         Args:

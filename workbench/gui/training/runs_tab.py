@@ -225,10 +225,15 @@ class RunsPanel(QWidget):
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
         self.table.setColumnWidth(0, 112)
-        self.table.horizontalHeaderItem(3).setToolTip("Median time of one training step (forward, backward, optimizer)")
-        self.table.horizontalHeaderItem(4).setToolTip("CUDA: peak allocated memory; CPU: the largest process RSS seen")
-        self.table.horizontalHeaderItem(0).setToolTip("The run's name: double-click or F2 to rename it")
-        self.table.horizontalHeaderItem(_NOTES_COLUMN).setToolTip("Your tags and notes (edit them below the table)")
+        for column, tip in (
+            (3, "Median time of one training step (forward, backward, optimizer)"),
+            (4, "CUDA: peak allocated memory; CPU: the largest process RSS seen"),
+            (0, "The run's name: double-click or F2 to rename it"),
+            (_NOTES_COLUMN, "Your tags and notes (edit them below the table)"),
+        ):
+            item = self.table.horizontalHeaderItem(column)
+            if item is not None:
+                item.setToolTip(tip)
         self.table.itemSelectionChanged.connect(self._selection_changed)
         self.table.itemDoubleClicked.connect(lambda i: self._export() if i.column() != 0 else None)
         self.table.itemChanged.connect(self._item_changed)
@@ -467,7 +472,9 @@ class RunsPanel(QWidget):
         row = self._row_of(record)
         if row >= 0:
             self.table.setCurrentCell(row, 0)
-            self.table.editItem(self.table.item(row, 0))
+            item = self.table.item(row, 0)
+            if item is not None:
+                self.table.editItem(item)
 
     def _load_notes(self) -> None:
         """Show the tags and notes of the selected run (the editor is off unless one run is selected)."""
