@@ -45,19 +45,29 @@ def test_llama_7b_config_opens_on_meta_under_1_gb(tmp_path):
     plan.write_text(json.dumps({"format": "freeze-plan", "version": 1, "rules": [
         {"select": "*", "frozen": True}, {"select": "model.layers.31", "frozen": False}]}))
     out = tmp_path / "inspect.json"
+    # Peak RSS counts the pages of torch's shared libraries the process touches, and how many
+    # of those get mapped depends on the page cache (fault-around): a warm cache doubled it
+    # here. So measure what building and planning the model adds on top of the libraries
+    # (ru_maxrss after importing them), and the process's own anonymous memory at the end.
     script = textwrap.dedent(f"""
         import contextlib, resource, sys
+        import torch, transformers  # noqa: F401 - the libraries' own pages are the baseline
         from workbench.cli import main
+        base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         with open({str(out)!r}, "w") as f, contextlib.redirect_stdout(f):
             rc = main(["inspect", "hf:{folder}", "--plan", {str(plan)!r}, "--json"])
-        print(rc, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        anon = next(int(line.split()[1]) for line in open("/proc/self/status") if line.startswith("RssAnon:"))
+        print(rc, peak - base, anon)
     """)
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, check=False, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rc, rss_kb = map(int, proc.stdout.split())
+    rc, added_kb, anon_kb = map(int, proc.stdout.split())
     assert rc == 0
-    assert rss_kb < 1024 * 1024, f"peak RSS {rss_kb / 1024:.0f} MB"
+    # a 7B model in fp32 would add 27 GB; on meta it adds shapes only
+    assert added_kb < 512 * 1024, f"building and planning added {added_kb / 1024:.0f} MB of peak RSS"
+    assert anon_kb < 1024 * 1024, f"anonymous memory {anon_kb / 1024:.0f} MB"
     data = json.loads(out.read_text())
     counts = data["counts"]
     assert counts["total"] == 6_738_415_616
