@@ -431,7 +431,7 @@ class MainWindow(QMainWindow):
         if isinstance(split, QByteArray) and not split.isEmpty():
             self.splitter.restoreState(split)
         else:
-            self.splitter.setSizes([660, 700])
+            self.splitter.setSizes([800, 480])  # the tree with all its columns; the tabs take the rest
         opt = s.value("cost/optimizer")
         if isinstance(opt, str):
             try:

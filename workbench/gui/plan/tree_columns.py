@@ -308,7 +308,7 @@ COLUMNS: tuple[TreeColumn, ...] = (
     ),
     TreeColumn(
         "type", "Type", "Module class",
-        display=lambda node, st: node.type_name, tip=_type_tip, foreground=_muted, width_text="AdaptiveAvgPool2d",
+        display=lambda node, st: node.type_name, tip=_type_tip, foreground=_muted, width_text="BatchNorm2d",
     ),
     TreeColumn(
         "params", "Params", "Parameters of the module and everything below it", _RIGHT,

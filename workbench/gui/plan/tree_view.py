@@ -20,7 +20,7 @@ from PySide6.QtCore import (
     Qt,
     Signal,
 )
-from PySide6.QtGui import QDoubleValidator, QKeyEvent, QMouseEvent, QPainter, QPalette
+from PySide6.QtGui import QDoubleValidator, QKeyEvent, QMouseEvent, QPainter, QPalette, QResizeEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QApplication,
@@ -193,9 +193,13 @@ class ModuleTreeView(QTreeView):
         fm = self.fontMetrics()
         pad = 22
         widths = 0
+        # the module column takes the room the others leave, but never less than a typical
+        # nested name (then the view scrolls sideways): see _fit_module_column
+        self._module_min = fm.horizontalAdvance("layer1.0.downsample") + 3 * self.indentation() + pad
         for i, col in enumerate(COLUMNS):
             if col.width_text is None:
-                header.setSectionResizeMode(i, QHeaderView.ResizeMode.Stretch)
+                self._module_column = i
+                header.setSectionResizeMode(i, QHeaderView.ResizeMode.Interactive)
                 continue
             w = fm.horizontalAdvance(col.width_text) + pad + col.width_pad
             header.setSectionResizeMode(i, QHeaderView.ResizeMode.Interactive)
@@ -205,6 +209,21 @@ class ModuleTreeView(QTreeView):
         # the module names and the first columns; a narrower view scrolls sideways (the
         # window must fit a 1280 px screen whatever columns the table holds)
         self.setMinimumWidth(min(widths, fm.horizontalAdvance("x" * 36)) + fm.horizontalAdvance("layer1.0.downsample") + 40)
+        self._fit_module_column()
+
+    def _fit_module_column(self) -> None:
+        """Give the module column the width the other columns leave, at least ``_module_min``."""
+        column = getattr(self, "_module_column", None)
+        if column is None:
+            return
+        header = self.header()
+        others = sum(header.sectionSize(i) for i in range(header.count()) if i != column)
+        header.resizeSection(column, max(self._module_min, self.viewport().width() - others))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        """Keep the module column filling the view as the window resizes."""
+        super().resizeEvent(event)
+        self._fit_module_column()
 
     def selected_paths(self) -> list[str]:
         """Paths of the selected rows (or the current row when nothing is selected), in view order."""
