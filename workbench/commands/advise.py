@@ -13,6 +13,7 @@ import sys
 
 import torch
 
+from workbench.commands.common import print_table
 from workbench.core.advisor.advice import Advice, advise
 from workbench.core.advisor.sizes import parse_size
 from workbench.core.formatting import fmt_bytes, fmt_count
@@ -54,15 +55,10 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
             err = (a.memory.peak - a.measured.peak_bytes) / a.measured.peak_bytes
             row += [fmt_bytes(a.measured.peak_bytes), f"{err:+.0%}", f"{a.measured.step_ratio:.2f}"]
         rows.append(row)
-    widths = [max(len(h), *(len(r[c]) for r in rows)) for c, h in enumerate(head)]
-    fmt = "  ".join(f"{{:{'<' if c < 2 else '>'}{w}}}" for c, w in enumerate(widths))
     shape = "x".join(str(s) for s in advice.input_shape)
     print(f"{args.model}, input {shape}, {args.optimizer}, amp {args.amp}, budget {fmt_bytes(advice.budget_bytes)}; "
           f"Pareto front of {len(advice.assessed)} candidates (predicted peak, trainable, step time)")
-    print(fmt.format(*head))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print(fmt.format(*r))
+    print_table(head, rows, left=2)
     if advice.chosen is not None:
         print(f"chosen: {advice.assessed[advice.chosen].candidate.name} (the most trainable parameters within the budget)")
 

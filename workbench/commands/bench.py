@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from workbench.commands.common import print_table
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.models.spec import ModelSpec
@@ -117,12 +118,7 @@ def run(args: argparse.Namespace) -> int:
          fmt_bytes(r["training_bytes"]), "ok" if r["verify_ok"] else "FAILED")
         for r in rows
     ]
-    widths = [max(len(h), *(len(t[i]) for t in table)) for i, h in enumerate(head)]
-    fmt = "  ".join(f"{{:{'<' if i == 0 else '>'}{w}}}" for i, w in enumerate(widths))
     print(f"{args.model}, batch {args.batch_size}, {args.image_size}px, {args.optimizer}, device {rows[0]['device']}; "
           f"median of {args.steps} interleaved steps after {args.warmup} warm-up")
-    print(fmt.format(*head))
-    print("  ".join("-" * w for w in widths))
-    for t in table:
-        print(fmt.format(*t))
+    print_table(head, table, left=1)
     return 0

@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import sys
 import warnings
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import torch
 from torch import nn
@@ -97,6 +97,22 @@ def device_from_arg(text: str | None) -> torch.device:
     except ConfigError:
         raise CommandError(f"--device {text!r} is not a device; use auto, cpu, cuda, cuda:N or mps") from None
     return resolve_device(name)
+
+
+def print_table(head: Sequence[str], rows: Sequence[Sequence[str]], *, left: int = 1) -> None:
+    """Print an aligned text table: a header, a rule, then the rows.
+
+    Args:
+        head: column titles.
+        rows: cells as text, one sequence per row.
+        left: how many leading columns are left-aligned (the rest are right-aligned numbers).
+    """
+    widths = [max(len(h), *(len(r[c]) for r in rows)) for c, h in enumerate(head)]
+    fmt = "  ".join(f"{{:{'<' if c < left else '>'}{w}}}" for c, w in enumerate(widths))
+    print(fmt.format(*head))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print(fmt.format(*r))
 
 
 def check_positive(value: float | None, flag: str, *, zero_ok: bool = False) -> None:

@@ -12,6 +12,7 @@ from workbench.commands.common import (
     add_model_arguments,
     load_model_and_plan,
     optimizer_from_arg,
+    print_table,
 )
 from workbench.core.checks.lint import lint_plan
 from workbench.core.formatting import fmt_bytes, fmt_count
@@ -112,9 +113,4 @@ def _print_table(rows: list[dict], tree: ModelTree) -> None:
         bn = "" if r["bn_eval"] is None else ("yes" if r["bn_eval"] else "no")
         table.append((name, r["type"], fmt_count(r["params"]), fmt_count(r["trainable"]),
                       fmt_count(r["frozen"]), bn, f"{r['lr_scale']:g}"))
-    widths = [max(len(head[i]), *(len(t[i]) for t in table)) for i in range(len(head))]
-    fmt = "  ".join(f"{{:{'<' if i < 2 else '>'}{w}}}" for i, w in enumerate(widths))
-    print(fmt.format(*head))
-    print("  ".join("-" * w for w in widths))
-    for t in table:
-        print(fmt.format(*t))
+    print_table(head, table, left=2)
