@@ -27,7 +27,7 @@ pytest.importorskip("timm")
 pytest.importorskip("transformers")
 
 KEYS = ("lr", "lr_scale", "weight_decay", "param_names", "reparam_decay")
-STDLIB = {"__future__", "argparse", "json", "types", "pathlib", "zlib", "importlib"}
+STDLIB = {"__future__", "argparse", "fnmatch", "json", "types", "pathlib", "zlib", "importlib"}
 VIT = ModelSpec(source="timm", name="vit_tiny_patch16_224", num_classes=5)
 
 FACTORY = '''
@@ -277,3 +277,10 @@ def test_describe_in_subprocess_matches_for_plan_keys(tmp_path):
 def test_activation_checkpointing_is_named_not_dropped(tmp_path):
     plan = FreezePlan.from_dict({"rules": [{"select": "layer4", "checkpoint": True}]})
     assert "Not in this script: activation checkpointing" in render_script(plan, RESNET)
+
+
+def test_bitfit_table_is_one_pattern_not_a_line_per_bias():
+    plan = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True}, {"select": "param:*.bias", "frozen": False},
+                                           {"select": "fc", "frozen": False}]})
+    text = render_script(plan, RESNET)
+    assert "REQUIRES_GRAD = [('', False), ('fc', True), ('*.bias', True)]\n" in text

@@ -143,3 +143,13 @@ def test_train_cli_text_file_without_tokenizer_is_one_line(tmp_path, capsys):
     assert main(["train", "--model", "resnet18", "--data", f"text:{data}", "--steps", "1", "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "text data" in err
+
+
+def test_a_new_head_keeps_the_transformers_num_labels_in_step():
+    from workbench.core.models.zoo import replace_head
+
+    model = tiny_bert(num_labels=2)
+    assert replace_head(model, 5) == ["classifier"]
+    assert model.num_labels == 5 and model.config.num_labels == 5
+    out = model(input_ids=torch.randint(0, 99, (3, 6)), labels=torch.tensor([0, 4, 2]))
+    assert out.logits.shape == (3, 5) and torch.isfinite(out.loss)

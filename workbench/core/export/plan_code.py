@@ -32,7 +32,10 @@ def canonical(param_name: str) -> str:
 
 
 def under(name: str, prefix: str) -> bool:
-    """Whether a module path or parameter name is ``prefix`` or inside it (``""`` is the whole model)."""
+    """Whether a module path or parameter name is ``prefix`` or inside it (``""`` is the whole model);
+    a prefix with ``*`` is a pattern on the whole name (``"*.bias"``: every bias)."""
+    if "*" in prefix:
+        return fnmatch.fnmatchcase(name, prefix)
     return prefix == "" or name == prefix or name.startswith(prefix + ".")
 
 

@@ -98,6 +98,7 @@ def structure_model(spec: ModelSpec, *, meta: bool = False) -> tuple[nn.Module, 
 _HEADER_IMPORTS = '''from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import types
 {extra_imports}from pathlib import Path

@@ -6,8 +6,9 @@ winning, that gives each parameter (or module) exactly the value
 
 - module-path prefixes first, the fewest that give every module the value most of its own
   parameters have (:func:`workbench.core.freezing.capture.minimal_assignments`);
-- then exact parameter names for the parameters that differ from their module (``param:``
-  rules such as BitFit, ``lr_decay`` inside a block, ``no_decay`` biases).
+- then name patterns such as ``"*.bias"`` where they save entries, and exact parameter names
+  for the parameters still different from their module (``param:`` rules such as BitFit,
+  ``lr_decay`` inside a block, ``no_decay`` biases).
 
 So ``param:`` selectors, ``lr_decay``, ``weight_decay`` rules, ``no_decay="auto"``,
 ``eval`` and ``"unselected": "keep"`` all reach the script as data; nothing of the plan
@@ -16,6 +17,7 @@ language needs the workbench at run time.
 
 from __future__ import annotations
 
+import fnmatch
 from collections import Counter
 from collections.abc import Hashable
 from pathlib import Path
@@ -40,6 +42,7 @@ __all__ = [
     "relocate_files",
     "stage_tables",
     "table_value",
+    "under",
     "uses",
 ]
 
@@ -90,13 +93,34 @@ def table_value(name: str, table: list[tuple[str, Any]], default: Any) -> Any:
     """
     value = default
     for prefix, v in table:
-        if prefix == "" or name == prefix or name.startswith(prefix + "."):
+        if under(name, prefix):
             value = v
     return value
 
 
+def under(name: str, prefix: str) -> bool:
+    """Whether a dotted name is ``prefix`` or inside it (``""``: everything); a prefix with
+    ``*`` is an fnmatch pattern on the whole name (``"*.bias"``).
+
+    Args:
+        name: a module path or canonical parameter name.
+        prefix: a table entry's key.
+
+    Returns:
+        True when the entry applies to the name.
+    """
+    if "*" in prefix:
+        return fnmatch.fnmatchcase(name, prefix)
+    return prefix == "" or name == prefix or name.startswith(prefix + ".")
+
+
 def param_table(tree: ModelTree, values: Mapping[str, V], default: V) -> list[tuple[str, V]]:
-    """The fewest module prefixes, then exact parameter names, that give each parameter its value.
+    """Module prefixes, then name patterns, then exact parameter names, that give each
+    parameter its value.
+
+    The module prefixes are the fewest for the value most of each module's parameters have;
+    the patterns (``"*.bias"``, ``"*.norm1.weight"``) are added while each one saves entries;
+    exact names fix what is left.
 
     Args:
         tree: the model's tree.
@@ -110,10 +134,27 @@ def param_table(tree: ModelTree, values: Mapping[str, V], default: V) -> list[tu
     for name, v in values.items():
         by_module.setdefault(name.rpartition(".")[0], Counter())[v] += 1
     required = {path: c.most_common(1)[0][0] for path, c in by_module.items()}
-    out: list[tuple[str, V]] = list(minimal_assignments(tree, required, default))  # type: ignore[arg-type]
-    modules = list(out)
-    out += [(n, v) for n, v in values.items() if table_value(n, modules, default) != v]
-    return out
+    base: list[tuple[str, V]] = list(minimal_assignments(tree, required, default))  # type: ignore[arg-type]
+
+    def left(table: list[tuple[str, V]]) -> list[tuple[str, V]]:
+        return [(n, v) for n, v in values.items() if table_value(n, table, default) != v]
+
+    exact = left(base)
+    candidates: Counter[tuple[str, V]] = Counter()
+    for n, v in exact:
+        parts = n.split(".")
+        for k in (1, 2):
+            if len(parts) > k:
+                candidates["*." + ".".join(parts[-k:]), v] += 1
+    patterns: list[tuple[str, V]] = []
+    for (pattern, v), hits in candidates.most_common():
+        if hits < 2:
+            break
+        trial = left(base + patterns + [(pattern, v)])
+        if len(trial) + 1 < len(exact):
+            patterns.append((pattern, v))
+            exact = trial
+    return base + patterns + exact
 
 
 def _eval_table(tree: ModelTree, eff: Mapping[str, Effective]) -> list[tuple[str, bool]]:
