@@ -171,6 +171,7 @@ def test_cli_exports_a_timm_script(tmp_path, capsys):
                  "--no-decay", "auto"]) == 0
     assert "it does not need the workbench" in capsys.readouterr().out
     assert "ARCH = 'resnet10t'" in out.read_text() and _imports(out) - STDLIB == {"torch", "timm"}
+    assert "WEIGHT_DECAYS = [('fc.bias', 0.0)]" in out.read_text()  # --no-decay auto: none on the bias
 
 
 def test_base_text_model_without_head_is_refused(tmp_path):
@@ -284,3 +285,20 @@ def test_bitfit_table_is_one_pattern_not_a_line_per_bias():
                                            {"select": "fc", "frozen": False}]})
     text = render_script(plan, RESNET)
     assert "REQUIRES_GRAD = [('', False), ('fc', True), ('*.bias', True)]\n" in text
+
+
+def test_timm_checkpoint_is_loaded_by_the_script(tmp_path):
+    import timm
+    from safetensors.torch import save_file
+
+    torch.manual_seed(1)
+    trained = timm.create_model("resnet10t", pretrained=False, num_classes=7)
+    save_file(trained.state_dict(), str(tmp_path / "ft.safetensors"))
+    spec = ModelSpec(source="timm", name="resnet10t", checkpoint=str(tmp_path / "ft.safetensors"), num_classes=3)
+    plan = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True}, {"select": "fc", "frozen": False}]})
+    script = export_script(plan, spec, tmp_path / "c.py")
+    assert "CHECKPOINT = 'ft.safetensors'" in script.read_text()
+    assert _imports(script) - STDLIB == {"torch", "timm", "safetensors"}
+    mine = _namespace(script)["build_model"]()
+    assert mine.fc.out_features == 3
+    assert torch.equal(mine.layer4[0].conv1.weight, trained.layer4[0].conv1.weight)

@@ -25,7 +25,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=1e-3, help="base learning rate of the script's training loop")
     p.add_argument("--weight-decay", type=float, default=0.01, help="weight decay of the script's optimizer")
     p.add_argument(
-        "--no-decay", choices=["auto"], default=None,
+        "--no-decay", choices=("auto", "none"), default=None,
         help="auto: no weight decay for biases, 1-D parameters and the model's no_weight_decay() names",
     )
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adamw", help="optimizer of the script")
@@ -100,7 +100,7 @@ def _write(args: argparse.Namespace, plan: FreezePlan, spec: ModelSpec, dest: Pa
         dest,
         lr=args.lr,
         weight_decay=args.weight_decay,
-        no_decay=args.no_decay,
+        no_decay=None if args.no_decay == "none" else args.no_decay,
         optimizer=args.optimizer,
         batch_size=args.batch_size,
         image_size=args.image_size,
