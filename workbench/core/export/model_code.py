@@ -242,7 +242,10 @@ def batch_loss(model: nn.Module, batch) -> torch.Tensor:
 _TEXT_DATA = '''
 
 def make_batches(steps: int, batch_size: int, seq_len: int, device: torch.device):
-    """Random token ids within the vocabulary, with {what}. Replace with your tokenized DataLoader."""
+    """Random token ids within the vocabulary, with {what}.
+
+    Replace with your DataLoader of tokenized text (dicts of input_ids, attention_mask, labels).
+    """
     g = torch.Generator().manual_seed(0)
     for _ in range(steps):
         ids = torch.randint(0, VOCAB_SIZE, (batch_size, seq_len), generator=g)
@@ -363,8 +366,8 @@ def _add_data(section: ModelSection, spec: ModelSpec, arch: str, model: nn.Modul
             section.data_constants.append(f"NUM_LABELS = {int(config.num_labels)!r}")
             labels, what = "torch.randint(0, NUM_LABELS, (batch_size,), generator=g)", "class labels"
         else:
-            labels, what = "ids.clone()", "the tokens as labels (the model shifts them for next-token prediction)" \
-                if task == "causal_lm" else "the tokens as labels"
+            labels = "ids.clone()"
+            what = "the tokens as labels" + (" (the model shifts them by one)" if task == "causal_lm" else "")
         section.data_code = _TEXT_DATA.format(labels=labels, what=what)
         section.size_arg, section.size_default = "--seq-len", "SEQ_LEN"
         return

@@ -209,7 +209,8 @@ def _docstring(plan: FreezePlan, name: str, section: ModelSection, c: dict[str, 
     lines.append("(and safetensors for .safetensors files). What it does to the model:")
     lines.append(f"  - trainable: {c['trainable']:,} of {c['total']:,} parameters "
                  f"({100.0 * c['trainable'] / max(c['total'], 1):.1f}%)")
-    lines.append(f"  - BatchNorm kept in eval mode (across model.train()): {c['bn_eval']} of {c['bn']} modules")
+    if c["bn"]:
+        lines.append(f"  - BatchNorm kept in eval mode (across model.train()): {c['bn_eval']} of {c['bn']} modules")
     if c["eval"]:
         lines.append(f"  - modules kept in eval mode (Dropout, DropPath, BatchNorm...): {c['eval']}")
     if has_reparam:
