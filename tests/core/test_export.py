@@ -118,7 +118,7 @@ def test_script_in_process_has_identical_tensors(tmp_path):
         (n, p.requires_grad) for n, p in model.named_parameters()
     ]
     assert torch.equal(mine.fc.weight, model.fc.weight)  # W = A + B from the file and the seeded B
-    groups = ns["param_groups"](mine, 1e-3, 0.01, ns["LR_SCALES"])
+    groups = ns["param_groups"](mine, 1e-3, 0.01, ns["BASE"])
     assert [{k: g[k] for k in KEYS if k in g} for g in groups] == want["groups"]
 
 
@@ -158,11 +158,11 @@ def test_stage_settings_follow_the_plan(tmp_path):
         key = ns["stage_key"](step, epoch)
         if key != (0, 0):
             ns["apply_settings"](model, ns["STAGES"][key])
-        scales = ns["STAGES"][key]["lr_scales"] if key != (0, 0) else ns["LR_SCALES"]
+        settings = ns["STAGES"][key] if key != (0, 0) else ns["BASE"]
         ref = SPEC.build(allow_download=False)
         applied = plan.at(step, epoch).apply(ref)
         assert [n for n, p in model.named_parameters() if p.requires_grad] == [n for n, _ in applied.named_trainable()]
-        got = [(g["lr"], g["param_names"]) for g in ns["param_groups"](model, 1.0, 0.0, scales)]
+        got = [(g["lr"], g["param_names"]) for g in ns["param_groups"](model, 1.0, 0.0, settings)]
         assert got == [(g["lr"], g["param_names"]) for g in applied.param_groups(1.0)]
 
 

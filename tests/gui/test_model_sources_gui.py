@@ -3,6 +3,7 @@ structure-only (meta) models, and the cost panel says whether a plan fits a 24 /
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -184,6 +185,27 @@ def test_opens_a_hugging_face_folder_and_renders_it(window: MainWindow, qtbot: A
     assert "tiny-bert" in window.windowTitle()
     shot = tmp_path / "hf-window.png"
     assert window.grab().save(str(shot)) and shot.stat().st_size > 10_000
+
+
+def test_exports_a_plain_script_for_a_hugging_face_folder(
+    window: MainWindow, qtbot: Any, dialogs: Any, bert_dir: Path, tmp_path: Path
+) -> None:
+    assert wait_load(qtbot, window, lambda: window.open_model_folder(str(bert_dir)))
+    c = window.controller
+    c.set_value(["bert.embeddings", "bert.encoder.layer.0"], "frozen", True)
+    dialogs.script("save_file", str(tmp_path / "bert_plan"))
+    assert window.export_script() and not dialogs.kinds("error")
+    script = tmp_path / "bert_plan.py"
+    text = script.read_text()
+    assert "import transformers" in text and "import torchvision" not in text and "import workbench" not in text
+    state_file = tmp_path / "state.json"
+    blocker = ("import sys, runpy; sys.modules['workbench'] = None; "
+               f"sys.argv = [{str(script)!r}, '--describe', {str(state_file)!r}]; runpy.run_path(sys.argv[0], run_name='__main__')")
+    subprocess.run([sys.executable, "-c", blocker], check=True, timeout=300, capture_output=True, cwd=tmp_path,
+                   env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    state = json.loads(state_file.read_text())
+    assert state["trainable_count"] == c.counts.trainable and state["total_count"] == c.counts.total
+    assert not any(n.startswith(("bert.embeddings", "bert.encoder.layer.0.")) for n in state["trainable"])
 
 
 def test_file_menu_opens_a_folder_and_model_code(window: MainWindow, dialogs: Any) -> None:

@@ -94,7 +94,7 @@ def test_export_read_only_destination(tmp_path: Path, plan: Path, capsys: pytest
 
 
 def test_export_write_error_is_one_line(tmp_path: Path, plan: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    import workbench.core.export as core_export
+    import workbench.core.export.script as core_export
 
     def fail(*args: object, **kwargs: object) -> None:
         raise OSError(30, "Read-only file system")

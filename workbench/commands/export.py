@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from workbench.commands.common import add_meta_argument, add_model_arguments, model_spec_from_args, wants_meta
-from workbench.core.export import OPTIMIZERS, ExportError, export_script
+from workbench.core.export import OPTIMIZERS, ExportError, export_script, structure_model
 from workbench.core.models.spec import ModelSpec
 from workbench.core.plan.rules import FreezePlan
 
@@ -24,6 +24,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--lr", type=float, default=1e-3, help="base learning rate of the script's training loop")
     p.add_argument("--weight-decay", type=float, default=0.01, help="weight decay of the script's optimizer")
+    p.add_argument(
+        "--no-decay", choices=("auto", "none"), default=None,
+        help="auto: no weight decay for biases, 1-D parameters and the model's no_weight_decay() names",
+    )
     p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adamw", help="optimizer of the script")
     p.add_argument("--batch-size", type=int, default=32, help="default batch size of the script")
     p.add_argument("--image-size", type=int, help="default input side of the script (default: the model's)")
@@ -36,9 +40,7 @@ def run(args: argparse.Namespace) -> int:
         raise ExportError("give a destination: --to FILE.py / FILE.json, or --peft DIR")
     plan = FreezePlan.load(args.plan)
     if args.peft:
-        from workbench.core.export import _structure_model
-
-        model, _ = _structure_model(model_spec_from_args(args, plan))  # architecture only
+        model, _ = structure_model(model_spec_from_args(args, plan))  # architecture only
         try:
             folder = plan.apply(model, base_dir=Path(args.plan).resolve().parent).to_peft(args.peft)
         except ValueError as e:
@@ -77,13 +79,12 @@ def check_destination(dest: Path) -> None:
 
 def _write(args: argparse.Namespace, plan: FreezePlan, spec: ModelSpec, dest: Path) -> int:
     if dest.suffix == ".json":
-        from workbench.core.export import _structure_model
         from workbench.core.models.tree import ModelTree
 
         if wants_meta(args, spec):  # shapes only: nothing allocated, no weights read
             model = ModelSpec.from_dict({**spec.to_dict(), "weights": None}).build(allow_download=False, meta=True)
         else:
-            model, _ = _structure_model(spec)  # architecture only: random weights, nothing downloaded
+            model, _ = structure_model(spec)  # architecture only: random weights, nothing downloaded
         tree = ModelTree.from_model(model)
         plan.validate(tree)
         out = plan.copy()
@@ -93,21 +94,17 @@ def _write(args: argparse.Namespace, plan: FreezePlan, spec: ModelSpec, dest: Pa
         out.save(dest)
         print(f"wrote plan {dest}")
         return 0
-    if spec.source not in ("torchvision", "checkpoint"):
-        raise ExportError(
-            f"a .py script can be exported for torchvision models only, not for a {spec.source} model; "
-            "export the plan as .json and apply it with workbench.apply_plan(model, plan) in your script"
-        )
     export_script(
         plan,
         spec,
         dest,
         lr=args.lr,
         weight_decay=args.weight_decay,
+        no_decay=None if args.no_decay == "none" else args.no_decay,
         optimizer=args.optimizer,
         batch_size=args.batch_size,
         image_size=args.image_size,
         base_dir=Path(args.plan).resolve().parent,
     )
-    print(f"wrote {dest}: run it with `python {dest} --steps 100` (needs only torch and torchvision)")
+    print(f"wrote {dest}: run it with `python {dest} --steps 100` (it does not need the workbench)")
     return 0

@@ -183,7 +183,7 @@ def print_summary(result: RunResult) -> None:
     rows: list[tuple[str, str]] = [
         ("status", f"{result.status}: {result.message}"),
         ("steps", f"{result.steps} of {s.get('total_steps')} (epoch {s.get('epoch', 0)})"),
-        ("device", f"{s.get('device')} x{s.get('world_size', 1)}, batch {s.get('batch_size')}, {s.get('image_size')} px"),
+        ("device", f"{s.get('device')} x{s.get('world_size', 1)}, batch {s.get('batch_size')}, {_input_text(s)}"),
         ("classes", _classes_text(s)),
         ("trainable", f"{trainable:,} of {total:,} params ({100.0 * trainable / total if total else 0:.1f}%)"),
     ]
@@ -213,6 +213,11 @@ def print_summary(result: RunResult) -> None:
     if result.verify is not None:
         for v in result.verify.errors[:10]:
             print(f"{'':<{width}}  error: {v.name}: {v.message}")
+
+
+def _input_text(s: dict[str, Any]) -> str:
+    """The input size of a run: tokens per sample for text data, else the image side."""
+    return f"{s['seq_len']} tokens" if s.get("seq_len") else f"{s.get('image_size')} px"
 
 
 def _classes_text(s: dict[str, Any]) -> str:

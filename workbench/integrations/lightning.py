@@ -12,11 +12,23 @@
 
     L.Trainer(callbacks=[freeze]).fit(Classifier(), datamodule=dm)
 
+The model is named with the same model-spec syntax as everywhere else (``resnet18``,
+``timm:NAME``, ``hf:FOLDER``, ``py:MODULE:FACTORY``): ``model=`` of the callback, or the plan's
+``model`` block. :meth:`FreezePlanCallback.build_model` builds it for the LightningModule, and
+the callback finds the submodule the plan applies to by that model's structure::
+
+    freeze = FreezePlanCallback("vit.plan.json", model="timm:vit_small_patch16_224", num_classes=10)
+
+    class Classifier(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.backbone = freeze.build_model()   # timm.create_model(...), head for 10 classes
+
 The callback
 
 - applies the plan in ``setup`` (before ``configure_optimizers``), to the LightningModule or
-  to the submodule named by ``module`` (found automatically when the plan's fingerprint
-  matches a child);
+  to the submodule named by ``module`` (found automatically when the plan's fingerprint, or
+  the structure of the model the spec names, matches a child);
 - keeps BatchNorm modules marked ``bn_eval`` in eval mode across Lightning's train/eval
   switches (the workbench's instance-level lock; Lightning's mode restore keeps it);
 - at each stage of the plan (``at_step`` = ``trainer.global_step``, ``at_epoch`` =
@@ -46,7 +58,10 @@ from torch import nn
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.freezing.apply import AppliedPlan, apply_plan
+from workbench.core.models.sources import source_of
+from workbench.core.models.spec import ModelSpec
 from workbench.core.models.tree import ModelTree
+from workbench.core.models.zoo import ModelSourceError
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.training.optim import sync_optimizer
 
@@ -154,6 +169,11 @@ class _FreezePlanCallbackImpl:
 
     Args:
         plan: a :class:`FreezePlan`, a plan file path, or the plan's dict.
+        model: the model the plan is for, in the model-spec syntax of ``--model``
+            (``"resnet18"``, ``"timm:NAME"``, ``"hf:FOLDER"``, ``"py:MODULE:FACTORY"``), a
+            :class:`ModelSpec` or its dict; default: the plan's ``model`` block. Used by
+            :meth:`build_model` and to find the submodule the plan applies to.
+        num_classes: classes of the model's head (overrides the spec's).
         module: dotted path of the submodule of the LightningModule the plan was made for
             (``"model"``, ``"backbone"``); ``None`` finds it: the LightningModule itself, or
             the child whose fingerprint matches the plan's.
@@ -170,6 +190,8 @@ class _FreezePlanCallbackImpl:
         self,
         plan: FreezePlan | str | os.PathLike[str] | Mapping[str, Any],
         *,
+        model: str | ModelSpec | Mapping[str, Any] | None = None,
+        num_classes: int | None = None,
         module: str | None = None,
         optimizer_index: int = 0,
         base_dir: str | os.PathLike[str] | None = None,
@@ -183,6 +205,8 @@ class _FreezePlanCallbackImpl:
         elif isinstance(plan, Mapping):
             plan = FreezePlan.from_dict(dict(plan))
         self.plan: FreezePlan = plan
+        self.model_spec, self._spec_given = _model_spec(model, plan, num_classes)
+        self._spec_fingerprint: str | None = None
         self.module = module
         self.optimizer_index = optimizer_index
         self.base_dir = base_dir
@@ -203,7 +227,7 @@ class _FreezePlanCallbackImpl:
                     f"the LightningModule has no submodule {self.module!r}; pass module= the attribute "
                     "that holds the model the plan was made for (e.g. \"model\")"
                 ) from None
-        fp = self.plan.model.get("fingerprint")
+        fp = self.plan.model.get("fingerprint") or self._fingerprint_of_spec()
         candidates = [("", pl_module), *pl_module.named_children()]
         for name, child in candidates:
             if fp and ModelTree.from_model(child).fingerprint == fp:
@@ -213,6 +237,22 @@ class _FreezePlanCallbackImpl:
                 if not self.plan.unmatched(child):
                     return name, child
         return "", pl_module  # validation names what does not match
+
+    def _fingerprint_of_spec(self) -> str | None:
+        """Fingerprint of the model the spec names, built on the meta device (nothing allocated).
+
+        A spec from the plan file that would run code (``py:``) is not built for this.
+        """
+        spec = self.model_spec
+        if spec is None or (not self._spec_given and source_of(_source(spec)).runs_code):
+            return None
+        if self._spec_fingerprint is None:
+            shape_only = ModelSpec(source=spec.source, name=spec.name, num_classes=spec.num_classes)
+            try:
+                self._spec_fingerprint = ModelTree.from_model(shape_only.build(allow_download=False, meta=True)).fingerprint
+            except ModelSourceError:
+                return None  # then the selectors decide, as for a plan without a model
+        return self._spec_fingerprint
 
     def _key(self, step: int, epoch: int) -> tuple[bool, ...]:
         return tuple(st.reached(step, epoch) for st in self.plan.stages)
@@ -230,12 +270,38 @@ class _FreezePlanCallbackImpl:
         return opts[self.optimizer_index] if len(opts) > self.optimizer_index else None
 
     # ---------------------------------------------------------- public API
-    def param_groups(self, lr: float, weight_decay: float = 0.0, **extra: Any) -> list[dict[str, Any]]:
-        """Param groups for ``configure_optimizers``: trainable parameters only, by ``lr_scale``.
+    def build_model(self, *, allow_download: bool = False, trust_pickle: bool = False) -> nn.Module:
+        """Build the model the spec names (``model=`` or the plan's ``model`` block).
+
+        Args:
+            allow_download: whether missing pretrained weights may be downloaded.
+            trust_pickle: whether pickled weight files may be read.
+
+        Returns:
+            The model (torchvision, timm, transformers or your factory's), with its head
+            fitted to ``num_classes``.
+
+        Raises:
+            ModelSourceError: no model is named, or it cannot be built (one line).
+        """
+        if self.model_spec is None:
+            raise ModelSourceError(
+                "no model named: pass model=\"timm:NAME\" (or hf:FOLDER, py:MODULE:FACTORY, resnet18) to "
+                "FreezePlanCallback, or save the plan with its model block (workbench export --to plan.json)"
+            )
+        return self.model_spec.build(allow_download=allow_download, trust_pickle=trust_pickle)
+
+    def param_groups(
+        self, lr: float, weight_decay: float = 0.0, no_decay: str | None = None, **extra: Any
+    ) -> list[dict[str, Any]]:
+        """Param groups for ``configure_optimizers``: trainable parameters only, by ``lr_scale``
+        and weight decay.
 
         Args:
             lr: base learning rate.
-            weight_decay: weight decay of every group.
+            weight_decay: weight decay of the parameters no ``weight_decay`` rule reaches.
+            no_decay: ``"auto"``: no weight decay for biases, 1-D parameters and the model's
+                ``no_weight_decay()`` names.
             **extra: other per-group options.
 
         Returns:
@@ -249,7 +315,7 @@ class _FreezePlanCallbackImpl:
                 "the freeze plan is applied in the callback's setup(); call param_groups() from "
                 "configure_optimizers(), which Lightning calls after setup"
             )
-        return self.applied.param_groups(lr, weight_decay, **extra)
+        return self.applied.param_groups(lr, weight_decay, no_decay=no_decay, **extra)
 
     def apply(self, pl_module: nn.Module) -> AppliedPlan:
         """Apply the plan (at step 0) to the LightningModule or its ``module`` submodule.
@@ -372,6 +438,38 @@ class _FreezePlanCallbackImpl:
             self.applied.update(self._plan_for(key), strict=self.strict)
         self._stage = key
         self._restored_groups = state_dict.get("optimizers") or None
+
+
+def _source(spec: ModelSpec) -> str:
+    return "torchvision" if spec.source == "checkpoint" else spec.source
+
+
+def _model_spec(
+    model: str | ModelSpec | Mapping[str, Any] | None, plan: FreezePlan, num_classes: int | None
+) -> tuple[ModelSpec | None, bool]:
+    """The callback's model spec and whether it was given (not read from the plan).
+
+    Raises:
+        ModelSourceError: a given spec is malformed.
+    """
+    given = model is not None
+    if isinstance(model, ModelSpec):
+        spec: ModelSpec | None = ModelSpec.from_dict(model.to_dict())
+    elif isinstance(model, str):
+        spec = ModelSpec(name=model)  # "timm:NAME" and the other prefixes move to their source
+    elif isinstance(model, Mapping):
+        spec = ModelSpec.from_dict(model)
+    elif plan.model.get("name") or plan.model.get("checkpoint"):
+        try:
+            spec = ModelSpec.from_dict(plan.model)
+        except ModelSourceError:
+            spec = None  # a plan's model block that names nothing buildable: selectors decide
+    else:
+        spec = None
+    if spec is not None and num_classes is not None:
+        spec.num_classes = num_classes
+        spec.validate()
+    return spec, given
 
 
 _CLASS: type | None = None

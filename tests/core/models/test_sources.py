@@ -256,13 +256,6 @@ def test_inspect_timm_and_plan_round_trip(tmp_path, capsys):
     assert data["fingerprint"] == saved.model["fingerprint"]
 
 
-def test_export_script_refuses_non_torchvision(tmp_path, capsys):
-    plan = tmp_path / "p.json"
-    plan.write_text(json.dumps({"format": "freeze-plan", "version": 1, "rules": [{"select": "*", "frozen": True}]}))
-    assert main(["export", "--model", "timm:resnet10t", "--plan", str(plan), "--to", str(tmp_path / "s.py")]) == 2
-    assert ".json" in _one_line_error(capsys)
-
-
 def test_inspect_hf_folder_and_meta_flag(tmp_path, capsys):
     ref = tiny_bert()
     folder = save_folder(ref, tmp_path / "bert")

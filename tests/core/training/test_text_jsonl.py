@@ -82,3 +82,74 @@ def test_missing_tokenizer_file_and_spec(tmp_path):
         open_text_dataset("imagefolder:x", folder)
     with pytest.raises(DataError, match="does not exist"):
         JsonlTextDataset(tmp_path / "nope.jsonl", object())
+
+
+# ------------------------------------------------------------------ text:PATH.jsonl in make_dataset and train
+def _tokenizer_into(folder: Path, tmp_path: Path) -> Path:
+    from transformers import BertTokenizerFast
+
+    (tmp_path / "vocab.txt").write_text("\n".join(WORDS) + "\n")
+    BertTokenizerFast(vocab_file=str(tmp_path / "vocab.txt")).save_pretrained(folder)
+    return folder
+
+
+ROWS = [{"text": "good movie", "label": "pos"}, {"text": "awful", "label": "neg"},
+        {"text": "the movie was great", "label": "pos"}, {"text": "bad bad movie", "label": "neg"}]
+
+
+def test_make_dataset_opens_text_with_the_model_folders_tokenizer(tmp_path):
+    from workbench.core.models.spec import ModelSpec
+    from workbench.core.training.data import make_dataset
+
+    folder = _tokenizer_into(save_folder(tiny_bert(num_labels=2), tmp_path / "bert", weights="none"), tmp_path)
+    model = ModelSpec(source="hf", name=str(folder)).build(allow_download=False)
+    data = _jsonl(tmp_path / "d.jsonl", ROWS)
+    ds = make_dataset(f"text:{data}", image_size=224, num_classes=10, model=model)
+    assert ds.classes == ["neg", "pos"] and len(ds) == 4
+    assert ds[0]["input_ids"].shape == (64,)  # the tiny model's 64 positions cap the default 128
+    assert len(make_dataset(f"text:{data}", image_size=224, num_classes=10, model=model, length=2)) == 2
+    with pytest.raises(DataError, match="text data: train a Hugging Face text model"):
+        make_dataset(f"text:{data}", image_size=224, num_classes=10, model=torch.nn.Linear(2, 2))
+    with pytest.raises(DataError, match="needs a file"):
+        make_dataset("text:", image_size=224, num_classes=10, model=model)
+
+
+@pytest.mark.parametrize("kind", ["bert", "gpt2"])
+def test_train_cli_on_a_text_file_offline(kind, tmp_path, capsys, monkeypatch):
+    from workbench.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    model = tiny_bert(num_labels=2) if kind == "bert" else tiny_gpt2()
+    folder = _tokenizer_into(save_folder(model, tmp_path / kind, weights="none"), tmp_path)
+    data = _jsonl(tmp_path / "d.jsonl", ROWS if kind == "bert" else [{"text": r["text"]} for r in ROWS])
+    code = main(["train", "--model", f"hf:{folder}", "--data", f"text:{data}", "--steps", "3", "--batch-size", "2",
+                 "--no-progress"])
+    captured = capsys.readouterr()
+    out = captured.out
+    assert code == 0, captured.err
+    assert "completed 3 steps" in out
+    device_row = next(line for line in out.splitlines() if line.startswith("device"))
+    assert device_row.endswith("batch 2, 64 tokens") and " px" not in device_row
+
+
+def test_train_cli_text_file_without_tokenizer_is_one_line(tmp_path, capsys):
+    from workbench.cli import main
+
+    folder = save_folder(tiny_bert(num_labels=2), tmp_path / "bert", weights="none")
+    data = _jsonl(tmp_path / "d.jsonl", ROWS)
+    assert main(["train", "--model", f"hf:{folder}", "--data", f"text:{data}", "--steps", "3", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no tokenizer" in err
+    assert main(["train", "--model", "resnet18", "--data", f"text:{data}", "--steps", "1", "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "text data" in err
+
+
+def test_a_new_head_keeps_the_transformers_num_labels_in_step():
+    from workbench.core.models.zoo import replace_head
+
+    model = tiny_bert(num_labels=2)
+    assert replace_head(model, 5) == ["classifier"]
+    assert model.num_labels == 5 and model.config.num_labels == 5
+    out = model(input_ids=torch.randint(0, 99, (3, 6)), labels=torch.tensor([0, 4, 2]))
+    assert out.logits.shape == (3, 5) and torch.isfinite(out.loss)

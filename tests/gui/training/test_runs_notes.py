@@ -178,3 +178,17 @@ def test_runs_tab_compare_line_reads_metrics_and_splits_segments(qtbot: Any, run
     assert "#2 tiny vs #1 tiny" in text and "step time <b>1.00× → 0.50×</b>" in text
     assert "trainable <b>1.00× → 0.33×</b>" in text
     assert "after froze 0" in panel.compare.toolTip()
+
+
+def test_setup_text_shows_tokens_for_text_runs() -> None:
+    config = {"optimizer": "adamw", "lr": 0.001, "batch_size": 8, "image_size": 64, "device": "cpu"}
+    text = setup_text(config, seq_len=128)
+    assert "128 tokens" in text and "px" not in text
+    assert "64px" in setup_text(config)
+
+
+def test_runs_tab_setup_shows_tokens_of_a_text_run(qtbot: Any, runs_dir: Path) -> None:
+    runs, panel = _panel(qtbot, runs_dir)
+    runs.records[0].summary["seq_len"] = 128
+    panel.refresh()
+    assert "128 tokens" in panel.table.item(1, COLUMNS.index("Setup")).text()

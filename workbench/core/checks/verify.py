@@ -16,31 +16,79 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Collection, Iterable, Mapping
+from typing import Any, Collection, Iterable, Iterator, Mapping
 
 import torch
 from torch import nn
 
-__all__ = ["Snapshot", "Violation", "VerifyReport", "compare", "compare_in_force", "model_tensors", "tensor_digest"]
+__all__ = [
+    "DIGEST_CHUNK_BYTES",
+    "Snapshot",
+    "Violation",
+    "VerifyReport",
+    "compare",
+    "compare_in_force",
+    "host_chunks",
+    "model_tensors",
+    "tensor_digest",
+]
+
+
+#: Bytes hashed at a time: a tensor on another device comes to the host one chunk at a time, and
+#: a non-contiguous tensor is made contiguous one chunk at a time (never a full-size copy).
+DIGEST_CHUNK_BYTES = 16 * 2**20
+
+
+def host_chunks(t: torch.Tensor, chunk_bytes: int | None = None) -> Iterator[torch.Tensor]:
+    """A tensor's bytes in row-major order, as CPU ``uint8`` tensors of at most ``chunk_bytes``.
+
+    A contiguous CPU tensor yields views of its own memory (no copy); a tensor on another
+    device, or a non-contiguous one, yields one chunk-sized copy at a time, so no full-size
+    host (or device) copy is ever made.
+
+    Args:
+        t: a dense tensor with at least one element, on any device.
+        chunk_bytes: the largest chunk (default :data:`DIGEST_CHUNK_BYTES`).
+
+    Yields:
+        1-D ``uint8`` CPU tensors whose concatenation is the bytes of ``t.contiguous()``.
+    """
+    limit = max(1, chunk_bytes or DIGEST_CHUNK_BYTES)
+    if t.is_contiguous():
+        flat = t.reshape(-1).view(torch.uint8)  # a view: same memory, same device
+        for start in range(0, flat.numel(), limit):
+            piece = flat[start:start + limit]
+            yield piece if piece.device.type == "cpu" else piece.to("cpu")
+        return
+    row_bytes = t[0].numel() * t.element_size()
+    rows = max(1, limit // max(row_bytes, 1))
+    for i in range(0, t.shape[0], rows):
+        if row_bytes > limit:  # one row is larger than a chunk: split it in turn
+            yield from host_chunks(t[i], limit)
+        else:
+            yield from host_chunks(t[i:i + rows].contiguous(), limit)  # copies at most one chunk
 
 
 def tensor_digest(t: torch.Tensor) -> str:
-    """A digest of a tensor's exact bytes, dtype and shape.
+    """A digest of a tensor's exact bytes, dtype and shape, read on its own device in chunks.
+
+    The digest is that of the dtype, the shape and the bytes of ``t.contiguous()`` in
+    row-major order, whatever the device and the memory layout, so digests of one tensor
+    taken on the GPU and on the CPU are equal. The bytes are read chunk by chunk
+    (:func:`host_chunks`): no full-size host copy of a GPU tensor.
 
     Args:
-        t: any dense tensor, on any device.
+        t: any dense tensor, on any device (not ``meta``: it has no values).
 
     Returns:
         A hex string; equal digests mean bit-identical tensors.
     """
     t = t.detach()
-    if t.device.type != "cpu":
-        t = t.cpu()
-    t = t.contiguous()
     h = hashlib.blake2b(digest_size=16)
     h.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
     if t.numel():
-        h.update(t.reshape(-1).view(torch.uint8).numpy().data)
+        for piece in host_chunks(t):
+            h.update(piece.numpy().data)
     return h.hexdigest()
 
 

@@ -24,7 +24,7 @@ from workbench.core.models.build_request import (
 )
 from workbench.core.models.zoo import ModelSourceError
 
-__all__ = ["auto_class_name", "build_hf", "hf_cached", "hf_cached_repos", "hf_weight_files"]
+__all__ = ["auto_class_name", "build_hf", "hf_cached", "hf_cached_repos", "hf_local_folder", "hf_weight_files"]
 
 #: Suffix of an architecture name -> the Auto class that builds it.
 _TASKS: tuple[tuple[str, str], ...] = (
@@ -44,6 +44,18 @@ def _transformers() -> Any:
 def _is_local(name: str) -> bool:
     p = Path(name).expanduser()
     return p.exists() or name.startswith((".", "/", "~")) or "\\" in name or name.count("/") > 1
+
+
+def hf_local_folder(name: str) -> Path | None:
+    """The folder ``hf:NAME`` names, or ``None`` when it is a repo id of the Hugging Face cache.
+
+    Args:
+        name: Folder path or repo id.
+
+    Returns:
+        The folder (``~`` expanded), or ``None``.
+    """
+    return Path(name).expanduser() if _is_local(name) else None
 
 
 def _cache_lookup(repo: str, filename: str) -> Path | None:

@@ -25,7 +25,7 @@ from workbench.core.models.build_request import (
 )
 from workbench.core.models.zoo import ModelSourceError
 
-__all__ = ["build_timm", "timm_cached", "timm_names"]
+__all__ = ["build_timm", "timm_cached", "timm_model_name", "timm_names"]
 
 #: Weights names that mean "the model's default pretrained tag".
 DEFAULT_WEIGHTS: frozenset[str] = frozenset({"default", "pretrained", "true"})
@@ -59,7 +59,16 @@ def _check_name(name: str) -> str:
     raise ModelSourceError(f"unknown timm model {name!r}; {hint}")
 
 
-def _model_name(name: str, weights: str | None) -> str:
+def timm_model_name(name: str, weights: str | None) -> str:
+    """The name ``timm.create_model`` takes for a spec's name and weights.
+
+    Args:
+        name: ``NAME`` or ``NAME.TAG``.
+        weights: ``None`` or ``"DEFAULT"`` (the default tag), or a weights tag.
+
+    Returns:
+        ``NAME`` or ``NAME.TAG``.
+    """
     if weights is None or weights.strip().lower() in DEFAULT_WEIGHTS or "." in name:
         return name
     return f"{name}.{weights.strip()}"
@@ -100,7 +109,7 @@ def timm_cached(name: str, weights: str | None = None) -> bool:
         ModelSourceError: timm is not installed.
     """
     try:
-        return _cached_file(_model_name(name, weights)) is not None
+        return _cached_file(timm_model_name(name, weights)) is not None
     except (RuntimeError, ValueError):
         return False
 
@@ -154,7 +163,7 @@ def build_timm(req: BuildRequest) -> nn.Module:
             cached and downloads off, unreadable weights, a failed build.
     """
     timm = _timm()
-    model_name = _check_name(_model_name(req.name, req.weights))
+    model_name = _check_name(timm_model_name(req.name, req.weights))
     pretrained = req.weights is not None and not req.meta
     kwargs: dict[str, Any] = {}
     if pretrained:

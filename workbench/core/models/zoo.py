@@ -620,6 +620,9 @@ def replace_head(model: nn.Module, num_classes: int) -> list[str]:
     if isinstance(getattr(model, "num_classes", None), int):
         # squeezenet uses it in forward; vit keeps it too
         setattr(model, "num_classes", num_classes)  # noqa: B010
+    for owner in (model, getattr(model, "config", None)):  # transformers: its loss reads num_labels
+        if isinstance(getattr(owner, "num_labels", None), int):
+            setattr(owner, "num_labels", num_classes)  # noqa: B010
     return replaced
 
 

@@ -10,9 +10,11 @@ Spec strings accepted by :func:`make_dataset`::
     synthetic:N               N generated images
     imagefolder:PATH          PATH/<class>/<image>.jpg  (or PATH/train/<class>/..., PATH/val/...)
     cifar10:PATH  cifar100:PATH  mnist:PATH  fashionmnist:PATH  svhn:PATH  stl10:PATH
+    text:PATH.jsonl           {"text": ..., "label": ...} per line, tokenized with the tokenizer of
+                              the Hugging Face model's folder (text models only)
 
 Text models: :func:`synthetic_for_model` (token ids within the model's vocabulary), and
-``text:PATH.jsonl`` in :mod:`workbench.core.training.text_jsonl` (needs the model's tokenizer).
+``text:PATH.jsonl`` (:mod:`workbench.core.training.text_jsonl`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
-from workbench.core.errors import WorkbenchError
+from workbench.core.training.data_common import TEXT_TASKS, DataError
+from workbench.core.training.text_jsonl import TEXT_FILE_SEQ_LEN, open_text_dataset, tokenizer_folder
 
 __all__ = [
     "IMAGENET_MEAN",
@@ -37,6 +40,7 @@ __all__ = [
     "SyntheticImageDataset",
     "SyntheticTextDataset",
     "dataset_num_classes",
+    "dataset_seq_len",
     "default_transform",
     "make_dataset",
     "make_loader",
@@ -58,12 +62,10 @@ _PATTERN_CELLS = 8
 
 _SPEC_FORMS = (
     "synthetic, synthetic:N, imagefolder:PATH, cifar10:PATH, cifar100:PATH, mnist:PATH, "
-    "fashionmnist:PATH, svhn:PATH, stl10:PATH"
+    "fashionmnist:PATH, svhn:PATH, stl10:PATH, text:PATH.jsonl"
 )
 
 
-class DataError(WorkbenchError):
-    """A dataset could not be provided; the message says why and what to do."""
 
 
 # --------------------------------------------------------------------------------------
@@ -163,8 +165,6 @@ class SyntheticImageDataset(Dataset[tuple[torch.Tensor, int]]):
         )
 
 
-#: Tasks of :class:`SyntheticTextDataset`.
-TEXT_TASKS: tuple[str, ...] = ("classification", "causal_lm", "masked_lm")
 #: Default sequence length of synthetic text.
 SYNTHETIC_SEQ_LEN = 32
 
@@ -481,6 +481,20 @@ def _torchvision_dataset(
         ) from exc
 
 
+def _text_file(spec: str, model: Any) -> Dataset[Any]:
+    """``text:PATH.jsonl`` for a text model: its task, its folder's tokenizer, its positions."""
+    task = text_task_of(model) if model is not None else None
+    if task is None:
+        raise DataError(
+            f"{spec!r} is text data: train a Hugging Face text model with a task head on it "
+            "(--model hf:FOLDER, the folder holding its tokenizer)"
+        )
+    config = model.config
+    max_len = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    seq_len = min(TEXT_FILE_SEQ_LEN, max_len) if isinstance(max_len, int) and max_len > 1 else TEXT_FILE_SEQ_LEN
+    return open_text_dataset(spec, tokenizer_folder(model), seq_len=seq_len, task=task)
+
+
 def _limit(dataset: Dataset[Any], length: int | None, seed: int) -> Dataset[Any]:
     if length is None:
         return dataset
@@ -507,8 +521,8 @@ def make_dataset(
     """Open a dataset from a spec string (see the module docstring for the forms).
 
     Args:
-        spec: ``"synthetic"``, ``"synthetic:N"``, ``"imagefolder:PATH"`` or
-            ``"<cifar10|cifar100|mnist|fashionmnist|svhn|stl10>:PATH"``.
+        spec: ``"synthetic"``, ``"synthetic:N"``, ``"imagefolder:PATH"``,
+            ``"<cifar10|cifar100|mnist|fashionmnist|svhn|stl10>:PATH"`` or ``"text:PATH.jsonl"``.
         image_size: Square side of the images fed to the model.
         num_classes: Classes of the synthetic data (file datasets have their own).
         train: Training split (``False``: validation/test split).
@@ -519,14 +533,16 @@ def make_dataset(
             dataset; ``None`` for all.
         channels: Channels the model expects; grayscale datasets are converted to it.
         model: The model to be fed: synthetic data for a text model is token ids within its
-            vocabulary (:func:`synthetic_for_model`) instead of images.
+            vocabulary (:func:`synthetic_for_model`) instead of images; ``text:`` data is
+            tokenized with the tokenizer of its folder.
 
     Returns:
         A map-style dataset yielding ``(image_tensor, label)``, or dicts of token tensors
-        (synthetic data for a text model).
+        (synthetic data for a text model, ``text:`` data).
 
     Raises:
-        DataError: Unknown spec, bad N, missing folder or dataset files.
+        DataError: Unknown spec, bad N, missing folder or dataset files; ``text:`` data
+            for a model that is not a Hugging Face text model or has no tokenizer.
     """
     if not isinstance(spec, str) or not spec.strip():
         raise DataError(f"empty dataset spec; use one of: {_SPEC_FORMS}")
@@ -578,6 +594,11 @@ def make_dataset(
             tf = _with_channels(base, source_channels=1 if grayscale else 3, channels=channels)
             dataset = _torchvision_dataset(kind, root, train=train, transform=tf)
         return _limit(dataset, length, seed)
+
+    if kind == "text":
+        if not sep or not arg:
+            raise DataError(f"dataset spec {spec!r} needs a file: use text:PATH.jsonl")
+        return _limit(_text_file(spec, model), length, seed)
 
     raise DataError(f"unknown dataset spec {spec!r}; valid forms: {_SPEC_FORMS}")
 
@@ -659,6 +680,23 @@ def make_loader(
 _KNOWN_CLASS_COUNTS = {"SVHN": 10}
 
 
+def dataset_seq_len(ds: Dataset[Any]) -> int | None:
+    """Tokens per sample of a text dataset (dict samples with ``input_ids``), from its first sample.
+
+    Args:
+        ds: Any map-style dataset.
+
+    Returns:
+        The sequence length, or ``None`` for image data (or an empty dataset).
+    """
+    try:
+        sample = ds[0]
+    except (IndexError, KeyError, TypeError):
+        return None
+    ids = sample.get("input_ids") if isinstance(sample, dict) else None
+    return int(ids.shape[-1]) if isinstance(ids, torch.Tensor) and ids.dim() else None
+
+
 def dataset_num_classes(ds: Dataset[Any]) -> int | None:
     """Number of classes of a dataset, when it says so.
 
@@ -669,17 +707,17 @@ def dataset_num_classes(ds: Dataset[Any]) -> int | None:
         ds: The dataset.
 
     Returns:
-        The count, or ``None`` if unknown.
+        The count, or ``None`` if unknown or none (language-modelling text).
     """
     while isinstance(ds, Subset):
         ds = ds.dataset
     classes = getattr(ds, "classes", None)
     if classes is not None:
         try:
-            return len(classes)
+            return len(classes) or None  # language-modelling text has no classes
         except TypeError:
             pass
     n = getattr(ds, "num_classes", None)
     if isinstance(n, int) and not isinstance(n, bool):
-        return n
+        return n or None
     return _KNOWN_CLASS_COUNTS.get(type(ds).__name__)

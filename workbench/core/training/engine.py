@@ -50,7 +50,7 @@ from workbench.core.training import distributed as wdist
 from workbench.core.training import setup as build
 from workbench.core.training.batches import batch_size_of, move_batch
 from workbench.core.training.config import TrainConfig
-from workbench.core.training.data import dataset_num_classes
+from workbench.core.training.data import dataset_num_classes, dataset_seq_len
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
 from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes
 from workbench.core.training.optim import sync_optimizer
@@ -263,6 +263,7 @@ class Trainer:
         self.total_steps = 0
         self.steps_per_epoch: int | None = None
         self.image_size: int | None = None
+        self.seq_len: int | None = None  # tokens per sample of text data (then no image size)
         self.num_classes: int | None = None
         self.new_heads: list[str] = []
         self.val_loader: DataLoader[Any] | None = None
@@ -410,6 +411,7 @@ class Trainer:
         self.dataset, self.val_loader = build.build_validation(cfg, built, self.dataset, self.image_size, self.device)
         model = built.model
         self.num_classes = dataset_num_classes(self.dataset) or build.head_classes(model)
+        self.seq_len = dataset_seq_len(self.dataset)
         model.to(self.device)
         if cfg.channels_last:
             model.to(memory_format=torch.channels_last)
@@ -897,7 +899,8 @@ class Trainer:
             "metrics_overhead_s": st.overhead,
             "metrics_overhead_fraction": st.overhead / st.step_time_total if st.step_time_total > 0 else None,
             "batch_size": st.batch_size or self.config.batch_size,
-            "image_size": self.image_size,
+            "image_size": None if self.seq_len else self.image_size,
+            "seq_len": self.seq_len,
             "device": str(self.device),
             "world_size": self.dist.info.world_size if self.dist is not None else 1,
             "new_heads": list(self.new_heads),

@@ -18,12 +18,36 @@ import torch
 from torch.utils.data import Dataset
 
 from workbench.core.training.batches import IGNORE_INDEX
-from workbench.core.training.data import TEXT_TASKS, DataError
+from workbench.core.training.data_common import TEXT_TASKS, DataError
 
-__all__ = ["TOKENIZER_FILES", "JsonlTextDataset", "load_tokenizer", "open_text_dataset"]
+__all__ = ["TEXT_FILE_SEQ_LEN", "TOKENIZER_FILES", "JsonlTextDataset", "load_tokenizer", "open_text_dataset", "tokenizer_folder"]
 
+#: Tokens per sample of ``text:`` data (fewer when the model has fewer positions).
+TEXT_FILE_SEQ_LEN = 128
 #: Files that show a folder holds a tokenizer.
 TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
+
+
+def tokenizer_folder(model: Any) -> Path:
+    """The folder a ``transformers`` model was opened from (its config's ``name_or_path``).
+
+    Args:
+        model: The model (``hf:FOLDER`` models, or any model loaded with ``from_pretrained(FOLDER)``).
+
+    Returns:
+        The folder.
+
+    Raises:
+        DataError: The model was not opened from a local folder.
+    """
+    config = getattr(model, "config", None)
+    name = str(getattr(config, "name_or_path", "") or "")
+    if not name or not Path(name).expanduser().is_dir():
+        raise DataError(
+            "text:PATH.jsonl is tokenized with the tokenizer saved in the model's folder, and this model was not "
+            "opened from a folder; open it as hf:FOLDER (config.json and the tokenizer files)"
+        )
+    return Path(name).expanduser()
 
 
 def load_tokenizer(folder: str | Path) -> Any:

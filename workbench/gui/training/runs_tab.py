@@ -76,12 +76,17 @@ def default_runs_dir() -> Path:
     return Path(base or Path.home() / ".freeze-workbench") / "runs"
 
 
-def setup_text(config: dict[str, Any], *, num_classes: int | None = None, plan: dict[str, Any] | None = None) -> str:
+def setup_text(
+    config: dict[str, Any], *, num_classes: int | None = None, plan: dict[str, Any] | None = None,
+    seq_len: int | None = None,
+) -> str:
     """A run's setup in a few words: ``adamw lr 0.001 bs16 64px 10 classes cpu · layer1 frozen``.
 
     Args:
         config: the run's ``TrainConfig`` dict.
         num_classes: classes the run trained on (:meth:`RunRecord.num_classes`), if known.
+        seq_len: tokens per sample of a run on text data (its summary's ``seq_len``): shown
+            instead of the image size.
         plan: the plan the run started with; summarised after a ``·`` when given.
 
     Returns:
@@ -92,7 +97,9 @@ def setup_text(config: dict[str, Any], *, num_classes: int | None = None, plan: 
     if isinstance(lr, (int, float)) and not isinstance(lr, bool):
         parts.append(f"lr {lr:g}")
     parts.append(f"bs{config.get('batch_size', '?')}")
-    if config.get("image_size"):
+    if seq_len:
+        parts.append(f"{seq_len} tokens")
+    elif config.get("image_size"):
         parts.append(f"{config['image_size']}px")
     if num_classes:
         parts.append(f"{num_classes} classes")
@@ -367,7 +374,7 @@ class RunsPanel(QWidget):
                 trainable,
             ),
             _Item(f"{loss:.4f}" if loss is not None else "–", loss),
-            _Item(setup_text(r.config, num_classes=r.num_classes(), plan=r.plan)),
+            _Item(setup_text(r.config, num_classes=r.num_classes(), plan=r.plan, seq_len=r.summary.get("seq_len"))),
             _Item(" ".join(f"[{t}]" for t in r.tags) + (" " if r.tags and r.notes else "") + " ".join(r.notes.split())),
         ]
         cells[-2].setToolTip(

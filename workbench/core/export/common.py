@@ -1,0 +1,60 @@
+"""What the parts of the script exporter share: its error, its optimizers, literals and paths."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from workbench.core.errors import WorkbenchError
+
+__all__ = ["OPTIMIZERS", "ExportError", "literal", "script_path"]
+
+#: Optimizer names the training skeleton can create, and the constructor it writes.
+OPTIMIZERS = {
+    "adamw": "torch.optim.AdamW(groups)",
+    "adam": "torch.optim.Adam(groups)",
+    "sgd": "torch.optim.SGD(groups, momentum=0.9)",
+}
+
+
+class ExportError(WorkbenchError):
+    """The plan or the model cannot be exported as a plain script; the message says what to do."""
+
+
+def literal(value: Any, indent: int = 0) -> str:
+    """A Python literal, short containers on one line, long ones one item per line.
+
+    Args:
+        value: plain data (lists, dicts, tuples, numbers, strings, None).
+        indent: columns of indentation of the line the literal starts on.
+
+    Returns:
+        Source text that evaluates to ``value``.
+    """
+    flat = repr(value)
+    if len(flat) + indent <= 96 or not isinstance(value, (list, dict)) or not value:
+        return flat
+    pad = " " * (indent + 4)
+    if isinstance(value, list):
+        items = [pad + literal(v, indent + 4) + "," for v in value]
+        return "[\n" + "\n".join(items) + "\n" + " " * indent + "]"
+    items = [f"{pad}{k!r}: {literal(v, indent + 4)}," for k, v in value.items()]
+    return "{\n" + "\n".join(items) + "\n" + " " * indent + "}"
+
+
+def script_path(path: Path, script_dir: Path | None) -> str:
+    """How the script names a file: relative to the script's folder when inside it, else absolute.
+
+    Args:
+        path: an absolute path.
+        script_dir: the folder the script is written to, or None.
+
+    Returns:
+        The path as the script writes it.
+    """
+    if script_dir is not None:
+        try:
+            return path.relative_to(script_dir.resolve()).as_posix()
+        except ValueError:
+            pass
+    return str(path)
