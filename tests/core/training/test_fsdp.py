@@ -310,3 +310,88 @@ def test_two_process_gloo_fsdp(tmp_path: Path):
     for k, b in deltas.items():
         assert b.abs().sum() > 0 and torch.allclose(ab[k], start[k] + b, atol=1e-6), k
     _tiny(tmp_path).load_state_dict(ab)
+
+
+FAILING_WORKER = textwrap.dedent(
+    '''
+    import json, os, sys
+    from pathlib import Path
+
+    import torch
+    from torch.utils.data import TensorDataset
+
+    from tiny_model import tiny
+    from workbench.core.training.config import TrainConfig
+    from workbench.core.training.engine import Trainer
+
+    torch.set_num_threads(1)
+    out = Path(sys.argv[1])
+    rank = int(os.environ["RANK"])
+    # rank 1 has less data: the ranks still agree on the steps they run
+    n = 48 if rank == 0 else 40
+    ds = TensorDataset(torch.randn(n, 3, 8, 8), torch.randint(0, 5, (n,)))
+
+
+    def hook(step):
+        if step == 1 and rank == 1:
+            raise RuntimeError("this rank's step fails")
+
+
+    t = Trainer(TrainConfig(epochs=1, batch_size=4, device="cpu", strategy="fsdp", save_dir=str(out / "run")),
+                model=tiny(0), dataset=ds, plan={"rules": [{"select": "*", "frozen": True}, {"select": "fc", "frozen": False}]},
+                step_hook=hook)
+    r = t.run()
+    json.dump({"status": r.status, "message": r.message, "total": t.total_steps, "verify": r.verify is not None},
+              open(out / f"rank{rank}.json", "w"))
+    sys.exit(0 if r.ok else 1)
+    '''
+)
+
+
+@pytest.mark.slow
+def test_a_step_failing_on_one_rank_ends_the_job(tmp_path: Path):
+    """The failing rank skips the end's collectives and leaves the group; the rank waiting for it
+    fails too (or torchrun stops it): the job ends, nothing hangs, nothing half-gathered is saved."""
+    (tmp_path / "tiny_model.py").write_text(MODEL)
+    (tmp_path / "worker.py").write_text(FAILING_WORKER)
+    proc = torchrun([str(tmp_path / "worker.py"), str(tmp_path)], tmp_path, timeout_s=240)
+    assert proc.returncode != 0
+    r1 = json.loads((tmp_path / "rank1.json").read_text())
+    assert r1["status"] == "failed" and "this rank's step fails" in r1["message"]
+    assert "verify and saving skipped" in r1["message"] and not r1["verify"]
+    # rank 1's 40 samples make 5 steps of 4 per rank, rank 0's 48 would make 6: both run 5
+    assert r1["total"] == 5
+    if (tmp_path / "rank0.json").exists():  # else torchrun stopped rank 0 in its collective
+        r0 = json.loads((tmp_path / "rank0.json").read_text())
+        assert r0["status"] == "failed" and r0["total"] == 5 and "verify and saving skipped" in r0["message"]
+    assert not (tmp_path / "run" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_torchrun_cli_fsdp_saves_a_model_torchvision_loads_and_resumes_from_it(tmp_path: Path):
+    from safetensors.torch import load_file
+    from torchvision.models import resnet18
+
+    from workbench.core.plan.rules import FreezePlan, Rule
+
+    plan = tmp_path / "plan.json"
+    FreezePlan([Rule("*", frozen=True), Rule("layer4", frozen=False), Rule("fc", frozen=False)]).save(plan)
+    common = ["-m", "workbench", "train", "--model", "resnet18", "--num-classes", "10", "--image-size", "32",
+              "--batch-size", "2", "--data", "synthetic:16", "--plan", str(plan), "--device", "cpu",
+              "--strategy", "fsdp", "--no-progress"]
+    proc = torchrun([*common, "--steps", "2", "--save", str(tmp_path / "run")], tmp_path, timeout_s=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.count("verify OK") == 1 and "x2" in proc.stdout  # rank 0 reports, once
+    saved = load_file(str(tmp_path / "run" / "model.safetensors"))
+    fresh = resnet18(num_classes=10)
+    fresh.load_state_dict(saved)  # strict: the plain torchvision names, unsharded shapes
+    trainable = load_file(str(tmp_path / "run" / "trainable.safetensors"))
+    assert trainable and all(k.startswith(("layer4.", "fc.")) for k in trainable)
+    assert all(torch.equal(trainable[k], saved[k]) for k in trainable)
+    # resume: the saved model is the checkpoint of the next run (lr 0: it must come back bit for bit)
+    proc = torchrun([*common, "--steps", "1", "--lr", "0", "--checkpoint", str(tmp_path / "run" / "model.safetensors"),
+                     "--save", str(tmp_path / "again")], tmp_path, timeout_s=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    again = load_file(str(tmp_path / "again" / "model.safetensors"))
+    assert again.keys() == saved.keys()
+    assert all(torch.equal(again[k], saved[k]) for k in saved if "running" not in k and "num_batches" not in k)

@@ -437,6 +437,8 @@ class Trainer:
         loader = build.build_loader(cfg, self.dataset, self.device, self.dist)
         self.loader, self._sampler = loader.loader, loader.sampler
         self.steps_per_epoch, self.total_steps = loader.steps_per_epoch, loader.total_steps
+        if self.dist is not None:  # every rank runs the same steps, whatever its data
+            self.total_steps = wdist.all_reduce_min(self.total_steps, self.device)
         self.schedule = LrSchedule(cfg.scheduler, self.total_steps, cfg.warmup_steps)
         self._probe = MemoryProbe(self.device)
         self._recount()
@@ -857,6 +859,9 @@ class Trainer:
         if self._finished:
             return
         self._finished = True
+        # under FSDP verify and save are collectives: a rank whose loop failed or was interrupted
+        # (perhaps alone) skips them and exits, and torchrun stops the others
+        together = self.shards is not None and st.status != "failed" and not st.interrupted
         for w in self._writers:
             try:
                 w.close()
@@ -867,10 +872,13 @@ class Trainer:
         verify = None
         if self.applied is not None:
             try:
-                if self.shards is not None:  # collectives: every rank verifies its shards
-                    wfsdp.reshard(self.shards.model)  # a failed step leaves units gathered
+                if together:  # every rank verifies its shards
+                    assert self.shards is not None
+                    wfsdp.reshard(self.shards.model)
                     wfsdp.sync_buffers(self.shards.model)
                     verify = self.shards.verify()
+                elif self.shards is not None:
+                    st.message += "; verify and saving skipped (under FSDP they need every rank)"
                 else:
                     verify = self.applied.verify()
             except Exception as e:
@@ -878,14 +886,16 @@ class Trainer:
         if st.status == "completed" and not st.message:
             st.message = f"completed {st.step} steps"
         result = self._result(st, verify)
-        if self.config.save_dir and self.shards is not None:
+        if self.config.save_dir and together:
+            assert self.shards is not None
             try:
                 self._full_state = wfsdp.full_state_dict(self.shards.model)  # a collective: every rank
             except Exception as e:
                 result.message += f"; gathering the sharded model failed: {first_line(e)}"
         outputs, self._outputs = self._outputs, None
         try:  # a second Ctrl+C while saving leaves the earlier folder as it was
-            if self.config.save_dir and self.is_main and self.applied is not None and outputs is not None:
+            if (self.config.save_dir and self.is_main and self.applied is not None and outputs is not None
+                    and (self.shards is None or self._full_state is not None)):
                 try:
                     assert outputs.staging is not None
                     self._save(outputs.staging, result)
