@@ -146,6 +146,14 @@ WORKER = textwrap.dedent(
         res["bf16"] = {"status": r.status, "message": r.message, "verify_ok": r.verify.ok}
     except Exception as e:  # recorded, and the test says what failed
         res["bf16"] = {"status": "raised", "message": f"{type(e).__name__}: {e}"}
+
+    # 6. activation checkpointing from the plan inside a sharded block
+    ckpt = {"rules": FROZEN["rules"] + [{"select": "blocks.1", "checkpoint": True}]}
+    model = tiny(0)
+    calls = []
+    model.blocks[1].conv.register_forward_hook(lambda *a: calls.append(1))  # recomputed in backward
+    r = Trainer(cfg(steps=2), model=model, dataset=ds, plan=FreezePlan.from_dict(ckpt)).run()
+    res["checkpoint"] = {"status": r.status, "message": r.message, "verify_ok": r.verify.ok, "calls": len(calls)}
     json.dump(res, open(out / f"rank{rank}.json", "w"))
     dist.barrier()
     dist.destroy_process_group()
@@ -294,6 +302,8 @@ def test_two_process_gloo_fsdp(tmp_path: Path):
         assert "rank 1's shard" in c["errors"][0][2]
         assert r["ab"]["status"] == "completed" and r["ab"]["verify_ok"], r["ab"]["message"]
         assert r["bf16"]["status"] == "completed" and r["bf16"]["verify_ok"], r["bf16"]["message"]
+        assert r["checkpoint"]["status"] == "completed" and r["checkpoint"]["verify_ok"], r["checkpoint"]["message"]
+        assert r["checkpoint"]["calls"] == 4  # 2 steps: each forward once more in backward
     assert p["local_fc_rows"] in (2, 3) and r0["plan"]["local_fc_rows"] + r1["plan"]["local_fc_rows"] == 5
     # the save: the full model loads into a fresh one; the trainable file as without FSDP
     saved = load_file(str(tmp_path / "run" / "model.safetensors"))
