@@ -84,12 +84,15 @@ def test_missing_tensors_are_one_line(tmp_path: Path):
     assert "\n" not in str(e.value)
     with pytest.raises(FsdpError, match="holds no .safetensors"):
         checkpoint_files(tmp_path)
-    # one process, nothing sharded: every tensor read whole
+    # one process, nothing sharded: every tensor read whole; one built on the CPU keeps its values
     with torch.device("meta"):
         same = transformers.GPT2LMHeadModel(transformers.GPT2Config(**CONFIG))
-    materialize(same, tmp_path / "hf", torch.device("cpu"))
+    same.transformer.ln_f = torch.nn.LayerNorm(32)
+    torch.nn.init.constant_(same.transformer.ln_f.weight, 3.0)
+    read = materialize(same, tmp_path / "hf", torch.device("cpu"))
+    assert "transformer.ln_f.weight" not in read and "transformer.h.0.attn.c_attn.weight" in read
     for (k, a), b in zip(ref.state_dict().items(), same.state_dict().values(), strict=True):
-        assert torch.equal(a, b), k
+        assert torch.equal(b, torch.full_like(b, 3.0) if k == "transformer.ln_f.weight" else a), k
 
 
 @pytest.mark.slow

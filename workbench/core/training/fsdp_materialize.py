@@ -16,9 +16,10 @@ Example (every rank, under torchrun)::
     shard_model(model, device, resolve_blocks(model, None))
     materialize(model, "/models/llama-7b", device, buffers=rotary_buffers)
 
-What is not in the files (non-persistent buffers such as rotary ``inv_freq``) is taken from
-buffers that are not on meta (built on the CPU) or from ``buffers``; anything else missing is a
-one-line error.
+Tensors that already hold values before ``materialize`` (a new head built on the CPU,
+buffers that are not on meta) keep them. What is neither that nor in the files (non-persistent
+buffers such as rotary ``inv_freq`` of a model built on meta) is taken from ``buffers``;
+anything else missing is a one-line error.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def materialize(
         buffers: values for tensors the files do not hold (non-persistent buffers), by name.
 
     Returns:
-        The names read from the files.
+        The names read from the files (tensors that held values already are not read).
 
     Raises:
         FsdpError: a tensor is in neither the files nor ``buffers`` (named), or a shape differs.
@@ -119,9 +120,10 @@ def materialize(
         with safe_open(str(f), framework="pt") as h:
             for k in h.keys():
                 where[k] = f
-    real = {n: b.detach().clone() for n, b in model.named_buffers() if not b.is_meta}
-    extra = dict(buffers or {})
     state = model.state_dict(keep_vars=True)
+    # tensors that already hold values (a new head, buffers built on the CPU): kept as they are
+    real = {n: local(t).detach().clone() for n, t in state.items() if not local(t).is_meta}
+    extra = dict(buffers or {})
     by_id: dict[int, list[str]] = {}
     for k, t in state.items():
         by_id.setdefault(id(t), []).append(k)
@@ -144,10 +146,14 @@ def materialize(
             for names in by_id.values():
                 t = state[names[0]]
                 dst = local(t)
+                kept = next((n for n in names if n in real), None)
+                if kept is not None:
+                    dst.copy_(real[kept])
+                    continue
                 src_name = next((n for n in names if n in where), None)
                 if src_name is None:
-                    name = next(n for n in names if n in real or n in extra)
-                    dst.copy_((real[name] if name in real else extra[name]).to(dst.device, dst.dtype))
+                    name = next(n for n in names if n in extra)
+                    dst.copy_(extra[name].to(dst.device, dst.dtype))
                     continue
                 f = where[src_name]
                 h = handles.get(f)
