@@ -124,6 +124,9 @@ def run(args: argparse.Namespace) -> int:
     with checkpoint_key_policy(args, "train"):
         trainer.setup()
     main = trainer.is_main
+    if main and trainer.materialized_from is not None:
+        print(f"workbench train: built on meta and sharded; each rank read only its shards from {trainer.materialized_from}",
+              file=sys.stderr)
     if main and trainer.applied is not None:
         for finding in lint_plan(trainer.plan, trainer.applied.tree, cfg.optimizer):
             print(f"workbench train: {finding.one_line()}", file=sys.stderr)

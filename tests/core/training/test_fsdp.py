@@ -405,3 +405,28 @@ def test_torchrun_cli_fsdp_saves_a_model_torchvision_loads_and_resumes_from_it(t
     again = load_file(str(tmp_path / "again" / "model.safetensors"))
     assert again.keys() == saved.keys()
     assert all(torch.equal(again[k], saved[k]) for k in saved if "running" not in k and "num_batches" not in k)
+
+
+@pytest.mark.parametrize(
+    "rule, amp, meta, words",
+    [
+        ({"select": "0", "frozen": False, "partial": {"param": "weight", "dim": 0, "trainable": [[0, 2]]}}, "off", False,
+         "sub-tensor freezing ('partial' on '0')"),
+        ({"select": "0", "reparam": {"kind": "a_plus_b", "mode": "fused"}}, "off", False, "mode 'fused' (on '0')"),
+        ({"select": "0", "reparam": {"kind": "a_plus_b", "rank": 2}}, "off", True, "built on the meta device"),
+        ({"select": "0"}, "fp16", False, "--amp fp16 is not supported with --strategy fsdp"),
+    ],
+)
+def test_what_fsdp_cannot_run_is_refused_in_one_line(rule: dict, amp: str, meta: bool, words: str):
+    from workbench.core.freezing.apply import apply_plan
+    from workbench.core.plan.rules import FreezePlan
+    from workbench.core.training.fsdp import check_plan_supported
+
+    model = nn.Sequential(nn.Linear(4, 6), nn.Linear(6, 3))
+    plan = FreezePlan.from_dict({"rules": [rule]})
+    applied = apply_plan(model, plan)
+    with pytest.raises(FsdpError) as e:
+        check_plan_supported(plan, applied, amp, meta=meta)
+    assert words in str(e.value) and "\n" not in str(e.value)
+    check_plan_supported(FreezePlan.from_dict({"rules": [{"select": "0", "frozen": True}]}), apply_plan(
+        nn.Sequential(nn.Linear(4, 6)), {"rules": [{"select": "0", "frozen": True}]}), "bf16")  # fine

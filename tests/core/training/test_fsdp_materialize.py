@@ -116,3 +116,26 @@ def test_meta_build_shard_then_read_each_ranks_slice(tmp_path: Path):
         for k, t in start.items():
             trains = k.startswith("transformer.h.2.")
             assert torch.equal(got["full"][k], t) != trains, k
+
+
+@pytest.mark.slow
+def test_torchrun_cli_builds_a_hugging_face_model_on_meta_and_reads_its_shards(tmp_path: Path):
+    from safetensors.torch import load_file
+
+    from workbench.core.plan.rules import FreezePlan, Rule
+
+    ref = _reference(tmp_path)
+    plan = tmp_path / "plan.json"
+    FreezePlan([Rule("*", frozen=True), Rule("transformer.h.2", frozen=False)]).save(plan)
+    proc = torchrun(["-m", "workbench", "train", "--model", f"hf:{tmp_path / 'hf'}", "--strategy", "fsdp",
+                     "--steps", "2", "--batch-size", "2", "--data", "synthetic:16", "--plan", str(plan),
+                     "--device", "cpu", "--no-progress", "--json", "--save", str(tmp_path / "run")], tmp_path, timeout_s=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stderr.count("each rank read only its shards from") == 1  # the meta path, said once
+    result = json.loads(proc.stdout)
+    assert result["status"] == "completed" and result["verify"]["ok"], result["message"]
+    saved = load_file(str(tmp_path / "run" / "model.safetensors"))
+    for k, t in ref.state_dict().items():  # read from the shards: frozen tensors as saved, the rest trained
+        if k in saved:
+            assert torch.equal(saved[k], t) != k.startswith("transformer.h.2."), k
+    assert any(k.startswith("transformer.h.2.") for k in saved)

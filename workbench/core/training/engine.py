@@ -264,6 +264,8 @@ class Trainer:
         #: ``strategy="fsdp"``: the verifier of this rank's shards of the frozen tensors.
         self.shards: wfsdp.ShardVerifier | None = None
         self._full_state: dict[str, torch.Tensor] | None = None  # FSDP: gathered for saving
+        #: ``strategy="fsdp"``: the folder a model built on meta read its shards from, or None.
+        self.materialized_from: Path | None = None
         self.total_steps = 0
         self.steps_per_epoch: int | None = None
         self.image_size: int | None = None
@@ -416,11 +418,13 @@ class Trainer:
         self.dataset, self.val_loader = build.build_validation(cfg, built, self.dataset, self.image_size, self.device)
         model = built.model
         self.num_classes = dataset_num_classes(self.dataset) or build.head_classes(model)
-        model.to(self.device)
-        if cfg.channels_last:
-            model.to(memory_format=torch.channels_last)
+        self.materialized_from = built.materialize_from  # FSDP: built on meta, read after sharding
+        if self.materialized_from is None:
+            model.to(self.device)
+            if cfg.channels_last:
+                model.to(memory_format=torch.channels_last)
         self.model = model
-        if self.dist is not None:  # every rank starts from rank 0's weights (and verifies against them)
+        if self.dist is not None and self.materialized_from is None:  # every rank starts from rank 0's weights
             wdist.broadcast_model_state(model)
         start = plan.at(0, 0)
         self.applied = apply_plan(model, start, base_dir=self._base_dir)
@@ -448,12 +452,16 @@ class Trainer:
     def _shard(self, plan: FreezePlan) -> None:
         assert self.model is not None and self.applied is not None
         try:
-            wfsdp.check_plan_supported(plan, self.applied, self.config.amp)
+            wfsdp.check_plan_supported(plan, self.applied, self.config.amp, meta=self.materialized_from is not None)
             blocks = wfsdp.resolve_blocks(self.model, self.config.fsdp_blocks)
         except wfsdp.FsdpError:
             self.applied.remove(merge=False)
             raise
         wfsdp.shard_model(self.model, self.device, blocks, amp=self.config.amp)
+        if self.materialized_from is not None:  # each rank reads its own rows of the weights
+            from workbench.core.training.fsdp_materialize import materialize
+
+            materialize(self.model, self.materialized_from, self.device)
         self.shards = wfsdp.ShardVerifier(self.applied, self.model)
 
     def _wrap(self) -> None:

@@ -86,16 +86,18 @@ def require_group(ctx: "DistContext | None") -> None:
         )
 
 
-def check_plan_supported(plan: "FreezePlan", applied: "AppliedPlan", amp: str) -> None:
+def check_plan_supported(plan: "FreezePlan", applied: "AppliedPlan", amp: str, *, meta: bool = False) -> None:
     """Refuse what FSDP cannot run, before anything is sharded.
 
     Args:
         plan: the full plan (stages included).
         applied: the plan applied to the model (its installed extensions).
         amp: the config's ``amp``.
+        meta: the model was built on the meta device (its weights are read after sharding).
 
     Raises:
-        FsdpError: stages, sub-tensor freezing, A+B in fused mode, or ``fp16``.
+        FsdpError: stages, sub-tensor freezing, A+B in fused mode (or on a model built on
+            meta: A is taken from weights that are not read yet), or ``fp16``.
     """
     if plan.stages:
         raise FsdpError(f"the plan has {len(plan.stages)} stage(s): {PLAN_CHANGE_REFUSED}")
@@ -104,6 +106,11 @@ def check_plan_supported(plan: "FreezePlan", applied: "AppliedPlan", amp: str) -
         raise FsdpError(
             f"sub-tensor freezing ('partial' on {sorted(partial)[0]!r}) is not supported with --strategy fsdp "
             "(its weight is two parameters FSDP would shard apart); use --strategy ddp or freeze whole tensors"
+        )
+    if meta and applied.installed("reparam"):
+        raise FsdpError(
+            "A+B needs the model's weights when it is installed, and this model is built on the meta device "
+            "and read shard by shard after sharding; train without A+B under --strategy fsdp, or use --strategy ddp"
         )
     fused = sorted(p for p, h in applied.installed("reparam").items() if getattr(h, "mode", "exact") == "fused")
     if fused:
