@@ -430,3 +430,13 @@ def test_what_fsdp_cannot_run_is_refused_in_one_line(rule: dict, amp: str, meta:
     assert words in str(e.value) and "\n" not in str(e.value)
     check_plan_supported(FreezePlan.from_dict({"rules": [{"select": "0", "frozen": True}]}), apply_plan(
         nn.Sequential(nn.Linear(4, 6)), {"rules": [{"select": "0", "frozen": True}]}), "bf16")  # fine
+
+
+def test_block_list_of_timm_models():
+    timm = pytest.importorskip("timm")
+    vit = timm.create_model("vit_tiny_patch16_224", pretrained=False, img_size=32, depth=3)
+    assert block_paths(vit) == ["blocks.0", "blocks.1", "blocks.2"]
+    convnext = timm.create_model("convnext_atto", pretrained=False)
+    # the outermost list of repeated blocks wins: the 4 stages (finer units: --fsdp-blocks 'stages.*.blocks.*')
+    assert block_paths(convnext) == ["stages.0", "stages.1", "stages.2", "stages.3"]
+    assert resolve_blocks(convnext, ["stages.*.blocks.*"])[:2] == ["stages.0.blocks.0", "stages.0.blocks.1"]

@@ -168,7 +168,9 @@ def resolve_blocks(model: nn.Module, patterns: list[str] | None) -> list[str]:
 
     Args:
         model: the model.
-        patterns: fnmatch patterns over module paths (``"layer*.*"``), or None.
+        patterns: fnmatch patterns over module paths (``"layer*.*"``), or None. Each pattern
+            gives its outermost matches (``"blocks.*"`` the blocks, not their layers); two
+            patterns may nest units (``["layer4", "layer4.?"]``).
 
     Returns:
         Paths, deepest first (FSDP shards inner units before the units around them).
@@ -183,6 +185,8 @@ def resolve_blocks(model: nn.Module, patterns: list[str] | None) -> list[str]:
         paths = []
         for pat in patterns:
             hits = [n for n in names if fnmatch.fnmatchcase(n, pat)]
+            # ``*`` crosses dots (as in plan selectors): a pattern's outermost matches only
+            hits = [n for n in hits if not any(n.startswith(f"{h}.") for h in hits)]
             if not hits:
                 raise FsdpError(f"fsdp_blocks pattern {pat!r} matches no module with parameters; give module paths such as 'layer1.0' or 'blocks.*'")
             paths += [h for h in hits if h not in paths]
