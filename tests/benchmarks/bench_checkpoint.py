@@ -6,12 +6,13 @@ heads, MLP 3072) on a batch of 197-token sequences, trained with AdamW. Variants
 - ``plain``: no checkpointing;
 - ``checkpoint``: the plan rule ``{"select": "layers.*", "checkpoint": true}`` (each block wrapped).
 
-Each variant runs in its own process, so that its peak is its own: peak memory is the
-process's peak resident set (``ru_maxrss``) above the resident set after the model and the
-optimizer state were built, with glibc's mmap threshold pinned low
-(``MALLOC_MMAP_THRESHOLD_``) so that freed CPU tensors go back to the system and the resident
-set follows the live CPU tensor bytes. Expected: memory down by most of the blocks'
-activations, step time up by about one extra forward of the blocks. It asserts nothing.
+Each variant runs in its own process. Peak memory is tensor bytes, not the process's resident
+set (which mixes allocator caches, libraries and Python objects): one extra step runs under
+:class:`~workbench.core.advisor.tracking.LiveTensorBytes`, which counts every tensor storage
+that forward, backward and the optimizer create and free; the peak is reported above the
+parameters and optimizer state that exist before the step (so it is activations plus
+gradients). The timed steps run without the counter. Expected: memory down by most of the
+blocks' activations, step time up by about one extra forward of the blocks. It asserts nothing.
 
 Run::
 
@@ -23,8 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -34,7 +33,6 @@ import torch
 from torch import nn
 
 VARIANTS = ("plain", "checkpoint")
-_MMAP_THRESHOLD = str(128 * 1024)
 
 
 class VitStack(nn.Module):
@@ -51,11 +49,6 @@ class VitStack(nn.Module):
         return self.head(self.layers(x)[:, 0])
 
 
-def _rss_bytes() -> int:
-    with open("/proc/self/statm", encoding="ascii") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def run_variant(variant: str, blocks: int, batch: int, steps: int) -> dict[str, float]:
     """One variant in this process.
 
@@ -66,9 +59,10 @@ def run_variant(variant: str, blocks: int, batch: int, steps: int) -> dict[str, 
         steps: timed steps (after one warm-up step).
 
     Returns:
-        ``{"peak_bytes": ..., "step_s": median seconds}``.
+        ``{"peak_bytes": tensor bytes above parameters and optimizer state, "step_s": median seconds}``.
     """
     import workbench as wb
+    from workbench.core.advisor.tracking import LiveTensorBytes, storage_bytes
 
     torch.manual_seed(0)
     model = VitStack(blocks)
@@ -80,17 +74,23 @@ def run_variant(variant: str, blocks: int, batch: int, steps: int) -> dict[str, 
         p.grad = torch.zeros_like(p)
     opt.step()
     opt.zero_grad(set_to_none=True)
-    base = _rss_bytes()
-    times = []
-    for i in range(steps + 1):
-        t0 = time.perf_counter()
+
+    def step() -> None:
         nn.functional.cross_entropy(model(x), y).backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
+
+    times = []
+    for i in range(steps + 1):
+        t0 = time.perf_counter()
+        step()
         if i:
             times.append(time.perf_counter() - t0)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {"peak_bytes": float(peak - base), "step_s": statistics.median(times)}
+    state = [t for s in opt.state.values() for t in s.values() if isinstance(t, torch.Tensor)]
+    base = storage_bytes([*model.parameters(), *state, x, y])
+    with LiveTensorBytes(baseline=base) as live:
+        step()
+    return {"peak_bytes": float(live.peak - base), "step_s": statistics.median(times)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,18 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     if a.variant:
         print(json.dumps(run_variant(a.variant, a.blocks, a.batch, a.steps)))
         return 0
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_=_MMAP_THRESHOLD)
     results: dict[str, dict[str, float]] = {}
     for v in VARIANTS:
         cmd = [sys.executable, __file__, "--variant", v, "--blocks", str(a.blocks), "--batch", str(a.batch),
                "--steps", str(a.steps)]
-        out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         results[v] = json.loads(out.strip().splitlines()[-1])
     p, c = results["plain"], results["checkpoint"]
     print(f"ViT-B stack: {a.blocks} blocks, batch {a.batch}x197x768, AdamW, median of {a.steps} steps")
     for v in VARIANTS:
         r = results[v]
-        print(f"  {v:<11} peak {r['peak_bytes'] / 2**20:8.1f} MiB   step {r['step_s'] * 1000:8.1f} ms")
+        print(f"  {v:<11} peak tensor bytes {r['peak_bytes'] / 2**20:8.1f} MiB   step {r['step_s'] * 1000:8.1f} ms")
     print(f"  checkpoint/plain: memory x{c['peak_bytes'] / max(p['peak_bytes'], 1):.2f}, "
           f"step time x{c['step_s'] / p['step_s']:.2f}")
     if a.json:

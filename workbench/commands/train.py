@@ -3,7 +3,8 @@
 Exit codes: 0 completed, 1 failed or non-finite loss, 2 bad input (one-line error),
 130 interrupted (Ctrl+C stops after the current step and still prints the summary; a second
 Ctrl+C aborts at once), 143 terminated (SIGTERM stops the same way as Ctrl+C). Under ``torchrun --nproc_per_node N -m workbench train ...`` every
-rank trains (DDP) and only rank 0 shows progress, writes metrics and saves.
+rank trains (DDP, or FSDP2 with ``--strategy fsdp``) and only rank 0 shows progress, writes
+metrics and saves.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 from workbench.commands.common import add_model_arguments, checkpoint_key_policy
 from workbench.core.checks.lint import lint_plan
 from workbench.core.formatting import fmt_bytes
-from workbench.core.training.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, SCHEDULERS, TrainConfig
+from workbench.core.training.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, SCHEDULERS, STRATEGIES, TrainConfig
 from workbench.core.training.engine import RunResult, Trainer
 from workbench.core.training.run_folder import check_save_folder
 
@@ -29,7 +30,7 @@ _FIELDS = (
     "optimizer", "lr", "weight_decay", "no_decay", "momentum", "steps", "epochs", "device", "amp",
     "channels_last", "compile", "num_workers", "pin_memory", "seed", "on_nonfinite",
     "torch_threads", "log_every", "save_dir", "metrics_path", "scheduler", "warmup_steps", "val", "val_every",
-    "val_fraction", "tensorboard_dir",
+    "val_fraction", "tensorboard_dir", "strategy", "fsdp_blocks",
 )
 
 
@@ -71,6 +72,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="replace the earlier run in the --save folder (it is replaced whole when this run ends)")
     p.add_argument("--tensorboard", dest="tensorboard_dir", metavar="DIR",
                    help="also write every metric to TensorBoard event files in DIR (needs the tensorboard extra)")
+    p.add_argument("--strategy", help=f"under torchrun: {' or '.join(STRATEGIES)} (default ddp; fsdp shards "
+                   "parameters, gradients and optimizer state over the ranks, see docs/scaling.md)")
+    p.add_argument("--fsdp-blocks", metavar="PATTERNS",
+                   help="with --strategy fsdp: comma-separated module path patterns sharded as units "
+                   "(default: the model's repeated blocks)")
     p.add_argument("--offline", action="store_true", help="never download pretrained weights")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of the summary table")
@@ -118,6 +124,9 @@ def run(args: argparse.Namespace) -> int:
     with checkpoint_key_policy(args, "train"):
         trainer.setup()
     main = trainer.is_main
+    if main and trainer.materialized_from is not None:
+        print(f"workbench train: built on meta and sharded; each rank read only its shards from {trainer.materialized_from}",
+              file=sys.stderr)
     if main and trainer.applied is not None:
         for finding in lint_plan(trainer.plan, trainer.applied.tree, cfg.optimizer):
             print(f"workbench train: {finding.one_line()}", file=sys.stderr)

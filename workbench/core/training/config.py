@@ -26,6 +26,7 @@ __all__ = [
     "NONFINITE_MODES",
     "OPTIMIZERS",
     "SCHEDULERS",
+    "STRATEGIES",
     "ConfigError",
     "TrainConfig",
 ]
@@ -36,7 +37,10 @@ OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adam", "adamw")
 AMP_MODES: tuple[str, ...] = ("off", "bf16", "fp16")
 #: What a non-finite loss does: end the run, or skip that step and count it.
 NONFINITE_MODES: tuple[str, ...] = ("stop", "skip")
-#: How the model is spread over the ranks under torchrun (see docs/scaling.md).
+#: How the model is spread over the ranks under torchrun (see docs/scaling.md): a full replica
+#: per rank with gradients all-reduced (DDP), or parameters, gradients and optimizer state
+#: sharded over the ranks (FSDP2, ``torch.distributed.fsdp.fully_shard``).
+STRATEGIES: tuple[str, ...] = ("ddp", "fsdp")
 #: Steps run when neither ``steps`` nor ``epochs`` is given.
 DEFAULT_STEPS = 200
 
@@ -104,6 +108,11 @@ class TrainConfig:
             None and ``val_every`` is set (0 < f < 1).
         allow_download: allow downloading pretrained weights missing from the cache.
         tensorboard_dir: folder for TensorBoard event files (rank 0), or None.
+        strategy: under torchrun, ``ddp`` (a full replica per rank) or ``fsdp`` (FSDP2:
+            parameters, gradients and optimizer state sharded; needs torchrun, no stages).
+        fsdp_blocks: with ``fsdp``, the module paths sharded as units of their own (fnmatch
+            patterns such as ``"layer*.*"``); None: the model's repeated blocks (see
+            :func:`workbench.core.training.fsdp.block_paths`).
     """
 
     model: str | dict[str, Any] | None = None
@@ -146,6 +155,9 @@ class TrainConfig:
         return self.val is not None or self.val_every is not None
     # ---- TensorBoard event files of every metric
     tensorboard_dir: str | None = None
+    # ---- how the model is spread over the ranks under torchrun
+    strategy: str = "ddp"
+    fsdp_blocks: list[str] | None = None
 
     # ------------------------------------------------------------ validation
     def validate(self) -> "TrainConfig":
@@ -203,6 +215,14 @@ class TrainConfig:
         self.optimizer = _choice(self, "optimizer", OPTIMIZERS, bad, aliases={"sgdm": "sgd_momentum", "momentum": "sgd_momentum"})
         self.amp = _choice(self, "amp", AMP_MODES, bad, aliases={"none": "off", "no": "off", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"})
         self.on_nonfinite = _choice(self, "on_nonfinite", NONFINITE_MODES, bad, aliases={})
+        self.strategy = _choice(self, "strategy", STRATEGIES, bad, aliases={"fsdp2": "fsdp"})
+        if self.fsdp_blocks is not None:
+            if isinstance(self.fsdp_blocks, str):
+                self.fsdp_blocks = [b.strip() for b in self.fsdp_blocks.split(",") if b.strip()]
+            if not isinstance(self.fsdp_blocks, list) or not self.fsdp_blocks or not all(
+                isinstance(b, str) and b.strip() for b in self.fsdp_blocks
+            ):
+                raise bad("fsdp_blocks", f"must be a list of module path patterns such as [\"layer*.*\"], got {self.fsdp_blocks!r}")
         if self.no_decay in ("none", ""):
             self.no_decay = None
         if self.no_decay not in (None, "auto"):

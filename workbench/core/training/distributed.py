@@ -25,6 +25,7 @@ __all__ = [
     "DistContext",
     "DistInfo",
     "all_reduce_flags",
+    "all_reduce_min",
     "broadcast_model_state",
     "broadcast_text",
     "ddp_parameter_count",
@@ -210,6 +211,21 @@ def all_reduce_flags(flags: Sequence[int], device: torch.device) -> list[int]:
     t = torch.tensor(list(flags), dtype=torch.int32, device=_flag_device(device))
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return [int(v) for v in t.tolist()]
+
+
+def all_reduce_min(value: int, device: torch.device) -> int:
+    """The smallest of an integer over all ranks (the steps every rank can run).
+
+    Args:
+        value: this rank's value.
+        device: the training device (nccl needs the tensor there; gloo uses the CPU).
+
+    Returns:
+        The minimum, the same on every rank.
+    """
+    t = torch.tensor([value], dtype=torch.int64, device=_flag_device(device))
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return int(t.item())
 
 
 def broadcast_text(text: str | None, src: int = 0) -> str | None:

@@ -47,6 +47,7 @@ from workbench.core.models.tree import ModelTree
 from workbench.core.plan.readiness import check_plan
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.training import distributed as wdist
+from workbench.core.training import fsdp as wfsdp
 from workbench.core.training import setup as build
 from workbench.core.training.batches import batch_size_of, move_batch
 from workbench.core.training.config import TrainConfig
@@ -260,6 +261,11 @@ class Trainer:
         self.device = torch.device("cpu")
         self.dist: wdist.DistContext | None = None
         self.ddp: nn.parallel.DistributedDataParallel | None = None
+        #: ``strategy="fsdp"``: the verifier of this rank's shards of the frozen tensors.
+        self.shards: wfsdp.ShardVerifier | None = None
+        self._full_state: dict[str, torch.Tensor] | None = None  # FSDP: gathered for saving
+        #: ``strategy="fsdp"``: the folder a model built on meta read its shards from, or None.
+        self.materialized_from: Path | None = None
         self.total_steps = 0
         self.steps_per_epoch: int | None = None
         self.image_size: int | None = None
@@ -397,6 +403,8 @@ class Trainer:
             if isinstance(e, WorkbenchError):
                 raise
             raise TrainError(f"cannot join the torchrun job: {first_line(e)}") from e
+        if cfg.strategy == "fsdp":
+            wfsdp.require_group(self.dist)
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         plan, self._base_dir = build.load_plan(self._plan_arg if self._plan_arg is not None else cfg.plan)
@@ -412,14 +420,18 @@ class Trainer:
         model = built.model
         self.num_classes = dataset_num_classes(self.dataset) or build.head_classes(model)
         self.seq_len = dataset_seq_len(self.dataset)
-        model.to(self.device)
-        if cfg.channels_last:
-            model.to(memory_format=torch.channels_last)
+        self.materialized_from = built.materialize_from  # FSDP: built on meta, read after sharding
+        if self.materialized_from is None:
+            model.to(self.device)
+            if cfg.channels_last:
+                model.to(memory_format=torch.channels_last)
         self.model = model
-        if self.dist is not None:  # every rank starts from rank 0's weights (and verifies against them)
+        if self.dist is not None and self.materialized_from is None:  # every rank starts from rank 0's weights
             wdist.broadcast_model_state(model)
         start = plan.at(0, 0)
         self.applied = apply_plan(model, start, base_dir=self._base_dir)
+        if cfg.strategy == "fsdp":  # after the plan, before the optimizer: it gets the trainable shards
+            self._shard(plan)
         try:
             groups = self.applied.param_groups(cfg.lr, cfg.weight_decay, no_decay=cfg.no_decay)
         except ValueError as e:
@@ -431,16 +443,33 @@ class Trainer:
         loader = build.build_loader(cfg, self.dataset, self.device, self.dist)
         self.loader, self._sampler = loader.loader, loader.sampler
         self.steps_per_epoch, self.total_steps = loader.steps_per_epoch, loader.total_steps
+        if self.dist is not None:  # every rank runs the same steps, whatever its data
+            self.total_steps = wdist.all_reduce_min(self.total_steps, self.device)
         self.schedule = LrSchedule(cfg.scheduler, self.total_steps, cfg.warmup_steps)
         self._probe = MemoryProbe(self.device)
         self._recount()
         self._tree = self.applied.tree
         self._ready = True
 
+    def _shard(self, plan: FreezePlan) -> None:
+        assert self.model is not None and self.applied is not None
+        try:
+            wfsdp.check_plan_supported(plan, self.applied, self.config.amp, meta=self.materialized_from is not None)
+            blocks = wfsdp.resolve_blocks(self.model, self.config.fsdp_blocks)
+        except wfsdp.FsdpError:
+            self.applied.remove(merge=False)
+            raise
+        wfsdp.shard_model(self.model, self.device, blocks, amp=self.config.amp)
+        if self.materialized_from is not None:  # each rank reads its own rows of the weights
+            from workbench.core.training.fsdp_materialize import materialize
+
+            materialize(self.model, self.materialized_from, self.device)
+        self.shards = wfsdp.ShardVerifier(self.applied, self.model)
+
     def _wrap(self) -> None:
         assert self.model is not None
         fwd: nn.Module = self.model
-        if self.dist is not None:
+        if self.dist is not None and self.shards is None:
             self.ddp = wdist.wrap_ddp(self.model, self.device)
             fwd = self.ddp
         backend = self.config.compile_backend
@@ -458,6 +487,8 @@ class Trainer:
     def _change_plan(self, plan: FreezePlan, label: str) -> str:
         """Apply a plan in force at a step boundary; returns the event text."""
         assert self.applied is not None and self.optimizer is not None
+        if self.shards is not None:
+            return f"{label} refused: {wfsdp.PLAN_CHANGE_REFUSED}"
         readiness = check_plan(plan, self.applied.tree)
         if not readiness.ok:
             return f"{label} refused: {readiness.messages()[0]}"
@@ -686,10 +717,14 @@ class Trainer:
         assert self.model is not None and self.val_loader is not None
         t0 = time.perf_counter()
         try:
+            if self.shards is not None:  # rank 0's BatchNorm statistics, as DDP validates with
+                wfsdp.sync_buffers(self.model)
             v = evaluate(
                 self.model, self.val_loader, self.loss_fn, self.device,
                 amp_dtype=self._amp_dtype, channels_last=self.config.channels_last,
             )
+            if self.shards is not None:
+                wfsdp.reshard(self.model)
         except Exception as e:
             self._fail(st, e, f"validation after step {step} failed: {type(e).__name__}: {first_line(e)}{hint(e)}")
             return time.perf_counter() - t0
@@ -834,6 +869,9 @@ class Trainer:
         if self._finished:
             return
         self._finished = True
+        # under FSDP verify and save are collectives: a rank whose loop failed or was interrupted
+        # (perhaps alone) skips them and exits, and torchrun stops the others
+        together = self.shards is not None and st.status != "failed" and not st.interrupted
         for w in self._writers:
             try:
                 w.close()
@@ -844,15 +882,30 @@ class Trainer:
         verify = None
         if self.applied is not None:
             try:
-                verify = self.applied.verify()
+                if together:  # every rank verifies its shards
+                    assert self.shards is not None
+                    wfsdp.reshard(self.shards.model)
+                    wfsdp.sync_buffers(self.shards.model)
+                    verify = self.shards.verify()
+                elif self.shards is not None:
+                    st.message += "; verify and saving skipped (under FSDP they need every rank)"
+                else:
+                    verify = self.applied.verify()
             except Exception as e:
                 st.message = (st.message + "; " if st.message else "") + f"verify failed: {first_line(e)}"
         if st.status == "completed" and not st.message:
             st.message = f"completed {st.step} steps"
         result = self._result(st, verify)
+        if self.config.save_dir and together:
+            assert self.shards is not None
+            try:
+                self._full_state = wfsdp.full_state_dict(self.shards.model)  # a collective: every rank
+            except Exception as e:
+                result.message += f"; gathering the sharded model failed: {first_line(e)}"
         outputs, self._outputs = self._outputs, None
         try:  # a second Ctrl+C while saving leaves the earlier folder as it was
-            if self.config.save_dir and self.is_main and self.applied is not None and outputs is not None:
+            if (self.config.save_dir and self.is_main and self.applied is not None and outputs is not None
+                    and (self.shards is None or self._full_state is not None)):
                 try:
                     assert outputs.staging is not None
                     self._save(outputs.staging, result)
@@ -939,9 +992,10 @@ class Trainer:
         tensors: dict[str, torch.Tensor] = {}
         params: list[str] = []
         buffers: list[str] = []
+        full = self._full_state
         for name, p in self.model.named_parameters():
             if p.requires_grad:
-                tensors[name] = p.detach().to("cpu").contiguous().clone()
+                tensors[name] = (full[name] if full is not None else p.detach()).to("cpu").contiguous().clone()
                 params.append(name)
         eff = self.applied.effective
         for path, node in self.applied.tree.nodes.items():
@@ -950,7 +1004,7 @@ class Trainer:
                 for bname, buf in module.named_buffers(recurse=False):
                     if buf is not None:
                         key = f"{path}.{bname}" if path else bname
-                        tensors[key] = buf.detach().to("cpu").contiguous().clone()
+                        tensors[key] = (full[key] if full is not None else buf.detach()).to("cpu").contiguous().clone()
                         buffers.append(key)
         meta = {
             "format": "workbench-trainable",
@@ -962,7 +1016,9 @@ class Trainer:
         }
         with atomic_path(folder / "trainable.safetensors") as tmp:
             save_file(tensors, str(tmp), metadata=meta)
-        if self.applied.installed("reparam"):
+        if full is not None:  # FSDP: the full model as its own library loads it, and B from it
+            wfsdp.save_full(self.model, full, folder)
+        elif self.applied.installed("reparam"):
             try:
                 self.applied.export_deltas(folder / "deltas.safetensors")
             except (ImportError, AttributeError, NotImplementedError) as e:

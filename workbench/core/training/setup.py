@@ -126,6 +126,9 @@ class BuiltModel:
         spec_classes: ``num_classes`` from the model block, when it gives one.
         provided: the caller handed the model in (its head is only replaced when the run's
             ``num_classes`` or a file dataset asks for it; synthetic data adapts to it).
+        materialize_from: under ``strategy="fsdp"``, a Hugging Face model with safetensors
+            weights is built on the meta device; this is the folder its shards are read from
+            after sharding (see :mod:`workbench.core.training.fsdp_materialize`).
     """
 
     model: nn.Module
@@ -133,6 +136,7 @@ class BuiltModel:
     weights: str | None = None
     spec_classes: int | None = None
     provided: bool = False
+    materialize_from: Path | None = None
 
 
 def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = False) -> BuiltModel:
@@ -174,10 +178,30 @@ def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = F
     d["num_classes"] = None  # the head is fitted after the dataset is known
     try:
         spec = ModelSpec.from_dict(d)
-        model = spec.build(allow_download=config.allow_download, trust_pickle=trust_pickle)
+        shards = _safetensors_folder(spec) if config.strategy == "fsdp" else None
+        model = spec.build(allow_download=config.allow_download, trust_pickle=trust_pickle, meta=shards is not None)
+        if shards is not None and _unsaved_buffers(model):  # values the files do not hold: build it whole
+            shards = None
+            model = spec.build(allow_download=config.allow_download, trust_pickle=trust_pickle)
     except ModelSourceError as e:
         raise TrainError(str(e)) from e
-    return BuiltModel(model, spec.name, spec.weights, spec_classes)
+    return BuiltModel(model, spec.name, spec.weights, spec_classes, materialize_from=shards)
+
+
+def _unsaved_buffers(model: nn.Module) -> list[str]:
+    """Buffers outside the state dict (rotary ``inv_freq``): a meta build has no values for them."""
+    saved = set(model.state_dict())
+    return [n for n, _ in model.named_buffers() if n not in saved]
+
+
+def _safetensors_folder(spec: Any) -> Path | None:
+    """The folder of a Hugging Face model's safetensors weights (no checkpoint on top), or None."""
+    if spec.source != "hf" or spec.checkpoint is not None or not spec.name:
+        return None
+    from workbench.core.models.hf_models import hf_weight_files
+
+    safe, _ = hf_weight_files(spec.name)
+    return safe[0].parent if safe else None
 
 
 def _model_input_size(name: str | None) -> int | None:
