@@ -21,8 +21,9 @@ from workbench.core.advisor.memory import MemoryEstimate, estimate_memory
 from workbench.core.advisor.predict import step_flops
 from workbench.core.advisor.profile import AdvisorError, ModelProfile, meta_copy, profile_model
 from workbench.core.formatting import fmt_bytes
+from workbench.core.plan import FreezePlan
 
-__all__ = ["Advice", "Assessment", "Measured", "advise"]
+__all__ = ["Advice", "Assessment", "Measured", "advise", "predict_plan"]
 
 
 @dataclass(frozen=True)
@@ -209,3 +210,38 @@ def advise(
         settings={"optimizer": optimizer, "amp": amp, "device_type": device_type,
                   "param_dtype": str(param_dtype).removeprefix("torch.") if param_dtype is not None else None},
     )
+
+
+def predict_plan(
+    model: nn.Module,
+    plan: FreezePlan,
+    input_shape: tuple[int, ...],
+    *,
+    optimizer: str = "adamw",
+    amp: str = "off",
+    device_type: str = "cpu",
+) -> MemoryEstimate:
+    """Predict the peak memory of a training step of ``model`` under any freeze plan.
+
+    The plan is applied to a meta copy (A+B, low rank and all), and the pass is profiled with
+    exactly the parameters the plan trains.
+
+    Args:
+        model: the model (any device; not changed).
+        plan: the plan.
+        input_shape: one batch's shape (``(batch, seq_len)`` for text models).
+        optimizer / amp / device_type: as :func:`advise`.
+
+    Returns:
+        The predicted memory.
+
+    Raises:
+        AdvisorError: the model cannot be profiled, or bad settings.
+        PlanError: the plan does not apply to the model.
+    """
+    meta = meta_copy(model)
+    bn_eval = any(getattr(r, "bn_eval", None) for r in plan.rules)
+    plan.apply(meta)
+    names = {n for n, p in meta.named_parameters() if p.requires_grad}
+    prof = profile_model(meta, input_shape, bn_eval=bn_eval, trainable=names, in_place=True, device_type=device_type)
+    return estimate_memory(prof, names, optimizer=optimizer, amp=amp, device_type=device_type)
