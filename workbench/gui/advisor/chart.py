@@ -12,6 +12,7 @@ from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QWidget
 
 from workbench.core.advisor.advice import Advice
+from workbench.core.formatting import fmt_count
 
 __all__ = ["FrontChart"]
 
@@ -24,6 +25,15 @@ def _unit(nbytes: int) -> tuple[str, float]:
     return ("GB", 1e9) if nbytes >= 2 * 10**9 else ("MB", 1e6)
 
 
+class _DecadeAxis(pg.AxisItem):
+    """A log-scale count axis labelled at the decades only (``100k``, ``1M``, ``10M``)."""
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802 - Qt name
+        if not self.logMode:
+            return super().tickStrings(values, scale, spacing)
+        return [fmt_count(int(round(10**v))) if abs(v - round(v)) < 1e-6 else "" for v in values]
+
+
 class FrontChart(pg.PlotWidget):
     """Memory (x) against trainable parameters (y, log scale) of an advice's candidates.
 
@@ -33,12 +43,11 @@ class FrontChart(pg.PlotWidget):
     """
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
+        super().__init__(parent, axisItems={"left": _DecadeAxis("left")})
         self.setBackground(None)
         self.setLogMode(x=False, y=True)
         self.showGrid(x=True, y=True, alpha=0.2)
         self.setLabel("left", "trainable parameters")
-        self.getAxis("left").setStyle(maxTickLevel=0)  # decades only: minor log labels crowd the axis
         self.setMinimumHeight(220)
         # PlotDataItems (not bare scatter items) follow the plot's log scale
         self._all = pg.PlotDataItem(pen=None, symbol="o", symbolSize=7, symbolBrush=_OTHER, symbolPen=None)
@@ -47,7 +56,7 @@ class FrontChart(pg.PlotWidget):
         self._chosen = pg.PlotDataItem(pen=None, symbol="star", symbolSize=20, symbolBrush=_CHOSEN, symbolPen="w")
         self.budget_line = pg.InfiniteLine(angle=90, movable=False,
                                            pen=QPen(_CHOSEN, 0, Qt.PenStyle.DashLine),
-                                           label="budget", labelOpts={"position": 0.92, "color": _CHOSEN})
+                                           label="budget", labelOpts={"position": 0.06, "color": _CHOSEN})
         for item in (self._all, self._front_line, self._front, self._chosen, self.budget_line):
             self.addItem(item)
         self.points = (self._all, self._front, self._chosen)
