@@ -101,3 +101,27 @@ def test_measure_adds_measured_columns(qtbot: Any, window: MainWindow) -> None:
         assert d.table.item(row, COLUMNS.index("measured peak")).text().endswith("B")
         assert float(d.table.item(row, COLUMNS.index("measured × full")).text()) > 0
     assert d.progress.isHidden()
+
+
+def test_edit_menu_opens_the_dialog(qtbot: Any, window: MainWindow, dialogs: Any) -> None:
+    seen: dict[str, Any] = {}
+
+    def fill(d: SuggestDialog) -> bool:
+        qtbot.waitUntil(lambda: not d.busy, timeout=60000)
+        seen["rows"] = d.table.rowCount()
+        return True
+
+    edit = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Edit")
+    assert window.act_suggest in edit.actions()
+    dialogs.script("dialog", fill)
+    window.act_suggest.trigger()
+    assert dialogs.kinds("dialog") == [("dialog", "Suggest a plan", "SuggestDialog")]
+    assert seen["rows"] > 0
+
+
+def test_closing_while_computing_leaves_no_thread(qtbot: Any, window: MainWindow) -> None:
+    d = open_suggest_dialog(window)
+    qtbot.addWidget(d)
+    assert d.busy
+    d.reject()  # waits for the worker; the leak fixture checks no thread is left
+    assert not d.busy

@@ -59,6 +59,7 @@ def add_suggest_action(window: "MainWindow", menu: QMenu) -> QAction:
     def run() -> None:
         dialog = open_suggest_dialog(window)
         dialogs.run_dialog(dialog)
+        dialog.reject()  # waits for a computation still running (closing is idempotent)
         dialog.deleteLater()
 
     action.triggered.connect(run)
