@@ -12,27 +12,40 @@ import json
 import sys
 
 import torch
+from torch import nn
 
 from workbench.commands.common import print_table
 from workbench.core.advisor.advice import Advice, advise
+from workbench.core.advisor.profile import is_text_model
 from workbench.core.advisor.sizes import parse_size
+from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
-from workbench.core.models.zoo import build_model, current_num_classes, model_input_size
+from workbench.core.models.sources import default_input_size
+from workbench.core.models.spec import ModelSpec
+from workbench.core.models.zoo import current_num_classes
 from workbench.core.training.config import AMP_MODES, OPTIMIZERS, TrainConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register the ``advise`` flags."""
-    p.add_argument("model", help="torchvision model name (e.g. resnet50, vit_b_16)")
+    p.add_argument("model", help="model spec: resnet50, timm:NAME, hf:FOLDER_OR_REPO, py:MODULE:FACTORY")
     p.add_argument("--memory", required=True, help="memory budget of the device, e.g. 24GB, 512MiB, 1.5G")
     p.add_argument("--batch-size", type=int, default=32, help="samples per step (default 32)")
     p.add_argument("--image-size", type=int, help="input image side (default: the model's preset, 224 for most)")
+    p.add_argument("--seq-len", type=int, help="tokens per sample (text models; required for them)")
     p.add_argument("--num-classes", type=int, help="replace the head for N classes")
     p.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS, help="optimizer (default adamw)")
     p.add_argument("--amp", default="off", choices=AMP_MODES, help="mixed precision (default off)")
+    p.add_argument("--dtype", choices=sorted(_DTYPES), help="dtype the weights are stored in (default: the model's own)")
+    p.add_argument("--rank-by", default="depth", choices=("depth", "grad-signal"),
+                   help="order in which blocks are unfrozen: depth (last k, default) or grad-signal "
+                        "(a short probe run measures each block's relative gradient norm)")
     p.add_argument("--device", default="auto", help="device the plans are for and --measure runs on: auto, cpu, cuda, cuda:N")
     p.add_argument("--measure", type=int, metavar="STEPS", help="train each front candidate STEPS steps and report measured peak and step time")
     p.add_argument("--json", action="store_true", help="print the advice as JSON")
+
+
+_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 def _device_type(name: str) -> str:
@@ -59,8 +72,29 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
     print(f"{args.model}, input {shape}, {args.optimizer}, amp {args.amp}, budget {fmt_bytes(advice.budget_bytes)}; "
           f"Pareto front of {len(advice.assessed)} candidates (predicted peak, trainable, step time)")
     print_table(head, rows, left=2)
+    signal = advice.settings.get("grad_signal")
+    if signal:
+        ranked = ", ".join(f"{b} {signal['signal'][b]:.2g}" for b in signal["order"])
+        print(f"blocks by relative gradient norm ‖g‖/‖w‖ ({signal['steps']} probe steps): {ranked}")
     if advice.chosen is not None:
         print(f"chosen: {advice.assessed[advice.chosen].candidate.name} (the most trainable parameters within the budget)")
+
+
+def _input_shape(args: argparse.Namespace, spec: ModelSpec, model: nn.Module) -> tuple[int, ...]:
+    """The batch shape the advice is for: ``(batch, seq_len)`` for text models, images otherwise."""
+    if args.batch_size < 1:
+        raise WorkbenchError(f"--batch-size must be at least 1, got {args.batch_size}")
+    if is_text_model(model):
+        if args.image_size is not None:
+            raise WorkbenchError(f"{args.model} is a text model: give --seq-len, not --image-size")
+        if args.seq_len is None or args.seq_len < 2:
+            raise WorkbenchError(f"{args.model} is a text model: give --seq-len L (tokens per sample, at least 2)")
+        return (args.batch_size, args.seq_len)
+    if args.seq_len is not None:
+        raise WorkbenchError(f"{args.model} is not a text model: give --image-size, not --seq-len")
+    assert spec.name is not None
+    size = args.image_size or default_input_size(spec.source, spec.name, model)
+    return (args.batch_size, 3, size, size)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,21 +107,29 @@ def run(args: argparse.Namespace) -> int:
         WorkbenchError: a bad size, model or setting; a budget below the model's weights.
     """
     budget = parse_size(args.memory)
-    size = args.image_size or model_input_size(args.model)
-    with torch.device("meta"):  # structure only: no weights, no memory
-        model = build_model(args.model, None, args.num_classes, allow_download=False)
+    spec = ModelSpec(name=args.model, num_classes=args.num_classes)
+    model = spec.build(allow_download=False, meta=True)  # structure only: no weights, no memory
+    shape = _input_shape(args, spec, model)
     device_type = _device_type(args.device)
-    advice = advise(model, budget, (args.batch_size, 3, size, size), optimizer=args.optimizer,
-                    amp=args.amp, device_type=device_type)
+    dtype = _DTYPES[args.dtype] if args.dtype else None
+    signal = None
+    if args.rank_by == "grad-signal":
+        from workbench.core.advisor.grad_signal import probe_signal
+
+        signal = probe_signal(spec, shape, device=args.device)
+    advice = advise(model, budget, shape, optimizer=args.optimizer, amp=args.amp, device_type=device_type,
+                    param_dtype=dtype, block_order=signal.order if signal is not None else None)
+    if signal is not None:
+        advice.settings["grad_signal"] = signal.to_dict()
     if args.measure is not None:
         from workbench.core.advisor.measure import measure_front
 
         # the head the prediction assumed (the engine would otherwise give synthetic data a new 10-class head)
         classes = args.num_classes or current_num_classes(model)
-        config = TrainConfig(model=args.model, num_classes=classes, data="synthetic", image_size=size,
+        config = TrainConfig(model=spec.to_dict(), num_classes=classes, data="synthetic", image_size=shape[-1] if len(shape) == 4 else None,
                              batch_size=args.batch_size, optimizer=args.optimizer, amp=args.amp,
                              device=args.device, allow_download=False)
-        measure_front(advice, config, args.measure)
+        measure_front(advice, config, args.measure, seq_len=shape[1] if len(shape) == 2 else None, param_dtype=dtype)
     if args.json:
         json.dump(advice.to_dict(), sys.stdout, indent=1)
         print()

@@ -3,8 +3,10 @@
 Every variant (full fine-tuning, then each ``--plan``) gets its own model and
 :class:`~workbench.core.training.engine.Trainer` with the same config and data; their steps are
 interleaved round-robin in one process, so machine load affects all variants alike. Step time
-is the median after warm-up; memory is the bytes of params + grads + optimizer state each
-variant really holds (process-wide peaks cannot be split between variants in one process).
+is the median after warm-up. Memory: the bytes of params + grads + optimizer state each
+variant really holds, and its measured peak over its first two steps, run alone (CUDA:
+``torch.cuda.max_memory_allocated``; CPU: live tensor bytes, not process RSS), next to the plan
+advisor's predicted peak (``--json``: ``measured_peak_bytes``, ``predicted_peak_bytes``).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from workbench.commands.common import print_table
+from workbench.core.advisor.measure import measure_peak
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.models.spec import ModelSpec
+from workbench.core.models.zoo import current_num_classes, replace_head
 from workbench.core.training.config import AMP_MODES, OPTIMIZERS, TrainConfig
 from workbench.core.training.engine import Trainer
 
@@ -53,7 +57,8 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     Raises:
         WorkbenchError: bad model, plan or settings; or a variant failed to train.
     """
-    total = args.warmup + args.steps
+    memory_steps = 2  # the optimizer state appears after the first step
+    total = memory_steps + args.warmup + args.steps
     # the model as it is: its own head, not the 10-class head a training run gives synthetic data
     classes = args.num_classes or ModelSpec(name=args.model, weights=args.weights).head_classes()
     trainers: list[tuple[str, Trainer]] = []
@@ -66,15 +71,20 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
         ).validate()
         trainers.append((label, Trainer(cfg)))
     gens = [(label, t, t.steps()) for label, t in trainers]
+    for _, trainer, _ in gens:
+        trainer.setup()
+    # peak memory: each variant alone for its first steps (a process-wide peak of interleaved
+    # variants could not be split between them)
+    peaks = {label: measure_peak(trainer, gen, memory_steps, label) for label, trainer, gen in gens}
     times: dict[str, list[float]] = {label: [] for label, _ in trainers}
     last: dict[str, Any] = {}
-    for i in range(total):
+    for i in range(args.warmup + args.steps):
         for label, trainer, gen in gens:
             m = next(gen, None)
             if m is None:
                 result = trainer.result
                 msg = result.message if result is not None else "ended early"
-                raise WorkbenchError(f"variant {label!r} stopped at step {i}: {msg}")
+                raise WorkbenchError(f"variant {label!r} stopped at step {memory_steps + i}: {msg}")
             if i >= args.warmup:
                 times[label].append(m.step_time_s)
             last[label] = m
@@ -100,9 +110,34 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "training_bytes": counts.param_bytes + m.grad_bytes + m.optimizer_state_bytes + counts.fixed_bytes,
                 "verify_ok": bool(trainer.result and trainer.result.verify and trainer.result.verify.ok),
                 "device": m.device,
+                "measured_peak_bytes": peaks[label],
+                "predicted_peak_bytes": _predicted_peak(trainer, args),
             }
         )
     return rows
+
+
+def _predicted_peak(trainer: Trainer, args: argparse.Namespace) -> int | None:
+    """The advisor's predicted peak for a variant's plan (None when it cannot be predicted)."""
+    from workbench.core.advisor.advice import predict_plan
+    from workbench.core.advisor.profile import is_text_model
+
+    model, applied, device = trainer.model, trainer.applied, trainer.device
+    assert model is not None and applied is not None and device is not None
+    base = trainer.config.model
+    spec = ModelSpec.from_dict(base) if isinstance(base, dict) else ModelSpec(name=base, num_classes=trainer.config.num_classes)
+    try:
+        meta = spec.build(allow_download=False, meta=True)
+        if is_text_model(meta):
+            return None  # bench feeds text models its own synthetic sequences
+        classes = current_num_classes(model)
+        if classes is not None and classes != current_num_classes(meta):
+            replace_head(meta, classes)
+        shape = (args.batch_size, 3, args.image_size, args.image_size)
+        return predict_plan(meta, applied.plan, shape, optimizer=args.optimizer, amp=args.amp,
+                            device_type=device.type).peak
+    except WorkbenchError:
+        return None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -112,10 +147,12 @@ def run(args: argparse.Namespace) -> int:
         json.dump(rows, sys.stdout, indent=1)
         print()
         return 0
-    head = ("variant", "step ms", "× full", "trainable", "params+grads+state", "verify")
+    head = ("variant", "step ms", "× full", "trainable", "params+grads+state", "peak", "predicted", "verify")
     table = [
         (r["variant"], f"{r['median_step_ms']:.1f}", f"{r['ratio']:.2f}", fmt_count(r["trainable_params"]),
-         fmt_bytes(r["training_bytes"]), "ok" if r["verify_ok"] else "FAILED")
+         fmt_bytes(r["training_bytes"]), fmt_bytes(r["measured_peak_bytes"]),
+         fmt_bytes(r["predicted_peak_bytes"]) if r["predicted_peak_bytes"] is not None else "-",
+         "ok" if r["verify_ok"] else "FAILED")
         for r in rows
     ]
     print(f"{args.model}, batch {args.batch_size}, {args.image_size}px, {args.optimizer}, device {rows[0]['device']}; "

@@ -52,6 +52,7 @@ from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.gui import dialogs
 from workbench.gui import settings as app_settings
 from workbench.gui.about import show_about
+from workbench.gui.advisor import add_suggest_action
 from workbench.gui.controller import Controller
 from workbench.gui.diagnostics import DiagnosticsPanel
 from workbench.gui.icons import dot_icon
@@ -346,6 +347,7 @@ class MainWindow(QMainWindow):
         e.addActions([self.act_ab_on, self.act_ab_off, self.act_ab_settings, self.act_inherit_lr, self.act_partial])
         e.addSeparator()
         e.addAction(self.act_remove_unmatched)
+        self.act_suggest = add_suggest_action(self, e)
         v = mb.addMenu("&View")
         v.addActions([self.act_find, self.act_expand_default, self.act_expand_all, self.act_collapse_all])
         mb.addMenu(self.training.menu)

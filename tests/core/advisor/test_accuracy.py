@@ -83,3 +83,49 @@ def test_attention_is_profiled_as_the_fused_kernel_the_device_runs():
     assert sum(s.nbytes for s in prof.saved) == pytest.approx(kept, rel=0.05)
     assert all(s.nbytes < attention_matrix for s in prof.saved)
     assert torch.nn.functional.scaled_dot_product_attention.__module__ != "workbench.core.advisor.profile"
+
+
+TEXT_SHAPE = (8, 64)
+
+
+def _small_bert() -> torch.nn.Module:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=512, max_position_embeddings=128, num_labels=3)
+    return BertForSequenceClassification(config)
+
+
+@pytest.fixture(scope="module")
+def bert_advice():
+    pytest.importorskip("transformers")
+    from workbench.core.advisor import advise
+
+    return advise(_small_bert(), 10**10, TEXT_SHAPE, optimizer="adamw")
+
+
+@pytest.mark.parametrize("kind", ["full", "last_k", "low_rank_4", "low_rank_16"])
+def test_text_model_and_low_rank_within_15_percent(bert_advice, kind):
+    """A BERT-shaped encoder on token batches: full, last k and low-rank A+B (frozen base
+    weights, small trainable factors, activations for backward through the adapted layers)."""
+    from workbench.core.training.data import synthetic_for_model
+
+    if kind.startswith("low_rank"):
+        rank = int(kind.rpartition("_")[2])
+        a = next(x for x in bert_advice.assessed if x.candidate.kind == "low_rank" and x.candidate.k == rank)
+    else:
+        a = next(x for x in bert_advice.assessed if x.candidate.kind == kind)
+    model = _small_bert()
+    data = synthetic_for_model(model, 4 * TEXT_SHAPE[0], seq_len=TEXT_SHAPE[1])
+    cfg = TrainConfig(plan=a.candidate.plan.to_dict(), batch_size=TEXT_SHAPE[0], optimizer="adamw", steps=3,
+                      device="cpu", allow_download=False).validate()
+    trainer = Trainer(cfg, model=model, dataset=data)
+    trainer.setup()
+    gen = trainer.steps()
+    measured = measure_peak(trainer, gen, 3, a.candidate.name)
+    for _ in gen:
+        pass
+    trains = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert trains == a.trainable_params
+    assert abs(a.memory.peak - measured) <= 0.15 * measured, (a.candidate.name, a.memory.peak, measured)

@@ -79,3 +79,18 @@ def test_bad_input_is_one_line(argv, words, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and words in err and "Traceback" not in err
+
+
+def test_bench_json_reports_measured_peak_next_to_predicted(tmp_path, capsys):
+    plan = tmp_path / "layer4.json"
+    FreezePlan.from_dict({"format": "freeze-plan", "version": 1, "rules": [
+        {"select": "*", "frozen": True}, {"select": "layer4", "frozen": False}, {"select": "fc", "frozen": False}]}).save(plan)
+    assert main(["bench", "resnet18", "--plan", str(plan), "--steps", "1", "--warmup", "0", "--batch-size", "4",
+                 "--image-size", "64", "--device", "cpu", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    for r in rows:
+        measured, predicted = r["measured_peak_bytes"], r["predicted_peak_bytes"]
+        # live tensor bytes, not RSS: at least the weights, and what the advisor predicts within 15 %
+        assert measured > 11_689_512 * 4
+        assert abs(predicted - measured) <= 0.15 * measured, r["variant"]
+    assert rows[1]["measured_peak_bytes"] < rows[0]["measured_peak_bytes"]

@@ -11,16 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 
-from workbench.core.advisor.candidates import Candidate, generate_candidates, trainable_names
+from workbench.core.advisor.adapters import adapted_meta_copy
+from workbench.core.advisor.candidates import LOW_RANKS, Candidate, generate_candidates, trainable_names
 from workbench.core.advisor.front import Point, choose, pareto_front
 from workbench.core.advisor.memory import MemoryEstimate, estimate_memory
-from workbench.core.advisor.predict import step_ratio
-from workbench.core.advisor.profile import AdvisorError, profile_model
+from workbench.core.advisor.predict import step_flops
+from workbench.core.advisor.profile import AdvisorError, ModelProfile, meta_copy, profile_model
 from workbench.core.formatting import fmt_bytes
+from workbench.core.plan import FreezePlan
 
-__all__ = ["Advice", "Assessment", "Measured", "advise"]
+__all__ = ["Advice", "Assessment", "Measured", "advise", "predict_plan"]
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,24 @@ class Advice:
         }
 
 
+#: Candidates profiled with their own trainable set (and plan applied): frozen blocks between
+#: trained ones save nothing for weight gradients, adapters add their own ops and tensors.
+_EXACT_KINDS = ("low_rank", "top_k")
+
+
+def _exact_profile(model: nn.Module, candidate: Candidate, input_shape: tuple[int, ...],
+                   param_dtype: torch.dtype | None, device_type: str) -> tuple[ModelProfile, set[str]]:
+    """Profile a meta copy of ``model`` with ``candidate`` applied and only its parameters training."""
+    if candidate.kind == "low_rank":
+        meta, names = adapted_meta_copy(model, candidate)
+    else:
+        meta = meta_copy(model)
+        names = trainable_names(candidate, model)
+    prof = profile_model(meta, input_shape, bn_eval=candidate.bn_eval, param_dtype=param_dtype,
+                         trainable=names, in_place=True, device_type=device_type)
+    return prof, names
+
+
 def advise(
     model: nn.Module,
     budget_bytes: int,
@@ -128,16 +149,25 @@ def advise(
     optimizer: str = "adamw",
     amp: str = "off",
     device_type: str = "cpu",
+    param_dtype: torch.dtype | None = None,
+    block_order: list[str] | None = None,
+    ranks: tuple[int, ...] = LOW_RANKS,
 ) -> Advice:
     """Propose the plans that fit ``budget_bytes`` and choose the one that trains the most.
 
     Args:
         model: the model (any device; it is not changed, nothing real is computed).
         budget_bytes: the memory budget of the device.
-        input_shape: one input batch's shape, e.g. ``(32, 3, 224, 224)``.
+        input_shape: one input batch's shape, e.g. ``(32, 3, 224, 224)``; ``(batch, seq_len)``
+            for text models.
         optimizer: ``sgd``, ``sgd_momentum``, ``adam`` or ``adamw``.
         amp: ``off``, ``bf16`` or ``fp16``.
         device_type: ``cpu`` or the accelerator type (``cuda``): decides the optimizer path.
+        param_dtype: dtype the weights are stored in (default: the model's own), e.g.
+            ``torch.bfloat16`` for a large model loaded in 16 bits.
+        block_order: blocks in the order to unfreeze them (the gradient-signal probe's
+            :attr:`~workbench.core.advisor.grad_signal.GradSignal.order`); None: last blocks first.
+        ranks: ranks of the low-rank A+B candidates.
 
     Returns:
         The advice.
@@ -146,16 +176,22 @@ def advise(
         AdvisorError: the budget is below the model's own weights (the message gives the
             smallest memory that could work); the model cannot be profiled; bad settings.
     """
-    profile = profile_model(model, input_shape)
-    candidates = generate_candidates(model, profile)
-    bn_profile = profile_model(model, input_shape, bn_eval=True) if any(c.bn_eval for c in candidates) else None
+    profile = profile_model(model, input_shape, param_dtype=param_dtype, device_type=device_type)
+    candidates = generate_candidates(model, profile, block_order=block_order, ranks=ranks)
+    bn_profile = (profile_model(model, input_shape, bn_eval=True, param_dtype=param_dtype, device_type=device_type)
+                  if any(c.bn_eval for c in candidates) else None)
+    full_flops = step_flops(profile, [p.name for p in profile.params], optimizer)
     assessed: list[Assessment] = []
     for c in candidates:
-        prof = bn_profile if c.bn_eval and bn_profile is not None else profile
-        names = trainable_names(c, model)
+        if c.kind in _EXACT_KINDS:
+            prof, names = _exact_profile(model, c, input_shape, param_dtype, device_type)
+        else:
+            prof = bn_profile if c.bn_eval and bn_profile is not None else profile
+            names = trainable_names(c, model)
         mem = estimate_memory(prof, names, optimizer=optimizer, amp=amp, device_type=device_type)
         count = sum(p.numel for p in prof.params if p.name in names)
-        assessed.append(Assessment(c, mem, step_ratio(prof, names, optimizer), count, mem.peak <= budget_bytes))
+        ratio = step_flops(prof, names, optimizer) / full_flops if full_flops else 1.0
+        assessed.append(Assessment(c, mem, ratio, count, mem.peak <= budget_bytes))
     weights = profile.param_bytes + profile.buffer_bytes
     if budget_bytes < weights:
         smallest = min(a.memory.peak for a in assessed)
@@ -171,5 +207,41 @@ def advise(
         front=front,
         chosen=choose(points, budget_bytes),
         input_shape=tuple(input_shape),
-        settings={"optimizer": optimizer, "amp": amp, "device_type": device_type},
+        settings={"optimizer": optimizer, "amp": amp, "device_type": device_type,
+                  "param_dtype": str(param_dtype).removeprefix("torch.") if param_dtype is not None else None},
     )
+
+
+def predict_plan(
+    model: nn.Module,
+    plan: FreezePlan,
+    input_shape: tuple[int, ...],
+    *,
+    optimizer: str = "adamw",
+    amp: str = "off",
+    device_type: str = "cpu",
+) -> MemoryEstimate:
+    """Predict the peak memory of a training step of ``model`` under any freeze plan.
+
+    The plan is applied to a meta copy (A+B, low rank and all), and the pass is profiled with
+    exactly the parameters the plan trains.
+
+    Args:
+        model: the model (any device; not changed).
+        plan: the plan.
+        input_shape: one batch's shape (``(batch, seq_len)`` for text models).
+        optimizer / amp / device_type: as :func:`advise`.
+
+    Returns:
+        The predicted memory.
+
+    Raises:
+        AdvisorError: the model cannot be profiled, or bad settings.
+        PlanError: the plan does not apply to the model.
+    """
+    meta = meta_copy(model)
+    bn_eval = any(getattr(r, "bn_eval", None) for r in plan.rules)
+    plan.apply(meta)
+    names = {n for n, p in meta.named_parameters() if p.requires_grad}
+    prof = profile_model(meta, input_shape, bn_eval=bn_eval, trainable=names, in_place=True, device_type=device_type)
+    return estimate_memory(prof, names, optimizer=optimizer, amp=amp, device_type=device_type)

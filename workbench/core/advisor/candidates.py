@@ -4,26 +4,39 @@ The model's *block sequence* is the ordered list of its top-level children that 
 parameters and have submodules of their own, in execution order (torchvision ResNets:
 ``layer1`` .. ``layer4``). When one child holds nearly all parameters (a ViT's ``encoder``,
 its ``layers``; the ``features`` of a ConvNeXt or an EfficientNet), the sequence is taken
-inside it. Leaf children (a stem convolution, a final norm) are not blocks.
+inside it. Leaf children (a stem convolution, a final norm) are not blocks. Transformer
+stacks that keep their layers in a ``ModuleList`` holding at least half the parameters
+(Hugging Face ``bert.encoder.layer``, ``transformer.h``, ``model.layers``) use those layers.
 
 From it: head only; the last k blocks for k = 1..n (n: unless that trains everything), each with everything that runs after
-them (final norm, head); full fine-tuning; and, for models with BatchNorm, each of those
-with BatchNorm kept in eval mode (running statistics, affine parameters still training).
+them (final norm, head) — or, given a block order from the gradient-signal probe
+(:mod:`~workbench.core.advisor.grad_signal`), the top k blocks of that order instead; low-rank
+A+B (fused, ``alpha = 2 r``) on every linear layer of the blocks at the ranks of
+:data:`LOW_RANKS`, with the head training fully; full fine-tuning; and, for models with
+BatchNorm, each of those with BatchNorm kept in eval mode (running statistics, affine
+parameters still training).
 Every candidate is a :class:`~workbench.core.plan.FreezePlan` valid for the model.
 """
 
 from __future__ import annotations
 
+import fnmatch
 from dataclasses import dataclass
+from typing import Sequence
 
 from torch import nn
 
-from workbench.core.advisor.profile import ModelProfile
+from workbench.core.advisor.profile import AdvisorError, ModelProfile, meta_copy
+from workbench.core.freezing.low_rank import layer_kind
 from workbench.core.models.tree import ModelTree, is_batchnorm
 from workbench.core.models.zoo import find_head
 from workbench.core.plan import FreezePlan, Rule
+from workbench.core.plan.reparam_spec import parse_spec
 
-__all__ = ["Candidate", "block_sequence", "generate_candidates", "trainable_names"]
+__all__ = ["LOW_RANKS", "Candidate", "block_sequence", "generate_candidates", "low_rank_targets", "trainable_names"]
+
+#: Ranks of the low-rank A+B candidates (those larger than a target layer allows are left out).
+LOW_RANKS = (4, 16, 64)
 
 #: A child holding at least this share of its parent's parameters is looked into.
 _DOMINANT_SHARE = 0.9
@@ -37,8 +50,10 @@ class Candidate:
     Attributes:
         name: what it trains, for people (``"last 2 blocks (layer3..layer4) + head"``).
         plan: the freeze plan.
-        kind: ``"head"``, ``"last_k"`` or ``"full"``.
-        k: blocks trained (0 for head only; all blocks for full fine-tuning).
+        kind: ``"head"``, ``"last_k"``, ``"top_k"`` (blocks by gradient signal), ``"low_rank"``
+            or ``"full"``.
+        k: blocks trained (0 for head only; all blocks for full fine-tuning; the rank for
+            low-rank A+B).
         bn_eval: BatchNorm modules run on running statistics.
     """
 
@@ -58,6 +73,25 @@ def _children_in_order(module: nn.Module, prefix: str, order: dict[str, int]) ->
     return sorted(kids, key=lambda item: order.get(item[0], len(order)))
 
 
+def _layer_list(model: nn.Module, order: dict[str, int]) -> list[str]:
+    """The layers of the largest ``ModuleList`` of same-type blocks holding most parameters.
+
+    Transformer stacks keep their layers in one (``bert.encoder.layer``, ``transformer.h``,
+    ``model.layers``); empty when the model has none that holds at least half its parameters.
+    """
+    total = _param_count(model)
+    best: tuple[int, list[str]] = (0, [])
+    for path, mod in model.named_modules():
+        if not isinstance(mod, nn.ModuleList) or len(mod) < 2:
+            continue
+        kinds = {type(m) for m in mod}
+        count = _param_count(mod)
+        if len(kinds) == 1 and count * 2 >= total and count > best[0]:
+            ran = [f"{path}.{n}" for n, _ in mod.named_children() if f"{path}.{n}" in order]
+            best = (count, sorted(ran, key=order.__getitem__))
+    return best[1] if len(best[1]) >= 2 else []
+
+
 def block_sequence(model: nn.Module, profile: ModelProfile) -> list[str]:
     """The model's top-level block sequence (see the module docstring).
 
@@ -69,6 +103,9 @@ def block_sequence(model: nn.Module, profile: ModelProfile) -> list[str]:
         Dotted module paths of the blocks, in execution order; empty if the model has none.
     """
     order = {p: i for i, p in enumerate(profile.module_order)}
+    layers = _layer_list(model, order)
+    if layers:
+        return layers
     prefix, module = "", model
     levels: list[list[str]] = []
     while True:
@@ -108,37 +145,130 @@ def _span(blocks: list[str]) -> str:
     return blocks[0] if len(blocks) == 1 else f"{blocks[0]}..{blocks[-1].rpartition('.')[2]}"
 
 
-def generate_candidates(model: nn.Module, profile: ModelProfile) -> list[Candidate]:
+def low_rank_targets(model: nn.Module, blocks: list[str]) -> list[str]:
+    """Selectors of the linear layers in ``blocks`` that low-rank A+B adapts.
+
+    Layers at the same place in every block of one list become one glob
+    (``bert.encoder.layer.*.attention.self.query``). The output projection of
+    ``nn.MultiheadAttention`` is left out: its weight is read directly, never through the
+    layer, so a fused adapter would not run.
+
+    Args:
+        model: the model.
+        blocks: its block sequence.
+
+    Returns:
+        Selectors (globs or paths); empty when the blocks hold no linear layer.
+    """
+    per_block: list[list[str]] = []
+    for b in blocks:
+        mod = model.get_submodule(b)
+        mha = {f"{n}.out_proj" for n, m in mod.named_modules() if isinstance(m, nn.MultiheadAttention)}
+        per_block.append([n for n, m in mod.named_modules()
+                          if n and n not in mha and layer_kind(m) in ("linear", "conv1d_hf")])
+    parents = {b.rpartition(".")[0] for b in blocks}
+    if not (len(parents) == 1 and per_block and all(rel == per_block[0] for rel in per_block)):
+        return [f"{b}.{rel}" for b, rels in zip(blocks, per_block) for rel in rels]
+    parent = next(iter(parents))
+    paths = [p for p, _ in model.named_modules()]
+    out = []
+    for rel in per_block[0]:
+        glob = f"{parent}.*.{rel}" if parent else f"*.{rel}"
+        meant = {f"{b}.{rel}" for b in blocks}
+        if {p for p in paths if fnmatch.fnmatchcase(p, glob)} == meant:  # '*' also crosses dots
+            out.append(glob)
+        else:
+            out += sorted(meant, key=paths.index)
+    return out
+
+
+def _max_rank(model: nn.Module, blocks: list[str]) -> int:
+    dims = [min(m.weight.shape) for b in blocks for _, m in model.get_submodule(b).named_modules()
+            if layer_kind(m) in ("linear", "conv1d_hf") and hasattr(m, "weight")]
+    return min(dims, default=0)
+
+
+def _head_modules(model: nn.Module, tree: ModelTree) -> list[str]:
+    """The head's modules, plus the owner of any tensor the head shares (a language model's
+    output layer tied to the input embedding trains through the embedding)."""
+    head = [p for p in find_head(model) if p in tree]
+    owner = {id(p): n.rpartition(".")[0] for n, p in model.named_parameters()}
+    out = list(head)
+    for h in head:
+        for p in model.get_submodule(h).parameters():
+            o = owner.get(id(p))
+            if o is not None and o not in out and not any(o == x or o.startswith(x + ".") for x in out):
+                out.append(o)
+    return out
+
+
+def _trains(train: list[str], head: list[str]) -> list[str]:
+    return train + [h for h in head if not any(h == t or h.startswith(t + ".") for t in train)]
+
+
+def generate_candidates(
+    model: nn.Module,
+    profile: ModelProfile,
+    *,
+    block_order: Sequence[str] | None = None,
+    ranks: Sequence[int] = LOW_RANKS,
+) -> list[Candidate]:
     """The candidate plans for ``model``, from the least to the most trained.
 
     Args:
         model: the model.
         profile: its profile.
+        block_order: blocks in the order to unfreeze them (most gradient signal first, see
+            :mod:`~workbench.core.advisor.grad_signal`); None: the last blocks first.
+        ranks: ranks of the low-rank A+B candidates (empty: none).
 
     Returns:
-        Head only (when a head is found), last k blocks for k = 1..n, full fine-tuning, and
-        BatchNorm-eval variants of each when the model has BatchNorm modules.
+        Head only (when a head is found), last k (or top k) blocks for k = 1..n, low-rank
+        A+B at each rank, full fine-tuning, and BatchNorm-eval variants of each when the
+        model has BatchNorm modules.
+
+    Raises:
+        AdvisorError: ``block_order`` is not an ordering of the model's blocks.
     """
     tree = ModelTree.from_model(model)
-    head = [p for p in find_head(model) if p in tree]
+    head = _head_modules(model, tree)
     blocks = block_sequence(model, profile)
     out: list[Candidate] = []
     if head:
         rules = [Rule("*", frozen=True)] + [Rule(h, frozen=False) for h in head]
         out.append(Candidate("head only", FreezePlan(rules), "head", 0))
     everything = {n for n, _ in model.named_parameters()}
+    if block_order is not None and sorted(block_order) != sorted(blocks):
+        raise AdvisorError(f"the block order names {', '.join(block_order)}; the model's blocks are {', '.join(blocks)}")
     for k in range(1, len(blocks) + 1):
-        last = blocks[-k:]
-        train = last + [p for p in _after(last[-1], profile, tree) if p not in last]
-        train += [h for h in head if not any(h == t or h.startswith(t + ".") for t in train)]
+        if block_order is None:
+            last = blocks[-k:]
+            train = _trains(last + [p for p in _after(last[-1], profile, tree) if p not in last], head)
+            label = f"last {k} block{'s' if k > 1 else ''} ({_span(last)}) + head"
+            kind = "last_k"
+        else:
+            top = sorted(block_order[:k], key=blocks.index)
+            train = _trains(top + [p for p in _after(blocks[-1], profile, tree) if p not in top], head)
+            names = ", ".join(b.rpartition(".")[2] for b in top)
+            label = f"top {k} block{'s' if k > 1 else ''} by gradient signal ({names}) + head"
+            kind = "top_k"
         rules = [Rule("*", frozen=True)] + [Rule(p, frozen=False) for p in train]
-        label = f"last {k} block{'s' if k > 1 else ''} ({_span(last)}) + head"
-        cand = Candidate(label, FreezePlan(rules), "last_k", k)
+        cand = Candidate(label, FreezePlan(rules), kind, k)
         if trainable_names(cand, model) != everything:  # else it is full fine-tuning
             out.append(cand)
+    targets = low_rank_targets(model, blocks) if blocks else []
+    limit = _max_rank(model, blocks) if targets else 0
+    for r in sorted(set(ranks)):
+        if not targets or r > limit:
+            continue
+        spec = parse_spec({"kind": "a_plus_b", "mode": "fused", "rank": r, "alpha": 2 * r})
+        rules = [Rule("*", frozen=True)] + [Rule(t, frozen=False, reparam=spec) for t in targets]
+        rules += [Rule(h, frozen=False) for h in head]
+        out.append(Candidate(f"low-rank A+B r={r} on the linear layers of {len(blocks)} blocks + head",
+                             FreezePlan(rules), "low_rank", r))
     out.append(Candidate("full fine-tuning", FreezePlan([Rule("*", frozen=False)]), "full", len(blocks)))
     if any(is_batchnorm(m) for m in model.modules()):
-        out += [_with_bn_eval(c) for c in out if c.kind != "head"]
+        out += [_with_bn_eval(c) for c in out if c.kind not in ("head", "low_rank")]
     return out
 
 
@@ -150,7 +280,12 @@ def trainable_names(candidate: Candidate, model: nn.Module) -> set[str]:
         model: the model it was generated for.
 
     Returns:
-        Dotted parameter names.
+        Dotted parameter names (for low-rank A+B: the adapters' ``U`` and ``V`` and the
+        parameters of the fully trained head, named as in the model with the plan applied).
     """
+    if candidate.kind == "low_rank":
+        meta = meta_copy(model)
+        candidate.plan.apply(meta)
+        return {n for n, p in meta.named_parameters() if p.requires_grad}
     eff = candidate.plan.resolve(model)
     return {n for n, _ in model.named_parameters() if not eff[n.rpartition(".")[0]].frozen}

@@ -12,14 +12,16 @@ round-robin, untracked, so machine load affects them alike; the step time is the
 from __future__ import annotations
 
 import statistics
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
 from workbench.core.advisor.advice import Advice, Measured
 from workbench.core.advisor.tracking import LiveTensorBytes, storage_bytes
 from workbench.core.errors import WorkbenchError
+from workbench.core.models.spec import ModelSpec
 from workbench.core.training.config import TrainConfig
+from workbench.core.training.data import synthetic_for_model
 from workbench.core.training.engine import Trainer
 from workbench.core.training.metrics import StepMetrics
 
@@ -66,8 +68,24 @@ def measure_peak(trainer: Trainer, gen: Iterator[StepMetrics], steps: int, label
     return live.peak
 
 
+def _candidate_inputs(config: TrainConfig, seq_len: int | None, param_dtype: torch.dtype | None,
+                      length: int) -> dict[str, Any]:
+    """Trainer arguments for one candidate: its own model (in ``param_dtype``) and token data."""
+    if seq_len is None and param_dtype is None:
+        return {}
+    spec = config.model if isinstance(config.model, dict) else {"name": config.model}
+    model = ModelSpec.from_dict(spec).build(allow_download=config.allow_download)
+    if param_dtype is not None:
+        model.to(param_dtype)
+    out: dict[str, Any] = {"model": model}
+    if seq_len is not None:
+        out["dataset"] = synthetic_for_model(model, length, seq_len=seq_len, seed=config.seed)
+    return out
+
+
 def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory_steps: int = 2,
-                  warmup: int = 1) -> None:
+                  warmup: int = 1, seq_len: int | None = None, param_dtype: torch.dtype | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> None:
     """Measure every front candidate of ``advice`` and store the result in its ``measured``.
 
     Args:
@@ -78,6 +96,10 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
         memory_steps: steps per candidate whose peak memory is measured (the optimizer state
             appears after the first one, so at least 2).
         warmup: untimed steps before the timed ones.
+        seq_len: tokens per sample of a text model's synthetic batches (None: image models).
+        param_dtype: store each candidate's weights in this dtype (None: as built).
+        progress: called as ``progress(done, total)`` after each candidate's memory run and
+            each round of timed steps.
 
     Raises:
         WorkbenchError: a candidate's run failed, or bad settings.
@@ -93,18 +115,25 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
     runs: list[tuple[int, Trainer, Iterator[StepMetrics]]] = []
     for i in idx:
         cfg = config.replace(plan=advice.assessed[i].candidate.plan.to_dict(), steps=total).validate()
-        trainer = Trainer(cfg)
+        trainer = Trainer(cfg, **_candidate_inputs(cfg, seq_len, param_dtype, total * cfg.batch_size))
         trainer.setup()
         runs.append((i, trainer, trainer.steps()))
+    done, work = 0, len(runs) + warmup + steps
     peaks: dict[int, int] = {}
     for i, trainer, gen in runs:
         peaks[i] = measure_peak(trainer, gen, memory_steps, advice.assessed[i].candidate.name)
+        done += 1
+        if progress is not None:
+            progress(done, work)
     times: dict[int, list[float]] = {i: [] for i in idx}
     for s in range(warmup + steps):
         for i, trainer, gen in runs:
             m = _next(advice.assessed[i].candidate.name, trainer, gen, memory_steps + s)
             if s >= warmup:
                 times[i].append(m.step_time_s)
+        done += 1
+        if progress is not None:
+            progress(done, work)
     for _, _, gen in runs:
         for _ in gen:  # let each run finish (verify, summary)
             pass

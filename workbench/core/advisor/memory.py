@@ -149,10 +149,12 @@ def estimate_memory(
     if amp not in ("off", "bf16", "fp16"):
         raise AdvisorError(f"amp mode {amp!r} is unknown; use off, bf16 or fp16")
     trainable = set(trainable)
-    scale = 1.0 if amp == "off" else _AMP_ACTIVATION_SCALE
+    # autocast halves activations and adds 16-bit weight copies only over 32-bit weights
+    full_width = any(p.nbytes >= 4 * p.numel for p in profile.params)
+    scale = 1.0 if amp == "off" or not full_width else _AMP_ACTIVATION_SCALE
     grads = sum(p.nbytes for p in profile.params if p.name in trainable)
     state = OPTIMIZER_STATE_COPIES[optimizer] * grads
-    casts = 0 if amp == "off" else grads // 2
+    casts = 0 if amp == "off" or not full_width else grads // 2
     saved, act_peak, bw_temp = _activation_peak(profile, trainable, scale)
     opt_temp = _optimizer_temp(profile, trainable, optimizer, foreach=device_type != "cpu")
     fwd_temp = int(_BACKWARD_TEMP_OUTPUTS * max((op.out_bytes for op in profile.ops), default=0) * scale)

@@ -25,7 +25,7 @@ import contextlib
 import copy
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 import torch
 from torch import nn
@@ -35,8 +35,19 @@ from torch.utils.flop_counter import flop_registry
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.models.tree import is_batchnorm
+from workbench.core.training.data import text_task_of
 
-__all__ = ["AdvisorError", "ModelProfile", "OpRecord", "ParamRecord", "SavedStorage", "meta_copy", "profile_model"]
+__all__ = [
+    "AdvisorError",
+    "ModelProfile",
+    "OpRecord",
+    "ParamRecord",
+    "SavedStorage",
+    "is_text_model",
+    "meta_batch",
+    "meta_copy",
+    "profile_model",
+]
 
 
 class AdvisorError(WorkbenchError):
@@ -165,6 +176,62 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
+def _key(t: torch.Tensor) -> int:
+    """The identity of a tensor's storage (its C++ object: Python storage wrappers come and go)."""
+    return int(t.untyped_storage()._cdata)
+
+
+def is_text_model(model: nn.Module) -> bool:
+    """Whether ``model`` takes token ids (a transformers model with a vocabulary and a task head).
+
+    Args:
+        model: any module.
+
+    Returns:
+        True for text models (their input shape is ``(batch, seq_len)``).
+
+    Raises:
+        AdvisorError: a text model without a task head (nothing to train against).
+    """
+    try:
+        return text_task_of(model) is not None
+    except WorkbenchError as e:
+        raise AdvisorError(str(e)) from None
+
+
+def meta_batch(model: nn.Module, input_shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, torch.Tensor] | torch.Tensor:
+    """A shape-only input batch for ``model`` on the ``meta`` device.
+
+    Text models get the batch the training engine feeds them (synthetic token data):
+    ``input_ids`` and ``labels`` (per sequence for classification, per token for language
+    modelling); the all-ones attention mask of synthetic data is left out, as transformers
+    drops it before attention. Other models get one tensor of ``input_shape``.
+
+    Args:
+        model: the model.
+        input_shape: ``(batch, seq_len)`` for text models, the image batch shape otherwise.
+        dtype: dtype of an image batch.
+
+    Returns:
+        A dict of meta tensors (text) or one meta tensor.
+
+    Raises:
+        AdvisorError: a text model with an input shape that is not ``(batch, seq_len)``, or
+            without a task head.
+    """
+    try:
+        task = text_task_of(model)
+    except WorkbenchError as e:
+        raise AdvisorError(str(e)) from None
+    if task is None:
+        return torch.empty(input_shape, device="meta", dtype=dtype)
+    if len(input_shape) != 2:
+        raise AdvisorError(f"a text model takes (batch, seq_len) token batches, got input shape {tuple(input_shape)}; use --seq-len")
+    ids = torch.empty(input_shape, device="meta", dtype=torch.long)
+    labels = torch.empty(input_shape[:1] if task == "classification" else input_shape, device="meta", dtype=torch.long)
+    return {"input_ids": ids, "labels": labels}
+
+
 #: Ops without a FLOP formula of their own that compute what another op computes.
 _FLOP_ALIASES = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: torch.ops.aten._scaled_dot_product_flash_attention,
@@ -184,12 +251,12 @@ class _Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         flat_in = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
-        in_storages = {id(a.untyped_storage()) for a in flat_in}
+        in_storages = {_key(a) for a in flat_in}
         params = tuple(dict.fromkeys(
-            self.param_storages[k] for k in (id(a.untyped_storage()) for a in flat_in) if k in self.param_storages
+            self.param_storages[k] for k in (_key(a) for a in flat_in) if k in self.param_storages
         ))
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        new = [t for t in outs if id(t.untyped_storage()) not in in_storages]
+        new = [t for t in outs if _key(t) not in in_storages]
         packet = func.overloadpacket
         counter = flop_registry.get(_FLOP_ALIASES.get(packet, packet))
         flops = 0
@@ -218,7 +285,9 @@ def _sdpa_as_on_device(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     tensors as the CUDA ones. Other devices, and shapes the fused op does not take, go to
     torch's own function unchanged.
     """
-    if query.device.type == "meta" and not kwargs.get("enable_gqa") and query.shape[:-2] == key.shape[:-2] == value.shape[:-2]:
+    fused = not (dropout_p and _ATTENTION_DEVICE[0] == "cpu")  # CPU's fused kernel takes no dropout
+    if (fused and query.device.type == "meta" and not kwargs.get("enable_gqa")
+            and query.shape[:-2] == key.shape[:-2] == value.shape[:-2]):
         try:
             return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
                 query, key, value, float(dropout_p), bool(is_causal), attn_mask=attn_mask, scale=scale
@@ -228,16 +297,22 @@ def _sdpa_as_on_device(query: torch.Tensor, key: torch.Tensor, value: torch.Tens
     return _SDPA(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, **kwargs)
 
 
+#: The device type the pass in progress stands for (attention with dropout: fused on CUDA, math on CPU).
+_ATTENTION_DEVICE = ["cpu"]
+
+
 @contextlib.contextmanager
-def _fused_attention_on_meta() -> Iterator[None]:
+def _fused_attention_on_meta(device_type: str = "cpu") -> Iterator[None]:
     """Route ``torch.nn.functional.scaled_dot_product_attention`` through :func:`_sdpa_as_on_device`."""
     functional = torch.nn.functional
     saved = functional.scaled_dot_product_attention
     functional.scaled_dot_product_attention = _sdpa_as_on_device  # type: ignore[assignment]  # same call signature
+    _ATTENTION_DEVICE[0] = device_type
     try:
         yield
     finally:
         functional.scaled_dot_product_attention = saved
+        _ATTENTION_DEVICE[0] = "cpu"
 
 
 def profile_model(
@@ -246,14 +321,33 @@ def profile_model(
     *,
     bn_eval: bool = False,
     dtype: torch.dtype | None = None,
+    param_dtype: torch.dtype | None = None,
+    trainable: Collection[str] | None = None,
+    in_place: bool = False,
+    device_type: str = "cpu",
 ) -> ModelProfile:
     """Run one forward pass of a meta copy of ``model`` and record what training would store.
 
+    Text models (transformers models with a vocabulary and a task head) are fed a token batch
+    of shape ``(batch, seq_len)`` with labels (:func:`meta_batch`), so the loss the model
+    computes is part of the pass.
+
     Args:
         model: the model (any device; it is not changed and nothing real is computed).
-        input_shape: shape of one input batch, e.g. ``(8, 3, 224, 224)``.
+        input_shape: shape of one input batch, e.g. ``(8, 3, 224, 224)``; ``(batch, seq_len)``
+            for text models.
         bn_eval: BatchNorm modules run on running statistics (eval mode).
-        dtype: dtype of the input batch (default: the dtype of the first floating parameter).
+        dtype: dtype of an image batch (default: the dtype of the first floating parameter).
+        param_dtype: store the floating parameters and buffers in this dtype (default: as
+            the model has them), e.g. ``torch.bfloat16`` for a model loaded in 16 bits.
+        trainable: names of the parameters that require a gradient during the pass (default:
+            all). Autograd then saves exactly what training those needs; with all of them it
+            saves what any plan could need from the first trainable op on.
+        in_place: profile ``model`` itself instead of a copy; it must already live on the
+            ``meta`` device (a copy with a plan applied, whose hooks hold its own modules)
+            and it is changed (train mode, ``requires_grad``).
+        device_type: the device the prediction is for: attention with dropout runs fused on
+            accelerators but as the math path (keeping the attention matrix) on ``cpu``.
 
     Returns:
         The profile.
@@ -261,25 +355,33 @@ def profile_model(
     Raises:
         AdvisorError: the model cannot run on the ``meta`` device or with that input shape.
     """
-    meta = meta_copy(model)
+    if in_place:
+        if any(t.device.type != "meta" for t in itertools.chain(model.parameters(), model.buffers())):
+            raise AdvisorError("profile_model(in_place=True) needs a model on the meta device")
+        meta = model
+    else:
+        meta = meta_copy(model)
+    if param_dtype is not None:
+        meta.to(param_dtype)
     meta.train()
     names: dict[int, str] = {}
     for name, p in meta.named_parameters():
-        p.requires_grad_(True)
-        names.setdefault(id(p.untyped_storage()), name)
-    buffers = {id(b.untyped_storage()): b for b in meta.buffers()}
+        p.requires_grad_(trainable is None or name in trainable)
+        names.setdefault(_key(p), name)
+    buffers = {_key(b): b for b in meta.buffers()}
     if dtype is None:
         dtype = next((p.dtype for p in meta.parameters() if p.is_floating_point()), torch.float32)
-    x = torch.empty(input_shape, device="meta", dtype=dtype)
+    x = meta_batch(meta, tuple(input_shape), dtype)
+    batch = list(x.values()) if isinstance(x, dict) else [x]
     recorder = _Recorder(names)
     first_seen: dict[str, int] = {}
     saved: dict[int, tuple[int, list[int]]] = {}
     keep: list[Any] = []  # storages stay referenced so their ids are not reused during the pass
-    skip = set(names) | set(buffers) | {id(x.untyped_storage())}
+    skip = set(names) | set(buffers) | {_key(t) for t in batch}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         st = t.untyped_storage()
-        k = id(st)
+        k = _key(t)
         if k not in skip:
             if k not in saved:
                 keep.append(st)
@@ -302,13 +404,18 @@ def profile_model(
         hooks.append(mod.register_forward_pre_hook(pre))
         hooks.append(mod.register_forward_hook(post))
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention_on_meta(), recorder:
-            meta(x)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention_on_meta(device_type), recorder:
+            if isinstance(x, dict):
+                meta(**x)
+            else:
+                meta(x)
+    except AdvisorError:
+        raise
     except Exception as e:
         raise AdvisorError(
             f"the model could not run a shape-only forward pass with input {tuple(input_shape)}: "
             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; check --image-size/--batch-size "
-            "(the model must accept them)"
+            "or --seq-len (the model must accept them)"
         ) from None
     finally:
         for h in hooks:
@@ -325,7 +432,7 @@ def profile_model(
                                   u[0] if u else None, u[-1] if u else None))
     return ModelProfile(
         input_shape=tuple(input_shape),
-        input_bytes=_nbytes(x),
+        input_bytes=sum(_nbytes(t) for t in batch),
         ops=recorder.ops,
         saved=[SavedStorage(n, tuple(s)) for n, s in saved.values()],
         params=params,

@@ -1,0 +1,88 @@
+"""Low-rank A+B adapters on a ``meta`` copy, for profiling a low-rank candidate quickly.
+
+Applying a low-rank plan through the plan machinery draws initial ``U``/``V`` values and
+checks every layer for tied weights: right for training, but on a 7B model with hundreds of
+adapted layers it takes longer than the whole prediction. Profiling only needs the shapes and
+the operations, so :func:`adapted_meta_copy` installs the same fused adapter the plan installs
+(:class:`~workbench.core.freezing.low_rank.LowRankDelta` in the layer's ``wb_lowrank`` child,
+its output ``s U (V x)`` added by a forward hook, as
+:func:`~workbench.core.freezing.low_rank.install` does in ``fused`` mode) with meta tensors, so
+the parameter names and the recorded operations are those of the applied plan
+(``tests/core/advisor/test_low_rank.py`` checks both against a real application).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from workbench.core.advisor.candidates import Candidate
+from workbench.core.advisor.profile import AdvisorError, meta_copy
+from workbench.core.freezing.low_rank import CHILD, LowRankDelta, _fused_output, _geometry, layer_kind
+
+__all__ = ["adapted_meta_copy"]
+
+
+def _hook(kind: str, delta: LowRankDelta) -> Any:
+    def hook(module: nn.Module, args: tuple[Any, ...], output: Tensor) -> Tensor:
+        return torch.add(output, _fused_output(module, kind, delta, args[0], 0.0), alpha=delta.scale)
+
+    return hook
+
+
+def _selected(paths: list[str], select: str) -> list[str]:
+    return [p for p in paths if p == select or fnmatch.fnmatchcase(p, select)]
+
+
+def adapted_meta_copy(model: nn.Module, candidate: Candidate) -> tuple[nn.Module, set[str]]:
+    """A meta copy of ``model`` with ``candidate``'s low-rank adapters and its trainable names.
+
+    Args:
+        model: the model (any device; not changed).
+        candidate: a ``low_rank`` candidate (its rules: freeze all, adapters on the targets,
+            then the head trains).
+
+    Returns:
+        ``(meta copy, names of the parameters that train)``: the adapters' ``U`` and ``V``
+        and the head's parameters, named as in the model with the plan applied.
+
+    Raises:
+        AdvisorError: not a low-rank candidate, or a target that is not a supported layer.
+    """
+    if candidate.kind != "low_rank":
+        raise AdvisorError(f"candidate {candidate.name!r} has no low-rank adapters")
+    meta = meta_copy(model)
+    paths = [p for p, _ in meta.named_modules()]
+    adapted: list[str] = []
+    head: list[str] = []
+    for rule in candidate.plan.rules[1:]:
+        if rule.reparam is not None and rule.reparam.low_rank is not None:
+            lr = rule.reparam.low_rank
+            for path in _selected(paths, rule.select):
+                if path in adapted:
+                    continue
+                module = meta.get_submodule(path)
+                kind = layer_kind(module)
+                if kind not in ("linear", "conv1d_hf"):
+                    raise AdvisorError(f"low-rank target {path} is a {type(module).__name__}, not a linear layer")
+                w = module.weight
+                assert isinstance(w, Tensor)
+                g = _geometry(module, kind, w, f"{path}.weight")
+                u = torch.empty(g.out, lr.rank, device="meta", dtype=w.dtype)
+                v = torch.empty(lr.rank, g.inp, device="meta", dtype=w.dtype)
+                child = nn.ModuleDict({"weight": LowRankDelta(u, v, lr.scale, g)})
+                module.add_module(CHILD, child)
+                module.register_forward_hook(_hook(kind, child["weight"]))  # type: ignore[arg-type]
+                adapted.append(path)
+        elif rule.frozen is False:
+            head += _selected(paths, rule.select)
+    names = set()
+    for n, _ in meta.named_parameters():
+        owner = n.rpartition(".")[0]
+        if any(owner == f"{a}.{CHILD}.weight" for a in adapted) or any(
+                owner == h or owner.startswith(h + ".") for h in head):
+            names.add(n)
+    return meta, names

@@ -1,0 +1,89 @@
+"""The Pareto chart of the Suggest dialog: predicted peak memory against trainable parameters.
+
+Every candidate is a grey point; the front is drawn in colour and joined by a line, the chosen
+plan is a larger star, and the budget is a vertical dashed line.
+"""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QColor, QPen
+from PySide6.QtWidgets import QWidget
+
+from workbench.core.advisor.advice import Advice
+from workbench.core.formatting import fmt_count
+
+__all__ = ["FrontChart"]
+
+_FRONT = QColor(31, 119, 180)
+_CHOSEN = QColor(214, 39, 40)
+_OTHER = QColor(150, 150, 150)
+
+
+def _unit(nbytes: int) -> tuple[str, float]:
+    return ("GB", 1e9) if nbytes >= 2 * 10**9 else ("MB", 1e6)
+
+
+class _DecadeAxis(pg.AxisItem):
+    """A log-scale count axis labelled at the decades only (``100k``, ``1M``, ``10M``)."""
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802 - Qt name
+        if not self.logMode:
+            return super().tickStrings(values, scale, spacing)
+        return [fmt_count(int(round(10**v))) if abs(v - round(v)) < 1e-6 else "" for v in values]
+
+
+class FrontChart(pg.PlotWidget):
+    """Memory (x) against trainable parameters (y, log scale) of an advice's candidates.
+
+    Attributes:
+        points: the point items (all candidates, front, chosen), for tests.
+        budget_line: the vertical budget line.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent, axisItems={"left": _DecadeAxis("left")})
+        self.setBackground(None)
+        self.setLogMode(x=False, y=True)
+        self.showGrid(x=True, y=True, alpha=0.2)
+        self.setLabel("left", "trainable parameters")
+        self.setMinimumHeight(220)
+        # PlotDataItems (not bare scatter items) follow the plot's log scale
+        self._all = pg.PlotDataItem(pen=None, symbol="o", symbolSize=7, symbolBrush=_OTHER, symbolPen=None)
+        self._front_line = pg.PlotDataItem(pen=pg.mkPen(_FRONT, width=1.5))
+        self._front = pg.PlotDataItem(pen=None, symbol="o", symbolSize=10, symbolBrush=_FRONT, symbolPen="w")
+        self._chosen = pg.PlotDataItem(pen=None, symbol="star", symbolSize=20, symbolBrush=_CHOSEN, symbolPen="w")
+        self.budget_line = pg.InfiniteLine(angle=90, movable=False,
+                                           pen=QPen(_CHOSEN, 0, Qt.PenStyle.DashLine),
+                                           label="budget", labelOpts={"position": 0.06, "color": _CHOSEN})
+        for item in (self._all, self._front_line, self._front, self._chosen, self.budget_line):
+            self.addItem(item)
+        self.points = (self._all, self._front, self._chosen)
+
+    def show_advice(self, advice: Advice | None, selected: int | None = None) -> None:
+        """Draw an advice (None clears the chart).
+
+        Args:
+            advice: the advice.
+            selected: index into ``advice.assessed`` to mark (default: the chosen plan).
+        """
+        if advice is None:
+            for item in (self._all, self._front, self._chosen, self._front_line):
+                item.setData([], [])
+            return
+        name, scale = _unit(max(advice.budget_bytes, max(a.memory.peak for a in advice.assessed)))
+        self.setLabel("bottom", f"predicted peak memory ({name})")
+
+        def xy(indices: list[int]) -> tuple[list[float], list[float]]:
+            items = [advice.assessed[i] for i in indices]
+            return [a.memory.peak / scale for a in items], [max(a.trainable_params, 1) for a in items]
+
+        self._all.setData(*xy(list(range(len(advice.assessed)))))
+        fx, fy = xy(advice.front)
+        self._front.setData(fx, fy)
+        self._front_line.setData(fx, fy)
+        mark = selected if selected is not None else advice.chosen
+        self._chosen.setData(*xy([mark] if mark is not None else []))
+        self.budget_line.setValue(advice.budget_bytes / scale)
+        self.enableAutoRange()

@@ -1,0 +1,418 @@
+"""The Suggest… dialog: the plans that fit the device's memory, on a chart and in a table.
+
+The budget is pre-filled from the training panel's device (CUDA: its total memory; CPU: the
+available RAM), the batch and input size from the training controls. The advice
+(:func:`workbench.core.advisor.advise`) is computed on a worker thread; the chart shows every
+candidate, the Pareto front and the budget line, the table lists the front with the chosen
+plan selected. *Apply* puts the selected plan in force as one undoable edit, *Save…* writes it
+as a plan file, *Measure* trains each front candidate for a few steps on a worker thread and
+adds the measured peak and step time.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtGui import QPalette
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench.core.advisor.advice import Advice, Assessment, advise
+from workbench.core.advisor.profile import is_text_model
+from workbench.core.advisor.sizes import parse_size
+from workbench.core.errors import WorkbenchError
+from workbench.core.formatting import fmt_bytes, fmt_count
+from workbench.core.models.sources import default_input_size
+from workbench.core.plan import FreezePlan
+from workbench.gui import dialogs
+from workbench.gui.advisor.budget import device_budget, format_budget
+from workbench.gui.advisor.chart import FrontChart
+from workbench.gui.background import BackgroundTask
+from workbench.gui.controller import Controller
+
+__all__ = ["COLUMNS", "MEASURE_STEPS", "SuggestDialog"]
+
+#: Table columns; the last two fill in after *Measure*.
+COLUMNS = ("candidate", "predicted peak", "step × full", "trainable", "fits", "measured peak", "measured × full")
+#: Timed steps per candidate of *Measure*.
+MEASURE_STEPS = 3
+#: Default tokens per sample for text models (the training panel has no sequence length).
+DEFAULT_SEQ_LEN = 128
+
+
+class _Progress(QObject):
+    """Carries a worker's progress to the GUI thread (a queued signal)."""
+
+    changed = Signal(int, int)
+
+
+class SuggestDialog(QDialog):
+    """Suggest plans that fit a memory budget.
+
+    Args:
+        controller: the window's controller (model, plan, undo history).
+        device: the training panel's device value (``auto``, ``cpu``, ``cuda:N``).
+        batch_size: the training panel's batch size.
+        image_size: the training panel's image side (0: the model's own).
+        amp: the training panel's mixed-precision mode.
+        parent: the window.
+
+    Attributes:
+        advice: the last advice (None before the first one or after a failure).
+        budget / batch / input_size: the input fields.
+        chart / table: the Pareto chart and the front table.
+    """
+
+    def __init__(self, controller: Controller, *, device: str = "auto", batch_size: int = 32,
+                 image_size: int = 0, amp: str = "off", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Suggest a plan")
+        self.setObjectName("SuggestDialog")
+        self._c = controller
+        self._device = device
+        self._amp = amp
+        self._task: BackgroundTask | None = None
+        self._progress = _Progress(self)
+        self.advice: Advice | None = None
+        model = controller.model
+        self._text = model is not None and _is_text(model)
+
+        self.budget = QLineEdit(format_budget(device_budget(device)), self)
+        self.budget.setToolTip(f"Memory of the device ({device}): CUDA total memory, or the RAM available to the CPU. "
+                               "Sizes like 24GB, 512MiB, 1.5G")
+        self.batch = QSpinBox(self)
+        self.batch.setRange(1, 65536)
+        self.batch.setValue(batch_size)
+        self.input_size = QSpinBox(self)
+        if self._text:
+            self.input_size.setRange(2, 1 << 20)
+            self.input_size.setValue(DEFAULT_SEQ_LEN)
+            self.input_size.setSuffix(" tokens")
+        else:
+            self.input_size.setRange(8, 4096)
+            self.input_size.setSuffix(" px")
+            self.input_size.setValue(image_size or self._model_size())
+        self.suggest_button = QPushButton("Suggest", self)
+        self.suggest_button.clicked.connect(self.suggest)
+        form = QHBoxLayout()
+        for label, widget in (("Budget", self.budget), ("Batch", self.batch),
+                              ("Sequence" if self._text else "Image", self.input_size)):
+            form.addWidget(QLabel(label, self))
+            form.addWidget(widget)
+        form.addWidget(self.suggest_button)
+        form.addStretch(1)
+
+        self.chart = FrontChart(self)
+        self.table = QTableWidget(0, len(COLUMNS), self)
+        self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for col in range(1, len(COLUMNS)):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.itemSelectionChanged.connect(self._selection_changed)
+
+        self.status = QLabel(self)
+        self.status.setWordWrap(True)
+        self.progress = QProgressBar(self)
+        self.progress.setVisible(False)
+        self.measure_button = QPushButton("Measure", self)
+        self.measure_button.setToolTip(f"Train each front candidate {MEASURE_STEPS} steps and show the measured peak and step time")
+        self.measure_button.clicked.connect(self.measure)
+        self.save_button = QPushButton("Save…", self)
+        self.save_button.clicked.connect(self._save_clicked)
+        self.apply_button = QPushButton("Apply", self)
+        self.apply_button.setToolTip("Put the selected plan in force (Edit → Undo reverts it)")
+        self.apply_button.clicked.connect(self.apply_selected)
+        close = QPushButton("Close", self)
+        close.clicked.connect(self.reject)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.progress, 1)
+        for b in (self.measure_button, self.save_button, self.apply_button, close):
+            buttons.addWidget(b)
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.chart, 3)
+        layout.addWidget(self.table, 2)
+        layout.addWidget(self.status)
+        layout.addLayout(buttons)
+        self.resize(860, 680)
+        self._progress.changed.connect(self._on_progress)
+        self._update_buttons()
+
+    # ------------------------------------------------------------------ inputs
+    def _model_size(self) -> int:
+        model, spec = self._c.model, self._c.spec
+        if model is None:
+            return 224
+        return default_input_size(str(spec.get("source") or "torchvision"), spec.get("name"), model)
+
+    def input_shape(self) -> tuple[int, ...]:
+        """The batch shape the advice is for: ``(batch, seq_len)`` or ``(batch, 3, size, size)``."""
+        if self._text:
+            return (self.batch.value(), self.input_size.value())
+        return (self.batch.value(), 3, self.input_size.value(), self.input_size.value())
+
+    @property
+    def busy(self) -> bool:
+        """A computation or measurement is running."""
+        return self._task is not None
+
+    # ------------------------------------------------------------------ advice
+    def suggest(self) -> bool:
+        """Compute the advice for the fields on a worker thread.
+
+        Returns:
+            True when the computation started (False: bad input, no model, or busy).
+        """
+        model = self._c.model
+        if self.busy:
+            return False
+        if model is None:
+            self.status.setText("Load a model first.")
+            return False
+        try:
+            budget = parse_size(self.budget.text())
+        except WorkbenchError as e:
+            self.status.setText(str(e))
+            return False
+        shape, optimizer, amp = self.input_shape(), self._c.optimizer, self._amp
+        device_type = self._device_type()
+        lock = self._c.model_lock
+
+        def work() -> Advice:
+            with lock:  # a training run or a check may be reading the model
+                return advise(model, budget, shape, optimizer=optimizer, amp=amp, device_type=device_type)
+
+        self.status.setText("Profiling the model on the meta device …")
+        self._start(work, self._advice_done)
+        return True
+
+    def _device_type(self) -> str:
+        import torch
+
+        if self._device == "auto":
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return self._device.split(":")[0]
+
+    def _start(self, fn: Callable[[], Any], done: Callable[[Any, str, str], None]) -> None:
+        task = BackgroundTask(fn, self)
+        task.done.connect(done)
+        self._task = task
+        self._update_buttons()
+        task.start()
+
+    def _finish(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.deleteLater()
+        self.progress.setVisible(False)
+        self._update_buttons()
+
+    def _advice_done(self, advice: Advice | None, error: str, details: str) -> None:
+        self._finish()
+        if advice is None:
+            self.advice = None
+            self._fill()
+            self.status.setText(error or "The advice failed.")
+            return
+        self.advice = advice
+        self._fill()
+        if advice.chosen is None:
+            self.status.setText(f"No candidate fits in {fmt_bytes(advice.budget_bytes)}; the smallest needs about "
+                                f"{fmt_bytes(advice.smallest_peak)}: raise the budget or lower the batch.")
+        else:
+            a = advice.assessed[advice.chosen]
+            self.status.setText(f"Chosen: {a.candidate.name}, the most trainable parameters within "
+                                f"{fmt_bytes(advice.budget_bytes)} ({len(advice.front)} of {len(advice.assessed)} "
+                                "candidates on the front).")
+
+    # ------------------------------------------------------------------ table
+    def _fill(self) -> None:
+        advice = self.advice
+        rows = advice.front if advice is not None else []
+        self.table.blockSignals(True)
+        self.table.setRowCount(len(rows))
+        for row, i in enumerate(rows):
+            assert advice is not None
+            for col, text in enumerate(_cells(advice.assessed[i])):
+                item = QTableWidgetItem(text)
+                if col:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                if not advice.assessed[i].fits:
+                    item.setForeground(self.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text))
+                if i == advice.chosen:
+                    font = item.font()
+                    font.setBold(True)
+                    item.setFont(font)
+                self.table.setItem(row, col, item)
+        self.table.blockSignals(False)
+        if advice is not None and advice.chosen is not None:
+            self.table.selectRow(rows.index(advice.chosen))
+        else:
+            self.table.clearSelection()
+        self.chart.show_advice(advice, self.selected_index())
+        self._update_buttons()
+
+    def selected_index(self) -> int | None:
+        """Index into ``advice.assessed`` of the selected row (None: nothing selected)."""
+        if self.advice is None:
+            return None
+        rows = self.table.selectionModel().selectedRows()
+        if not rows:
+            return None
+        return self.advice.front[rows[0].row()]
+
+    def selected(self) -> Assessment | None:
+        """The selected candidate."""
+        i = self.selected_index()
+        return self.advice.assessed[i] if self.advice is not None and i is not None else None
+
+    def _selection_changed(self) -> None:
+        self.chart.show_advice(self.advice, self.selected_index())
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        have = self.selected() is not None and not self.busy
+        self.apply_button.setEnabled(have and self._c.tree is not None)
+        self.save_button.setEnabled(have)
+        self.measure_button.setEnabled(self.advice is not None and not self.busy)
+        self.suggest_button.setEnabled(not self.busy)
+
+    # ------------------------------------------------------------------ actions
+    def apply_selected(self) -> bool:
+        """Put the selected candidate's rules in force as one undoable edit.
+
+        Returns:
+            True when the plan changed.
+        """
+        a = self.selected()
+        if a is None:
+            return False
+        rules = a.candidate.plan.copy().rules
+
+        def replace(plan: FreezePlan, _tree: Any) -> None:
+            plan.rules = rules
+            plan.stages = []
+
+        changed = self._c.edit(f"Apply suggested plan: {a.candidate.name}", replace)
+        self.status.setText(f"Applied: {a.candidate.name} (Edit → Undo reverts it)." if changed
+                            else "The plan in force is already this one.")
+        return changed
+
+    def save_selected(self, path: str) -> None:
+        """Write the selected candidate as a plan file (with the loaded model's block).
+
+        Args:
+            path: the file.
+
+        Raises:
+            WorkbenchError: nothing is selected, or the file cannot be written.
+        """
+        a = self.selected()
+        if a is None:
+            raise WorkbenchError("select a candidate to save")
+        plan = a.candidate.plan.copy()
+        plan.model = dict(self._c.spec)
+        plan.description = f"suggested: {a.candidate.name}"
+        plan.save(path)
+
+    def _save_clicked(self) -> None:
+        a = self.selected()
+        if a is None:
+            return
+        path = dialogs.save_file(self, "Save suggested plan", "suggested-plan.json", "Freeze plans (*.json)")
+        if not path:
+            return
+        try:
+            self.save_selected(path)
+        except (WorkbenchError, OSError) as e:
+            dialogs.error(self, "Cannot save the plan", str(e))
+            return
+        self.status.setText(f"Saved {a.candidate.name} to {path}.")
+
+    def measure(self) -> bool:
+        """Train each front candidate a few steps on a worker thread; the table gains measured columns.
+
+        Returns:
+            True when the measurement started.
+        """
+        advice, model = self.advice, self._c.model
+        if advice is None or model is None or self.busy:
+            return False
+        from workbench.core.advisor.measure import measure_front
+        from workbench.core.models.zoo import current_num_classes
+        from workbench.core.training.config import TrainConfig
+
+        shape = advice.input_shape
+        text = len(shape) == 2
+        config = TrainConfig(model=dict(self._c.spec), num_classes=current_num_classes(model), data="synthetic",
+                             image_size=None if text else shape[-1], batch_size=shape[0],
+                             optimizer=str(advice.settings.get("optimizer", "adamw")),
+                             amp=str(advice.settings.get("amp", "off")), device=self._device, allow_download=False)
+        progress = self._progress.changed.emit
+
+        def work() -> Advice:
+            measure_front(advice, config, MEASURE_STEPS, seq_len=shape[1] if text else None, progress=progress)
+            return advice
+
+        self.progress.setRange(0, 0)
+        self.progress.setVisible(True)
+        self.status.setText(f"Measuring {len(advice.front)} candidates …")
+        self._start(work, self._measure_done)
+        return True
+
+    def _on_progress(self, done: int, total: int) -> None:
+        self.progress.setRange(0, total)
+        self.progress.setValue(done)
+
+    def _measure_done(self, advice: Advice | None, error: str, details: str) -> None:
+        self._finish()
+        if advice is None:
+            self.status.setText(f"Measuring failed: {error}")
+            return
+        self.advice = advice
+        self._fill()
+        self.status.setText("Measured: peak memory and step time of a few real steps per candidate.")
+
+    # ------------------------------------------------------------------ closing
+    def done(self, result: int) -> None:
+        """Close, after any worker thread has ended (its result is dropped)."""
+        task = self._task
+        if task is not None:
+            task.done.disconnect()
+            task.wait()
+            self._finish()
+        super().done(result)
+
+
+def _is_text(model: Any) -> bool:
+    try:
+        return is_text_model(model)
+    except WorkbenchError:
+        return False
+
+
+def _cells(a: Assessment) -> list[str]:
+    m = a.measured
+    return [a.candidate.name, fmt_bytes(a.memory.peak), f"{a.step_ratio:.2f}", fmt_count(a.trainable_params),
+            "yes" if a.fits else "no", fmt_bytes(m.peak_bytes) if m is not None else "",
+            f"{m.step_ratio:.2f}" if m is not None else ""]
