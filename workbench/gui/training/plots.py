@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QMenu,
     QPushButton,
+    QSizePolicy,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -51,7 +52,7 @@ from PySide6.QtWidgets import (
 
 from workbench.core.formatting import fmt_count
 from workbench.gui.qt_compat import protect_none_refcount
-from workbench.gui.training.run_store import RunRecord
+from workbench.gui.training.run_store import RunRecord, validation_text
 from workbench.gui.training.series import SeriesBuffer, lr_group_name
 
 __all__ = ["GRID_ORDER", "PLOT_KEYS", "PlotsPanel", "is_dark", "marker_text", "plot_theme", "robust_bounds", "run_color"]
@@ -461,6 +462,8 @@ class PlotsPanel(QWidget):
         self.view_button.setMenu(view_menu)
         self.title = QLabel("No run yet: press Start.", self)
         self.title.setTextFormat(Qt.TextFormat.RichText)
+        # the end-of-run numbers may be longer than the room left by the buttons: cut, not widened
+        self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         bar = QHBoxLayout()
         bar.setContentsMargins(0, 0, 0, 0)
         bar.setSpacing(6)
@@ -688,7 +691,10 @@ class PlotsPanel(QWidget):
             self.title.setText("No run yet: press Start.")
             return
         state = self._state if self._live else r.status
-        self.title.setText(f"<b>{r.name}</b> · {state}")
+        val = "" if self._live else validation_text(r.validation(), best=False)
+        self.title.setText(f"<b>{r.name}</b> · {state}" + (f" · {val}" if val else ""))
+        full = validation_text(r.validation()) if not self._live else ""
+        self.title.setToolTip(f"{r.name}: {r.message or state}" + (f"\n{full}" if full else ""))
 
     def set_state(self, state: str) -> None:
         """The live run's state (``running``, ``paused``, ``stopping`` ...) for the title.
