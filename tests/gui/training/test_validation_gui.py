@@ -105,10 +105,10 @@ def test_a_run_with_validation_and_lr_groups_reaches_the_plots_runs_tab_and_summ
     assert lr_legend == ["base ×1", "×0.1 layer4"]
     assert [label.text for _item, label in plots._legend_loss.items] == ["training (EMA)", "validation"]
     text = plots.readout_text()
-    assert "validation loss" in text and "acc" in text and "(×0.1)" in text
+    assert "val loss" in text and "acc" in text and "2 groups ×0.1–1" in text
     v = val_run.validation()
     assert v is not None and v.step == 5 and v.best_loss <= v.loss
-    assert "val loss" in plots.title.text() and "val loss" in shown[-1]
+    assert "val loss" in plots.title_val.full_text() and "val loss" in shown[-1]
 
     # a run without validation: dashes in the Runs tab, compared with the first
     t.panel.set_values(steps=3)

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QKeySequence, QPalette, QResizeEvent
+from PySide6.QtGui import QAction, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 from workbench.core.training.config import ConfigError, TrainConfig
 from workbench.gui import dialogs
 from workbench.gui.controller import OPTIMIZERS, Controller
+from workbench.gui.elided_label import ElidedLabel
 from workbench.gui.training.options_dialog import (
     HELD_OUT,
     TrainingOptions,
@@ -78,29 +79,6 @@ SCHEDULES: tuple[tuple[str, str], ...] = (
     ("linear", "linear"),
     ("one-cycle", "onecycle"),
 )
-
-
-class _ElidedLabel(QLabel):
-    """A one-line label that ends with … where it is cut, and asks for no width of its own."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self._full = ""
-        self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
-
-    def set_full_text(self, text: str) -> None:
-        self._full = text
-        self._elide()
-
-    def full_text(self) -> str:
-        return self._full
-
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt API
-        super().resizeEvent(event)
-        self._elide()
-
-    def _elide(self) -> None:
-        self.setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, max(0, self.width())))
 
 
 def available_devices() -> list[tuple[str, str]]:
@@ -234,7 +212,7 @@ class TrainingPanel(QWidget):
         self.options_button = QToolButton(self)
         self.options_button.setText("Options…")
         self.options_button.clicked.connect(lambda _c=False: self.edit_options())
-        self.options_label = _ElidedLabel(self)
+        self.options_label = ElidedLabel(self)
         muted = self.options_label.palette()
         muted.setColor(QPalette.ColorRole.WindowText, muted.color(QPalette.ColorRole.PlaceholderText))
         self.options_label.setPalette(muted)

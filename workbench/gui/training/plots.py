@@ -44,13 +44,13 @@ from PySide6.QtWidgets import (
     QLabel,
     QMenu,
     QPushButton,
-    QSizePolicy,
     QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
 from workbench.core.formatting import fmt_count
+from workbench.gui.elided_label import ElidedLabel
 from workbench.gui.qt_compat import protect_none_refcount
 from workbench.gui.training.run_store import RunRecord, validation_text
 from workbench.gui.training.series import SeriesBuffer, lr_group_name
@@ -462,12 +462,12 @@ class PlotsPanel(QWidget):
         self.view_button.setMenu(view_menu)
         self.title = QLabel("No run yet: press Start.", self)
         self.title.setTextFormat(Qt.TextFormat.RichText)
-        # the end-of-run numbers may be longer than the room left by the buttons: cut, not widened
-        self.title.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.title_val = ElidedLabel(self)
         bar = QHBoxLayout()
         bar.setContentsMargins(0, 0, 0, 0)
         bar.setSpacing(6)
-        bar.addWidget(self.title, 1)
+        bar.addWidget(self.title)
+        bar.addWidget(self.title_val, 1)
         bar.addWidget(QLabel("X", self))
         bar.addWidget(self.x_box)
         bar.addWidget(QLabel("EMA", self))
@@ -689,12 +689,15 @@ class PlotsPanel(QWidget):
         r = self.record
         if r is None:
             self.title.setText("No run yet: press Start.")
+            self.title_val.set_full_text("")
             return
         state = self._state if self._live else r.status
+        self.title.setText(f"<b>{r.name}</b> · {state}")
+        # after the run, its validation numbers where there is room (all of them in the tooltip)
         val = "" if self._live else validation_text(r.validation(), best=False)
-        self.title.setText(f"<b>{r.name}</b> · {state}" + (f" · {val}" if val else ""))
+        self.title_val.set_full_text(f"· {val}" if val else "")
         full = validation_text(r.validation()) if not self._live else ""
-        self.title.setToolTip(f"{r.name}: {r.message or state}" + (f"\n{full}" if full else ""))
+        self.title_val.setToolTip(full)
 
     def set_state(self, state: str) -> None:
         """The live run's state (``running``, ``paused``, ``stopping`` ...) for the title.
@@ -1343,12 +1346,11 @@ class PlotsPanel(QWidget):
         if val is not None:
             acc = buf.latest("val_acc", self._x, x)
             where = f"step {val[0]:.0f}" if self._x == "step" else f"{val[0]:.1f} s"
-            lines.append(f"validation loss {val[1]:.4f}" + (f" · acc {acc[1]:.1f} %" if acc is not None else "") + f" ({where})")
+            lines.append(f"val loss {val[1]:.4f}" + (f" · acc {acc[1]:.1f} %" if acc is not None else "") + f" ({where})")
         lrs = buf.lr_near(self._x, x)
-        if lrs:
-            shown = sorted(lrs.items(), key=lambda kv: -kv[0])
-            text = " · ".join(f"{lr:.3g}" + ("" if len(lrs) == 1 else f" (×{sc:.3g})") for sc, lr in shown[:3])
-            lines.append(f"lr {text}" + (f" · +{len(shown) - 3} groups" if len(shown) > 3 else ""))
+        if lrs:  # each group's lr is the run's lr times its scale: the plot has the curves
+            top, lo, hi = lrs[max(lrs)], min(lrs), max(lrs)
+            lines.append(f"lr {top:.3g}" + (f" · {len(lrs)} groups ×{lo:.3g}–{hi:.3g}" if len(lrs) > 1 else ""))
         near = self._marker_near(row["step"] if self._x == "step" else row["wall"])
         if near is not None:
             lines.append(f"⟂ {near.full}")
