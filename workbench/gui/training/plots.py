@@ -57,7 +57,7 @@ from workbench.gui.training.series import SeriesBuffer, lr_group_name
 
 __all__ = ["GRID_ORDER", "PLOT_KEYS", "PlotsPanel", "is_dark", "marker_text", "plot_theme", "robust_bounds", "run_color"]
 
-#: The plots, in grid order: ``(key, title)``.
+#: The plots: ``(key, title)`` (:data:`GRID_ORDER` places them).
 PLOT_KEYS: tuple[tuple[str, str], ...] = (
     ("step_time", "Step time (ms)"),
     ("memory", "Memory (MB)"),
