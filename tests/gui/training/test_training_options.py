@@ -125,6 +125,12 @@ def test_settings_persist_between_sessions(qtbot: Any, runs_dir: Path, tmp_path:
     again = _panel(qtbot, runs_dir, QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     assert again.options == panel.options and _fields(again) == _fields(panel)
     assert again.schedule_box.currentData() == "onecycle"
+    broken = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    broken.setValue("training/val_kind", "no-such-kind")
+    broken.setValue("training/val_percent", "lots")
+    broken.sync()
+    third = _panel(qtbot, runs_dir, QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    assert third.options.val_kind == HELD_OUT and third.options.val_percent == 10  # defaults, nothing raised
 
 
 def test_controls_are_locked_while_a_run_trains(qtbot: Any, runs_dir: Path) -> None:

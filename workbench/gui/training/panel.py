@@ -72,6 +72,9 @@ DATASETS: tuple[tuple[str, str], ...] = (
     ("STL-10", "stl10"),
 )
 
+#: Where validation data can come from: a held-out split, or a dataset kind with a folder.
+_VAL_KINDS = frozenset({HELD_OUT} | {kind for _label, kind in DATASETS if kind != "synthetic"})
+
 #: Learning-rate schedules: ``(label, TrainConfig.scheduler)``.
 SCHEDULES: tuple[tuple[str, str], ...] = (
     ("constant", "constant"),
@@ -354,7 +357,7 @@ class TrainingPanel(QWidget):
                 warmup_steps=max(0, get("warmup_steps", d.warmup_steps, int)),
                 no_decay=get("no_decay", d.no_decay, bool),
                 validate=get("validate", d.validate, bool),
-                val_kind=get("val_kind", d.val_kind, str),
+                val_kind=kind if (kind := get("val_kind", d.val_kind, str)) in _VAL_KINDS else d.val_kind,
                 val_path=get("val_path", d.val_path, str),
                 val_percent=min(50, max(1, get("val_percent", d.val_percent, int))),
                 val_every=max(0, get("val_every", d.val_every, int)),
