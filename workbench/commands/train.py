@@ -242,7 +242,11 @@ def _validation_text(s: dict[str, Any]) -> str:
     parts = [f"loss {loss:.4f}" if isinstance(loss, float) and loss == loss else "loss n/a"]
     if acc is not None:
         parts.append(f"acc {100.0 * acc:.1f}%")
-    return ", ".join(parts) + f" (after step {s['val_step']}, {s.get('val_samples', 0)} samples)"
+    text = ", ".join(parts) + f" (after step {s['val_step']}, {s.get('val_samples', 0)} samples)"
+    best = s.get("best_val_loss")
+    if isinstance(best, float) and s.get("best_val_step") not in (None, s["val_step"]):
+        text += f"; best loss {best:.4f} after step {s['best_val_step']}"
+    return text
 
 
 def _lr_text(s: dict[str, Any]) -> str:

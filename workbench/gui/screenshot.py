@@ -6,7 +6,8 @@ Usage::
 
 It trains resnet18 (random weights, a 10-class head, synthetic 64 px images, batch 16, CPU:
 the loss falls within the run) twice through the
-window's own training thread: run #1 fine-tunes everything; run #2 starts the same way and,
+window's own training thread, with a cosine schedule after 4 warm-up steps and validation on a
+held-out split every 12 steps: run #1 fine-tunes everything; run #2 starts the same way and,
 part-way through, the stem and ``layer1``–``layer3`` are frozen in the tree while it trains.
 Then it writes:
 
@@ -104,7 +105,8 @@ def render(
                 path.chmod(0o644)
                 written.append(path)
 
-            t.panel.set_values(batch_size=16, image_size=64, device="cpu", data="synthetic", lr=1e-3)
+            t.panel.set_values(batch_size=16, image_size=64, device="cpu", data="synthetic", lr=1e-3,
+                               scheduler="cosine", warmup_steps=4, val_every=12)
             # run 1: everything trains
             t.panel.set_values(steps=steps[0])
             assert t.panel.start()

@@ -141,7 +141,8 @@ def test_schedule_validation_and_classes_in_the_summary(tmp_path: Path, capsys: 
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert re.search(r"^classes +10 \(new head: fc\)$", out, re.M)
-    assert re.search(r"^validation +loss \d+\.\d{4}, acc \d+\.\d% \(after step 3, 4 samples\)$", out, re.M)
+    assert re.search(r"^validation +loss \d+\.\d{4}, acc \d+\.\d% \(after step 3, 4 samples\)"
+                     r"(; best loss \d+\.\d{4} after step 1)?$", out, re.M)
     factor = 0.5 * (1 + __import__("math").cos(__import__("math").pi * 2 / 3))
     assert re.search(rf"^lr +{0.01 * factor:.3g} \(x1\) at the end; cosine, 1 warm-up steps$", out, re.M)
     rc = main(["train", *QUICK, "--steps", "2", "--val-every", "1", "--val-fraction", "0.25", "--json"])
@@ -149,6 +150,7 @@ def test_schedule_validation_and_classes_in_the_summary(tmp_path: Path, capsys: 
     assert rc == 0, err
     s = json.loads(out)["summary"]
     assert s["val_step"] == 1 and isinstance(s["val_loss"], float) and 0 <= s["val_acc"] <= 1
+    assert s["best_val_loss"] <= s["val_loss"] and s["best_val_step"] in (0, 1) and s["best_val_acc"] >= s["val_acc"]
     assert s["lr"] == [1e-3] and s["lr_scales"] == [1.0] and s["num_classes"] == 10 and s["scheduler"] == "constant"
 
 
@@ -157,3 +159,11 @@ def test_unknown_scheduler_is_one_line_naming_the_field_and_choices(capsys: pyte
     err = capsys.readouterr().err
     assert rc == 2 and len(err.strip().splitlines()) == 1
     assert "config field 'scheduler'" in err and "constant, cosine, linear, onecycle" in err
+
+
+def test_summary_names_the_best_validation_when_it_was_not_the_last() -> None:
+    from workbench.commands.train import _validation_text
+
+    s = {"val_loss": 0.5, "val_acc": 0.8, "val_step": 9, "val_samples": 4, "best_val_loss": 0.4, "best_val_step": 5}
+    assert _validation_text(s) == "loss 0.5000, acc 80.0% (after step 9, 4 samples); best loss 0.4000 after step 5"
+    assert _validation_text({**s, "best_val_loss": 0.5, "best_val_step": 9}).endswith("4 samples)")

@@ -91,6 +91,10 @@ def test_val_every_reports_val_metrics_and_holds_out_a_disjoint_split():
     s = t.result.summary
     assert s["val_loss"] == seen[-1].val_loss and s["val_acc"] == seen[-1].val_acc and s["val_step"] == 5
     assert s["val_samples"] == 4 and s["val_time_s"] > 0
+    losses = {m.step: m.val_loss for m in seen if m.val_loss is not None}
+    accs = [m.val_acc for m in seen if m.val_acc is not None]
+    assert s["best_val_loss"] == min(losses.values()) and losses[s["best_val_step"]] == s["best_val_loss"]
+    assert s["best_val_acc"] == max(accs)
     # after validating, training went on in train mode with the BN eval lock in force
     modes = t.model.modes
     assert (True, False, True) in modes and (False, False, False) in modes
@@ -103,7 +107,7 @@ def test_val_every_reports_val_metrics_and_holds_out_a_disjoint_split():
 def test_no_validation_by_default_and_val_spec_validates_at_the_end():
     t, seen = _run()
     assert t.val_loader is None and len(t.dataset) == 40 and all(m.val_loss is None for m in seen)
-    assert t.result.summary["val_step"] is None
+    assert t.result.summary["val_step"] is None and t.result.summary["best_val_loss"] is None
     seen2: list[StepMetrics] = []
     t2 = Trainer(TrainConfig(steps=3, batch_size=4, data="synthetic:16", image_size=6, val="synthetic:8"),
                  model=Net(), on_metrics=seen2.append)

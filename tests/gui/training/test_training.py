@@ -20,6 +20,7 @@ from workbench.core.training.metrics import load_metrics
 from workbench.gui.background import running_threads
 from workbench.gui.main_window import MainWindow
 from workbench.gui.model_loading import loaded_from_model
+from workbench.gui.training.runs_tab import COLUMNS
 
 LAYER1_PARAMS = 147_968
 LONG = 100_000  # steps of runs the test stops itself
@@ -314,7 +315,8 @@ def test_runs_persist_compare_and_overlay(window: MainWindow, qtbot: Any, runs_d
     assert frozen.trainable() < full.trainable()
     # the classes the run trained on: synthetic data takes 10 of the kept 1000-way head (a learnable demo)
     assert full.num_classes() == frozen.num_classes() == 10
-    assert " 10 classes " in table.item(0, 7).text() and table.item(0, 7).text().endswith("+1")
+    setup = table.item(0, COLUMNS.index("Setup")).text()
+    assert " 10 classes " in setup and setup.endswith("+1")
     t.runs_panel.select([full, frozen])
     assert "×" in t.runs_panel.compare.text() and "#2 resnet18 vs #1 resnet18" in t.runs_panel.compare.text()
     # the shown run (#2) is drawn in full; #1 is overlaid with its own colour and named in the legend

@@ -195,6 +195,9 @@ class _Loop:
     val_step: int | None = None
     val_samples: int = 0
     val_time: float = 0.0
+    best_val_loss: float | None = None
+    best_val_step: int | None = None
+    best_val_acc: float | None = None
     window: _Window = field(default_factory=_Window)
 
 
@@ -731,6 +734,10 @@ class Trainer:
         st.window.val_loss = st.val_loss = v.loss
         st.window.val_acc = st.val_acc = v.acc
         st.val_step, st.val_samples = step, v.samples
+        if v.loss is not None and math.isfinite(v.loss) and (st.best_val_loss is None or v.loss < st.best_val_loss):
+            st.best_val_loss, st.best_val_step = v.loss, step
+        if v.acc is not None and (st.best_val_acc is None or v.acc > st.best_val_acc):
+            st.best_val_acc = v.acc
         st.val_time += v.seconds
         return time.perf_counter() - t0
 
@@ -967,6 +974,9 @@ class Trainer:
             "val_step": st.val_step,
             "val_samples": st.val_samples,
             "val_time_s": st.val_time,
+            "best_val_loss": st.best_val_loss,
+            "best_val_step": st.best_val_step,
+            "best_val_acc": st.best_val_acc,
         }
 
     def _result(self, st: _Loop, verify: Any) -> RunResult:

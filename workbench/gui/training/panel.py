@@ -1,7 +1,10 @@
-"""The training controls under the cost panel: data, batch, optimizer, device; Start / Pause / Stop.
+"""The training controls under the cost panel: data, batch, optimizer, schedule, device; Start / Pause / Stop.
 
 Row 1 holds the settings of the next run (a :class:`~workbench.core.training.config.TrainConfig`),
 row 2 the run controls, a progress bar with the rate and the time left, and the state.
+The less-used settings (warm-up, no weight decay on biases and norms, validation) are behind
+the Options… button (:class:`~workbench.gui.training.options_dialog.TrainingOptionsDialog`);
+a muted line next to it says which are on.
 The optimizer is the cost panel's (``Controller.optimizer``): one setting, two views.
 Settings are kept in ``QSettings`` between sessions. The panel builds the config and asks
 the :class:`~workbench.gui.training.run_controller.RunController` to run it; it never touches the
@@ -10,12 +13,13 @@ training thread.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 import torch
 from PySide6.QtCore import QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtGui import QAction, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -34,9 +38,24 @@ from PySide6.QtWidgets import (
 from workbench.core.training.config import ConfigError, TrainConfig
 from workbench.gui import dialogs
 from workbench.gui.controller import OPTIMIZERS, Controller
+from workbench.gui.elided_label import ElidedLabel
+from workbench.gui.training.options_dialog import (
+    HELD_OUT,
+    TrainingOptions,
+    TrainingOptionsDialog,
+    options_tooltip,
+)
 from workbench.gui.training.run_controller import RunController
 
-__all__ = ["DATASETS", "PROGRESS_INTERVAL_MS", "TrainingPanel", "available_devices", "default_image_size", "fmt_eta"]
+__all__ = [
+    "DATASETS",
+    "PROGRESS_INTERVAL_MS",
+    "SCHEDULES",
+    "TrainingPanel",
+    "available_devices",
+    "default_image_size",
+    "fmt_eta",
+]
 
 #: Shortest time between two updates of the progress bar and the rate label during a run (ms).
 PROGRESS_INTERVAL_MS = 500
@@ -51,6 +70,17 @@ DATASETS: tuple[tuple[str, str], ...] = (
     ("Fashion-MNIST", "fashionmnist"),
     ("SVHN", "svhn"),
     ("STL-10", "stl10"),
+)
+
+#: Where validation data can come from: a held-out split, or a dataset kind with a folder.
+_VAL_KINDS = frozenset({HELD_OUT} | {kind for _label, kind in DATASETS if kind != "synthetic"})
+
+#: Learning-rate schedules: ``(label, TrainConfig.scheduler)``.
+SCHEDULES: tuple[tuple[str, str], ...] = (
+    ("constant", "constant"),
+    ("cosine", "cosine"),
+    ("linear", "linear"),
+    ("one-cycle", "onecycle"),
 )
 
 
@@ -176,6 +206,19 @@ class TrainingPanel(QWidget):
         self.wd.setToolTip("Weight decay of every parameter group")
         self.wd.setMaximumWidth(self.wd.fontMetrics().horizontalAdvance("0.00001") + 16)
         self.wd.setMinimumWidth(self.wd.fontMetrics().horizontalAdvance("0.01") + 16)
+        self.schedule_box = QComboBox(self)
+        for label, value in SCHEDULES:
+            self.schedule_box.addItem(label, value)
+        self.schedule_box.setToolTip("Learning-rate schedule over the run (warm-up in Options…); it carries on "
+                                     "for the parameter groups stages and live edits add")
+        self.options = TrainingOptions()
+        self.options_button = QToolButton(self)
+        self.options_button.setText("Options…")
+        self.options_button.clicked.connect(lambda _c=False: self.edit_options())
+        self.options_label = ElidedLabel(self)
+        muted = self.options_label.palette()
+        muted.setColor(QPalette.ColorRole.WindowText, muted.color(QPalette.ColorRole.PlaceholderText))
+        self.options_label.setPalette(muted)
         self.length_kind = QComboBox(self)
         self.length_kind.addItem("steps", "steps")
         self.length_kind.addItem("epochs", "epochs")
@@ -206,6 +249,7 @@ class TrainingPanel(QWidget):
             (row1, "Optimizer", [self.optimizer_box]),
             (row1, "LR", [self.lr]),
             (row1, "WD", [self.wd]),
+            (row1, "Schedule", [self.schedule_box]),
             (row2, "Run", [self.length, self.length_kind]),
             (row2, "Device", [self.device_box]),
             (row2, "AMP", [self.amp_box]),
@@ -215,12 +259,13 @@ class TrainingPanel(QWidget):
             for w in widgets:
                 row.addWidget(w)
             row.addSpacing(6)
-        row1.addStretch(1)
+        row1.addWidget(self.options_button)
+        row1.addWidget(self.options_label, 1)
         row2.addWidget(self.channels_last)
         row2.addSpacing(12)
         self._settings_widgets = [
             self.data_box, self.data_path, self.browse, self.image_size, self.batch_size, self.optimizer_box,
-            self.lr, self.wd, self.length_kind, self.length, self.device_box, self.amp_box, self.channels_last,
+            self.lr, self.wd, self.schedule_box, self.options_button, self.length_kind, self.length, self.device_box, self.amp_box, self.channels_last,
         ]
 
         # ---- row 2: controls and progress
@@ -305,6 +350,19 @@ class TrainingPanel(QWidget):
         self._select(self.device_box, get("device", "auto", str))
         self._select(self.amp_box, get("amp", "off", str))
         self.channels_last.setChecked(get("channels_last", False, bool))
+        self._select(self.schedule_box, get("scheduler", "constant", str))
+        d = TrainingOptions()
+        self.set_options(
+            TrainingOptions(
+                warmup_steps=max(0, get("warmup_steps", d.warmup_steps, int)),
+                no_decay=get("no_decay", d.no_decay, bool),
+                validate=get("validate", d.validate, bool),
+                val_kind=kind if (kind := get("val_kind", d.val_kind, str)) in _VAL_KINDS else d.val_kind,
+                val_path=get("val_path", d.val_path, str),
+                val_percent=min(50, max(1, get("val_percent", d.val_percent, int))),
+                val_every=max(0, get("val_every", d.val_every, int)),
+            )
+        )
 
     def save_settings(self) -> None:
         """Keep the settings for the next session."""
@@ -323,6 +381,14 @@ class TrainingPanel(QWidget):
             ("device", self.device_box.currentData()),
             ("amp", self.amp_box.currentData()),
             ("channels_last", self.channels_last.isChecked()),
+            ("scheduler", self.schedule_box.currentData()),
+            ("warmup_steps", self.options.warmup_steps),
+            ("no_decay", self.options.no_decay),
+            ("validate", self.options.validate),
+            ("val_kind", self.options.val_kind),
+            ("val_path", self.options.val_path),
+            ("val_percent", self.options.val_percent),
+            ("val_every", self.options.val_every),
         ):
             s.setValue(f"training/{key}", value)
         s.sync()
@@ -335,7 +401,9 @@ class TrainingPanel(QWidget):
 
     def set_values(self, **values: Any) -> None:
         """Set fields by config name (``batch_size=4``, ``image_size=32``, ``steps=20``,
-        ``device="cpu"``, ``data="synthetic"``, ``lr=1e-3`` ...), for scripts and tests.
+        ``device="cpu"``, ``data="synthetic"``, ``lr=1e-3``, ``scheduler="cosine"``,
+        ``warmup_steps=5``, ``no_decay="auto"``, ``val=None`` (a held-out split) or
+        ``val="imagefolder:PATH"``, ``val_every=10``, ``val_fraction=0.2`` ...), for scripts and tests.
 
         Args:
             **values: config field values.
@@ -343,7 +411,7 @@ class TrainingPanel(QWidget):
         Raises:
             KeyError: a name the panel has no field for.
         """
-        for key, v in values.items():
+        for key, v in sorted(values.items(), key=lambda kv: kv[0] == "val_every"):  # after ``val``
             if key == "data":
                 kind, _, path = str(v).partition(":")
                 self._select(self.data_box, kind)
@@ -367,6 +435,14 @@ class TrainingPanel(QWidget):
                 self.channels_last.setChecked(bool(v))
             elif key == "optimizer":
                 self._c.set_optimizer(str(v))
+            elif key == "scheduler":
+                self._select(self.schedule_box, str(v))
+            elif key == "warmup_steps":
+                self.set_options(dataclasses.replace(self.options, warmup_steps=int(v)))
+            elif key == "no_decay":
+                self.set_options(dataclasses.replace(self.options, no_decay=v in (True, "auto")))
+            elif key in ("val", "val_every", "val_fraction"):
+                self.set_options(self._with_validation(key, v))
             else:
                 raise KeyError(f"the training panel has no field {key!r}")
 
@@ -404,7 +480,53 @@ class TrainingPanel(QWidget):
             device=self.device_box.currentData(),
             amp=self.amp_box.currentData(),
             channels_last=self.channels_last.isChecked(),
+            scheduler=self.schedule_box.currentData(),
+            **self.options.config_fields(),
         ).validate()
+
+    # ------------------------------------------------------------ options
+    def set_options(self, options: TrainingOptions) -> None:
+        """Take new options (warm-up, no decay, validation) and show which are on.
+
+        Args:
+            options: the values (kept as given).
+        """
+        self.options = options
+        self.options_label.set_full_text(options.summary())
+        self.options_button.setToolTip(options_tooltip(options))
+        self.options_label.setToolTip(options_tooltip(options))
+
+    def edit_options(self) -> bool:
+        """Open the options dialog on a copy of the options; take it when accepted.
+
+        Returns:
+            True when the dialog was accepted.
+        """
+        dialog = TrainingOptionsDialog(self.options.copy(), DATASETS, self)
+        try:
+            if not dialogs.run_dialog(dialog):
+                return False
+            self.set_options(dialog.options())
+        finally:
+            dialog.deleteLater()
+        return True
+
+    def _with_validation(self, key: str, v: Any) -> TrainingOptions:
+        """The options with one validation field set by its config name (see :meth:`set_values`)."""
+        o = self.options.copy()
+        if key == "val":
+            o.validate = v is not None or o.validate
+            if v is None:
+                o.val_kind, o.val_path = HELD_OUT, ""
+            else:
+                kind, _, path = str(v).partition(":")
+                o.val_kind, o.val_path, o.val_every = kind, path, 0  # at the end, unless val_every says
+        elif key == "val_every":
+            o.validate = v is not None or (o.validate and o.val_kind != HELD_OUT)
+            o.val_every = int(v or 0)
+        else:
+            o.val_percent = max(1, min(50, round(float(v) * 100)))
+        return o
 
     def export_options(self) -> dict[str, Any]:
         """The settings an exported script takes as defaults (``lr``, ``weight_decay``,

@@ -1,4 +1,5 @@
-"""Live training plots (pyqtgraph): step time, memory, trainable parameters, loss, throughput.
+"""Live training plots (pyqtgraph): step time, memory, trainable parameters, loss, throughput,
+validation accuracy and the learning rate of each param group.
 
 The panel keeps the run it shows in a :class:`~workbench.gui.training.series.SeriesBuffer` (a ring
 buffer of numpy columns). Metric batches only append to the buffer; a ``QTimer`` (up to
@@ -14,6 +15,11 @@ vertical line labelled with the change on every plot; stages of the plan that ar
 reached yet show as dashed lines. Selected runs of the runs table are overlaid (dashed, one
 colour per run, named in the legends). Moving the mouse over a plot shows a crosshair on
 every plot and the values of the shown run at that step in the read-out cell.
+
+Validation: the validation loss is drawn on the loss plot (blue, a dot at each step that
+validated) next to the training loss (red), the validation accuracy on its own plot; both
+for overlaid runs too. The learning-rate plot has one curve per ``lr_scale`` of the param
+groups (groups added by stages or live edits join it), named by :func:`lr_group_name`.
 """
 
 from __future__ import annotations
@@ -44,20 +50,27 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.core.formatting import fmt_count
+from workbench.gui.elided_label import ElidedLabel
 from workbench.gui.qt_compat import protect_none_refcount
-from workbench.gui.training.run_store import RunRecord
-from workbench.gui.training.series import SeriesBuffer
+from workbench.gui.training.run_store import RunRecord, validation_text
+from workbench.gui.training.series import SeriesBuffer, lr_group_name
 
-__all__ = ["PLOT_KEYS", "PlotsPanel", "is_dark", "marker_text", "plot_theme", "robust_bounds", "run_color"]
+__all__ = ["GRID_ORDER", "PLOT_KEYS", "PlotsPanel", "is_dark", "marker_text", "plot_theme", "robust_bounds", "run_color"]
 
-#: The plots, in grid order: ``(key, title)``.
+#: The plots: ``(key, title)`` (:data:`GRID_ORDER` places them).
 PLOT_KEYS: tuple[tuple[str, str], ...] = (
     ("step_time", "Step time (ms)"),
     ("memory", "Memory (MB)"),
     ("trainable", "Trainable parameters"),
     ("loss", "Loss"),
     ("throughput", "Throughput (samples/s)"),
+    ("accuracy", "Validation accuracy (%)"),
+    ("lr", "Learning rate"),
 )
+#: The plots in grid order (row by row): loss and validation accuracy side by side.
+GRID_ORDER: tuple[str, ...] = ("step_time", "memory", "trainable", "throughput", "loss", "accuracy", "lr")
+#: Plots go in three columns instead of two when the canvas is this much wider than high.
+WIDE_ASPECT = 1.45
 #: Most redraws per second while a run is shown live (the timer's rate).
 REDRAW_HZ = 15
 #: Longest wait between two redraws of a live run, whatever the budget.
@@ -73,6 +86,8 @@ class _TimedGraphics(pg.GraphicsLayoutWidget):
 
     #: The mouse left the canvas (the crosshair and read-out are cleared).
     left = Signal()
+    #: The canvas has a new size (the plots may go on more or fewer columns).
+    resized = Signal()
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -82,6 +97,10 @@ class _TimedGraphics(pg.GraphicsLayoutWidget):
     def leaveEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
         super().leaveEvent(event)
         self.left.emit()
+
+    def resizeEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        super().resizeEvent(event)
+        self.resized.emit()
 
     def paintEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
         cpu = time.thread_time()
@@ -143,6 +162,15 @@ _LABEL_SLOTS = (0.93, 0.75, 0.57)
 #: The trainable count is a step function at the top and bottom of its plot: labels go between.
 _TRAINABLE_SLOTS = (0.5, 0.32, 0.68)
 _STAGE_RE = re.compile(r"stage (\d+)")
+#: Columns with values only at the steps that validated: drawn point to point, with dots.
+_SPARSE = frozenset({"val_loss", "val_acc"})
+#: The shown run's validation colour (its training loss is red).
+_VAL_COLOR = (31, 119, 180)
+#: Colours of the learning-rate curves, one per param group scale, in the order they appear.
+_LR_COLORS = (
+    (31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14),
+    (23, 170, 190), (188, 189, 34), (227, 119, 194), (127, 127, 127), (140, 86, 75),
+)
 
 
 def run_color(index: int) -> QColor:
@@ -315,6 +343,27 @@ class _Overlay:
     curves: dict[str, pg.PlotDataItem] = field(default_factory=dict)
 
 
+def _clip_label(label: pg.LabelItem) -> None:
+    """Let a label be narrower than its text (cut at its edge) so that a long plot title or
+    read-out line does not widen its grid column (pyqtgraph sets a label's minimum width
+    to its text's). A centred title that is cut is shown from its start."""
+    update_min = label.updateMin
+    justify = label.opts.get("justify", "center")
+
+    def update() -> None:
+        update_min()
+        want = "left" if 0 < label.width() < label.itemRect().width() else justify
+        if label.opts.get("justify") != want:
+            label.opts["justify"] = want
+            label.resizeEvent(None)  # place the text again (it calls this again, with nothing to change)
+        label.setMinimumWidth(0)
+        label._sizeHint[Qt.SizeHint.MinimumSize] = (0, label._sizeHint[Qt.SizeHint.MinimumSize][1])
+        label._sizeHint[Qt.SizeHint.PreferredSize] = (0, label._sizeHint[Qt.SizeHint.PreferredSize][1])
+
+    label.updateMin = update
+    label.setFlag(QGraphicsItem.GraphicsItemFlag.ItemClipsChildrenToShape)
+
+
 def _pen(
     color: QColor | tuple[int, ...], width: float = 1.0, style: Qt.PenStyle = Qt.PenStyle.SolidLine, alpha: int = 255
 ) -> Any:
@@ -413,10 +462,12 @@ class PlotsPanel(QWidget):
         self.view_button.setMenu(view_menu)
         self.title = QLabel("No run yet: press Start.", self)
         self.title.setTextFormat(Qt.TextFormat.RichText)
+        self.title_val = ElidedLabel(self)
         bar = QHBoxLayout()
         bar.setContentsMargins(0, 0, 0, 0)
         bar.setSpacing(6)
-        bar.addWidget(self.title, 1)
+        bar.addWidget(self.title)
+        bar.addWidget(self.title_val, 1)
         bar.addWidget(QLabel("X", self))
         bar.addWidget(self.x_box)
         bar.addWidget(QLabel("EMA", self))
@@ -428,12 +479,14 @@ class PlotsPanel(QWidget):
         before = set(QApplication.topLevelWidgets())
         self.graphics = _TimedGraphics(self)
         self.graphics.left.connect(lambda: self.show_crosshair(None))
+        self.graphics.resized.connect(self._canvas_resized)
         self.graphics.ci.setContentsMargins(2, 2, 2, 2)
         self.graphics.ci.setSpacing(4)
         self.plots: dict[str, pg.PlotItem] = {}
         self._vlines: dict[str, pg.InfiniteLine] = {}
         for i, (key, _title) in enumerate(PLOT_KEYS):
-            p = self.graphics.addPlot(row=i // 2, col=i % 2)
+            p = pg.PlotItem()
+            _clip_label(p.titleLabel)
             p.setClipToView(True)
             p.setDownsampling(auto=True, mode="peak")
             p.showGrid(x=True, y=True, alpha=0.15)
@@ -459,13 +512,19 @@ class PlotsPanel(QWidget):
             if isinstance(w, QMenu) and w not in before:
                 w.setParent(self, w.windowFlags())
         self.readout = pg.LabelItem(justify="left", size="9pt")
-        self.graphics.addItem(self.readout, row=2, col=1)
+        _clip_label(self.readout)
+        self.columns = 0
+        self._arrange(2)
         # legends bottom-left: before a freeze, step time and memory are high there
         self._legend_step = self.plots["step_time"].addLegend(offset=(4, -4), labelTextSize="8pt", verSpacing=-6)
         self._legend_mem = self.plots["memory"].addLegend(offset=(4, -4), labelTextSize="8pt", verSpacing=-6)
+        # loss falls: its legend top-right; the lr of most schedules falls too
+        self._legend_loss = self.plots["loss"].addLegend(offset=(-4, 4), labelTextSize="8pt", verSpacing=-6)
+        self._legend_lr = self.plots["lr"].addLegend(offset=(-4, 4), labelTextSize="8pt", verSpacing=-6)
+        self.lr_curves: dict[float, pg.PlotDataItem] = {}
 
         blue, red, green, purple, grey = (31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (120, 120, 120)
-        sp, mp, tp, lp, hp = (self.plots[k] for k, _ in PLOT_KEYS)
+        sp, mp, tp, lp, hp, ap = (self.plots[k] for k in ("step_time", "memory", "trainable", "loss", "throughput", "accuracy"))
         # antialiasing only where it shows (smooth and step curves): it costs a third of a repaint
         self.curves: dict[str, pg.PlotDataItem] = {
             "step_ms": sp.plot(pen=_pen(blue, 1, alpha=90), name="raw"),
@@ -476,8 +535,12 @@ class PlotsPanel(QWidget):
             "state_mb": mp.plot(pen=_pen(green, 1.5, Qt.PenStyle.DashDotLine), name="grads + optimizer state"),
             "trainable": tp.plot(pen=_pen(green, 2), antialias=True),
             "loss": lp.plot(pen=_pen(red, 1, alpha=90)),
-            "loss_ema": lp.plot(pen=_pen(red, 2), antialias=True),
+            "loss_ema": lp.plot(pen=_pen(red, 2), name="training (EMA)", antialias=True),
             "throughput": hp.plot(pen=_pen(purple, 1.5)),
+            "val_loss": lp.plot(pen=_pen(_VAL_COLOR, 2), name="validation", antialias=True,
+                                symbol="o", symbolSize=5, symbolPen=None, symbolBrush=QColor(*_VAL_COLOR)),
+            "val_acc": ap.plot(pen=_pen(_VAL_COLOR, 2), antialias=True,
+                               symbol="o", symbolSize=5, symbolPen=None, symbolBrush=QColor(*_VAL_COLOR)),
         }
         self.apply_theme()
         self._set_memory_names("rss")
@@ -510,6 +573,7 @@ class PlotsPanel(QWidget):
         """
         self.record = record
         self.buffer.clear()
+        self._clear_lr_curves()
         self._clear_markers()
         self._drawn = -1
         self._live = True
@@ -606,6 +670,7 @@ class PlotsPanel(QWidget):
         self._live = False
         self.record = record
         self.buffer.clear()
+        self._clear_lr_curves()
         self._clear_markers()
         self._reset_x()
         self._reset_y()
@@ -624,9 +689,15 @@ class PlotsPanel(QWidget):
         r = self.record
         if r is None:
             self.title.setText("No run yet: press Start.")
+            self.title_val.set_full_text("")
             return
         state = self._state if self._live else r.status
         self.title.setText(f"<b>{r.name}</b> · {state}")
+        # after the run, its validation numbers where there is room (all of them in the tooltip)
+        val = "" if self._live else validation_text(r.validation(), best=False)
+        self.title_val.set_full_text(f"· {val}" if val else "")
+        full = validation_text(r.validation()) if not self._live else ""
+        self.title_val.setToolTip(full)
 
     def set_state(self, state: str) -> None:
         """The live run's state (``running``, ``paused``, ``stopping`` ...) for the title.
@@ -733,7 +804,7 @@ class PlotsPanel(QWidget):
                 p.getAxis(ax).setTextPen(t["text"])
                 p.getAxis(ax).setPen(t["axis"])
             self._set_plot_title(key, self._titles.get(key, dict(PLOT_KEYS)[key]))
-        for legend in (self._legend_step, self._legend_mem):
+        for legend in (self._legend_step, self._legend_mem, self._legend_loss, self._legend_lr):
             legend.setBrush(pg.mkBrush(*t["legend"]))
             legend.setLabelTextColor(t["text"])
         self.readout.opts["color"] = t["readout"]
@@ -754,6 +825,14 @@ class PlotsPanel(QWidget):
     def _rebuild_legends(self) -> None:
         self._legend_step.clear()
         self._legend_mem.clear()
+        self._legend_loss.clear()
+        self._legend_lr.clear()
+        if self.curves["val_loss"].isVisible() and self.buffer.has_values("val_loss"):
+            for key in ("loss_ema", "val_loss"):
+                self._legend_loss.addItem(self.curves[key], self.curves[key].opts.get("name") or key)
+        if len(self.lr_curves) > 1:  # one group needs no name
+            for curve in self.lr_curves.values():
+                self._legend_lr.addItem(curve, curve.opts.get("name") or "")
         for key in ("step_ms_ema", "step_ms"):
             self._legend_step.addItem(self.curves[key], self.curves[key].opts.get("name") or key)
         for ov in self.overlays.values():
@@ -773,6 +852,67 @@ class PlotsPanel(QWidget):
             return y - buffer.first("mem_alloc")  # this run's growth, not the app's RSS
         return y
 
+    def _xy(self, buffer: SeriesBuffer, column: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The points of one column: every row, or only the rows with a value (validation)."""
+        y = self._y(buffer, column)
+        if column in _SPARSE:
+            keep = np.isfinite(y)
+            return x[keep], y[keep]
+        return x, y
+
+    def _draw_lr(self, x: np.ndarray) -> bool:
+        """One curve per param group scale of the shown run; True when a curve was added."""
+        added = False
+        plan = self.record.plan if self.record is not None else None
+        for scale in self.buffer.lr_scales():
+            curve = self.lr_curves.get(scale)
+            if curve is None:
+                color = _LR_COLORS[len(self.lr_curves) % len(_LR_COLORS)]
+                curve = self.plots["lr"].plot(pen=_pen(color, 2), name=lr_group_name(scale, plan), antialias=True)
+                self.lr_curves[scale] = curve
+                added = True
+            curve.setData(x, self.buffer.lr_column(scale), connect="finite")
+        return added
+
+    def _set_accuracy_title(self) -> None:
+        """"not measured" on the accuracy plot while neither the shown run nor an overlay has any."""
+        measured = self.buffer.has_values("val_acc") or any(ov.buffer.has_values("val_acc") for ov in self.overlays.values())
+        self._set_plot_title("accuracy", "Validation accuracy (%)" + ("" if measured else " · not measured"))
+
+    def _arrange(self, columns: int) -> None:
+        """Place the plots in :data:`GRID_ORDER` on ``columns`` columns, the read-out in the
+        cells left on the last row."""
+        if columns == self.columns:
+            return
+        grid = self.graphics.ci.layout
+        items = [self.plots[key] for key in GRID_ORDER] + [self.readout]
+        for item in items:
+            for i in range(grid.count()):
+                if grid.itemAt(i) is item:
+                    grid.removeAt(i)
+                    break
+        for i, item in enumerate(items):
+            span = columns - i % columns if item is self.readout else 1
+            grid.addItem(item, i // columns, i % columns, 1, span)
+        for c in range(3):
+            grid.setColumnStretchFactor(c, 1 if c < columns else 0)
+        self.columns = columns
+
+    def _canvas_resized(self) -> None:
+        """Two or three columns as the canvas's shape asks, of equal widths (a long plot
+        title must not take a column's width from the others)."""
+        w, h = self.graphics.width(), self.graphics.height()
+        self._arrange(3 if w >= WIDE_ASPECT * max(1, h) else 2)
+        grid = self.graphics.ci.layout
+        width = max(40.0, (w - 4 - 4 * (self.columns - 1)) / self.columns)
+        for c in range(3):
+            grid.setColumnFixedWidth(c, width if c < self.columns else 0.0)
+
+    def _clear_lr_curves(self) -> None:
+        for curve in self.lr_curves.values():
+            self.plots["lr"].removeItem(curve)
+        self.lr_curves = {}
+
     def redraw(self) -> bool:
         """Draw the shown run from the buffer when it changed since the last draw.
 
@@ -790,13 +930,21 @@ class PlotsPanel(QWidget):
         self._drawn = buf.version
         x = buf.column(self._x)
         for name, curve in self.curves.items():
-            curve.setData(x, self._y(buf, name), connect="finite")
+            curve.setData(*self._xy(buf, name, x), connect="finite")
+        legend_changed = self._draw_lr(x)
+        validated = buf.has_values("val_loss")
+        had_val = self.curves["val_loss"].isVisible()
+        self.curves["val_loss"].setVisible(validated)
+        self.curves["val_acc"].setVisible(validated)
+        if validated != had_val or self._drawn_first:
+            legend_changed = True
+            self._set_accuracy_title()
         reserved = buf.has_values("mem_reserved")
         self.curves["mem_reserved"].setVisible(reserved)
         had_state = self.curves["state_mb"].isVisible()
         state = buf.has_values("state_mb")
         self.curves["state_mb"].setVisible(state)
-        if reserved != had_reserved or state != had_state or self._drawn_first:
+        if reserved != had_reserved or state != had_state or self._drawn_first or legend_changed:
             self._drawn_first = False
             self._rebuild_legends()
         if self._follow_x:
@@ -1105,13 +1253,17 @@ class PlotsPanel(QWidget):
             if rid in self.overlays:
                 continue
             ov = _Overlay(record, SeriesBuffer.from_metrics(metrics, ema=self.buffer.ema), run_color(ci))
-            for col in ("step_ms_ema", "mem_alloc", "state_mb", "trainable", "loss_ema", "throughput"):
-                curve = pg.PlotDataItem(pen=_pen(ov.color, 1.5, Qt.PenStyle.DashLine), name=record.name)
+            for col in ("step_ms_ema", "mem_alloc", "state_mb", "trainable", "loss_ema", "throughput", "val_loss", "val_acc"):
+                if col in _SPARSE and not ov.buffer.has_values(col):
+                    continue  # a run without validation
+                dots = {"symbol": "o", "symbolSize": 4, "symbolPen": None, "symbolBrush": ov.color} if col in _SPARSE else {}
+                curve = pg.PlotDataItem(pen=_pen(ov.color, 1.5, Qt.PenStyle.DashLine), name=record.name, **dots)
                 curve.setZValue(-10)
                 self.plots[self._plot_of(col)].addItem(curve)
                 ov.curves[col] = curve
             self.overlays[rid] = ov
         self._draw_overlays()
+        self._set_accuracy_title()
         self._rebuild_legends()
         self._refit_x()
         self._drawn = -1
@@ -1122,14 +1274,14 @@ class PlotsPanel(QWidget):
     def _plot_of(column: str) -> str:
         return {
             "step_ms_ema": "step_time", "mem_alloc": "memory", "state_mb": "memory", "trainable": "trainable",
-            "loss_ema": "loss", "throughput": "throughput",
+            "loss_ema": "loss", "throughput": "throughput", "val_loss": "loss", "val_acc": "accuracy",
         }[column]
 
     def _draw_overlays(self) -> None:
         for ov in self.overlays.values():
             x = ov.buffer.column(self._x)
             for col, curve in ov.curves.items():
-                curve.setData(x, self._y(ov.buffer, col), connect="finite")
+                curve.setData(*self._xy(ov.buffer, col, x), connect="finite")
         self._fit_y()
 
     # ------------------------------------------------------------ crosshair and read-out
@@ -1173,6 +1325,7 @@ class PlotsPanel(QWidget):
             row = {name: buf.last(name) for name in ("step", "wall", "step_ms", "step_ms_ema", "mem_alloc", "mem_peak",
                                                     "mem_reserved", "state_mb", "trainable", "loss", "loss_ema",
                                                     "throughput")}
+            x = None
 
         def f(v: float, fmt: str) -> str:
             return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
@@ -1185,10 +1338,19 @@ class PlotsPanel(QWidget):
             f"{names[0]} {f(row['mem_alloc'] - base, ',.0f')} MB · {names[1]} {f(row['mem_peak'] - base, ',.0f')} MB"
             + (f" · reserved {f(row['mem_reserved'], ',.0f')} MB" if not math.isnan(row["mem_reserved"]) else ""),
             f"grads + optimizer state {f(row['state_mb'], ',.1f')} MB",
-            f"trainable {fmt_count(int(row['trainable'])) if not math.isnan(row['trainable']) else '–'}",
+            f"trainable {fmt_count(int(row['trainable'])) if not math.isnan(row['trainable']) else '–'}"
+            f" · {f(row['throughput'], ',.1f')} samples/s",
             f"loss {f(row['loss'], '.4f')} (EMA {f(row['loss_ema'], '.4f')})",
-            f"throughput {f(row['throughput'], ',.1f')} samples/s",
         ]
+        val = buf.latest("val_loss", self._x, x)
+        if val is not None:
+            acc = buf.latest("val_acc", self._x, x)
+            where = f"step {val[0]:.0f}" if self._x == "step" else f"{val[0]:.1f} s"
+            lines.append(f"val loss {val[1]:.4f}" + (f" · acc {acc[1]:.1f} %" if acc is not None else "") + f" ({where})")
+        lrs = buf.lr_near(self._x, x)
+        if lrs:  # each group's lr is the run's lr times its scale: the plot has the curves
+            top, lo, hi = lrs[max(lrs)], min(lrs), max(lrs)
+            lines.append(f"lr {top:.3g}" + (f" · {len(lrs)} groups ×{lo:.3g}–{hi:.3g}" if len(lrs) > 1 else ""))
         near = self._marker_near(row["step"] if self._x == "step" else row["wall"])
         if near is not None:
             lines.append(f"⟂ {near.full}")
@@ -1198,9 +1360,11 @@ class PlotsPanel(QWidget):
                 if orow is None:
                     continue
                 mem_v = orow["mem_alloc"] - (ov.buffer.first("mem_alloc") if self._memory_kind == "rss" else 0.0)
+                oval = ov.buffer.latest("val_loss", self._x, x)
                 lines.append(
                     f"{ov.record.name} @ {f(orow['step'], '.0f')}: {f(orow['step_ms_ema'], '.1f')} ms · "
-                    f"loss {f(orow['loss_ema'], '.3f')} · {f(mem_v, ',.0f')} MB"
+                    f"loss {f(orow['loss_ema'], '.3f')}" + (f" · val {oval[1]:.3f}" if oval is not None else "")
+                    + f" · {f(mem_v, ',.0f')} MB"
                 )
         return "\n".join(lines)
 

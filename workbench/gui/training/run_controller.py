@@ -21,7 +21,14 @@ from PySide6.QtCore import QObject, Signal, Slot
 from workbench.core.plan.rules import PlanError
 from workbench.core.training.config import TrainConfig
 from workbench.gui.controller import Controller
-from workbench.gui.training.run_store import RunRecord, RunStore, RunStoreError, clean_name, clean_tags
+from workbench.gui.training.run_store import (
+    RunRecord,
+    RunStore,
+    RunStoreError,
+    clean_name,
+    clean_tags,
+    validation_text,
+)
 from workbench.gui.training.session import TrainingJob, TrainingSession
 from workbench.gui.wording import sentence
 
@@ -302,7 +309,8 @@ class RunController(QObject):
             title = "Training failed" if record.status == "failed" else "Loss is not finite"
             self.errorOccurred.emit(title, record.message, record.error or "")
         else:
-            self.statusMessage.emit(f"{record.name}: {record.message}")
+            val = validation_text(record.validation())
+            self.statusMessage.emit(f"{record.name}: {record.message}" + (f"; {val}" if val else ""))
 
     # ------------------------------------------------------------ the store
     def _release_metrics(self) -> None:

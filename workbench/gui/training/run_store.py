@@ -44,9 +44,11 @@ __all__ = [
     "RunStore",
     "RunStoreError",
     "Segment",
+    "Validation",
     "clean_name",
     "clean_tags",
     "plan_text",
+    "validation_text",
 ]
 
 RUN_FORMAT = "workbench-run"
@@ -173,6 +175,56 @@ class Segment:
     trainable: float | None
 
 
+@dataclass(frozen=True)
+class Validation:
+    """A run's validation results.
+
+    Attributes:
+        loss: the last validation loss.
+        step: the step after which it was measured.
+        best_loss: the lowest validation loss of the run.
+        best_step: the step after which the lowest was measured.
+        acc: the last validation accuracy (0..1), or None (not a classifier).
+        best_acc: the highest validation accuracy, or None.
+    """
+
+    loss: float
+    step: int
+    best_loss: float
+    best_step: int
+    acc: float | None = None
+    best_acc: float | None = None
+
+
+def _number(v: Any) -> float | None:
+    """A finite float, or None (None, bools, NaN, inf, non-numbers)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def validation_text(v: Validation | None, *, best: bool = True) -> str:
+    """``val loss 0.5120 (best 0.4980 after step 20) · acc 81.2 % (best 83.0 %)``.
+
+    Args:
+        v: a run's validation results (None: the run did not validate).
+        best: add the best values where they differ from the last.
+
+    Returns:
+        The text, ``""`` for None.
+    """
+    if v is None:
+        return ""
+    text = f"val loss {v.loss:.4f}"
+    if best and v.best_step != v.step:
+        text += f" (best {v.best_loss:.4f} after step {v.best_step})"
+    if v.acc is not None:
+        text += f" · acc {100 * v.acc:.1f} %"
+        if best and v.best_acc is not None and v.best_acc > v.acc:
+            text += f" (best {100 * v.best_acc:.1f} %)"
+    return text
+
+
 def _median(xs: list[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
@@ -282,6 +334,38 @@ class RunRecord:
             return float(v)
         xs = self._metric_values("loss")
         return xs[-1] if xs else None
+
+    def validation(self) -> Validation | None:
+        """The run's validation results: the engine's summary, else its metrics (a run in
+        progress); None when it did not validate.
+
+        Returns:
+            The last and best validation loss and accuracy, or None.
+        """
+        s = self.summary
+        loss, step = _number(s.get("val_loss")), s.get("val_step")
+        if loss is not None and isinstance(step, int):
+            best = _number(s.get("best_val_loss"))
+            best_step = s.get("best_val_step")
+            acc = _number(s.get("val_acc"))
+            best_acc = _number(s.get("best_val_acc"))
+            return Validation(
+                loss, step,
+                best if best is not None else loss,
+                best_step if isinstance(best_step, int) and best is not None else step,
+                acc, best_acc if best_acc is not None else acc,
+            )
+        rows = [
+            (int(m.get("step", 0)), v, _number(m.get("val_acc")))
+            for m in self.metrics
+            if (v := _number(m.get("val_loss"))) is not None
+        ]
+        if not rows:
+            return None
+        best_step, best, _a = min(rows, key=lambda r: r[1])
+        accs = [a for _s, _l, a in rows if a is not None]
+        last_step, last, last_acc = rows[-1]
+        return Validation(last, last_step, best, best_step, last_acc, max(accs) if accs else None)
 
     def steps(self) -> int:
         """Steps done (from the summary, else the metrics)."""

@@ -2,10 +2,13 @@
 
 The table lists the runs of :class:`~workbench.gui.training.run_controller.RunController` (the one in
 progress and those kept on disk) with median step time, peak memory, trainable parameters,
-final loss, the setup (optimizer, LR, batch, classes, plan) and the user's tags and notes.
+final loss, the validation loss and accuracy (the last, and the best where it differs; a
+dash for runs that did not validate), the setup (optimizer, LR, schedule, validation,
+batch, classes, plan) and the user's tags and notes.
 Selecting runs overlays their curves in the plots (each run has a colour, shown as a
 swatch); with two or more selected, a line compares them with the oldest selected run,
-plan segment by plan segment (:meth:`RunRecord.segments`).
+plan segment by plan segment (:meth:`RunRecord.segments`), and their validation results:
+the cost of a plan next to its quality.
 
 A run is renamed in place (double-click or F2 on its name); the tags and notes of the
 selected run are edited below the table. Both are kept in the run's ``run.json``.
@@ -41,7 +44,7 @@ from workbench.core.formatting import fmt_count, fmt_percent
 from workbench.gui import dialogs
 from workbench.gui.training.plots import run_color
 from workbench.gui.training.run_controller import RunController
-from workbench.gui.training.run_store import RunRecord, RunStoreError, Segment, plan_text
+from workbench.gui.training.run_store import RunRecord, RunStoreError, Segment, Validation, plan_text
 
 __all__ = [
     "COLUMNS",
@@ -56,7 +59,10 @@ __all__ = [
 #: Environment variable that overrides the runs folder (tests point it at a temporary folder).
 RUNS_DIR_ENV = "WORKBENCH_RUNS_DIR"
 #: Table columns.
-COLUMNS = ("Run", "Status", "Steps", "Step time", "Peak memory", "Trainable", "Final loss", "Setup", "Tags · notes")
+COLUMNS = (
+    "Run", "Status", "Steps", "Step time", "Peak memory", "Trainable", "Final loss", "Val loss", "Val acc", "Setup",
+    "Tags · notes",
+)
 _NOTES_COLUMN = COLUMNS.index("Tags · notes")
 #: Milliseconds after the last keystroke in the notes before they are saved.
 _NOTES_SAVE_DELAY_MS = 600
@@ -96,6 +102,16 @@ def setup_text(
     lr = config.get("lr")
     if isinstance(lr, (int, float)) and not isinstance(lr, bool):
         parts.append(f"lr {lr:g}")
+    scheduler = config.get("scheduler")
+    if scheduler and scheduler != "constant":
+        parts.append(str(scheduler))
+    if config.get("warmup_steps"):
+        parts.append(f"warm-up {config['warmup_steps']}")
+    if config.get("no_decay"):
+        parts.append("no-decay")
+    if config.get("val") or config.get("val_every"):
+        every = config.get("val_every")
+        parts.append("val" + (f"/{every}" if every else ""))
     parts.append(f"bs{config.get('batch_size', '?')}")
     if seq_len:
         parts.append(f"{seq_len} tokens")
@@ -170,9 +186,42 @@ def compare_text(base: RunRecord, others: list[RunRecord]) -> tuple[str, str]:
             bits.insert(1 if bits else 0, f"peak memory <b>{b / a:.2f}×</b>")
         if len(segs) > 1 or len(base_segs) > 1:
             bits.append(f"per plan segment ({len(segs)} vs {len(base_segs)})")
+        bits.extend(_val_compare(base, r))
         lines.append(f"{r.name} vs {base.name}: " + (", ".join(bits) if bits else "no numbers yet"))
         tips.append(_segments_line(r, segs))
     return "<br>".join(lines), "\n".join(tips)
+
+
+def _val_cells(v: Validation | None) -> tuple[tuple[str, float | None, str], tuple[str, float | None, str]]:
+    """The loss and accuracy cells of a run's validation: ``(text, sort key, tooltip)`` each;
+    a dash without validation (or without accuracy: not a classifier)."""
+    if v is None:
+        none = ("–", None, "The run did not validate (Options… → Validate during training)")
+        return none, none
+    loss_text = f"{v.loss:.4f}" + (f" (best {v.best_loss:.4f})" if v.best_step != v.step else "")
+    loss_tip = f"last: {v.loss:.4f} after step {v.step}\nbest: {v.best_loss:.4f} after step {v.best_step}"
+    if v.acc is None:
+        acc: tuple[str, float | None, str] = ("–", None, "No accuracy: the outputs are not class logits")
+    else:
+        best = v.best_acc if v.best_acc is not None else v.acc
+        acc = (
+            f"{100 * v.acc:.1f} %" + (f" (best {100 * best:.1f})" if best > v.acc else ""),
+            v.acc,
+            f"last: {100 * v.acc:.1f} % after step {v.step}\nbest: {100 * best:.1f} %",
+        )
+    return (loss_text, v.loss, loss_tip), acc
+
+
+def _val_compare(base: RunRecord, r: RunRecord) -> list[str]:
+    """``val loss 0.512 vs 0.498``, ``val acc 81.2 % vs 79.0 % (+2.2 pts)``: a run's last
+    validation against the base run's (nothing when either did not validate)."""
+    a, b = base.validation(), r.validation()
+    if a is None or b is None:
+        return [] if a is None and b is None else [f"validation: {'only ' + r.name if b is not None else 'not in ' + r.name}"]
+    bits = [f"val loss <b>{b.loss:.4f}</b> vs {a.loss:.4f}"]
+    if a.acc is not None and b.acc is not None:
+        bits.append(f"val acc <b>{100 * b.acc:.1f} %</b> vs {100 * a.acc:.1f} % ({100 * (b.acc - a.acc):+.1f} pts)")
+    return bits
 
 
 def _swatch(color: QColor) -> QIcon:
@@ -235,6 +284,8 @@ class RunsPanel(QWidget):
         for column, tip in (
             (3, "Median time of one training step (forward, backward, optimizer)"),
             (4, "CUDA: peak allocated memory; CPU: the largest process RSS seen"),
+            (COLUMNS.index("Val loss"), "The last validation loss, and the best one where it was lower"),
+            (COLUMNS.index("Val acc"), "The last validation accuracy (classifiers), and the best one where it was higher"),
             (0, "The run's name: double-click or F2 to rename it"),
             (_NOTES_COLUMN, "Your tags and notes (edit them below the table)"),
         ):
@@ -344,6 +395,11 @@ class RunsPanel(QWidget):
         trainable = r.trainable()
         loss = r.final_loss()
         total = r.summary.get("total_params")
+        val_items = []
+        for text, key, tip in _val_cells(r.validation()):
+            item = _Item(text, key)
+            item.setToolTip(tip)
+            val_items.append(item)
         name = _Item(r.name, r.created)
         name.setFlags(name.flags() | Qt.ItemFlag.ItemIsEditable)
         name.setIcon(_swatch(run_color(self.color_index(r))))
@@ -374,6 +430,7 @@ class RunsPanel(QWidget):
                 trainable,
             ),
             _Item(f"{loss:.4f}" if loss is not None else "–", loss),
+            *val_items,
             _Item(setup_text(r.config, num_classes=r.num_classes(), plan=r.plan, seq_len=r.summary.get("seq_len"))),
             _Item(" ".join(f"[{t}]" for t in r.tags) + (" " if r.tags and r.notes else "") + " ".join(r.notes.split())),
         ]

@@ -10,6 +10,11 @@ parameter elements, samples per second. ``state_mb`` is the bytes of gradients p
 optimizer state (exact tensor sizes, comparable between runs on any device). Missing values (no reserved memory on CPU, a
 non-finite loss) are NaN. ``step_ms_ema`` and ``loss_ema`` are exponential moving averages
 with the factor :attr:`SeriesBuffer.ema` (0 turns smoothing off).
+
+Validation is sparse: ``val_loss`` and ``val_acc`` (percent) hold a number at the steps that
+validated and NaN elsewhere. The learning rate of each optimizer param group is kept apart,
+one column per ``lr_scale`` (groups come and go with plan changes; groups of one scale share
+their lr), read with :meth:`SeriesBuffer.lr_scales` and :meth:`SeriesBuffer.lr_column`.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["COLUMNS", "DEFAULT_CAPACITY", "SeriesBuffer"]
+__all__ = ["COLUMNS", "DEFAULT_CAPACITY", "SeriesBuffer", "lr_group_name"]
 
 #: Column names, in storage order.
 COLUMNS: tuple[str, ...] = (
@@ -36,6 +41,8 @@ COLUMNS: tuple[str, ...] = (
     "loss",
     "loss_ema",
     "throughput",
+    "val_loss",
+    "val_acc",
 )
 _INDEX = {name: i for i, name in enumerate(COLUMNS)}
 #: Rows kept per run by default (about 19 MB as float64 with the double write).
@@ -51,6 +58,43 @@ def _num(value: Any, scale: float = 1.0) -> float:
     except (TypeError, ValueError):
         return math.nan
     return f * scale if math.isfinite(f) else math.nan
+
+
+def lr_group_name(scale: float, plan: Mapping[str, Any] | None = None, limit: int = 28) -> str:
+    """A readable name of the param groups with this ``lr_scale``: ``×0.1 layer3, layer4``.
+
+    Args:
+        scale: the groups' ``lr_scale``.
+        plan: the run's plan (its rules with this ``lr_scale`` name the modules); None: the
+            scale alone.
+        limit: longest name; longer ones end with ``…``.
+
+    Returns:
+        ``base ×1`` for the run's own lr, else ``×scale`` and the selectors of the plan's
+        rules that give this scale.
+    """
+    if scale == 1.0:
+        return "base ×1"
+    selects: list[str] = []
+    for rule in (plan or {}).get("rules") or []:
+        value = rule.get("lr_scale") if isinstance(rule, Mapping) else None
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isclose(float(value), scale):
+            select = rule.get("select")
+            selects.extend(select if isinstance(select, list) else [str(select)])
+    text = f"×{scale:.3g}" + (" " + ", ".join(selects) if selects else "")
+    return text if len(text) <= limit else text[: limit - 1].rstrip(", ") + "…"
+
+
+def _lr_by_scale(m: Mapping[str, Any]) -> dict[float, float]:
+    """``{lr_scale: lr}`` of a metric record's param groups (the first group of each scale)."""
+    lrs = m.get("lr") or []
+    scales = m.get("lr_scales") or [1.0] * len(lrs)
+    out: dict[float, float] = {}
+    for lr, scale in zip(lrs, scales, strict=False):
+        key = _num(scale)
+        if not math.isnan(key):
+            out.setdefault(key, _num(lr))
+    return out
 
 
 def _state_mb(m: Mapping[str, Any]) -> float:
@@ -87,6 +131,8 @@ class SeriesBuffer:
         self.total = 0  # rows ever appended
         self.ema = self._check_ema(ema)
         self._ema_state = {"step_ms": math.nan, "loss": math.nan}
+        self._lr_scales: list[float] = []  # one column of _lr per scale, in the order first seen
+        self._lr = np.full((2 * self.capacity, 0), np.nan, dtype=np.float64)
         self.version = 0  # bumped on every change (plots redraw when it moved)
 
     @staticmethod
@@ -103,6 +149,8 @@ class SeriesBuffer:
         self._data.fill(np.nan)
         self.total = 0
         self._ema_state = {"step_ms": math.nan, "loss": math.nan}
+        self._lr_scales = []
+        self._lr = np.full((2 * self.capacity, 0), np.nan, dtype=np.float64)
         self.version += 1
 
     # ------------------------------------------------------------ writing
@@ -131,6 +179,8 @@ class SeriesBuffer:
             loss,
             self._smooth("loss", loss),
             _num(m.get("samples_per_s")),
+            _num(m.get("val_loss")),
+            _num(m.get("val_acc"), 100.0),
         ]
 
     def append(self, metrics: Iterable[Mapping[str, Any]]) -> int:
@@ -142,20 +192,76 @@ class SeriesBuffer:
         Returns:
             How many rows were added.
         """
-        rows = [self._row(m) for m in metrics]
+        records = list(metrics)
+        rows = [self._row(m) for m in records]
         k = len(rows)
         if not k:
             return 0
         block = np.asarray(rows, dtype=np.float64)
         if k > self.capacity:  # only the newest rows fit
             block = block[-self.capacity :]
+            records = records[-self.capacity :]
         first = self.total + k - len(block)
         pos = (first + np.arange(len(block))) % self.capacity
         self._data[pos] = block
         self._data[pos + self.capacity] = block
+        self._append_lr(records, pos)
         self.total += k
         self.version += 1
         return k
+
+    def _append_lr(self, records: list[Mapping[str, Any]], pos: np.ndarray) -> None:
+        """The lr of each group of ``records`` into the lr columns at rows ``pos``."""
+        per_row = [_lr_by_scale(m) for m in records]
+        new = [sc for row in per_row for sc in row if sc not in self._lr_scales]
+        for sc in dict.fromkeys(new):  # a group seen for the first time: a column of NaN
+            self._lr_scales.append(sc)
+            self._lr = np.hstack([self._lr, np.full((2 * self.capacity, 1), np.nan)])
+        if not self._lr_scales:
+            return
+        block = np.full((len(records), len(self._lr_scales)), np.nan)
+        index = {sc: j for j, sc in enumerate(self._lr_scales)}
+        for i, row in enumerate(per_row):
+            for sc, lr in row.items():
+                block[i, index[sc]] = lr
+        self._lr[pos] = block
+        self._lr[pos + self.capacity] = block
+
+    def lr_scales(self) -> list[float]:
+        """The ``lr_scale`` of every param group seen in the kept rows, in the order first seen."""
+        return [sc for sc in self._lr_scales if self.has_lr(sc)]
+
+    def has_lr(self, scale: float) -> bool:
+        """Whether the group with this scale has an lr in the kept rows."""
+        col = self.lr_column(scale)
+        return bool(col.size) and not bool(np.isnan(col).all())
+
+    def lr_column(self, scale: float) -> np.ndarray:
+        """The lr of the param groups with ``lr_scale == scale``, oldest row first (a
+        read-only view; NaN where no such group existed).
+
+        Args:
+            scale: a scale of :meth:`lr_scales`.
+
+        Returns:
+            A 1-D float array of ``len(self)`` values.
+
+        Raises:
+            KeyError: no group ever had this scale.
+        """
+        if scale not in self._lr_scales:
+            raise KeyError(f"no param group with lr_scale {scale}")
+        s = self._start()
+        view = self._lr[s : s + len(self), self._lr_scales.index(scale)]
+        view.flags.writeable = False
+        return view
+
+    def last_lr(self) -> dict[float, float]:
+        """``{lr_scale: lr}`` of the newest row (groups in force at the last step)."""
+        if not self.total:
+            return {}
+        row = self._lr[(self.total - 1) % self.capacity]
+        return {sc: float(v) for sc, v in zip(self._lr_scales, row, strict=False) if not math.isnan(v)}
 
     def set_ema(self, ema: float) -> None:
         """Change the smoothing factor and recompute the ``*_ema`` columns.
@@ -233,6 +339,13 @@ class SeriesBuffer:
         Returns:
             ``{column: value}``, or None when empty.
         """
+        i = self._nearest_index(x_name, x)
+        if i is None:
+            return None
+        row = self._data[self._start() + i]
+        return {name: float(row[j]) for name, j in _INDEX.items()}
+
+    def _nearest_index(self, x_name: str, x: float) -> int | None:
         xs = self.column(x_name)
         if not xs.size:
             return None
@@ -241,9 +354,44 @@ class SeriesBuffer:
             i = xs.size - 1
         elif i > 0 and abs(xs[i - 1] - x) <= abs(xs[i] - x):
             i -= 1
-        s = self._start()
-        row = self._data[s + i]
-        return {name: float(row[j]) for name, j in _INDEX.items()}
+        return i
+
+    def lr_near(self, x_name: str, x: float | None) -> dict[float, float]:
+        """``{lr_scale: lr}`` of the row nearest ``x`` (None: the newest row).
+
+        Args:
+            x_name: ``"step"`` or ``"wall"``.
+            x: the position, or None.
+
+        Returns:
+            The groups in force there (empty without rows).
+        """
+        if x is None:
+            return self.last_lr()
+        i = self._nearest_index(x_name, x)
+        if i is None:
+            return {}
+        row = self._lr[self._start() + i]
+        return {sc: float(v) for sc, v in zip(self._lr_scales, row, strict=False) if not math.isnan(v)}
+
+    def latest(self, name: str, x_name: str, x: float | None = None) -> tuple[float, float] | None:
+        """The newest finite value of a sparse column (``val_loss``) at or before ``x``.
+
+        Args:
+            name: the column.
+            x_name: ``"step"`` or ``"wall"``.
+            x: the position (None: the end).
+
+        Returns:
+            ``(x of that row, value)``, or None when no row up to ``x`` has a value.
+        """
+        xs, ys = self.column(x_name), self.column(name)
+        end = xs.size if x is None else int(np.searchsorted(xs, x, side="right"))
+        finite = np.flatnonzero(np.isfinite(ys[:end]))
+        if not finite.size:
+            return None
+        i = int(finite[-1])
+        return float(xs[i]), float(ys[i])
 
     def first(self, name: str) -> float:
         """The oldest finite value of a column that is kept (NaN when none)."""

@@ -1,0 +1,252 @@
+"""The less-used training settings: warm-up, weight decay on biases and norms, validation.
+
+:class:`TrainingOptions` holds them as plain data (what the training panel keeps, saves in
+``QSettings`` and turns into :class:`~workbench.core.training.config.TrainConfig` fields, as
+the CLI's ``--warmup-steps``, ``--no-decay``, ``--val``, ``--val-every`` and
+``--val-fraction`` do). :class:`TrainingOptionsDialog` edits a copy; the panel takes it back
+when the dialog is accepted, so Cancel changes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLineEdit,
+    QSpinBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from workbench.core.training.config import ConfigError
+from workbench.gui import dialogs
+
+__all__ = ["HELD_OUT", "TrainingOptions", "TrainingOptionsDialog", "options_tooltip"]
+
+#: ``TrainingOptions.val_kind`` of a held-out split of the training data (the default source).
+HELD_OUT = "heldout"
+
+
+@dataclass
+class TrainingOptions:
+    """Training settings kept behind the panel's Options… button.
+
+    Attributes:
+        warmup_steps: steps of linear warm-up (``TrainConfig.warmup_steps``).
+        no_decay: no weight decay on biases, norms and other 1-D parameters
+            (``TrainConfig.no_decay = "auto"``).
+        validate: validation is on.
+        val_kind: :data:`HELD_OUT`, or a dataset kind (``imagefolder``, ``cifar10`` ...) read
+            from :attr:`val_path`.
+        val_path: the validation dataset's folder (dataset kinds only).
+        val_percent: share of the training data held out, in percent (held-out split).
+        val_every: validate every N steps (and at the end); 0: only at the end (a dataset
+            source only; a held-out split needs N >= 1).
+    """
+
+    warmup_steps: int = 0
+    no_decay: bool = False
+    validate: bool = False
+    val_kind: str = HELD_OUT
+    val_path: str = ""
+    val_percent: int = 10
+    val_every: int = 50
+
+    def config_fields(self) -> dict[str, Any]:
+        """The :class:`~workbench.core.training.config.TrainConfig` fields these options set.
+
+        Returns:
+            ``warmup_steps``, ``no_decay``, ``val``, ``val_every`` and ``val_fraction``.
+
+        Raises:
+            ConfigError: validation from a dataset without its folder.
+        """
+        out: dict[str, Any] = {
+            "warmup_steps": int(self.warmup_steps),
+            "no_decay": "auto" if self.no_decay else None,
+            "val": None,
+            "val_every": None,
+            "val_fraction": 0.1,
+        }
+        if not self.validate:
+            return out
+        if self.val_kind == HELD_OUT:
+            out["val_every"] = max(1, int(self.val_every))
+            out["val_fraction"] = self.val_percent / 100.0
+            return out
+        path = self.val_path.strip()
+        if not path:
+            raise ConfigError("choose the folder of the validation data (Options…), or validate on a held-out split")
+        out["val"] = f"{self.val_kind}:{path}"
+        out["val_every"] = int(self.val_every) or None
+        return out
+
+    def summary(self) -> str:
+        """A few words for the panel: ``warm-up 20 · val every 50 (10 % held out) · no decay on biases``
+        (``""`` with every option at its default)."""
+        parts = []
+        if self.warmup_steps:
+            parts.append(f"warm-up {self.warmup_steps}")
+        if self.validate:
+            when = f"every {self.val_every}" if self.val_every else "at the end"
+            source = f"{self.val_percent} % held out" if self.val_kind == HELD_OUT else self.val_kind
+            parts.append(f"val {when} ({source})")
+        if self.no_decay:
+            parts.append("no decay on biases/norms")
+        return " · ".join(parts)
+
+    def copy(self) -> "TrainingOptions":
+        """An independent copy."""
+        return dataclasses.replace(self)
+
+
+class TrainingOptionsDialog(QDialog):
+    """Edits a copy of :class:`TrainingOptions`.
+
+    Args:
+        options: the values to start from (not changed).
+        datasets: ``(label, kind)`` of the dataset kinds a validation folder can be (the
+            training panel's list; ``synthetic`` is left out).
+        parent: Qt parent.
+    """
+
+    def __init__(self, options: TrainingOptions, datasets: Sequence[tuple[str, str]], parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Training Options")
+        self.warmup = QSpinBox(self)
+        self.warmup.setRange(0, 10_000_000)
+        self.warmup.setSuffix(" steps")
+        self.warmup.setSpecialValueText("none")
+        self.warmup.setToolTip("Steps of linear warm-up at the start of the schedule "
+                               "(one-cycle: the rising phase; none = the first 30 % of the run)")
+        self.no_decay = QCheckBox("No weight decay on biases and norms", self)
+        self.no_decay.setToolTip("Biases, normalization weights and the model's no_weight_decay() names get weight "
+                                 "decay 0 (as timm does); the rest gets the WD of the panel")
+
+        self.validate = QGroupBox("Validate during training", self)
+        self.validate.setCheckable(True)
+        self.validate.setToolTip("Measure the loss (and the accuracy of classifiers) on data the run does not train on")
+        self.source = QComboBox(self.validate)
+        self.source.addItem("Held-out split of the training data", HELD_OUT)
+        for label, kind in datasets:
+            if kind != "synthetic":
+                self.source.addItem(label, kind)
+        self.source.setToolTip("Where the validation data come from: a held-out part of the training data "
+                               "(never trained on), or a dataset on disk (torchvision datasets: their test split)")
+        self.percent = QSpinBox(self.validate)
+        self.percent.setRange(1, 50)
+        self.percent.setSuffix(" %")
+        self.percent.setToolTip("Share of the training data held out for validation")
+        self.path = QLineEdit(self.validate)
+        self.path.setPlaceholderText("folder…")
+        self.path.setMinimumWidth(self.path.fontMetrics().horizontalAdvance("x" * 28))
+        self.browse = QToolButton(self.validate)
+        self.browse.setText("…")
+        self.browse.setToolTip("Choose the validation data's folder")
+        self.browse.clicked.connect(self._browse)
+        self.every = QSpinBox(self.validate)
+        self.every.setRange(0, 10_000_000)
+        self.every.setPrefix("every ")
+        self.every.setSuffix(" steps")
+        self.every.setToolTip("Validate every N steps and after the last step")
+        path_row = QHBoxLayout()
+        path_row.setContentsMargins(0, 0, 0, 0)
+        path_row.addWidget(self.path, 1)
+        path_row.addWidget(self.browse)
+        self._form = form = QFormLayout(self.validate)
+        form.addRow("Source", self.source)
+        form.addRow("Held out", self.percent)
+        form.addRow("Folder", path_row)
+        form.addRow("When", self.every)
+        self.source.currentIndexChanged.connect(self._source_changed)
+
+        top = QFormLayout()
+        top.addRow("Warm-up", self.warmup)
+        top.addRow("", self.no_decay)
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
+        buttons.accepted.connect(self.accept)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.validate)
+        layout.addWidget(buttons)
+        self.set_options(options)
+
+    def set_options(self, o: TrainingOptions) -> None:
+        """Show ``o`` in the fields.
+
+        Args:
+            o: the values.
+        """
+        self.warmup.setValue(int(o.warmup_steps))
+        self.no_decay.setChecked(bool(o.no_decay))
+        self.validate.setChecked(bool(o.validate))
+        i = self.source.findData(o.val_kind)
+        self.source.setCurrentIndex(max(i, 0))
+        self.path.setText(o.val_path)
+        self.percent.setValue(int(o.val_percent))
+        self._source_changed()
+        self.every.setValue(int(o.val_every))
+
+    def options(self) -> TrainingOptions:
+        """The values in the fields.
+
+        Returns:
+            New options.
+        """
+        return TrainingOptions(
+            warmup_steps=self.warmup.value(),
+            no_decay=self.no_decay.isChecked(),
+            validate=self.validate.isChecked(),
+            val_kind=str(self.source.currentData()),
+            val_path=self.path.text().strip(),
+            val_percent=self.percent.value(),
+            val_every=self.every.value(),
+        )
+
+    def _source_changed(self, *_: Any) -> None:
+        held = self.source.currentData() == HELD_OUT
+        self._form.setRowVisible(1, held)
+        self._form.setRowVisible(2, not held)
+        # a held-out split is validated every N steps (N >= 1); a dataset may be validated at the end only
+        self.every.setMinimum(1 if held else 0)
+        self.every.setSpecialValueText("" if held else "at the end only")
+        self.adjustSize()
+
+    def _browse(self) -> None:
+        path = dialogs.open_dir(self, "Choose the validation data's folder", self.path.text().strip())
+        if path:
+            self.path.setText(path)
+
+
+def options_tooltip(o: TrainingOptions) -> str:
+    """The Options… button's tooltip: every option spelled out.
+
+    Args:
+        o: the options.
+
+    Returns:
+        The text.
+    """
+    lines = [
+        "Warm-up, weight decay on biases and norms, validation",
+        f"warm-up: {o.warmup_steps} steps" if o.warmup_steps else "warm-up: none",
+        "weight decay on biases/norms: " + ("off" if o.no_decay else "as the WD field"),
+    ]
+    if not o.validate:
+        lines.append("validation: off")
+    else:
+        source = f"{o.val_percent} % of the training data held out" if o.val_kind == HELD_OUT else f"{o.val_kind}:{o.val_path}"
+        lines.append(f"validation: {source}, " + (f"every {o.val_every} steps" if o.val_every else "at the end"))
+    return "\n".join(lines)
+
