@@ -15,9 +15,10 @@ and takes those norms too. The per-parameter squares are summed per module on th
 modules without trainable parameters are absent from the record. The copy of the trainable
 weights exists only during a measured step's optimizer step.
 
-The record, :class:`ModuleStats`, holds sums of squares per module (gradient, update,
-weight), so any group of modules aggregates exactly: the norm of a parent is the square root
-of its children's summed squares (:func:`aggregate`).
+The record, :class:`ModuleStats`, holds sums of squares (gradient, update, weight) for every
+module with trainable parameters at or below it: a parent aggregates its subtree exactly (the
+norm of a parent is the square root of its children's summed squares), summed on the device
+through an index built once per plan version, so a reader only looks rows up.
 """
 
 from __future__ import annotations
@@ -33,8 +34,6 @@ __all__ = [
     "DEFAULT_EVERY",
     "ModuleStats",
     "ModuleStatsProbe",
-    "RowStats",
-    "aggregate",
     "owner_path",
 ]
 
@@ -45,11 +44,17 @@ DEFAULT_EVERY = 20
 
 @dataclass(frozen=True)
 class ModuleStats:
-    """Sums of squares per module at one measured step (plain data, safe across threads).
+    """Sums of squares per module and everything below it, at one measured step.
+
+    Plain data, safe to hand across threads. A module's figures cover its own trainable
+    parameters and those of every module below it, so a parent's gradient norm is the square
+    root of the sum of its children's squares, and its update/weight ratio is the norm of all
+    updates below it over the norm of all weights below it.
 
     Attributes:
         step: the step measured.
-        paths: module paths (in the model tree) that own trainable parameters with gradients.
+        paths: module paths (in the model tree) with trainable parameters (with gradients)
+            at or below them; frozen subtrees are absent.
         grad_sq: per module, the sum of squared gradient elements (unscaled under fp16).
         update_sq: per module, the sum of squared weight changes of the optimizer step.
         weight_sq: per module, the sum of squared weights before the step.
@@ -62,12 +67,12 @@ class ModuleStats:
     weight_sq: tuple[float, ...]
 
     def grad_norm(self, path: str) -> float | None:
-        """The gradient norm of one module's own trainable parameters (None when absent)."""
+        """The gradient norm of a module's trainable parameters, itself and below (None when absent)."""
         i = self._index().get(path)
         return math.sqrt(self.grad_sq[i]) if i is not None else None
 
     def update_ratio(self, path: str) -> float | None:
-        """``‖Δw‖ / ‖w‖`` of one module's own trainable parameters (None when absent or ‖w‖ = 0)."""
+        """``‖Δw‖ / ‖w‖`` of a module's trainable parameters, itself and below (None when absent or ‖w‖ = 0)."""
         i = self._index().get(path)
         if i is None or self.weight_sq[i] <= 0:
             return None
@@ -88,19 +93,6 @@ class ModuleStats:
         }
 
 
-@dataclass(frozen=True)
-class RowStats:
-    """Aggregated statistics of a module and everything below it.
-
-    Attributes:
-        grad_norm: ``sqrt`` of the summed squared gradients.
-        update_ratio: ``sqrt(Σ Δw²) / sqrt(Σ w²)``, or None when the weights are all zero.
-    """
-
-    grad_norm: float
-    update_ratio: float | None
-
-
 def _ancestors(path: str) -> Iterable[str]:
     """``path`` and every module above it, up to the root ``""``."""
     yield path
@@ -108,34 +100,6 @@ def _ancestors(path: str) -> Iterable[str]:
         cut = path.rfind(".")
         path = path[:cut] if cut >= 0 else ""
         yield path
-
-
-def aggregate(stats: ModuleStats) -> dict[str, RowStats]:
-    """Statistics of every module that has trainable parameters at or below it.
-
-    A parent's gradient norm is the square root of the sum of its children's squares (and its
-    own parameters'); its update/weight ratio is the norm of all updates below it over the
-    norm of all weights below it.
-
-    Args:
-        stats: one measured step.
-
-    Returns:
-        ``{module path: RowStats}``; modules with no trainable parameter below are absent.
-    """
-    sums: dict[str, list[float]] = {}
-    for path, g, u, w in zip(stats.paths, stats.grad_sq, stats.update_sq, stats.weight_sq):
-        for p in _ancestors(path):
-            acc = sums.get(p)
-            if acc is None:
-                sums[p] = [g, u, w]
-            else:
-                acc[0] += g
-                acc[1] += u
-                acc[2] += w
-    return {
-        p: RowStats(math.sqrt(g), math.sqrt(u / w) if w > 0 else None) for p, (g, u, w) in sums.items()
-    }
 
 
 def owner_path(param_name: str, modules: Mapping[str, Any] | frozenset[str] | set[str]) -> str:
@@ -195,10 +159,11 @@ class ModuleStatsProbe:
         self._version = version
         self._built_for: int | None = None
         self._params: list[nn.Parameter] = []
-        self._owner: list[int] = []
+        self._rows: list[list[int]] = []  # per trainable parameter: the rows it counts for
         self._paths: tuple[str, ...] = ()
-        self._pending: tuple[int, list[nn.Parameter], list[int], torch.Tensor, list[torch.Tensor]] | None = None
+        self._pending: tuple[int, list[nn.Parameter], list[list[int]], torch.Tensor, list[torch.Tensor]] | None = None
         self._latest: ModuleStats | None = None
+        self._pairs: tuple[Any, torch.Tensor, torch.Tensor] | None = None
 
     def due(self, step: int) -> bool:
         """Whether ``step`` is measured."""
@@ -213,14 +178,14 @@ class ModuleStatsProbe:
             modules = frozenset(name for name, _ in self.model.named_modules())
         index: dict[str, int] = {}
         params: list[nn.Parameter] = []
-        owner: list[int] = []
+        rows: list[list[int]] = []
         for name, p in self.model.named_parameters():
             if not p.requires_grad:
                 continue
             path = owner_path(name, modules)
             params.append(p)
-            owner.append(index.setdefault(path, len(index)))
-        self._params, self._owner = params, owner
+            rows.append([index.setdefault(a, len(index)) for a in _ancestors(path)])
+        self._params, self._rows = params, rows
         self._paths = tuple(index)
         self._built_for = version
 
@@ -232,12 +197,12 @@ class ModuleStatsProbe:
             grad_scale: the loss scale of fp16 training (gradients are divided by it), or None.
         """
         self._build()
-        pairs = [(p, i) for p, i in zip(self._params, self._owner) if p.grad is not None and not p.grad.is_sparse]
+        pairs = [(p, r) for p, r in zip(self._params, self._rows) if p.grad is not None and not p.grad.is_sparse]
         if not pairs:
             self._pending = None
             return
         params = [p for p, _ in pairs]
-        owners = [i for _, i in pairs]
+        owners = [r for _, r in pairs]
         with torch.no_grad():
             g = _stacked_norms([p.grad for p in params])  # type: ignore[misc]
             g2 = g * g
@@ -259,11 +224,11 @@ class ModuleStatsProbe:
             u = _stacked_norms(before)
             del before
             per_param = torch.stack([g2.to(w.device), u * u, w * w])  # (3, P)
-            idx = torch.tensor(owners, device=per_param.device)
+            src, dst = self._index(owners, per_param.device)
             sums = torch.zeros(3, len(self._paths), dtype=per_param.dtype, device=per_param.device)
-            sums.index_add_(1, idx, per_param)
+            sums.index_add_(1, dst, per_param.index_select(1, src))
             rows = sums.tolist()
-        present = sorted(set(owners))
+        present = sorted({i for r in owners for i in r})
         paths = self._paths
         self._latest = ModuleStats(
             step=step,
@@ -272,6 +237,15 @@ class ModuleStatsProbe:
             update_sq=tuple(rows[1][i] for i in present),
             weight_sq=tuple(rows[2][i] for i in present),
         )
+
+    def _index(self, owners: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(parameter, row) pairs: every parameter counts for its module and all above it."""
+        key = (self._built_for, tuple(map(id, owners)), device)
+        if self._pairs is None or self._pairs[0] != key:
+            src = [j for j, r in enumerate(owners) for _ in r]
+            dst = [i for r in owners for i in r]
+            self._pairs = (key, torch.tensor(src, device=device), torch.tensor(dst, device=device))
+        return self._pairs[1], self._pairs[2]
 
     def cancel(self) -> None:
         """Drop a measurement in progress (the step failed or skipped the optimizer)."""
