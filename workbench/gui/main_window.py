@@ -181,6 +181,7 @@ class MainWindow(QMainWindow):
         t.runStarted.connect(self._run_started)
         t.verifyResult.connect(self._show_verify_result)
         t.moduleActivated.connect(self.select_path)
+        t.runs.moduleStatsReceived.connect(self.tree_model.set_module_stats)
         t.watch_with(self.diagnostics)
         self._restore_settings()
         #: Problems found at start-up (ignored settings, an unusable run store), said once.
