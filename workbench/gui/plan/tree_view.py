@@ -198,6 +198,7 @@ class ModuleTreeView(QTreeView):
         source = self._tree_model()
         if source is not None:
             source.liveChanged.connect(self._heat_timer.start)
+            source.set_expanded_test(self._path_expanded)
         self._size_columns()
 
     def _tree_model(self) -> ModuleTreeModel | None:
@@ -205,6 +206,21 @@ class ModuleTreeView(QTreeView):
         while isinstance(m, QAbstractProxyModel):
             m = m.sourceModel()
         return m if isinstance(m, ModuleTreeModel) else None
+
+    def _path_expanded(self, path: str) -> bool:
+        """Whether the row of a module path is expanded here (False when filtered out)."""
+        source = self._tree_model()
+        if source is None:
+            return False
+        idx = source.index_of(path)
+        m = self.model()
+        chain: list[QAbstractProxyModel] = []
+        while isinstance(m, QAbstractProxyModel):
+            chain.append(m)
+            m = m.sourceModel()
+        for proxy in reversed(chain):
+            idx = proxy.mapFromSource(idx)
+        return idx.isValid() and self.isExpanded(idx)
 
     def visible_rows(self) -> list[QModelIndex]:
         """The first-column indexes of the rows in view, top to bottom."""
