@@ -98,6 +98,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._has_pending = False
         self._heat: dict[int, tuple[float, float]] = {}  # live column -> log10 range in view
         self._is_expanded: Callable[[str], bool] | None = None
+        self._notes: dict[str, str] = {}
         self._live_timer = QTimer(self)
         self._live_timer.setSingleShot(True)
         self._live_timer.setInterval(LIVE_INTERVAL_MS)
@@ -207,7 +208,9 @@ class ModuleTreeModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.CheckStateRole:
             return col.check(st) if col.check is not None else None
         if role == Qt.ItemDataRole.ToolTipRole:
-            return col.tip(self._c, node, st) if col.tip is not None else None
+            tip = col.tip(self._c, node, st) if col.tip is not None else None
+            note = self._notes.get(node.path) if index.column() == 0 else None
+            return f"{tip}\n{note}" if tip and note else (tip or note)
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return col.alignment
         if role == Qt.ItemDataRole.ForegroundRole:
@@ -263,6 +266,14 @@ class ModuleTreeModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.EditRole and col.editable:
             return col.set_data(self._c, node.path, value)
         return False
+
+    def set_row_notes(self, notes: dict[str, str]) -> None:
+        """Add a line per module to the Module column's tooltip (output shapes, activations).
+
+        Args:
+            notes: ``{module path: text}``; an empty dict removes them.
+        """
+        self._notes = dict(notes)
 
     # ------------------------------------------------------------------ live columns
     @property

@@ -14,7 +14,7 @@ next step and reports it as an event, which the plots show as a marker.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -68,6 +68,9 @@ class RunController(QObject):
             (``module_stats_every``).
         module_stats: the latest :class:`~workbench.core.training.module_stats.ModuleStats`
             of the run in progress (or the last run), or None.
+        preflight: ``preflight(config) -> dict | None`` asked by :meth:`start` once the run
+            could start: None cancels it (the user said no), a dict is added to the new
+            run's summary (the predicted step memory). None: no check.
     """
 
     runStarted = Signal(object)
@@ -89,6 +92,7 @@ class RunController(QObject):
         self.current: RunRecord | None = None
         self.trainer_kwargs: dict[str, Any] = {"module_stats_every": DEFAULT_EVERY}
         self.module_stats: ModuleStats | None = None
+        self.preflight: Callable[[TrainConfig], dict[str, Any] | None] | None = None
         self.info: dict[str, Any] = {}
         self._session: TrainingSession | None = None
         self._fingerprint: str | None = None
@@ -165,6 +169,13 @@ class RunController(QObject):
                 "",
             )
             return False
+        extra: dict[str, Any] = {}
+        if self.preflight is not None:
+            answer = self.preflight(config)
+            if answer is None:
+                self.statusMessage.emit("Start cancelled.")
+                return False
+            extra = answer
         plan = c.plan.copy()
         what = c.loaded.label + (" · doctor watch" if watch_steps else "")
         record = self.store.new_record(
@@ -187,6 +198,7 @@ class RunController(QObject):
         self._watch = bool(watch_steps)
         self._release_metrics()
         self.current = record
+        record.summary.update(extra)
         self.info = {}
         self.records.append(record)
         self._save(record, metrics=False)
