@@ -73,6 +73,7 @@ from workbench.gui.plan.reparam_dialog import edit_reparam
 from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
 from workbench.gui.plan.tree_view import ModuleTreeView
 from workbench.gui.qt_compat import protect_none_refcount
+from workbench.gui.training.layers_plot import LayersPlot
 from workbench.gui.training.ui import TrainingUI
 from workbench.gui.training.verify_panel import STATUS_COLORS
 
@@ -117,7 +118,7 @@ class MainWindow(QMainWindow):
     Attributes:
         controller: owner of model, tree, plan, file and undo history.
         tree_model / proxy / view: the module tree and its filter.
-        right_panel: tabs on the right (``Plan``, ``Plots``, ``Runs``, ``Verify``, ``Diagnostics``).
+        right_panel: tabs on the right (``Plan``, ``Plots``, ``Runs``, ``Verify``, ``Layers``, ``Diagnostics``).
         diagnostics: the Diagnostics tab.
         bottom_panel: area under the cost panel (``bottom_panel.layout()`` is a
             ``QVBoxLayout``) holding the training controls.
@@ -271,6 +272,12 @@ class MainWindow(QMainWindow):
         self.right_panel.addTab(plan_tab, "Plan")
         for widget, title in self.training.tabs:
             self.right_panel.addTab(widget, title)
+        self.layers_plot = LayersPlot(self.training.runs, self)
+        self.right_panel.addTab(self.layers_plot, "Layers")
+        self.right_panel.setTabToolTip(
+            self.right_panel.indexOf(self.layers_plot),
+            "Update/weight ratio and gradient norm of each top-level module over the run",
+        )
         self.diagnostics = DiagnosticsPanel(self.controller, self.select_path, self)
         self.right_panel.addTab(self.diagnostics, "Diagnostics")
 
@@ -1044,4 +1051,5 @@ class MainWindow(QMainWindow):
         self.save_settings()
         self.source_bar.wait()
         self.controller.wait()
+        self.activations.shutdown()
         event.accept()

@@ -39,6 +39,15 @@ def test_a_short_run_fills_the_live_columns_and_frozen_rows_stay_blank(window: M
     frozen = m.index_of("layer1", Column.GRAD)
     assert frozen.data(VALUE_ROLE) is None and frozen.data(Qt.ItemDataRole.DisplayRole) == ""
     assert "Frozen" in frozen.data(Qt.ItemDataRole.ToolTipRole)
+    # the Layers plot: one curve per top-level module that trains
+    plot = w.layers_plot
+    plot.redraw()
+    assert set(plot.curves) == {"layer4", "fc"}
+    x, y = plot.curves["layer4"].getData()
+    assert len(x) >= 1 and x[-1] == stats.step and 10 ** y[-1] == pytest.approx(ratio)  # a log axis
+    plot.quantity.setCurrentIndex(plot.quantity.findData("grad_norm"))
+    plot.redraw()
+    assert 10 ** plot.curves["layer4"].getData()[1][-1] == pytest.approx(g_l4)
     # the heat colour spans the rows in view: the warmest is the largest value in view
     w.view.expandToDepth(0)
     w.view.update_heat()

@@ -33,6 +33,7 @@ from torch import nn
 __all__ = [
     "DEFAULT_EVERY",
     "ModuleStats",
+    "ModuleStatsHistory",
     "ModuleStatsProbe",
     "owner_path",
 ]
@@ -91,6 +92,48 @@ class ModuleStats:
             "step": self.step,
             "modules": {p: [g, u, w] for p, g, u, w in zip(self.paths, self.grad_sq, self.update_sq, self.weight_sq)},
         }
+
+
+class ModuleStatsHistory:
+    """The measured steps of a run for the top-level modules (children of the root), for plots.
+
+    Args:
+        limit: measured steps kept per module (the oldest go first).
+    """
+
+    def __init__(self, limit: int = 5000) -> None:
+        self.limit = limit
+        self.steps: dict[str, list[int]] = {}
+        self.grad_norm: dict[str, list[float]] = {}
+        self.update_ratio: dict[str, list[float]] = {}
+
+    def clear(self) -> None:
+        """Forget every step (a new run)."""
+        self.steps.clear()
+        self.grad_norm.clear()
+        self.update_ratio.clear()
+
+    def add(self, stats: ModuleStats) -> None:
+        """Keep one measured step's figures of the top-level modules.
+
+        Args:
+            stats: the step's statistics.
+        """
+        for path in stats.paths:
+            if not path or "." in path:
+                continue
+            g, r = stats.grad_norm(path), stats.update_ratio(path)
+            steps = self.steps.setdefault(path, [])
+            steps.append(stats.step)
+            self.grad_norm.setdefault(path, []).append(g if g is not None else math.nan)
+            self.update_ratio.setdefault(path, []).append(r if r is not None else math.nan)
+            if len(steps) > self.limit:
+                del steps[0], self.grad_norm[path][0], self.update_ratio[path][0]
+
+    @property
+    def paths(self) -> list[str]:
+        """The modules seen, in the order they first appeared."""
+        return list(self.steps)
 
 
 def _ancestors(path: str) -> Iterable[str]:

@@ -107,6 +107,7 @@ class ActivationEstimator(QObject):
         self._timer.setSingleShot(True)
         self._timer.setInterval(250)
         self._timer.timeout.connect(self._refresh)
+        self._closed = False
         controller.planChanged.connect(self.request)
         controller.modelChanged.connect(self._model_changed)
 
@@ -117,7 +118,14 @@ class ActivationEstimator(QObject):
 
     def request(self, *_: Any) -> None:
         """Recompute soon (settings or plan changed; several requests make one update)."""
-        self._timer.start()
+        if not self._closed:
+            self._timer.start()
+
+    def shutdown(self) -> None:
+        """Stop updating and wait for a profile being computed (the window is closing)."""
+        self._closed = True
+        self._timer.stop()
+        self.wait()
 
     def _model_changed(self, *_: Any) -> None:
         self._cache.clear()
@@ -153,7 +161,7 @@ class ActivationEstimator(QObject):
     def _refresh(self) -> None:
         cfg = self._settings()
         key = self._key(cfg) if cfg is not None else None
-        if key is not None and key not in self._cache and self._task is None:
+        if key is not None and key not in self._cache and self._task is None and not self._closed:
             self._task_key = key
             self._task = BackgroundTask(self._compute(key), self)
             self._task.done.connect(self._done)

@@ -343,7 +343,7 @@ class CostPanel(QFrame):
             what = source
             if source == "process RSS" and before:
                 measured = max(int(measured) - int(before), 0)
-                what = "largest process RSS after a step, growth since Start"
+                what = "process RSS growth since Start, a lower bound: memory freed by earlier runs is reused"
             self._last_run = (
                 f"Last run: predicted peak {fmt_bytes(int(predicted))} · measured {fmt_bytes(int(measured))} "
                 f"({what}; {int(measured) / int(predicted):.2f}×)"

@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from workbench.core.plan.rules import PlanError
 from workbench.core.training.config import TrainConfig
-from workbench.core.training.module_stats import DEFAULT_EVERY, ModuleStats
+from workbench.core.training.module_stats import DEFAULT_EVERY, ModuleStats, ModuleStatsHistory
 from workbench.gui.controller import Controller
 from workbench.gui.training.run_store import RunRecord, RunStore, RunStoreError, clean_name, clean_tags
 from workbench.gui.training.session import TrainingJob, TrainingSession
@@ -68,6 +68,7 @@ class RunController(QObject):
             (``module_stats_every``).
         module_stats: the latest :class:`~workbench.core.training.module_stats.ModuleStats`
             of the run in progress (or the last run), or None.
+        module_history: the top-level modules' measured steps of that run (the Layers plot).
         preflight: ``preflight(config) -> dict | None`` asked by :meth:`start` once the run
             could start: None cancels it (the user said no), a dict is added to the new
             run's summary (the predicted step memory). None: no check.
@@ -92,6 +93,7 @@ class RunController(QObject):
         self.current: RunRecord | None = None
         self.trainer_kwargs: dict[str, Any] = {"module_stats_every": DEFAULT_EVERY}
         self.module_stats: ModuleStats | None = None
+        self.module_history = ModuleStatsHistory()
         self.preflight: Callable[[TrainConfig], dict[str, Any] | None] | None = None
         self.info: dict[str, Any] = {}
         self._session: TrainingSession | None = None
@@ -204,6 +206,7 @@ class RunController(QObject):
         self._save(record, metrics=False)
         self._set_state("starting")
         self.module_stats = None
+        self.module_history.clear()
         self.moduleStatsReceived.emit(None)
         self.runStarted.emit(record)
         self.runsChanged.emit()
@@ -291,6 +294,7 @@ class RunController(QObject):
         if tree is None or tree.fingerprint != self._fingerprint:
             return  # another model is shown: its rows are not the trained model's
         self.module_stats = stats
+        self.module_history.add(stats)
         self.moduleStatsReceived.emit(stats)
 
     @Slot(dict)
