@@ -138,12 +138,16 @@ def render(
             window.splitter.setSizes([900, sum(sizes) - 900])
             window.view.expand(window.proxy.mapFromSource(window.tree_model.index_of("layer4.0")))
             window.select_path("layer4.0.conv1")
+            header = window.view.header()
+            type_width = header.sectionSize(Column.TYPE)
+            header.resizeSection(Column.TYPE, type_width // 2)  # as a user drags it narrower
             bar = window.view.horizontalScrollBar()
             bar.setValue(bar.maximum())  # the live columns are the last ones: scrolled into view
             app.processEvents()
             window.view.update_heat()
             grab("module_stats.png")
             bar.setValue(0)
+            header.resizeSection(Column.TYPE, type_width)
             window.splitter.setSizes(sizes)
             tabs.setCurrentWidget(t.runs_panel)
             grab("runs.png")

@@ -116,3 +116,16 @@ def test_off_by_default() -> None:
 def test_every_must_be_positive() -> None:
     with pytest.raises(ValueError, match=">= 1"):
         ModuleStatsProbe(_tiny(), every=0)
+
+
+def test_history_keeps_the_top_level_modules_of_each_measured_step() -> None:
+    from workbench.core.training.module_stats import ModuleStats, ModuleStatsHistory
+
+    h = ModuleStatsHistory(limit=2)
+    for step in (0, 20, 40):
+        h.add(ModuleStats(step, ("", "layer4", "layer4.0", "fc"), (25.0, 9.0, 9.0, 16.0), (1e-6,) * 4, (1.0,) * 4))
+    assert h.paths == ["layer4", "fc"]  # not the root, not nested modules
+    assert h.steps["fc"] == [20, 40]  # the oldest went first
+    assert h.grad_norm["fc"] == [4.0, 4.0] and h.update_ratio["layer4"] == pytest.approx([1e-3, 1e-3])
+    h.clear()
+    assert h.paths == []
