@@ -157,7 +157,6 @@ def main() -> int:
     print(f"{args.model}, {args.size} px, batch {args.batch}, {device}, AdamW, {args.steps} steps per variant")
     inter = interleaved(args, device)
     _table("1. interleaved in one process", inter)
-    print("\n2. each variant alone in a fresh process")
     lone: dict[str, tuple[float, float]] = {}
     for name, every in (("off", 0), (f"every {args.every}", args.every)):
         cmd = [sys.executable, __file__, "--alone", str(every), "--model", args.model, "--size", str(args.size),
