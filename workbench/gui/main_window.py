@@ -49,6 +49,7 @@ from workbench.core.freezing import partial
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import CHECKPOINT_SUFFIXES, ModelSourceError
 from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.training.config import ConfigError, TrainConfig
 from workbench.gui import dialogs
 from workbench.gui import settings as app_settings
 from workbench.gui.about import show_about
@@ -66,12 +67,14 @@ from workbench.gui.model_loading import (
 )
 from workbench.gui.model_source import ModelSourceBar
 from workbench.gui.plan import edits as plan_edits
+from workbench.gui.plan.activation_estimate import ActivationEstimator
 from workbench.gui.plan.cost_panel import CostPanel
 from workbench.gui.plan.partial_dialog import edit_partial
 from workbench.gui.plan.reparam_dialog import edit_reparam
 from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
 from workbench.gui.plan.tree_view import ModuleTreeView
 from workbench.gui.qt_compat import protect_none_refcount
+from workbench.gui.training.layers_plot import LayersPlot
 from workbench.gui.training.ui import TrainingUI
 from workbench.gui.training.verify_panel import STATUS_COLORS
 
@@ -116,7 +119,7 @@ class MainWindow(QMainWindow):
     Attributes:
         controller: owner of model, tree, plan, file and undo history.
         tree_model / proxy / view: the module tree and its filter.
-        right_panel: tabs on the right (``Plan``, ``Plots``, ``Runs``, ``Verify``, ``Diagnostics``).
+        right_panel: tabs on the right (``Plan``, ``Plots``, ``Runs``, ``Verify``, ``Layers``, ``Diagnostics``).
         diagnostics: the Diagnostics tab.
         bottom_panel: area under the cost panel (``bottom_panel.layout()`` is a
             ``QVBoxLayout``) holding the training controls.
@@ -182,6 +185,8 @@ class MainWindow(QMainWindow):
         t.runStarted.connect(self._run_started)
         t.verifyResult.connect(self._show_verify_result)
         t.moduleActivated.connect(self.select_path)
+        t.runs.moduleStatsReceived.connect(self.tree_model.set_module_stats)
+        self._wire_activations()
         t.watch_with(self.diagnostics)
         self._restore_settings()
         #: Problems found at start-up (ignored settings, an unusable run store), said once.
@@ -196,6 +201,56 @@ class MainWindow(QMainWindow):
         self._update_title()
 
     # ------------------------------------------------------------------ building
+    # ------------------------------------------------------------ activations and the Start check
+    def _wire_activations(self) -> None:
+        """The next run's step memory: cost panel line, row tooltips, and the Start check."""
+        est = self.activations = ActivationEstimator(self.controller, self)
+        panel = self.training.panel
+        est.set_settings_source(self._next_run_config)
+        for signal in (panel.batch_size.valueChanged, panel.image_size.valueChanged,
+                       panel.device_box.currentIndexChanged, panel.amp_box.currentIndexChanged):
+            signal.connect(est.request)
+        est.changed.connect(lambda: self.tree_model.set_row_notes(est.row_notes()))
+        self.cost_panel.set_estimator(est)
+        self.training.runs.preflight = self._memory_preflight
+        self.training.runs.runEnded.connect(lambda record: self.cost_panel.show_run_memory(record.summary))
+
+    def _next_run_config(self) -> TrainConfig | None:
+        panel = self.training.panel
+        try:
+            return panel.config()
+        except ConfigError:  # e.g. no dataset folder yet: the batch and size still count
+            try:
+                return TrainConfig(
+                    batch_size=panel.batch_size.value(), image_size=panel.image_size.value() or None,
+                    device=panel.device_box.currentData(), amp=panel.amp_box.currentData(),
+                ).validate()
+            except ConfigError:
+                return None
+
+    def _memory_preflight(self, config: TrainConfig) -> dict[str, Any] | None:
+        """Before a run starts: will its batch fit the device? A confirm when not, a refusal when impossible."""
+        est = self.activations.estimate(config, compute=True)
+        p = est.prediction
+        extra: dict[str, Any] = {}
+        if p is not None:
+            extra = {"predicted_peak_bytes": p.peak, "predicted_activation_bytes": p.activations}
+            if est.memory is not None and est.memory.device == "cpu":
+                import psutil
+
+                extra["memory_before_bytes"] = int(psutil.Process().memory_info().rss)
+        if est.verdict == "impossible":
+            dialogs.error(self, "Cannot start training", est.warning())
+            return None
+        if est.verdict == "does not fit":
+            answer = dialogs.ask(
+                self, "Training may run out of memory", est.warning() + "\n\nStart anyway?",
+                ["Start Anyway", "Cancel"], "Cancel",
+            )
+            if answer != "Start Anyway":
+                return None
+        return extra
+
     def _build_central(self) -> None:
         left = self.view
 
@@ -218,6 +273,12 @@ class MainWindow(QMainWindow):
         self.right_panel.addTab(plan_tab, "Plan")
         for widget, title in self.training.tabs:
             self.right_panel.addTab(widget, title)
+        self.layers_plot = LayersPlot(self.training.runs, self)
+        self.right_panel.addTab(self.layers_plot, "Layers")
+        self.right_panel.setTabToolTip(
+            self.right_panel.indexOf(self.layers_plot),
+            "Update/weight ratio and gradient norm of each top-level module over the run",
+        )
         self.diagnostics = DiagnosticsPanel(self.controller, self.select_path, self)
         self.right_panel.addTab(self.diagnostics, "Diagnostics")
 
@@ -992,4 +1053,5 @@ class MainWindow(QMainWindow):
         self.save_settings()
         self.source_bar.wait()
         self.controller.wait()
+        self.activations.shutdown()
         event.accept()

@@ -44,7 +44,7 @@ def test_window_places_the_training_side(window: MainWindow) -> None:
         assert act in window.actions()  # the shortcuts work wherever the focus is
     assert window.training.panel in window.bottom_panel.findChildren(QWidget)
     tabs = window.right_panel
-    assert [tabs.tabText(i) for i in range(tabs.count())] == ["Plan", "Plots", "Runs", "Verify", "Diagnostics"]
+    assert [tabs.tabText(i) for i in range(tabs.count())] == ["Plan", "Plots", "Runs", "Verify", "Layers", "Diagnostics"]
 
 
 def test_verify_result_and_run_start_reach_the_tabs(window: MainWindow) -> None:

@@ -54,6 +54,7 @@ from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import dataset_num_classes, dataset_seq_len
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
 from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes
+from workbench.core.training.module_stats import ModuleStatsProbe
 from workbench.core.training.optim import sync_optimizer
 from workbench.core.training.run_folder import RunOutputs
 from workbench.core.training.schedule import LrSchedule
@@ -216,6 +217,8 @@ class Trainer:
             thread, inside the step's failure handling (tests inject failures with it).
         on_metrics: called with each reported :class:`StepMetrics`, in the training thread.
         trust_pickle: allow checkpoints that need unpickling code (only for trusted files).
+        module_stats_every: measure per-module gradient norms and update/weight ratios every
+            N steps (``StepMetrics.module_stats``); None: not measured.
 
     Raises:
         ConfigError: the config is invalid.
@@ -232,6 +235,7 @@ class Trainer:
         step_hook: Callable[[int], None] | None = None,
         on_metrics: Callable[[StepMetrics], None] | None = None,
         trust_pickle: bool = False,
+        module_stats_every: int | None = None,
     ) -> None:
         self.config = (config or TrainConfig()).validate()
         self._model_arg = model
@@ -241,6 +245,7 @@ class Trainer:
         self.step_hook = step_hook
         self.on_metrics = on_metrics
         self._trust_pickle = trust_pickle
+        self._stats_every = module_stats_every
         self._stop = threading.Event()
         self._resume = threading.Event()
         self._resume.set()
@@ -629,6 +634,10 @@ class Trainer:
             self.model, self.optimizer, self._fwd if self._fwd is not None else self.model, self.loss_fn, self.device,
             amp_dtype=self._amp_dtype, scaler=self._scaler, step_hook=self.step_hook,
             agree=(lambda bad: self._agree(st, bad)) if dist is not None else None,
+            stats=ModuleStatsProbe(
+                self.model, self._stats_every, modules=self.applied.tree.nodes if self.applied is not None else None,
+                version=lambda: self.plan_version,
+            ) if self._stats_every else None,
         )
         win = st.window
         schedule = self.schedule if self.schedule is not None and self.schedule.active else None
@@ -849,6 +858,7 @@ class Trainer:
             window=win.n,
             val_loss=win.val_loss,
             val_acc=win.val_acc,
+            module_stats=self._train_step.stats.take() if self._train_step is not None and self._train_step.stats else None,
         )
         st.report_step_times.append(step_time)
         st.report_data_times.append(data_time)

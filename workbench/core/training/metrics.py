@@ -25,7 +25,7 @@ import io
 import json
 import math
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any, Iterable
 
@@ -90,6 +90,10 @@ class StepMetrics:
         val_loss: mean validation loss measured after this step, None when not measured.
         val_acc: validation top-1 accuracy (0..1) after this step, None when not measured or
             the task is not classification.
+        module_stats: per-module gradient and update sums of squares
+            (:class:`~workbench.core.training.module_stats.ModuleStats`) when a step of the
+            window was measured, else None. Live only: not part of :meth:`to_dict`, JSON
+            lines or CSV.
     """
 
     step: int
@@ -116,14 +120,15 @@ class StepMetrics:
     window: int = 1
     val_loss: float | None = None
     val_acc: float | None = None
+    module_stats: Any = field(default=None, repr=False, compare=False, metadata={"live": True})
 
     def to_dict(self) -> dict[str, Any]:
         """Plain-data copy (lists copied; a non-finite loss stays a float NaN/inf).
 
         Returns:
-            ``{field: value}`` in field order.
+            ``{field: value}`` in field order, without the live-only ``module_stats``.
         """
-        return asdict(self)
+        return {f.name: _copied(getattr(self, f.name)) for f in _record_fields()}
 
     def to_json(self) -> str:
         """One line of strict JSON (non-finite numbers written as ``null``).
@@ -136,7 +141,7 @@ class StepMetrics:
     def csv_row(self) -> list[str]:
         """Values for :meth:`csv_header`'s columns (lists joined, None empty, NaN empty)."""
         row: list[str] = []
-        for f in fields(self):
+        for f in _record_fields():
             v = getattr(self, f.name)
             if f.name in _LIST_FIELDS:
                 row.append(_LIST_SEP.join(repr(float(x)) for x in v))
@@ -153,7 +158,7 @@ class StepMetrics:
     @staticmethod
     def csv_header() -> list[str]:
         """CSV column names: the field names in order."""
-        return [f.name for f in fields(StepMetrics)]
+        return [f.name for f in _record_fields()]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "StepMetrics":
@@ -179,6 +184,15 @@ class StepMetrics:
             raise MetricsError(f"not a metrics record ({e}); was the file written by `workbench train`?") from None
 
 
+def _record_fields() -> tuple[Any, ...]:
+    """The fields written to files (all but the live-only ones)."""
+    return _RECORD_FIELDS
+
+
+def _copied(v: Any) -> Any:
+    return list(v) if isinstance(v, list) else v
+
+
 def _finite_or_none(obj: Any) -> Any:
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
@@ -188,6 +202,8 @@ def _finite_or_none(obj: Any) -> Any:
         return [_finite_or_none(v) for v in obj]
     return obj
 
+
+_RECORD_FIELDS = tuple(f for f in fields(StepMetrics) if not f.metadata.get("live"))
 
 _INT_FIELDS = {
     "step", "epoch", "mem_allocated", "mem_peak", "mem_reserved", "trainable_params",

@@ -20,6 +20,7 @@ from torch import nn
 
 from workbench.core.training.batches import forward_loss
 from workbench.core.training.failure_text import oom_message, step_failed_message
+from workbench.core.training.module_stats import ModuleStatsProbe
 
 __all__ = ["ClassificationLoss", "LossFn", "StepFailure", "StepOutcome", "TrainStep", "clear_grads"]
 
@@ -124,6 +125,8 @@ class TrainStep:
         step_hook: ``step_hook(step)`` called first, inside the failure handling.
         agree: under torchrun, ``agree(bad) -> bad``: called after backward with this rank's
             "loss not finite", returns whether any rank's loss was not finite.
+        stats: measures per-module gradient norms and update/weight ratios around the
+            optimizer step of the steps it is due on, or None.
     """
 
     def __init__(
@@ -138,6 +141,7 @@ class TrainStep:
         scaler: Any = None,
         step_hook: Callable[[int], None] | None = None,
         agree: Callable[[bool], bool] | None = None,
+        stats: ModuleStatsProbe | None = None,
     ) -> None:
         self.model = model
         self.optimizer = optimizer
@@ -148,6 +152,7 @@ class TrainStep:
         self.scaler = scaler
         self.step_hook = step_hook
         self.agree = agree
+        self.stats = stats
         self._mps = device.type == "mps"
 
     def __call__(
@@ -168,6 +173,7 @@ class TrainStep:
         opt = self.optimizer
         scaler = self.scaler
         loss_val = math.nan
+        probe = self.stats if self.stats is not None and self.stats.due(step) else None
         try:
             if self.step_hook is not None:
                 self.step_hook(step)
@@ -192,11 +198,16 @@ class TrainStep:
                 bad = self.agree(bad)
             if bad:
                 clear_grads(self.model, opt)
-            elif scaler is not None:
-                scaler.step(opt)
-                scaler.update()
             else:
-                opt.step()
+                if probe is not None:
+                    probe.before_step(step, float(scaler.get_scale()) if scaler is not None else None)
+                if scaler is not None:
+                    scaler.step(opt)
+                    scaler.update()
+                else:
+                    opt.step()
+                if probe is not None:
+                    probe.after_step()
             if events is not None:
                 events[1].record()
             elif self._mps:
@@ -209,5 +220,7 @@ class TrainStep:
         else:
             return StepOutcome(loss_val, not bad, bad, ts, te)
         # the exception (and the activations its traceback held) is gone: free what is left
+        if probe is not None:
+            probe.cancel()
         clear_grads(self.model, opt)
         return StepOutcome(loss_val, False, False, 0.0, 0.0, failure)

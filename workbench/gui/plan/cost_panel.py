@@ -8,9 +8,17 @@ fine-tuning, and one line per lint finding (double-click selects the module).
 The dtype selector answers "does this plan fit on a 24 / 80 GB GPU": the same memory if the
 weights were stored in fp32, bf16 or fp16 (:meth:`PlanState.memory
 <workbench.gui.plan.state.PlanState.memory>`), with a mark per GPU size.
+
+With an :class:`~workbench.gui.plan.activation_estimate.ActivationEstimator`
+(:meth:`CostPanel.set_estimator`), one more line gives the next run's whole step: the
+activations kept for backward at the training panel's batch size and image size under the
+plan, the predicted peak against the device's memory, and after a run, predicted against
+measured peak memory.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from PySide6.QtCore import QRectF, QSize, Qt, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
@@ -188,6 +196,11 @@ class CostPanel(QFrame):
         grid.addWidget(self.saving_label, 2, 1)
         grid.addWidget(self.legend_label, 3, 0, 1, 2)
         grid.addLayout(opt_row, 4, 0, 1, 2)
+        self.activation_label = QLabel(stats)
+        self.activation_label.setTextFormat(Qt.TextFormat.RichText)
+        self.activation_label.setWordWrap(True)
+        self.activation_label.hide()
+        grid.addWidget(self.activation_label, 5, 0, 1, 2)
         grid.setColumnStretch(0, 1)
         outer.addWidget(stats, 3)
 
@@ -207,6 +220,8 @@ class CostPanel(QFrame):
         outer.addLayout(right, 4)
 
         self._shown: list[tuple[str, str, str]] = []
+        self._estimator: Any = None
+        self._last_run = ""
         self.optimizer_box.currentIndexChanged.connect(self._optimizer_chosen)
         self.dtype_box.currentIndexChanged.connect(lambda _i: self.refresh())
         controller.planChanged.connect(self.refresh)
@@ -261,6 +276,79 @@ class CostPanel(QFrame):
         self.bar.set_counts(c)
         self._show_fit(state.memory(self.dtype))
         self._fill_findings(state.messages())
+
+    # ------------------------------------------------------------ activations
+    def set_estimator(self, estimator: Any) -> None:
+        """Show the next run's step memory from an
+        :class:`~workbench.gui.plan.activation_estimate.ActivationEstimator`."""
+        self._estimator = estimator
+        estimator.changed.connect(self.show_activations)
+        self.activation_label.show()
+        self.show_activations()
+
+    def show_activations(self) -> None:
+        """Re-read the estimator: activations, predicted peak, fit, last run's measured peak."""
+        est = self._estimator.estimate() if self._estimator is not None else None
+        if est is None:
+            return
+        p, m = est.prediction, est.memory
+        if p is None:
+            text = est.note
+            self.activation_label.setToolTip("")
+        else:
+            where = f" of {fmt_bytes(m.available)} {m.what}" if m is not None else ""
+            text = (
+                f"Step at batch {p.batch_size} · {p.image_size} px: activations <b>{fmt_bytes(p.activations)}</b> "
+                f"· peak ≈ <b>{fmt_bytes(p.peak)}</b>{where} {self._verdict_mark(est.verdict)}"
+            )
+            e = p.estimate
+            self.activation_label.setToolTip(
+                "Predicted memory of one training step (one forward pass on the meta device):\n"
+                f"  weights {fmt_bytes(e.weights)} · buffers {fmt_bytes(e.buffers)} · batch {fmt_bytes(e.batch)}\n"
+                f"  gradients {fmt_bytes(e.gradients)} · optimizer state {fmt_bytes(e.optimizer_state)}\n"
+                f"  activations kept for backward {fmt_bytes(e.activations)} (a frozen prefix keeps none)\n"
+                f"  largest temporary {fmt_bytes(e.temporary)}\n"
+                f"  peak {fmt_bytes(e.peak)}"
+                + (f"\n{m.device}: {fmt_bytes(m.total)} in all, {fmt_bytes(m.available)} {m.what}" if m else "")
+                + ("\n" + est.warning() if est.warning() else "")
+            )
+        if self._last_run:
+            text = f"{text}<br>{self._last_run}" if text else self._last_run
+        self.activation_label.setText(text)
+
+    @staticmethod
+    def _verdict_mark(verdict: str) -> str:
+        if verdict == "fits":
+            return f'<span style="color:{FIT_COLORS[True].name()}">✓</span>'
+        if verdict == "tight":
+            return "⚠ close to the limit"
+        if verdict in ("does not fit", "impossible"):
+            return f'<span style="color:{FIT_COLORS[False].name()}">✗ does not fit</span>'
+        return ""
+
+    def show_run_memory(self, summary: dict[str, Any]) -> None:
+        """Show a finished run's predicted against measured peak memory.
+
+        Args:
+            summary: the run's summary: ``predicted_peak_bytes`` (from the Start check),
+                ``peak_memory_bytes`` and ``memory_source`` (the engine's), and on the CPU
+                ``memory_before_bytes`` (the process RSS at Start).
+        """
+        predicted = summary.get("predicted_peak_bytes")
+        measured = summary.get("peak_memory_bytes")
+        source = summary.get("memory_source") or ""
+        self._last_run = ""
+        if predicted and measured:
+            before = summary.get("memory_before_bytes")
+            what = source
+            if source == "process RSS" and before:
+                measured = max(int(measured) - int(before), 0)
+                what = "process RSS growth since Start, a lower bound: memory freed by earlier runs is reused"
+            self._last_run = (
+                f"Last run: predicted peak {fmt_bytes(int(predicted))} · measured {fmt_bytes(int(measured))} "
+                f"({what}; {int(measured) / int(predicted):.2f}×)"
+            )
+        self.show_activations()
 
     @property
     def dtype(self) -> str:

@@ -10,6 +10,11 @@ becomes a plan edit. :data:`COLUMNS` lists them in display order;
 Adding a per-module toggle (a plan key shown as a checkbox) is one :func:`toggle_column` row
 in :data:`COLUMNS`, given a ``"on"/"off"/"mixed"`` field of
 :class:`~workbench.gui.plan.state.NodeState` to show.
+
+A live column (:func:`live_column`) shows a number measured while training (gradient norm,
+update/weight ratio) from the run's latest
+:class:`~workbench.core.training.module_stats.ModuleStats`, heat-coloured over the rows in
+view; frozen rows stay blank.
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ __all__ = [
     "TreeColumn",
     "check_value",
     "column_index",
+    "heat_color",
+    "live_column",
     "parse_lr",
     "rule_source",
     "toggle_column",
@@ -84,6 +91,9 @@ class TreeColumn:
         width_text: text whose width (plus ``width_pad``) is the column's initial width; None:
             the column stretches.
         width_pad: extra pixels beyond the view's usual padding.
+        live: a live column's number for a module, ``live(stats, path) -> float | None``, given
+            the latest ``ModuleStats``; None for the plan's columns.
+        live_format: the text of a live number.
     """
 
     key: str
@@ -101,6 +111,8 @@ class TreeColumn:
     toggle: bool = False
     width_text: str | None = None
     width_pad: int = 0
+    live: Callable[[Any, str], float | None] | None = None
+    live_format: Callable[[float], str] = str
 
     @property
     def header_alignment(self) -> int:
@@ -230,6 +242,45 @@ def toggle_column(
     )
 
 
+def live_column(
+    key: str, header: str, tooltip: str, live: Callable[[Any, str], float | None], fmt: Callable[[float], str],
+    width_text: str,
+) -> TreeColumn:
+    """A read-only column of a number measured while training.
+
+    Args:
+        key: the column's name.
+        header: header text.
+        tooltip: header tooltip (also the start of each cell's tooltip).
+        live: ``live(stats, path) -> number or None`` (see :class:`TreeColumn`).
+        fmt: the text of a number.
+        width_text: sample text for the column's width.
+
+    Returns:
+        The column.
+    """
+    return TreeColumn(key, header, tooltip, _RIGHT, live=live, live_format=fmt, width_text=width_text, width_pad=4)
+
+
+def heat_color(t: float) -> QColor:
+    """The background of a live cell: transparent for the lowest value in view, warm for the highest.
+
+    A translucent orange reads on light and dark palettes alike.
+
+    Args:
+        t: the value's place between the lowest (0) and highest (1) in view (log scale).
+
+    Returns:
+        The colour.
+    """
+    t = min(max(t, 0.0), 1.0)
+    return QColor(240, 110, 20, int(20 + 150 * t))
+
+
+def _sci(v: float) -> str:
+    return f"{v:.2g}" if 1e-2 <= abs(v) < 1e3 or v == 0 else f"{v:.1e}".replace("e-0", "e-").replace("e+0", "e")
+
+
 # ---------------------------------------------------------------------- cell tooltips
 def _module_tip(c: Controller, node: ModuleNode, st: NodeState) -> str:
     return f"{node.path or '(root)'} — {node.type_name}"
@@ -344,6 +395,18 @@ COLUMNS: tuple[TreeColumn, ...] = (
         bold=lambda c, node: c.state is not None and node.path in c.state.explicit.get("lr_scale", ()),
         value=lambda node, st: st.lr_scale, editor=Editor.LR, set_data=_set_lr, width_text="LR ×", width_pad=8,
     ),
+    live_column(
+        "grad_norm", "Grad ‖g‖",
+        "Gradient norm of the module's trainable parameters (and everything below it), measured every "
+        "few steps while training; warmer = larger among the rows in view",
+        lambda stats, path: stats.grad_norm(path), _sci, width_text="8.8e-88",
+    ),
+    live_column(
+        "update_ratio", "Δw/w",
+        "Update/weight ratio ‖Δw‖/‖w‖ of one optimizer step (the module and everything below it), measured "
+        "every few steps while training: about 1e-3 is typical; far lower barely learns, far higher overwrites",
+        lambda stats, path: stats.update_ratio(path), _sci, width_text="8.8e-88",
+    ),
 )
 
 #: Header texts, in column order.
@@ -379,3 +442,5 @@ class Column(IntEnum):
     AB = column_index("reparam")
     BN = column_index("bn_eval")
     LR = column_index("lr_scale")
+    GRAD = column_index("grad_norm")
+    UPDATE = column_index("update_ratio")

@@ -8,22 +8,43 @@ The adapter only translates: rows come from the controller's
 edit (an undo step) through the controller. After each plan change the rows whose look
 changed are found by comparing per-row signatures, and one ``dataChanged`` is emitted per
 run of adjacent sibling rows.
+
+Live columns (gradient norm, update/weight ratio) read the latest
+:class:`~workbench.core.training.module_stats.ModuleStats` given to
+:meth:`ModuleTreeModel.set_module_stats`; updates are applied at most once per
+:data:`LIVE_INTERVAL_MS` and announced with one ``dataChanged`` per expanded parent over the
+live columns only (collapsed rows are read afresh when they are expanded; announcing them
+would make a filter proxy map every collapsed subtree: seconds on a 50,000-module model). The
+view says which rows are expanded (:meth:`ModuleTreeModel.set_expanded_test`) and sets the
+heat colour's range (the values in view).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import Any, Callable, Iterator
 
-from PySide6.QtCore import QAbstractItemModel, QModelIndex, QObject, QPersistentModelIndex, QSortFilterProxyModel, Qt
+from PySide6.QtCore import (
+    QAbstractItemModel,
+    QModelIndex,
+    QObject,
+    QPersistentModelIndex,
+    QSortFilterProxyModel,
+    Qt,
+    QTimer,
+    Signal,
+)
 from PySide6.QtGui import QFont
 
 from workbench.core.models.tree import ModuleNode
 from workbench.gui.controller import Controller
-from workbench.gui.plan.tree_columns import COLUMNS, HEADERS, Column, check_value, parse_lr
+from workbench.gui.plan.tree_columns import COLUMNS, HEADERS, Column, check_value, heat_color, parse_lr
 
 __all__ = [
     "Column",
     "HEADERS",
+    "LIVE_COLUMNS",
+    "LIVE_INTERVAL_MS",
     "ModuleFilterProxy",
     "ModuleTreeModel",
     "PATH_ROLE",
@@ -43,6 +64,14 @@ SEARCH_ROLE = int(Qt.ItemDataRole.UserRole) + 2
 VALUE_ROLE = int(Qt.ItemDataRole.UserRole) + 3
 
 
+#: Positions of the live columns in :data:`COLUMNS`.
+LIVE_COLUMNS: tuple[int, ...] = tuple(i for i, c in enumerate(COLUMNS) if c.live is not None)
+#: Minimum milliseconds between two updates of the live columns.
+LIVE_INTERVAL_MS = 1000
+_LIVE_ROLES = [
+    int(Qt.ItemDataRole.DisplayRole), int(Qt.ItemDataRole.BackgroundRole), int(Qt.ItemDataRole.ToolTipRole), VALUE_ROLE,
+]
+
 #: The invalid index Qt passes for "no parent" (one shared default).
 _ROOT = QModelIndex()
 
@@ -52,13 +81,28 @@ class ModuleTreeModel(QAbstractItemModel):
     The root module is the single top-level row. Internal ids are indices into a flat
     node list, so no Python object is stored in a ``QModelIndex``.
 
+    Signals:
+        liveChanged(): the live columns show new numbers (the view rescales their heat colour).
+
     Args:
         controller: owner of the tree and the plan; edits go through it.
         parent: Qt parent.
     """
 
+    liveChanged = Signal()
+
     def __init__(self, controller: Controller, parent: QObject | None = None) -> None:
         super().__init__(parent)
+        self._stats: Any = None  # the ModuleStats shown
+        self._pending_stats: Any = None
+        self._has_pending = False
+        self._heat: dict[int, tuple[float, float]] = {}  # live column -> log10 range in view
+        self._is_expanded: Callable[[str], bool] | None = None
+        self._notes: dict[str, str] = {}
+        self._live_timer = QTimer(self)
+        self._live_timer.setSingleShot(True)
+        self._live_timer.setInterval(LIVE_INTERVAL_MS)
+        self._live_timer.timeout.connect(self._apply_pending)
         self._c = controller
         self._nodes: list[ModuleNode] = []
         self._ids: dict[str, int] = {}
@@ -77,6 +121,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._nodes = list(tree.root.walk()) if tree is not None else []
         self._ids = {n.path: i for i, n in enumerate(self._nodes)}
         self._signatures = self._compute_signatures()
+        self._stats, self._pending_stats, self._has_pending = None, None, False
         self.endResetModel()
 
     def node(self, index: Index) -> ModuleNode | None:
@@ -156,12 +201,16 @@ class ModuleTreeModel(QAbstractItemModel):
             return None
         st = state.nodes[node.path]
         col = COLUMNS[index.column()]
+        if col.live is not None:
+            return self._live_data(col, index.column(), node, st.trainable, role)
         if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole):
             return col.display(node, st)
         if role == Qt.ItemDataRole.CheckStateRole:
             return col.check(st) if col.check is not None else None
         if role == Qt.ItemDataRole.ToolTipRole:
-            return col.tip(self._c, node, st) if col.tip is not None else None
+            tip = col.tip(self._c, node, st) if col.tip is not None else None
+            note = self._notes.get(node.path) if index.column() == 0 else None
+            return f"{tip}\n{note}" if tip and note else (tip or note)
         if role == Qt.ItemDataRole.TextAlignmentRole:
             return col.alignment
         if role == Qt.ItemDataRole.ForegroundRole:
@@ -217,6 +266,119 @@ class ModuleTreeModel(QAbstractItemModel):
         if role == Qt.ItemDataRole.EditRole and col.editable:
             return col.set_data(self._c, node.path, value)
         return False
+
+    def set_row_notes(self, notes: dict[str, str]) -> None:
+        """Add a line per module to the Module column's tooltip (output shapes, activations).
+
+        Args:
+            notes: ``{module path: text}``; an empty dict removes them.
+        """
+        self._notes = dict(notes)
+
+    # ------------------------------------------------------------------ live columns
+    @property
+    def module_stats(self) -> Any:
+        """The :class:`~workbench.core.training.module_stats.ModuleStats` shown, or None."""
+        return self._stats
+
+    def set_module_stats(self, stats: Any) -> None:
+        """Show a run's latest per-module statistics (None clears the live columns).
+
+        The first update after a quiet second is applied at once, later ones at most once per
+        :data:`LIVE_INTERVAL_MS` (the latest wins).
+
+        Args:
+            stats: a :class:`~workbench.core.training.module_stats.ModuleStats`, or None.
+        """
+        if self._live_timer.isActive():
+            self._pending_stats, self._has_pending = stats, True
+            return
+        self._show_stats(stats)
+        self._live_timer.start()
+
+    def set_expanded_test(self, is_expanded: Callable[[str], bool] | None) -> None:
+        """Say how to tell whether a row is expanded in the view (live updates skip hidden rows).
+
+        Args:
+            is_expanded: ``is_expanded(path) -> bool``, asked only for rows with children
+                whose ancestors are all expanded; None: every row counts as expanded.
+        """
+        self._is_expanded = is_expanded
+
+    def _apply_pending(self) -> None:
+        if self._has_pending:
+            stats, self._pending_stats, self._has_pending = self._pending_stats, None, False
+            self._show_stats(stats)
+            self._live_timer.start()
+
+    def _show_stats(self, stats: Any) -> None:
+        self._stats = stats
+        if not LIVE_COLUMNS or not self._nodes:
+            return
+        first, last = LIVE_COLUMNS[0], LIVE_COLUMNS[-1]
+        self.dataChanged.emit(self.index(0, first), self.index(0, last), _LIVE_ROLES)
+        for pid in self._expanded_parents():
+            node = self._nodes[pid]
+            parent = self.createIndex(0 if node.parent is None else node.row, 0, pid)
+            self.dataChanged.emit(
+                self.index(0, first, parent), self.index(len(node.children) - 1, last, parent), _LIVE_ROLES
+            )
+        self.liveChanged.emit()
+
+    def _expanded_parents(self) -> Iterator[int]:
+        """Ids of the rows with children that are expanded, with all their ancestors, top down."""
+        test = self._is_expanded
+        stack = [0] if self._nodes[0].children else []
+        while stack:
+            i = stack.pop()
+            node = self._nodes[i]
+            if test is not None and not test(node.path):
+                continue
+            yield i
+            stack.extend(self._ids[ch.path] for ch in reversed(node.children) if ch.children)
+
+    def set_heat_ranges(self, ranges: dict[int, tuple[float, float]]) -> bool:
+        """Set the values that map to the coolest and warmest heat colour, per live column.
+
+        Args:
+            ranges: ``{column: (lowest, highest)}`` of the positive values in view.
+
+        Returns:
+            True when a range changed (the view repaints).
+        """
+        logs = {c: (math.log10(lo), math.log10(hi)) for c, (lo, hi) in ranges.items() if lo > 0 and hi > 0}
+        if logs == self._heat:
+            return False
+        self._heat = logs
+        return True
+
+    def _live_data(self, col: Any, column: int, node: ModuleNode, trainable: int, role: int) -> Any:
+        stats = self._stats
+        value = col.live(stats, node.path) if stats is not None and trainable else None
+        if role == Qt.ItemDataRole.DisplayRole:
+            return col.live_format(value) if value is not None else ""
+        if role == VALUE_ROLE:
+            return value
+        if role == Qt.ItemDataRole.TextAlignmentRole:
+            return col.alignment
+        if role == Qt.ItemDataRole.BackgroundRole:
+            rng = self._heat.get(column)
+            if value is None or value <= 0 or rng is None:
+                return None
+            lo, hi = rng
+            return heat_color((math.log10(value) - lo) / (hi - lo) if hi > lo else 1.0)
+        if role == Qt.ItemDataRole.ToolTipRole:
+            if stats is None:
+                return f"{col.tooltip}. Start a run to measure it."
+            if not trainable:
+                return f"{col.tooltip}. Frozen: nothing trains here."
+            shown = col.live_format(value) if value is not None else "not measured"
+            return f"{col.header} {shown} at step {stats.step} — {col.tooltip}"
+        if role == PATH_ROLE:
+            return node.path
+        if role == SEARCH_ROLE:
+            return f"{node.path} {node.type_name}"
+        return None
 
     # ------------------------------------------------------------------ updates
     def _compute_signatures(self) -> list[tuple[Any, ...]]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import (
     QAbstractItemModel,
+    QAbstractProxyModel,
     QEvent,
     QMetaMethod,
     QModelIndex,
@@ -18,6 +19,7 @@ from PySide6.QtCore import (
     QRect,
     QSize,
     Qt,
+    QTimer,
     Signal,
 )
 from PySide6.QtGui import QDoubleValidator, QKeyEvent, QMouseEvent, QPainter, QPalette, QResizeEvent
@@ -35,7 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.gui.plan.tree_columns import COLUMNS, Editor
-from workbench.gui.plan.tree_model import PATH_ROLE
+from workbench.gui.plan.tree_model import LIVE_COLUMNS, PATH_ROLE, VALUE_ROLE, ModuleTreeModel
 
 __all__ = ["CheckDelegate", "LrDelegate", "ModuleTreeView"]
 
@@ -181,10 +183,68 @@ class ModuleTreeView(QTreeView):
             delegate = self._delegates.get(col.editor)
             if delegate is not None:
                 self.setItemDelegateForColumn(i, delegate)
+        # the live columns' heat colour spans the values in view: rescaled after new numbers,
+        # scrolling, expanding and collapsing (at most every 100 ms)
+        self._heat_timer = QTimer(self)
+        self._heat_timer.setSingleShot(True)
+        self._heat_timer.setInterval(100)
+        self._heat_timer.timeout.connect(self.update_heat)
+        self.verticalScrollBar().valueChanged.connect(self._heat_timer.start)
+        self.expanded.connect(self._heat_timer.start)
+        self.collapsed.connect(self._heat_timer.start)
 
     def setModel(self, model: QAbstractItemModel | None) -> None:  # noqa: N802 - Qt API
         super().setModel(model)
+        source = self._tree_model()
+        if source is not None:
+            source.liveChanged.connect(self._heat_timer.start)
+            source.set_expanded_test(self._path_expanded)
         self._size_columns()
+
+    def _tree_model(self) -> ModuleTreeModel | None:
+        m = self.model()
+        while isinstance(m, QAbstractProxyModel):
+            m = m.sourceModel()
+        return m if isinstance(m, ModuleTreeModel) else None
+
+    def _path_expanded(self, path: str) -> bool:
+        """Whether the row of a module path is expanded here (False when filtered out)."""
+        source = self._tree_model()
+        if source is None:
+            return False
+        idx = source.index_of(path)
+        m = self.model()
+        chain: list[QAbstractProxyModel] = []
+        while isinstance(m, QAbstractProxyModel):
+            chain.append(m)
+            m = m.sourceModel()
+        for proxy in reversed(chain):
+            idx = proxy.mapFromSource(idx)
+        return idx.isValid() and self.isExpanded(idx)
+
+    def visible_rows(self) -> list[QModelIndex]:
+        """The first-column indexes of the rows in view, top to bottom."""
+        out: list[QModelIndex] = []
+        height = self.viewport().height()
+        idx = self.indexAt(QPoint(1, 1))
+        while idx.isValid() and self.visualRect(idx).top() < height:
+            out.append(idx)
+            idx = self.indexBelow(idx)
+        return out
+
+    def update_heat(self) -> None:
+        """Scale the live columns' heat colour over the values in view, and repaint."""
+        source = self._tree_model()
+        if source is None or not LIVE_COLUMNS:
+            return
+        ranges: dict[int, tuple[float, float]] = {}
+        rows = self.visible_rows() if source.module_stats is not None else []
+        for column in LIVE_COLUMNS:
+            values = [v for idx in rows if isinstance(v := idx.siblingAtColumn(column).data(VALUE_ROLE), float) and v > 0]
+            if values:
+                ranges[column] = (min(values), max(values))
+        if source.set_heat_ranges(ranges):
+            self.viewport().update()
 
     def _size_columns(self) -> None:
         header = self.header()

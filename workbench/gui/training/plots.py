@@ -33,8 +33,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt, QTimer, Signal
-from PySide6.QtGui import QAction, QColor, QFont, QPalette
+from PySide6.QtCore import QEvent, QPointF, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QColor, QFont, QFontMetricsF, QPalette
 from PySide6.QtWidgets import (
     QApplication,
     QComboBox,
@@ -500,6 +500,7 @@ class PlotsPanel(QWidget):
                 p.setXLink(self.plots[PLOT_KEYS[0][0]])
             else:
                 p.sigXRangeChanged.connect(lambda *_a: self._layout_markers())
+            p.vb.sigResized.connect(lambda *_a: self._relayout_markers_soon())  # labels flip and elide to fit
             vl = pg.InfiniteLine(angle=90, movable=False, pen=_pen((90, 90, 90), 1, Qt.PenStyle.DashLine, 160))
             vl.setVisible(False)
             vl.setZValue(50)
@@ -1188,7 +1189,11 @@ class PlotsPanel(QWidget):
 
     def _layout_markers(self) -> None:
         """One label per group of close markers, the groups' labels at alternating heights,
-        the full texts of a group in the tooltip of each of its lines."""
+        the full texts of a group in the tooltip of each of its lines; each label on the side
+        of its line with room for it (elided when neither side has)."""
+        if not self.markers:
+            return
+        metrics = QFontMetricsF(self._marker_font)
         for turn, group in enumerate(self.marker_groups()):
             head = group[0]
             text = head.label if len(group) == 1 else f"{len(group)} {'changes' if all(m.kind != 'planned' for m in group) else 'markers'}"
@@ -1199,10 +1204,43 @@ class PlotsPanel(QWidget):
                     shown = m is head
                     line.label.setVisible(shown)
                     if shown:
-                        if line.label.format != text:
-                            line.label.setFormat(text)
+                        fitted, anchor = self._fit_label(key, line.value(), text, metrics)
+                        if line.label.anchors[0] != anchor:
+                            line.label.anchors = [anchor, anchor]
+                        if line.label.format != fitted:
+                            line.label.setFormat(fitted)
                         slots = _TRAINABLE_SLOTS if key == "trainable" else _LABEL_SLOTS
                         line.label.setPosition(slots[turn % len(slots)])
+
+    def _relayout_markers_soon(self) -> None:
+        """Lay the labels out once every plot has its new size (the plots resize one by one)."""
+        timer = getattr(self, "_marker_timer", None)
+        if timer is None:
+            timer = self._marker_timer = QTimer(self)
+            timer.setSingleShot(True)
+            timer.setInterval(0)
+            timer.timeout.connect(self._layout_markers)
+        timer.start()
+
+    def _fit_label(self, key: str, x: float, text: str, metrics: QFontMetricsF) -> tuple[str, tuple[float, float]]:
+        """A marker label's text and anchor on one plot: right of its line when the text fits
+        there, else left of it, else elided on the roomier side.
+
+        Returns:
+            ``(text, anchor)``: anchor ``(0, 0.5)`` puts the text right of the line, ``(1, 0.5)`` left.
+        """
+        vb = self.plots[key].vb
+        view = vb.sceneBoundingRect()
+        at = vb.mapViewToScene(QPointF(x, 0.0)).x()
+        pad = 8.0  # the label's own margins and a gap to the frame
+        right, left = view.right() - at - pad, at - view.left() - pad
+        width = metrics.horizontalAdvance(text)
+        if width <= right or view.width() <= 0:
+            return text, (0.0, 0.5)
+        if width <= left:
+            return text, (1.0, 0.5)
+        room = max(right, left)
+        return metrics.elidedText(text, Qt.TextElideMode.ElideRight, max(room, 0.0)), (0.0, 0.5) if right >= left else (1.0, 0.5)
 
     def _place(self, m: _Marker) -> None:
         x = m.step if self._x == "step" else m.wall

@@ -14,12 +14,13 @@ next step and reports it as an event, which the plots show as a marker.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Signal, Slot
 
 from workbench.core.plan.rules import PlanError
 from workbench.core.training.config import TrainConfig
+from workbench.core.training.module_stats import DEFAULT_EVERY, ModuleStats, ModuleStatsHistory
 from workbench.gui.controller import Controller
 from workbench.gui.training.run_store import (
     RunRecord,
@@ -46,6 +47,9 @@ class RunController(QObject):
         runStarted(record): a run started (status ``running``).
         prepared(info): the run's setup is done (``total_steps``, ``device`` ...).
         metricsReceived(records): a batch of metric records of the running run.
+        moduleStatsReceived(stats): the running run's latest per-module gradient norms and
+            update/weight ratios (:class:`~workbench.core.training.module_stats.ModuleStats`),
+            or None when a run starts; only while the window shows the model it trains.
         runEnded(record): the run ended (after its thread ended) and was saved. A run
             refused at setup (bad input, nothing trained) is not kept: its record has status
             ``refused`` and is neither in :attr:`records` nor in the store.
@@ -66,12 +70,21 @@ class RunController(QObject):
         records: every run, oldest first (stored ones without metrics until needed).
         current: the run in progress, or None.
         trainer_kwargs: extra :class:`~workbench.core.training.engine.Trainer` arguments for the next
-            runs (``dataset``, ``loss_fn``, ``step_hook``): a hook for tests and scripts.
+            runs (``dataset``, ``loss_fn``, ``step_hook``): a hook for tests and scripts. By
+            default runs measure per-module statistics every ``DEFAULT_EVERY`` steps
+            (``module_stats_every``).
+        module_stats: the latest :class:`~workbench.core.training.module_stats.ModuleStats`
+            of the run in progress (or the last run), or None.
+        module_history: the top-level modules' measured steps of that run (the Layers plot).
+        preflight: ``preflight(config) -> dict | None`` asked by :meth:`start` once the run
+            could start: None cancels it (the user said no), a dict is added to the new
+            run's summary (the predicted step memory). None: no check.
     """
 
     runStarted = Signal(object)
     prepared = Signal(dict)
     metricsReceived = Signal(list)
+    moduleStatsReceived = Signal(object)
     runEnded = Signal(object)
     runsChanged = Signal()
     watchFinished = Signal(list, dict)
@@ -85,7 +98,10 @@ class RunController(QObject):
         self.store = store
         self.records, self._load_problems = store.list()
         self.current: RunRecord | None = None
-        self.trainer_kwargs: dict[str, Any] = {}
+        self.trainer_kwargs: dict[str, Any] = {"module_stats_every": DEFAULT_EVERY}
+        self.module_stats: ModuleStats | None = None
+        self.module_history = ModuleStatsHistory()
+        self.preflight: Callable[[TrainConfig], dict[str, Any] | None] | None = None
         self.info: dict[str, Any] = {}
         self._session: TrainingSession | None = None
         self._fingerprint: str | None = None
@@ -162,6 +178,13 @@ class RunController(QObject):
                 "",
             )
             return False
+        extra: dict[str, Any] = {}
+        if self.preflight is not None:
+            answer = self.preflight(config)
+            if answer is None:
+                self.statusMessage.emit("Start cancelled.")
+                return False
+            extra = answer
         plan = c.plan.copy()
         what = c.loaded.label + (" · doctor watch" if watch_steps else "")
         record = self.store.new_record(
@@ -177,16 +200,21 @@ class RunController(QObject):
         session = TrainingSession(job, self)
         session.prepared.connect(self._on_prepared)
         session.metricsBatch.connect(self._on_batch)
+        session.moduleStats.connect(self._on_module_stats)
         session.ended.connect(self._on_ended)
         self._session = session
         self._fingerprint = c.tree.fingerprint
         self._watch = bool(watch_steps)
         self._release_metrics()
         self.current = record
+        record.summary.update(extra)
         self.info = {}
         self.records.append(record)
         self._save(record, metrics=False)
         self._set_state("starting")
+        self.module_stats = None
+        self.module_history.clear()
+        self.moduleStatsReceived.emit(None)
         self.runStarted.emit(record)
         self.runsChanged.emit()
         session.start()
@@ -266,6 +294,15 @@ class RunController(QObject):
             for label in m.get("events") or []:
                 record.events.append({"step": m.get("step"), "wall_time": m.get("wall_time"), "label": label})
         self.metricsReceived.emit(batch)
+
+    @Slot(object)
+    def _on_module_stats(self, stats: ModuleStats) -> None:
+        tree = self.controller.tree
+        if tree is None or tree.fingerprint != self._fingerprint:
+            return  # another model is shown: its rows are not the trained model's
+        self.module_stats = stats
+        self.module_history.add(stats)
+        self.moduleStatsReceived.emit(stats)
 
     @Slot(dict)
     def _on_ended(self, outcome: dict) -> None:

@@ -173,6 +173,8 @@ class TrainingWorker(QObject):
             ``torch_threads`` (of the training thread), ``image_size``, ``batch_size``,
             ``trainable_params``, ``total_params``, ``new_heads``.
         metricsBatch(records): a list of ``StepMetrics.to_dict()`` records.
+        moduleStats(stats): the latest measured
+            :class:`~workbench.core.training.module_stats.ModuleStats`, sent with a batch.
         result(result): the engine's ``RunResult.to_dict()``.
         failed(message, details): the run could not start (bad input: ``details`` empty) or
             an unexpected error (``details`` holds the traceback).
@@ -182,6 +184,7 @@ class TrainingWorker(QObject):
 
     prepared = Signal(dict)
     metricsBatch = Signal(list)
+    moduleStats = Signal(object)
     result = Signal(dict)
     failed = Signal(str, str)
     watched = Signal(list, dict)
@@ -247,11 +250,16 @@ class TrainingWorker(QObject):
         batcher = MetricsBatcher(job.emit_interval)
         control = self._control
         gen = trainer.steps()
+        stats = None
         try:
             for m in gen:
+                stats = m.module_stats or stats
                 batch = batcher.add(m.to_dict(), force=control.pause_requested)
                 if batch is not None:
                     self.metricsBatch.emit(batch)
+                    if stats is not None:
+                        self.moduleStats.emit(stats)
+                        stats = None
         finally:
             gen.close()
             if watch is not None:
@@ -259,6 +267,8 @@ class TrainingWorker(QObject):
         rest = batcher.flush()
         if rest is not None:
             self.metricsBatch.emit(rest)
+        if stats is not None:
+            self.moduleStats.emit(stats)
         if watch is not None:
             from workbench.core.checks import doctor
 
@@ -274,6 +284,7 @@ class TrainingSession(QObject):
     Signals:
         prepared(info): see :class:`TrainingWorker`.
         metricsBatch(records): see :class:`TrainingWorker`.
+        moduleStats(stats): see :class:`TrainingWorker`.
         ended(outcome): after the thread has ended; ``outcome`` is a dict with ``result``
             (``RunResult.to_dict()`` or None), ``error`` and ``details`` (the run could not
             start or broke unexpectedly), ``watch`` (``{"findings": [...], "summary": {...}}``
@@ -286,6 +297,7 @@ class TrainingSession(QObject):
 
     prepared = Signal(dict)
     metricsBatch = Signal(list)
+    moduleStats = Signal(object)
     ended = Signal(dict)
 
     def __init__(self, job: TrainingJob, parent: QObject | None = None) -> None:
@@ -302,6 +314,7 @@ class TrainingSession(QObject):
         self._thread.started.connect(self._worker.run)
         self._worker.prepared.connect(self._on_prepared)
         self._worker.metricsBatch.connect(self._on_batch)
+        self._worker.moduleStats.connect(self.moduleStats)
         self._worker.result.connect(self._on_result)
         self._worker.failed.connect(self._on_failed)
         self._worker.watched.connect(self._on_watched)

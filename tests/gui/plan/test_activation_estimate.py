@@ -1,0 +1,93 @@
+"""The cost panel's step memory (activations included), output shapes in tooltips, and the Start check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt
+
+from workbench.core.models.activations import DeviceMemory
+from workbench.gui.main_window import MainWindow
+from workbench.gui.plan import activation_estimate
+
+
+def _estimated(qtbot: Any, w: MainWindow) -> str:
+    qtbot.waitUntil(lambda: w.controller.model is not None, timeout=60_000)
+    est = w.activations
+    est.request()
+    label = w.cost_panel.activation_label
+    qtbot.waitUntil(
+        lambda: not est._timer.isActive() and not est.busy and "activations <b>" in label.text(),  # noqa: SLF001
+        timeout=60_000,
+    )
+    return label.text()
+
+
+def _small_device(monkeypatch: pytest.MonkeyPatch, total: int, available: int) -> None:
+    monkeypatch.setattr(
+        activation_estimate, "device_memory", lambda device: DeviceMemory("cpu", total, available, "available RAM")
+    )
+
+
+def test_the_panel_includes_activations_for_the_batch_and_the_plan(window: MainWindow, qtbot: Any) -> None:
+    w = window
+    text = _estimated(qtbot, w)
+    assert "Step at batch 4 · 32 px" in text and "✓" in text
+    full = w.activations.estimate().prediction
+    assert full is not None and full.activations > 0
+    w.controller.set_value([""], "frozen", True)
+    w.controller.set_value(["fc"], "frozen", False)
+    _estimated(qtbot, w)
+    head = w.activations.estimate().prediction
+    assert head is not None and head.activations < full.activations / 20  # a frozen prefix keeps none
+    tip = w.tree_model.index_of("layer1").data(Qt.ItemDataRole.ToolTipRole)
+    assert "Output 4×64×8×8" in tip and "keeps nothing for backward" in tip
+    assert "keeps" in w.tree_model.index_of("fc").data(Qt.ItemDataRole.ToolTipRole)
+    w.training.panel.set_values(batch_size=8)
+    _estimated(qtbot, w)
+    assert "Step at batch 8 · 32 px" in w.cost_panel.activation_label.text()
+
+
+def test_start_asks_first_when_the_batch_will_not_fit(window: MainWindow, qtbot: Any, dialogs: Any,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    w = window
+    _estimated(qtbot, w)
+    need = w.activations.estimate().prediction.peak
+    _small_device(monkeypatch, total=100 * need, available=need // 2)  # below the weights: no batch fits
+    w.activations.request()
+    qtbot.waitUntil(lambda: "does not fit" in w.cost_panel.activation_label.text(), timeout=5_000)
+    runs = len(w.training.runs.records)
+    dialogs.script("ask", "Cancel")
+    assert not w.training.panel.start()
+    (kind, title, text), = dialogs.kinds("ask")
+    assert title == "Training may run out of memory" and "more than the" in text
+    assert "Even a batch of 1" in text
+    assert len(w.training.runs.records) == runs and w.training.runs.state == "idle"
+
+
+def test_start_refuses_a_plan_whose_weights_alone_do_not_fit(window: MainWindow, qtbot: Any, dialogs: Any,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    w = window
+    _estimated(qtbot, w)
+    _small_device(monkeypatch, total=1_000_000, available=1_000_000)
+    assert not w.training.panel.start()
+    (kind, title, text), = dialogs.kinds("error")
+    assert title == "Cannot start training" and "alone need" in text
+    assert not dialogs.kinds("ask")
+
+
+def test_a_run_that_fits_starts_without_asking_and_shows_predicted_against_measured(
+    window: MainWindow, qtbot: Any, dialogs: Any
+) -> None:
+    w = window
+    _estimated(qtbot, w)
+    t = w.training
+    t.panel.set_values(steps=3)
+    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000) as blocker:
+        assert t.panel.start()
+    record = blocker.args[0]
+    assert not dialogs.kinds("ask")
+    assert record.summary["predicted_peak_bytes"] > 0 and record.summary["memory_before_bytes"] > 0
+    text = w.cost_panel.activation_label.text()
+    assert "Last run: predicted peak" in text and "measured" in text and "growth since Start" in text

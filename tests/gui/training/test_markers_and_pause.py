@@ -1,0 +1,89 @@
+"""Marker labels stay inside narrow plots; the wall-time throughput curve goes on after a pause."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from workbench.gui.main_window import MainWindow
+from workbench.gui.training.plots import PlotsPanel
+from workbench.gui.training.run_store import RunRecord
+
+
+def _records(n: int) -> list[dict[str, Any]]:
+    return [{"step": i, "wall_time": 0.1 * (i + 1), "step_time_s": 0.1, "loss": 1.0, "samples_per_s": 40.0,
+             "mem_allocated": 5e8, "mem_peak": 5e8, "trainable_params": 1000} for i in range(n)]
+
+
+def _labels_inside(p: PlotsPanel) -> list[tuple[str, str, float, float, float, float]]:
+    """(plot, label, label left, label right, view left, view right) of every label outside its plot."""
+    out = []
+    for i, (key, plot) in enumerate(p.plots.items()):
+        view = plot.vb.sceneBoundingRect()
+        for m in p.markers:
+            label = m.lines[i].label
+            if not label.isVisible():
+                continue
+            r = label.sceneBoundingRect()
+            if r.left() < view.left() - 1 or r.right() > view.right() + 1:
+                out.append((key, label.format, r.left(), r.right(), view.left(), view.right()))
+    return out
+
+
+def test_marker_labels_flip_left_near_the_right_edge_and_elide_in_narrow_plots(qtbot: Any) -> None:
+    p = PlotsPanel()
+    qtbot.addWidget(p)
+    p.resize(1000, 600)
+    p.show()
+    qtbot.waitExposed(p)
+    p.start_run(RunRecord(id="a", name="#1 a"))
+    p.append(_records(200))
+    p.redraw()
+    p.timer.stop()
+    p.plots["step_time"].setXRange(0, 200, padding=0)
+    p.add_marker(190.0, 19.0, "froze layer1, layer2 and layer3")  # near the right edge
+    p.add_marker(10.0, 1.0, "unfroze the stem")
+    qtbot.wait(10)
+    assert not _labels_inside(p)
+    right = p.markers[0].lines[0].label
+    assert right.anchor.x() == 1.0 and right.format == "froze layer1, layer2 and layer3"  # flipped, whole
+    assert p.markers[1].lines[0].label.anchor.x() == 0.0  # room on the right: stays there
+    p.resize(560, 600)  # narrow: labels wider than the room are elided (the tooltip keeps the text)
+    qtbot.waitUntil(lambda: p.plots["step_time"].vb.width() < 260, timeout=5_000)
+    qtbot.wait(10)
+    assert not _labels_inside(p)
+    shown = p.markers[0].lines[0].label.format
+    assert shown.endswith("…") and p.markers[0].lines[0].toolTip() == "froze layer1, layer2 and layer3"
+
+
+def test_wall_time_throughput_is_drawn_after_a_pause(window: MainWindow, qtbot: Any) -> None:
+    t = window.training
+    t.panel.set_values(steps=100_000)
+    with qtbot.waitSignal(t.runs.metricsReceived, timeout=120_000):
+        assert t.panel.start()
+    trainer = t.runs.session._control.trainer
+    qtbot.waitUntil(lambda: trainer.step >= 3, timeout=60_000)
+    t.panel.act_pause.trigger()
+    qtbot.waitUntil(lambda: trainer.paused, timeout=30_000)
+    time.sleep(3.0)  # a pause of several seconds
+    held = trainer.step
+    t.panel.act_pause.trigger()
+    qtbot.waitUntil(lambda: trainer.step >= held + 5, timeout=60_000)
+    qtbot.waitUntil(lambda: len(t.runs.current.metrics) >= held + 5, timeout=10_000)
+    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000):
+        t.panel.act_stop.trigger()
+    plots = t.plots
+    plots.set_x_mode("wall")
+    plots._drawn = -1  # noqa: SLF001 - draw now
+    plots.redraw()
+    metrics = t.runs.records[-1].metrics
+    resumed = next(m["wall_time"] for m in metrics if m["step"] == held)
+    x, y = plots.curves["throughput"].getData()
+    after = np.isfinite(y) & (x >= resumed)
+    assert after.sum() >= 4, (resumed, x[-8:], y[-8:])
+    lo, hi = plots.plots["throughput"].vb.viewRange()[0]
+    assert lo <= resumed and hi >= x[after].max()  # in view, not scrolled out
+    ylo, yhi = plots.plots["throughput"].vb.viewRange()[1]
+    assert ((y[after] >= ylo) & (y[after] <= yhi)).mean() > 0.5

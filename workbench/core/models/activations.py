@@ -1,0 +1,319 @@
+"""Activation memory and output shapes per module, from one forward pass on the ``meta`` device.
+
+What a training step of a batch will hold is known before it runs: :func:`profile_activations`
+runs a shape-only copy of the model once for a batch size and image size (nothing real is
+computed or allocated) and keeps
+
+- the advisor's :class:`~workbench.core.advisor.profile.ModelProfile` (ops, the tensors
+  autograd saves for backward), from which :func:`predict_step` gives the activations kept for
+  backward under any plan (a frozen prefix keeps none) and the step's predicted peak;
+- each module's output shapes and bytes (forward hooks on the meta copy).
+
+:func:`device_memory` says how much the training device has (CUDA: the GPU's total memory;
+CPU: the RAM available now, from psutil) and :func:`fit_verdict` whether the predicted step
+fits it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Collection, Iterable, Mapping
+
+import torch
+from torch import nn
+from torch.utils._pytree import tree_flatten
+
+from workbench.core.advisor.memory import MemoryEstimate, estimate_memory, first_trainable_op
+from workbench.core.advisor.profile import AdvisorError, ModelProfile, meta_copy, profile_model
+
+__all__ = [
+    "ActivationProfile",
+    "DeviceMemory",
+    "StepPrediction",
+    "device_memory",
+    "fit_verdict",
+    "largest_batch",
+    "module_activation_bytes",
+    "output_shapes",
+    "predict_step",
+    "profile_activations",
+    "shape_text",
+    "trainable_names",
+]
+
+
+@dataclass(frozen=True)
+class ActivationProfile:
+    """One shape-only forward pass of a model for a batch.
+
+    Attributes:
+        batch_size: samples in the batch.
+        image_size: input side in pixels.
+        profile: what the pass computed and saved for backward (the advisor's profile).
+        shapes: ``{module path: output shapes}`` (one shape per output tensor, in order).
+        out_bytes: ``{module path: bytes of its output tensors}``.
+    """
+
+    batch_size: int
+    image_size: int
+    profile: ModelProfile
+    shapes: dict[str, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
+    out_bytes: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    """Predicted memory of one training step under a plan.
+
+    Attributes:
+        estimate: the advisor's breakdown (weights, gradients, optimizer state,
+            activations kept for backward, temporaries, peak).
+        batch_size / image_size: the batch it is for.
+    """
+
+    estimate: MemoryEstimate
+    batch_size: int
+    image_size: int
+
+    @property
+    def peak(self) -> int:
+        """Predicted peak bytes of the step."""
+        return self.estimate.peak
+
+    @property
+    def activations(self) -> int:
+        """Bytes of the activations kept for backward."""
+        return self.estimate.activations
+
+    @property
+    def without_activations(self) -> int:
+        """Bytes the step needs even with a batch of one: weights, buffers, gradients, state."""
+        e = self.estimate
+        return e.weights + e.buffers + e.gradients + e.optimizer_state
+
+
+@dataclass(frozen=True)
+class DeviceMemory:
+    """How much memory a training device offers.
+
+    Attributes:
+        device: the device (``cuda:0``, ``cpu`` ...).
+        total: bytes the device has in all.
+        available: bytes a run can use now (CUDA: the total; CPU: RAM available now).
+        what: what the figure is, for the user (``"GPU memory"``, ``"available RAM"``).
+    """
+
+    device: str
+    total: int
+    available: int
+    what: str
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    """``16×64×56×56`` (``scalar`` for a 0-d tensor)."""
+    return "×".join(str(d) for d in shape) if shape else "scalar"
+
+
+def output_shapes(model: nn.Module, input_shape: tuple[int, ...], *, dtype: torch.dtype | None = None) -> tuple[
+    dict[str, tuple[tuple[int, ...], ...]], dict[str, int]
+]:
+    """The output shapes and bytes of every module for one batch, on a meta copy.
+
+    Args:
+        model: the model (not changed; nothing real is computed).
+        input_shape: shape of the input batch, e.g. ``(16, 3, 224, 224)``.
+        dtype: dtype of the input (default: the first floating parameter's).
+
+    Returns:
+        ``({path: shapes}, {path: output bytes})`` for the modules that ran.
+
+    Raises:
+        AdvisorError: the model cannot run on the meta device with that input.
+    """
+    meta = meta_copy(model)
+    meta.train()
+    if dtype is None:
+        dtype = next((p.dtype for p in meta.parameters() if p.is_floating_point()), torch.float32)
+    shapes: dict[str, tuple[tuple[int, ...], ...]] = {}
+    nbytes: dict[str, int] = {}
+    hooks = []
+    for path, mod in meta.named_modules():
+
+        def post(_m: nn.Module, _a: Any, out: Any, path: str = path) -> None:
+            if path in shapes:  # a module called twice: its first call
+                return
+            tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+            shapes[path] = tuple(tuple(t.shape) for t in tensors)
+            nbytes[path] = sum(t.numel() * t.element_size() for t in tensors)
+
+        hooks.append(mod.register_forward_hook(post))
+    try:
+        with torch.no_grad():
+            meta(torch.empty(input_shape, device="meta", dtype=dtype))
+    except Exception as e:
+        raise AdvisorError(
+            f"the model could not run a shape-only forward pass with input {tuple(input_shape)}: "
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+        ) from None
+    finally:
+        for h in hooks:
+            h.remove()
+    return shapes, nbytes
+
+
+def profile_activations(
+    model: nn.Module, batch_size: int, image_size: int, *, channels: int = 3, bn_eval: bool = False
+) -> ActivationProfile:
+    """Profile one training batch of images: activations saved for backward and output shapes.
+
+    Args:
+        model: the model (not changed; runs as a meta copy).
+        batch_size: samples per step.
+        image_size: input side in pixels.
+        channels: input channels.
+        bn_eval: BatchNorm runs on running statistics (it then saves less).
+
+    Returns:
+        The profile.
+
+    Raises:
+        AdvisorError: the model does not take images of that size (or cannot run on meta).
+    """
+    shape = (batch_size, channels, image_size, image_size)
+    profile = profile_model(model, shape, bn_eval=bn_eval)
+    shapes, out_bytes = output_shapes(model, shape)
+    return ActivationProfile(batch_size, image_size, profile, shapes, out_bytes)
+
+
+def trainable_names(param_names: Iterable[str], frozen: Mapping[str, bool]) -> set[str]:
+    """The parameters that train, given whether each module's own parameters are frozen.
+
+    Args:
+        param_names: parameter names of the model.
+        frozen: ``{module path: frozen}`` (a plan's effective ``frozen``; missing = trains).
+
+    Returns:
+        The names of the parameters whose module is not frozen.
+    """
+    return {n for n in param_names if not frozen.get(n.rpartition(".")[0], False)}
+
+
+def predict_step(
+    act: ActivationProfile,
+    trainable: Collection[str],
+    *,
+    optimizer: str = "adamw",
+    amp: str = "off",
+    device_type: str = "cpu",
+) -> StepPrediction:
+    """Predict a training step's memory under a plan (milliseconds: the profile is reused).
+
+    Args:
+        act: the batch's profile.
+        trainable: names of the parameters that train.
+        optimizer: ``sgd``, ``sgd_momentum``, ``adam`` or ``adamw``.
+        amp: ``off``, ``bf16`` or ``fp16``.
+        device_type: ``cpu``, ``cuda`` or ``mps``.
+
+    Returns:
+        The prediction.
+
+    Raises:
+        AdvisorError: an unknown optimizer or amp mode.
+    """
+    est = estimate_memory(act.profile, trainable, optimizer=optimizer, amp=amp, device_type=device_type)
+    return StepPrediction(est, act.batch_size, act.image_size)
+
+
+def module_activation_bytes(act: ActivationProfile, trainable: Collection[str]) -> dict[str, int]:
+    """Bytes each module keeps for backward under a plan (its own ops and everything below it).
+
+    A storage counts for the module of the first op from the first trainable parameter on
+    that saves it; ops before that save nothing (a frozen prefix keeps no activations).
+
+    Args:
+        act: the batch's profile.
+        trainable: names of the parameters that train.
+
+    Returns:
+        ``{module path: bytes}``, ancestors included (the root holds the total).
+    """
+    profile = act.profile
+    start = first_trainable_op(profile, set(trainable))
+    out: dict[str, int] = {}
+    if start is None:
+        return out
+    for st in profile.saved:
+        first = next((s for s in st.saves if s >= start), None)
+        if first is None:
+            continue
+        path = profile.ops[first].module
+        while True:
+            out[path] = out.get(path, 0) + st.nbytes
+            if not path:
+                break
+            path = path.rpartition(".")[0]
+    return out
+
+
+def device_memory(device: str) -> DeviceMemory:
+    """How much memory ``device`` offers a run.
+
+    Args:
+        device: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto`` (the device a run would pick).
+
+    Returns:
+        CUDA: the GPU's total memory; MPS: the recommended working set; CPU: RAM available now.
+    """
+    if device == "auto":
+        device = "cuda:0" if torch.cuda.is_available() else ("mps" if torch.backends.mps.is_available() else "cpu")
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        total = int(torch.cuda.get_device_properties(index).total_memory)
+        return DeviceMemory(str(dev), total, total, "GPU memory")
+    if dev.type == "mps" and torch.backends.mps.is_available():
+        total = int(torch.mps.recommended_max_memory())
+        return DeviceMemory("mps", total, total, "MPS working set")
+    import psutil
+
+    vm = psutil.virtual_memory()
+    return DeviceMemory("cpu", int(vm.total), int(vm.available), "available RAM")
+
+
+def fit_verdict(pred: StepPrediction, mem: DeviceMemory) -> str:
+    """Whether a predicted step fits a device.
+
+    Args:
+        pred: the prediction.
+        mem: the device's memory.
+
+    Returns:
+        ``"fits"``; ``"tight"`` (above 90 % of what is available); ``"does not fit"`` (above
+        what is available: it may still run if memory is freed, or swap on CPU);
+        ``"impossible"`` (even without activations the step needs more than the device has in
+        all).
+    """
+    if pred.without_activations > mem.total:
+        return "impossible"
+    if pred.peak > mem.available:
+        return "does not fit"
+    if pred.peak > 0.9 * mem.available:
+        return "tight"
+    return "fits"
+
+
+def largest_batch(pred: StepPrediction, mem: DeviceMemory) -> int:
+    """A batch size that should fit, scaling activations linearly with the batch (0: none).
+
+    Args:
+        pred: the prediction for ``pred.batch_size``.
+        mem: the device's memory.
+
+    Returns:
+        The largest batch predicted to fit in 90 % of what is available.
+    """
+    per_sample = max(pred.peak - pred.without_activations, 1) / max(pred.batch_size, 1)
+    room = 0.9 * mem.available - pred.without_activations
+    return max(int(math.floor(room / per_sample)), 0)

@@ -1,0 +1,261 @@
+"""The next run's step memory, activations included, kept current off the GUI thread.
+
+:class:`ActivationEstimator` profiles the loaded model once per batch size and image size
+(:func:`~workbench.core.models.activations.profile_activations`: one forward pass on the
+``meta`` device, on a :class:`~workbench.gui.background.BackgroundTask`), caches the profile,
+and predicts the step's peak for the current plan, optimizer and precision in milliseconds
+from it. The cost panel shows the prediction and the Start path asks :meth:`preflight` whether
+the batch fits the device.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Callable
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from workbench.core.formatting import fmt_bytes
+from workbench.core.models.activations import (
+    ActivationProfile,
+    DeviceMemory,
+    StepPrediction,
+    device_memory,
+    fit_verdict,
+    largest_batch,
+    module_activation_bytes,
+    predict_step,
+    profile_activations,
+    shape_text,
+    trainable_names,
+)
+from workbench.core.training.config import TrainConfig
+from workbench.gui.background import BackgroundTask
+from workbench.gui.controller import Controller
+
+__all__ = ["ActivationEstimator", "Estimate", "FALLBACK_IMAGE_SIZE"]
+
+#: Image side assumed when the run uses the model's own size ("model" in the panel).
+FALLBACK_IMAGE_SIZE = 224
+_CACHE = 6
+
+Key = tuple[Any, ...]
+
+
+class Estimate:
+    """The prediction shown for the next run.
+
+    Attributes:
+        prediction: the step's predicted memory, or None (see ``note``).
+        memory: the device's memory, or None.
+        verdict: ``fits``, ``tight``, ``does not fit``, ``impossible`` or ``""``.
+        note: why there is no prediction (``"estimating…"``, an error), or ``""``.
+    """
+
+    def __init__(
+        self, prediction: StepPrediction | None = None, memory: DeviceMemory | None = None, note: str = ""
+    ) -> None:
+        self.prediction = prediction
+        self.memory = memory
+        self.note = note
+        self.verdict = fit_verdict(prediction, memory) if prediction is not None and memory is not None else ""
+
+    def warning(self) -> str:
+        """One paragraph for the Start confirmation ("" when the step fits)."""
+        p, m = self.prediction, self.memory
+        if p is None or m is None or self.verdict in ("fits", "tight", ""):
+            return ""
+        if self.verdict == "impossible":
+            return (
+                f"Weights, gradients and optimizer state alone need {fmt_bytes(p.without_activations)}, more than "
+                f"the {fmt_bytes(m.total)} {m.device} has in all. Freeze more of the model, use a lighter "
+                "optimizer, or train on a device with more memory."
+            )
+        n = largest_batch(p, m)
+        lower = (
+            f" A batch of about {n} should fit." if n >= 1
+            else " Even a batch of 1 is predicted not to fit: freeze more of the model or use a lighter optimizer."
+        )
+        return (
+            f"A training step at batch {p.batch_size} and {p.image_size} px is predicted to need "
+            f"{fmt_bytes(p.peak)} (activations kept for backward {fmt_bytes(p.activations)}), more than the "
+            f"{fmt_bytes(m.available)} of {m.what} on {m.device}.{lower}"
+        )
+
+
+class ActivationEstimator(QObject):
+    """Profiles the loaded model for the next run's batch and predicts its step memory.
+
+    Signals:
+        changed(): a new estimate is ready (or the one shown no longer holds).
+
+    Args:
+        controller: the loaded model and the plan.
+        parent: Qt parent.
+    """
+
+    changed = Signal()
+
+    def __init__(self, controller: Controller, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._c = controller
+        self._settings: Callable[[], TrainConfig | None] = lambda: None
+        self._cache: OrderedDict[Key, ActivationProfile | str] = OrderedDict()
+        self._task: BackgroundTask | None = None
+        self._task_key: Key | None = None
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.setInterval(250)
+        self._timer.timeout.connect(self._refresh)
+        self._closed = False
+        controller.planChanged.connect(self.request)
+        controller.modelChanged.connect(self._model_changed)
+
+    def set_settings_source(self, settings: Callable[[], TrainConfig | None]) -> None:
+        """Say where the next run's settings come from (None when they do not parse)."""
+        self._settings = settings
+        self.request()
+
+    def request(self, *_: Any) -> None:
+        """Recompute soon (settings or plan changed; several requests make one update)."""
+        if not self._closed:
+            self._timer.start()
+
+    def shutdown(self) -> None:
+        """Stop updating and wait for a profile being computed (the window is closing)."""
+        self._closed = True
+        self._timer.stop()
+        self.wait()
+
+    def _model_changed(self, *_: Any) -> None:
+        self._cache.clear()
+        self.request()
+
+    # ------------------------------------------------------------ keys and profiles
+    def _key(self, cfg: TrainConfig) -> Key | None:
+        c = self._c
+        if c.model is None or c.tree is None or c.state is None:
+            return None
+        st = c.state
+        bn_eval = st.bn_modules > 0 and st.bn_eval_modules == st.bn_modules
+        return (id(c.model), c.tree.fingerprint, cfg.batch_size, cfg.image_size or FALLBACK_IMAGE_SIZE, bn_eval)
+
+    def _compute(self, key: Key) -> Callable[[], ActivationProfile]:
+        model = self._c.model
+        assert model is not None
+        lock = self._c.model_lock
+        _, _, batch, size, bn_eval = key
+
+        def run() -> ActivationProfile:
+            with lock:  # the meta copy reads the module tree
+                return profile_activations(model, batch, size, bn_eval=bn_eval)
+
+        return run
+
+    def _store(self, key: Key, value: ActivationProfile | str) -> None:
+        self._cache[key] = value
+        self._cache.move_to_end(key)
+        while len(self._cache) > _CACHE:
+            self._cache.popitem(last=False)
+
+    def _refresh(self) -> None:
+        cfg = self._settings()
+        key = self._key(cfg) if cfg is not None else None
+        if key is not None and key not in self._cache and self._task is None and not self._closed:
+            self._task_key = key
+            self._task = BackgroundTask(self._compute(key), self)
+            self._task.done.connect(self._done)
+            self._task.start()
+        self.changed.emit()
+
+    def _done(self, result: Any, error: str, details: str) -> None:
+        key, self._task_key, task, self._task = self._task_key, None, self._task, None
+        if task is not None:
+            task.deleteLater()
+        if key is not None:
+            self._store(key, result if result is not None else (error or "the model could not be profiled"))
+        self._refresh()  # the settings may have moved on meanwhile
+
+    @property
+    def busy(self) -> bool:
+        """A profile is being computed."""
+        return self._task is not None
+
+    def wait(self) -> None:
+        """Block until the profile being computed is ready (tests, shutdown)."""
+        if self._task is not None:
+            self._task.wait()
+
+    # ------------------------------------------------------------ answers
+    def profile(self, cfg: TrainConfig | None = None, *, compute: bool = False) -> ActivationProfile | str | None:
+        """The cached profile for a run's settings (an error text, or None when not known yet).
+
+        Args:
+            cfg: the settings (default: the current ones).
+            compute: profile now, on this thread, when it is not cached.
+
+        Returns:
+            The profile, the reason there is none, or None.
+        """
+        cfg = cfg if cfg is not None else self._settings()
+        key = self._key(cfg) if cfg is not None else None
+        if key is None:
+            return None
+        hit = self._cache.get(key)
+        if hit is None and compute:
+            try:
+                hit = self._compute(key)()
+            except Exception as e:  # noqa: BLE001 - a model that cannot run on meta: no estimate
+                hit = str(e).splitlines()[0] if str(e) else type(e).__name__
+            self._store(key, hit)
+        return hit
+
+    def _trainable(self) -> set[str]:
+        c = self._c
+        assert c.loaded is not None and c.state is not None
+        frozen = {p: e.frozen for p, e in c.state.effective.items()}
+        return trainable_names(c.loaded.param_shapes, frozen)
+
+    def estimate(self, cfg: TrainConfig | None = None, *, compute: bool = False) -> Estimate:
+        """The next run's predicted step memory against its device.
+
+        Args:
+            cfg: the run's settings (default: the current ones).
+            compute: profile now when the profile is not cached (the Start path).
+
+        Returns:
+            The estimate (with a ``note`` instead of a prediction when there is none).
+        """
+        cfg = cfg if cfg is not None else self._settings()
+        if cfg is None:
+            return Estimate(note="")
+        if self._c.loaded is None or self._c.state is None:
+            return Estimate(note="")
+        act = self.profile(cfg, compute=compute)
+        if act is None:
+            return Estimate(note="estimating activations…")
+        if isinstance(act, str):
+            return Estimate(note=f"activations not estimated: {act}")
+        try:
+            device = device_memory(cfg.device)
+        except Exception:  # noqa: BLE001 - a device that is gone: no verdict
+            device = None
+        device_type = device.device.split(":")[0] if device is not None else "cpu"
+        pred = predict_step(act, self._trainable(), optimizer=self._c.optimizer, amp=cfg.amp, device_type=device_type)
+        return Estimate(pred, device)
+
+    def row_notes(self) -> dict[str, str]:
+        """Per module: its output shape and what it keeps for backward under the plan (tooltips)."""
+        cfg = self._settings()
+        act = self.profile(cfg) if cfg is not None else None
+        if not isinstance(act, ActivationProfile) or self._c.state is None or self._c.loaded is None:
+            return {}
+        kept = module_activation_bytes(act, self._trainable())
+        notes: dict[str, str] = {}
+        for path, shapes in act.shapes.items():
+            shown = ", ".join(shape_text(s) for s in shapes[:3]) + (" …" if len(shapes) > 3 else "")
+            text = f"Output {shown} ({fmt_bytes(act.out_bytes.get(path, 0))}) at batch {act.batch_size}, {act.image_size} px"
+            k = kept.get(path, 0)
+            text += f"; keeps {fmt_bytes(k)} for backward" if k else "; keeps nothing for backward under this plan"
+            notes[path] = text
+        return notes
