@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import numpy as np
+from PySide6.QtGui import QFontMetricsF
 
 from workbench.gui.main_window import MainWindow
 from workbench.gui.training.plots import PlotsPanel
@@ -50,12 +51,18 @@ def test_marker_labels_flip_left_near_the_right_edge_and_elide_in_narrow_plots(q
     right = p.markers[0].lines[0].label
     assert right.anchor.x() == 1.0 and right.format == "froze layer1, layer2 and layer3"  # flipped, whole
     assert p.markers[1].lines[0].label.anchor.x() == 0.0  # room on the right: stays there
-    p.resize(560, 600)  # narrow: labels wider than the room are elided (the tooltip keeps the text)
-    qtbot.waitUntil(lambda: p.plots["step_time"].vb.width() < 260, timeout=5_000)
+    # narrow: a label wider than the room on either side of its line is elided (the tooltip keeps it)
+    p.resize(560, 600)  # the panel's minimum width: narrower plots than at 1000 px
+    qtbot.waitUntil(lambda: p.plots["step_time"].vb.width() < 270, timeout=5_000)
+    long = "froze layer1, layer2, layer3 and every block of layer4 but the last one"
+    assert QFontMetricsF(p._marker_font).horizontalAdvance(long) > p.plots["step_time"].vb.width() / 2 + 20
+    p.add_marker(100.0, 10.0, long)  # in the middle: neither side has room
     qtbot.wait(10)
     assert not _labels_inside(p)
-    shown = p.markers[0].lines[0].label.format
-    assert shown.endswith("…") and p.markers[0].lines[0].toolTip() == "froze layer1, layer2 and layer3"
+    middle = next(m for m in p.markers if m.full.endswith(long) or m.label == long)
+    shown = middle.lines[0].label.format
+    assert shown.endswith("…") and long in middle.lines[0].toolTip()
+    assert p.markers[0].lines[0].label.format == "froze layer1, layer2 and layer3"  # still fits on its left
 
 
 def test_wall_time_throughput_is_drawn_after_a_pause(window: MainWindow, qtbot: Any) -> None:
