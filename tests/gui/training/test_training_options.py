@@ -13,9 +13,10 @@ from torch import nn
 
 from workbench.commands.train import add_arguments, config_from_args
 from workbench.core.training.config import ConfigError
+from workbench.core.training.tensorboard import tensorboard_available
 from workbench.gui.controller import Controller
 from workbench.gui.model_loading import loaded_from_model
-from workbench.gui.training.options_dialog import HELD_OUT, TrainingOptions, TrainingOptionsDialog
+from workbench.gui.training.options_dialog import HELD_OUT, TENSORBOARD_IN_RUN, TrainingOptions, TrainingOptionsDialog
 from workbench.gui.training.panel import DATASETS, SCHEDULES, TrainingPanel
 from workbench.gui.training.run_controller import RunController
 from workbench.gui.training.run_store import RunStore
@@ -139,3 +140,18 @@ def test_controls_are_locked_while_a_run_trains(qtbot: Any, runs_dir: Path) -> N
     assert not panel.schedule_box.isEnabled() and not panel.options_button.isEnabled()
     panel._state_changed("idle")
     assert panel.schedule_box.isEnabled() and panel.options_button.isEnabled()
+
+
+def test_tensorboard_option_writes_into_the_run_folder_and_is_kept(qtbot: Any, runs_dir: Path, tmp_path: Path) -> None:
+    assert TrainingOptions().config_fields()["tensorboard_dir"] is None
+    assert TrainingOptions(tensorboard=True).config_fields()["tensorboard_dir"] == TENSORBOARD_IN_RUN
+    assert "TensorBoard" in TrainingOptions(tensorboard=True).summary()
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    panel = _panel(qtbot, runs_dir, settings)
+    panel.set_options(TrainingOptions(tensorboard=True))
+    panel.save_settings()
+    again = _panel(qtbot, runs_dir, settings)
+    assert again.options.tensorboard and again.config().tensorboard_dir == TENSORBOARD_IN_RUN
+    dialog = TrainingOptionsDialog(TrainingOptions(tensorboard=True), [])
+    qtbot.addWidget(dialog)
+    assert dialog.options().tensorboard == tensorboard_available()

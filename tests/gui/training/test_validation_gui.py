@@ -6,6 +6,7 @@ on a held-out split) and then 3 steps without validation.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from workbench.core.training.tensorboard import tensorboard_available
 from workbench.gui.main_window import MainWindow
 from workbench.gui.training.plots import GRID_ORDER, PLOT_KEYS, PlotsPanel
 from workbench.gui.training.run_store import RunRecord, validation_text
@@ -80,6 +82,8 @@ def test_a_run_with_validation_and_lr_groups_reaches_the_plots_runs_tab_and_summ
     t, c = window.training, window.controller
     c.set_value(["layer4"], "lr_scale", 0.1)
     t.panel.set_values(steps=6, val_every=2, scheduler="cosine", warmup_steps=2, no_decay="auto")
+    if tensorboard_available():  # the Options dialog's TensorBoard box: event files in the run's folder
+        t.panel.set_options(dataclasses.replace(t.panel.options, tensorboard=True))
     shown: list[str] = []
     t.statusMessage.connect(lambda text, _ms: shown.append(text))
     with qtbot.waitSignal(t.runs.runEnded, timeout=180_000) as blocker:
@@ -88,6 +92,9 @@ def test_a_run_with_validation_and_lr_groups_reaches_the_plots_runs_tab_and_summ
     assert val_run.status == "completed", val_run.message
     assert val_run.config["scheduler"] == "cosine" and val_run.config["no_decay"] == "auto"
     assert val_run.config["val_every"] == 2 and val_run.config["val"] is None
+    if tensorboard_available():
+        assert val_run.folder is not None and val_run.config["tensorboard_dir"] == str(val_run.folder / "tensorboard")
+        assert list((val_run.folder / "tensorboard").glob("events.out.tfevents.*"))
 
     plots = t.plots
     window.right_panel.setCurrentWidget(plots)

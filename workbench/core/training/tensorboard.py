@@ -14,6 +14,7 @@ TensorBoard is an optional extra: ``pip install 'freeze-workbench[tensorboard]'`
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import math
 import os
 from pathlib import Path
@@ -24,7 +25,10 @@ from workbench.core.training.metrics import MetricsError, StepMetrics
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from workbench.core.plan.rules import FreezePlan
 
-__all__ = ["INSTALL_HINT", "SCALAR_TAGS", "TensorBoardWriter", "open_tensorboard", "require_tensorboard", "scalars_of"]
+__all__ = [
+    "INSTALL_HINT", "SCALAR_TAGS", "TensorBoardWriter", "open_tensorboard", "require_tensorboard", "scalars_of",
+    "tensorboard_available",
+]
 
 INSTALL_HINT = "pip install 'freeze-workbench[tensorboard]' (or pip install tensorboard)"
 
@@ -48,6 +52,15 @@ SCALAR_TAGS: dict[str, str] = {
 }
 #: Fields that are not a metric of their own (the x axis, clock time, the window size).
 _NOT_SCALARS = frozenset({"step", "wall_time", "window"})
+
+
+def tensorboard_available() -> bool:
+    """Whether the tensorboard package is installed (found without importing it).
+
+    Returns:
+        True when ``--tensorboard`` can write event files.
+    """
+    return importlib.util.find_spec("tensorboard") is not None
 
 
 def require_tensorboard() -> Any:

@@ -1,9 +1,9 @@
-"""The less-used training settings: warm-up, weight decay on biases and norms, validation.
+"""The less-used training settings: warm-up, weight decay on biases and norms, validation, TensorBoard.
 
 :class:`TrainingOptions` holds them as plain data (what the training panel keeps, saves in
 ``QSettings`` and turns into :class:`~workbench.core.training.config.TrainConfig` fields, as
 the CLI's ``--warmup-steps``, ``--no-decay``, ``--val``, ``--val-every`` and
-``--val-fraction`` do). :class:`TrainingOptionsDialog` edits a copy; the panel takes it back
+``--val-fraction`` and ``--tensorboard`` do). :class:`TrainingOptionsDialog` edits a copy; the panel takes it back
 when the dialog is accepted, so Cancel changes nothing.
 """
 
@@ -29,12 +29,17 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.core.training.config import ConfigError
+from workbench.core.training.tensorboard import INSTALL_HINT, tensorboard_available
 from workbench.gui import dialogs
 
-__all__ = ["HELD_OUT", "TrainingOptions", "TrainingOptionsDialog", "options_tooltip"]
+__all__ = ["HELD_OUT", "TENSORBOARD_IN_RUN", "TrainingOptions", "TrainingOptionsDialog", "options_tooltip"]
 
 #: ``TrainingOptions.val_kind`` of a held-out split of the training data (the default source).
 HELD_OUT = "heldout"
+
+#: ``TrainConfig.tensorboard_dir`` while the run's folder is not known yet: the run controller
+#: replaces it with ``<run folder>/tensorboard`` when the run starts.
+TENSORBOARD_IN_RUN = "<run>/tensorboard"
 
 
 @dataclass
@@ -52,6 +57,8 @@ class TrainingOptions:
         val_percent: share of the training data held out, in percent (held-out split).
         val_every: validate every N steps (and at the end); 0: only at the end (a dataset
             source only; a held-out split needs N >= 1).
+        tensorboard: write TensorBoard event files into the run's folder
+            (``<run>/tensorboard``; ``TrainConfig.tensorboard_dir``).
     """
 
     warmup_steps: int = 0
@@ -61,12 +68,15 @@ class TrainingOptions:
     val_path: str = ""
     val_percent: int = 10
     val_every: int = 50
+    tensorboard: bool = False
 
     def config_fields(self) -> dict[str, Any]:
         """The :class:`~workbench.core.training.config.TrainConfig` fields these options set.
 
         Returns:
-            ``warmup_steps``, ``no_decay``, ``val``, ``val_every`` and ``val_fraction``.
+            ``warmup_steps``, ``no_decay``, ``val``, ``val_every``, ``val_fraction`` and
+            ``tensorboard_dir`` (:data:`TENSORBOARD_IN_RUN`, which the run controller turns into
+            the run's own folder, or None).
 
         Raises:
             ConfigError: validation from a dataset without its folder.
@@ -77,6 +87,7 @@ class TrainingOptions:
             "val": None,
             "val_every": None,
             "val_fraction": 0.1,
+            "tensorboard_dir": TENSORBOARD_IN_RUN if self.tensorboard else None,
         }
         if not self.validate:
             return out
@@ -103,6 +114,8 @@ class TrainingOptions:
             parts.append(f"val {when} ({source})")
         if self.no_decay:
             parts.append("no decay on biases/norms")
+        if self.tensorboard:
+            parts.append("TensorBoard")
         return " · ".join(parts)
 
     def copy(self) -> "TrainingOptions":
@@ -132,6 +145,14 @@ class TrainingOptionsDialog(QDialog):
         self.no_decay = QCheckBox("No weight decay on biases and norms", self)
         self.no_decay.setToolTip("Biases, normalization weights and the model's no_weight_decay() names get weight "
                                  "decay 0 (as timm does); the rest gets the WD of the panel")
+
+        self.tensorboard = QCheckBox("Write TensorBoard logs", self)
+        if tensorboard_available():
+            self.tensorboard.setToolTip("Every metric, the lr of each param group and the plan changes go to "
+                                        "<run folder>/tensorboard (open it with: tensorboard --logdir RUNS_FOLDER)")
+        else:
+            self.tensorboard.setEnabled(False)
+            self.tensorboard.setToolTip(f"Needs the tensorboard package: {INSTALL_HINT}")
 
         self.validate = QGroupBox("Validate during training", self)
         self.validate.setCheckable(True)
@@ -173,6 +194,7 @@ class TrainingOptionsDialog(QDialog):
         top = QFormLayout()
         top.addRow("Warm-up", self.warmup)
         top.addRow("", self.no_decay)
+        top.addRow("", self.tensorboard)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -190,6 +212,7 @@ class TrainingOptionsDialog(QDialog):
         """
         self.warmup.setValue(int(o.warmup_steps))
         self.no_decay.setChecked(bool(o.no_decay))
+        self.tensorboard.setChecked(bool(o.tensorboard) and self.tensorboard.isEnabled())
         self.validate.setChecked(bool(o.validate))
         i = self.source.findData(o.val_kind)
         self.source.setCurrentIndex(max(i, 0))
@@ -212,6 +235,7 @@ class TrainingOptionsDialog(QDialog):
             val_path=self.path.text().strip(),
             val_percent=self.percent.value(),
             val_every=self.every.value(),
+            tensorboard=self.tensorboard.isChecked(),
         )
 
     def _source_changed(self, *_: Any) -> None:
@@ -248,5 +272,6 @@ def options_tooltip(o: TrainingOptions) -> str:
     else:
         source = f"{o.val_percent} % of the training data held out" if o.val_kind == HELD_OUT else f"{o.val_kind}:{o.val_path}"
         lines.append(f"validation: {source}, " + (f"every {o.val_every} steps" if o.val_every else "at the end"))
+    lines.append("TensorBoard: " + ("<run folder>/tensorboard" if o.tensorboard else "off"))
     return "\n".join(lines)
 

@@ -361,6 +361,7 @@ class TrainingPanel(QWidget):
                 val_path=get("val_path", d.val_path, str),
                 val_percent=min(50, max(1, get("val_percent", d.val_percent, int))),
                 val_every=max(0, get("val_every", d.val_every, int)),
+                tensorboard=get("tensorboard", d.tensorboard, bool),
             )
         )
 
@@ -389,6 +390,7 @@ class TrainingPanel(QWidget):
             ("val_path", self.options.val_path),
             ("val_percent", self.options.val_percent),
             ("val_every", self.options.val_every),
+            ("tensorboard", self.options.tensorboard),
         ):
             s.setValue(f"training/{key}", value)
         s.sync()

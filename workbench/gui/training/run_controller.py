@@ -13,6 +13,7 @@ next step and reports it as an event, which the plots show as a marker.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any, Callable
 
@@ -22,6 +23,7 @@ from workbench.core.plan.rules import PlanError
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.module_stats import DEFAULT_EVERY, ModuleStats, ModuleStatsHistory
 from workbench.gui.controller import Controller
+from workbench.gui.training.options_dialog import TENSORBOARD_IN_RUN
 from workbench.gui.training.run_store import (
     RunRecord,
     RunStore,
@@ -193,6 +195,9 @@ class RunController(QObject):
             plan=plan.to_dict(),
             model={"label": c.loaded.label, "spec": dict(c.loaded.spec), "note": c.loaded.note},
         )
+        if config.tensorboard_dir == TENSORBOARD_IN_RUN and record.folder is not None:
+            config = dataclasses.replace(config, tensorboard_dir=str(record.folder / "tensorboard"))
+            record.config["tensorboard_dir"] = config.tensorboard_dir
         job = TrainingJob(
             config, c.model, plan, model_lock=c.model_lock, trainer_kwargs=dict(self.trainer_kwargs),
             watch_steps=watch_steps,
