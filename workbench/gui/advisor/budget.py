@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import torch
+from workbench.core.models.activations import device_memory
 
 __all__ = ["device_budget", "format_budget"]
 
@@ -14,16 +14,10 @@ def device_budget(device: str) -> int:
         device: the training panel's device value: ``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``.
 
     Returns:
-        CUDA: the device's total memory; otherwise the system's available memory (psutil).
+        What :func:`~workbench.core.models.activations.device_memory` says is available: CUDA,
+        the device's total memory; MPS, its recommended working set; CPU, the RAM available now.
     """
-    if device == "auto":
-        device = "cuda:0" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and torch.cuda.is_available():
-        index = int(device.partition(":")[2] or 0)
-        return int(torch.cuda.get_device_properties(index).total_memory)
-    import psutil
-
-    return int(psutil.virtual_memory().available)
+    return device_memory(device).available
 
 
 def format_budget(nbytes: int) -> str:
