@@ -270,11 +270,26 @@ def _heads(model: nn.Module) -> list[str]:
     return heads
 
 
+def _heads_line(model: nn.Module) -> str:
+    return f"HEADS = {_heads(model)!r}  # classification head(s), replaced for NUM_CLASSES"
+
+
 def _checkpoint_parts(spec: ModelSpec, model: nn.Module, script_dir: Path | None) -> tuple[list[str], str]:
     assert spec.checkpoint is not None
     path = script_path(Path(spec.checkpoint).expanduser().resolve(), script_dir)
-    lines = [f"CHECKPOINT = {path!r}", f"HEADS = {_heads(model)!r}  # classification head(s), replaced for NUM_CLASSES"]
+    lines = [f"CHECKPOINT = {path!r}", _heads_line(model)]
     return lines, _CHECKPOINT_CODE + _HEAD_CODE + _BUILD_FROM_CHECKPOINT
+
+
+def _library_section(library: str, spec: ModelSpec, model: nn.Module, script_dir: Path | None,
+                     lines: list[str], base: str, build: str) -> ModelSection:
+    """The section of a model a library builds (``import LIBRARY``): ``build`` makes it, or with a
+    checkpoint the library's architecture gets the checkpoint's weights."""
+    imports, needs = [f"import {library}"], f"torch and {library}"
+    if spec.checkpoint:
+        more, code = _checkpoint_parts(spec, model, script_dir)
+        return ModelSection(imports, needs, lines + more, base + code)
+    return ModelSection(imports, needs, lines, base + build)
 
 
 def _torchvision(spec: ModelSpec, arch: str, model: nn.Module, script_dir: Path | None) -> ModelSection:
@@ -284,7 +299,7 @@ def _torchvision(spec: ModelSpec, arch: str, model: nn.Module, script_dir: Path 
     if spec.checkpoint:
         more, code = _checkpoint_parts(spec, model, script_dir)
         return ModelSection(["import torchvision"], "torch and torchvision", lines + more, _BASE_TORCHVISION + code)
-    lines.append(f"HEADS = {_heads(model)!r}  # classification head(s), replaced for NUM_CLASSES")
+    lines.append(_heads_line(model))
     return ModelSection(["import torchvision"], "torch and torchvision", lines, _HEAD_CODE + _BUILD_TORCHVISION)
 
 
@@ -293,10 +308,7 @@ def _timm(spec: ModelSpec, model: nn.Module, script_dir: Path | None) -> ModelSe
     lines = [f"ARCH = {timm_model_name(spec.name, spec.weights)!r}  # timm model name",
              f"PRETRAINED = {spec.weights is not None!r}  # False: random initialisation",
              f"NUM_CLASSES = {spec.num_classes!r}  # None: keep the classifier"]
-    if spec.checkpoint:
-        more, code = _checkpoint_parts(spec, model, script_dir)
-        return ModelSection(["import timm"], "torch and timm", lines + more, _BASE_TIMM + code)
-    return ModelSection(["import timm"], "torch and timm", lines, _BASE_TIMM + _BUILD_TIMM)
+    return _library_section("timm", spec, model, script_dir, lines, _BASE_TIMM, _BUILD_TIMM)
 
 
 def _hf(spec: ModelSpec, model: nn.Module, script_dir: Path | None) -> ModelSection:
@@ -316,10 +328,7 @@ def _hf(spec: ModelSpec, model: nn.Module, script_dir: Path | None) -> ModelSect
              f"AUTO_CLASS = {auto_class_name(config, spec.num_classes)!r}",
              f"LOAD_WEIGHTS = {bool(safe)!r}  # False: the folder holds config.json only (random initialisation)",
              f"NUM_CLASSES = {spec.num_classes!r}  # None: keep the config's num_labels"]
-    if spec.checkpoint:
-        more, code = _checkpoint_parts(spec, model, script_dir)
-        return ModelSection(["import transformers"], "torch and transformers", lines + more, _BASE_HF + code)
-    return ModelSection(["import transformers"], "torch and transformers", lines, _BASE_HF + _BUILD_HF)
+    return _library_section("transformers", spec, model, script_dir, lines, _BASE_HF, _BUILD_HF)
 
 
 def _py(spec: ModelSpec, model: nn.Module, script_dir: Path | None) -> ModelSection:
@@ -339,7 +348,7 @@ def _py(spec: ModelSpec, model: nn.Module, script_dir: Path | None) -> ModelSect
         more, ck = _checkpoint_parts(spec, model, script_dir)
         return ModelSection(imports, needs, lines + more, code + _BASE_PY + ck)
     if spec.num_classes is not None:
-        lines.append(f"HEADS = {_heads(model)!r}  # classification head(s), replaced for NUM_CLASSES")
+        lines.append(_heads_line(model))
         return ModelSection(imports, needs, lines, code + _HEAD_CODE + _BASE_PY + _BUILD_PY)
     build = '''
 
