@@ -7,7 +7,7 @@ import hashlib
 import pytest
 import torch
 
-from workbench.core.checks import verify
+from workbench.core.freezing import snapshot as verify
 from workbench.core.checks.verify import host_chunks, tensor_digest
 
 CHUNK = 4096

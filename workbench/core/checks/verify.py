@@ -1,335 +1,48 @@
-"""Proof that a freezing setup did what it claims, by hashing tensors.
+"""Proof that a freezing setup did what it claims: the public report side.
 
-A :class:`Snapshot` records a digest of every tensor that must not change (frozen
-parameters, the fixed part A of A+B, running statistics of BatchNorm kept in eval mode) and of
-every trainable tensor. :func:`compare` checks them again after training: frozen tensors must
-be bit-identical (a hash, not ``allclose``), eval-mode BatchNorm statistics must not have
-moved, and each trainable tensor should have changed.
+The snapshot itself (digests, identity and place of every guarded tensor) belongs to the
+freezing layer, which takes it when a plan is applied: see
+:mod:`workbench.core.freezing.snapshot`. This module is where scripts and the other checks
+find the report and the comparison functions; every name keeps its meaning.
 
-The snapshot also records, per tensor, whether the plan left it trainable. Verification uses
-the snapshot's categories, not the model's ``requires_grad`` at check time, so a tensor the
-plan froze that was switched back on (by hand, or by a second plan) and changed is still an
-error, and the switch itself is reported as ``plan_not_in_force``.
+Example:
+    >>> from workbench.core.checks.verify import VerifyReport
+    >>> VerifyReport().summary().startswith("verify OK")
+    True
 """
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass, field
-from typing import Any, Collection, Iterable, Iterator, Mapping
-
-import torch
-from torch import nn
+from workbench.core.freezing.snapshot import (
+    DIGEST_CHUNK_BYTES,
+    GUARDED,
+    MIN_STEPS_FOR_UNCHANGED,
+    Place,
+    Snapshot,
+    VerifyReport,
+    Violation,
+    check_places,
+    compare,
+    compare_in_force,
+    host_chunks,
+    model_places,
+    model_tensors,
+    tensor_digest,
+)
 
 __all__ = [
     "DIGEST_CHUNK_BYTES",
+    "GUARDED",
+    "MIN_STEPS_FOR_UNCHANGED",
+    "Place",
     "Snapshot",
-    "Violation",
     "VerifyReport",
+    "Violation",
+    "check_places",
     "compare",
     "compare_in_force",
     "host_chunks",
+    "model_places",
     "model_tensors",
     "tensor_digest",
 ]
-
-
-#: Bytes hashed at a time: a tensor on another device comes to the host one chunk at a time, and
-#: a non-contiguous tensor is made contiguous one chunk at a time (never a full-size copy).
-DIGEST_CHUNK_BYTES = 16 * 2**20
-
-
-def host_chunks(t: torch.Tensor, chunk_bytes: int | None = None) -> Iterator[torch.Tensor]:
-    """A tensor's bytes in row-major order, as CPU ``uint8`` tensors of at most ``chunk_bytes``.
-
-    A contiguous CPU tensor yields views of its own memory (no copy); a tensor on another
-    device, or a non-contiguous one, yields one chunk-sized copy at a time, so no full-size
-    host (or device) copy is ever made.
-
-    Args:
-        t: a dense tensor with at least one element, on any device.
-        chunk_bytes: the largest chunk (default :data:`DIGEST_CHUNK_BYTES`).
-
-    Yields:
-        1-D ``uint8`` CPU tensors whose concatenation is the bytes of ``t.contiguous()``.
-    """
-    limit = max(1, chunk_bytes or DIGEST_CHUNK_BYTES)
-    if t.is_contiguous():
-        flat = t.reshape(-1).view(torch.uint8)  # a view: same memory, same device
-        for start in range(0, flat.numel(), limit):
-            piece = flat[start:start + limit]
-            yield piece if piece.device.type == "cpu" else piece.to("cpu")
-        return
-    row_bytes = t[0].numel() * t.element_size()
-    rows = max(1, limit // max(row_bytes, 1))
-    for i in range(0, t.shape[0], rows):
-        if row_bytes > limit:  # one row is larger than a chunk: split it in turn
-            yield from host_chunks(t[i], limit)
-        else:
-            yield from host_chunks(t[i:i + rows].contiguous(), limit)  # copies at most one chunk
-
-
-def tensor_digest(t: torch.Tensor) -> str:
-    """A digest of a tensor's exact bytes, dtype and shape, read on its own device in chunks.
-
-    The digest is that of the dtype, the shape and the bytes of ``t.contiguous()`` in
-    row-major order, whatever the device and the memory layout, so digests of one tensor
-    taken on the GPU and on the CPU are equal. The bytes are read chunk by chunk
-    (:func:`host_chunks`): no full-size host copy of a GPU tensor.
-
-    Args:
-        t: any dense tensor, on any device (not ``meta``: it has no values).
-
-    Returns:
-        A hex string; equal digests mean bit-identical tensors.
-    """
-    t = t.detach()
-    h = hashlib.blake2b(digest_size=16)
-    h.update(f"{t.dtype}|{tuple(t.shape)}|".encode())
-    if t.numel():
-        for piece in host_chunks(t):
-            h.update(piece.numpy().data)
-    return h.hexdigest()
-
-
-@dataclass(frozen=True)
-class Violation:
-    """One tensor that did not behave as the plan says.
-
-    Attributes:
-        name: dotted name of the tensor (parameter or buffer).
-        module: dotted path of the module it belongs to (as shown in the tree).
-        kind: ``frozen_changed``, ``bn_stats_changed``, ``fixed_changed`` (A of A+B),
-            ``trainable_unchanged``, or ``plan_not_in_force`` (``requires_grad`` no longer
-            what the plan set).
-        severity: ``error`` or ``warning``.
-        message: what happened and what it means.
-    """
-
-    name: str
-    module: str
-    kind: str
-    severity: str
-    message: str
-
-
-@dataclass
-class VerifyReport:
-    """Result of :meth:`AppliedPlan.verify`.
-
-    Attributes:
-        violations: every violation found.
-        checked: counts of tensors checked per category.
-        module_status: ``{module path: "ok" | "error" | "warning"}`` for every module that
-            owns a checked tensor (the GUI colours rows from it).
-    """
-
-    violations: list[Violation] = field(default_factory=list)
-    checked: dict[str, int] = field(default_factory=dict)
-    module_status: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        """No error-level violation (unchanged trainable tensors are warnings)."""
-        return not self.errors
-
-    @property
-    def errors(self) -> list[Violation]:
-        """Error-level violations."""
-        return [v for v in self.violations if v.severity == "error"]
-
-    @property
-    def warnings(self) -> list[Violation]:
-        """Warning-level violations."""
-        return [v for v in self.violations if v.severity == "warning"]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form."""
-        return {
-            "ok": self.ok,
-            "checked": dict(self.checked),
-            "violations": [v.__dict__ for v in self.violations],
-            "module_status": dict(self.module_status),
-        }
-
-    def summary(self) -> str:
-        """One line: what was checked and how it went."""
-        c = self.checked
-        head = (
-            f"{c.get('frozen', 0)} frozen tensors, {c.get('fixed', 0)} fixed A tensors, "
-            f"{c.get('bn_stats', 0)} eval-BN buffers, {c.get('trainable', 0)} trainable tensors checked"
-        )
-        if self.ok and not self.violations:
-            return f"verify OK: {head}"
-        return f"verify {'OK' if self.ok else 'FAILED'}: {len(self.errors)} errors, {len(self.warnings)} warnings; {head}"
-
-    def __str__(self) -> str:
-        lines = [self.summary()]
-        lines += [f"  {v.severity}: {v.name}: {v.message}" for v in self.violations]
-        return "\n".join(lines)
-
-
-_MESSAGES = {
-    "frozen": ("frozen_changed", "error", "frozen tensor changed during training"),
-    "fixed": ("fixed_changed", "error", "fixed tensor A of A+B changed; only B may train"),
-    "bn_stats": (
-        "bn_stats_changed",
-        "error",
-        "running statistics of a BatchNorm kept in eval mode moved (it ran in train mode)",
-    ),
-    "trainable": (
-        "trainable_unchanged",
-        "warning",
-        "trainable tensor did not change (no gradient reached it, or lr is 0)",
-    ),
-}
-
-
-@dataclass
-class Snapshot:
-    """Digests of tensors by category: ``frozen``, ``fixed``, ``bn_stats``, ``trainable``.
-
-    Each entry maps a tensor name to ``(module path, digest)``.
-    """
-
-    entries: dict[str, dict[str, tuple[str, str]]] = field(
-        default_factory=lambda: {k: {} for k in _MESSAGES}
-    )
-    #: ``requires_grad`` the plan set, per parameter name (frozen, fixed and trainable tensors).
-    requires_grad: dict[str, bool] = field(default_factory=dict)
-
-    def record(self, category: str, items: Iterable[tuple[str, str, torch.Tensor]], *, keep: bool = False) -> None:
-        """Hash tensors into ``category``.
-
-        Args:
-            category: one of ``frozen``, ``fixed``, ``bn_stats``, ``trainable``.
-            items: ``(tensor name, module path, tensor)``.
-            keep: keep an existing digest for a name instead of re-hashing it.
-        """
-        bucket = self.entries[category]
-        for name, module, t in items:
-            if category != "bn_stats":
-                self.requires_grad[name] = bool(t.requires_grad)
-            if keep and name in bucket:
-                continue
-            bucket[name] = (module, tensor_digest(t))
-
-    def drop(self, category: str, names: Iterable[str]) -> None:
-        """Forget tensors of a category."""
-        bucket = self.entries[category]
-        for n in names:
-            bucket.pop(n, None)
-            if category != "bn_stats" and not any(n in b for c, b in self.entries.items() if c != "bn_stats"):
-                self.requires_grad.pop(n, None)
-
-
-#: Below this many optimizer steps an unchanged trainable tensor is no evidence of a problem.
-MIN_STEPS_FOR_UNCHANGED = 10
-
-
-def compare(
-    snapshot: Snapshot,
-    current: dict[str, dict[str, torch.Tensor]],
-    *,
-    quiet: Collection[str] = (),
-    steps: int | None = None,
-) -> VerifyReport:
-    """Compare a snapshot with the tensors as they are now.
-
-    ``trainable_unchanged`` is a hint, not a proof, so it stays silent where it is noise: for
-    the ``quiet`` tensors (BatchNorm affine parameters: a weight initialised at 1.0 in float32
-    has a spacing of 1.2e-7 there, so the small updates of a few steps round away) and after
-    fewer than :data:`MIN_STEPS_FOR_UNCHANGED` steps.
-
-    Args:
-        snapshot: digests taken when the plan was applied (or last updated).
-        current: ``{category: {tensor name: tensor}}`` for the same categories.
-        quiet: trainable tensor names never reported as unchanged.
-        steps: optimizer steps since the snapshot, when known.
-
-    Returns:
-        The report. Tensors that vanished from the model are skipped.
-    """
-    report = VerifyReport()
-    hush_all = steps is not None and steps < MIN_STEPS_FOR_UNCHANGED
-    for category, bucket in snapshot.entries.items():
-        kind, severity, msg = _MESSAGES[category]
-        now = current.get(category, {})
-        n = 0
-        for name, (module, digest) in bucket.items():
-            t = now.get(name)
-            if t is None:
-                continue
-            n += 1
-            same = tensor_digest(t) == digest
-            bad = (not same) if category != "trainable" else same and not (hush_all or name in quiet)
-            status = report.module_status.get(module, "ok")
-            if bad:
-                report.violations.append(Violation(name, module, kind, severity, msg))
-                if severity == "error" or status == "ok":
-                    status = severity
-            report.module_status[module] = status
-        report.checked[category] = n
-    return report
-
-
-def model_tensors(model: nn.Module, extra: Mapping[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
-    """Every parameter and buffer of a model by dotted name, plus ``extra`` (A of A+B).
-
-    Args:
-        model: the model.
-        extra: tensors the model does not list under these names.
-
-    Returns:
-        ``{name: tensor}``.
-    """
-    out: dict[str, torch.Tensor] = dict(model.named_buffers())
-    out.update(model.named_parameters())
-    out.update(extra or {})
-    return out
-
-
-def compare_in_force(
-    snapshot: Snapshot,
-    tensors: Mapping[str, torch.Tensor],
-    *,
-    quiet: Collection[str] = (),
-    steps: int | None = None,
-) -> VerifyReport:
-    """Compare against the plan's own snapshot, whatever the model says is trainable now.
-
-    Each tensor is checked in the category the snapshot put it in; a tensor whose
-    ``requires_grad`` is no longer what the plan set gives a ``plan_not_in_force`` error.
-
-    Args:
-        snapshot: digests and ``requires_grad`` recorded when the plan was applied or updated.
-        tensors: the model's tensors by name (see :func:`model_tensors`).
-        quiet: trainable tensor names never reported as unchanged (see :func:`compare`).
-        steps: optimizer steps since the snapshot, when known (see :func:`compare`).
-
-    Returns:
-        The report. Tensors that vanished from the model are skipped.
-    """
-    current = {c: {n: tensors[n] for n in bucket if n in tensors} for c, bucket in snapshot.entries.items()}
-    report = compare(snapshot, current, quiet=quiet, steps=steps)
-    module_of = {n: m for bucket in snapshot.entries.values() for n, (m, _) in bucket.items()}
-    for name, expected in snapshot.requires_grad.items():
-        t = tensors.get(name)
-        if t is None or bool(t.requires_grad) == expected:
-            continue
-        module = module_of.get(name, "")
-        now = "trainable" if t.requires_grad else "frozen"
-        report.violations.append(
-            Violation(
-                name,
-                module,
-                "plan_not_in_force",
-                "error",
-                f"plan not in force: the plan left this tensor {'trainable' if expected else 'frozen'} but it "
-                f"is {now} now (requires_grad changed by code or by another plan); apply the plan again, "
-                "or update it with AppliedPlan.update(plan)",
-            )
-        )
-        report.module_status[module] = "error"
-    report.checked["in_force"] = len(snapshot.requires_grad)
-    return report

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 import torch
 from torch import nn
 
-from workbench.core.checks.verify import Snapshot, VerifyReport, compare_in_force, model_tensors
+from workbench.core.freezing.snapshot import Snapshot, VerifyReport, compare_in_force, model_tensors
 from workbench.core.errors import WorkbenchError
 from workbench.core.freezing import checkpointing, low_rank, partial, peft_interop, plan_registry, reparam
 from workbench.core.models.tree import ModelTree, ModuleNode
@@ -614,6 +614,7 @@ class AppliedPlan:
             # forget tensors that left the category; hash newcomers (keep the baseline of stayers)
             s.drop(category, [n for n in list(s.entries[category]) if n not in tensors])
             s.record(category, ((n, self._module_of(n, category), t) for n, t in tensors.items()), keep=True)
+        s.record_places(self.model, keep=True)  # identity and place of newcomers; stayers keep theirs
 
     def _module_of(self, name: str, category: str) -> str:
         if category == "bn_stats":
@@ -777,6 +778,7 @@ class AppliedPlan:
         for bucket in self._snapshot.entries.values():  # reinstalled modules: new tensors, new baseline
             for name in [n for n, (m, _) in bucket.items() if m in diff.reinstalled]:
                 del bucket[name]
+                self._snapshot.forget_places([name])
         self._snap(fresh=False)
         return diff
 
@@ -785,7 +787,7 @@ class AppliedPlan:
 
         Trainable tensors that did not change are reported as warnings, except BatchNorm
         affine parameters and, when ``steps`` says so, after too few steps to tell (see
-        :func:`workbench.core.checks.verify.compare`). Tensors are checked in the categories
+        :func:`workbench.core.freezing.snapshot.compare`). Tensors are checked in the categories
         of the snapshot taken at apply/update time; a ``requires_grad`` changed since then is
         a ``plan_not_in_force`` error.
 
@@ -810,7 +812,9 @@ class AppliedPlan:
         }
         fixed = {n: t for h in self._installed.values() for n, t in h.fixed()}
         # the plan's snapshot, not requires_grad as it is now
-        return compare_in_force(self._snapshot, model_tensors(self.model, fixed), quiet=quiet, steps=steps)
+        return compare_in_force(
+            self._snapshot, model_tensors(self.model, fixed), quiet=quiet, steps=steps, model=self.model
+        )
 
     def remove(self, merge: bool = True) -> None:
         """Put the model back as it was before the plan.

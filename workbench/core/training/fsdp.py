@@ -31,7 +31,7 @@ import torch.distributed as dist
 from torch import nn
 
 from workbench.core.atomic import atomic_path
-from workbench.core.checks.verify import Snapshot, VerifyReport, compare_in_force, model_tensors
+from workbench.core.freezing.snapshot import Snapshot, VerifyReport, compare_in_force, model_tensors
 from workbench.core.errors import WorkbenchError
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -281,6 +281,7 @@ class ShardVerifier:
             self._snapshot.record(
                 category, ((n, n.rpartition(".")[0] if category == "bn_stats" else owner(n), t) for n, t in tensors.items())
             )
+        self._snapshot.record_places(model)  # the sharded parameters: FSDP keeps them between steps
 
     def verify(self) -> VerifyReport:
         """Compare this rank's shards with the baseline and merge every rank's findings (a collective).
@@ -293,7 +294,7 @@ class ShardVerifier:
             f"{path}.{short}" if path else short
             for path, node in self._applied.tree.nodes.items() if node.is_bn for short in node.param_names
         }
-        mine = compare_in_force(self._snapshot, flat, quiet=quiet)
+        mine = compare_in_force(self._snapshot, flat, quiet=quiet, model=self.model)
         reports: list[Any] = [None] * dist.get_world_size()
         dist.all_gather_object(reports, mine)
         return merge_reports(reports)
