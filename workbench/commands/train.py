@@ -119,7 +119,9 @@ def run(args: argparse.Namespace) -> int:
 
     cfg = config_from_args(args)
     if cfg.save_dir:
-        check_save_folder(cfg.save_dir, overwrite=bool(getattr(args, "overwrite", False)))
+        note = check_save_folder(cfg.save_dir, overwrite=bool(getattr(args, "overwrite", False)))
+        if note:
+            print(f"workbench train: {note}", file=sys.stderr)
     trainer = Trainer(cfg, trust_pickle=bool(getattr(args, "trust_pickle", False)))
     with checkpoint_key_policy(args, "train"):
         trainer.setup()

@@ -7,8 +7,8 @@ import hashlib
 import pytest
 import torch
 
-from workbench.core.freezing import snapshot as verify
 from workbench.core.checks.verify import host_chunks, tensor_digest
+from workbench.core.freezing import snapshot as verify
 
 CHUNK = 4096
 

@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
 import torch
 from torch import nn
 
-from workbench.core.freezing.snapshot import Snapshot, VerifyReport, compare_in_force, model_tensors
 from workbench.core.errors import WorkbenchError
 from workbench.core.freezing import checkpointing, low_rank, partial, peft_interop, plan_registry, reparam
+from workbench.core.freezing.snapshot import Snapshot, VerifyReport, compare_in_force, model_tensors
 from workbench.core.models.tree import ModelTree, ModuleNode
 from workbench.core.plan.checkpoint_fit import outermost_fitting
 from workbench.core.plan.keys import Effective

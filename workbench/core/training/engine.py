@@ -920,6 +920,8 @@ class Trainer:
             except Exception as e:
                 result.message += f"; gathering the sharded model failed: {first_line(e)}"
         outputs, self._outputs = self._outputs, None
+        if outputs is not None and outputs.recovered:
+            result.message = f"{outputs.recovered}; {result.message}"
         try:  # a second Ctrl+C while saving leaves the earlier folder as it was
             if (self.config.save_dir and self.is_main and self.applied is not None and outputs is not None
                     and (self.shards is None or self._full_state is not None)):

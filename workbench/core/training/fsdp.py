@@ -31,8 +31,8 @@ import torch.distributed as dist
 from torch import nn
 
 from workbench.core.atomic import atomic_path
-from workbench.core.freezing.snapshot import Snapshot, VerifyReport, compare_in_force, model_tensors
 from workbench.core.errors import WorkbenchError
+from workbench.core.freezing.snapshot import Snapshot, VerifyReport, compare_in_force, model_tensors
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from workbench.core.freezing.plan_handle import AppliedPlan
