@@ -19,9 +19,9 @@ from typing import Any
 
 from workbench.commands.common import add_model_arguments, checkpoint_key_policy
 from workbench.core.checks.lint import lint_plan
-from workbench.core.formatting import fmt_bytes
 from workbench.core.training.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, SCHEDULERS, STRATEGIES, TrainConfig
 from workbench.core.training.engine import RunResult, Trainer
+from workbench.core.training.metrics import fmt_memory
 from workbench.core.training.run_folder import check_save_folder
 
 #: argparse destination -> TrainConfig field, for flags that override a --config file.
@@ -199,7 +199,9 @@ def print_summary(result: RunResult) -> None:
         ("trainable", f"{trainable:,} of {total:,} params ({100.0 * trainable / total if total else 0:.1f}%)"),
     ]
     peak = s.get("peak_memory_bytes")
-    rows.append(("peak memory", f"{fmt_bytes(peak)} ({s.get('memory_source')})" if peak else "n/a"))
+    rows.append(("peak memory", f"{fmt_memory(peak)} ({s.get('memory_source')})" if peak is not None else "n/a"))
+    if s.get("peak_rss_bytes"):
+        rows.append(("peak RSS", f"{fmt_memory(s['peak_rss_bytes'])} (process resident set, absolute)"))
     med = s.get("median_step_time_s")
     if med:
         rate = s.get("median_samples_per_s") or 0.0

@@ -235,10 +235,6 @@ class MainWindow(QMainWindow):
         extra: dict[str, Any] = {}
         if p is not None:
             extra = {"predicted_peak_bytes": p.peak, "predicted_activation_bytes": p.activations}
-            if est.memory is not None and est.memory.device == "cpu":
-                import psutil
-
-                extra["memory_before_bytes"] = int(psutil.Process().memory_info().rss)
         if est.verdict == "impossible":
             dialogs.error(self, "Cannot start training", est.warning())
             return None

@@ -81,22 +81,25 @@ def test_load_metrics_names_the_bad_line(tmp_path: Path):
         load_metrics(path)
 
 
-def test_cpu_probe_reads_rss_and_tracks_peak():
-    probe = MemoryProbe("cpu")
+def test_cpu_probe_reads_rss_growth_and_tracks_peak():
+    probe = MemoryProbe("cpu")  # the baseline: the RSS now
     alloc, peak, reserved = probe.sample()
-    assert reserved is None and alloc > 10_000_000 and peak >= alloc
+    assert reserved is None and 0 <= alloc < 50_000_000 and peak >= alloc
+    assert probe.rss is not None and probe.rss > 10_000_000  # the absolute RSS has its own name
     # 256 MB in a fresh anonymous mapping, every page touched: RSS must grow (a torch tensor
     # could reuse heap memory that earlier tests freed, and RSS would not move)
     big = mmap.mmap(-1, 256 << 20)
     big.write(b"\1" * (256 << 20))
     alloc2, peak2, _ = probe.sample()
-    assert alloc2 > alloc + 100_000_000 and peak2 >= alloc2
+    assert alloc2 > alloc + 100_000_000 and peak2 >= alloc2 and probe.peak == peak2
     big.close()
     _, peak3, _ = probe.sample()
     assert peak3 >= peak2  # the peak never goes down
+    assert probe.peak_rss is not None and probe.peak_rss - probe.baseline == peak3
     import psutil
 
-    assert abs(probe.sample()[0] - psutil.Process().memory_info().rss) < 50_000_000
+    probe.sample()
+    assert probe.rss is not None and abs(probe.rss - psutil.Process().memory_info().rss) < 50_000_000
 
 
 def test_optimizer_state_bytes_counts_real_state():

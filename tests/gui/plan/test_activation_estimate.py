@@ -88,6 +88,6 @@ def test_a_run_that_fits_starts_without_asking_and_shows_predicted_against_measu
         assert t.panel.start()
     record = blocker.args[0]
     assert not dialogs.kinds("ask")
-    assert record.summary["predicted_peak_bytes"] > 0 and record.summary["memory_before_bytes"] > 0
+    assert record.summary["predicted_peak_bytes"] > 0 and record.summary["peak_memory_bytes"] > 0
     text = w.cost_panel.activation_label.text()
-    assert "Last run: predicted peak" in text and "measured" in text and "growth since Start" in text
+    assert "Last run: predicted peak" in text and "measured" in text and "peak RSS growth" in text

@@ -101,17 +101,17 @@ def test_step_time_range_ignores_outliers_and_log_scale_toggles(qtbot: Any) -> N
 def test_readout_shows_every_overlaid_run_and_memory_is_the_runs_own(qtbot: Any) -> None:
     p = panel(qtbot)
     p.start_run(RunRecord(id="b", name="#2 b"))
-    p.append(records(30, rss=900e6))  # the app's RSS grew over earlier runs
+    p.append(records(30, rss=90e6))  # the engine's CPU figures are growth since the run began
     p.redraw()
     p.timer.stop()
-    p.set_overlays([(RunRecord(id="a", name="#1 a"), 0, records(30, ms=80.0, rss=500e6))])
+    p.set_overlays([(RunRecord(id="a", name="#1 a"), 0, records(30, ms=80.0, rss=50e6))])
     text = p.readout_text(10.0)
-    assert "#1 a @ 10: 80.0 ms" in text and "10 MB" in text
-    assert "RSS growth 10 MB" in text and "grads + optimizer state 0.0 MB" in text
+    assert "#1 a @ 10: 80.0 ms" in text and "60 MB" in text
+    assert "RSS growth 100 MB · peak 100 MB" in text and "grads + optimizer state 0.0 MB" in text
     _x, y = p.curves["mem_alloc"].getData()
-    assert y[0] == 0.0 and y[-1] == 29.0  # growth since the run's first step, not the process RSS
+    assert y[0] == 90.0 and y[-1] == 119.0  # drawn as recorded: the one measure core defines
     _x, y = p.overlays["a"].curves["mem_alloc"].getData()
-    assert y[-1] == 29.0  # the same measure for the overlaid run: comparable
+    assert y[-1] == 79.0  # the same measure for the overlaid run: comparable
     assert "RSS growth" in p.plots["memory"].titleLabel.text
 
 

@@ -907,7 +907,10 @@ class Watch:
         return time.perf_counter()
 
     def _memory_now(self) -> float:
-        return float(self._memory.sample()[0] or 0)
+        allocated = self._memory.sample()[0]
+        if self._memory.kind == "cpu":  # the absolute process RSS (the probe's allocated is growth)
+            return float(self._memory.rss or 0)
+        return float(allocated or 0)
 
     def after_backward(self, loss: torch.Tensor | None = None) -> None:
         """Optional, between ``loss.backward()`` and ``optimizer.step()``: record the loss graph size.

@@ -53,7 +53,13 @@ from workbench.core.training.batches import batch_size_of, move_batch
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import dataset_num_classes, dataset_seq_len
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
-from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes
+from workbench.core.training.metrics import (
+    MemoryProbe,
+    MetricsWriter,
+    StepMetrics,
+    optimizer_state_bytes,
+    process_rss,
+)
 from workbench.core.training.module_stats import ModuleStatsProbe
 from workbench.core.training.optim import sync_optimizer
 from workbench.core.training.run_folder import RunOutputs
@@ -293,6 +299,7 @@ class Trainer:
         self._writers: list[MetricsWriter | TensorBoardWriter] = []
         self._outputs: RunOutputs | None = None  # locked, staged save folder and metrics files
         self._probe: MemoryProbe | None = None
+        self._setup_rss: int | None = None
 
     # ------------------------------------------------------------ thread-safe controls
     def stop(self) -> None:
@@ -398,6 +405,7 @@ class Trainer:
         """
         if self._ready:
             return
+        self._setup_rss = process_rss()  # the baseline of CPU peak memory: before the model is built
         cfg = self.config
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
@@ -454,7 +462,7 @@ class Trainer:
         if self.dist is not None:  # every rank runs the same steps, whatever its data
             self.total_steps = wdist.all_reduce_min(self.total_steps, self.device)
         self.schedule = LrSchedule(cfg.scheduler, self.total_steps, cfg.warmup_steps)
-        self._probe = MemoryProbe(self.device)
+        self._probe = MemoryProbe(self.device, baseline=self._setup_rss)
         self._recount()
         self._tree = self.applied.tree
         self._ready = True
@@ -844,6 +852,7 @@ class Trainer:
             mem_allocated=alloc,
             mem_peak=peak,
             mem_reserved=reserved,
+            mem_rss=self._probe.rss if self._probe is not None else None,
             trainable_params=trainable,
             frozen_params=frozen,
             grad_bytes=gbytes,
@@ -960,6 +969,7 @@ class Trainer:
             "median_samples_per_s": statistics.median(st.report_rates) if st.report_rates else None,
             "peak_memory_bytes": peak,
             "memory_source": self._probe.source if self._probe is not None else None,
+            "peak_rss_bytes": self._probe.peak_rss if self._probe is not None else None,
             "trainable_params": trainable,
             "frozen_params": frozen,
             "total_params": trainable + frozen,

@@ -3,14 +3,27 @@
 Everything the GUI plots comes from :class:`StepMetrics`. It is plain data (numbers, strings
 and lists), safe to hand across threads and to write as JSON lines or CSV.
 
-Memory is read cheaply once per reported step:
+Memory is read cheaply once per reported step. **Peak memory** is one number per run, the
+same in the plots' read-out, the cost panel's "measured" line, the Runs table and its compare
+line, the CLI summary and ``summary.json`` (``peak_memory_bytes``, with ``memory_source``
+naming the measure); :func:`fmt_memory` writes it the same way everywhere:
 
-- CUDA: ``torch.cuda.memory_allocated`` / ``max_memory_allocated`` / ``memory_reserved``;
-- MPS: ``torch.mps.current_allocated_memory`` (peak tracked as the maximum seen) and
-  ``torch.mps.driver_allocated_memory`` as reserved;
-- CPU: the process resident set size (RSS) as allocated, the largest RSS seen as peak, no
-  reserved figure. On Linux RSS is read from ``/proc/self/statm`` through a file descriptor
-  kept open (about 1.5 µs; psutil takes about 12 µs, which is the fallback elsewhere).
+- CUDA: ``torch.cuda.max_memory_allocated`` since the run's first step (the peak statistics
+  are reset then: weights, gradients, optimizer state and activations; not the caching
+  allocator's reserve, which is ``mem_reserved``);
+- MPS: the largest ``torch.mps.current_allocated_memory`` sampled (driver memory as reserved);
+- CPU: **peak RSS growth**: the largest process resident set size sampled during the run,
+  minus the RSS when the run's setup began (before the model was built). Its limits: RSS
+  counts every allocation of the process (data loading, Python objects, libraries loaded
+  late), so it is not tensor bytes; memory the process freed earlier (an earlier run in the
+  app) is reused without growing RSS, so growth is a lower bound there; and it is sampled at
+  reported steps, so a peak between two samples is missed. The exact tensor figures beside
+  it are ``grad_bytes`` and ``optimizer_state_bytes``.
+
+The absolute process RSS is a second quantity with its own name everywhere: ``mem_rss``
+per step and ``peak_rss_bytes`` in the summary (CPU runs). On Linux RSS is read from
+``/proc/self/statm`` through a file descriptor kept open (about 1.5 µs; psutil takes about
+12 µs, which is the fallback elsewhere).
 
 Parameter and optimizer-state counters are computed by the engine only when the plan
 changes (and once after the next optimizer step, when lazily created optimizer state exists),
@@ -35,14 +48,17 @@ from workbench.core.atomic import atomic_path
 from workbench.core.errors import WorkbenchError
 
 __all__ = [
+    "MEMORY_SOURCES",
     "METRICS_SUFFIXES",
     "MemoryProbe",
     "MetricsError",
     "MetricsWriter",
     "StepMetrics",
+    "fmt_memory",
     "grad_bytes",
     "load_metrics",
     "optimizer_state_bytes",
+    "process_rss",
     "tensor_bytes",
 ]
 
@@ -70,10 +86,12 @@ class StepMetrics:
         data_time_s: time waiting for the batch and copying it to the device, per step.
         samples_per_s: samples of this process per second, ``batch / (step + data time)``.
         wall_time: seconds since the run started (pauses included).
-        mem_allocated: bytes: CUDA/MPS allocated, or the process RSS on CPU.
-        mem_peak: bytes: CUDA peak allocated, or the largest value seen (MPS, CPU RSS).
+        mem_allocated: bytes: CUDA/MPS allocated, or the RSS growth since the run began (CPU).
+        mem_peak: bytes: the run's peak memory so far (see the module docstring: CUDA peak
+            allocated, MPS largest allocated seen, CPU peak RSS growth).
         mem_reserved: bytes reserved by the CUDA caching allocator (MPS: driver memory);
             None on CPU.
+        mem_rss: bytes: the absolute process RSS (CPU runs; None elsewhere).
         trainable_params: trainable parameter elements in the plan in force.
         frozen_params: frozen parameter elements.
         grad_bytes: bytes of gradients of the trainable parameters (what backward allocates).
@@ -120,6 +138,7 @@ class StepMetrics:
     window: int = 1
     val_loss: float | None = None
     val_acc: float | None = None
+    mem_rss: int | None = None
     module_stats: Any = field(default=None, repr=False, compare=False, metadata={"live": True})
 
     def to_dict(self) -> dict[str, Any]:
@@ -208,7 +227,7 @@ _RECORD_FIELDS = tuple(f for f in fields(StepMetrics) if not f.metadata.get("liv
 _INT_FIELDS = {
     "step", "epoch", "mem_allocated", "mem_peak", "mem_reserved", "trainable_params",
     "frozen_params", "grad_bytes", "optimizer_state_bytes", "plan_version", "batch_size",
-    "nonfinite_skipped", "window",
+    "nonfinite_skipped", "window", "mem_rss",
 }
 _FLOAT_FIELDS = {"loss", "step_time_s", "data_time_s", "samples_per_s", "wall_time"}
 _OPTIONAL_FLOAT_FIELDS = {"val_loss", "val_acc"}
@@ -399,22 +418,64 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 
 
 # ---------------------------------------------------------------- memory
+#: ``memory_source`` per device kind: what ``peak_memory_bytes`` and ``mem_peak`` measure.
+MEMORY_SOURCES: dict[str, str] = {
+    "cuda": "CUDA peak allocated",
+    "mps": "MPS peak allocated",
+    "cpu": "peak RSS growth",
+}
+
+
+def fmt_memory(n: float | None) -> str:
+    """A memory figure as every read-out shows it: decimal megabytes, no decimals.
+
+    Args:
+        n: bytes, or None.
+
+    Returns:
+        ``"1,234 MB"``, or ``"–"`` for None.
+    """
+    if n is None or not math.isfinite(float(n)):
+        return "–"
+    return f"{float(n) / 1e6:,.0f} MB"
+
+
+def process_rss() -> int | None:
+    """The absolute resident set size of this process in bytes, or None where it cannot be read."""
+    try:
+        import psutil
+
+        return int(psutil.Process().memory_info().rss)
+    except Exception:  # no psutil, or a platform without the figure
+        return None
+
+
 class MemoryProbe:
     """Cheap memory readings for one device (a few microseconds per :meth:`sample`).
+
+    On the CPU the probe's baseline is the process RSS when it is created (the run's
+    setup): allocated and peak are growth over it (see the module docstring).
 
     Args:
         device: the training device.
         reset_peak: start peak tracking afresh (on CUDA this resets the allocator's peak
             statistics, which other code may be reading: pass False to leave them alone).
+        baseline: the CPU baseline RSS in bytes (default: the RSS now); the engine passes
+            :func:`process_rss` read when the run's setup began.
     """
 
-    def __init__(self, device: torch.device | str, *, reset_peak: bool = True) -> None:
+    def __init__(self, device: torch.device | str, *, reset_peak: bool = True, baseline: int | None = None) -> None:
         self.device = torch.device(device)
         self.kind = self.device.type
         self._peak = 0
+        self._peak_rss = 0
         self._process: Any = None
         self._statm: int | None = None
         self._page = 0
+        #: absolute process RSS when the probe was made (CPU), the baseline of growth.
+        self.baseline = 0
+        #: the absolute process RSS at the last :meth:`sample` (CPU), or None.
+        self.rss: int | None = None
         if self.kind == "cpu":
             try:
                 self._statm = os.open("/proc/self/statm", os.O_RDONLY)
@@ -425,12 +486,20 @@ class MemoryProbe:
                 import psutil
 
                 self._process = psutil.Process()
+            self.baseline = baseline if baseline is not None else (self._read_rss() or 0)
         if reset_peak:
             self.reset()
 
     def _read_statm(self) -> int:
         assert self._statm is not None
         return int(os.pread(self._statm, 128, 0).split()[1]) * self._page
+
+    def _read_rss(self) -> int | None:
+        if self._statm is not None:
+            return self._read_statm()
+        if self._process is not None:
+            return int(self._process.memory_info().rss)
+        return None
 
     def close(self) -> None:
         """Release the ``/proc/self/statm`` descriptor (also done when garbage-collected)."""
@@ -445,20 +514,24 @@ class MemoryProbe:
 
     @property
     def source(self) -> str:
-        """What ``mem_allocated`` means on this device (for labels)."""
-        return {"cuda": "CUDA allocated", "mps": "MPS allocated"}.get(self.kind, "process RSS")
+        """What the peak measures on this device (``memory_source``; see :data:`MEMORY_SOURCES`)."""
+        return MEMORY_SOURCES.get(self.kind, MEMORY_SOURCES["cpu"])
 
     def reset(self) -> None:
-        """Start peak tracking afresh (CUDA: reset the allocator's peak statistics)."""
+        """Start peak tracking afresh (CUDA: reset the allocator's peak statistics; CPU: the
+        baseline stays the RSS at the run's setup)."""
         if self.kind == "cuda" and torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats(self.device)
         self._peak = 0
+        self._peak_rss = 0
 
     def sample(self) -> tuple[int | None, int | None, int | None]:
         """Read memory now.
 
         Returns:
             ``(allocated, peak, reserved)`` in bytes; None where the device has no such figure.
+            On the CPU allocated and peak are RSS growth over :attr:`baseline`; the absolute
+            RSS is left in :attr:`rss`.
         """
         if self.kind == "cuda":
             return (
@@ -471,20 +544,25 @@ class MemoryProbe:
             self._peak = max(self._peak, cur)
             driver = getattr(torch.mps, "driver_allocated_memory", None)
             return cur, self._peak, int(driver()) if driver is not None else None
-        if self._statm is not None:
-            rss = self._read_statm()
-        elif self._process is not None:
-            rss = self._process.memory_info().rss
-        else:
+        rss = self._read_rss()
+        if rss is None:
             return None, None, None
-        if rss > self._peak:
-            self._peak = rss
-        return rss, self._peak, None
+        self.rss = rss
+        self._peak_rss = max(self._peak_rss, rss)
+        growth = max(rss - self.baseline, 0)
+        self._peak = max(self._peak, growth)
+        return growth, self._peak, None
 
     @property
     def peak(self) -> int | None:
-        """Largest allocation seen so far (CUDA: the allocator's peak)."""
+        """The run's peak memory so far (CUDA: the allocator's peak; CPU: peak RSS growth)."""
         if self.kind == "cuda":
             return torch.cuda.max_memory_allocated(self.device)
+        if self.kind == "cpu":
+            return self._peak if self._peak_rss else None
         return self._peak or None
 
+    @property
+    def peak_rss(self) -> int | None:
+        """The largest absolute process RSS sampled (CPU), or None."""
+        return self._peak_rss or None

@@ -39,6 +39,7 @@ from PySide6.QtWidgets import (
 from workbench.core.formatting import fmt_bytes, fmt_count, fmt_percent
 from workbench.core.freezing.apply import Counts
 from workbench.core.models.memory import DTYPE_BYTES, GPU_SIZES, MemoryEstimate
+from workbench.core.training.metrics import fmt_memory
 from workbench.gui.controller import OPTIMIZERS, Controller
 from workbench.gui.plan.state import finding_line
 
@@ -331,23 +332,21 @@ class CostPanel(QFrame):
 
         Args:
             summary: the run's summary: ``predicted_peak_bytes`` (from the Start check),
-                ``peak_memory_bytes`` and ``memory_source`` (the engine's), and on the CPU
-                ``memory_before_bytes`` (the process RSS at Start).
+                ``peak_memory_bytes`` and ``memory_source`` (the engine's one peak number),
+                and on the CPU ``peak_rss_bytes`` (the absolute process RSS, named as such).
         """
         predicted = summary.get("predicted_peak_bytes")
-        measured = summary.get("peak_memory_bytes")
+        measured = summary.get("peak_memory_bytes")  # the run's one peak number (core.training.metrics)
         source = summary.get("memory_source") or ""
         self._last_run = ""
         if predicted and measured:
-            before = summary.get("memory_before_bytes")
-            what = source
-            if source == "process RSS" and before:
-                measured = max(int(measured) - int(before), 0)
-                what = "process RSS growth since Start, a lower bound: memory freed by earlier runs is reused"
+            what = source + (", a lower bound: memory freed by earlier runs is reused" if "RSS growth" in source else "")
             self._last_run = (
-                f"Last run: predicted peak {fmt_bytes(int(predicted))} · measured {fmt_bytes(int(measured))} "
+                f"Last run: predicted peak {fmt_memory(int(predicted))} · measured {fmt_memory(int(measured))} "
                 f"({what}; {int(measured) / int(predicted):.2f}×)"
             )
+            if summary.get("peak_rss_bytes"):
+                self._last_run += f" · peak RSS {fmt_memory(int(summary['peak_rss_bytes']))} (process, absolute)"
         self.show_activations()
 
     @property

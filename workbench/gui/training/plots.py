@@ -50,6 +50,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.core.formatting import fmt_count
+from workbench.core.training.metrics import fmt_memory
 from workbench.gui.elided_label import ElidedLabel
 from workbench.gui.qt_compat import protect_none_refcount
 from workbench.gui.training.run_store import RunRecord, validation_text
@@ -279,6 +280,11 @@ def robust_bounds(y: np.ndarray, ignore_outliers: bool = True) -> tuple[float, f
         fence = 3.0 * (q3 - q1)
         lo, hi = max(lo, q1 - fence), min(hi, q3 + fence)
     return lo, hi
+
+
+def _mb(v: float | None) -> str:
+    """A memory figure of the buffer (MB) as every read-out writes it (core's :func:`fmt_memory`)."""
+    return fmt_memory(None if v is None else v * 1e6)
 
 
 def _nice_ceiling(v: float) -> float:
@@ -778,13 +784,13 @@ class PlotsPanel(QWidget):
         }.get(kind, ("RSS growth", "peak RSS growth", "reserved"))
         for key, name in zip(("mem_alloc", "mem_peak", "mem_reserved"), names):
             self.curves[key].opts["name"] = name
-        # On the CPU the process RSS holds every earlier run and the app itself: the run's
-        # own growth since its first step compares runs, and the bytes of gradients and
-        # optimizer state are exact (torch tensors, counted by the engine).
+        # On the CPU the process RSS holds every earlier run and the app itself: the engine
+        # records the run's own growth since its setup began (core.training.metrics), and the
+        # bytes of gradients and optimizer state are exact (torch tensors, counted by the engine).
         self._set_plot_title(
             "memory",
             "Memory (MB, CUDA)" if kind == "cuda" else (
-                "Memory (MB, MPS)" if kind == "mps" else "Memory (MB): RSS growth since the run's first step"),
+                "Memory (MB, MPS)" if kind == "mps" else "Memory (MB): RSS growth since the run began"),
         )
         self._rebuild_legends()
 
@@ -849,8 +855,6 @@ class PlotsPanel(QWidget):
         y = buffer.column(column)
         if column == "trainable" and self._trainable_scale[0] != 1.0:
             return y * self._trainable_scale[0]
-        if column in ("mem_alloc", "mem_peak") and self._memory_kind == "rss":
-            return y - buffer.first("mem_alloc")  # this run's growth, not the app's RSS
         return y
 
     def _xy(self, buffer: SeriesBuffer, column: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -1369,11 +1373,10 @@ class PlotsPanel(QWidget):
             return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
 
         names = {"cuda": ("allocated", "peak"), "mps": ("allocated", "peak")}.get(self._memory_kind, ("RSS growth", "peak"))
-        base = buf.first("mem_alloc") if self._memory_kind == "rss" else 0.0
         lines = [
             f"step {f(row['step'], '.0f')} · {f(row['wall'], '.1f')} s",
             f"step time {f(row['step_ms'], '.1f')} ms (EMA {f(row['step_ms_ema'], '.1f')})",
-            f"{names[0]} {f(row['mem_alloc'] - base, ',.0f')} MB · {names[1]} {f(row['mem_peak'] - base, ',.0f')} MB"
+            f"{names[0]} {_mb(row['mem_alloc'])} · {names[1]} {_mb(row['mem_peak'])}"
             + (f" · reserved {f(row['mem_reserved'], ',.0f')} MB" if not math.isnan(row["mem_reserved"]) else ""),
             f"grads + optimizer state {f(row['state_mb'], ',.1f')} MB",
             f"trainable {fmt_count(int(row['trainable'])) if not math.isnan(row['trainable']) else '–'}"
@@ -1397,7 +1400,7 @@ class PlotsPanel(QWidget):
                 orow = ov.buffer.nearest(self._x, x)
                 if orow is None:
                     continue
-                mem_v = orow["mem_alloc"] - (ov.buffer.first("mem_alloc") if self._memory_kind == "rss" else 0.0)
+                mem_v = orow["mem_alloc"]
                 oval = ov.buffer.latest("val_loss", self._x, x)
                 lines.append(
                     f"{ov.record.name} @ {f(orow['step'], '.0f')}: {f(orow['step_ms_ema'], '.1f')} ms · "

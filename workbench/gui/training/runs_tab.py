@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.core.formatting import fmt_count, fmt_percent
+from workbench.core.training.metrics import fmt_memory
 from workbench.gui import dialogs
 from workbench.gui.training.plots import run_color
 from workbench.gui.training.run_controller import RunController
@@ -183,13 +184,24 @@ def compare_text(base: RunRecord, others: list[RunRecord]) -> tuple[str, str]:
                 bits.append(f"{what} <b>{ratio}</b>")
         a, b = base.peak_memory(), r.peak_memory()
         if a and b:
-            bits.insert(1 if bits else 0, f"peak memory <b>{b / a:.2f}×</b>")
+            bits.insert(1 if bits else 0, f"peak memory <b>{b / a:.2f}×</b> ({fmt_memory(b)} vs {fmt_memory(a)})")
         if len(segs) > 1 or len(base_segs) > 1:
             bits.append(f"per plan segment ({len(segs)} vs {len(base_segs)})")
         bits.extend(_val_compare(base, r))
         lines.append(f"{r.name} vs {base.name}: " + (", ".join(bits) if bits else "no numbers yet"))
         tips.append(_segments_line(r, segs))
     return "<br>".join(lines), "\n".join(tips)
+
+
+def _peak_item(r: RunRecord, peak: float | None) -> "_Item":
+    """The Runs table's peak memory cell: the run's one peak number, its measure in the tooltip."""
+    item = _Item(fmt_memory(peak), peak)
+    rss = r.summary.get("peak_rss_bytes")
+    tip = r.memory_source() or "peak memory"
+    if isinstance(rss, (int, float)):
+        tip += f"\npeak RSS {fmt_memory(rss)} (process resident set, absolute)"
+    item.setToolTip(tip)
+    return item
 
 
 def _val_cells(v: Validation | None) -> tuple[tuple[str, float | None, str], tuple[str, float | None, str]]:
@@ -283,7 +295,7 @@ class RunsPanel(QWidget):
         self.table.setColumnWidth(0, 112)
         for column, tip in (
             (3, "Median time of one training step (forward, backward, optimizer)"),
-            (4, "CUDA: peak allocated memory; CPU: the largest process RSS seen"),
+            (4, "Peak memory: CUDA peak allocated; CPU peak RSS growth since the run began (a lower bound)"),
             (COLUMNS.index("Val loss"), "The last validation loss, and the best one where it was lower"),
             (COLUMNS.index("Val acc"), "The last validation accuracy (classifiers), and the best one where it was higher"),
             (0, "The run's name: double-click or F2 to rename it"),
@@ -424,7 +436,7 @@ class RunsPanel(QWidget):
             status,
             _Item(steps_text, r.steps()),
             _Item(f"{ms:.1f} ms" if ms is not None else "–", ms),
-            _Item(f"{peak / 1e6:,.0f} MB" if peak else "–", peak),
+            _peak_item(r, peak),
             _Item(
                 (fmt_count(trainable) + (f" ({fmt_percent(trainable, total)})" if total else "")) if trainable is not None else "–",
                 trainable,
