@@ -34,13 +34,14 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import io
+import itertools
 import json
 import math
 import os
+import stat
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any, Iterable
+from typing import IO, Any, Iterable, Iterator
 
 import torch
 
@@ -56,6 +57,7 @@ __all__ = [
     "StepMetrics",
     "fmt_memory",
     "grad_bytes",
+    "iter_metrics",
     "load_metrics",
     "optimizer_state_bytes",
     "process_rss",
@@ -325,6 +327,87 @@ class MetricsWriter:
         self.close()
 
 
+#: Longest line of a metrics file (a record is a few hundred bytes).
+MAX_METRICS_LINE_BYTES = 1 << 20
+
+
+def _open_regular(p: Path) -> IO[bytes]:
+    """Open a regular file for reading without blocking on a FIFO or a device."""
+    try:
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise MetricsError(f"cannot read metrics file {p} ({e.strerror or e}); check the path") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "a folder" if stat.S_ISDIR(st.st_mode) else "not a regular file (a device, pipe or socket)"
+        raise MetricsError(f"metrics file {p} is {kind}; pass a metrics file written by `workbench train`")
+    return os.fdopen(fd, "rb")
+
+
+def _lines(f: IO[bytes], p: Path) -> Iterator[str]:
+    """The file's lines, each read with a bound (a line past the bound is an error naming it)."""
+    for i in itertools.count(1):
+        raw = f.readline(MAX_METRICS_LINE_BYTES + 1)
+        if not raw:
+            return
+        if len(raw) > MAX_METRICS_LINE_BYTES:
+            raise MetricsError(f"{p}, line {i}: longer than {MAX_METRICS_LINE_BYTES:,} bytes; not a metrics record")
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise MetricsError(
+                f"{p}, line {i}: not UTF-8 text; is it a metrics file written by `workbench train`?"
+            ) from None
+
+
+def iter_metrics(path: str | os.PathLike[str]) -> Iterator[StepMetrics]:
+    """Stream the records of a metrics file, one line at a time (memory bounded per line).
+
+    Args:
+        path: a JSON-lines or CSV file written by :class:`MetricsWriter`; a regular file.
+
+    Yields:
+        The records in file order.
+
+    Raises:
+        MetricsError: missing or not a regular file, unknown suffix, a line longer than
+            :data:`MAX_METRICS_LINE_BYTES`, or a malformed line (its number is named).
+    """
+    p = Path(path)
+    fmt = _format_of(p)
+    with _open_regular(p) as f:
+        if fmt == "csv":
+            reader = csv.DictReader(_lines(f, p))
+            try:
+                names = reader.fieldnames
+            except csv.Error as e:
+                raise MetricsError(f"{p}, line 1: {e}") from None
+            known = StepMetrics.csv_header()
+            if not names or any(n not in known for n in names):
+                raise MetricsError(f"{p}: unexpected CSV columns {names}; was it written by `workbench train`?")
+            i = 1
+            while True:
+                try:
+                    row = next(reader)
+                except StopIteration:
+                    return
+                except csv.Error as e:
+                    raise MetricsError(f"{p}, line {reader.line_num}: {e}") from None
+                i += 1
+                try:
+                    yield _from_csv_row(row)
+                except (ValueError, TypeError, MetricsError) as e:
+                    raise MetricsError(f"{p}, line {i}: {e}") from None
+        for i, line in enumerate(_lines(f, p), start=1):
+            if not line.strip():
+                continue
+            try:
+                yield StepMetrics.from_dict(json.loads(line))
+            except (json.JSONDecodeError, MetricsError, AttributeError, TypeError) as e:
+                raise MetricsError(f"{p}, line {i}: not a metrics record ({e})") from None
+
+
 def load_metrics(path: str | os.PathLike[str]) -> list[StepMetrics]:
     """Read a metrics file written by :class:`MetricsWriter` (JSON lines or CSV).
 
@@ -337,34 +420,7 @@ def load_metrics(path: str | os.PathLike[str]) -> list[StepMetrics]:
     Raises:
         MetricsError: missing file, unknown suffix, or a malformed line (its number is named).
     """
-    p = Path(path)
-    fmt = _format_of(p)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise MetricsError(f"cannot read metrics file {p} ({e}); check the path") from None
-    except UnicodeDecodeError:
-        raise MetricsError(f"{p} is not a metrics file (not UTF-8 text); was it written by `workbench train`?") from None
-    out: list[StepMetrics] = []
-    if fmt == "csv":
-        reader = csv.DictReader(io.StringIO(text, newline=""))
-        known = StepMetrics.csv_header()
-        if not reader.fieldnames or any(n not in known for n in reader.fieldnames):
-            raise MetricsError(f"{p}: unexpected CSV columns {reader.fieldnames}; was it written by `workbench train`?")
-        for i, row in enumerate(reader, start=2):
-            try:
-                out.append(_from_csv_row(row))
-            except (ValueError, MetricsError) as e:
-                raise MetricsError(f"{p}, line {i}: {e}") from None
-        return out
-    for i, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            out.append(StepMetrics.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, MetricsError, AttributeError) as e:
-            raise MetricsError(f"{p}, line {i}: not a metrics record ({e})") from None
-    return out
+    return list(iter_metrics(path))
 
 
 # ---------------------------------------------------------------- counters

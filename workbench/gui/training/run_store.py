@@ -34,9 +34,10 @@ from typing import Any, Iterable, Mapping
 from workbench.core import safe_json
 from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError
-from workbench.core.training.metrics import MetricsError, MetricsWriter, StepMetrics, load_metrics
+from workbench.core.training.metrics import MetricsError, MetricsWriter, StepMetrics, iter_metrics
 
 __all__ = [
+    "MAX_KEPT_METRICS_BYTES",
     "MAX_NAME_LENGTH",
     "RUN_FORMAT",
     "RUN_VERSION",
@@ -59,6 +60,17 @@ _METRICS_FILE = "metrics.csv"
 _STATUSES = ("running", "completed", "stopped", "failed", "nonfinite", "interrupted")
 #: Longest run name kept (longer names are cut).
 MAX_NAME_LENGTH = 120
+#: Bytes of a run's metrics file read in full; a larger file is read through, keeping every
+#: k-th record (and the last) so that about this many bytes of records stay in memory.
+MAX_KEPT_METRICS_BYTES = 32 * 2**20
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """``path`` (after following its links) lies inside ``folder`` (after following its links)."""
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False
 
 
 class RunStoreError(WorkbenchError):
@@ -577,6 +589,9 @@ class RunStore:
             return records, [f"{self.folder}: the run store cannot be read ({e.strerror or e}); check its permissions"]
         for sub in subs:
             f = sub / _RUN_FILE
+            if not _inside(sub, self.folder) or (os.path.lexists(f) and not _inside(f, sub)):
+                problems.append(f"{sub}: links outside the run store; not read")
+                continue
             try:
                 if not f.is_file():
                     if not os.access(sub, os.R_OK | os.X_OK):
@@ -610,7 +625,11 @@ class RunStore:
         return None
 
     def load_metrics(self, record: RunRecord) -> builtins.list[dict[str, Any]]:  # RunStore.list shadows list
-        """Read a stored run's metrics into ``record.metrics`` (once).
+        """Read a stored run's metrics into ``record.metrics`` (once), in bounded memory.
+
+        The file is streamed a line at a time; one larger than
+        :data:`MAX_KEPT_METRICS_BYTES` keeps every k-th record and the last. A metrics file
+        that links outside the run folder is not followed.
 
         Args:
             record: the run.
@@ -619,16 +638,32 @@ class RunStore:
             The records (an empty list when the run has no metrics file).
 
         Raises:
-            RunStoreError: the metrics file is unreadable.
+            RunStoreError: the metrics file is unreadable, not a regular file, has a line
+                that is too long or malformed, or links outside the run folder.
         """
         if record.metrics_loaded:
             return record.metrics
-        path = (record.folder or self.folder / record.id) / _METRICS_FILE
-        if path.is_file():
+        folder = record.folder or self.folder / record.id
+        path = folder / _METRICS_FILE
+        if os.path.lexists(path):
+            if not _inside(path, folder):
+                raise RunStoreError(f"{path} links outside its run folder; not read (copy the file into the folder)")
             try:
-                record.metrics = [m.to_dict() for m in load_metrics(path)]
+                size = os.stat(path).st_size
+                stride = max(1, -(-size // MAX_KEPT_METRICS_BYTES))  # ceil: about MAX_KEPT_METRICS_BYTES kept
+                kept: builtins.list[dict[str, Any]] = []
+                last: StepMetrics | None = None
+                for i, m in enumerate(iter_metrics(path)):
+                    last = m
+                    if i % stride == 0:
+                        kept.append(m.to_dict())
+                if last is not None and (not kept or kept[-1]["step"] != last.step):
+                    kept.append(last.to_dict())
+            except OSError as e:
+                raise RunStoreError(f"cannot read {path} ({e.strerror or e}); check its permissions") from None
             except MetricsError as e:
                 raise RunStoreError(str(e)) from None
+            record.metrics = kept
         record.metrics_loaded = True
         return record.metrics
 
