@@ -15,7 +15,7 @@ from torch import nn
 from tests.fixtures.broken_patterns import DataAssignAPlusB, HandWrittenAPlusB, make_a_b
 from workbench.cli import main
 from workbench.core.checks import doctor
-from workbench.core.checks.doctor import _growth
+from workbench.core.checks.watch import _growth
 from workbench.core.formatting import fmt_bytes
 from workbench.core.freezing import partial
 from workbench.core.plan.rules import FreezePlan
