@@ -390,19 +390,19 @@ def check_places(snapshot: Snapshot, model: nn.Module) -> list[Violation]:
         if problem is None and place.kind != "held":
             kind = kinds.get(name)
             if kind is None:
-                problem = ("frozen_missing", f"no tensor is named {name} in the model any more (moved, wrapped or deleted)")
+                problem = ("frozen_missing", f"the model has no tensor named {name} any more (moved, wrapped or deleted)")
             elif kind != place.kind:
-                problem = ("kind_changed", f"was a {place.kind} when the plan was applied and is a {kind} now")
+                problem = ("kind_changed", f"it was a {place.kind} when the plan was applied and is a {kind} now")
             elif place.ref is not None and tensors[name] is not place.ref():
-                problem = ("frozen_replaced", "is another object than the one the plan froze (replaced or swapped)")
+                problem = ("frozen_replaced", "it is another object than the one the plan froze (replaced or swapped)")
             elif aliases[name] != place.aliases:
                 gained, lost = sorted(aliases[name] - place.aliases), sorted(place.aliases - aliases[name])
-                change = f"now shares its storage with {', '.join(gained[:3])}" if gained else (
-                    f"no longer shares its storage with {', '.join(lost[:3])}")
+                change = f"it now shares its storage with {', '.join(gained[:3])}" if gained else (
+                    f"it no longer shares its storage with {', '.join(lost[:3])}")
                 problem = ("frozen_tied", change + " (tied or untied after the plan was applied)")
         if problem is not None:
             kind_, msg = problem
-            out.append(Violation(name, module, kind_, "error", f"{noun} {msg}; its value is no longer proven"))
+            out.append(Violation(name, module, kind_, "error", f"{msg}: this {noun}'s value is no longer proven"))
     return out
 
 
