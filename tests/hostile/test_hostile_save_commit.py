@@ -154,7 +154,7 @@ def test_foreign_file_during_a_cli_run_is_one_line_and_kept(tmp_path: Path, monk
     monkeypatch.setattr(Trainer, "_save", save_then_intrude)
     rc = main(["train", *QUICK, "--save", str(final)])
     err = capsys.readouterr().err
-    assert rc != 0 and "Traceback" not in err
+    assert rc == 1 and "Traceback" not in err, err
     kept = [p for p in tmp_path.iterdir() if p.name.startswith("run.unsaved-")]
     assert len(kept) == 1 and (kept[0] / "trainable.safetensors").is_file() and (kept[0] / "summary.json").is_file()
     assert str(kept[0]) in err
@@ -176,3 +176,13 @@ def test_a_successful_commit_replaces_in_one_step(tmp_path: Path, monkeypatch: p
     out.commit()
     out.close()
     assert seen == ["old", "new"] and _hidden(tmp_path) == []
+
+
+def test_cli_says_what_it_recovered(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    final = tmp_path / "run"
+    _run_in(tmp_path / ".run.old-0badc0de", "old")  # an older version's kill between its renames
+    rc = main(["train", *QUICK, "--save", str(final), "--overwrite"])
+    err = capsys.readouterr().err
+    assert rc == 0
+    assert "workbench train: recovered an interrupted save" in err and "Traceback" not in err
+    assert (final / "trainable.safetensors").is_file() and _hidden(tmp_path) == []
