@@ -53,13 +53,7 @@ from workbench.core.training.batches import batch_size_of, move_batch
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import dataset_num_classes, dataset_seq_len
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
-from workbench.core.training.metrics import (
-    MemoryProbe,
-    MetricsWriter,
-    StepMetrics,
-    optimizer_state_bytes,
-    process_rss,
-)
+from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes, process_rss
 from workbench.core.training.module_stats import ModuleStatsProbe
 from workbench.core.training.optim import sync_optimizer
 from workbench.core.training.run_folder import RunOutputs
