@@ -186,3 +186,18 @@ def test_cli_says_what_it_recovered(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert rc == 0
     assert "workbench train: recovered an interrupted save" in err and "Traceback" not in err
     assert (final / "trainable.safetensors").is_file() and _hidden(tmp_path) == []
+
+
+@pytest.mark.parametrize("journal", [
+    "{not json",
+    json.dumps({"staging": "../../etc", "aside": ".run.old-1", "inode": 1}),
+    json.dumps({"staging": ".other.staging-1", "aside": ".run.old-1", "inode": 1}),
+    json.dumps([1, 2, 3]),
+])
+def test_a_hostile_journal_is_one_line_and_touches_nothing(tmp_path: Path, journal: str) -> None:
+    final = tmp_path / "run"
+    _run_in(final, "old")
+    (tmp_path / ".run.commit.json").write_text(journal)
+    with pytest.raises(RunFolderError, match="journal .* cannot be read"):
+        check_save_folder(final, overwrite=True)
+    assert _which(final) == "old"

@@ -74,6 +74,14 @@ def _do(model: nn.Module, op: tuple[Any, ...]) -> None:
             setattr(pb[0], pb[1], a)
         else:
             setattr(pa[0], pa[1], b)  # op[1] now names op[2]'s tensor
+    elif kind == "to_buffer":
+        t = _get(model, op[1])
+        if not isinstance(t, nn.Parameter):
+            return
+        hit = _parent(model, op[1])
+        assert hit is not None
+        delattr(hit[0], hit[1])
+        hit[0].register_buffer(hit[1], t.detach().clone())  # same values, now a buffer
     else:
         hit = _parent(model, op[1])
         if hit is None or hit[1] not in hit[0]._modules:
@@ -102,6 +110,8 @@ def _names_of(table: dict[str, tuple[str, torch.Tensor]], t: torch.Tensor) -> fr
 
 OPS = st.one_of(
     st.tuples(st.just("value"), st.sampled_from(PARAMS + BUFFERS)),
+    # a trainable parameter made a buffer can no longer train: "plan not in force", not this property
+    st.tuples(st.just("to_buffer"), st.sampled_from([n for n in PARAMS if not n.startswith("head.")])),
     st.tuples(st.sampled_from(["swap", "tie"]), st.sampled_from(PARAMS), st.sampled_from(PARAMS)),
     st.tuples(st.sampled_from(["wrap", "replace_copy", "replace_identity", "remove"]), st.sampled_from(MODULES)),
 )
