@@ -319,7 +319,7 @@ class RunRecord:
         return xs[len(xs) // 2] * 1e3 if xs else None
 
     def peak_memory(self) -> float | None:
-        """Peak memory in bytes (CUDA peak allocated, or the largest process RSS)."""
+        """The run's peak memory in bytes (``peak_memory_bytes``: see ``core.training.metrics``)."""
         v = self.summary.get("peak_memory_bytes")
         if isinstance(v, (int, float)) and math.isfinite(v):
             return float(v)
