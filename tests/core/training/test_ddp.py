@@ -119,7 +119,8 @@ def test_two_process_gloo_ddp_with_a_live_plan_change(tmp_path: Path):
         assert torch.equal(w0[name], w1[name]), name
     # only rank 0 wrote the metrics file (and no temporary file of rank 1 is left over)
     assert len(load_metrics(tmp_path / "metrics.jsonl")) == 6
-    assert not list(tmp_path.glob(".metrics.jsonl.*"))
+    # (the OS lock's empty file may stay: the lock itself ends with its process)
+    assert [p.name for p in tmp_path.glob(".metrics.jsonl.*")] in ([], [".metrics.jsonl.lock"])
 
 
 def test_torchrun_cli(tmp_path: Path):
