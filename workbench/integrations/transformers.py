@@ -504,7 +504,7 @@ def _callback_base() -> type:
         raise TransformersMissingError(
             "FreezePlanCallback needs transformers; install it with `pip install 'freeze-workbench[hf]'`"
         ) from None
-    return TrainerCallback  # type: ignore[no-any-return]
+    return TrainerCallback
 
 
 def _make_class() -> type:
