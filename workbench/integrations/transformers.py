@@ -57,10 +57,12 @@ from workbench.core.freezing.apply import AppliedPlan, apply_plan
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.integrations.common import (
     check_same_plan,
+    extend_scheduler,
     groups_from_layout,
     load_plan,
     optimizer_layout,
     plan_for,
+    rebuild_ddp,
     stage_key,
     sync_param_groups,
     trainable_ids,
@@ -87,88 +89,6 @@ class TransformersMissingError(WorkbenchError, ImportError):
 
 class PlanViolation(WorkbenchError):  # noqa: N818 - names what happened, like PlanError's siblings
     """``verify`` found a frozen tensor (or eval-mode BatchNorm statistics) changed by training."""
-
-
-def extend_scheduler(scheduler: Any, optimizer: torch.optim.Optimizer, first_new: int) -> None:
-    """Let a learning-rate scheduler drive the param groups added from index ``first_new`` on.
-
-    A new group gets ``initial_lr = base * lr_scale`` (``base``: the un-scheduled base rate of
-    the groups already there) and the current ``lr = initial_lr * factor`` where ``factor``
-    is where the schedule stands now, so it continues the same schedule. The scheduler's
-    per-group lists (``base_lrs``, ``lr_lambdas``, ``min_lrs``, ``_last_lr``) grow by one
-    entry per new group, copied from its first group's.
-
-    Args:
-        scheduler: the scheduler (``LambdaLR`` and friends; an accelerate wrapper is unwrapped),
-            or None.
-        optimizer: the optimizer whose groups grew.
-        first_new: index of the first new group.
-    """
-    groups = optimizer.param_groups
-    ref = next((g for g in groups[:first_new] if g.get("initial_lr") and g.get("lr_scale")), None)
-    for g in groups[first_new:]:
-        scale = float(g.get("lr_scale", 1.0))
-        if ref is not None:
-            base0 = float(ref["initial_lr"]) / float(ref["lr_scale"])
-            factor = float(ref["lr"]) / float(ref["initial_lr"])
-            g["initial_lr"] = base0 * scale
-            g["lr"] = g["initial_lr"] * factor
-        else:
-            g.setdefault("initial_lr", g["lr"])
-    sched = getattr(scheduler, "scheduler", scheduler)  # accelerate's AcceleratedScheduler
-    if sched is None:
-        return
-    n = len(groups)
-    for attr, value in (
-        ("base_lrs", lambda g: g["initial_lr"]),
-        ("_last_lr", lambda g: g["lr"]),
-    ):
-        lst = getattr(sched, attr, None)
-        if isinstance(lst, list) and len(lst) == first_new:
-            lst.extend(value(g) for g in groups[first_new:])
-    for attr in ("lr_lambdas", "min_lrs"):
-        lst = getattr(sched, attr, None)
-        if isinstance(lst, list) and lst and len(lst) == first_new:
-            lst.extend(lst[0] for _ in range(n - first_new))
-
-
-def rebuild_ddp(ddp: Any) -> bool:
-    """Rebuild a ``DistributedDataParallel`` wrapper in place for the parameters that train now.
-
-    DDP registers the parameters that require grad when it is built and all-reduces only their
-    gradients: after a stage unfreezes parameters their gradients would stay local to each rank
-    (the replicas drift apart), after one that freezes parameters the reducer would wait for
-    gradients that never come. The Trainer's loop holds the wrapper object itself, so it is
-    re-initialised in place, with the same options (device ids, process group, bucket size,
-    ``find_unused_parameters``, ``gradient_as_bucket_view``, ``static_graph``); a registered
-    communication hook is not carried over. Every rank must call it at the same step, between
-    two optimizer steps (the callback does, at stage boundaries, which depend only on
-    ``global_step`` and the epoch).
-
-    Args:
-        ddp: the Trainer's ``model_wrapped``.
-
-    Returns:
-        True when a DDP wrapper was rebuilt; False when ``ddp`` is not one (single process,
-        FSDP, DeepSpeed), where nothing is done.
-    """
-    if not isinstance(ddp, nn.parallel.DistributedDataParallel):
-        return False
-    kwargs = {
-        "device_ids": ddp.device_ids,
-        "output_device": ddp.output_device,
-        "dim": ddp.dim,
-        "broadcast_buffers": ddp.broadcast_buffers,
-        "process_group": ddp.process_group,
-        "bucket_cap_mb": ddp.bucket_bytes_cap / (1024 * 1024),
-        "find_unused_parameters": ddp.find_unused_parameters,
-        "gradient_as_bucket_view": ddp.gradient_as_bucket_view,
-        "static_graph": bool(getattr(ddp, "static_graph", False)),
-    }
-    module, training = ddp.module, ddp.training
-    nn.parallel.DistributedDataParallel.__init__(ddp, module, **kwargs)
-    ddp.training = training
-    return True
 
 
 def _find_trainer(callback: Any) -> Any:
