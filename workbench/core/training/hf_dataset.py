@@ -144,6 +144,13 @@ def _open_folder(path: str | os.PathLike[str]) -> tuple[Any, list[str] | None]:
         raise DataError(f"{str(folder)!r} is not a folder; hf-dataset:PATH names the folder that save_to_disk wrote")
     splits = _layout(folder)
     try:
+        str(folder).encode("utf-8")
+    except UnicodeEncodeError:
+        raise DataError(
+            f"the path of the dataset folder {os.fsencode(folder)!r} is not UTF-8, which datasets cannot open; "
+            "rename the folder (or link it from a UTF-8 path)"
+        ) from None
+    try:
         import datasets
     except ImportError:
         raise DataError("hf-dataset data needs the datasets package: pip install 'freeze-workbench[hf]'") from None
