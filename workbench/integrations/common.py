@@ -22,6 +22,7 @@ reach the model, the optimizer and the checkpoint; the rules below are the same 
 from __future__ import annotations
 
 import copy
+import inspect
 import os
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -302,13 +303,16 @@ def rebuild_ddp(ddp: Any) -> bool:
         "device_ids": ddp.device_ids,
         "output_device": ddp.output_device,
         "dim": ddp.dim,
-        "broadcast_buffers": ddp.broadcast_buffers,
         "process_group": ddp.process_group,
         "bucket_cap_mb": ddp.bucket_bytes_cap / (1024 * 1024),
         "find_unused_parameters": ddp.find_unused_parameters,
         "gradient_as_bucket_view": ddp.gradient_as_bucket_view,
         "static_graph": bool(getattr(ddp, "static_graph", False)),
     }
+    if "forward_sync_buffers" in inspect.signature(nn.parallel.DistributedDataParallel.__init__).parameters:
+        kwargs["forward_sync_buffers"] = bool(getattr(ddp, "forward_sync_buffers", True))
+    else:  # torch before forward_sync_buffers
+        kwargs["broadcast_buffers"] = ddp.broadcast_buffers
     module, training = ddp.module, ddp.training
     nn.parallel.DistributedDataParallel.__init__(ddp, module, **kwargs)
     ddp.training = training
