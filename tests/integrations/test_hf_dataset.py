@@ -86,3 +86,15 @@ def test_train_cli_on_an_hf_dataset(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert code == 2 and "error: the dataset has no text column" in err and "Traceback" not in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_loader_workers_get_picklable_samples(bert, tmp_path):
+    import pickle
+
+    data = text_dataset(tmp_path / "d")
+    ds = make_dataset(f"hf-dataset:{data}", image_size=224, num_classes=10, model=bert)
+    again = pickle.loads(pickle.dumps(ds))
+    assert torch.equal(again[3]["input_ids"], ds[3]["input_ids"])
+    loader = torch.utils.data.DataLoader(ds, batch_size=3, num_workers=1)
+    batch = next(iter(loader))
+    assert batch["input_ids"].shape == (3, 16)

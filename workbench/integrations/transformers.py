@@ -367,6 +367,7 @@ class _FreezePlanCallbackImpl:
                 "the callback builds the optimizer from the plan with TrainingArguments(optim=...)"
             )
         self._steps_since_update = 0
+        self._record(self._trainer, self._trainer.optimizer)  # a second train() starts a new TrainerState
         logger.info("freeze plan: %s", _counts_line(self._require_applied()))
         self._log(self._trainer)
 

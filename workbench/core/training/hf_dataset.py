@@ -31,6 +31,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -253,6 +254,46 @@ class HfDiskDataset(Dataset[Any]):
         return f"HfDiskDataset({len(self)} samples, {len(self.classes)} classes)"
 
 
+@dataclass
+class _TextEncoder:
+    """A row to ``input_ids``, ``attention_mask`` and ``labels`` (picklable for loader workers)."""
+
+    tokenizer: Any
+    column: str
+    label_column: str
+    seq_len: int
+    classification: bool
+    to_index: Callable[[Any], int]
+
+    def __call__(self, row: dict[str, Any]) -> dict[str, torch.Tensor]:
+        text = row[self.column]
+        enc = self.tokenizer(text if isinstance(text, str) else "", truncation=True, max_length=self.seq_len,
+                             padding="max_length", return_tensors="pt")
+        ids, mask = enc["input_ids"][0], enc["attention_mask"][0]
+        if self.classification:
+            labels = torch.tensor(self.to_index(row[self.label_column]))
+        else:
+            labels = ids.masked_fill(mask == 0, IGNORE_INDEX)
+        return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+@dataclass
+class _ImageEncoder:
+    """A row to ``(transformed RGB image, class index)`` (picklable for loader workers)."""
+
+    column: str
+    label_column: str
+    transform: Callable[[Any], Any] | None
+    to_index: Callable[[Any], int]
+
+    def __call__(self, row: dict[str, Any]) -> tuple[Any, int]:
+        try:
+            img = row[self.column].convert("RGB")
+        except Exception as e:
+            raise DataError(f"an image of the dataset could not be decoded ({type(e).__name__})") from None
+        return (self.transform(img) if self.transform is not None else img), self.to_index(row[self.label_column])
+
+
 def _seq_len(model: Any) -> int:
     config = getattr(model, "config", None)
     max_len = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
@@ -314,14 +355,7 @@ def open_hf_dataset(
             _column(ds, label_column, "label", "--label-column")
             classes, to_index = _classes(every, label_column)
 
-        def encode_text(row: dict[str, Any]) -> dict[str, torch.Tensor]:
-            text = row[text_column]
-            enc = tokenizer(text if isinstance(text, str) else "", truncation=True, max_length=seq_len,
-                            padding="max_length", return_tensors="pt")
-            ids, mask = enc["input_ids"][0], enc["attention_mask"][0]
-            labels = torch.tensor(to_index(row[label_column])) if task == "classification" else ids.masked_fill(mask == 0, IGNORE_INDEX)
-            return {"input_ids": ids, "attention_mask": mask, "labels": labels}
-
+        encode_text = _TextEncoder(tokenizer, text_column, label_column, seq_len, task == "classification", to_index)
         return HfDiskDataset(ds, indices, encode_text, classes)
 
     feature = _column(ds, image_column, "image", "--image-column")
@@ -330,13 +364,4 @@ def open_hf_dataset(
         raise DataError(f"column {image_column!r} is not an image column{hint}; name the image column with --image-column")
     _column(ds, label_column, "label", "--label-column")
     classes, to_index = _classes(every, label_column)
-    tf = transform
-
-    def encode_image(row: dict[str, Any]) -> tuple[Any, int]:
-        try:
-            img = row[image_column].convert("RGB")
-        except Exception as e:
-            raise DataError(f"an image of the dataset could not be decoded ({type(e).__name__})") from None
-        return (tf(img) if tf is not None else img), to_index(row[label_column])
-
-    return HfDiskDataset(ds, indices, encode_image, classes)
+    return HfDiskDataset(ds, indices, _ImageEncoder(image_column, label_column, transform, to_index), classes)
