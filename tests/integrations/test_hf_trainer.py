@@ -146,6 +146,45 @@ def test_gpt2_lm_tied_head_stays_frozen_and_plan_from_file(tmp_path):
     assert not torch.equal(model.transformer.h[0].mlp.c_fc.weight, h0_mlp)
     scales = sorted({g["lr_scale"] for g in trainer.optimizer.param_groups if g["params"]})
     assert scales == [0.25, 1.0]
+    assert trainer.state.log_history[-1]["freeze/verify_ok"] == 1.0
+    assert [e["freeze/stage"] for e in trainer.state.log_history if "freeze/stage" in e] == [0.0, 1.0]
+
+
+class ConvNet(torch.nn.Module):
+    """conv -> BN -> dropout -> fc, returning the loss as transformers models do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4)
+        self.drop = torch.nn.Dropout(0.5)
+        self.fc = torch.nn.Linear(4, 2)
+
+    def forward(self, pixel_values: torch.Tensor, labels: torch.Tensor) -> dict[str, torch.Tensor]:
+        h = self.drop(torch.relu(self.bn(self.conv(pixel_values))).mean((2, 3)))
+        return {"loss": torch.nn.functional.cross_entropy(self.fc(h), labels)}
+
+
+def test_batchnorm_and_dropout_stay_in_eval_across_model_train(tmp_path):
+    torch.manual_seed(0)
+    model = ConvNet()
+    stats = model.bn.running_mean.clone()
+    data = [{"pixel_values": torch.randn(3, 8, 8), "labels": i % 2} for i in range(16)]
+    modes: list[tuple[bool, bool]] = []
+
+    class Watch(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
+            modes.append((model.bn.training, model.drop.training))
+
+    plan = {"rules": [{"select": "*", "frozen": True}, {"select": "fc", "frozen": False},
+                      {"select": "drop", "eval": True}]}
+    cb = FreezePlanCallback(plan)
+    trainer = Trainer(model=model, args=args(str(tmp_path), max_steps=3, weight_decay=0.0), train_dataset=data,
+                      callbacks=[cb, Watch()])
+    trainer.train()
+    assert model.training and modes == [(False, False)] * 3  # model.train() ran; the locks held
+    assert torch.equal(model.bn.running_mean, stats)
+    assert cb.verify_report.ok and cb.verify_report.checked["bn_stats"] > 0
 
 
 def test_stage_at_epoch(tmp_path):
