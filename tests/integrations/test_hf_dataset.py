@@ -78,10 +78,11 @@ def test_train_cli_on_an_hf_dataset(tmp_path, capsys, monkeypatch):
     folder = bert_folder(tmp_path)
     data = text_dataset(tmp_path / "d", text="review")
     code = main(["train", "--model", f"hf:{folder}", "--data", f"hf-dataset:{data}", "--text-column", "review",
-                 "--steps", "2", "--batch-size", "2", "--no-progress"])
+                 "--val", f"hf-dataset:{data}", "--val-every", "1", "--steps", "2", "--batch-size", "2", "--no-progress",
+                 "--json"])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert "completed 2 steps" in captured.out
+    assert '"val_samples": 1' in captured.out  # validated on the one held-out sample of 10
     code = main(["train", "--model", f"hf:{folder}", "--data", f"hf-dataset:{data}", "--steps", "2", "--no-progress"])
     err = capsys.readouterr().err
     assert code == 2 and "error: the dataset has no text column" in err and "Traceback" not in err
