@@ -30,7 +30,7 @@ _FIELDS = (
     "optimizer", "lr", "weight_decay", "no_decay", "momentum", "steps", "epochs", "device", "amp",
     "channels_last", "compile", "num_workers", "pin_memory", "seed", "on_nonfinite",
     "torch_threads", "log_every", "save_dir", "metrics_path", "scheduler", "warmup_steps", "val", "val_every",
-    "val_fraction", "tensorboard_dir", "strategy", "fsdp_blocks",
+    "val_fraction", "tensorboard_dir", "strategy", "fsdp_blocks", "text_column", "label_column", "image_column",
 )
 
 
@@ -38,7 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register the ``train`` flags (every one maps onto a :class:`TrainConfig` field)."""
     add_model_arguments(p, positional=False)
     p.add_argument("--config", help="TrainConfig JSON file; flags given on the command line override its fields")
-    p.add_argument("--data", help="dataset: synthetic (default), synthetic:N, imagefolder:PATH, cifar10:PATH, ...")
+    p.add_argument("--data", help="dataset: synthetic (default), synthetic:N, imagefolder:PATH, cifar10:PATH, text:PATH.jsonl, hf-dataset:PATH, ...")
+    p.add_argument("--text-column", help="hf-dataset:PATH data: the column of the text (default text)")
+    p.add_argument("--label-column", help="hf-dataset:PATH data: the column of the class (default label)")
+    p.add_argument("--image-column", help="hf-dataset:PATH data: the column of the image (default image)")
     p.add_argument("--steps", type=int, help="optimizer steps (default 200 unless --epochs)")
     p.add_argument("--epochs", type=int, help="passes over the dataset (with --steps: whichever ends first)")
     p.add_argument("--batch-size", type=int, help="samples per step, per process (default 32)")

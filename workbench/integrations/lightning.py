@@ -49,7 +49,6 @@ first accessed; :func:`sync_param_groups` works with any optimizer and needs no 
 
 from __future__ import annotations
 
-import copy
 import os
 from typing import Any, Mapping
 
@@ -63,63 +62,21 @@ from workbench.core.models.spec import ModelSpec
 from workbench.core.models.tree import ModelTree
 from workbench.core.models.zoo import ModelSourceError
 from workbench.core.plan.rules import FreezePlan, PlanError
-from workbench.core.training.optim import sync_optimizer
+from workbench.integrations.common import (
+    check_same_plan,
+    groups_from_layout,
+    load_plan,
+    optimizer_layout,
+    plan_for,
+    stage_key,
+    sync_param_groups,
+    trainable_ids,
+)
 
 __all__ = ["FreezePlanCallback", "LightningMissingError", "rewrap_ddp", "sync_param_groups"]  # noqa: F822 - FreezePlanCallback is made on first access (PEP 562)
 
-_GROUP_SKIP = ("params", "param_names")
-
-
 class LightningMissingError(WorkbenchError, ImportError):
     """Neither ``lightning`` nor ``pytorch_lightning`` is installed."""
-
-
-def _lr_base(optimizer: torch.optim.Optimizer) -> float:
-    for g in optimizer.param_groups:
-        if g.get("lr_scale"):
-            return float(g["lr"]) / float(g["lr_scale"])
-    return float(optimizer.param_groups[0]["lr"])
-
-
-def sync_param_groups(
-    optimizer: torch.optim.Optimizer, applied: AppliedPlan, *, base_lr: float | None = None
-) -> dict[str, list[str]]:
-    """Make an optimizer hold exactly the trainable parameters of an applied plan.
-
-    A thin use of :func:`workbench.core.training.optim.sync_optimizer`: parameters that are no longer
-    trainable leave their groups (their state is dropped); parameters whose ``lr_scale``
-    changed move to the matching group; parameters that became trainable join the group with
-    their settings, or a new group copying the other hyperparameters (weight decay, betas...)
-    of the first group. Parameters that stay keep their identity and their optimizer state.
-    Groups are never deleted, so learning-rate schedulers keep their indices.
-
-    Args:
-        optimizer: the optimizer.
-        applied: the applied plan (after :meth:`AppliedPlan.update`).
-        base_lr: learning rate for ``lr_scale`` 1; default: derived from a group that has an
-            ``lr_scale`` (its current lr, so a scheduler's decay carries over), else the first
-            group's lr.
-
-    Returns:
-        ``{"added": [...], "removed": [...], "moved": [...]}`` parameter names.
-    """
-    base = base_lr if base_lr is not None else _lr_base(optimizer)
-    skip = (*_GROUP_SKIP, "lr", "initial_lr", "lr_scale", "weight_decay")
-    settings = {k: v for k, v in optimizer.param_groups[0].items() if k not in skip}
-    weight_decay = optimizer.param_groups[0].get("weight_decay", 0.0)
-    names = {id(p): n for n, p in applied.model.named_parameters()}
-    scale_before = {id(p): g.get("lr_scale") for g in optimizer.param_groups for p in g["params"]}
-    sync_optimizer(optimizer, applied.param_groups(base, weight_decay, **settings), keep_empty_groups=True)
-    scale_after = {id(p): g.get("lr_scale") for g in optimizer.param_groups for p in g["params"]}
-    return {
-        "added": [names[i] for i in scale_after if i not in scale_before],
-        "removed": [names.get(i, "") for i in scale_before if i not in scale_after],
-        "moved": [names[i] for i in scale_after if i in scale_before and scale_before[i] != scale_after[i]],
-    }
-
-
-def _trainable_ids(module: nn.Module) -> frozenset[int]:
-    return frozenset(id(p) for p in module.parameters() if p.requires_grad)
 
 
 def rewrap_ddp(strategy: Any) -> bool:
@@ -197,13 +154,7 @@ class _FreezePlanCallbackImpl:
         base_dir: str | os.PathLike[str] | None = None,
         strict: bool = False,
     ) -> None:
-        if isinstance(plan, (str, os.PathLike)):
-            from pathlib import Path
-
-            base_dir = base_dir or Path(plan).resolve().parent
-            plan = FreezePlan.load(plan)
-        elif isinstance(plan, Mapping):
-            plan = FreezePlan.from_dict(dict(plan))
+        plan, base_dir = load_plan(plan, base_dir)
         self.plan: FreezePlan = plan
         self.model_spec, self._spec_given = _model_spec(model, plan, num_classes)
         self._spec_fingerprint: str | None = None
@@ -255,15 +206,11 @@ class _FreezePlanCallbackImpl:
         return self._spec_fingerprint
 
     def _key(self, step: int, epoch: int) -> tuple[bool, ...]:
-        return tuple(st.reached(step, epoch) for st in self.plan.stages)
+        return stage_key(self.plan, step, epoch)
 
     def _plan_for(self, key: tuple[bool, ...]) -> FreezePlan:
         """The plan in force with the stages marked in ``key`` (as :meth:`FreezePlan.at`)."""
-        rules = [r for r in self.plan.rules]
-        for st, on in zip(self.plan.stages, key):
-            if on:
-                rules.extend(st.rules)
-        return FreezePlan(rules=copy.deepcopy(rules), model=dict(self.plan.model), description=self.plan.description)
+        return plan_for(self.plan, key)
 
     def _optimizer(self, trainer: Any) -> torch.optim.Optimizer | None:
         opts = getattr(trainer, "optimizers", None) or []
@@ -354,21 +301,7 @@ class _FreezePlanCallbackImpl:
             return
         named = dict(pl_module.named_parameters())
         for opt, groups in zip(trainer.optimizers, self._restored_groups):
-            new = []
-            for g in groups:
-                missing = [n for n in g["param_names"] if n not in named]
-                if missing:
-                    raise PlanError(
-                        f"the checkpoint's optimizer has parameters the model lacks ({', '.join(missing[:3])}); "
-                        "resume with the same model and plan"
-                    )
-                group = {k: v for k, v in g.items() if k != "param_names"}
-                group["params"] = [named[n] for n in g["param_names"]]
-                if g.get("has_param_names"):
-                    group["param_names"] = [self._local(n) for n in g["param_names"]]
-                group.pop("has_param_names", None)
-                new.append(group)
-            opt.param_groups = new
+            opt.param_groups = groups_from_layout(groups, named, self._local)
             opt.state.clear()
         self._restored_groups = None
 
@@ -383,13 +316,13 @@ class _FreezePlanCallbackImpl:
         key = self._key(trainer.global_step, trainer.current_epoch)
         if key == self._stage:
             return
-        trainable = _trainable_ids(pl_module)
+        trainable = trainable_ids(pl_module)
         self.applied.update(self._plan_for(key), strict=self.strict)
         self._stage = key
         opt = self._optimizer(trainer)
         if opt is not None:
             sync_param_groups(opt, self.applied)
-        if _trainable_ids(pl_module) != trainable:
+        if trainable_ids(pl_module) != trainable:
             rewrap_ddp(getattr(trainer, "strategy", None))
 
     def _local(self, full: str) -> str:
@@ -411,26 +344,11 @@ class _FreezePlanCallbackImpl:
 
     def _layout(self, optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
         names = {id(p): n for n, p in self._pl_module.named_parameters()} if self._pl_module is not None else {}
-        out = []
-        for g in optimizer.param_groups:
-            entry = {
-                k: v
-                for k, v in g.items()
-                if k not in _GROUP_SKIP and isinstance(v, (int, float, str, bool, type(None), tuple, list))
-            }
-            entry["param_names"] = [names.get(id(p), "") for p in g["params"]]
-            entry["has_param_names"] = "param_names" in g
-            out.append(entry)
-        return out
+        return optimizer_layout(optimizer, names)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """On resume: put the model in the stage of the checkpoint before the optimizer is built."""
-        saved = FreezePlan.from_dict(state_dict["plan"])
-        if saved.to_dict() != self.plan.to_dict():
-            raise PlanError(
-                "the checkpoint was trained with a different freeze plan than this callback's; resume "
-                "with the same plan (or start a new run)"
-            )
+        check_same_plan(state_dict["plan"], self.plan)
         step, epoch = int(state_dict.get("step", 0)), int(state_dict.get("epoch", 0))
         saved_stage = state_dict.get("stage")
         key = tuple(bool(x) for x in saved_stage) if saved_stage is not None else self._key(step, epoch)

@@ -113,6 +113,8 @@ class TrainConfig:
         fsdp_blocks: with ``fsdp``, the module paths sharded as units of their own (fnmatch
             patterns such as ``"layer*.*"``); None: the model's repeated blocks (see
             :func:`workbench.core.training.fsdp.block_paths`).
+        text_column / label_column / image_column: columns of ``hf-dataset:PATH`` data;
+            None: ``text``, ``label``, ``image``.
     """
 
     model: str | dict[str, Any] | None = None
@@ -158,6 +160,10 @@ class TrainConfig:
     # ---- how the model is spread over the ranks under torchrun
     strategy: str = "ddp"
     fsdp_blocks: list[str] | None = None
+    # ---- columns of hf-dataset:PATH data (None: text, label, image)
+    text_column: str | None = None
+    label_column: str | None = None
+    image_column: str | None = None
 
     # ------------------------------------------------------------ validation
     def validate(self) -> "TrainConfig":
@@ -223,6 +229,10 @@ class TrainConfig:
                 isinstance(b, str) and b.strip() for b in self.fsdp_blocks
             ):
                 raise bad("fsdp_blocks", f"must be a list of module path patterns such as [\"layer*.*\"], got {self.fsdp_blocks!r}")
+        for name in ("text_column", "label_column", "image_column"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, str) or not v.strip()):
+                raise bad(name, f"must be a column name of the hf-dataset: data, or null, got {v!r}")
         if self.no_decay in ("none", ""):
             self.no_decay = None
         if self.no_decay not in (None, "auto"):

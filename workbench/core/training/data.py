@@ -12,6 +12,8 @@ Spec strings accepted by :func:`make_dataset`::
     cifar10:PATH  cifar100:PATH  mnist:PATH  fashionmnist:PATH  svhn:PATH  stl10:PATH
     text:PATH.jsonl           {"text": ..., "label": ...} per line, tokenized with the tokenizer of
                               the Hugging Face model's folder (text models only)
+    hf-dataset:PATH           a folder written by datasets' save_to_disk (text or image columns;
+                              see :mod:`workbench.core.training.hf_dataset`)
 
 Text models: :func:`synthetic_for_model` (token ids within the model's vocabulary), and
 ``text:PATH.jsonl`` (:mod:`workbench.core.training.text_jsonl`).
@@ -29,6 +31,7 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from workbench.core.training.data_common import TEXT_TASKS, DataError
+from workbench.core.training.hf_dataset import open_hf_dataset
 from workbench.core.training.text_jsonl import TEXT_FILE_SEQ_LEN, open_text_dataset, tokenizer_folder
 
 __all__ = [
@@ -62,7 +65,7 @@ _PATTERN_CELLS = 8
 
 _SPEC_FORMS = (
     "synthetic, synthetic:N, imagefolder:PATH, cifar10:PATH, cifar100:PATH, mnist:PATH, "
-    "fashionmnist:PATH, svhn:PATH, stl10:PATH, text:PATH.jsonl"
+    "fashionmnist:PATH, svhn:PATH, stl10:PATH, text:PATH.jsonl, hf-dataset:PATH"
 )
 
 
@@ -517,6 +520,7 @@ def make_dataset(
     length: int | None = None,
     channels: int = 3,
     model: Any = None,
+    columns: dict[str, str | None] | None = None,
 ) -> Dataset[Any]:
     """Open a dataset from a spec string (see the module docstring for the forms).
 
@@ -535,6 +539,8 @@ def make_dataset(
         model: The model to be fed: synthetic data for a text model is token ids within its
             vocabulary (:func:`synthetic_for_model`) instead of images; ``text:`` data is
             tokenized with the tokenizer of its folder.
+        columns: for ``hf-dataset:`` data, ``text_column`` / ``label_column`` /
+            ``image_column`` (None or absent: ``text``, ``label``, ``image``).
 
     Returns:
         A map-style dataset yielding ``(image_tensor, label)``, or dicts of token tensors
@@ -599,6 +605,20 @@ def make_dataset(
         if not sep or not arg:
             raise DataError(f"dataset spec {spec!r} needs a file: use text:PATH.jsonl")
         return _limit(_text_file(spec, model), length, seed)
+
+    if kind == "hf-dataset":
+        if not sep or not arg:
+            raise DataError(f"dataset spec {spec!r} needs a folder: use hf-dataset:PATH")
+        tf = _with_channels(
+            transform if transform is not None else default_transform(image_size, channels=channels),
+            source_channels=3, channels=channels,
+        )
+        unknown = sorted(set(columns or {}) - {"text_column", "label_column", "image_column"})
+        if unknown:
+            raise DataError(f"unknown column option(s) {', '.join(unknown)}; use text_column, label_column, image_column")
+        task = text_task_of(model) if model is not None else None
+        hf = open_hf_dataset(arg, task=task, model=model, train=train, transform=tf, seed=seed, **(columns or {}))
+        return _limit(hf, length, seed)
 
     raise DataError(f"unknown dataset spec {spec!r}; valid forms: {_SPEC_FORMS}")
 

@@ -272,7 +272,8 @@ def _open_dataset(config: TrainConfig, built: BuiltModel, spec: str, size: int, 
         transform = weights_transform(member, config.image_size)
     try:
         return make_dataset(
-            spec, image_size=size, num_classes=classes, train=train, transform=transform, seed=config.seed, model=built.model
+            spec, image_size=size, num_classes=classes, train=train, transform=transform, seed=config.seed, model=built.model,
+            columns={"text_column": config.text_column, "label_column": config.label_column, "image_column": config.image_column},
         )
     except DataError as e:
         raise TrainError(str(e)) from e

@@ -70,6 +70,7 @@ DATASETS: tuple[tuple[str, str], ...] = (
     ("Fashion-MNIST", "fashionmnist"),
     ("SVHN", "svhn"),
     ("STL-10", "stl10"),
+    ("HF dataset (save_to_disk)", "hf-dataset"),
 )
 
 #: Where validation data can come from: a held-out split, or a dataset kind with a folder.
@@ -173,7 +174,8 @@ class TrainingPanel(QWidget):
         for label, kind in DATASETS:
             self.data_box.addItem(label, kind)
         self.data_box.setToolTip("Training data: synthetic images (no files), an image folder (one sub-folder per "
-                                 "class) or a torchvision dataset already on disk (nothing is downloaded)")
+                                 "class), a torchvision dataset already on disk, or a Hugging Face dataset folder "
+                                 "written by save_to_disk (text/label or image/label columns); nothing is downloaded")
         self.data_path = QLineEdit(self)
         self.data_path.setPlaceholderText("folder…")
         self.data_path.setMinimumWidth(self.data_path.fontMetrics().horizontalAdvance("x" * 16))
