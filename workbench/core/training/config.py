@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError
@@ -148,6 +148,16 @@ class TrainConfig:
     val: str | None = None
     val_every: int | None = None
     val_fraction: float = 0.1
+
+    #: What named ``model`` when a file did (set by :meth:`from_json`/:meth:`load`, kept by
+    #: :meth:`replace` unless ``model`` changes); None: the caller named it. Not a field, so
+    #: no file can set it. A model that runs code (``py:``) is built only when it is None.
+    _model_origin: ClassVar[str | None] = None
+
+    @property
+    def model_origin(self) -> str | None:
+        """What named :attr:`model` when a file did (``"config file cfg.json"``), else None."""
+        return self._model_origin
 
     @property
     def validates(self) -> bool:
@@ -300,7 +310,10 @@ class TrainConfig:
             raise ConfigError(f"{where}not valid JSON ({e.msg} at line {e.lineno}); fix the file's syntax") from None
         except safe_json.JsonInputError as e:
             raise ConfigError(f"{where}{e}") from None
-        return cls.from_dict(data)
+        cfg = cls.from_dict(data)
+        if cfg.model is not None:
+            setattr(cfg, "_model_origin", f"config file {source}" if source else "a config file")
+        return cfg
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "TrainConfig":
@@ -350,7 +363,10 @@ class TrainConfig:
         for k in changes:
             if k not in names:
                 raise ConfigError(f"unknown config key {k!r}")
-        return dataclasses.replace(self, **changes).validate()
+        new = dataclasses.replace(self, **changes).validate()
+        if "model" not in changes and self._model_origin is not None:
+            setattr(new, "_model_origin", self._model_origin)
+        return new
 
 
 def _positive_int(cfg: TrainConfig, name: str, *, optional: bool, bad: Any) -> None:
