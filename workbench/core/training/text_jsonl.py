@@ -73,7 +73,7 @@ def load_tokenizer(folder: str | Path) -> Any:
     except ImportError as exc:
         raise DataError("text data needs transformers: pip install 'freeze-workbench[hf]'") from exc
     try:
-        return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        return AutoTokenizer.from_pretrained(str(path), local_files_only=True, trust_remote_code=False)
     except Exception as exc:
         raise DataError(f"could not read the tokenizer in {str(path)!r}: {type(exc).__name__}: {exc}") from exc
 
