@@ -23,6 +23,7 @@ from workbench.core.training.schedule import SCHEDULERS
 __all__ = [
     "AMP_MODES",
     "DEFAULT_STEPS",
+    "MAX_SEED",
     "NONFINITE_MODES",
     "OPTIMIZERS",
     "SCHEDULERS",
@@ -41,6 +42,8 @@ NONFINITE_MODES: tuple[str, ...] = ("stop", "skip")
 #: per rank with gradients all-reduced (DDP), or parameters, gradients and optimizer state
 #: sharded over the ranks (FSDP2, ``torch.distributed.fsdp.fully_shard``).
 STRATEGIES: tuple[str, ...] = ("ddp", "fsdp")
+#: Largest ``seed`` (torch seeds are 64-bit integers).
+MAX_SEED = 2**63 - 1
 #: Steps run when neither ``steps`` nor ``epochs`` is given.
 DEFAULT_STEPS = 200
 
@@ -222,6 +225,8 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(name, f"must be an integer >= 0, got {v!r}")
+        if self.seed > MAX_SEED:  # torch.manual_seed takes a 64-bit integer
+            raise bad("seed", f"must be at most {MAX_SEED} (2**63 - 1), got {self.seed}")
         self.optimizer = _choice(self, "optimizer", OPTIMIZERS, bad, aliases={"sgdm": "sgd_momentum", "momentum": "sgd_momentum"})
         self.amp = _choice(self, "amp", AMP_MODES, bad, aliases={"none": "off", "no": "off", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"})
         self.on_nonfinite = _choice(self, "on_nonfinite", NONFINITE_MODES, bad, aliases={})
