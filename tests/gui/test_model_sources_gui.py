@@ -220,9 +220,12 @@ def test_opens_a_py_factory_and_says_it_runs_code(
     window: MainWindow, qtbot: Any, dialogs: Any, factory_file: Path
 ) -> None:
     dialogs.script("choose", "build")
+    dialogs.script("ask", "Run")
     assert wait_load(qtbot, window, lambda: window.open_model_code(str(factory_file)))
     (_kind, _title, label), = dialogs.kinds("choose")
     assert "runs this file's code" in label
+    (_kind, title, question), = dialogs.kinds("ask")
+    assert title == "Run model code?" and str(factory_file) in question and "def build" in question
     c = window.controller
     assert c.spec == {"source": "py", "name": f"{factory_file}:build", "fingerprint": c.tree.fingerprint}
     assert set(c.tree.nodes) == {"", "0", "1", "2"}
@@ -235,6 +238,7 @@ def test_drops_open_folders_and_code(
     assert wait_load(qtbot, window, lambda: drop(window, bert_dir))
     assert window.controller.spec["source"] == "hf"
     dialogs.script("choose", "build")
+    dialogs.script("ask", "Run")
     assert wait_load(qtbot, window, lambda: drop(window, factory_file))
     assert window.controller.spec["source"] == "py"
 

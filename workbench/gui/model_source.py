@@ -15,6 +15,7 @@ GUI thread.
 from __future__ import annotations
 
 import dataclasses
+from html import escape
 from typing import Any, Mapping
 
 from PySide6.QtCore import Qt, Signal
@@ -440,10 +441,10 @@ def confirm_code(parent: QWidget | None, request: LoadRequest) -> LoadRequest | 
         return request
     path, lines = code_preview(request.name)
     factory = request.name.rpartition(":")[2]
-    named_by = f"Named by {request.origin}.\n\n" if request.origin not in APP_ORIGINS else ""
+    named_by = f"<p>Named by {escape(request.origin, quote=False)}.</p>" if request.origin not in APP_ORIGINS else ""
     question = (
-        f"{named_by}Loading this model runs {factory}() from\n{path}\nwith your rights. "
-        f"Only run code you trust.\n\n{lines}"
+        f"{named_by}<p>Loading this model runs <b>{escape(factory)}()</b> from<br><tt>{escape(path, quote=False)}</tt><br>"
+        f"with your rights. Only run code you trust.</p><pre>{escape(lines, quote=False)}</pre>"
     )
     answer = dialogs.ask(parent, RUN_CODE_TITLE, question, ("Run", "Cancel"), "Cancel")
     return dataclasses.replace(request, origin=None) if answer == "Run" else None
