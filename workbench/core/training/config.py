@@ -317,7 +317,7 @@ class TrainConfig:
             raise ConfigError(f"{where}{e}") from None
         cfg = cls.from_dict(data)
         if cfg.model is not None:
-            setattr(cfg, "_model_origin", f"config file {source}" if source else "a config file")
+            cfg.__dict__["_model_origin"] = f"config file {source}" if source else "a config file"
         return cfg
 
     @classmethod
@@ -370,7 +370,7 @@ class TrainConfig:
                 raise ConfigError(f"unknown config key {k!r}")
         new = dataclasses.replace(self, **changes).validate()
         if "model" not in changes and self._model_origin is not None:
-            setattr(new, "_model_origin", self._model_origin)
+            new.__dict__["_model_origin"] = self._model_origin
         return new
 
 
