@@ -288,6 +288,8 @@ def test_bad_model_gives_one_message_and_keeps_the_model(
     bar = window.source_bar
     bar.select_source(source, search=False)
     bar.model_box.setEditText(name.replace("FACTORY", str(factory_file)))
+    if source == "py":
+        dialogs.script("ask", "Run")  # the code confirmation
     assert not wait_load(qtbot, window, bar.load_button.click)
     (_kind, title, message), = dialogs.kinds("error")
     assert title == "Cannot load model" and expected in message

@@ -1,7 +1,9 @@
 """The ``py`` model source: your own code, ``py:MODULE:FACTORY`` or ``py:path/to/file.py:FACTORY``.
 
 Opening such a spec **imports that module or runs that file and calls ``FACTORY()``**, with
-the rights of the current user: only name code you trust. The factory takes no arguments
+the rights of the current user: only name code you trust. It runs only when the user named it
+(:func:`~workbench.core.models.sources.check_code_origin`); :func:`code_preview` reads what it
+would run, without running it, for the app's confirmation. The factory takes no arguments
 and returns an ``nn.Module``; ``num_classes`` then replaces its classification head.
 """
 
