@@ -220,9 +220,12 @@ def test_opens_a_py_factory_and_says_it_runs_code(
     window: MainWindow, qtbot: Any, dialogs: Any, factory_file: Path
 ) -> None:
     dialogs.script("choose", "build")
+    dialogs.script("ask", "Run")
     assert wait_load(qtbot, window, lambda: window.open_model_code(str(factory_file)))
     (_kind, _title, label), = dialogs.kinds("choose")
     assert "runs this file's code" in label
+    (_kind, title, question), = dialogs.kinds("ask")
+    assert title == "Run model code?" and str(factory_file) in question and "def build" in question
     c = window.controller
     assert c.spec == {"source": "py", "name": f"{factory_file}:build", "fingerprint": c.tree.fingerprint}
     assert set(c.tree.nodes) == {"", "0", "1", "2"}
@@ -235,6 +238,7 @@ def test_drops_open_folders_and_code(
     assert wait_load(qtbot, window, lambda: drop(window, bert_dir))
     assert window.controller.spec["source"] == "hf"
     dialogs.script("choose", "build")
+    dialogs.script("ask", "Run")
     assert wait_load(qtbot, window, lambda: drop(window, factory_file))
     assert window.controller.spec["source"] == "py"
 
@@ -284,6 +288,8 @@ def test_bad_model_gives_one_message_and_keeps_the_model(
     bar = window.source_bar
     bar.select_source(source, search=False)
     bar.model_box.setEditText(name.replace("FACTORY", str(factory_file)))
+    if source == "py":
+        dialogs.script("ask", "Run")  # the code confirmation
     assert not wait_load(qtbot, window, bar.load_button.click)
     (_kind, title, message), = dialogs.kinds("error")
     assert title == "Cannot load model" and expected in message

@@ -14,7 +14,7 @@ import sys
 import torch
 from torch import nn
 
-from workbench.commands.common import print_table
+from workbench.commands.common import CommandError, device_from_arg, print_table
 from workbench.core.advisor.advice import Advice, advise
 from workbench.core.advisor.profile import is_text_model
 from workbench.core.advisor.sizes import parse_size
@@ -46,6 +46,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def _check_device(name: str, *, measure: bool) -> None:
+    """Refuse a name that is no device (one line); with ``--measure``, also one this machine lacks.
+
+    Raises:
+        CommandError: not a device name, or (measuring) not available here.
+    """
+    from workbench.core.training.config import ConfigError, TrainConfig
+
+    if measure:
+        device_from_arg(name)
+        return
+    try:
+        TrainConfig().replace(device=name)
+    except ConfigError:
+        raise CommandError(f"--device {name!r} is not a device; use auto, cpu, cuda, cuda:N or mps") from None
 
 
 def _device_type(name: str) -> str:
@@ -107,6 +124,12 @@ def run(args: argparse.Namespace) -> int:
         WorkbenchError: a bad size, model or setting; a budget below the model's weights.
     """
     budget = parse_size(args.memory)
+    for flag, value in (("--image-size", args.image_size), ("--seq-len", args.seq_len),
+                        ("--batch-size", args.batch_size), ("--num-classes", args.num_classes),
+                        ("--measure", args.measure)):
+        if value is not None and value < 1:
+            raise CommandError(f"{flag} must be a positive integer, got {value}")
+    _check_device(args.device, measure=bool(args.measure))
     spec = ModelSpec(name=args.model, num_classes=args.num_classes)
     model = spec.build(allow_download=False, meta=True)  # structure only: no weights, no memory
     shape = _input_shape(args, spec, model)

@@ -125,7 +125,9 @@ def _predicted_peak(trainer: Trainer, args: argparse.Namespace) -> int | None:
     model, applied, device = trainer.model, trainer.applied, trainer.device
     assert model is not None and applied is not None and device is not None
     base = trainer.config.model
-    spec = ModelSpec.from_dict(base) if isinstance(base, dict) else ModelSpec(name=base, num_classes=trainer.config.num_classes)
+    origin = trainer.config.model_origin
+    spec = (ModelSpec.from_dict(base, origin=origin) if isinstance(base, dict)
+            else ModelSpec(name=base, num_classes=trainer.config.num_classes, origin=origin))
     try:
         meta = spec.build(allow_download=False, meta=True)
         if is_text_model(meta):

@@ -160,12 +160,16 @@ def model_spec_from_args(args: argparse.Namespace, plan: FreezePlan | None = Non
     source = "torchvision"
     if not args.model and info.get("source") in SOURCES:
         source = info["source"]  # the plan's model block: {"source": "timm", "name": ...}
+    # typed on the command line, or named by the plan file (then a py: model is refused when built)
+    origin = None if args.model else f"plan file {getattr(args, 'plan', None) or ''}".strip()
     if args.checkpoint:
         return ModelSpec(source="checkpoint" if not name else source, name=name,  # type: ignore[arg-type]
-                         weights=args.weights, checkpoint=args.checkpoint, num_classes=args.num_classes)
+                         weights=args.weights, checkpoint=args.checkpoint, num_classes=args.num_classes,
+                         origin=origin)
     return ModelSpec(source=source, name=name,  # type: ignore[arg-type]
                      weights=args.weights if args.model else args.weights or info.get("weights"),
-                     num_classes=args.num_classes if args.num_classes else info.get("num_classes"))
+                     num_classes=args.num_classes if args.num_classes else info.get("num_classes"),
+                     origin=origin)
 
 
 def wants_meta(args: argparse.Namespace, spec: ModelSpec) -> bool:

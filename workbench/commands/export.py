@@ -82,7 +82,7 @@ def _write(args: argparse.Namespace, plan: FreezePlan, spec: ModelSpec, dest: Pa
         from workbench.core.models.tree import ModelTree
 
         if wants_meta(args, spec):  # shapes only: nothing allocated, no weights read
-            model = ModelSpec.from_dict({**spec.to_dict(), "weights": None}).build(allow_download=False, meta=True)
+            model = ModelSpec.from_dict({**spec.to_dict(), "weights": None}, origin=spec.origin).build(allow_download=False, meta=True)
         else:
             model, _ = structure_model(spec)  # architecture only: random weights, nothing downloaded
         tree = ModelTree.from_model(model)

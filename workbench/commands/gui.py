@@ -15,7 +15,9 @@ Besides opening the window it can:
 from __future__ import annotations
 
 import argparse
+import html
 import os
+import re
 import sys
 import time
 import traceback
@@ -133,7 +135,8 @@ class _HeadlessDialogs:
             answer = default
         else:
             answer = "Cancel" if "Cancel" in choices else default
-        print(f"workbench gui: {title}: {' '.join(question.split())} -> {answer}", file=sys.stderr)
+        text = html.unescape(re.sub(r"<[^>]+>", " ", question))  # a rich-text question, as plain text
+        print(f"workbench gui: {title}: {' '.join(text.split())} -> {answer}", file=sys.stderr)
         return answer
 
     def open_file(self, *args: Any) -> str:

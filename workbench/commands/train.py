@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
 from types import FrameType
 from typing import Any
 
-from workbench.commands.common import add_model_arguments, checkpoint_key_policy
+from workbench.commands.common import CommandError, add_model_arguments, checkpoint_key_policy
 from workbench.core.checks.lint import lint_plan
 from workbench.core.training.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, SCHEDULERS, STRATEGIES, TrainConfig
 from workbench.core.training.engine import RunResult, Trainer
@@ -109,6 +110,40 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     return base.replace(**changes)
 
 
+def preflight(cfg: TrainConfig) -> None:
+    """Refuse, before anything is built or allocated, what cannot run: an unknown
+    ``torch.compile`` backend, and an image size whose input batch alone outgrows the device.
+
+    Args:
+        cfg: the run's config.
+
+    Raises:
+        CommandError: the backend is unknown, or one batch of inputs (the sample and the
+            batch it is collated into, float32) is larger than the device's memory.
+    """
+    backend = cfg.compile_backend
+    if backend is not None:
+        from torch._dynamo import list_backends
+
+        if backend not in set(list_backends(exclude_tags=())) | {"inductor"}:
+            common = sorted(set(list_backends()) | {"inductor", "eager", "aot_eager"})
+            raise CommandError(f"--compile {backend!r} is not a torch.compile backend; use one of {', '.join(common)}")
+    if cfg.image_size is not None and not cfg.data.strip().lower().startswith("text:"):
+        from workbench.core.models.activations import device_memory
+
+        need = (cfg.batch_size + 1) * 3 * cfg.image_size**2 * 4
+        try:
+            mem = device_memory(cfg.device)
+        except (RuntimeError, ValueError):  # a device that is not there: setup says so
+            return
+        if need > mem.available:
+            raise CommandError(
+                f"--image-size {cfg.image_size} needs {fmt_bytes(need)} for one batch of inputs alone "
+                f"(batch {cfg.batch_size} x 3 x {cfg.image_size}x{cfg.image_size} float32), more than the "
+                f"{fmt_bytes(mem.available)} of {mem.what} on {mem.device}; use a smaller --image-size or --batch-size"
+            )
+
+
 def run(args: argparse.Namespace) -> int:
     """Train; print progress and the summary on rank 0.
 
@@ -121,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     cfg = config_from_args(args)
+    preflight(cfg)
     if cfg.save_dir:
         note = check_save_folder(cfg.save_dir, overwrite=bool(getattr(args, "overwrite", False)))
         if note:
@@ -142,8 +178,11 @@ def run(args: argparse.Namespace) -> int:
     stop_requests: list[int] = []
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
-        if stop_requests:
-            raise KeyboardInterrupt
+        if stop_requests:  # the second Ctrl+C: out now, without verifying or saving this run
+            bar.close()
+            print("workbench train: aborted; this run is not saved", file=sys.stderr, flush=True)
+            sys.stdout.flush()
+            os._exit(143 if signum == signal.SIGTERM else 130)
         stop_requests.append(signum)
         trainer.stop()
         if main:

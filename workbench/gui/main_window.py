@@ -65,7 +65,7 @@ from workbench.gui.model_loading import (
     path_kind,
     request_for_plan,
 )
-from workbench.gui.model_source import ModelSourceBar
+from workbench.gui.model_source import ModelSourceBar, confirm_code
 from workbench.gui.plan import edits as plan_edits
 from workbench.gui.plan.activation_estimate import ActivationEstimator
 from workbench.gui.plan.cost_panel import CostPanel
@@ -871,10 +871,12 @@ class MainWindow(QMainWindow):
             )
             if not factory:
                 return False
-        request = LoadRequest(
+        request = confirm_code(self, LoadRequest(
             name=f"{path}:{factory}", source="py", num_classes=self.source_bar.classes.value() or None,
-            meta=self.source_bar.meta_box.isChecked(),
-        )
+            meta=self.source_bar.meta_box.isChecked(), origin="Open Model Code",
+        ))
+        if request is None:
+            return False
         started = self.controller.load(request)
         if started:
             app_settings.add_recent(path, self._settings)
@@ -904,6 +906,10 @@ class MainWindow(QMainWindow):
 
     def _confirm_download(self, request: LoadRequest) -> LoadRequest | None:
         try:
+            confirmed = confirm_code(self, request)  # model code runs only after "Run"
+            if confirmed is None:
+                return None
+            request = confirmed
             needs = request.needs_download()
         except ModelSourceError as e:
             dialogs.error(self, "Cannot load model", str(e))

@@ -70,6 +70,11 @@ class LoadRequest:
         source: ``"torchvision"``, ``"timm"``, ``"hf"`` or ``"py"`` (the source table's keys).
         meta: build the structure only, on the ``meta`` device (no weights read or allocated);
             a Hugging Face folder without weights is always built so.
+        origin: None when the user named the model and, for code (``py:``), confirmed it
+            (the command line, a Python call, the window's confirmation dialog); otherwise
+            what named it (``"plan file x.json"``, ``"the model bar"``). Code is never run
+            with an origin: :func:`load_model` refuses it with the same one line as the
+            command line (:func:`~workbench.core.models.sources.check_code_origin`).
     """
 
     name: str | None = DEFAULT_MODEL
@@ -80,6 +85,7 @@ class LoadRequest:
     note: str = ""
     source: str = "torchvision"
     meta: bool = False
+    origin: str | None = None
 
     def __post_init__(self) -> None:
         if self.source == "torchvision" and self.name and ":" in self.name:
@@ -274,6 +280,7 @@ def load_model(request: LoadRequest) -> LoadedModel:
         name=request.name,
         weights=request.weights,
         num_classes=request.num_classes,
+        origin=request.origin,  # code named by a plan and not confirmed is refused by build()
     )
     meta = request.meta or is_structure_only(request.source, request.name)
     model = spec.build(allow_download=request.allow_download, meta=meta)
@@ -360,6 +367,7 @@ def request_for_plan(
         num_classes=num_classes if isinstance(num_classes, int) and not isinstance(num_classes, bool) else None,
         checkpoint=checkpoint,
         source=source,
+        origin="the plan's model block",
     )
 
 

@@ -14,6 +14,8 @@ GUI thread.
 
 from __future__ import annotations
 
+import dataclasses
+from html import escape
 from typing import Any, Mapping
 
 from PySide6.QtCore import Qt, Signal
@@ -32,7 +34,9 @@ from PySide6.QtWidgets import (
 
 from workbench.core.formatting import fmt_count
 from workbench.core.models import zoo
+from workbench.core.models.py_models import code_preview
 from workbench.core.models.sources import SOURCES, parse_model_spec, search_models
+from workbench.gui import dialogs
 from workbench.gui.background import BackgroundTask
 from workbench.gui.icons import dot_icon
 from workbench.gui.model_loading import DEFAULT_MODEL, LoadRequest
@@ -206,6 +210,7 @@ class ModelSourceBar(QWidget):
             num_classes=n or None,
             source=self._source,
             meta=self.meta_box.isChecked(),
+            origin="the model bar" if SOURCES[self._source].runs_code else None,  # code: confirmed first
         )
 
     def set_current(self, spec: Mapping[str, Any]) -> None:
@@ -406,3 +411,40 @@ class ModelSourceBar(QWidget):
 
     def _emit_request(self) -> None:
         self.loadRequested.emit(self.request())
+
+
+#: Origins of code requests made in the window itself (the dialog names any other origin: a plan).
+APP_ORIGINS = ("the model bar", "Open Model Code")
+#: Title of the dialog shown before model code runs.
+RUN_CODE_TITLE = "Run model code?"
+
+
+def confirm_code(parent: QWidget | None, request: LoadRequest) -> LoadRequest | None:
+    """Ask before a request runs code (``py:``): the file path and the first lines of the function.
+
+    The one place the window turns a code request named by a plan, the model bar or a file
+    dialog into one the user confirmed; without it, :func:`~workbench.gui.model_loading.load_model`
+    refuses the request with the command line's one line.
+
+    Args:
+        parent: the window.
+        request: what to load.
+
+    Returns:
+        The request, confirmed (``origin`` None), when it runs no code, already was
+        confirmed, or the user chose "Run"; None when the user cancelled.
+
+    Raises:
+        ModelSourceError: the spec is not ``TARGET:FACTORY``.
+    """
+    if request.origin is None or not SOURCES[request.source].runs_code or not request.name:
+        return request
+    path, lines = code_preview(request.name)
+    factory = request.name.rpartition(":")[2]
+    named_by = f"<p>Named by {escape(request.origin, quote=False)}.</p>" if request.origin not in APP_ORIGINS else ""
+    question = (
+        f"{named_by}<p>Loading this model runs <b>{escape(factory)}()</b> from<br><tt>{escape(path, quote=False)}</tt><br>"
+        f"with your rights. Only run code you trust.</p><pre>{escape(lines, quote=False)}</pre>"
+    )
+    answer = dialogs.ask(parent, RUN_CODE_TITLE, question, ("Run", "Cancel"), "Cancel")
+    return dataclasses.replace(request, origin=None) if answer == "Run" else None

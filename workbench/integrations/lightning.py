@@ -49,6 +49,7 @@ first accessed; :func:`sync_param_groups` works with any optimizer and needs no 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, Mapping
 
@@ -198,7 +199,7 @@ class _FreezePlanCallbackImpl:
         if spec is None or (not self._spec_given and source_of(_source(spec)).runs_code):
             return None
         if self._spec_fingerprint is None:
-            shape_only = ModelSpec(source=spec.source, name=spec.name, num_classes=spec.num_classes)
+            shape_only = ModelSpec(source=spec.source, name=spec.name, num_classes=spec.num_classes, origin=spec.origin)
             try:
                 self._spec_fingerprint = ModelTree.from_model(shape_only.build(allow_download=False, meta=True)).fingerprint
             except ModelSourceError:
@@ -229,6 +230,8 @@ class _FreezePlanCallbackImpl:
             fitted to ``num_classes``.
 
         Raises:
+            CodeFromFileError: the plan's ``model`` block names code (``py:``); code named by
+                a file is never run: pass ``model="py:FILE:FUNC"`` to run it deliberately.
             ModelSourceError: no model is named, or it cannot be built (one line).
         """
         if self.model_spec is None:
@@ -372,14 +375,14 @@ def _model_spec(
     """
     given = model is not None
     if isinstance(model, ModelSpec):
-        spec: ModelSpec | None = ModelSpec.from_dict(model.to_dict())
+        spec: ModelSpec | None = dataclasses.replace(model)  # keeps its origin
     elif isinstance(model, str):
         spec = ModelSpec(name=model)  # "timm:NAME" and the other prefixes move to their source
     elif isinstance(model, Mapping):
-        spec = ModelSpec.from_dict(model)
+        spec = ModelSpec.from_dict(model, origin=None)  # written in the Python call
     elif plan.model.get("name") or plan.model.get("checkpoint"):
-        try:
-            spec = ModelSpec.from_dict(plan.model)
+        try:  # a py: model named by the plan is refused when built (check_code_origin)
+            spec = ModelSpec.from_dict(plan.model, origin="the plan's model block")
         except ModelSourceError:
             spec = None  # a plan's model block that names nothing buildable: selectors decide
     else:

@@ -41,7 +41,7 @@ def test_classification_jsonl_trains_a_tiny_bert(bert_folder, tmp_path):
                                          {"text": "great movie was good", "label": "pos"}])
     ds = open_text_dataset(f"text:{data}", bert_folder, seq_len=8)
     assert ds.classes == ["neg", "pos"] and ds.labels.tolist() == [1, 0, 1]
-    assert ds[0]["input_ids"].shape == (8,) and int(ds.input_ids.max()) < len(WORDS)
+    assert ds[0]["input_ids"].shape == (8,) and max(int(ds[i]["input_ids"].max()) for i in range(len(ds))) < len(WORDS)
     from transformers import AutoModelForSequenceClassification
 
     model = AutoModelForSequenceClassification.from_pretrained(str(bert_folder), local_files_only=True)
@@ -153,3 +153,13 @@ def test_a_new_head_keeps_the_transformers_num_labels_in_step():
     assert model.num_labels == 5 and model.config.num_labels == 5
     out = model(input_ids=torch.randint(0, 99, (3, 6)), labels=torch.tensor([0, 4, 2]))
     assert out.logits.shape == (3, 5) and torch.isfinite(out.loss)
+
+
+def test_streamed_samples_load_in_worker_processes(bert_folder, tmp_path):
+    """Each DataLoader worker opens its own handle on the file (the dataset pickles without one)."""
+    data = _jsonl(tmp_path / "d.jsonl", [{"text": "good movie" if i % 2 else "awful", "label": i % 2} for i in range(8)])
+    ds = open_text_dataset(f"text:{data}", bert_folder, seq_len=8)
+    ds[0]  # the parent's handle is open now
+    batches = list(DataLoader(ds, batch_size=4, num_workers=2))
+    assert torch.equal(torch.cat([b["labels"] for b in batches]), ds.labels)
+    assert torch.equal(batches[0]["input_ids"][1], ds[1]["input_ids"])

@@ -74,7 +74,7 @@ def _candidate_inputs(config: TrainConfig, seq_len: int | None, param_dtype: tor
     if seq_len is None and param_dtype is None:
         return {}
     spec = config.model if isinstance(config.model, dict) else {"name": config.model}
-    model = ModelSpec.from_dict(spec).build(allow_download=config.allow_download)
+    model = ModelSpec.from_dict(spec, origin=config.model_origin).build(allow_download=config.allow_download)
     if param_dtype is not None:
         model.to(param_dtype)
     out: dict[str, Any] = {"model": model}

@@ -172,13 +172,13 @@ def base_model(num_labels: int | None = None) -> nn.Module:
     """The transformers model: the folder's weights (safetensors), or its config alone."""
     path = Path(MODEL_DIR).expanduser()
     where = str(path if path.is_absolute() or not (HERE / path).is_dir() else HERE / path)
-    config = transformers.AutoConfig.from_pretrained(where, local_files_only=True)
+    config = transformers.AutoConfig.from_pretrained(where, local_files_only=True, trust_remote_code=False)
     if num_labels is not None:
         config.num_labels = num_labels
     auto = getattr(transformers, AUTO_CLASS)
     if not LOAD_WEIGHTS:
-        return auto.from_config(config).train()
-    model = auto.from_pretrained(where, config=config, local_files_only=True, use_safetensors=True,
+        return auto.from_config(config, trust_remote_code=False).train()
+    model = auto.from_pretrained(where, config=config, local_files_only=True, use_safetensors=True, trust_remote_code=False,
                                  ignore_mismatched_sizes=num_labels is not None)
     return model.train()
 '''

@@ -90,7 +90,7 @@ def structure_model(spec: ModelSpec, *, meta: bool = False) -> tuple[nn.Module, 
             replace_head(model, spec.num_classes)
         return model, spec.name or result.arch
     plain = ModelSpec(source=spec.source, name=spec.name, weights=None, checkpoint=spec.checkpoint,
-                      num_classes=spec.num_classes)
+                      num_classes=spec.num_classes, origin=spec.origin)
     on_meta = meta and spec.source in _META_SOURCES and spec.checkpoint is None
     return plain.build(allow_download=False, meta=on_meta), spec.name
 

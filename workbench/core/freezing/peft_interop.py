@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
@@ -184,7 +184,7 @@ def load_peft(applied: "AppliedPlan", folder: str | os.PathLike[str]) -> None:
         folder: the adapter folder (``adapter_model.safetensors``).
 
     Raises:
-        ReparamError: the file is missing or unreadable, lacks a tensor the plan needs (named),
+        ReparamError: the file is missing, unreadable, empty or corrupt, lacks a tensor the plan needs (named),
             or holds one of another shape (named), e.g. a different rank.
     """
     handles = _low_rank_handles(applied)
@@ -192,6 +192,11 @@ def load_peft(applied: "AppliedPlan", folder: str | os.PathLike[str]) -> None:
     path = path / WEIGHTS_FILE if path.is_dir() else path
     if not path.is_file():
         raise ReparamError(f"no {WEIGHTS_FILE} at {str(path)!r}; give the folder PEFT's save_pretrained wrote")
+    try:  # an empty, truncated or corrupt file: the documented error, not SafetensorError
+        with safe_open(str(path), framework="pt", device="cpu") as f:
+            f.keys()
+    except (SafetensorError, OSError) as e:
+        raise ReparamError(f"adapter file {str(path)!r} is not a readable safetensors file ({e}); save the adapter again") from None
     writes: list[tuple[Any, Any]] = []
     with safe_open(str(path), framework="pt", device="cpu") as f:
         keys = set(f.keys())

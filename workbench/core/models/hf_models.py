@@ -7,6 +7,12 @@ causal LM, masked LM, else the base model). Weights are read from safetensors; a
 whose weights are only pickled ``.bin`` files is refused unless pickles are trusted. A
 folder without weights builds the architecture alone (random init, or shapes only on the
 ``meta`` device).
+
+Nothing from the folder runs: every ``transformers`` call passes ``trust_remote_code=False``,
+and a folder whose ``config.json`` has an ``auto_map`` (custom model code shipped with the
+weights) is refused before ``transformers`` reads it. ``config.json`` and the shard indexes
+are read with the bounded JSON reader (:mod:`workbench.core.safe_json`); a shard index that
+names files the folder lacks is refused, instead of building the model from random weights.
 """
 
 from __future__ import annotations
@@ -24,7 +30,18 @@ from workbench.core.models.build_request import (
 )
 from workbench.core.models.zoo import ModelSourceError
 
-__all__ = ["auto_class_name", "build_hf", "hf_cached", "hf_cached_repos", "hf_local_folder", "hf_weight_files"]
+__all__ = [
+    "auto_class_name",
+    "build_hf",
+    "check_hf_folder",
+    "hf_cached",
+    "hf_cached_repos",
+    "hf_local_folder",
+    "hf_weight_files",
+]
+
+#: Shard indexes of a sharded checkpoint: ``{"weight_map": {tensor name: shard file}}``.
+_SHARD_INDEXES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 #: Suffix of an architecture name -> the Auto class that builds it.
 _TASKS: tuple[tuple[str, str], ...] = (
@@ -132,6 +149,59 @@ def auto_class_name(config: Any, num_classes: int | None = None) -> str:
     return auto
 
 
+def _read_json(path: Path, what: str) -> Any:
+    import json
+
+    from workbench.core import safe_json
+
+    try:
+        return safe_json.load(path, what=what)
+    except safe_json.JsonInputError as e:
+        raise ModelSourceError(str(e)) from None
+    except json.JSONDecodeError as e:
+        raise ModelSourceError(f"{what} {path} is not valid JSON ({e.msg} at line {e.lineno}); fix or replace the file") from None
+    except OSError as e:
+        raise ModelSourceError(f"cannot read {what} {path} ({e.strerror or e}); check the folder") from None
+
+
+def check_hf_folder(folder: str | Path, name: str | None = None) -> None:
+    """Refuse a model folder that would run its own code or silently lose its weights.
+
+    Args:
+        folder: The folder (or cached snapshot folder) holding ``config.json``.
+        name: How the user named it, for the message (default: the folder).
+
+    Raises:
+        ModelSourceError: ``config.json`` unreadable, too large, too deep or not an object;
+            it has an ``auto_map`` (custom code); or a shard index names files that are not
+            in the folder (or is not a ``{"weight_map": {...}}`` object).
+    """
+    folder = Path(folder)
+    label = name or str(folder)
+    config = _read_json(folder / "config.json", "config.json of")
+    if not isinstance(config, dict):
+        raise ModelSourceError(f"config.json of {label!r} is not a JSON object; save the model with save_pretrained()")
+    if "auto_map" in config:
+        raise ModelSourceError(
+            f"{label!r} ships its own model code (config.json has auto_map), which the workbench never runs; "
+            "use a model whose architecture transformers includes, or build it yourself with py:FILE.py:FACTORY"
+        )
+    for index_name in _SHARD_INDEXES:
+        index_path = folder / index_name
+        if not index_path.exists():
+            continue
+        index = _read_json(index_path, "shard index")
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise ModelSourceError(f"shard index {index_path} has no weight_map of file names; fix or remove it")
+        missing = sorted({f for f in weight_map.values() if not (folder / f).is_file() or Path(f).name != f})
+        if missing:
+            raise ModelSourceError(
+                f"shard index {index_path.name} of {label!r} names {len(missing)} file(s) the folder lacks "
+                f"({', '.join(missing[:3])}{', …' if len(missing) > 3 else ''}); copy the missing shards or remove the index"
+            )
+
+
 def _where(req: BuildRequest) -> str:
     """What to load from: the folder, the cached snapshot folder of a repo id (so nothing
     can reach the network), or the repo id itself when downloads are allowed.
@@ -150,9 +220,11 @@ def _where(req: BuildRequest) -> str:
                 f"{name!r} has no config.json, so it is not a Hugging Face model folder; "
                 "save the model with save_pretrained() or point at the folder that holds config.json"
             )
+        check_hf_folder(folder, name)
         return str(folder)
     config = _cache_lookup(name, "config.json") if hf_cached(name) else None
     if config is not None:
+        check_hf_folder(config.parent, name)
         return str(config.parent)  # the snapshot folder
     if req.allow_download:
         return name
@@ -164,7 +236,9 @@ def _where(req: BuildRequest) -> str:
 
 def _load_config(where: str, req: BuildRequest) -> Any:
     try:
-        return _transformers().AutoConfig.from_pretrained(where, local_files_only=not req.allow_download)
+        return _transformers().AutoConfig.from_pretrained(
+            where, local_files_only=not req.allow_download, trust_remote_code=False
+        )
     except Exception as exc:
         raise ModelSourceError(f"could not read the config of {req.name!r} ({type(exc).__name__}: {first_line(exc)})") from exc
 
@@ -195,7 +269,7 @@ def build_hf(req: BuildRequest) -> nn.Module:
     try:
         if req.meta or not (safe or pickled):
             with device_context(req.meta):
-                model = auto.from_config(config)
+                model = auto.from_config(config, trust_remote_code=False)
         else:
             if not safe and not req.trust_pickle:
                 raise ModelSourceError(
@@ -212,6 +286,7 @@ def build_hf(req: BuildRequest) -> nn.Module:
                     local_files_only=not req.allow_download,
                     use_safetensors=bool(safe),
                     ignore_mismatched_sizes=req.num_classes is not None,
+                    trust_remote_code=False,
                 )
             finally:
                 if bar:

@@ -1,12 +1,15 @@
 """The ``py`` model source: your own code, ``py:MODULE:FACTORY`` or ``py:path/to/file.py:FACTORY``.
 
 Opening such a spec **imports that module or runs that file and calls ``FACTORY()``**, with
-the rights of the current user: only name code you trust. The factory takes no arguments
+the rights of the current user: only name code you trust. It runs only when the user named it
+(:func:`~workbench.core.models.sources.check_code_origin`); :func:`code_preview` reads what it
+would run, without running it, for the app's confirmation. The factory takes no arguments
 and returns an ``nn.Module``; ``num_classes`` then replaces its classification head.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.util
 import os
@@ -19,7 +22,7 @@ from torch import nn
 from workbench.core.models.build_request import BuildRequest, device_context, first_line
 from workbench.core.models.zoo import ModelSourceError, replace_head
 
-__all__ = ["build_py", "split_py_name"]
+__all__ = ["build_py", "code_preview", "split_py_name"]
 
 
 def split_py_name(name: str) -> tuple[str, str]:
@@ -41,6 +44,62 @@ def split_py_name(name: str) -> tuple[str, str]:
             "(FACTORY: a function that returns the nn.Module)"
         )
     return target, factory
+
+
+def _module_file(target: str) -> Path | None:
+    """The file ``MODULE`` or ``path.py`` names, found without importing anything."""
+    if target.endswith(".py"):
+        path = Path(target).expanduser().resolve()
+        return path if path.is_file() else None
+    parts = target.split(".")
+    if not all(p.isidentifier() for p in parts):
+        return None
+    for entry in [os.getcwd(), *sys.path]:
+        base = Path(entry or ".").joinpath(*parts)
+        for candidate in (base.with_suffix(".py"), base / "__init__.py"):
+            if candidate.is_file():
+                return candidate.resolve()
+    return None
+
+
+def code_preview(name: str, lines: int = 12, max_bytes: int = 2_000_000) -> tuple[str, str]:
+    """The file a ``py:`` spec runs and the first lines of its factory, read without running it.
+
+    What the app shows before it runs model code (the file is parsed, never imported).
+
+    Args:
+        name: The part after ``py:`` (``path/file.py:FACTORY`` or ``MODULE:FACTORY``).
+        lines: How many lines of the function to show at most.
+        max_bytes: Larger files are not read (the preview says so).
+
+    Returns:
+        ``(file path, first lines of the factory)``; the text says so when the file or the
+        function cannot be found or read.
+
+    Raises:
+        ModelSourceError: The spec is not ``TARGET:FACTORY``.
+    """
+    target, factory = split_py_name(name)
+    path = _module_file(target)
+    if path is None:
+        return target, f"(file of {target!r} not found: nothing will run)"
+    try:
+        if path.stat().st_size > max_bytes:
+            return str(path), f"(file larger than {max_bytes // 1_000_000} MB: not shown)"
+        text = path.read_text(encoding="utf-8")
+        tree = ast.parse(text, filename=str(path))
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError) as e:
+        return str(path), f"(cannot read the file: {first_line(e)})"
+    node = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                 and n.name == factory), None)
+    if node is None:
+        return str(path), f"(no top-level function {factory!r} in the file; importing it still runs the file)"
+    start = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+    source = text.splitlines()[start - 1:]
+    end = getattr(node, "end_lineno", None) or start + lines
+    shown = source[: min(lines, end - start + 1)]
+    more = "\n    …" if end - start + 1 > lines else ""
+    return str(path), "\n".join(shown) + more
 
 
 def _import(target: str) -> ModuleType:

@@ -12,7 +12,9 @@ py             ``py:my_models:build``, ``py:net.py:make``  ``{"source": "py", "n
 Each :class:`ModelSource` row says how to build a model (``build``), how to list or search
 its names (``names``), whether a model opens offline (``cached``) and which optional extra
 installs it. ``py`` specs **run your code**: they import the module (or execute the file)
-and call the factory.
+and call the factory. :func:`check_code_origin` is the one rule for that: such a spec runs
+only when the user named it (command line, Python call, a confirmed dialog), never because a
+plan, config or run record names it.
 
 Typical use::
 
@@ -48,8 +50,10 @@ from workbench.core.models.zoo import (
 
 __all__ = [
     "SOURCES",
+    "CodeFromFileError",
     "ModelSource",
     "build_from_source",
+    "check_code_origin",
     "default_input_size",
     "is_structure_only",
     "missing_extra_message",
@@ -115,6 +119,39 @@ SOURCES: dict[str, ModelSource] = {
                     py_models.build_py, lambda pattern: [], lambda name, weights: True, runs_code=True),
     )
 }
+
+
+class CodeFromFileError(ModelSourceError):
+    """A file (plan, config, run record) names model code; it is not run from there."""
+
+
+def check_code_origin(source: str, name: str | None, origin: str | None) -> None:
+    """The one rule for specs that run code: only when the user named them.
+
+    A spec of a source that runs code (``py:``) is built only when the user typed it (a
+    command-line argument, a Python call, a dialog in the app that showed the code and was
+    confirmed). Named by a file (a plan's or a config's ``model``, a run record), it is
+    refused with one line saying how to run it deliberately. Every entry point (the
+    commands, the app, the Trainer, the Lightning callback) reaches it through
+    :meth:`ModelSpec.build <workbench.core.models.spec.ModelSpec.build>`.
+
+    Args:
+        source: Source key.
+        name: Name within the source.
+        origin: ``None`` when the user named the spec; otherwise what named it, e.g.
+            ``"plan file team.plan.json"``.
+
+    Raises:
+        CodeFromFileError: A spec that runs code, named by a file.
+        ModelSourceError: Unknown source.
+    """
+    if origin is None or not source_of(source).runs_code:
+        return
+    spec = f"{source}:{name}"
+    raise CodeFromFileError(
+        f"{origin} names model code ({spec}), which is never run because a file names it; "
+        f"to run it deliberately, name it yourself on the command line (e.g. --model {spec})"
+    )
 
 
 def source_of(key: str) -> ModelSource:

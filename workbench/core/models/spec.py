@@ -7,12 +7,12 @@ it through :mod:`workbench.core.models.zoo` (torchvision, checkpoints) or the so
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 from torch import nn
 
-from workbench.core.models.sources import build_from_source, parse_model_spec
+from workbench.core.models.sources import build_from_source, check_code_origin, parse_model_spec
 from workbench.core.models.zoo import (
     ModelSourceError,
     build_model,
@@ -22,7 +22,10 @@ from workbench.core.models.zoo import (
     replace_head,
 )
 
-__all__ = ["ModelSpec"]
+__all__ = ["FROM_A_FILE", "ModelSpec"]
+
+#: The default ``origin`` of :meth:`ModelSpec.from_dict`: a spec read from data was named by a file.
+FROM_A_FILE = "a model block read from a file"
 
 _SPEC_SOURCES = ("torchvision", "checkpoint", "timm", "hf", "py")
 #: Sources built by workbench.core.models.sources (the rows other than torchvision).
@@ -43,6 +46,11 @@ class ModelSpec:
         weights: torchvision weights name, or ``None``.
         checkpoint: Path of a checkpoint file, or ``None``.
         num_classes: Final number of classes (head replaced if different), or ``None``.
+        origin: ``None`` when the user named the spec (a command-line argument, a Python
+            call, a confirmed dialog); otherwise what named it (``"plan file x.json"``). A
+            spec that runs code (``py``) is built only without an origin (see
+            :func:`~workbench.core.models.sources.check_code_origin`). Not part of
+            :meth:`to_dict`, so no file can clear it.
     """
 
     source: Literal["torchvision", "checkpoint", "timm", "hf", "py"] = "torchvision"
@@ -50,6 +58,7 @@ class ModelSpec:
     weights: str | None = None
     checkpoint: str | None = None
     num_classes: int | None = None
+    origin: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if self.source == "torchvision" and isinstance(self.name, str) and ":" in self.name:
@@ -87,16 +96,20 @@ class ModelSpec:
         Returns:
             ``{"source", "name", "weights", "checkpoint", "num_classes"}``.
         """
-        return asdict(self)
+        return {"source": self.source, "name": self.name, "weights": self.weights,
+                "checkpoint": self.checkpoint, "num_classes": self.num_classes}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ModelSpec:
+    def from_dict(cls, data: Mapping[str, Any], *, origin: str | None = FROM_A_FILE) -> ModelSpec:
         """Build a spec from :meth:`to_dict` output (or a plan file's ``model`` block).
 
         Keys other than the fields (e.g. a plan's ``fingerprint``) are ignored.
 
         Args:
             data: The mapping.
+            origin: What named it (see the ``origin`` attribute). The default says "a
+                file", so a spec read from data never runs code; pass ``None`` only for a
+                mapping the user wrote (a Python call, a command-line argument).
 
         Returns:
             The spec.
@@ -117,7 +130,7 @@ class ModelSpec:
                 kwargs[key] = value
         if "num_classes" in data:
             kwargs["num_classes"] = data["num_classes"]
-        return cls(**kwargs)
+        return cls(**kwargs, origin=origin)
 
     def head_classes(self) -> int | None:
         """Outputs of the classification head the spec builds, read from its structure alone.
@@ -150,10 +163,13 @@ class ModelSpec:
             The model, on CPU (or on the meta device).
 
         Raises:
+            CodeFromFileError: A spec that runs code (``py``) with an ``origin``: a file named it.
             ModelSourceError: Any failure of :func:`build_model`, :func:`load_checkpoint`
                 or of the model source.
         """
         self.validate()
+        if self.source != "checkpoint":
+            check_code_origin(self.source, self.name, self.origin)
         if self.source == "checkpoint":
             assert self.checkpoint is not None
             model = load_checkpoint(

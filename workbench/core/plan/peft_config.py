@@ -26,6 +26,7 @@ from typing import Any
 
 from torch import nn
 
+from workbench.core import safe_json
 from workbench.core.plan.problems import PlanError, PlanProblem
 
 __all__ = ["CONFIG_FILE", "SUPPORTED_LAYERS", "peft_plan_dict", "read_peft_config", "target_paths"]
@@ -57,12 +58,16 @@ def read_peft_config(source: Any) -> dict[str, Any]:
         p = Path(source)
         if p.is_dir():
             p = p / CONFIG_FILE
-        try:
-            data = json.loads(p.read_text(encoding="utf-8"))
+        try:  # bounded: a regular file, at most 16 MB, nested at most 64 deep (as plan files)
+            data = safe_json.load(p, what="PEFT adapter config")
         except FileNotFoundError:
             raise PlanError(f"no {CONFIG_FILE} at {str(p)!r}; give a PEFT adapter folder (save_pretrained writes one)") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise PlanError(f"cannot read {str(p)!r} as a PEFT adapter config ({e})") from None
+        except safe_json.JsonInputError as e:
+            raise PlanError(str(e)) from None
+        except json.JSONDecodeError as e:
+            raise PlanError(f"cannot read {str(p)!r} as a PEFT adapter config ({e.msg} at line {e.lineno})") from None
+        except OSError as e:
+            raise PlanError(f"cannot read {str(p)!r} as a PEFT adapter config ({e.strerror or e})") from None
     elif isinstance(source, Mapping):
         data = dict(source)
     elif hasattr(source, "to_dict"):
@@ -89,20 +94,107 @@ def target_paths(model: nn.Module, targets: Any) -> list[str]:
 
     Returns:
         Paths in model order.
+
+    Raises:
+        PlanError: a regular expression that is invalid or whose matching time has no small
+            bound (see :func:`bounded_regex`).
     """
+    pattern = bounded_regex(targets) if isinstance(targets, str) and targets != "all-linear" else None
     out: list[str] = []
     for path, module in model.named_modules():
         if not path or type(module).__name__ not in SUPPORTED_LAYERS:
             continue
         if targets == "all-linear":
             hit = type(module).__name__ in ("Linear", "Conv1D")
-        elif isinstance(targets, str):
-            hit = re.fullmatch(targets, path) is not None
+        elif pattern is not None:
+            hit = pattern.fullmatch(path) is not None
         else:
             hit = any(path == t or path.endswith("." + t) for t in targets)
         if hit:
             out.append(path)
     return out
+
+
+#: Longest ``target_modules`` regular expression accepted, and most quantifiers in it.
+MAX_REGEX_CHARS = 1000
+MAX_REGEX_REPEATS = 8
+
+
+def _regex_hazard(items: Any, inside_repeat: bool) -> str | None:
+    """What makes a parsed regex slow to match (nested quantifier, repeated alternation,
+    backreference), or None. ``items`` is a ``re._parser`` subpattern."""
+    from re import _constants as c  # type: ignore[attr-defined]
+
+    repeats = (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT))
+    for op, av in items:
+        if op in repeats:
+            lo, hi, body = av
+            if inside_repeat and hi != lo:
+                return "a quantifier inside a quantified group, e.g. (.*)* or (a+)+"
+            found = _regex_hazard(body, inside_repeat or hi != lo)
+            if found:
+                return found
+        elif op == c.SUBPATTERN:
+            found = _regex_hazard(av[-1], inside_repeat)
+            if found:
+                return found
+        elif op == c.BRANCH:
+            if inside_repeat:
+                return "an alternation under a quantifier, e.g. (a|ab)*"
+            for branch in av[1]:
+                found = _regex_hazard(branch, inside_repeat)
+                if found:
+                    return found
+        elif op in (c.ASSERT, c.ASSERT_NOT):
+            found = _regex_hazard(av[1], inside_repeat)
+            if found:
+                return found
+        elif op in (c.GROUPREF, c.GROUPREF_EXISTS):
+            return "a backreference"
+    return None
+
+
+def bounded_regex(pattern: str, field: str = "target_modules") -> "re.Pattern[str]":
+    """Compile a ``target_modules`` regular expression whose matching time has a small bound.
+
+    Python's ``re`` backtracks: a quantifier nested in a quantified group (``(.*.*)*X``), an
+    alternation under a quantifier (``(a|ab)*``) or a backreference can take exponential
+    time on a short module path. Those are refused, as are patterns longer than
+    :data:`MAX_REGEX_CHARS` or with more than :data:`MAX_REGEX_REPEATS` quantifiers; what is
+    left matches a path of length ``n`` in at most ``O(n ** (k + 1))`` steps for ``k``
+    quantifiers (module paths are a few dozen characters).
+
+    Args:
+        pattern: The regular expression (matched against whole module paths).
+        field: The config key, for the message.
+
+    Returns:
+        The compiled pattern.
+
+    Raises:
+        PlanError: an invalid expression, or one of the hazards above (one line).
+    """
+    from re import _parser  # type: ignore[attr-defined]
+
+    if len(pattern) > MAX_REGEX_CHARS:
+        raise _problem(field, f"'{field}' is a regular expression of {len(pattern):,} characters; "
+                              f"at most {MAX_REGEX_CHARS} are accepted")
+    try:
+        compiled = re.compile(pattern)
+        parsed = _parser.parse(pattern)
+    except (re.error, RecursionError, OverflowError) as e:
+        raise _problem(field, f"{pattern!r} is not a valid regular expression ({e}); fix it or list the module names") from None
+    hazard = _regex_hazard(list(parsed), False)
+    repeats = sum(pattern.count(q) for q in "*+?{")
+    if hazard is None and repeats > MAX_REGEX_REPEATS:
+        hazard = f"more than {MAX_REGEX_REPEATS} quantifiers"
+    if hazard:
+        raise _problem(
+            field,
+            f"the regular expression {pattern!r} has {hazard}, which can make matching take exponential time; "
+            "write it without nesting (e.g. '.*\\.(q|v)_proj' is fine) or list the module names",
+        )
+    return compiled
 
 
 def _selectors(targets: Any, model: nn.Module | None, field: str) -> list[str]:

@@ -13,7 +13,7 @@ import os
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError
@@ -23,6 +23,7 @@ from workbench.core.training.schedule import SCHEDULERS
 __all__ = [
     "AMP_MODES",
     "DEFAULT_STEPS",
+    "MAX_SEED",
     "NONFINITE_MODES",
     "OPTIMIZERS",
     "SCHEDULERS",
@@ -41,6 +42,8 @@ NONFINITE_MODES: tuple[str, ...] = ("stop", "skip")
 #: per rank with gradients all-reduced (DDP), or parameters, gradients and optimizer state
 #: sharded over the ranks (FSDP2, ``torch.distributed.fsdp.fully_shard``).
 STRATEGIES: tuple[str, ...] = ("ddp", "fsdp")
+#: Largest ``seed`` (torch seeds are 64-bit integers).
+MAX_SEED = 2**63 - 1
 #: Steps run when neither ``steps`` nor ``epochs`` is given.
 DEFAULT_STEPS = 200
 
@@ -151,6 +154,16 @@ class TrainConfig:
     val_every: int | None = None
     val_fraction: float = 0.1
 
+    #: What named ``model`` when a file did (set by :meth:`from_json`/:meth:`load`, kept by
+    #: :meth:`replace` unless ``model`` changes); None: the caller named it. Not a field, so
+    #: no file can set it. A model that runs code (``py:``) is built only when it is None.
+    _model_origin: ClassVar[str | None] = None
+
+    @property
+    def model_origin(self) -> str | None:
+        """What named :attr:`model` when a file did (``"config file cfg.json"``), else None."""
+        return self._model_origin
+
     @property
     def validates(self) -> bool:
         """Validation is on (``val`` or ``val_every`` given)."""
@@ -218,6 +231,8 @@ class TrainConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(name, f"must be an integer >= 0, got {v!r}")
+        if self.seed > MAX_SEED:  # torch.manual_seed takes a 64-bit integer
+            raise bad("seed", f"must be at most {MAX_SEED} (2**63 - 1), got {self.seed}")
         self.optimizer = _choice(self, "optimizer", OPTIMIZERS, bad, aliases={"sgdm": "sgd_momentum", "momentum": "sgd_momentum"})
         self.amp = _choice(self, "amp", AMP_MODES, bad, aliases={"none": "off", "no": "off", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"})
         self.on_nonfinite = _choice(self, "on_nonfinite", NONFINITE_MODES, bad, aliases={})
@@ -310,7 +325,10 @@ class TrainConfig:
             raise ConfigError(f"{where}not valid JSON ({e.msg} at line {e.lineno}); fix the file's syntax") from None
         except safe_json.JsonInputError as e:
             raise ConfigError(f"{where}{e}") from None
-        return cls.from_dict(data)
+        cfg = cls.from_dict(data)
+        if cfg.model is not None:
+            cfg.__dict__["_model_origin"] = f"config file {source}" if source else "a config file"
+        return cfg
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> "TrainConfig":
@@ -360,7 +378,10 @@ class TrainConfig:
         for k in changes:
             if k not in names:
                 raise ConfigError(f"unknown config key {k!r}")
-        return dataclasses.replace(self, **changes).validate()
+        new = dataclasses.replace(self, **changes).validate()
+        if "model" not in changes and self._model_origin is not None:
+            new.__dict__["_model_origin"] = self._model_origin
+        return new
 
 
 def _positive_int(cfg: TrainConfig, name: str, *, optional: bool, bad: Any) -> None:

@@ -156,12 +156,14 @@ def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = F
     from workbench.core.models.spec import ModelSpec
     from workbench.core.models.zoo import ModelSourceError
 
+    origin = config.model_origin
     if isinstance(config.model, dict):
         d: dict[str, Any] = dict(config.model)
     elif isinstance(config.model, str):
         d = {"source": "torchvision", "name": config.model.strip()}
     elif plan.model.get("name") or plan.model.get("arch") or plan.model.get("checkpoint"):
         d = dict(plan.model)
+        origin = f"plan file {config.plan}" if isinstance(config.plan, str) else "the plan's model block"
     elif config.checkpoint:
         d = {"source": "checkpoint"}
     else:
@@ -177,7 +179,7 @@ def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = F
     spec_classes = d.get("num_classes") if isinstance(d.get("num_classes"), int) else None
     d["num_classes"] = None  # the head is fitted after the dataset is known
     try:
-        spec = ModelSpec.from_dict(d)
+        spec = ModelSpec.from_dict(d, origin=origin)  # a py: model named by a file is refused here
         shards = _safetensors_folder(spec) if config.strategy == "fsdp" else None
         model = spec.build(allow_download=config.allow_download, trust_pickle=trust_pickle, meta=shards is not None)
         if shards is not None and _unsaved_buffers(model):  # values the files do not hold: build it whole
