@@ -138,9 +138,9 @@ def preflight(cfg: TrainConfig) -> None:
             return
         if need > mem.available:
             raise CommandError(
-                f"--image-size {cfg.image_size} needs {fmt_bytes(need)} for one batch of inputs alone "
+                f"--image-size {cfg.image_size} needs {fmt_memory(need)} for one batch of inputs alone "
                 f"(batch {cfg.batch_size} x 3 x {cfg.image_size}x{cfg.image_size} float32), more than the "
-                f"{fmt_bytes(mem.available)} of {mem.what} on {mem.device}; use a smaller --image-size or --batch-size"
+                f"{fmt_memory(mem.available)} of {mem.what} on {mem.device}; use a smaller --image-size or --batch-size"
             )
 
 
