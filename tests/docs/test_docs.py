@@ -2,7 +2,8 @@
 
 One test per document: its blocks run in order in one temporary folder (files made by one block
 are there for the next), bash blocks in ``bash -e -o pipefail`` with this interpreter's
-``bin`` folder first on PATH (the project installed), python blocks each in a fresh interpreter
+``bin`` folder first on PATH (the project installed; a ``torchrun`` shim runs
+``python -m torch.distributed.run`` where torch's console scripts are not in that folder), python blocks each in a fresh interpreter
 unless a ``continue`` directive joins them. HOME and the caches point into the folder, and the
 Hugging Face libraries are offline, so nothing a block does reaches the user's files or the
 network. Directives (HTML comments before a fence) skip a block with a reason, make its sizes
@@ -16,6 +17,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -38,6 +40,13 @@ def _env(folder: Path, block: Block) -> dict[str, str]:
     home = folder / ".home"
     home.mkdir(exist_ok=True)
     bin_dir = str(Path(sys.executable).parent)
+    if not (Path(bin_dir) / "torchrun").exists():  # torch from a shared site-packages: no console script
+        shims = folder / ".bin"
+        shims.mkdir(exist_ok=True)
+        shim = shims / "torchrun"
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m torch.distributed.run "$@"\n', encoding="utf-8")
+        shim.chmod(0o755)
+        bin_dir += os.pathsep + str(shims)
     env.update(
         PATH=bin_dir + os.pathsep + env.get("PATH", "/usr/bin:/bin"),
         HOME=str(home),
@@ -93,10 +102,12 @@ def _groups(blocks: list[Block]) -> list[list[Block]]:
 def test_doc_blocks_run(doc: Path, tmp_path: Path) -> None:
     groups = _groups(_blocks(doc))
     if not groups:
-        pytest.skip(f"{doc.name}: no runnable block")
+        return  # nothing to run; its directives were read (a malformed one fails above)
     for group in groups:
         code = "".join(b.setup + b.code_to_run() + b.check for b in group)
+        start = time.perf_counter()
         out = _run(group[0], code, tmp_path)
+        print(f"{group[0].where}: {time.perf_counter() - start:.1f} s")
         for b in group:
             for text in b.expect:
                 assert text in out, f"{b.where}: the doc quotes {text!r}; the output was:\n{out[-4000:]}"
