@@ -10,9 +10,11 @@ one line on stderr with a non-zero exit code, never as a traceback.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import sys
+import warnings
 from typing import NamedTuple, Sequence
 
 from workbench.core.errors import WorkbenchError
@@ -101,6 +103,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     name = _command_of(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = functools.partial(_show_warning, name or "gui")
+        return _main(argv, name)
+
+
+def _main(argv: list[str], name: str | None) -> int:
     try:  # Ctrl+C while torch is imported or the model is built: one line, no traceback
         if name is None:
             if not _opens_app(argv):
@@ -117,6 +125,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, RecursionError) as e:  # a file or folder the user named, found wanting
         print(f"workbench {name}: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
         return 2
+
+
+def _show_warning(command: str, message: Warning | str, category: type[Warning], *_args: object, **_kw: object) -> None:
+    """Print a warning as one line on stderr (``workbench CMD: warning: ...``), on rank 0 only."""
+    if os.environ.get("RANK", "0") not in ("", "0"):
+        return
+    print(f"workbench {command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
 
 
 def _one_line(exc: BaseException) -> str:
