@@ -119,6 +119,15 @@ def _main(argv: list[str], name: str | None) -> int:
     except KeyboardInterrupt:
         print("workbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout closed it (`workbench models | head`): it has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())  # the flush at exit writes nowhere instead of raising again
+        except (OSError, ValueError):  # stdout is not a file (captured)
+            pass
+        finally:
+            os.close(devnull)
+        return 0
     except WorkbenchError as e:
         print(f"workbench {name}: error: {e}", file=sys.stderr)
         return 2
