@@ -34,7 +34,7 @@ COMMANDS: dict[str, Command] = {
     "inspect": Command("workbench.commands.inspect", "print a model's module tree with parameter counts and a plan's effect (table or --json)"),
     "train": Command("workbench.commands.train", "train a model with a freeze plan and report step time, memory, trainable parameters and verification"),
     "doctor": Command("workbench.commands.doctor", "find freezing pitfalls: static checks plus N real training steps on synthetic data (exit 1 on errors)"),
-    "export": Command("workbench.commands.export", "export a plan as a plain PyTorch script (--to x.py, needs only torch and the model's library) or as plan JSON (--to x.json)"),
+    "export": Command("workbench.commands.export", "export a plan as a plain PyTorch script (--to x.py, needs only torch and the model's library), as plan JSON (--to x.json) or as a PEFT adapter (--peft DIR)"),
     "bench": Command("workbench.commands.bench", "measure step time and memory of freeze plans against full fine-tuning, side by side"),
     "advise": Command("workbench.commands.advise", "propose the freeze plans that fit a memory budget and choose the one that trains the most (--measure to check them)"),
     "models": Command("workbench.commands.models", "list torchvision classification models with their weights and whether they are cached"),

@@ -71,7 +71,8 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
         rows.append(row)
     shape = "x".join(str(s) for s in advice.input_shape)
     print(f"{args.model}, input {shape}, {args.optimizer}, amp {args.amp}, budget {fmt_bytes(advice.budget_bytes)}; "
-          f"Pareto front of {len(advice.assessed)} candidates (predicted peak, trainable, step time)")
+          f"Pareto front: {len(advice.front)} of {len(advice.assessed)} candidates "
+          "(predicted peak, trainable, step time)")
     print_table(head, rows, left=2)
     signal = advice.settings.get("grad_signal")
     if signal:

@@ -35,3 +35,18 @@ def test_train_says_it_capped_the_sequence(bert_folder, capsys, tmp_path, monkey
     assert main(["train", "--model", f"hf:{bert_folder}", "--steps", "1", "--batch-size", "2"]) == 0
     out = capsys.readouterr().out
     assert "16 tokens (the model's limit: its position embeddings)" in out, out
+
+
+def test_the_header_counts_the_rows_it_prints(bert_folder, capsys):
+    import re
+
+    assert main(["advise", "resnet18", "--memory", "200MB", "--batch-size", "8"]) in (0, 1)
+    lines = capsys.readouterr().out.splitlines()
+    shown, total = map(int, re.search(r"Pareto front: (\d+) of (\d+) candidates", lines[0]).groups())
+    sep = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("-  --"))
+    rows = 0
+    for ln in lines[sep + 1:]:
+        if not (ln.startswith("   ") or ln.startswith("→")) or not ln.strip():
+            break
+        rows += 1
+    assert rows == shown <= total, lines
