@@ -1,6 +1,7 @@
 """Docs are tests: every fenced ```bash and ```python block of README.md and docs/*.md runs.
 
-One test per document: its blocks run in order in one temporary folder (files made by one block
+One test per document (the documents run side by side, see ``doc_runs``): its blocks run in
+order in one temporary folder (files made by one block
 are there for the next), bash blocks in ``bash -e -o pipefail`` with this interpreter's
 ``bin`` folder first on PATH (the project installed; a ``torchrun`` shim runs
 ``python -m torch.distributed.run`` where torch's console scripts are not in that folder), python blocks each in a fresh interpreter
@@ -18,7 +19,9 @@ import os
 import subprocess
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -98,19 +101,38 @@ def _groups(blocks: list[Block]) -> list[list[Block]]:
     return groups
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=[d.relative_to(ROOT).as_posix() for d in DOCS])
-def test_doc_blocks_run(doc: Path, tmp_path: Path) -> None:
-    groups = _groups(_blocks(doc))
-    if not groups:
-        return  # nothing to run; its directives were read (a malformed one fails above)
-    for group in groups:
+def _run_doc(doc: Path, folder: Path) -> list[str]:
+    """Run a document's blocks in order in ``folder``; the time each took, one line per group."""
+    times: list[str] = []
+    for group in _groups(_blocks(doc)):
         code = "".join(b.setup + b.code_to_run() + b.check for b in group)
         start = time.perf_counter()
-        out = _run(group[0], code, tmp_path)
-        print(f"{group[0].where}: {time.perf_counter() - start:.1f} s")
+        out = _run(group[0], code, folder)
+        times.append(f"{group[0].where}: {time.perf_counter() - start:.1f} s")
         for b in group:
             for text in b.expect:
                 assert text in out, f"{b.where}: the doc quotes {text!r}; the output was:\n{out[-4000:]}"
+    return times
+
+
+@pytest.fixture(scope="module")
+def doc_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Path, Future]]:
+    """Every selected document started at once, ``DOCS_TEST_WORKERS`` (default: the CPU count, at most 4)
+    at a time: documents are independent (a folder each), the blocks of one run in order."""
+    wanted = [d for d in DOCS if any(f"test_doc_blocks_run[{d.relative_to(ROOT).as_posix()}]" in i.nodeid
+                                     for i in request.session.items)]
+    workers = int(os.environ.get("DOCS_TEST_WORKERS") or min(4, os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = {d: pool.submit(_run_doc, d, tmp_path_factory.mktemp(d.stem)) for d in wanted}
+        yield futures
+        for f in futures.values():
+            f.cancel()
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[d.relative_to(ROOT).as_posix() for d in DOCS])
+def test_doc_blocks_run(doc: Path, doc_runs: dict[Path, Future]) -> None:
+    for line in doc_runs[doc].result():  # a failed block raises here, in the test of its document
+        print(line)
 
 
 def test_every_skip_gives_a_reason() -> None:
