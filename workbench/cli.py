@@ -10,9 +10,11 @@ one line on stderr with a non-zero exit code, never as a traceback.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import os
 import sys
+import warnings
 from typing import NamedTuple, Sequence
 
 from workbench.core.errors import WorkbenchError
@@ -32,7 +34,7 @@ COMMANDS: dict[str, Command] = {
     "inspect": Command("workbench.commands.inspect", "print a model's module tree with parameter counts and a plan's effect (table or --json)"),
     "train": Command("workbench.commands.train", "train a model with a freeze plan and report step time, memory, trainable parameters and verification"),
     "doctor": Command("workbench.commands.doctor", "find freezing pitfalls: static checks plus N real training steps on synthetic data (exit 1 on errors)"),
-    "export": Command("workbench.commands.export", "export a plan as a plain PyTorch script (--to x.py, needs only torch and the model's library) or as plan JSON (--to x.json)"),
+    "export": Command("workbench.commands.export", "export a plan as a plain PyTorch script (--to x.py, needs only torch and the model's library), as plan JSON (--to x.json) or as a PEFT adapter (--peft DIR)"),
     "bench": Command("workbench.commands.bench", "measure step time and memory of freeze plans against full fine-tuning, side by side"),
     "advise": Command("workbench.commands.advise", "propose the freeze plans that fit a memory budget and choose the one that trains the most (--measure to check them)"),
     "models": Command("workbench.commands.models", "list torchvision classification models with their weights and whether they are cached"),
@@ -101,6 +103,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     name = _command_of(argv)
+    with warnings.catch_warnings():
+        warnings.showwarning = functools.partial(_show_warning, name or "gui")
+        return _main(argv, name)
+
+
+def _main(argv: list[str], name: str | None) -> int:
     try:  # Ctrl+C while torch is imported or the model is built: one line, no traceback
         if name is None:
             if not _opens_app(argv):
@@ -111,12 +119,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("workbench: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader of stdout closed it (`workbench models | head`): it has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())  # the flush at exit writes nowhere instead of raising again
+        except (OSError, ValueError):  # stdout is not a file (captured)
+            pass
+        finally:
+            os.close(devnull)
+        return 0
     except WorkbenchError as e:
         print(f"workbench {name}: error: {e}", file=sys.stderr)
         return 2
     except (OSError, RecursionError) as e:  # a file or folder the user named, found wanting
         print(f"workbench {name}: error: {type(e).__name__}: {_one_line(e)}", file=sys.stderr)
         return 2
+
+
+def _show_warning(command: str, message: Warning | str, category: type[Warning], *_args: object, **_kw: object) -> None:
+    """Print a warning as one line on stderr (``workbench CMD: warning: ...``), on rank 0 only."""
+    if os.environ.get("RANK", "0") not in ("", "0"):
+        return
+    print(f"workbench {command}: warning: {' '.join(str(message).split())}", file=sys.stderr)
 
 
 def _one_line(exc: BaseException) -> str:

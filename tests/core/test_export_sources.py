@@ -1,7 +1,9 @@
 """Exported scripts for timm, Hugging Face and your own model code; the plan language in the script.
 
 Each script runs in a subprocess with ``import workbench`` made impossible, and its own imports
-(read with ``ast``) are the model's library and nothing it does not need.
+(read with ``ast``) are the model's library and nothing it does not need. The scripts that train
+run one after another in ONE subprocess (the ``exported`` fixture), which imports torch, timm and
+transformers once instead of a dozen times.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 from torch import nn
 
 from tests.core.models.hf_fixtures import save_folder, tiny_bert, tiny_gpt2
+from tests.timeouts import SUBPROCESS_LONG_S
 from workbench.cli import main
 from workbench.core.export import ExportError, export_script, render_script
 from workbench.core.models.spec import ModelSpec
@@ -54,22 +57,113 @@ def _imports(path: Path) -> set[str]:
     return out
 
 
-def _run(script: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run the script with ``import workbench`` impossible."""
-    code = (
-        "import sys, runpy; sys.modules['workbench'] = None; "
-        f"sys.argv = [{str(script)!r}, *{list(args)!r}]; runpy.run_path(sys.argv[0], run_name='__main__')"
-    )
+#: Runs exported scripts one after another in ONE interpreter with ``import workbench`` impossible:
+#: each in its own folder as cwd, with its own ``sys.argv``, its output captured; one result per job.
+DRIVER = r"""
+import contextlib, io, json, os, runpy, sys, traceback
+sys.modules["workbench"] = None
+jobs_file, results_file = sys.argv[1:3]
+jobs = json.load(open(jobs_file))
+results = []
+for script, args in jobs:
+    os.chdir(os.path.dirname(script))
+    out, err, code = io.StringIO(), io.StringIO(), 0
+    sys.argv = [script, *args]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        except BaseException:
+            code = 1
+            traceback.print_exc()
+    results.append({"returncode": code, "stdout": out.getvalue(), "stderr": err.getvalue()})
+json.dump(results, open(results_file, "w"))
+"""
+
+
+def _run_all(jobs: list[tuple[Path, list[str]]], folder: Path) -> list[dict]:
+    """Run every (script, args) job in one subprocess (one torch/timm/transformers import for all)."""
+    (folder / "jobs.json").write_text(json.dumps([(str(s), a) for s, a in jobs]))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=script.parent, env=env,
-                          timeout=300)
+    proc = subprocess.run([sys.executable, "-c", DRIVER, str(folder / "jobs.json"), str(folder / "results.json")],
+                          capture_output=True, text=True, cwd=folder, env=env, timeout=SUBPROCESS_LONG_S)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return json.loads((folder / "results.json").read_text())
 
 
-def _describe(script: Path) -> dict:
-    out = script.parent / "state.json"
-    res = _run(script, "--describe", str(out))
-    assert res.returncode == 0, res.stderr
-    return json.loads(out.read_text())
+class Exported:
+    """One exported script: its plan and spec, and what running it and ``--describe`` gave."""
+
+    def __init__(self, script: Path, plan: FreezePlan, spec: ModelSpec, run_args: list[str] | None) -> None:
+        self.script, self.plan, self.spec, self.run_args = script, plan, spec, run_args
+        self.run: dict = {}
+        self.described: dict = {}
+
+
+def _export_all(folder: Path) -> dict[str, Exported]:
+    """The scripts the subprocess tests check, exported side by side, each in a folder of its own."""
+    out: dict[str, Exported] = {}
+    vit_plan = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True}, {"select": "blocks.11", "frozen": False},
+                                               {"select": "head", "frozen": False, "lr_scale": 2.0}]})
+    (folder / "vit").mkdir()
+    out["vit"] = Exported(export_script(vit_plan, VIT, folder / "vit" / "vit.py"), vit_plan, VIT,
+                          ["--steps", "2", "--batch-size", "2"])
+    for kind in ("bert", "gpt2"):
+        model = tiny_bert(num_labels=3) if kind == "bert" else tiny_gpt2()
+        (folder / kind).mkdir()
+        save_folder(model, folder / kind / kind, weights="none")  # config.json only
+        top = "bert" if kind == "bert" else "transformer"
+        plan = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True},
+                                               {"select": f"{top}.encoder.layer.1" if kind == "bert" else f"{top}.h.1",
+                                                "frozen": False},
+                                               {"select": "classifier" if kind == "bert" else f"{top}.ln_f",
+                                                "frozen": False}]})
+        spec = ModelSpec(source="hf", name=str(folder / kind / kind))
+        out[kind] = Exported(export_script(plan, spec, folder / kind / f"{kind}.py"), plan, spec,
+                             ["--steps", "2", "--batch-size", "2", "--seq-len", "8"])
+    (folder / "py").mkdir()
+    (folder / "py" / "net.py").write_text(FACTORY)
+    spec = ModelSpec(source="py", name=f"{folder / 'py' / 'net.py'}:make", num_classes=4)
+    plan = FreezePlan.from_dict({"unselected": "keep", "rules": [{"select": "1", "eval": True},
+                                                                 {"select": "6", "lr_scale": 0.5}]})
+    out["py_file"] = Exported(export_script(plan, spec, folder / "py" / "p.py"), plan, spec,
+                              ["--steps", "2", "--batch-size", "2", "--image-size", "16"])
+    (folder / "pymod").mkdir()
+    (folder / "pymod" / "my_nets.py").write_text(FACTORY)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(folder / "pymod")
+        mp.syspath_prepend(str(folder / "pymod"))
+        plan = FreezePlan.from_dict({"rules": [{"select": "0", "frozen": True}]})
+        spec = ModelSpec(source="py", name="my_nets:make")
+        out["py_module"] = Exported(export_script(plan, spec, folder / "pymod" / "m.py"), plan, spec,
+                                    ["--steps", "2", "--batch-size", "2", "--image-size", "16"])
+        sys.modules.pop("my_nets", None)
+    spec, data, _ = CASES["param_selectors"]
+    plan = FreezePlan.from_dict({**data, "rules": [*data["rules"], {"select": "layer2", "eval": True}]})
+    (folder / "keys").mkdir()
+    out["keys"] = Exported(export_script(plan, spec, folder / "keys" / "s.py", no_decay="auto"), plan, spec, None)
+    return out
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Exported]:
+    """Every subprocess case: each script trains 2 steps and writes ``--describe``, all in one subprocess."""
+    folder = tmp_path_factory.mktemp("exported")
+    cases = _export_all(folder)
+    jobs: list[tuple[Path, list[str]]] = []
+    for case in cases.values():
+        if case.run_args is not None:
+            jobs.append((case.script, case.run_args))
+        jobs.append((case.script, ["--describe", str(case.script.parent / "state.json")]))
+    results = iter(_run_all(jobs, folder))
+    for case in cases.values():
+        if case.run_args is not None:
+            case.run = next(results)
+        described = next(results)
+        assert described["returncode"] == 0, described["stderr"]
+        case.described = json.loads((case.script.parent / "state.json").read_text())
+    return cases
 
 
 def _workbench_state(plan: FreezePlan, model: nn.Module, lr: float = 1e-3, wd: float = 0.01,
@@ -91,37 +185,25 @@ def _same(got: dict, want: dict) -> None:
 
 
 # ------------------------------------------------------------------ sources
-def test_timm_vit_script_runs_without_workbench_and_needs_only_timm(tmp_path):
-    plan = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True}, {"select": "blocks.11", "frozen": False},
-                                           {"select": "head", "frozen": False, "lr_scale": 2.0}]})
-    script = export_script(plan, VIT, tmp_path / "vit.py")
-    assert _imports(script) - STDLIB == {"torch", "timm"}
-    res = _run(script, "--steps", "2", "--batch-size", "2")
-    assert res.returncode == 0, res.stderr
-    assert "step 1: loss" in res.stdout
+def test_timm_vit_script_runs_without_workbench_and_needs_only_timm(exported):
+    case = exported["vit"]
+    assert _imports(case.script) - STDLIB == {"torch", "timm"}
+    assert case.run["returncode"] == 0, case.run["stderr"]
+    assert "step 1: loss" in case.run["stdout"]
     torch.manual_seed(0)
-    _same(_describe(script), _workbench_state(plan, VIT.build(allow_download=False)))
+    _same(case.described, _workbench_state(case.plan, VIT.build(allow_download=False)))
 
 
 @pytest.mark.parametrize("kind", ["bert", "gpt2"])
-def test_hf_config_only_folder_script_runs_two_steps(kind, tmp_path):
-    model = tiny_bert(num_labels=3) if kind == "bert" else tiny_gpt2()
-    folder = save_folder(model, tmp_path / kind, weights="none")  # config.json only
-    top = "bert" if kind == "bert" else "transformer"
-    plan = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True},
-                                           {"select": f"{top}.encoder.layer.1" if kind == "bert" else f"{top}.h.1",
-                                            "frozen": False},
-                                           {"select": "classifier" if kind == "bert" else f"{top}.ln_f", "frozen": False}]})
-    spec = ModelSpec(source="hf", name=str(folder))
-    script = export_script(plan, spec, tmp_path / f"{kind}.py")
-    text = script.read_text()
+def test_hf_config_only_folder_script_runs_two_steps(kind, exported):
+    case = exported[kind]
+    text = case.script.read_text()
     assert "MODEL_DIR = '" + kind + "'" in text  # inside the script's folder: relative to it
     assert ("TASK = 'classification'" if kind == "bert" else "TASK = 'causal_lm'") in text
-    assert _imports(script) - STDLIB == {"torch", "transformers"}
-    res = _run(script, "--steps", "2", "--batch-size", "2", "--seq-len", "8")
-    assert res.returncode == 0, res.stderr
-    assert "step 1: loss" in res.stdout
-    _same(_describe(script), _workbench_state(plan, spec.build(allow_download=False)))
+    assert _imports(case.script) - STDLIB == {"torch", "transformers"}
+    assert case.run["returncode"] == 0, case.run["stderr"]
+    assert "step 1: loss" in case.run["stdout"]
+    _same(case.described, _workbench_state(case.plan, case.spec.build(allow_download=False)))
 
 
 def test_hf_folder_with_weights_loads_them(tmp_path):
@@ -135,32 +217,22 @@ def test_hf_folder_with_weights_loads_them(tmp_path):
     assert torch.equal(mine.bert.encoder.layer[1].output.dense.weight, ref.bert.encoder.layer[1].output.dense.weight)
 
 
-def test_py_factory_file_script(tmp_path):
-    (tmp_path / "net.py").write_text(FACTORY)
-    spec = ModelSpec(source="py", name=f"{tmp_path / 'net.py'}:make", num_classes=4)
-    plan = FreezePlan.from_dict({"unselected": "keep", "rules": [{"select": "1", "eval": True},
-                                                                 {"select": "6", "lr_scale": 0.5}]})
-    script = export_script(plan, spec, tmp_path / "p.py")
-    assert "MODEL_FILE = 'net.py'" in script.read_text()
-    assert _imports(script) - STDLIB == {"torch"}
-    res = _run(script, "--steps", "2", "--batch-size", "2", "--image-size", "16")
-    assert res.returncode == 0, res.stderr
-    got = _describe(script)
-    want = _workbench_state(plan, spec.build(allow_download=False))
-    _same(got, want)
-    assert "0.weight" not in got["trainable"] and "6.weight" in got["trainable"]  # the factory's flag kept
+def test_py_factory_file_script(exported):
+    case = exported["py_file"]
+    assert "MODEL_FILE = 'net.py'" in case.script.read_text()
+    assert _imports(case.script) - STDLIB == {"torch"}
+    assert case.run["returncode"] == 0, case.run["stderr"]
+    want = _workbench_state(case.plan, case.spec.build(allow_download=False))
+    _same(case.described, want)
+    assert "0.weight" not in case.described["trainable"] and "6.weight" in case.described["trainable"]  # factory's flag
 
 
-def test_py_module_factory_is_imported_by_name(tmp_path, monkeypatch):
-    (tmp_path / "my_nets.py").write_text(FACTORY)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    plan = FreezePlan.from_dict({"rules": [{"select": "0", "frozen": True}]})
-    script = export_script(plan, ModelSpec(source="py", name="my_nets:make"), tmp_path / "m.py")
-    assert "from my_nets import make as model_factory" in script.read_text()
-    assert _imports(script) - STDLIB == {"torch", "my_nets"}
-    res = _run(script, "--steps", "2", "--batch-size", "2", "--image-size", "16")
-    assert res.returncode == 0, res.stderr
+def test_py_module_factory_is_imported_by_name(exported):
+    case = exported["py_module"]
+    assert "from my_nets import make as model_factory" in case.script.read_text()
+    assert _imports(case.script) - STDLIB == {"torch", "my_nets"}
+    assert case.run["returncode"] == 0, case.run["stderr"]
+    assert case.described["trainable"] and not any(n.startswith("0.") for n in case.described["trainable"])
 
 
 def test_cli_exports_a_timm_script(tmp_path, capsys):
@@ -267,12 +339,10 @@ def test_stage_changing_eval_and_weight_decay(tmp_path):
     _same(_script_state(script, (1, 0)), want)
 
 
-def test_describe_in_subprocess_matches_for_plan_keys(tmp_path):
-    spec, data, no_decay = CASES["param_selectors"]
-    plan = FreezePlan.from_dict({**data, "rules": [*data["rules"], {"select": "layer2", "eval": True}]})
-    script = export_script(plan, spec, tmp_path / "s.py", no_decay="auto")
+def test_describe_in_subprocess_matches_for_plan_keys(exported):
+    case = exported["keys"]
     torch.manual_seed(0)
-    _same(_describe(script), _workbench_state(plan, spec.build(allow_download=False), no_decay="auto"))
+    _same(case.described, _workbench_state(case.plan, case.spec.build(allow_download=False), no_decay="auto"))
 
 
 def test_activation_checkpointing_is_named_not_dropped(tmp_path):

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, ms
 from workbench.core.checks.lint import lint_plan
 from workbench.core.plan.rules import FreezePlan
 from workbench.gui.main_window import MainWindow
@@ -25,7 +26,7 @@ def test_refused_start_keeps_no_run(window: MainWindow, qtbot: Any) -> None:
     t = window.training
     before = list(t.runs.records)
     t.panel.set_values(batch_size=4096, steps=2, image_size=32)  # larger than the synthetic data
-    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000) as blocker:
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_WORKER_S)) as blocker:
         assert t.panel.start()
     record = blocker.args[0]
     assert record.status == "refused" and t.runs.records == before
@@ -56,7 +57,7 @@ def test_unreadable_metrics_give_the_controllers_message(window: MainWindow, qtb
     runs.store.save(record, metrics=False)
     (record.folder or runs.store.folder / record.id).joinpath("metrics.csv").write_bytes(b"\xff\xfe\x00")
     record.metrics, record.metrics_loaded = [], False
-    with qtbot.waitSignal(runs.statusMessage, timeout=5000) as blocker:
+    with qtbot.waitSignal(runs.statusMessage, timeout=ms(GUI_EVENT_S)) as blocker:
         assert runs.load_metrics(record) == []
     assert "Cannot read the metrics of #9 broken" in blocker.args[0]
 

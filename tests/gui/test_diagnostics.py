@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tests.timeouts import GUI_WORKER_S, ms
 from workbench.gui.main_window import MainWindow
 
 
@@ -31,7 +32,7 @@ def test_model_check_runs_off_the_gui_thread_and_restores_the_model(window: Main
     panel = window.diagnostics
     c.set_value(["layer1"], "frozen", True)
     c.set_value(["layer1.0.bn1"], "bn_eval", False)
-    with qtbot.waitSignal(c.checkFinished, timeout=60_000):
+    with qtbot.waitSignal(c.checkFinished, timeout=ms(GUI_WORKER_S)):
         assert panel.run()
     assert not c.checking and panel.run_button.isEnabled()
     assert any("layer1.0.bn1" in t for t in panel.finding_texts())
@@ -48,7 +49,7 @@ def test_watch_training_reports_through_the_training_thread(window: MainWindow, 
     t = window.training
     window.controller.set_value(["layer1", "layer2", "layer3"], "frozen", True)
     panel.watch_steps.setValue(6)
-    with qtbot.waitSignal(t.runs.watchFinished, timeout=120_000) as blocker:
+    with qtbot.waitSignal(t.runs.watchFinished, timeout=ms(GUI_WORKER_S)) as blocker:
         assert panel.watch()
     findings, summary = blocker.args
     assert summary["steps"] == 6 and len(summary["graph_nodes"]) == 6

@@ -14,6 +14,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import QApplication
 from torchvision.models import resnet18
 
+from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, SUBPROCESS_S, ms
 from workbench.core.models import zoo
 from workbench.core.plan.rules import FreezePlan
 from workbench.gui import settings as app_settings
@@ -34,7 +35,7 @@ def frozen_state(w: MainWindow, path: str) -> Any:
 
 
 def wait_load(qtbot: Any, w: MainWindow, start: Any) -> bool:
-    with qtbot.waitSignal(w.controller.loadFinished, timeout=60_000) as blocker:
+    with qtbot.waitSignal(w.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
         start()
     return bool(blocker.args[0])
 
@@ -288,7 +289,7 @@ def test_drag_and_drop_opens_a_plan(window: MainWindow, qtbot: Any, tmp_path: Pa
     assert not refused.isAccepted()
     drop = QDropEvent(pos, Qt.DropAction.CopyAction, mime, Qt.MouseButton.NoButton, Qt.KeyboardModifier.NoModifier)
     window.dropEvent(drop)
-    qtbot.waitUntil(lambda: window.controller.path == path, timeout=5000)
+    qtbot.waitUntil(lambda: window.controller.path == path, timeout=ms(GUI_EVENT_S))
     assert frozen_state(window, "fc") == Qt.CheckState.Checked
 
 
@@ -360,7 +361,7 @@ def test_gui_command_imports_qt_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
         "import sys, workbench.cli as c; p = c.build_parser('gui'); "
         "assert 'gui' in c.COMMANDS; assert not any(m.startswith('PySide6') for m in sys.modules), 'Qt imported'"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=SUBPROCESS_S)
     from workbench.commands import gui
     from workbench.gui import app
 
@@ -388,7 +389,7 @@ def test_export_plain_script(window: MainWindow, dialogs: Any, tmp_path: Path) -
     assert not dialogs.kinds("error")
     # end to end: the script, run without the workbench, applies the same plan
     state_file = tmp_path / "state.json"
-    subprocess.run([sys.executable, str(script), "--describe", str(state_file)], check=True, timeout=300,
+    subprocess.run([sys.executable, str(script), "--describe", str(state_file)], check=True, timeout=SUBPROCESS_S,
                    capture_output=True, cwd=tmp_path)
     state = json.loads(state_file.read_text())
     assert state["trainable_count"] == c.counts.trainable
@@ -414,7 +415,7 @@ def test_lr_cell_editor_commits_to_the_plan(window: MainWindow, qtbot: Any) -> N
     assert len(editors) == 1
     editors[0].setText("0.25")
     qtbot.keyClick(editors[0], Qt.Key.Key_Return)  # the delegate commits on the next event loop pass
-    qtbot.waitUntil(lambda: bool(window.controller.plan.rules), timeout=5000)
+    qtbot.waitUntil(lambda: bool(window.controller.plan.rules), timeout=ms(GUI_EVENT_S))
     assert [r.to_dict() for r in window.controller.plan.rules] == [{"select": "layer4", "lr_scale": 0.25}]
     assert window.tree_model.data(window.tree_model.index_of("layer4.0", Column.LR)) == "0.25"
 

@@ -14,6 +14,7 @@ import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
+from tests.timeouts import GUI_WORKER_S, SUBPROCESS_LONG_S, SUBPROCESS_S, ms
 from workbench.core.models.memory import estimate_memory
 from workbench.core.plan.rules import FreezePlan
 from workbench.gui.main_window import MainWindow
@@ -46,7 +47,7 @@ class Net(nn.Module):
 
 
 def wait_load(qtbot: Any, w: MainWindow, start: Any) -> bool:
-    with qtbot.waitSignal(w.controller.loadFinished, timeout=120_000) as blocker:
+    with qtbot.waitSignal(w.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
         assert start() is not False
     return bool(blocker.args[0])
 
@@ -150,7 +151,7 @@ def test_source_selector_offers_every_source(window: MainWindow) -> None:
 def test_timm_search_lists_the_registry_with_cached_marks(window: MainWindow, qtbot: Any) -> None:
     pytest.importorskip("timm")
     bar = window.source_bar
-    with qtbot.waitSignal(bar.namesReady, timeout=120_000):
+    with qtbot.waitSignal(bar.namesReady, timeout=ms(GUI_WORKER_S)):
         bar.select_source("timm")
     names = bar.model_names()
     assert len(names) > 500 and "resnet10t" in names
@@ -201,7 +202,7 @@ def test_exports_a_plain_script_for_a_hugging_face_folder(
     state_file = tmp_path / "state.json"
     blocker = ("import sys, runpy; sys.modules['workbench'] = None; "
                f"sys.argv = [{str(script)!r}, '--describe', {str(state_file)!r}]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    subprocess.run([sys.executable, "-c", blocker], check=True, timeout=300, capture_output=True, cwd=tmp_path,
+    subprocess.run([sys.executable, "-c", blocker], check=True, timeout=SUBPROCESS_S, capture_output=True, cwd=tmp_path,
                    env={**os.environ, "HF_HUB_OFFLINE": "1"})
     state = json.loads(state_file.read_text())
     assert state["trainable_count"] == c.counts.trainable and state["total_count"] == c.counts.total
@@ -348,7 +349,7 @@ def run_gui(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"))
     return subprocess.run(
         [sys.executable, "-m", "workbench", "gui", *args], capture_output=True, text=True, cwd=tmp_path, env=env,
-        timeout=600,
+        timeout=SUBPROCESS_LONG_S,
     )
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, ms
 from workbench.gui.app import _open_window
 from workbench.gui.startup import HeavyImports, StartupWindow, loading_text
 
@@ -36,7 +37,7 @@ def test_startup_window_shows_the_model_bar_and_a_loading_tree(qtbot: Any) -> No
 
 def test_heavy_imports_report_a_missing_module_in_one_line(qtbot: Any) -> None:
     imports = HeavyImports(["json", "no_such_module_for_workbench"])
-    with qtbot.waitSignal(imports.imported, timeout=10_000) as blocker:
+    with qtbot.waitSignal(imports.imported, timeout=ms(GUI_EVENT_S)) as blocker:
         imports.start()
     imports.wait()
     error, details = blocker.args
@@ -54,8 +55,8 @@ def test_window_shows_a_loading_state_until_the_model_is_loaded(qtbot: Any) -> N
         assert window.isVisible() and not shell.isVisible()
         assert window.tree_loading.isVisible() and window.tree_loading.text().startswith("Loading resnet18")
         assert window.tree_model.rowCount() == 0
-        qtbot.waitUntil(lambda: c.tree is not None, timeout=120_000)
+        qtbot.waitUntil(lambda: c.tree is not None, timeout=ms(GUI_WORKER_S))
         assert not window.tree_loading.isVisible() and window.tree_model.rowCount() > 0
     finally:
-        qtbot.waitUntil(lambda: not c.busy and not c.checking, timeout=120_000)
+        qtbot.waitUntil(lambda: not c.busy and not c.checking, timeout=ms(GUI_WORKER_S))
         window.close()

@@ -9,6 +9,7 @@ from typing import Any
 import psutil
 import pytest
 
+from tests.timeouts import GUI_RUN_S, GUI_WORKER_S, ms
 from workbench.core.advisor.sizes import parse_size
 from workbench.core.plan import FreezePlan
 from workbench.gui.advisor import open_suggest_dialog
@@ -20,11 +21,11 @@ from workbench.gui.main_window import MainWindow
 def _ready(qtbot: Any, window: MainWindow, budget: str | None = None) -> SuggestDialog:
     d = open_suggest_dialog(window)
     qtbot.addWidget(d)
-    qtbot.waitUntil(lambda: not d.busy, timeout=60000)
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
     if budget is not None:
         d.budget.setText(budget)
         assert d.suggest()
-        qtbot.waitUntil(lambda: not d.busy, timeout=60000)
+        qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
     return d
 
 
@@ -94,7 +95,7 @@ def test_a_budget_below_the_weights_says_what_could_work(qtbot: Any, window: Mai
 def test_measure_adds_measured_columns(qtbot: Any, window: MainWindow) -> None:
     d = _ready(qtbot, window, "60MB")
     assert d.measure()
-    qtbot.waitUntil(lambda: not d.busy, timeout=240000)
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
     advice = d.advice
     assert advice is not None and all(a.measured is not None for a in advice.front_assessed)
     for row in range(d.table.rowCount()):
@@ -107,7 +108,7 @@ def test_edit_menu_opens_the_dialog(qtbot: Any, window: MainWindow, dialogs: Any
     seen: dict[str, Any] = {}
 
     def fill(d: SuggestDialog) -> bool:
-        qtbot.waitUntil(lambda: not d.busy, timeout=60000)
+        qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
         seen["rows"] = d.table.rowCount()
         return True
 

@@ -127,6 +127,7 @@ def test_wheel_contains_every_resource(wheel):
         if p.is_file() and "__pycache__" not in p.parts
     }
     assert expected <= names, f"missing from the wheel: {sorted(expected - names)}"
+    assert "workbench/py.typed" in names, "PEP 561 marker: type checkers read the package's hints"
     assert not [n for n in names if "__pycache__" in n or n.endswith(".pyc")]
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
@@ -173,3 +174,15 @@ def test_installed_wheel_runs_from_a_fresh_venv(wheel, tmp_path):
     )
     assert r.returncode == 0 and "smoke test passed" in r.stdout, r.stdout + r.stderr
     assert sum(line.startswith("ok ") for line in r.stdout.splitlines()) == 6, r.stdout
+
+
+def test_the_all_extra_names_every_other_extra():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    bare = {d.split(">")[0].split("=")[0].split("[")[0].strip() for d in extras["all"]}
+    for name, deps in extras.items():
+        if name in ("all", "test"):
+            continue
+        for d in deps:
+            assert d.split(">")[0].split("=")[0].split("[")[0].strip() in bare, f"[all] lacks {d} of [{name}]"

@@ -24,6 +24,7 @@ from workbench.core.models.sources import default_input_size
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import current_num_classes
 from workbench.core.training.config import AMP_MODES, OPTIMIZERS, TrainConfig
+from workbench.core.training.data import model_positions
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -87,7 +88,8 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
         rows.append(row)
     shape = "x".join(str(s) for s in advice.input_shape)
     print(f"{args.model}, input {shape}, {args.optimizer}, amp {args.amp}, budget {fmt_bytes(advice.budget_bytes)}; "
-          f"Pareto front of {len(advice.assessed)} candidates (predicted peak, trainable, step time)")
+          f"Pareto front: {len(advice.front)} of {len(advice.assessed)} candidates "
+          "(predicted peak, trainable, step time)")
     print_table(head, rows, left=2)
     signal = advice.settings.get("grad_signal")
     if signal:
@@ -106,6 +108,12 @@ def _input_shape(args: argparse.Namespace, spec: ModelSpec, model: nn.Module) ->
             raise WorkbenchError(f"{args.model} is a text model: give --seq-len, not --image-size")
         if args.seq_len is None or args.seq_len < 2:
             raise WorkbenchError(f"{args.model} is a text model: give --seq-len L (tokens per sample, at least 2)")
+        limit = model_positions(model)
+        if limit is not None and args.seq_len > limit:
+            raise WorkbenchError(
+                f"--seq-len {args.seq_len} is more than {args.model} takes: its position embeddings hold {limit} "
+                f"tokens; give --seq-len {limit} or less"
+            )
         return (args.batch_size, args.seq_len)
     if args.seq_len is not None:
         raise WorkbenchError(f"{args.model} is not a text model: give --image-size, not --seq-len")

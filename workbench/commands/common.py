@@ -40,8 +40,9 @@ def add_model_arguments(p: argparse.ArgumentParser, *, positional: bool = True) 
                        "optional with --checkpoint when the file records its architecture, or with --plan")
     else:
         p.add_argument("--model", dest="model", help=f"model spec: {_SPEC_HELP}")
-    p.add_argument("--weights", help="torchvision weights name (e.g. IMAGENET1K_V1, DEFAULT); default: random init")
-    p.add_argument("--checkpoint", help="load weights from a .pt/.pth/.safetensors file")
+    p.add_argument("--weights", help="pretrained weights: a torchvision name (IMAGENET1K_V1, DEFAULT) or a timm tag "
+                   "(DEFAULT, augreg_in21k); hf: folders bring their own; default: random init")
+    p.add_argument("--checkpoint", help="load weights from a .safetensors/.pt/.pth/.bin/.ckpt file")
     p.add_argument("--num-classes", type=int, help="replace the classification head for N classes")
     p.add_argument("--trust-pickle", action="store_true",
                    help="allow a checkpoint that is a full pickled model (runs code from the file: only for files you trust)")

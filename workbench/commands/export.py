@@ -88,9 +88,10 @@ def _write(args: argparse.Namespace, plan: FreezePlan, spec: ModelSpec, dest: Pa
         tree = ModelTree.from_model(model)
         plan.validate(tree)
         out = plan.copy()
-        info = {k: v for k, v in spec.to_dict().items() if v is not None}
+        described = spec.to_dict()  # the model exported from: a key it leaves unset (weights) is dropped
+        info = {k: v for k, v in described.items() if v is not None}
         info["fingerprint"] = tree.fingerprint
-        out.model = {**out.model, **info}
+        out.model = {**{k: v for k, v in out.model.items() if k not in described}, **info}
         out.save(dest)
         print(f"wrote plan {dest}")
         return 0

@@ -34,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     Args:
         p: the subcommand's parser.
     """
-    p.add_argument("file", nargs="?", help="a freeze plan (.json) or checkpoint (.pt/.pth/.safetensors) to open")
+    p.add_argument("file", nargs="?", help="a freeze plan (.json) or checkpoint (.safetensors/.pt/.pth/.bin/.ckpt) to open")
     p.add_argument(
         "--model",
         metavar="SPEC",

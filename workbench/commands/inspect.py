@@ -14,6 +14,7 @@ from workbench.commands.common import (
     optimizer_from_arg,
     print_table,
 )
+from workbench.core.checks.doctor import group_findings
 from workbench.core.checks.lint import lint_plan
 from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.models.memory import DTYPE_BYTES, GPU_SIZES, estimate_memory
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         tree.refresh(model)
         eff = applied.effective
         counts = applied.counts(args.optimizer)
-        findings = lint_plan(plan, tree, args.optimizer)
+        findings = group_findings(lint_plan(plan, tree, args.optimizer))  # one line per kind, as doctor prints
     else:
         from workbench.core.freezing.apply import count_parameters
 

@@ -272,7 +272,10 @@ def print_summary(result: RunResult) -> None:
 
 def _input_text(s: dict[str, Any]) -> str:
     """The input size of a run: tokens per sample for text data, else the image side."""
-    return f"{s['seq_len']} tokens" if s.get("seq_len") else f"{s.get('image_size')} px"
+    if not s.get("seq_len"):
+        return f"{s.get('image_size')} px"
+    capped = " (the model's limit: its position embeddings)" if s["seq_len"] == s.get("max_positions") else ""
+    return f"{s['seq_len']} tokens{capped}"
 
 
 def _classes_text(s: dict[str, Any]) -> str:

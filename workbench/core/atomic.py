@@ -37,8 +37,10 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=parent)
     os.close(fd)
     try:
-        os.chmod(tmp, _target_mode(dest))
+        mode = _target_mode(dest)
+        os.chmod(tmp, mode)
         yield Path(tmp)
+        os.chmod(tmp, mode)  # a library that recreated the file (safetensors) left mkstemp's 0600
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.replace(tmp, dest)

@@ -320,7 +320,7 @@ class MainWindow(QMainWindow):
         self.act_new = self._action("&New Plan", self.new_plan, QKeySequence(K.New), "Start an empty plan")
         self.act_open = self._action("&Open Plan…", self.open_plan, QKeySequence(K.Open), "Open a freeze plan (.json)")
         self.act_open_ckpt = self._action(
-            "Open &Checkpoint…", self.open_checkpoint, "Ctrl+Shift+O", "Load weights from .pt/.pth/.safetensors"
+            "Open &Checkpoint…", self.open_checkpoint, "Ctrl+Shift+O", "Load weights from .safetensors/.pt/.pth/.bin/.ckpt"
         )
         self.act_open_folder = self._action(
             "Open Model &Folder…", self.open_model_folder, None,

@@ -37,7 +37,7 @@ from typing import Any, Callable, Sequence
 __all__ = ["main", "render"]
 
 
-def _wait(app: Any, done: Callable[[], bool], timeout: float = 300.0) -> None:
+def _wait(app: Any, done: Callable[[], bool], timeout: float = 1800.0) -> None:
     """Run the event loop until ``done()`` (or ``timeout`` seconds: then raise)."""
     end = time.monotonic() + timeout
     while not done():
@@ -83,6 +83,7 @@ def render(
         QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, tmp)
         old_runs = os.environ.get(RUNS_DIR_ENV)
         os.environ[RUNS_DIR_ENV] = str(Path(tmp) / "runs")
+        window = None
         try:
             app = create_application()
             app.setStyle("Fusion")
@@ -187,12 +188,27 @@ def render(
             window.deleteLater()
             QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
             QApplication.processEvents()
+        except BaseException:
+            if window is not None:  # a wait timed out or a step failed: no thread may outlive the window
+                _stop_threads(window)
+                window.hide()
+                window.deleteLater()
+                QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+            raise
         finally:
             if old_runs is None:
                 os.environ.pop(RUNS_DIR_ENV, None)
             else:
                 os.environ[RUNS_DIR_ENV] = old_runs
     return written
+
+
+def _stop_threads(window: Any) -> None:
+    """Stop the window's training run and background work, and join their threads."""
+    window.training.shutdown()
+    window.source_bar.wait()
+    window.controller.wait()
+    window.activations.shutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -202,11 +218,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv: arguments (default: ``sys.argv[1:]``).
 
     Returns:
-        0.
+        0, or 1 when the window did not reach a state in time (one line on stderr).
     """
     args = list(sys.argv[1:] if argv is None else argv)
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    for p in render(args[0] if args else "docs/screenshots"):
+    try:
+        written = render(args[0] if args else "docs/screenshots")
+    except TimeoutError as e:
+        print(f"workbench.gui.screenshot: error: {e}", file=sys.stderr)
+        return 1
+    for p in written:
         print(p)
     return 0
 

@@ -156,7 +156,8 @@ def _gpt2() -> nn.Module:
 def test_unfreezing_a_tied_head_warns_with_the_tie_named_and_counts_once():
     model = _gpt2()
     plan = {"rules": [{"select": "*", "frozen": True}, {"select": "lm_head", "frozen": False}]}
-    with pytest.warns(PlanWarning, match=r"lm_head\.weight is tied to transformer\.wte\.weight.*does not train"):
+    said = r"lm_head\.weight is tied to transformer\.wte\.weight \(one tensor\): the plan unfreezes lm_head "
+    with pytest.warns(PlanWarning, match=said + ".*does not train"):
         applied = wb.apply_plan(model, plan)
     assert not model.lm_head.weight.requires_grad
     total = sum(p.numel() for p in model.parameters())  # parameters() lists a shared tensor once

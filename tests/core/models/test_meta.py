@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.timeouts import SUBPROCESS_S
 from workbench.core.errors import WorkbenchError
 from workbench.core.models.sources import build_from_source
 from workbench.core.plan.rules import FreezePlan
@@ -61,7 +62,7 @@ def test_llama_7b_config_opens_on_meta_under_1_gb(tmp_path):
         print(rc, peak - base, anon)
     """)
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300, check=False, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                          timeout=SUBPROCESS_S, check=False, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     rc, added_kb, anon_kb = map(int, proc.stdout.split())
     assert rc == 0

@@ -13,13 +13,14 @@ import textwrap
 
 import pytest
 
+from tests.timeouts import SUBPROCESS_S
 from workbench.core.training.cpu_threads import use_worker_threads
 
 
 def run_python(code: str) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=300, env=env
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=SUBPROCESS_S, env=env
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()

@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from tests.fixtures.torchrun import torchrun
+from tests.timeouts import SUBPROCESS_LONG_S
 from workbench.core.training.config import ConfigError, TrainConfig
 from workbench.core.training.engine import Trainer
 from workbench.core.training.fsdp import FsdpError, block_paths, plain_state_dict, resolve_blocks
@@ -273,7 +274,7 @@ def test_two_process_gloo_fsdp(tmp_path: Path):
 
     (tmp_path / "tiny_model.py").write_text(MODEL)
     (tmp_path / "worker.py").write_text(WORKER)
-    proc = torchrun([str(tmp_path / "worker.py"), str(tmp_path)], tmp_path, timeout_s=280)
+    proc = torchrun([str(tmp_path / "worker.py"), str(tmp_path)], tmp_path, timeout_s=SUBPROCESS_LONG_S)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r0, r1 = (json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2))
     start = _tiny(tmp_path).state_dict()  # rank 0's initial weights
@@ -364,7 +365,7 @@ def test_a_step_failing_on_one_rank_ends_the_job(tmp_path: Path):
     fails too (or torchrun stops it): the job ends, nothing hangs, nothing half-gathered is saved."""
     (tmp_path / "tiny_model.py").write_text(MODEL)
     (tmp_path / "worker.py").write_text(FAILING_WORKER)
-    proc = torchrun([str(tmp_path / "worker.py"), str(tmp_path)], tmp_path, timeout_s=240)
+    proc = torchrun([str(tmp_path / "worker.py"), str(tmp_path)], tmp_path, timeout_s=SUBPROCESS_LONG_S)
     assert proc.returncode != 0
     r1 = json.loads((tmp_path / "rank1.json").read_text())
     assert r1["status"] == "failed" and "this rank's step fails" in r1["message"]
@@ -389,7 +390,7 @@ def test_torchrun_cli_fsdp_saves_a_model_torchvision_loads_and_resumes_from_it(t
     common = ["-m", "workbench", "train", "--model", "resnet18", "--num-classes", "10", "--image-size", "32",
               "--batch-size", "2", "--data", "synthetic:16", "--plan", str(plan), "--device", "cpu",
               "--strategy", "fsdp", "--no-progress"]
-    proc = torchrun([*common, "--steps", "2", "--save", str(tmp_path / "run")], tmp_path, timeout_s=280)
+    proc = torchrun([*common, "--steps", "2", "--save", str(tmp_path / "run")], tmp_path, timeout_s=SUBPROCESS_LONG_S)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("verify OK") == 1 and "x2" in proc.stdout  # rank 0 reports, once
     saved = load_file(str(tmp_path / "run" / "model.safetensors"))
@@ -400,7 +401,7 @@ def test_torchrun_cli_fsdp_saves_a_model_torchvision_loads_and_resumes_from_it(t
     assert all(torch.equal(trainable[k], saved[k]) for k in trainable)
     # resume: the saved model is the checkpoint of the next run (lr 0: it must come back bit for bit)
     proc = torchrun([*common, "--steps", "1", "--lr", "0", "--checkpoint", str(tmp_path / "run" / "model.safetensors"),
-                     "--save", str(tmp_path / "again")], tmp_path, timeout_s=280)
+                     "--save", str(tmp_path / "again")], tmp_path, timeout_s=SUBPROCESS_LONG_S)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     again = load_file(str(tmp_path / "again" / "model.safetensors"))
     assert again.keys() == saved.keys()

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from tests.fixtures.torchrun import torchrun
+from tests.timeouts import SUBPROCESS_LONG_S
 from workbench.core.training.fsdp import FsdpError
 from workbench.core.training.fsdp_materialize import checkpoint_files, materialize
 
@@ -102,7 +103,7 @@ def test_meta_build_shard_then_read_each_ranks_slice(tmp_path: Path):
     with torch.no_grad():
         want = ref(ids).logits
     (tmp_path / "worker.py").write_text(WORKER)
-    proc = torchrun([str(tmp_path / "worker.py"), str(tmp_path), json.dumps(CONFIG)], tmp_path, timeout_s=280)
+    proc = torchrun([str(tmp_path / "worker.py"), str(tmp_path), json.dumps(CONFIG)], tmp_path, timeout_s=SUBPROCESS_LONG_S)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     start = ref.state_dict()
     for rank in range(2):
@@ -129,7 +130,7 @@ def test_torchrun_cli_builds_a_hugging_face_model_on_meta_and_reads_its_shards(t
     FreezePlan([Rule("*", frozen=True), Rule("transformer.h.2", frozen=False)]).save(plan)
     proc = torchrun(["-m", "workbench", "train", "--model", f"hf:{tmp_path / 'hf'}", "--strategy", "fsdp",
                      "--steps", "2", "--batch-size", "2", "--data", "synthetic:16", "--plan", str(plan),
-                     "--device", "cpu", "--no-progress", "--json", "--save", str(tmp_path / "run")], tmp_path, timeout_s=280)
+                     "--device", "cpu", "--no-progress", "--json", "--save", str(tmp_path / "run")], tmp_path, timeout_s=SUBPROCESS_LONG_S)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stderr.count("each rank read only its shards from") == 1  # the meta path, said once
     result = json.loads(proc.stdout)

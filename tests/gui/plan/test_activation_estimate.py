@@ -7,19 +7,20 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt
 
+from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, ms
 from workbench.core.models.activations import DeviceMemory
 from workbench.gui.main_window import MainWindow
 from workbench.gui.plan import activation_estimate
 
 
 def _estimated(qtbot: Any, w: MainWindow) -> str:
-    qtbot.waitUntil(lambda: w.controller.model is not None, timeout=60_000)
+    qtbot.waitUntil(lambda: w.controller.model is not None, timeout=ms(GUI_WORKER_S))
     est = w.activations
     est.request()
     label = w.cost_panel.activation_label
     qtbot.waitUntil(
         lambda: not est._timer.isActive() and not est.busy and "activations <b>" in label.text(),  # noqa: SLF001
-        timeout=60_000,
+        timeout=ms(GUI_WORKER_S),
     )
     return label.text()
 
@@ -56,7 +57,7 @@ def test_start_asks_first_when_the_batch_will_not_fit(window: MainWindow, qtbot:
     need = w.activations.estimate().prediction.peak
     _small_device(monkeypatch, total=100 * need, available=need // 2)  # below the weights: no batch fits
     w.activations.request()
-    qtbot.waitUntil(lambda: "does not fit" in w.cost_panel.activation_label.text(), timeout=5_000)
+    qtbot.waitUntil(lambda: "does not fit" in w.cost_panel.activation_label.text(), timeout=ms(GUI_EVENT_S))
     runs = len(w.training.runs.records)
     dialogs.script("ask", "Cancel")
     assert not w.training.panel.start()
@@ -84,7 +85,7 @@ def test_a_run_that_fits_starts_without_asking_and_shows_predicted_against_measu
     _estimated(qtbot, w)
     t = w.training
     t.panel.set_values(steps=3)
-    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000) as blocker:
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_WORKER_S)) as blocker:
         assert t.panel.start()
     record = blocker.args[0]
     assert not dialogs.kinds("ask")

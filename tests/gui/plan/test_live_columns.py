@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt
 
+from tests.timeouts import GUI_EVENT_S, GUI_RUN_S, ms
 from workbench.core.training.module_stats import ModuleStats
 from workbench.gui.main_window import MainWindow
 from workbench.gui.plan.tree_columns import COLUMNS, Column
@@ -21,10 +22,10 @@ def test_a_short_run_fills_the_live_columns_and_frozen_rows_stay_blank(window: M
     t = w.training
     t.runs.trainer_kwargs["module_stats_every"] = 2
     t.panel.set_values(steps=4)
-    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000):
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_RUN_S)):
         assert t.panel.start()
     m = w.tree_model
-    qtbot.waitUntil(lambda: m.module_stats is not None, timeout=10_000)
+    qtbot.waitUntil(lambda: m.module_stats is not None, timeout=ms(GUI_EVENT_S))
     stats = m.module_stats
     assert stats.step in (0, 2)
     fc = m.index_of("fc", Column.GRAD)
@@ -49,7 +50,8 @@ def test_a_short_run_fills_the_live_columns_and_frozen_rows_stay_blank(window: M
     assert x[-1] >= stats.step and 10 ** y[at] == pytest.approx(ratio)  # a log axis
     plot.quantity.setCurrentIndex(plot.quantity.findData("grad_norm"))
     plot.redraw()
-    assert 10 ** plot.curves["layer4"].getData()[1][-1] == pytest.approx(g_l4)
+    x, y = plot.curves["layer4"].getData()
+    assert 10 ** y[list(x).index(stats.step)] == pytest.approx(g_l4)  # the same measurement as the column
     # the heat colour spans the rows in view: the warmest is the largest value in view
     w.view.expandToDepth(0)
     w.view.update_heat()
@@ -71,8 +73,8 @@ def test_updates_are_throttled_and_announced_for_the_live_columns_only(window: M
     assert {c for pair in seen for c in pair} <= live
     m.set_module_stats(two)  # within the interval: held back, the latest wins
     assert m.module_stats is one
-    qtbot.waitUntil(lambda: m.module_stats is two, timeout=5_000)
+    qtbot.waitUntil(lambda: m.module_stats is two, timeout=ms(GUI_EVENT_S))
     assert m.index_of("fc", Column.GRAD).data(VALUE_ROLE) == 3.0
     m.set_module_stats(None)
-    qtbot.waitUntil(lambda: m.module_stats is None, timeout=5_000)
+    qtbot.waitUntil(lambda: m.module_stats is None, timeout=ms(GUI_EVENT_S))
     assert m.index_of("fc", Column.GRAD).data(Qt.ItemDataRole.DisplayRole) == ""

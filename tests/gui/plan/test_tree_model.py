@@ -10,6 +10,7 @@ from PySide6.QtCore import QModelIndex, Qt
 from torch import nn
 from torchvision.models import resnet18
 
+from tests.timeouts import GUI_EVENT_S, ms
 from workbench.core.formatting import fmt_count
 from workbench.gui.controller import Controller
 from workbench.gui.model_loading import loaded_from_model
@@ -76,7 +77,7 @@ def test_click_frozen_on_layer1_edits_the_plan(resnet: tuple, qtbot: Any) -> Non
         events.append((m.path(top.parent()) if top.parent().isValid() else "<top>", top.row(), bottom.row()))
 
     m.dataChanged.connect(record)
-    with qtbot.waitSignal(c.planChanged, timeout=5000):
+    with qtbot.waitSignal(c.planChanged, timeout=ms(GUI_EVENT_S)):
         assert m.setData(m.index_of("layer1", Column.FROZEN), Qt.CheckState.Checked, CHECK)
     assert [r.to_dict() for r in c.plan.rules] == [{"select": "layer1", "frozen": True}]
     # exactly layer1's parameters are frozen when the plan is applied
@@ -143,7 +144,7 @@ def test_lr_column_edits(resnet: tuple, qtbot: Any) -> None:
     assert [r.to_dict() for r in c.plan.rules] == [{"select": "layer4", "lr_scale": 0.1}]
     assert m.data(m.index_of("layer4.1.conv2", Column.LR)) == "0.1"
     assert m.data(idx, Qt.ItemDataRole.FontRole).bold()
-    with qtbot.waitSignal(c.errorOccurred, timeout=5000) as blocker:
+    with qtbot.waitSignal(c.errorOccurred, timeout=ms(GUI_EVENT_S)) as blocker:
         assert not m.setData(idx, "fast", Qt.ItemDataRole.EditRole)
     assert "number >= 0" in blocker.args[1]
     assert m.setData(idx, "", Qt.ItemDataRole.EditRole)  # empty: inherit
@@ -196,7 +197,7 @@ def test_partial_shows_partially_checked(resnet: tuple) -> None:
 
 def test_model_reset_on_new_model(resnet: tuple, qtbot: Any) -> None:
     c, m, _ = resnet
-    with qtbot.waitSignal(m.modelReset, timeout=5000):
+    with qtbot.waitSignal(m.modelReset, timeout=ms(GUI_EVENT_S)):
         c.set_loaded(loaded_from_model(nn.Sequential(nn.Linear(2, 3), nn.BatchNorm1d(3))))
     assert m.rowCount(m.index(0, 0)) == 2
     assert m.data(m.index_of("1", Column.TYPE)) == "BatchNorm1d"
@@ -212,6 +213,6 @@ def test_view_space_emits_the_selected_paths(resnet: tuple, qtbot: Any) -> None:
     view.expandToDepth(0)
     view.setCurrentIndex(m.index_of("layer2"))
     qtbot.keyClick(view, Qt.Key.Key_Space)  # nothing connected: a plain QTreeView's Space
-    with qtbot.waitSignal(view.frozenToggleRequested, timeout=5000) as blocker:
+    with qtbot.waitSignal(view.frozenToggleRequested, timeout=ms(GUI_EVENT_S)) as blocker:
         qtbot.keyClick(view, Qt.Key.Key_Space)
     assert blocker.args == [["layer2"]]

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 from PySide6.QtGui import QFontMetricsF
 
+from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, ms
 from workbench.gui.main_window import MainWindow
 from workbench.gui.training.plots import PlotsPanel
 from workbench.gui.training.run_store import RunRecord
@@ -53,7 +54,7 @@ def test_marker_labels_flip_left_near_the_right_edge_and_elide_in_narrow_plots(q
     assert p.markers[1].lines[0].label.anchor.x() == 0.0  # room on the right: stays there
     # narrow: a label wider than the room on either side of its line is elided (the tooltip keeps it)
     p.resize(560, 600)  # the panel's minimum width: narrower plots than at 1000 px
-    qtbot.waitUntil(lambda: p.plots["step_time"].vb.width() < 270, timeout=5_000)
+    qtbot.waitUntil(lambda: p.plots["step_time"].vb.width() < 270, timeout=ms(GUI_EVENT_S))
     long = "froze layer1, layer2, layer3 and every block of layer4 but the last one"
     assert QFontMetricsF(p._marker_font).horizontalAdvance(long) > p.plots["step_time"].vb.width() / 2 + 20
     p.add_marker(100.0, 10.0, long)  # in the middle: neither side has room
@@ -68,18 +69,18 @@ def test_marker_labels_flip_left_near_the_right_edge_and_elide_in_narrow_plots(q
 def test_wall_time_throughput_is_drawn_after_a_pause(window: MainWindow, qtbot: Any) -> None:
     t = window.training
     t.panel.set_values(steps=100_000)
-    with qtbot.waitSignal(t.runs.metricsReceived, timeout=120_000):
+    with qtbot.waitSignal(t.runs.metricsReceived, timeout=ms(GUI_WORKER_S)):
         assert t.panel.start()
     trainer = t.runs.session._control.trainer
-    qtbot.waitUntil(lambda: trainer.step >= 3, timeout=60_000)
+    qtbot.waitUntil(lambda: trainer.step >= 3, timeout=ms(GUI_WORKER_S))
     t.panel.act_pause.trigger()
-    qtbot.waitUntil(lambda: trainer.paused, timeout=30_000)
+    qtbot.waitUntil(lambda: trainer.paused, timeout=ms(GUI_EVENT_S))
     time.sleep(3.0)  # a pause of several seconds
     held = trainer.step
     t.panel.act_pause.trigger()
-    qtbot.waitUntil(lambda: trainer.step >= held + 5, timeout=60_000)
-    qtbot.waitUntil(lambda: len(t.runs.current.metrics) >= held + 5, timeout=10_000)
-    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000):
+    qtbot.waitUntil(lambda: trainer.step >= held + 5, timeout=ms(GUI_WORKER_S))
+    qtbot.waitUntil(lambda: len(t.runs.current.metrics) >= held + 5, timeout=ms(GUI_EVENT_S))
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_WORKER_S)):
         t.panel.act_stop.trigger()
     plots = t.plots
     plots.set_x_mode("wall")

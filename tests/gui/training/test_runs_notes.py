@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QWidget
 from torch import nn
 
+from tests.timeouts import GUI_EVENT_S, ms
 from workbench.gui.controller import Controller
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.training.run_controller import RunController
@@ -152,7 +153,7 @@ def test_runs_tab_renames_in_place_and_edits_notes_and_tags(qtbot: Any, runs_dir
     panel.tags_edit.setText("baseline, lr sweep, baseline")
     panel.tags_edit.editingFinished.emit()
     panel.notes_edit.setPlainText("first try")
-    qtbot.waitUntil(lambda: first.notes == "first try", timeout=5_000)  # saved after a short pause
+    qtbot.waitUntil(lambda: first.notes == "first try", timeout=ms(GUI_EVENT_S))  # saved after a short pause
     saved = json.loads((first.folder / "run.json").read_text())
     assert saved["tags"] == ["baseline", "lr sweep"] and saved["notes"] == "first try"
     row = panel._row_of(first)

@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, ms
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.training.metrics import load_metrics
 from workbench.gui.background import running_threads
@@ -38,7 +39,7 @@ def start(qtbot: Any, w: MainWindow, **values: Any) -> list[dict[str, Any]]:
     t = w.training
     if values:
         t.panel.set_values(**values)
-    with qtbot.waitSignal(t.runs.metricsReceived, timeout=120_000) as blocker:
+    with qtbot.waitSignal(t.runs.metricsReceived, timeout=ms(GUI_WORKER_S)) as blocker:
         assert t.panel.start()
     return blocker.args[0]
 
@@ -46,7 +47,7 @@ def start(qtbot: Any, w: MainWindow, **values: Any) -> list[dict[str, Any]]:
 def finish(qtbot: Any, w: MainWindow, stop: bool = True) -> Any:
     """Stop (or let end) the run in progress; returns its record once its thread has ended."""
     t = w.training
-    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000) as blocker:
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_WORKER_S)) as blocker:
         if stop:
             t.panel.act_stop.trigger()
     return blocker.args[0]
@@ -55,7 +56,7 @@ def finish(qtbot: Any, w: MainWindow, stop: bool = True) -> Any:
 def run_short(qtbot: Any, w: MainWindow, steps: int = 3) -> Any:
     t = w.training
     t.panel.set_values(steps=steps)
-    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000) as blocker:
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_WORKER_S)) as blocker:
         assert t.panel.start()
     return blocker.args[0]
 
@@ -74,7 +75,7 @@ def test_start_metrics_plots_and_stop_ends_the_thread(window: MainWindow, qtbot:
     assert not t.panel.act_start.isEnabled() and t.panel.act_stop.isEnabled() and t.panel.act_pause.isEnabled()
     assert not t.panel.batch_size.isEnabled()  # settings are locked while a run trains
     assert window.right_panel.currentWidget() is t.plots
-    qtbot.waitUntil(lambda: curve_points(window, "step_ms") > 0, timeout=10_000)  # drawn by the timer
+    qtbot.waitUntil(lambda: curve_points(window, "step_ms") > 0, timeout=ms(GUI_EVENT_S))  # drawn by the timer
     for name in ("step_ms", "step_ms_ema", "mem_alloc", "mem_peak", "trainable", "loss", "throughput"):
         assert curve_points(window, name) > 0, name
     assert "step time" in t.plots.readout_text() and "RSS" in t.plots.readout_text()
@@ -94,7 +95,7 @@ def test_freezing_mid_run_lowers_trainable_and_adds_a_marker(window: MainWindow,
     assert before == c.counts.total
     c.set_value(["layer1"], "frozen", True)  # a click in the tree, while training
     record = t.runs.current
-    qtbot.waitUntil(lambda: any(m["trainable_params"] < before for m in record.metrics), timeout=60_000)
+    qtbot.waitUntil(lambda: any(m["trainable_params"] < before for m in record.metrics), timeout=ms(GUI_WORKER_S))
     changed = next(m for m in record.metrics if m["trainable_params"] < before)
     assert before - changed["trainable_params"] == LAYER1_PARAMS
     assert any("froze layer1" in e for e in changed["events"])  # applied at that step
@@ -172,13 +173,13 @@ def test_pause_and_resume(window: MainWindow, qtbot: Any) -> None:
     t.panel.act_pause.trigger()
     assert t.runs.state == "paused" and t.panel.act_pause.text() == "&Resume"
     trainer = t.runs.session._control.trainer
-    qtbot.waitUntil(lambda: trainer.paused, timeout=30_000)
+    qtbot.waitUntil(lambda: trainer.paused, timeout=ms(GUI_EVENT_S))
     held = trainer.step
-    qtbot.waitUntil(lambda: len(t.runs.current.metrics) >= held, timeout=10_000)  # flushed at once on pause
+    qtbot.waitUntil(lambda: len(t.runs.current.metrics) >= held, timeout=ms(GUI_EVENT_S))  # flushed at once on pause
     assert trainer.step == held
     t.panel.act_pause.trigger()
     assert t.runs.state == "running"
-    qtbot.waitUntil(lambda: trainer.step > held, timeout=30_000)
+    qtbot.waitUntil(lambda: trainer.step > held, timeout=ms(GUI_EVENT_S))
     finish(qtbot, window)
 
 
@@ -192,7 +193,7 @@ def test_worker_emits_at_most_about_twenty_batches_a_second(window: MainWindow, 
     shown: list[int] = []
     t.panel.progress.valueChanged.connect(shown.append)
     t.panel.set_values(steps=1500, image_size=8, batch_size=4)
-    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000) as blocker:
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_WORKER_S)) as blocker:
         assert t.panel.start()
     record = blocker.args[0]
     assert record.status == "completed" and sum(batches) == 1500 == len(record.metrics)
@@ -234,7 +235,7 @@ def test_plan_that_leaves_nothing_trainable_is_not_sent(window: MainWindow, qtbo
     assert any("nothing trainable" in m for m in messages), messages
     record = t.runs.current
     n = len(record.metrics)
-    qtbot.waitUntil(lambda: len(record.metrics) > n + 1, timeout=60_000)
+    qtbot.waitUntil(lambda: len(record.metrics) > n + 1, timeout=ms(GUI_WORKER_S))
     assert record.metrics[-1]["trainable_params"] == first[-1]["trainable_params"]  # the run goes on as it was
     finish(qtbot, window)
 
@@ -254,7 +255,7 @@ def test_invalid_settings_show_an_error_and_start_nothing(window: MainWindow, di
 def test_missing_dataset_reports_the_setup_error(window: MainWindow, qtbot: Any, dialogs: Any, tmp_path: Path) -> None:
     t = window.training
     t.panel.set_values(data=f"imagefolder:{tmp_path / 'nowhere'}", steps=3)
-    with qtbot.waitSignal(t.runs.runEnded, timeout=60_000) as blocker:
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_WORKER_S)) as blocker:
         assert t.panel.start()
     record = blocker.args[0]
     # bad input found by the set-up: the start is refused and leaves no run behind
@@ -274,7 +275,7 @@ def test_stages_show_as_markers_and_x_axis_switches(window: MainWindow, qtbot: A
     plan.save(path)
     assert window.open_plan(str(path))
     t.panel.set_values(steps=40)
-    with qtbot.waitSignal(t.runs.prepared, timeout=60_000):
+    with qtbot.waitSignal(t.runs.prepared, timeout=ms(GUI_WORKER_S)):
         assert t.panel.start()
     assert any(m.kind == "planned" and "stage 0" in m.label for m in t.plots.markers)
     record = finish(qtbot, window, stop=False)
@@ -459,8 +460,8 @@ def test_plot_y_ranges_move_in_coarse_steps_and_stop_following_a_zoom(qtbot: Any
 
     def feed(*times_ms: float) -> None:
         nonlocal step
-        for ms in times_ms:
-            panel.append([{"step": step, "wall_time": 0.1 * step, "step_time_s": ms / 1000.0}])
+        for t_ms in times_ms:
+            panel.append([{"step": step, "wall_time": 0.1 * step, "step_time_s": t_ms / 1000.0}])
             step += 1
         panel.redraw()
 

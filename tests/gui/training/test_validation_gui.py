@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from tests.timeouts import GUI_RUN_S, ms
 from workbench.core.training.tensorboard import tensorboard_available
 from workbench.gui.main_window import MainWindow
 from workbench.gui.training.plots import GRID_ORDER, PLOT_KEYS, PlotsPanel
@@ -86,7 +87,7 @@ def test_a_run_with_validation_and_lr_groups_reaches_the_plots_runs_tab_and_summ
         t.panel.set_options(dataclasses.replace(t.panel.options, tensorboard=True))
     shown: list[str] = []
     t.statusMessage.connect(lambda text, _ms: shown.append(text))
-    with qtbot.waitSignal(t.runs.runEnded, timeout=180_000) as blocker:
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_RUN_S)) as blocker:
         assert t.panel.start()
     val_run: RunRecord = blocker.args[0]
     assert val_run.status == "completed", val_run.message
@@ -120,7 +121,7 @@ def test_a_run_with_validation_and_lr_groups_reaches_the_plots_runs_tab_and_summ
     # a run without validation: dashes in the Runs tab, compared with the first
     t.panel.set_values(steps=3)
     t.panel.set_options(type(t.panel.options)())
-    with qtbot.waitSignal(t.runs.runEnded, timeout=180_000) as blocker:
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_RUN_S)) as blocker:
         assert t.panel.start()
     plain: RunRecord = blocker.args[0]
     assert plain.validation() is None and not plots.curves["val_loss"].isVisible()

@@ -573,7 +573,7 @@ class AppliedPlan:
                 trains = not self._param_settings(first).frozen
                 warnings.warn(
                     PlanWarning(
-                        f"{other} is tied to {first} (one tensor): the plan {'freezes' if not trains else 'unfreezes'} "
+                        f"{other} is tied to {first} (one tensor): the plan {'freezes' if trains else 'unfreezes'} "
                         f"{owner or 'the root'} but the tensor follows {first}, so it "
                         f"{'trains anyway' if trains else 'does not train'}; set 'frozen' the same for "
                         f"{first.rpartition('.')[0] or 'the root'} and {owner or 'the root'}"

@@ -177,7 +177,7 @@ class VerifyReport:
         """One line: what was checked and how it went."""
         c = self.checked
         head = (
-            f"{c.get('frozen', 0)} frozen tensors, {c.get('fixed', 0)} fixed A tensors, "
+            f"{c.get('frozen', 0)} frozen tensors, {c.get('fixed', 0)} fixed tensors (A of A+B, frozen slices), "
             f"{c.get('bn_stats', 0)} eval-BN buffers, {c.get('trainable', 0)} trainable tensors checked"
         )
         if self.ok and not self.violations:

@@ -47,6 +47,7 @@ __all__ = [
     "default_transform",
     "make_dataset",
     "make_loader",
+    "model_positions",
     "synthetic_for_model",
     "text_task_of",
 ]
@@ -287,6 +288,20 @@ def text_task_of(model: Any) -> str | None:
     )
 
 
+def model_positions(model: Any) -> int | None:
+    """The most tokens per sample a Hugging Face text model takes (its position embeddings).
+
+    Args:
+        model: any model; a ``config`` with ``max_position_embeddings`` or ``n_positions`` is read.
+
+    Returns:
+        The number of positions, or None when the model does not say.
+    """
+    config = getattr(model, "config", None)
+    n = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
+
+
 def synthetic_for_model(
     model: Any,
     length: int = SYNTHETIC_DEFAULT_LENGTH,
@@ -321,8 +336,8 @@ def synthetic_for_model(
     if task is None:
         return SyntheticImageDataset(length, image_size, num_classes, seed=seed, index_offset=index_offset)
     config = model.config
-    max_len = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    if isinstance(max_len, int) and max_len > 0:
+    max_len = model_positions(model)
+    if max_len is not None:
         seq_len = min(seq_len, max_len)
     classes = int(getattr(config, "num_labels", 2) or 2)
     return SyntheticTextDataset(length, config.vocab_size, seq_len, task, classes, seed=seed, index_offset=index_offset)
@@ -492,9 +507,8 @@ def _text_file(spec: str, model: Any) -> Dataset[Any]:
             f"{spec!r} is text data: train a Hugging Face text model with a task head on it "
             "(--model hf:FOLDER, the folder holding its tokenizer)"
         )
-    config = model.config
-    max_len = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    seq_len = min(TEXT_FILE_SEQ_LEN, max_len) if isinstance(max_len, int) and max_len > 1 else TEXT_FILE_SEQ_LEN
+    max_len = model_positions(model)
+    seq_len = min(TEXT_FILE_SEQ_LEN, max_len) if max_len is not None and max_len > 1 else TEXT_FILE_SEQ_LEN
     return open_text_dataset(spec, tokenizer_folder(model), seq_len=seq_len, task=task)
 
 

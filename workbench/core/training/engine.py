@@ -51,7 +51,7 @@ from workbench.core.training import fsdp as wfsdp
 from workbench.core.training import setup as build
 from workbench.core.training.batches import batch_size_of, move_batch
 from workbench.core.training.config import TrainConfig
-from workbench.core.training.data import dataset_num_classes, dataset_seq_len
+from workbench.core.training.data import dataset_num_classes, dataset_seq_len, model_positions
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
 from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes, process_rss
 from workbench.core.training.module_stats import ModuleStatsProbe
@@ -977,6 +977,7 @@ class Trainer:
             "batch_size": st.batch_size or self.config.batch_size,
             "image_size": None if self.seq_len else self.image_size,
             "seq_len": self.seq_len,
+            "max_positions": model_positions(self.model) if self.seq_len else None,
             "device": str(self.device),
             "world_size": self.dist.info.world_size if self.dist is not None else 1,
             "new_heads": list(self.new_heads),

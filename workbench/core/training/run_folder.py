@@ -361,6 +361,9 @@ class RunOutputs:
                 out.recovered = recover_save(out.save_dir)
                 try:
                     out.staging = Path(tempfile.mkdtemp(prefix=f".{out.save_dir.name}.staging-", dir=out.save_dir.parent))
+                    umask = os.umask(0)
+                    os.umask(umask)
+                    out.staging.chmod(0o777 & ~umask)  # the mode a plain mkdir gives, not mkdtemp's 0700
                 except OSError as e:
                     raise RunFolderError(
                         f"cannot write next to the save folder {out.save_dir} ({e.strerror or e}); choose a writable folder"

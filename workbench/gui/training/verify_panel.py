@@ -104,7 +104,7 @@ class VerifyPanel(QWidget):
         errors = [v for v in violations if v.get("severity") == "error"]
         warnings = [v for v in violations if v.get("severity") != "error"]
         what = (
-            f"{checked.get('frozen', 0)} frozen tensors, {checked.get('fixed', 0)} fixed A tensors, "
+            f"{checked.get('frozen', 0)} frozen tensors, {checked.get('fixed', 0)} fixed tensors (A of A+B, frozen slices), "
             f"{checked.get('bn_stats', 0)} eval-BatchNorm buffers and {checked.get('trainable', 0)} trainable tensors checked"
         )
         if self.ok:

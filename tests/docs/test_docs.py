@@ -1,0 +1,186 @@
+"""Docs are tests: every fenced ```bash and ```python block of README.md and docs/*.md runs.
+
+One test per document (the documents run side by side, see ``doc_runs``): its blocks run in
+order in one temporary folder (files made by one block
+are there for the next), bash blocks in ``bash -e -o pipefail`` with this interpreter's
+``bin`` folder first on PATH (the project installed; a ``torchrun`` shim runs
+``python -m torch.distributed.run`` where torch's console scripts are not in that folder), python blocks each in a fresh interpreter
+unless a ``continue`` directive joins them. HOME and the caches point into the folder, and the
+Hugging Face libraries are offline, so nothing a block does reaches the user's files or the
+network. Directives (HTML comments before a fence) skip a block with a reason, make its sizes
+small, or check its output; docs/README.md describes them. Skipped blocks are counted in the
+terminal summary (``docs-test: N blocks run, M skipped``) and listed by
+``test_every_skip_gives_a_reason``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.docs.doc_blocks import Block, read_blocks
+from tests.timeouts import DOC_BLOCK_S
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: the README's test command (Quick start), which .ci/run must run
+README_TEST_COMMAND = ".venv/bin/python -m pytest"
+
+
+def _blocks(doc: Path) -> list[Block]:
+    return [b for b in read_blocks(doc) if b.lang in ("bash", "python")]
+
+
+def _env(folder: Path, block: Block) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
+    home = folder / ".home"
+    home.mkdir(exist_ok=True)
+    bin_dir = str(Path(sys.executable).parent)
+    if not (Path(bin_dir) / "torchrun").exists():  # torch from a shared site-packages: no console script
+        shims = folder / ".bin"
+        shims.mkdir(exist_ok=True)
+        shim = shims / "torchrun"
+        shim.write_text(f'#!/bin/sh\nexec "{sys.executable}" -m torch.distributed.run "$@"\n', encoding="utf-8")
+        shim.chmod(0o755)
+        bin_dir += os.pathsep + str(shims)
+    env.update(
+        PATH=bin_dir + os.pathsep + env.get("PATH", "/usr/bin:/bin"),
+        HOME=str(home),
+        XDG_DATA_HOME=str(home / ".local/share"),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        TORCH_HOME=str(home / ".cache/torch"),
+        HF_HOME=str(home / ".cache/huggingface"),
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        WORKBENCH_RUNS_DIR=str(folder / ".runs"),
+        QT_QPA_PLATFORM="offscreen",
+        OMP_NUM_THREADS="1",
+        PYTHONUNBUFFERED="1",
+        PYTHONPATH="",
+    )
+    env.update(block.env)
+    return env
+
+
+def _run(block: Block, code: str, folder: Path) -> str:
+    if block.lang == "python":
+        script = folder / f".docs-block-{block.line}.py"
+        script.write_text(code, encoding="utf-8")
+        cmd = [sys.executable, str(script)]
+    else:
+        cmd = ["bash", "-e", "-o", "pipefail", "-c", code]
+    proc = subprocess.run(
+        cmd, cwd=folder, env=_env(folder, block), capture_output=True, text=True, timeout=DOC_BLOCK_S
+    )
+    out = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        pytest.fail(f"{block.where}: exit {proc.returncode}\n--- code ---\n{code}--- output ---\n{out[-6000:]}")
+    return out
+
+
+def _groups(blocks: list[Block]) -> list[list[Block]]:
+    """Runnable blocks, python blocks joined by ``continue`` into one group."""
+    groups: list[list[Block]] = []
+    for b in blocks:
+        if not b.runnable:
+            continue
+        if b.cont:
+            if not groups or groups[-1][-1].lang != "python":
+                pytest.fail(f"{b.where}: continue needs a runnable python block right before it")
+            groups[-1].append(b)
+        else:
+            groups.append([b])
+    return groups
+
+
+def _run_doc(doc: Path, folder: Path) -> list[str]:
+    """Run a document's blocks in order in ``folder``; the time each took, one line per group."""
+    times: list[str] = []
+    for group in _groups(_blocks(doc)):
+        code = "".join(b.setup + b.code_to_run() + b.check for b in group)
+        start = time.perf_counter()
+        out = _run(group[0], code, folder)
+        times.append(f"{group[0].where}: {time.perf_counter() - start:.1f} s")
+        for b in group:
+            for text in b.expect:
+                assert text in out, f"{b.where}: the doc quotes {text!r}; the output was:\n{out[-4000:]}"
+    return times
+
+
+@pytest.fixture(scope="module")
+def doc_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Path, Future]]:
+    """Every selected document started at once, ``DOCS_TEST_WORKERS`` (default: the CPU count, at most 4)
+    at a time: documents are independent (a folder each), the blocks of one run in order."""
+    wanted = [d for d in DOCS if any(f"test_doc_blocks_run[{d.relative_to(ROOT).as_posix()}]" in i.nodeid
+                                     for i in request.session.items)]
+    workers = int(os.environ.get("DOCS_TEST_WORKERS") or min(4, os.cpu_count() or 1))
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = {d: pool.submit(_run_doc, d, tmp_path_factory.mktemp(d.stem)) for d in wanted}
+        yield futures
+        for f in futures.values():
+            f.cancel()
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[d.relative_to(ROOT).as_posix() for d in DOCS])
+def test_doc_blocks_run(doc: Path, doc_runs: dict[Path, Future]) -> None:
+    for line in doc_runs[doc].result():  # a failed block raises here, in the test of its document
+        print(line)
+
+
+def test_every_skip_gives_a_reason() -> None:
+    """The skipped blocks, listed (``-rA`` or ``-v`` shows them); each reason says why."""
+    skipped = [b for d in DOCS for b in _blocks(d) if b.skip is not None]
+    for b in skipped:
+        assert len(b.skip or "") >= 8, f"{b.where}: skip reason {b.skip!r} says too little"
+    print("\n".join(f"skipped {b.where}: {b.skip}" for b in skipped))
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """The README's Quick start cannot rerun inside the suite; .ci/run runs its test command."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert README_TEST_COMMAND in readme
+    assert README_TEST_COMMAND in ci
+    assert "pip install -e '.[test]'" in readme and "pip install -q -e '.[test]'" in ci
+
+
+def test_a_directive_that_matches_nothing_is_an_error(tmp_path: Path) -> None:
+    from tests.docs.doc_blocks import DirectiveError
+
+    bad = tmp_path / "bad.md"
+    bad.write_text('<!-- docs-test: skip no fence follows -->\ntext\n', encoding="utf-8")
+    with pytest.raises(DirectiveError, match="not followed by a code fence"):
+        read_blocks(bad)
+    bad.write_text('<!-- docs-test: skp typo -->\n```bash\ntrue\n```\n', encoding="utf-8")
+    with pytest.raises(DirectiveError, match="unknown docs-test directive"):
+        read_blocks(bad)
+    bad.write_text('<!-- docs-test: replace "absent" "x" -->\n```bash\ntrue\n```\n', encoding="utf-8")
+    with pytest.raises(DirectiveError, match="not in the block"):
+        read_blocks(bad)[0].code_to_run()
+
+
+def test_directives_are_read(tmp_path: Path) -> None:
+    doc = tmp_path / "d.md"
+    doc.write_text(
+        "<!-- docs-test: env A=1 B='x y' -->\n"
+        '<!-- docs-test: replace "--steps 1000" "--steps 2" -->\n'
+        '<!-- docs-test: expect "done" -->\n'
+        "<!-- docs-test: setup\nimport os\n-->\n"
+        "```python\nprint('--steps 1000')\n```\n\n"
+        "<!-- docs-test: skip needs a GPU here -->\n```bash\nnvidia-smi\n```\n"
+        "<!-- docs-test: continue -->\n```python\nx = 1\n```\n",
+        encoding="utf-8",
+    )
+    first, second, third = read_blocks(doc)
+    assert first.env == {"A": "1", "B": "x y"} and first.expect == ["done"] and first.setup == "import os\n"
+    assert first.code_to_run() == "print('--steps 2')\n"
+    assert second.skip == "needs a GPU here" and not second.runnable
+    assert third.cont and third.runnable
