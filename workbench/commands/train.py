@@ -20,7 +20,15 @@ from typing import Any
 from workbench.commands.common import add_model_arguments, checkpoint_key_policy
 from workbench.core.checks.lint import lint_plan
 from workbench.core.formatting import fmt_bytes
-from workbench.core.training.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, SCHEDULERS, STRATEGIES, TrainConfig
+from workbench.core.training.config import (
+    AMP_MODES,
+    CACHE_MODES,
+    NONFINITE_MODES,
+    OPTIMIZERS,
+    SCHEDULERS,
+    STRATEGIES,
+    TrainConfig,
+)
 from workbench.core.training.engine import RunResult, Trainer
 from workbench.core.training.run_folder import check_save_folder
 
@@ -30,7 +38,7 @@ _FIELDS = (
     "optimizer", "lr", "weight_decay", "no_decay", "momentum", "steps", "epochs", "device", "amp",
     "channels_last", "compile", "num_workers", "pin_memory", "seed", "on_nonfinite",
     "torch_threads", "log_every", "save_dir", "metrics_path", "scheduler", "warmup_steps", "val", "val_every",
-    "val_fraction", "tensorboard_dir", "strategy", "fsdp_blocks",
+    "val_fraction", "tensorboard_dir", "strategy", "fsdp_blocks", "cache_frozen", "cache_budget",
 )
 
 
@@ -77,6 +85,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fsdp-blocks", metavar="PATTERNS",
                    help="with --strategy fsdp: comma-separated module path patterns sharded as units "
                    "(default: the model's repeated blocks)")
+    p.add_argument("--cache-frozen", choices=CACHE_MODES,
+                   help="keep the frozen front layers' output per sample after the first epoch and run only the "
+                   "trainable rest: auto (default: when provably exact, else one line says why), on (also when "
+                   "the data is not known to be deterministic), off")
+    p.add_argument("--cache-budget", metavar="SIZE",
+                   help="memory the frozen-prefix cache may hold, e.g. 512M or 2G (default: a quarter of the free "
+                   "device memory or RAM); beyond it rows spill to a file in the --save folder")
     p.add_argument("--offline", action="store_true", help="never download pretrained weights")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of the summary table")
@@ -211,6 +226,14 @@ def print_summary(result: RunResult) -> None:
         rows.append(("lr", _lr_text(s)))
     if s.get("plan_version"):
         rows.append(("plan changes", str(s["plan_version"])))
+    cache = s.get("frozen_cache")
+    if isinstance(cache, dict) and cache.get("cut"):
+        rate = cache.get("hit_rate")
+        rows.append(("frozen cache", f"input of '{cache['cut']}', {cache.get('rows', 0)} samples, "
+                     f"{fmt_bytes(cache.get('bytes_memory') or 0)} in memory + {fmt_bytes(cache.get('bytes_disk') or 0)} "
+                     f"on disk, hit rate {rate:.0%}" if isinstance(rate, float) else "no steps"))
+    elif s.get("frozen_cache_note"):
+        rows.append(("frozen cache", str(s["frozen_cache_note"]).removeprefix("frozen-prefix cache ")))
     if s.get("nonfinite_skipped"):
         rows.append(("skipped", f"{s['nonfinite_skipped']} steps with a non-finite loss"))
     rows.append(("verify", result.verify.summary() if result.verify is not None else "not run"))

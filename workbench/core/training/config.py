@@ -22,6 +22,7 @@ from workbench.core.training.schedule import SCHEDULERS
 
 __all__ = [
     "AMP_MODES",
+    "CACHE_MODES",
     "DEFAULT_STEPS",
     "NONFINITE_MODES",
     "OPTIMIZERS",
@@ -41,6 +42,8 @@ NONFINITE_MODES: tuple[str, ...] = ("stop", "skip")
 #: per rank with gradients all-reduced (DDP), or parameters, gradients and optimizer state
 #: sharded over the ranks (FSDP2, ``torch.distributed.fsdp.fully_shard``).
 STRATEGIES: tuple[str, ...] = ("ddp", "fsdp")
+#: Frozen-prefix cache settings (see :mod:`workbench.core.training.frozen_cache`).
+CACHE_MODES: tuple[str, ...] = ("auto", "on", "off")
 #: Steps run when neither ``steps`` nor ``epochs`` is given.
 DEFAULT_STEPS = 200
 
@@ -113,6 +116,13 @@ class TrainConfig:
         fsdp_blocks: with ``fsdp``, the module paths sharded as units of their own (fnmatch
             patterns such as ``"layer*.*"``); None: the model's repeated blocks (see
             :func:`workbench.core.training.fsdp.block_paths`).
+        cache_frozen: the frozen-prefix activation cache: ``auto`` (on when provably exact:
+            frozen, eval-mode front layers and data known to give the same input per sample;
+            one line says why not otherwise), ``on`` (also when the data is not known to be
+            deterministic: you vouch for it), ``off``.
+        cache_budget: memory the cache may hold (bytes, or ``"512M"``, ``"2G"``); beyond it
+            rows spill to a memory-mapped file in the run folder. None: a quarter of the free
+            device memory (RAM on the CPU).
     """
 
     model: str | dict[str, Any] | None = None
@@ -158,6 +168,9 @@ class TrainConfig:
     # ---- how the model is spread over the ranks under torchrun
     strategy: str = "ddp"
     fsdp_blocks: list[str] | None = None
+    # ---- the frozen-prefix activation cache (see workbench.core.training.frozen_cache)
+    cache_frozen: str = "auto"
+    cache_budget: str | int | None = None
 
     # ------------------------------------------------------------ validation
     def validate(self) -> "TrainConfig":
@@ -223,6 +236,13 @@ class TrainConfig:
                 isinstance(b, str) and b.strip() for b in self.fsdp_blocks
             ):
                 raise bad("fsdp_blocks", f"must be a list of module path patterns such as [\"layer*.*\"], got {self.fsdp_blocks!r}")
+        self.cache_frozen = _choice(self, "cache_frozen", CACHE_MODES, bad, aliases={"true": "on", "false": "off", "yes": "on", "no": "off"})
+        from workbench.core.training.cache_store import CacheBudgetError, parse_budget
+
+        try:
+            parse_budget(self.cache_budget)
+        except CacheBudgetError as e:
+            raise bad("cache_budget", str(e)) from None
         if self.no_decay in ("none", ""):
             self.no_decay = None
         if self.no_decay not in (None, "auto"):

@@ -53,6 +53,7 @@ from workbench.core.training.batches import batch_size_of, move_batch
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import dataset_num_classes, dataset_seq_len
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
+from workbench.core.training.frozen_cache import CacheRefusedError, FrozenPrefixCache, build_cache
 from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes
 from workbench.core.training.module_stats import ModuleStatsProbe
 from workbench.core.training.optim import sync_optimizer
@@ -293,6 +294,10 @@ class Trainer:
         self._writers: list[MetricsWriter | TensorBoardWriter] = []
         self._outputs: RunOutputs | None = None  # locked, staged save folder and metrics files
         self._probe: MemoryProbe | None = None
+        #: the frozen-prefix activation cache, when on (``config.cache_frozen``)
+        self.cache: FrozenPrefixCache | None = None
+        #: one line saying why the cache is off, or ""
+        self.cache_note = ""
 
     # ------------------------------------------------------------ thread-safe controls
     def stop(self) -> None:
@@ -454,6 +459,15 @@ class Trainer:
         if self.dist is not None:  # every rank runs the same steps, whatever its data
             self.total_steps = wdist.all_reduce_min(self.total_steps, self.device)
         self.schedule = LrSchedule(cfg.scheduler, self.total_steps, cfg.warmup_steps)
+        try:
+            decided = build_cache(
+                cfg, model, self._fwd if self._fwd is not None else model, self.loader, self.applied, self.device,
+                distributed=self.dist is not None, total_steps=self.total_steps, steps_per_epoch=self.steps_per_epoch,
+            )
+        except CacheRefusedError as e:
+            self.applied.remove(merge=False)
+            raise TrainError(str(e)) from None
+        self.cache, self.loader, self.cache_note = decided.cache, decided.loader, decided.note
         self._probe = MemoryProbe(self.device)
         self._recount()
         self._tree = self.applied.tree
@@ -513,6 +527,8 @@ class Trainer:
             self._wrap()
         self._recount()
         self.plan_version += 1
+        if self.cache is not None:
+            self.cache.plan_changed()
         return f"{label}: {diff.describe()}"
 
     def _plan_boundary(self, st: _Loop) -> list[str]:
@@ -615,6 +631,8 @@ class Trainer:
             return
         self._outputs = RunOutputs.open(cfg.save_dir, cfg.metrics_path)
         self._writers.extend(self._outputs.writers)
+        if self.cache is not None and self._outputs.staging is not None:
+            self.cache.spill_dir = self._outputs.staging
         if cfg.tensorboard_dir:
             self._writers.append(open_tensorboard(cfg.tensorboard_dir, self.plan))
 
@@ -631,7 +649,9 @@ class Trainer:
             if cuda else []
         )
         train_step = self._train_step = TrainStep(
-            self.model, self.optimizer, self._fwd if self._fwd is not None else self.model, self.loss_fn, self.device,
+            self.model, self.optimizer,
+            self.cache if self.cache is not None else self._fwd if self._fwd is not None else self.model,
+            self.loss_fn, self.device,
             amp_dtype=self._amp_dtype, scaler=self._scaler, step_hook=self.step_hook,
             agree=(lambda bad: self._agree(st, bad)) if dist is not None else None,
             stats=ModuleStatsProbe(
@@ -649,6 +669,8 @@ class Trainer:
         st.it = iter(self.loader)
         st.reached = self._reached(st)
         st.t_start = time.perf_counter()
+        if self.cache_note:
+            win.events.append(self.cache_note)
         while st.step < self.total_steps:
             if self._held_or_stopped(st):
                 break
@@ -688,6 +710,8 @@ class Trainer:
             if out.stepped and st.state_dirty:
                 self._opt_bytes = optimizer_state_bytes(self.optimizer)
                 st.state_dirty = False
+            if self.cache is not None:
+                win.events.extend(self.cache.take_events())
             win.n += 1
             win.last_step = step
             win.data_time += t1 - t0
@@ -886,6 +910,8 @@ class Trainer:
         if self._finished:
             return
         self._finished = True
+        if self.cache is not None:
+            self.cache.close()  # the spill file leaves the run folder before it is committed
         # under FSDP verify and save are collectives: a rank whose loop failed or was interrupted
         # (perhaps alone) skips them and exits, and torchrun stops the others
         together = self.shards is not None and st.status != "failed" and not st.interrupted
@@ -987,6 +1013,8 @@ class Trainer:
             "best_val_loss": st.best_val_loss,
             "best_val_step": st.best_val_step,
             "best_val_acc": st.best_val_acc,
+            "frozen_cache": self.cache.stats.to_dict() if self.cache is not None else None,
+            "frozen_cache_note": self.cache_note or None,
         }
 
     def _result(self, st: _Loop, verify: Any) -> RunResult:
