@@ -85,7 +85,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fsdp-blocks", metavar="PATTERNS",
                    help="with --strategy fsdp: comma-separated module path patterns sharded as units "
                    "(default: the model's repeated blocks)")
-    p.add_argument("--cache-frozen", choices=CACHE_MODES,
+    p.add_argument("--cache-frozen", metavar="|".join(CACHE_MODES),
                    help="keep the frozen front layers' output per sample after the first epoch and run only the "
                    "trainable rest: auto (default: when provably exact, else one line says why), on (also when "
                    "the data is not known to be deterministic), off")

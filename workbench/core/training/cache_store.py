@@ -31,7 +31,7 @@ SPILL_NAME = "frozen_cache.bin"
 _MAX_BUDGET = 1 << 50
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
           "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30, "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40}
-_BUDGET_RE = re.compile(r"^\s*(\d{1,20}(?:\.\d{1,12})?)\s*([a-zA-Z]{0,3})\s*$")
+_BUDGET_RE = re.compile(r"^\s*(\d{1,20}(?:\.\d{1,12})?)\s*([a-zA-Z]{0,3})\s*$", re.ASCII)
 
 
 class CacheBudgetError(WorkbenchError, ValueError):
