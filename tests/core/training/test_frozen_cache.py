@@ -64,7 +64,7 @@ def test_resnet18_head_only_losses_match_uncached() -> None:
     stats = t_on.result.summary["frozen_cache"]
     assert stats["cut"] == "fc" and stats["hits"] == 6 and stats["misses"] == 4 and stats["rows"] == 32
     assert stats["bytes_memory"] == 32 * 512 * 4
-    assert any("serving from here" in e for e in events)
+    assert not events  # the cache works silently; the summary reads it out
     assert t_on.result.verify.ok and t_off.result.summary["frozen_cache"] is None
 
 

@@ -123,6 +123,12 @@ class TrainConfig:
         cache_budget: memory the cache may hold (bytes, or ``"512M"``, ``"2G"``); beyond it
             rows spill to a memory-mapped file in the run folder. None: a quarter of the free
             device memory (RAM on the CPU).
+        auto_freeze: freeze the front blocks whose gradient norm has flattened, while
+            training (each decision a plan stage; see :mod:`workbench.core.training.auto_freeze`).
+        auto_freeze_every: decide every N steps.
+        auto_freeze_threshold: a block has flattened when its mean gradient norm changed by
+            less than this share between the last two windows of N steps.
+        auto_freeze_max: freeze at most this share of the model's blocks (0 < f <= 1).
     """
 
     model: str | dict[str, Any] | None = None
@@ -171,6 +177,11 @@ class TrainConfig:
     # ---- the frozen-prefix activation cache (see workbench.core.training.frozen_cache)
     cache_frozen: str = "auto"
     cache_budget: str | int | None = None
+    # ---- auto-freeze (see workbench.core.training.auto_freeze)
+    auto_freeze: bool = False
+    auto_freeze_every: int = 50
+    auto_freeze_threshold: float = 0.1
+    auto_freeze_max: float = 0.75
 
     # ------------------------------------------------------------ validation
     def validate(self) -> "TrainConfig":
@@ -243,6 +254,17 @@ class TrainConfig:
             parse_budget(self.cache_budget)
         except CacheBudgetError as e:
             raise bad("cache_budget", str(e)) from None
+        if not isinstance(self.auto_freeze, bool):
+            raise bad("auto_freeze", f"must be true or false, got {self.auto_freeze!r}")
+        _positive_int(self, "auto_freeze_every", optional=False, bad=bad)
+        v = self.auto_freeze_threshold
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+            raise bad("auto_freeze_threshold", f"must be a number > 0 (a share such as 0.1), got {v!r}")
+        self.auto_freeze_threshold = float(v)
+        v = self.auto_freeze_max
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise bad("auto_freeze_max", f"must be a share of the blocks, 0 < f <= 1, got {v!r}")
+        self.auto_freeze_max = float(v)
         if self.no_decay in ("none", ""):
             self.no_decay = None
         if self.no_decay not in (None, "auto"):
@@ -320,6 +342,8 @@ class TrainConfig:
             raise ConfigError(f"{where}not valid JSON ({e.msg} at line {e.lineno}); fix the file's syntax") from None
         except safe_json.JsonInputError as e:
             raise ConfigError(f"{where}{e}") from None
+        except ValueError as e:  # a number of thousands of digits, and the like
+            raise ConfigError(f"{where}not a usable JSON config ({str(e).split(';')[0][:100]}); fix the file") from None
         return cls.from_dict(data)
 
     @classmethod

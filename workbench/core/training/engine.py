@@ -49,6 +49,8 @@ from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.training import distributed as wdist
 from workbench.core.training import fsdp as wfsdp
 from workbench.core.training import setup as build
+from workbench.core.training.auto_freeze import PLAN_FILE as AUTO_FREEZE_PLAN
+from workbench.core.training.auto_freeze import AutoFreezer
 from workbench.core.training.batches import batch_size_of, move_batch
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import dataset_num_classes, dataset_seq_len
@@ -298,6 +300,8 @@ class Trainer:
         self.cache: FrozenPrefixCache | None = None
         #: one line saying why the cache is off, or ""
         self.cache_note = ""
+        #: ``config.auto_freeze``: decides which front blocks to freeze
+        self.auto_freezer: AutoFreezer | None = None
 
     # ------------------------------------------------------------ thread-safe controls
     def stop(self) -> None:
@@ -463,15 +467,32 @@ class Trainer:
             decided = build_cache(
                 cfg, model, self._fwd if self._fwd is not None else model, self.loader, self.applied, self.device,
                 distributed=self.dist is not None, total_steps=self.total_steps, steps_per_epoch=self.steps_per_epoch,
+                freezes_later=bool(plan.stages) or cfg.auto_freeze,
             )
         except CacheRefusedError as e:
             self.applied.remove(merge=False)
             raise TrainError(str(e)) from None
         self.cache, self.loader, self.cache_note = decided.cache, decided.loader, decided.note
+        if cfg.auto_freeze:
+            self.auto_freezer = self._auto_freezer(model)
         self._probe = MemoryProbe(self.device)
         self._recount()
         self._tree = self.applied.tree
         self._ready = True
+
+    def _auto_freezer(self, model: nn.Module) -> AutoFreezer:
+        cfg = self.config
+        assert self.applied is not None
+        try:
+            if self.dist is not None:
+                raise ValueError("auto-freeze runs in one process, not under torchrun")
+            return AutoFreezer(model, wfsdp.block_paths(model), cfg.auto_freeze_every, cfg.auto_freeze_threshold,
+                               cfg.auto_freeze_max)
+        except ValueError as e:
+            if self.cache is not None:
+                self.cache.close()
+            self.applied.remove(merge=False)
+            raise TrainError(f"--auto-freeze: {e}") from None
 
     def _shard(self, plan: FreezePlan) -> None:
         assert self.model is not None and self.applied is not None
@@ -655,9 +676,9 @@ class Trainer:
             amp_dtype=self._amp_dtype, scaler=self._scaler, step_hook=self.step_hook,
             agree=(lambda bad: self._agree(st, bad)) if dist is not None else None,
             stats=ModuleStatsProbe(
-                self.model, self._stats_every, modules=self.applied.tree.nodes if self.applied is not None else None,
+                self.model, self._probe_every() or 1, modules=self.applied.tree.nodes if self.applied is not None else None,
                 version=lambda: self.plan_version,
-            ) if self._stats_every else None,
+            ) if self._probe_every() else None,
         )
         win = st.window
         schedule = self.schedule if self.schedule is not None and self.schedule.active else None
@@ -669,8 +690,6 @@ class Trainer:
         st.it = iter(self.loader)
         st.reached = self._reached(st)
         st.t_start = time.perf_counter()
-        if self.cache_note:
-            win.events.append(self.cache_note)
         while st.step < self.total_steps:
             if self._held_or_stopped(st):
                 break
@@ -734,12 +753,21 @@ class Trainer:
                 st.overhead += time.perf_counter() - te - val_s
             if st.status != "completed":
                 break
+            if self.auto_freezer is not None:  # a decision is a stage, applied at the next step boundary
+                decided = self.auto_freezer.decide(step, self.full_plan)
+                if decided is not None:
+                    self.full_plan = decided
         if win.n:
             m, _ = self._report(st, events_pool)
             self._emit(m)
             if self.on_metrics is not None:
                 self.on_metrics(m)
             yield m
+
+    def _probe_every(self) -> int | None:
+        """Measure module statistics every N steps: as asked, and as often as auto-freeze needs."""
+        every = [e for e in (self._stats_every, self.auto_freezer.measure_every if self.auto_freezer else None) if e]
+        return min(every) if every else None
 
     def _validation_due(self, st: _Loop) -> bool:
         """Validate now: every ``val_every`` steps and after the last step."""
@@ -884,6 +912,8 @@ class Trainer:
             val_acc=win.val_acc,
             module_stats=self._train_step.stats.take() if self._train_step is not None and self._train_step.stats else None,
         )
+        if self.auto_freezer is not None and m.module_stats is not None:
+            self.auto_freezer.observe(m.module_stats)
         st.report_step_times.append(step_time)
         st.report_data_times.append(data_time)
         st.report_rates.append(rate)
@@ -1015,6 +1045,7 @@ class Trainer:
             "best_val_acc": st.best_val_acc,
             "frozen_cache": self.cache.stats.to_dict() if self.cache is not None else None,
             "frozen_cache_note": self.cache_note or None,
+            "auto_freeze": self.auto_freezer.summary() if self.auto_freezer is not None else None,
         }
 
     def _result(self, st: _Loop, verify: Any) -> RunResult:
@@ -1072,5 +1103,7 @@ class Trainer:
             except (ImportError, AttributeError, NotImplementedError) as e:
                 result.message += f"; A+B deltas not saved ({first_line(e)})"
         self.applied.plan.save(folder / "plan.json")
+        if self.auto_freezer is not None:  # the run's plan with each decision as a stage: reruns it without auto-freeze
+            self.full_plan.save(folder / AUTO_FREEZE_PLAN)
         self.config.save(folder / "config.json")
         atomic_write(folder / "summary.json", json.dumps(result.to_dict(), indent=2) + "\n")

@@ -63,7 +63,16 @@ _DETERMINISTIC_TRANSFORMS = frozenset({
 
 
 class CacheRefusedError(WorkbenchError):
-    """The cache cannot be exact here; the message is one line saying why (and which module)."""
+    """The cache cannot be exact here; the message is one line saying why (and which module).
+
+    Args:
+        message: the line.
+        quiet: nothing is frozen at the front (yet): nothing to say in the run's events.
+    """
+
+    def __init__(self, message: str, *, quiet: bool = False) -> None:
+        super().__init__(message)
+        self.quiet = quiet
 
 
 @dataclass
@@ -367,7 +376,6 @@ class FrozenPrefixCache:
         self._store: RowStore | None = None
         self._events: list[str] = []
         self._zeros = _Zeros()
-        self._announced = False
         self._tmp: Path | None = None
         self._signature: tuple[tuple[bool, ...], tuple[bool, ...]] | None = None
 
@@ -410,25 +418,20 @@ class FrozenPrefixCache:
                 self._cut = self._find_cut(args, kwargs)
             except CacheRefusedError as e:
                 self.refused = str(e)
-                self._events.append(f"frozen-prefix cache off: {e}")
+                if not e.quiet:
+                    self._events.append(f"frozen-prefix cache off: {e}")
                 return self.forward(*args, **kwargs)
             self._store = RowStore(self.n, self._cut.row_shape, self._cut.dtype, self.device, self.budget, self._spill_folder())
             self.stats.cut = self._cut.path
             self._signature = self._state_signature()
-            note = f"; {self._store.note}" if self._store.note else ""
-            self._events.append(
-                f"frozen-prefix cache on: keeping the input of '{self._cut.path}' "
-                f"({self._store.mem_rows} rows in memory, {self._store.disk_rows} in the spill file){note}"
-            )
+            if self._store.note:
+                self._events.append(f"frozen-prefix cache: {self._store.note}")
         store = self._store
         assert store is not None
         if store.has_all(idx):
             self.stats.hits += 1
             rows = store.get(idx)
             out = self._run_cut(self._cut, rows, args, kwargs)
-            if not self._announced:
-                self._announced = True
-                self._events.append(f"frozen-prefix cache serving from here: {self.describe()}")
             return out
         self.stats.misses += 1
         return self._run_capture(self._cut, store, idx, args, kwargs)
@@ -464,7 +467,6 @@ class FrozenPrefixCache:
             self._store.close()
         self._store = None
         self._cut = None
-        self._announced = False
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -562,9 +564,10 @@ class FrozenPrefixCache:
             raise CacheRefusedError("the model ran no modules")
         f = next((i for i, c in enumerate(calls) if any(p.requires_grad for p in c.module.parameters(recurse=False))), None)
         if f is None:
-            raise CacheRefusedError("no module that trains was called")
+            raise CacheRefusedError("no module that trains was called", quiet=True)
         if calls[f].parent is None:
-            raise CacheRefusedError(f"the model's root trains parameters of its own ({calls[f].path or 'root'}); nothing runs before it")
+            raise CacheRefusedError(f"the model's root trains parameters of its own ({calls[f].path or 'root'}); nothing runs before it",
+                                    quiet=True)
         c = f
         while True:
             p = calls[c].parent
@@ -593,7 +596,7 @@ class FrozenPrefixCache:
         cut = calls[c]
         name = cut.path or "(root)"
         if c == 0 or calls[c].parent is None:
-            raise CacheRefusedError(f"nothing frozen runs before '{name}'")
+            raise CacheRefusedError(f"nothing frozen runs before '{name}'", quiet=True)
         chain: set[int] = set()
         a: int | None = c
         while a is not None:
@@ -601,7 +604,7 @@ class FrozenPrefixCache:
             a = calls[a].parent
         skipped: list[int] = [i for i in range(c) if i not in chain and calls[i].parent in chain]
         if not skipped:
-            raise CacheRefusedError(f"nothing frozen runs before '{name}'")
+            raise CacheRefusedError(f"nothing frozen runs before '{name}'", quiet=True)
         skipped_ids = {id(calls[i].module) for i in skipped}
         inside: set[int] = set()
         for i in range(c):
@@ -723,6 +726,7 @@ class CacheSetup:
 def build_cache(
     config: Any, model: nn.Module, forward: Callable[..., Any], loader: DataLoader[Any], applied: Any,
     device: torch.device, *, distributed: bool, total_steps: int, steps_per_epoch: int | None,
+    freezes_later: bool = False,
 ) -> CacheSetup:
     """Decide on the frozen-prefix cache for a run (``config.cache_frozen``) and build it.
 
@@ -737,6 +741,8 @@ def build_cache(
         distributed: under torchrun.
         total_steps: steps the run takes.
         steps_per_epoch: batches per epoch, None when unknown.
+        freezes_later: stages or auto-freeze may freeze a prefix later (a run that starts
+            with everything trainable still gets the cache then).
 
     Returns:
         The decision.
@@ -750,15 +756,15 @@ def build_cache(
     mode = config.cache_frozen
     if mode == "off":
         return CacheSetup(None, loader)
+    if mode == "auto" and steps_per_epoch is not None and total_steps <= steps_per_epoch:
+        return CacheSetup(None, loader, "")  # the run ends within its first epoch: nothing would be served
+    if mode == "auto" and all(p.requires_grad for p in model.parameters()) and not freezes_later:
+        return CacheSetup(None, loader, "")  # full fine-tuning: nothing frozen to cache
     why, data_only = static_refusal(config, applied, loader.dataset, distributed=distributed)
     if why is not None and not (mode == "on" and data_only):
         if mode == "on":
             raise CacheRefusedError(f"--cache-frozen on: {why}")
         return CacheSetup(None, loader, f"frozen-prefix cache off: {why}")
-    if mode == "auto" and steps_per_epoch is not None and total_steps <= steps_per_epoch:
-        return CacheSetup(None, loader, "")  # the run ends within its first epoch: nothing would be served
-    if mode == "auto" and applied is not None and not any(not p.requires_grad for p in model.parameters()):
-        return CacheSetup(None, loader, "")  # full fine-tuning: nothing frozen to cache
     budget = parse_budget(config.cache_budget)
     if budget is None:
         budget = default_budget(device)

@@ -59,6 +59,8 @@ class TrainingOptions:
             source only; a held-out split needs N >= 1).
         tensorboard: write TensorBoard event files into the run's folder
             (``<run>/tensorboard``; ``TrainConfig.tensorboard_dir``).
+        cache_frozen: keep the frozen front layers' output after the first epoch where that
+            is exact (``TrainConfig.cache_frozen`` ``auto``; unchecked: ``off``).
     """
 
     warmup_steps: int = 0
@@ -69,6 +71,7 @@ class TrainingOptions:
     val_percent: int = 10
     val_every: int = 50
     tensorboard: bool = False
+    cache_frozen: bool = True
 
     def config_fields(self) -> dict[str, Any]:
         """The :class:`~workbench.core.training.config.TrainConfig` fields these options set.
@@ -88,6 +91,7 @@ class TrainingOptions:
             "val_every": None,
             "val_fraction": 0.1,
             "tensorboard_dir": TENSORBOARD_IN_RUN if self.tensorboard else None,
+            "cache_frozen": "auto" if self.cache_frozen else "off",
         }
         if not self.validate:
             return out
@@ -116,6 +120,8 @@ class TrainingOptions:
             parts.append("no decay on biases/norms")
         if self.tensorboard:
             parts.append("TensorBoard")
+        if not self.cache_frozen:
+            parts.append("no frozen cache")
         return " · ".join(parts)
 
     def copy(self) -> "TrainingOptions":
@@ -153,6 +159,11 @@ class TrainingOptionsDialog(QDialog):
         else:
             self.tensorboard.setEnabled(False)
             self.tensorboard.setToolTip(f"Needs the tensorboard package: {INSTALL_HINT}")
+
+        self.cache_frozen = QCheckBox("Cache the frozen front layers after the first epoch", self)
+        self.cache_frozen.setToolTip("Where it is exact (frozen, eval-mode front layers; data without random "
+                                     "augmentation) later epochs run only the trainable part on kept activations; "
+                                     "the run's events say where it cut, or why not")
 
         self.validate = QGroupBox("Validate during training", self)
         self.validate.setCheckable(True)
@@ -195,6 +206,7 @@ class TrainingOptionsDialog(QDialog):
         top.addRow("Warm-up", self.warmup)
         top.addRow("", self.no_decay)
         top.addRow("", self.tensorboard)
+        top.addRow("", self.cache_frozen)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -213,6 +225,7 @@ class TrainingOptionsDialog(QDialog):
         self.warmup.setValue(int(o.warmup_steps))
         self.no_decay.setChecked(bool(o.no_decay))
         self.tensorboard.setChecked(bool(o.tensorboard) and self.tensorboard.isEnabled())
+        self.cache_frozen.setChecked(bool(o.cache_frozen))
         self.validate.setChecked(bool(o.validate))
         i = self.source.findData(o.val_kind)
         self.source.setCurrentIndex(max(i, 0))
@@ -236,6 +249,7 @@ class TrainingOptionsDialog(QDialog):
             val_percent=self.percent.value(),
             val_every=self.every.value(),
             tensorboard=self.tensorboard.isChecked(),
+            cache_frozen=self.cache_frozen.isChecked(),
         )
 
     def _source_changed(self, *_: Any) -> None:
@@ -273,5 +287,6 @@ def options_tooltip(o: TrainingOptions) -> str:
         source = f"{o.val_percent} % of the training data held out" if o.val_kind == HELD_OUT else f"{o.val_kind}:{o.val_path}"
         lines.append(f"validation: {source}, " + (f"every {o.val_every} steps" if o.val_every else "at the end"))
     lines.append("TensorBoard: " + ("<run folder>/tensorboard" if o.tensorboard else "off"))
+    lines.append("frozen-prefix cache: " + ("where exact" if o.cache_frozen else "off"))
     return "\n".join(lines)
 
