@@ -193,10 +193,25 @@ def is_text_model(model: nn.Module) -> bool:
     Raises:
         AdvisorError: a text model without a task head (nothing to train against).
     """
+    if _extra_head(model) is not None:
+        return True
     try:
         return text_task_of(model) is not None
     except WorkbenchError as e:
         raise AdvisorError(str(e)) from None
+
+
+def _extra_head(model: nn.Module) -> str | None:
+    """Text heads the training data does not cover but the advisor does: ``token`` (a label per
+    token: ``...ForTokenClassification``) or ``qa`` (``...ForQuestionAnswering``), else None."""
+    if not isinstance(getattr(getattr(model, "config", None), "vocab_size", None), int):
+        return None
+    name = type(model).__name__
+    if name.endswith("ForTokenClassification"):
+        return "token"
+    if name.endswith("ForQuestionAnswering"):
+        return "qa"
+    return None
 
 
 def meta_batch(model: nn.Module, input_shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, torch.Tensor] | torch.Tensor:
@@ -204,7 +219,7 @@ def meta_batch(model: nn.Module, input_shape: tuple[int, ...], dtype: torch.dtyp
 
     Text models get the batch the training engine feeds them (synthetic token data):
     ``input_ids`` and ``labels`` (per sequence for classification, per token for language
-    modelling); the all-ones attention mask of synthetic data is left out, as transformers
+    modelling and token classification; an answer span for question answering); the all-ones attention mask of synthetic data is left out, as transformers
     drops it before attention. Other models get one tensor of ``input_shape``.
 
     Args:
@@ -219,6 +234,15 @@ def meta_batch(model: nn.Module, input_shape: tuple[int, ...], dtype: torch.dtyp
         AdvisorError: a text model with an input shape that is not ``(batch, seq_len)``, or
             without a task head.
     """
+    extra = _extra_head(model)
+    if extra is not None:
+        if len(input_shape) != 2:
+            raise AdvisorError(f"a text model takes (batch, seq_len) token batches, got input shape {tuple(input_shape)}; use --seq-len")
+        ids = torch.empty(input_shape, device="meta", dtype=torch.long)
+        if extra == "token":  # a label per token
+            return {"input_ids": ids, "labels": torch.empty(input_shape, device="meta", dtype=torch.long)}
+        pos = torch.empty(input_shape[:1], device="meta", dtype=torch.long)  # extractive QA: answer span
+        return {"input_ids": ids, "start_positions": pos, "end_positions": pos.clone()}
     try:
         task = text_task_of(model)
     except WorkbenchError as e:
@@ -236,6 +260,27 @@ def meta_batch(model: nn.Module, input_shape: tuple[int, ...], dtype: torch.dtyp
 _FLOP_ALIASES = {
     torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: torch.ops.aten._scaled_dot_product_flash_attention,
 }
+
+
+@contextlib.contextmanager
+def _no_value_checks(model: nn.Module) -> Iterator[None]:
+    """Skip checks that read token values (meta tensors have none) for the shape-only pass.
+
+    transformers warns when a pad token appears without an attention mask
+    (``warn_if_padding_and_no_attention_mask``: ``pad_token_id in input_ids``, an ``.item()``),
+    e.g. GPT-2 with a sequence-classification head; the warning changes nothing computed.
+    """
+    patched = []
+    for m in model.modules():
+        if callable(getattr(m, "warn_if_padding_and_no_attention_mask", None)):
+            m.warn_if_padding_and_no_attention_mask = lambda *_a, **_k: None  # type: ignore[method-assign]
+            patched.append(m)
+    try:
+        yield
+    finally:
+        for m in patched:
+            with contextlib.suppress(AttributeError):
+                del m.warn_if_padding_and_no_attention_mask
 
 
 class _Recorder(TorchDispatchMode):
@@ -404,7 +449,8 @@ def profile_model(
         hooks.append(mod.register_forward_pre_hook(pre))
         hooks.append(mod.register_forward_hook(post))
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention_on_meta(device_type), recorder:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention_on_meta(device_type), \
+                _no_value_checks(meta), recorder:
             if isinstance(x, dict):
                 meta(**x)
             else:
