@@ -273,7 +273,7 @@ def _no_value_checks(model: nn.Module) -> Iterator[None]:
     patched = []
     for m in model.modules():
         if callable(getattr(m, "warn_if_padding_and_no_attention_mask", None)):
-            m.warn_if_padding_and_no_attention_mask = lambda *_a, **_k: None  # type: ignore[method-assign]
+            m.warn_if_padding_and_no_attention_mask = lambda *_a, **_k: None  # type: ignore[assignment]
             patched.append(m)
     try:
         yield
