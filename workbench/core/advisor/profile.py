@@ -118,6 +118,10 @@ class ModelProfile:
         buffer_bytes: bytes of the buffers (BatchNorm running statistics ...).
         module_order: module paths in the order they first ran.
         bn_eval: whether BatchNorm modules ran on running statistics.
+        transients: every storage the forward pass created, as ``(created, last_use,
+            nbytes, saves)``: the op that made it, the last op that read it, its bytes and
+            the op positions whose backward saved it (what a frozen forward keeps alive
+            between ops: inputs of later ops, residual branches, outputs not yet consumed).
     """
 
     input_shape: tuple[int, ...]
@@ -128,6 +132,7 @@ class ModelProfile:
     buffer_bytes: int = 0
     module_order: list[str] = field(default_factory=list)
     bn_eval: bool = False
+    transients: list[tuple[int, int, int, tuple[int, ...]]] = field(default_factory=list)
 
     @property
     def param_bytes(self) -> int:
@@ -291,6 +296,9 @@ class _Recorder(TorchDispatchMode):
         self.param_storages = param_storages
         self.stack: list[str] = [""]
         self.ops: list[OpRecord] = []
+        #: storage key -> [created op, last op that read it, bytes]; storages kept referenced
+        self.made: dict[int, list[int]] = {}
+        self._keep: list[Any] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -302,6 +310,16 @@ class _Recorder(TorchDispatchMode):
         ))
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         new = [t for t in outs if _key(t) not in in_storages]
+        here = len(self.ops)
+        for k in in_storages:
+            rec = self.made.get(k)
+            if rec is not None:
+                rec[1] = here
+        for t in new:
+            k = _key(t)
+            if k not in self.made and not getattr(func, "is_view", False):
+                self.made[k] = [here, here, _nbytes(t)]
+                self._keep.append(t.untyped_storage())
         packet = func.overloadpacket
         counter = flop_registry.get(_FLOP_ALIASES.get(packet, packet))
         flops = 0
@@ -484,5 +502,6 @@ def profile_model(
         params=params,
         buffer_bytes=sum(_nbytes(b) for b in buffers.values()),
         module_order=sorted(first_seen, key=lambda p: first_seen[p]),
+        transients=[(c, u, b, tuple(saved[k][1]) if k in saved else ()) for k, (c, u, b) in recorder.made.items()],
         bn_eval=bn_eval,
     )
