@@ -71,13 +71,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=240)
     ap.add_argument("--every", type=int, default=20, help="validate (and decide auto-freeze) every N steps")
+    ap.add_argument("--threshold", type=float, default=0.1, help="auto-freeze threshold (default 0.1)")
+    ap.add_argument("--only", choices=("images", "text"), help="run one task only")
     args = ap.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.steps} steps, validation every {args.every}")
-    for name, make, n, batch in (("resnet18, noisy synthetic images 32 px", _image_task, 640, 32),
-                                 ("BERT 6x64 from config, synthetic text", _text_task, 1280, 32)):
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.steps} steps, validation every "
+          f"{args.every}, auto-freeze threshold {args.threshold}")
+    tasks = (("images", "resnet18, noisy synthetic images 32 px", _image_task, 640, 32),
+             ("text", "BERT 6x64 from config, synthetic text", _text_task, 1280, 32))
+    for key, name, make, n, batch in tasks:
+        if args.only and key != args.only:
+            continue
         full = _run(make, n, args.steps, batch, args.every, cache_frozen="off")
         auto = _run(make, n, args.steps, batch, args.every, auto_freeze=True, auto_freeze_every=args.every,
-                    cache_frozen="auto")
+                    auto_freeze_threshold=args.threshold, cache_frozen="auto")
         target = full["final"]
         t_full = _time_to(full["points"], target)
         t_auto = _time_to(auto["points"], target)
