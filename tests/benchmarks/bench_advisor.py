@@ -56,6 +56,8 @@ def _case(name: str, image_size: int, batch: int, args: argparse.Namespace) -> l
     cands = [c for c in generate_candidates(model, prof) if not c.bn_eval]
     lastk = [c for c in cands if c.kind == "last_k"]
     chosen = [next(c for c in cands if c.kind == "full"), lastk[0], lastk[len(lastk) // 2]]
+    if args.head_only:  # a frozen backbone: what its forward keeps alive is the whole activation cost
+        chosen.append(next(c for c in cands if c.name == "head only"))
     rows = []
     for cand in chosen:
         names = trainable_names(cand, model)
@@ -134,6 +136,7 @@ def main() -> None:
     p.add_argument("--bert-seq-len", type=int, nargs=2, default=[64, 128], help="sequence lengths (paired with --bert-batch)")
     p.add_argument("--only", choices=("resnet50", "vit_b_16", "bert"), action="append", help="run only these models")
     p.add_argument("--threads", type=int, default=2, help="torch threads on CPU")
+    p.add_argument("--head-only", action="store_true", help="also the head-only candidate (frozen backbone)")
     p.add_argument("--json", help="also write the rows to this file")
     args = p.parse_args()
     if torch.device(args.device).type == "cpu":

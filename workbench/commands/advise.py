@@ -74,14 +74,15 @@ def _device_type(name: str) -> str:
 
 def _print_table(advice: Advice, args: argparse.Namespace) -> None:
     measured = any(a.measured is not None for a in advice.front_assessed)
-    head = ["", "candidate", "peak", "fits", "trainable", "step × full"]
+    head = ["", "candidate", "peak", "fits", "trainable", "step × full", "cached"]
     if measured:
         head += ["measured peak", "error", "measured × full"]
     rows = []
     for i in advice.front:
         a = advice.assessed[i]
         row = ["→" if i == advice.chosen else "", a.candidate.name, fmt_bytes(a.memory.peak),
-               "yes" if a.fits else "no", fmt_count(a.trainable_params), f"{a.step_ratio:.2f}"]
+               "yes" if a.fits else "no", fmt_count(a.trainable_params), f"{a.step_ratio:.2f}",
+               f"{a.cached_step_ratio:.2f}" if a.cached_step_ratio is not None else "-"]
         if measured and a.measured is not None:
             err = (a.memory.peak - a.measured.peak_bytes) / a.measured.peak_bytes
             row += [fmt_bytes(a.measured.peak_bytes), f"{err:+.0%}", f"{a.measured.step_ratio:.2f}"]
@@ -91,6 +92,9 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
           f"Pareto front: {len(advice.front)} of {len(advice.assessed)} candidates "
           "(predicted peak, trainable, step time)")
     print_table(head, rows, left=2)
+    print("  cached: step time once the frozen-prefix cache serves (after the first epoch; --cache-frozen, on where "
+          "the frozen part runs in eval mode). Also: train --auto-freeze starts as full fine-tuning (its peak) and "
+          "freezes converged front blocks, so steps fall toward a last-k candidate's cached time")
     signal = advice.settings.get("grad_signal")
     if signal:
         ranked = ", ".join(f"{b} {signal['signal'][b]:.2g}" for b in signal["order"])

@@ -130,12 +130,15 @@ def _predicted_peak(trainer: Trainer, args: argparse.Namespace) -> int | None:
             else ModelSpec(name=base, num_classes=trainer.config.num_classes, origin=origin))
     try:
         meta = spec.build(allow_download=False, meta=True)
-        if is_text_model(meta):
-            return None  # bench feeds text models its own synthetic sequences
         classes = current_num_classes(model)
         if classes is not None and classes != current_num_classes(meta):
             replace_head(meta, classes)
-        shape = (args.batch_size, 3, args.image_size, args.image_size)
+        if is_text_model(meta):  # the token batches the run trained on: (batch, tokens per sample)
+            if not trainer.seq_len:
+                return None
+            shape: tuple[int, ...] = (args.batch_size, trainer.seq_len)
+        else:
+            shape = (args.batch_size, 3, args.image_size, args.image_size)
         return predict_plan(meta, applied.plan, shape, optimizer=args.optimizer, amp=args.amp,
                             device_type=device.type).peak
     except WorkbenchError:

@@ -20,7 +20,16 @@ from typing import Any
 
 from workbench.commands.common import CommandError, add_model_arguments, checkpoint_key_policy
 from workbench.core.checks.lint import lint_plan
-from workbench.core.training.config import AMP_MODES, NONFINITE_MODES, OPTIMIZERS, SCHEDULERS, STRATEGIES, TrainConfig
+from workbench.core.formatting import fmt_bytes
+from workbench.core.training.config import (
+    AMP_MODES,
+    CACHE_MODES,
+    NONFINITE_MODES,
+    OPTIMIZERS,
+    SCHEDULERS,
+    STRATEGIES,
+    TrainConfig,
+)
 from workbench.core.training.engine import RunResult, Trainer
 from workbench.core.training.metrics import fmt_memory
 from workbench.core.training.run_folder import check_save_folder
@@ -32,6 +41,8 @@ _FIELDS = (
     "channels_last", "compile", "num_workers", "pin_memory", "seed", "on_nonfinite",
     "torch_threads", "log_every", "save_dir", "metrics_path", "scheduler", "warmup_steps", "val", "val_every",
     "val_fraction", "tensorboard_dir", "strategy", "fsdp_blocks", "text_column", "label_column", "image_column",
+    "cache_frozen", "cache_budget",
+    "auto_freeze", "auto_freeze_every", "auto_freeze_threshold", "auto_freeze_max",
 )
 
 
@@ -81,6 +92,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fsdp-blocks", metavar="PATTERNS",
                    help="with --strategy fsdp: comma-separated module path patterns sharded as units "
                    "(default: the model's repeated blocks)")
+    p.add_argument("--cache-frozen", metavar="|".join(CACHE_MODES),
+                   help="keep the frozen front layers' output per sample after the first epoch and run only the "
+                   "trainable rest: auto (default: when provably exact, else one line says why), on (also when "
+                   "the data is not known to be deterministic), off")
+    p.add_argument("--cache-budget", metavar="SIZE",
+                   help="memory the frozen-prefix cache may hold, e.g. 512M or 2G (default: a quarter of the free "
+                   "device memory or RAM); beyond it rows spill to a file in the --save folder")
+    p.add_argument("--auto-freeze", action="store_true", default=None,
+                   help="freeze the front blocks whose gradient norm has flattened, while training; the decisions "
+                   "are written to auto_freeze.plan.json in the --save folder")
+    p.add_argument("--auto-freeze-every", type=int, metavar="N", help="with --auto-freeze: decide every N steps (default 50)")
+    p.add_argument("--auto-freeze-threshold", type=float, metavar="X",
+                   help="with --auto-freeze: a block has flattened when its mean gradient norm changed by less than "
+                   "this share between two windows (default 0.1)")
+    p.add_argument("--auto-freeze-max", type=float, metavar="F",
+                   help="with --auto-freeze: freeze at most this share of the blocks (default 0.75)")
     p.add_argument("--offline", action="store_true", help="never download pretrained weights")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--json", action="store_true", help="print the result as JSON instead of the summary table")
@@ -168,6 +195,8 @@ def run(args: argparse.Namespace) -> int:
     if main and trainer.materialized_from is not None:
         print(f"workbench train: built on meta and sharded; each rank read only its shards from {trainer.materialized_from}",
               file=sys.stderr)
+    if main and trainer.cache_note:
+        print(f"workbench train: {trainer.cache_note}", file=sys.stderr)
     if main and trainer.applied is not None:
         for finding in lint_plan(trainer.plan, trainer.applied.tree, cfg.optimizer):
             print(f"workbench train: {finding.one_line()}", file=sys.stderr)
@@ -257,6 +286,18 @@ def print_summary(result: RunResult) -> None:
         rows.append(("lr", _lr_text(s)))
     if s.get("plan_version"):
         rows.append(("plan changes", str(s["plan_version"])))
+    auto = s.get("auto_freeze")
+    if isinstance(auto, dict):
+        steps = ", ".join(f"{len(d['blocks'])} at step {d['at_step']}" for d in auto.get("decisions", [])) or "none"
+        rows.append(("auto-freeze", f"{auto.get('frozen_blocks', 0)} of {auto.get('blocks', 0)} blocks frozen ({steps})"))
+    cache = s.get("frozen_cache")
+    if isinstance(cache, dict) and cache.get("cut"):
+        rate = cache.get("hit_rate")
+        rows.append(("cache", f"input of '{cache['cut']}', {cache.get('rows', 0)} samples, "
+                     f"{fmt_bytes(cache.get('bytes_memory') or 0)} in memory + {fmt_bytes(cache.get('bytes_disk') or 0)} "
+                     f"on disk, hit rate {rate:.0%}" if isinstance(rate, float) else "no steps"))
+    elif s.get("frozen_cache_note"):
+        rows.append(("cache", str(s["frozen_cache_note"]).removeprefix("frozen-prefix cache ")))
     if s.get("nonfinite_skipped"):
         rows.append(("skipped", f"{s['nonfinite_skipped']} steps with a non-finite loss"))
     rows.append(("verify", result.verify.summary() if result.verify is not None else "not run"))

@@ -18,7 +18,7 @@ from workbench.core.advisor.adapters import adapted_meta_copy
 from workbench.core.advisor.candidates import LOW_RANKS, Candidate, generate_candidates, trainable_names
 from workbench.core.advisor.front import Point, choose, pareto_front
 from workbench.core.advisor.memory import MemoryEstimate, estimate_memory
-from workbench.core.advisor.predict import step_flops
+from workbench.core.advisor.predict import cache_row_bytes, cached_step_flops, step_flops
 from workbench.core.advisor.profile import AdvisorError, ModelProfile, meta_copy, profile_model
 from workbench.core.formatting import fmt_bytes
 from workbench.core.plan import FreezePlan
@@ -52,6 +52,10 @@ class Assessment:
         trainable_params: parameters the plan trains.
         fits: the predicted peak is within the budget.
         measured: the measured cost, once :func:`~workbench.core.advisor.measure.measure_front` ran.
+        cached_step_ratio: predicted step time relative to full fine-tuning once the
+            frozen-prefix cache serves (after the first epoch; ``--cache-frozen``), None where
+            nothing frozen runs first.
+        cache_row_bytes: what the cache keeps per sample (None where it does not apply).
     """
 
     candidate: Candidate
@@ -60,6 +64,8 @@ class Assessment:
     trainable_params: int
     fits: bool
     measured: Measured | None = None
+    cached_step_ratio: float | None = None
+    cache_row_bytes: int | None = None
 
     @property
     def point(self) -> Point:
@@ -75,6 +81,9 @@ class Assessment:
             "trainable_params": self.trainable_params,
             "fits": self.fits,
         }
+        if self.cached_step_ratio is not None:
+            d["predicted"]["cached_step_ratio"] = round(self.cached_step_ratio, 4)
+            d["predicted"]["cache_bytes_per_sample"] = self.cache_row_bytes
         if self.measured is not None:
             d["measured"] = {"peak_bytes": self.measured.peak_bytes, "step_ratio": round(self.measured.step_ratio, 4)}
         return d
@@ -191,7 +200,10 @@ def advise(
         mem = estimate_memory(prof, names, optimizer=optimizer, amp=amp, device_type=device_type)
         count = sum(p.numel for p in prof.params if p.name in names)
         ratio = step_flops(prof, names, optimizer) / full_flops if full_flops else 1.0
-        assessed.append(Assessment(c, mem, ratio, count, mem.peak <= budget_bytes))
+        cached = cached_step_flops(prof, names, optimizer)
+        assessed.append(Assessment(c, mem, ratio, count, mem.peak <= budget_bytes,
+                                   cached_step_ratio=cached / full_flops if cached is not None and full_flops else None,
+                                   cache_row_bytes=cache_row_bytes(prof, names)))
     weights = profile.param_bytes + profile.buffer_bytes
     if budget_bytes < weights:
         smallest = min(a.memory.peak for a in assessed)

@@ -9,6 +9,9 @@ A step holds, at its peak:
   the first trainable parameter on save any: a frozen prefix keeps none), freed op by op as
   backward walks back while the gradients of the trainable parameters appear, plus the
   gradient flowing through the op being differentiated (the largest temporary);
+- or the forward phase: the storages the forward pass has made and still needs at each op
+  (inputs of later ops, a residual branch waiting to be added, what autograd saved) — what
+  a frozen forward keeps alive although it saves nothing for backward;
 - or the optimizer phase: every gradient plus the optimizer's temporaries (the
   multi-tensor ``foreach`` path on accelerators makes one temporary the size of all trainable
   parameters; the per-parameter path on CPU one the size of the largest parameter, twice).
@@ -112,6 +115,26 @@ def _activation_peak(profile: ModelProfile, trainable: Collection[str], scale: f
     return saved_total, peak, largest_temp
 
 
+def _forward_peak(profile: ModelProfile, start: int | None, scale: float) -> int:
+    """The most bytes of forward-made storages alive at once: each from the op that made it to
+    the last op that reads it, or to the end of forward when backward keeps it."""
+    n = len(profile.ops)
+    if not profile.transients or not n:
+        return 0
+    delta = [0] * (n + 2)
+    for created, last_use, nbytes, saves in profile.transients:
+        kept = start is not None and any(s >= start for s in saves)
+        end = n if kept else last_use
+        b = int(nbytes * scale)
+        delta[created] += b
+        delta[min(end, n) + 1] -= b
+    alive = peak = 0
+    for d in delta:
+        alive += d
+        peak = max(peak, alive)
+    return peak
+
+
 def _optimizer_temp(profile: ModelProfile, trainable: Collection[str], optimizer: str, foreach: bool) -> int:
     sizes = [p.nbytes for p in profile.params if p.name in trainable]
     if not sizes or optimizer not in ("adam", "adamw"):
@@ -158,6 +181,7 @@ def estimate_memory(
     saved, act_peak, bw_temp = _activation_peak(profile, trainable, scale)
     opt_temp = _optimizer_temp(profile, trainable, optimizer, foreach=device_type != "cpu")
     fwd_temp = int(_BACKWARD_TEMP_OUTPUTS * max((op.out_bytes for op in profile.ops), default=0) * scale)
+    fwd_temp = max(fwd_temp, _forward_peak(profile, first_trainable_op(profile, trainable), scale))
     fixed = profile.param_bytes + profile.buffer_bytes + profile.input_bytes + state
     phase = max(act_peak + casts, grads + opt_temp, fwd_temp)
     return MemoryEstimate(

@@ -20,7 +20,7 @@ from typing import Collection
 from workbench.core.advisor.memory import first_trainable_op
 from workbench.core.advisor.profile import ModelProfile
 
-__all__ = ["OPTIMIZER_FLOPS_PER_ELEMENT", "step_flops", "step_ratio"]
+__all__ = ["OPTIMIZER_FLOPS_PER_ELEMENT", "cache_row_bytes", "cached_step_flops", "step_flops", "step_ratio"]
 
 #: FLOPs per trainable element of one optimizer step.
 OPTIMIZER_FLOPS_PER_ELEMENT = {"sgd": 2, "sgd_momentum": 4, "adam": 12, "adamw": 14}
@@ -61,3 +61,42 @@ def step_ratio(profile: ModelProfile, trainable: Collection[str], optimizer: str
     """
     full = step_flops(profile, [p.name for p in profile.params], optimizer)
     return step_flops(profile, trainable, optimizer) / full if full else 1.0
+
+
+def cached_step_flops(profile: ModelProfile, trainable: Collection[str], optimizer: str = "adamw") -> int | None:
+    """FLOPs of a step served by the frozen-prefix cache (after the first epoch): the frozen
+    ops before the first trainable one do not run.
+
+    Args:
+        profile: the model's profile.
+        trainable: names of the trainable parameters.
+        optimizer: the optimizer.
+
+    Returns:
+        The FLOPs, or None when nothing frozen runs first (the cache does not apply).
+    """
+    trainable = set(trainable)
+    start = first_trainable_op(profile, trainable)
+    if not start:
+        return None
+    skipped = sum(op.flops for op in profile.ops[:start])
+    return step_flops(profile, trainable, optimizer) - skipped
+
+
+def cache_row_bytes(profile: ModelProfile, trainable: Collection[str]) -> int | None:
+    """Bytes the frozen-prefix cache keeps per sample: the output of the last frozen op before
+    the first trainable one, over the batch.
+
+    Args:
+        profile: the model's profile.
+        trainable: names of the trainable parameters.
+
+    Returns:
+        Bytes per sample, or None when the cache does not apply.
+    """
+    start = first_trainable_op(profile, set(trainable))
+    if not start:
+        return None
+    last = next((op for op in reversed(profile.ops[:start]) if op.out_bytes), None)
+    batch = profile.input_shape[0] if profile.input_shape else 1
+    return last.out_bytes // max(batch, 1) if last is not None else None

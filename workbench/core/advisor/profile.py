@@ -118,6 +118,10 @@ class ModelProfile:
         buffer_bytes: bytes of the buffers (BatchNorm running statistics ...).
         module_order: module paths in the order they first ran.
         bn_eval: whether BatchNorm modules ran on running statistics.
+        transients: every storage the forward pass created, as ``(created, last_use,
+            nbytes, saves)``: the op that made it, the last op that read it, its bytes and
+            the op positions whose backward saved it (what a frozen forward keeps alive
+            between ops: inputs of later ops, residual branches, outputs not yet consumed).
     """
 
     input_shape: tuple[int, ...]
@@ -128,6 +132,7 @@ class ModelProfile:
     buffer_bytes: int = 0
     module_order: list[str] = field(default_factory=list)
     bn_eval: bool = False
+    transients: list[tuple[int, int, int, tuple[int, ...]]] = field(default_factory=list)
 
     @property
     def param_bytes(self) -> int:
@@ -193,10 +198,25 @@ def is_text_model(model: nn.Module) -> bool:
     Raises:
         AdvisorError: a text model without a task head (nothing to train against).
     """
+    if _extra_head(model) is not None:
+        return True
     try:
         return text_task_of(model) is not None
     except WorkbenchError as e:
         raise AdvisorError(str(e)) from None
+
+
+def _extra_head(model: nn.Module) -> str | None:
+    """Text heads the training data does not cover but the advisor does: ``token`` (a label per
+    token: ``...ForTokenClassification``) or ``qa`` (``...ForQuestionAnswering``), else None."""
+    if not isinstance(getattr(getattr(model, "config", None), "vocab_size", None), int):
+        return None
+    name = type(model).__name__
+    if name.endswith("ForTokenClassification"):
+        return "token"
+    if name.endswith("ForQuestionAnswering"):
+        return "qa"
+    return None
 
 
 def meta_batch(model: nn.Module, input_shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, torch.Tensor] | torch.Tensor:
@@ -204,7 +224,7 @@ def meta_batch(model: nn.Module, input_shape: tuple[int, ...], dtype: torch.dtyp
 
     Text models get the batch the training engine feeds them (synthetic token data):
     ``input_ids`` and ``labels`` (per sequence for classification, per token for language
-    modelling); the all-ones attention mask of synthetic data is left out, as transformers
+    modelling and token classification; an answer span for question answering); the all-ones attention mask of synthetic data is left out, as transformers
     drops it before attention. Other models get one tensor of ``input_shape``.
 
     Args:
@@ -219,6 +239,15 @@ def meta_batch(model: nn.Module, input_shape: tuple[int, ...], dtype: torch.dtyp
         AdvisorError: a text model with an input shape that is not ``(batch, seq_len)``, or
             without a task head.
     """
+    extra = _extra_head(model)
+    if extra is not None:
+        if len(input_shape) != 2:
+            raise AdvisorError(f"a text model takes (batch, seq_len) token batches, got input shape {tuple(input_shape)}; use --seq-len")
+        ids = torch.empty(input_shape, device="meta", dtype=torch.long)
+        if extra == "token":  # a label per token
+            return {"input_ids": ids, "labels": torch.empty(input_shape, device="meta", dtype=torch.long)}
+        pos = torch.empty(input_shape[:1], device="meta", dtype=torch.long)  # extractive QA: answer span
+        return {"input_ids": ids, "start_positions": pos, "end_positions": pos.clone()}
     try:
         task = text_task_of(model)
     except WorkbenchError as e:
@@ -238,6 +267,27 @@ _FLOP_ALIASES = {
 }
 
 
+@contextlib.contextmanager
+def _no_value_checks(model: nn.Module) -> Iterator[None]:
+    """Skip checks that read token values (meta tensors have none) for the shape-only pass.
+
+    transformers warns when a pad token appears without an attention mask
+    (``warn_if_padding_and_no_attention_mask``: ``pad_token_id in input_ids``, an ``.item()``),
+    e.g. GPT-2 with a sequence-classification head; the warning changes nothing computed.
+    """
+    patched = []
+    for m in model.modules():
+        if callable(getattr(m, "warn_if_padding_and_no_attention_mask", None)):
+            m.warn_if_padding_and_no_attention_mask = lambda *_a, **_k: None  # type: ignore[assignment]
+            patched.append(m)
+    try:
+        yield
+    finally:
+        for m in patched:
+            with contextlib.suppress(AttributeError):
+                del m.warn_if_padding_and_no_attention_mask
+
+
 class _Recorder(TorchDispatchMode):
     """Counts ops, their FLOPs and the parameters they read, and which module ran them."""
 
@@ -246,6 +296,9 @@ class _Recorder(TorchDispatchMode):
         self.param_storages = param_storages
         self.stack: list[str] = [""]
         self.ops: list[OpRecord] = []
+        #: storage key -> [created op, last op that read it, bytes]; storages kept referenced
+        self.made: dict[int, list[int]] = {}
+        self._keep: list[Any] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
@@ -257,6 +310,16 @@ class _Recorder(TorchDispatchMode):
         ))
         outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         new = [t for t in outs if _key(t) not in in_storages]
+        here = len(self.ops)
+        for k in in_storages:
+            rec = self.made.get(k)
+            if rec is not None:
+                rec[1] = here
+        for t in new:
+            k = _key(t)
+            if k not in self.made and not getattr(func, "is_view", False):
+                self.made[k] = [here, here, _nbytes(t)]
+                self._keep.append(t.untyped_storage())
         packet = func.overloadpacket
         counter = flop_registry.get(_FLOP_ALIASES.get(packet, packet))
         flops = 0
@@ -404,7 +467,8 @@ def profile_model(
         hooks.append(mod.register_forward_pre_hook(pre))
         hooks.append(mod.register_forward_hook(post))
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention_on_meta(device_type), recorder:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention_on_meta(device_type), \
+                _no_value_checks(meta), recorder:
             if isinstance(x, dict):
                 meta(**x)
             else:
@@ -438,5 +502,6 @@ def profile_model(
         params=params,
         buffer_bytes=sum(_nbytes(b) for b in buffers.values()),
         module_order=sorted(first_seen, key=lambda p: first_seen[p]),
+        transients=[(c, u, b, tuple(saved[k][1]) if k in saved else ()) for k, (c, u, b) in recorder.made.items()],
         bn_eval=bn_eval,
     )

@@ -22,6 +22,7 @@ from workbench.core.training.schedule import SCHEDULERS
 
 __all__ = [
     "AMP_MODES",
+    "CACHE_MODES",
     "DEFAULT_STEPS",
     "MAX_SEED",
     "NONFINITE_MODES",
@@ -44,6 +45,8 @@ NONFINITE_MODES: tuple[str, ...] = ("stop", "skip")
 STRATEGIES: tuple[str, ...] = ("ddp", "fsdp")
 #: Largest ``seed`` (torch seeds are 64-bit integers).
 MAX_SEED = 2**63 - 1
+#: Frozen-prefix cache settings (see :mod:`workbench.core.training.frozen_cache`).
+CACHE_MODES: tuple[str, ...] = ("auto", "on", "off")
 #: Steps run when neither ``steps`` nor ``epochs`` is given.
 DEFAULT_STEPS = 200
 
@@ -118,6 +121,19 @@ class TrainConfig:
             :func:`workbench.core.training.fsdp.block_paths`).
         text_column / label_column / image_column: columns of ``hf-dataset:PATH`` data;
             None: ``text``, ``label``, ``image``.
+        cache_frozen: the frozen-prefix activation cache: ``auto`` (on when provably exact:
+            frozen, eval-mode front layers and data known to give the same input per sample;
+            one line says why not otherwise), ``on`` (also when the data is not known to be
+            deterministic: you vouch for it), ``off``.
+        cache_budget: memory the cache may hold (bytes, or ``"512M"``, ``"2G"``); beyond it
+            rows spill to a memory-mapped file in the run folder. None: a quarter of the free
+            device memory (RAM on the CPU).
+        auto_freeze: freeze the front blocks whose gradient norm has flattened, while
+            training (each decision a plan stage; see :mod:`workbench.core.training.auto_freeze`).
+        auto_freeze_every: decide every N steps.
+        auto_freeze_threshold: a block has flattened when its mean gradient norm changed by
+            less than this share between the last two windows of N steps.
+        auto_freeze_max: freeze at most this share of the model's blocks (0 < f <= 1).
     """
 
     model: str | dict[str, Any] | None = None
@@ -177,6 +193,14 @@ class TrainConfig:
     text_column: str | None = None
     label_column: str | None = None
     image_column: str | None = None
+    # ---- the frozen-prefix activation cache (see workbench.core.training.frozen_cache)
+    cache_frozen: str = "auto"
+    cache_budget: str | int | None = None
+    # ---- auto-freeze (see workbench.core.training.auto_freeze)
+    auto_freeze: bool = False
+    auto_freeze_every: int = 50
+    auto_freeze_threshold: float = 0.1
+    auto_freeze_max: float = 0.75
 
     # ------------------------------------------------------------ validation
     def validate(self) -> "TrainConfig":
@@ -248,6 +272,24 @@ class TrainConfig:
             v = getattr(self, name)
             if v is not None and (not isinstance(v, str) or not v.strip()):
                 raise bad(name, f"must be a column name of the hf-dataset: data, or null, got {v!r}")
+        self.cache_frozen = _choice(self, "cache_frozen", CACHE_MODES, bad, aliases={"true": "on", "false": "off", "yes": "on", "no": "off"})
+        from workbench.core.training.cache_store import CacheBudgetError, parse_budget
+
+        try:
+            parse_budget(self.cache_budget)
+        except CacheBudgetError as e:
+            raise bad("cache_budget", str(e)) from None
+        if not isinstance(self.auto_freeze, bool):
+            raise bad("auto_freeze", f"must be true or false, got {self.auto_freeze!r}")
+        _positive_int(self, "auto_freeze_every", optional=False, bad=bad)
+        v = self.auto_freeze_threshold
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
+            raise bad("auto_freeze_threshold", f"must be a number > 0 (a share such as 0.1), got {v!r}")
+        self.auto_freeze_threshold = float(v)
+        v = self.auto_freeze_max
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+            raise bad("auto_freeze_max", f"must be a share of the blocks, 0 < f <= 1, got {v!r}")
+        self.auto_freeze_max = float(v)
         if self.no_decay in ("none", ""):
             self.no_decay = None
         if self.no_decay not in (None, "auto"):
@@ -325,6 +367,8 @@ class TrainConfig:
             raise ConfigError(f"{where}not valid JSON ({e.msg} at line {e.lineno}); fix the file's syntax") from None
         except safe_json.JsonInputError as e:
             raise ConfigError(f"{where}{e}") from None
+        except ValueError as e:  # a number of thousands of digits, and the like
+            raise ConfigError(f"{where}not a usable JSON config ({str(e).split(';')[0][:100]}); fix the file") from None
         cfg = cls.from_dict(data)
         if cfg.model is not None:
             cfg.__dict__["_model_origin"] = f"config file {source}" if source else "a config file"

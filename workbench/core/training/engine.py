@@ -49,10 +49,13 @@ from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.training import distributed as wdist
 from workbench.core.training import fsdp as wfsdp
 from workbench.core.training import setup as build
+from workbench.core.training.auto_freeze import PLAN_FILE as AUTO_FREEZE_PLAN
+from workbench.core.training.auto_freeze import AutoFreezer
 from workbench.core.training.batches import batch_size_of, move_batch
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import dataset_num_classes, dataset_seq_len, model_positions
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
+from workbench.core.training.frozen_cache import CacheRefusedError, FrozenPrefixCache, build_cache
 from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes, process_rss
 from workbench.core.training.module_stats import ModuleStatsProbe
 from workbench.core.training.optim import sync_optimizer
@@ -294,6 +297,12 @@ class Trainer:
         self._outputs: RunOutputs | None = None  # locked, staged save folder and metrics files
         self._probe: MemoryProbe | None = None
         self._setup_rss: int | None = None
+        #: the frozen-prefix activation cache, when on (``config.cache_frozen``)
+        self.cache: FrozenPrefixCache | None = None
+        #: one line saying why the cache is off, or ""
+        self.cache_note = ""
+        #: ``config.auto_freeze``: decides which front blocks to freeze
+        self.auto_freezer: AutoFreezer | None = None
 
     # ------------------------------------------------------------ thread-safe controls
     def stop(self) -> None:
@@ -456,10 +465,36 @@ class Trainer:
         if self.dist is not None:  # every rank runs the same steps, whatever its data
             self.total_steps = wdist.all_reduce_min(self.total_steps, self.device)
         self.schedule = LrSchedule(cfg.scheduler, self.total_steps, cfg.warmup_steps)
+        try:
+            decided = build_cache(
+                cfg, model, self._fwd if self._fwd is not None else model, self.loader, self.applied, self.device,
+                distributed=self.dist is not None, total_steps=self.total_steps, steps_per_epoch=self.steps_per_epoch,
+                freezes_later=bool(plan.stages) or cfg.auto_freeze,
+            )
+        except CacheRefusedError as e:
+            self.applied.remove(merge=False)
+            raise TrainError(str(e)) from None
+        self.cache, self.loader, self.cache_note = decided.cache, decided.loader, decided.note
+        if cfg.auto_freeze:
+            self.auto_freezer = self._auto_freezer(model)
         self._probe = MemoryProbe(self.device, baseline=self._setup_rss)
         self._recount()
         self._tree = self.applied.tree
         self._ready = True
+
+    def _auto_freezer(self, model: nn.Module) -> AutoFreezer:
+        cfg = self.config
+        assert self.applied is not None
+        try:
+            if self.dist is not None:
+                raise ValueError("auto-freeze runs in one process, not under torchrun")
+            return AutoFreezer(model, wfsdp.block_paths(model), cfg.auto_freeze_every, cfg.auto_freeze_threshold,
+                               cfg.auto_freeze_max)
+        except ValueError as e:
+            if self.cache is not None:
+                self.cache.close()
+            self.applied.remove(merge=False)
+            raise TrainError(f"--auto-freeze: {e}") from None
 
     def _shard(self, plan: FreezePlan) -> None:
         assert self.model is not None and self.applied is not None
@@ -515,6 +550,8 @@ class Trainer:
             self._wrap()
         self._recount()
         self.plan_version += 1
+        if self.cache is not None:
+            self.cache.plan_changed()
         return f"{label}: {diff.describe()}"
 
     def _plan_boundary(self, st: _Loop) -> list[str]:
@@ -617,6 +654,8 @@ class Trainer:
             return
         self._outputs = RunOutputs.open(cfg.save_dir, cfg.metrics_path)
         self._writers.extend(self._outputs.writers)
+        if self.cache is not None and self._outputs.staging is not None:
+            self.cache.spill_dir = self._outputs.staging
         if cfg.tensorboard_dir:
             self._writers.append(open_tensorboard(cfg.tensorboard_dir, self.plan))
 
@@ -633,13 +672,15 @@ class Trainer:
             if cuda else []
         )
         train_step = self._train_step = TrainStep(
-            self.model, self.optimizer, self._fwd if self._fwd is not None else self.model, self.loss_fn, self.device,
+            self.model, self.optimizer,
+            self.cache if self.cache is not None else self._fwd if self._fwd is not None else self.model,
+            self.loss_fn, self.device,
             amp_dtype=self._amp_dtype, scaler=self._scaler, step_hook=self.step_hook,
             agree=(lambda bad: self._agree(st, bad)) if dist is not None else None,
             stats=ModuleStatsProbe(
-                self.model, self._stats_every, modules=self.applied.tree.nodes if self.applied is not None else None,
+                self.model, self._probe_every() or 1, modules=self.applied.tree.nodes if self.applied is not None else None,
                 version=lambda: self.plan_version,
-            ) if self._stats_every else None,
+            ) if self._probe_every() else None,
         )
         win = st.window
         schedule = self.schedule if self.schedule is not None and self.schedule.active else None
@@ -690,6 +731,8 @@ class Trainer:
             if out.stepped and st.state_dirty:
                 self._opt_bytes = optimizer_state_bytes(self.optimizer)
                 st.state_dirty = False
+            if self.cache is not None:
+                win.events.extend(self.cache.take_events())
             win.n += 1
             win.last_step = step
             win.data_time += t1 - t0
@@ -712,12 +755,21 @@ class Trainer:
                 st.overhead += time.perf_counter() - te - val_s
             if st.status != "completed":
                 break
+            if self.auto_freezer is not None:  # a decision is a stage, applied at the next step boundary
+                decided = self.auto_freezer.decide(step, self.full_plan)
+                if decided is not None:
+                    self.full_plan = decided
         if win.n:
             m, _ = self._report(st, events_pool)
             self._emit(m)
             if self.on_metrics is not None:
                 self.on_metrics(m)
             yield m
+
+    def _probe_every(self) -> int | None:
+        """Measure module statistics every N steps: as asked, and as often as auto-freeze needs."""
+        every = [e for e in (self._stats_every, self.auto_freezer.measure_every if self.auto_freezer else None) if e]
+        return min(every) if every else None
 
     def _validation_due(self, st: _Loop) -> bool:
         """Validate now: every ``val_every`` steps and after the last step."""
@@ -863,6 +915,8 @@ class Trainer:
             val_acc=win.val_acc,
             module_stats=self._train_step.stats.take() if self._train_step is not None and self._train_step.stats else None,
         )
+        if self.auto_freezer is not None and m.module_stats is not None:
+            self.auto_freezer.observe(m.module_stats)
         st.report_step_times.append(step_time)
         st.report_data_times.append(data_time)
         st.report_rates.append(rate)
@@ -889,6 +943,8 @@ class Trainer:
         if self._finished:
             return
         self._finished = True
+        if self.cache is not None:
+            self.cache.close()  # the spill file leaves the run folder before it is committed
         # under FSDP verify and save are collectives: a rank whose loop failed or was interrupted
         # (perhaps alone) skips them and exits, and torchrun stops the others
         together = self.shards is not None and st.status != "failed" and not st.interrupted
@@ -994,6 +1050,9 @@ class Trainer:
             "best_val_loss": st.best_val_loss,
             "best_val_step": st.best_val_step,
             "best_val_acc": st.best_val_acc,
+            "frozen_cache": self.cache.stats.to_dict() if self.cache is not None else None,
+            "frozen_cache_note": self.cache_note or None,
+            "auto_freeze": self.auto_freezer.summary() if self.auto_freezer is not None else None,
         }
 
     def _result(self, st: _Loop, verify: Any) -> RunResult:
@@ -1051,5 +1110,7 @@ class Trainer:
             except (ImportError, AttributeError, NotImplementedError) as e:
                 result.message += f"; A+B deltas not saved ({first_line(e)})"
         self.applied.plan.save(folder / "plan.json")
+        if self.auto_freezer is not None:  # the run's plan with each decision as a stage: reruns it without auto-freeze
+            self.full_plan.save(folder / AUTO_FREEZE_PLAN)
         self.config.save(folder / "config.json")
         atomic_write(folder / "summary.json", json.dumps(result.to_dict(), indent=2) + "\n")

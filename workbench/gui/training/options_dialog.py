@@ -1,4 +1,5 @@
-"""The less-used training settings: warm-up, weight decay on biases and norms, validation, TensorBoard.
+"""The less-used training settings: warm-up, weight decay on biases and norms, validation, TensorBoard,
+the frozen-prefix cache and auto-freeze.
 
 :class:`TrainingOptions` holds them as plain data (what the training panel keeps, saves in
 ``QSettings`` and turns into :class:`~workbench.core.training.config.TrainConfig` fields, as
@@ -59,6 +60,11 @@ class TrainingOptions:
             source only; a held-out split needs N >= 1).
         tensorboard: write TensorBoard event files into the run's folder
             (``<run>/tensorboard``; ``TrainConfig.tensorboard_dir``).
+        cache_frozen: keep the frozen front layers' output after the first epoch where that
+            is exact (``TrainConfig.cache_frozen`` ``auto``; unchecked: ``off``).
+        auto_freeze: freeze the front blocks whose gradient norm flattened, while training
+            (``TrainConfig.auto_freeze``).
+        auto_freeze_every: decide every N steps (``TrainConfig.auto_freeze_every``).
     """
 
     warmup_steps: int = 0
@@ -69,6 +75,9 @@ class TrainingOptions:
     val_percent: int = 10
     val_every: int = 50
     tensorboard: bool = False
+    cache_frozen: bool = True
+    auto_freeze: bool = False
+    auto_freeze_every: int = 50
 
     def config_fields(self) -> dict[str, Any]:
         """The :class:`~workbench.core.training.config.TrainConfig` fields these options set.
@@ -88,6 +97,9 @@ class TrainingOptions:
             "val_every": None,
             "val_fraction": 0.1,
             "tensorboard_dir": TENSORBOARD_IN_RUN if self.tensorboard else None,
+            "cache_frozen": "auto" if self.cache_frozen else "off",
+            "auto_freeze": bool(self.auto_freeze),
+            "auto_freeze_every": max(1, int(self.auto_freeze_every)),
         }
         if not self.validate:
             return out
@@ -116,6 +128,10 @@ class TrainingOptions:
             parts.append("no decay on biases/norms")
         if self.tensorboard:
             parts.append("TensorBoard")
+        if not self.cache_frozen:
+            parts.append("no frozen cache")
+        if self.auto_freeze:
+            parts.append(f"auto-freeze every {self.auto_freeze_every}")
         return " · ".join(parts)
 
     def copy(self) -> "TrainingOptions":
@@ -153,6 +169,22 @@ class TrainingOptionsDialog(QDialog):
         else:
             self.tensorboard.setEnabled(False)
             self.tensorboard.setToolTip(f"Needs the tensorboard package: {INSTALL_HINT}")
+
+        self.cache_frozen = QCheckBox("Cache the frozen front layers after the first epoch", self)
+        self.cache_frozen.setToolTip("Where it is exact (frozen, eval-mode front layers; data without random "
+                                     "augmentation) later epochs run only the trainable part on kept activations; "
+                                     "the run's events say where it cut, or why not")
+
+        self.auto_freeze = QCheckBox("Auto-freeze converged front blocks", self)
+        self.auto_freeze.setToolTip("Every N steps, freeze the front-most blocks whose gradient norm has flattened "
+                                    "(a plan change, marked on the plots); the frozen part stays a prefix, so the cache "
+                                    "can skip it")
+        self.auto_every = QSpinBox(self)
+        self.auto_every.setRange(1, 10_000_000)
+        self.auto_every.setPrefix("every ")
+        self.auto_every.setSuffix(" steps")
+        self.auto_every.setToolTip("How often auto-freeze compares each block's gradient norm with the window before")
+        self.auto_freeze.toggled.connect(self.auto_every.setEnabled)
 
         self.validate = QGroupBox("Validate during training", self)
         self.validate.setCheckable(True)
@@ -195,6 +227,13 @@ class TrainingOptionsDialog(QDialog):
         top.addRow("Warm-up", self.warmup)
         top.addRow("", self.no_decay)
         top.addRow("", self.tensorboard)
+        top.addRow("", self.cache_frozen)
+        auto_row = QHBoxLayout()
+        auto_row.setContentsMargins(0, 0, 0, 0)
+        auto_row.addWidget(self.auto_freeze)
+        auto_row.addWidget(self.auto_every)
+        auto_row.addStretch(1)
+        top.addRow("", auto_row)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
         buttons.accepted.connect(self.accept)
         buttons.rejected.connect(self.reject)
@@ -213,6 +252,10 @@ class TrainingOptionsDialog(QDialog):
         self.warmup.setValue(int(o.warmup_steps))
         self.no_decay.setChecked(bool(o.no_decay))
         self.tensorboard.setChecked(bool(o.tensorboard) and self.tensorboard.isEnabled())
+        self.cache_frozen.setChecked(bool(o.cache_frozen))
+        self.auto_freeze.setChecked(bool(o.auto_freeze))
+        self.auto_every.setValue(max(1, int(o.auto_freeze_every)))
+        self.auto_every.setEnabled(bool(o.auto_freeze))
         self.validate.setChecked(bool(o.validate))
         i = self.source.findData(o.val_kind)
         self.source.setCurrentIndex(max(i, 0))
@@ -236,6 +279,9 @@ class TrainingOptionsDialog(QDialog):
             val_percent=self.percent.value(),
             val_every=self.every.value(),
             tensorboard=self.tensorboard.isChecked(),
+            cache_frozen=self.cache_frozen.isChecked(),
+            auto_freeze=self.auto_freeze.isChecked(),
+            auto_freeze_every=self.auto_every.value(),
         )
 
     def _source_changed(self, *_: Any) -> None:
@@ -273,5 +319,7 @@ def options_tooltip(o: TrainingOptions) -> str:
         source = f"{o.val_percent} % of the training data held out" if o.val_kind == HELD_OUT else f"{o.val_kind}:{o.val_path}"
         lines.append(f"validation: {source}, " + (f"every {o.val_every} steps" if o.val_every else "at the end"))
     lines.append("TensorBoard: " + ("<run folder>/tensorboard" if o.tensorboard else "off"))
+    lines.append("frozen-prefix cache: " + ("where exact" if o.cache_frozen else "off"))
+    lines.append("auto-freeze: " + (f"every {o.auto_freeze_every} steps" if o.auto_freeze else "off"))
     return "\n".join(lines)
 

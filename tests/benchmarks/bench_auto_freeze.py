@@ -1,0 +1,106 @@
+"""Full fine-tuning against auto-freeze (+ the frozen-prefix cache), side by side, on one machine.
+
+Two tasks where the model really learns: noisy synthetic images (resnet18, 32 px) and
+synthetic token classification (a small BERT from a config). Each runs twice with the same
+seed, data and steps: full fine-tuning, and ``auto_freeze=True`` with ``cache_frozen="auto"``.
+Validation on a held-out split every few steps gives ``(wall time, val loss)`` points.
+
+Printed per task: the final validation loss of each run, the wall time full fine-tuning
+needed for its final validation loss, the wall time auto-freeze needed to reach that same
+loss (or "not reached"), their ratio, and what auto-freeze froze. Goal in the issue:
+<= 0.6x the time, final loss within 2 %. Nothing is asserted.
+
+    OMP_NUM_THREADS=2 python tests/benchmarks/bench_auto_freeze.py
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from workbench.core.training.config import TrainConfig
+from workbench.core.training.data import SyntheticImageDataset, SyntheticTextDataset
+from workbench.core.training.engine import Trainer
+
+
+def _image_task(n: int) -> tuple[Any, Dataset[Any], dict[str, Any]]:
+    import torchvision
+
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    data = SyntheticImageDataset(n, 32, 10, signal=0.35, noise=1.0, seed=1)
+    return model, data, {"image_size": 32}
+
+
+def _text_task(n: int) -> tuple[Any, Dataset[Any], dict[str, Any]]:
+    from transformers import BertConfig, BertForSequenceClassification
+
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=6, num_attention_heads=4, intermediate_size=128,
+                     max_position_embeddings=64, num_labels=4)
+    model = BertForSequenceClassification(cfg)
+    data = SyntheticTextDataset(n, vocab_size=512, seq_len=32, num_classes=4, signal=0.25, seed=1)
+    return model, data, {}
+
+
+def _run(make: Any, n: int, steps: int, batch: int, every: int, **kw: Any) -> dict[str, Any]:
+    model, data, extra = make(n)
+    cfg = TrainConfig(batch_size=batch, steps=steps, device="cpu", seed=0, val_every=every, val_fraction=0.2,
+                      lr=1e-3, **extra, **kw)
+    t = Trainer(cfg, model=model, dataset=data)
+    points: list[tuple[float, float]] = []
+    froze: list[str] = []
+    for m in t.steps():
+        if m.val_loss is not None:
+            points.append((m.wall_time, m.val_loss))
+        froze += [e for e in m.events if "auto-freeze" in e]
+    assert t.result is not None and t.result.ok, t.result
+    s = t.result.summary
+    return {"points": points, "final": s["val_loss"], "wall": s["wall_time_s"], "froze": froze,
+            "cache": s.get("frozen_cache"), "auto": s.get("auto_freeze")}
+
+
+def _time_to(points: list[tuple[float, float]], target: float) -> float | None:
+    return next((t for t, v in points if v <= target), None)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=240)
+    ap.add_argument("--every", type=int, default=20, help="validate (and decide auto-freeze) every N steps")
+    ap.add_argument("--threshold", type=float, default=0.1, help="auto-freeze threshold (default 0.1)")
+    ap.add_argument("--only", choices=("images", "text"), help="run one task only")
+    args = ap.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.steps} steps, validation every "
+          f"{args.every}, auto-freeze threshold {args.threshold}")
+    tasks = (("images", "resnet18, noisy synthetic images 32 px", _image_task, 640, 32),
+             ("text", "BERT 6x64 from config, synthetic text", _text_task, 1280, 32))
+    for key, name, make, n, batch in tasks:
+        if args.only and key != args.only:
+            continue
+        full = _run(make, n, args.steps, batch, args.every, cache_frozen="off")
+        auto = _run(make, n, args.steps, batch, args.every, auto_freeze=True, auto_freeze_every=args.every,
+                    auto_freeze_threshold=args.threshold, cache_frozen="auto")
+        target = full["final"]
+        t_full = _time_to(full["points"], target)
+        t_auto = _time_to(auto["points"], target)
+        ratio = f"{t_auto / t_full:.2f}x" if t_auto is not None and t_full else "not reached"
+        diff = (auto["final"] - full["final"]) / full["final"] * 100 if full["final"] else float("nan")
+        print(f"\n{name}")
+        print(f"  full FT    final val loss {full['final']:.4f}  reached at {t_full:.1f}s, run {full['wall']:.1f}s")
+        print(f"  auto-freeze final val loss {auto['final']:.4f} ({diff:+.1f} %)  reached full FT's final at "
+              f"{'-' if t_auto is None else f'{t_auto:.1f}s'} ({ratio}), run {auto['wall']:.1f}s "
+              f"({auto['wall'] / full['wall']:.2f}x)")
+        a = auto["auto"] or {}
+        print(f"  froze {a.get('frozen_blocks', 0)} of {a.get('blocks', 0)} blocks: "
+              + ("; ".join(f"step {d['at_step']}: {', '.join(d['blocks'])}" for d in a.get("decisions", [])) or "nothing"))
+        c = auto["cache"]
+        if c and c.get("cut"):
+            print(f"  cache: input of '{c['cut']}', hit rate {c['hit_rate']:.0%}, {c['invalidations']} invalidations")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,113 @@
+"""Frozen-prefix cache: step time after the first epoch, cached vs uncached, against a hand-cached loop.
+
+For each case the same run (same seed, data, plan) trains with ``cache_frozen="off"`` and
+``"on"``; the ratio is the median step time of the steps after the first epoch (compute only:
+the engine's ``step_time_s``, data loading apart). The limit is a plain PyTorch loop that
+computed the frozen features once by hand and then trains only the suffix on them. Also
+printed: the memory the cache holds.
+
+    OMP_NUM_THREADS=2 python tests/benchmarks/bench_frozen_cache.py            # all three cases
+    OMP_NUM_THREADS=2 python tests/benchmarks/bench_frozen_cache.py --quick    # smaller sizes
+
+Prints ratios; asserts nothing about time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any
+
+import torch
+import torchvision
+from torch import nn
+
+from workbench.core.formatting import fmt_bytes
+from workbench.core.training.config import TrainConfig
+from workbench.core.training.data import SyntheticImageDataset
+from workbench.core.training.engine import Trainer
+
+CASES = [
+    # name, arch, image size, trainable modules, the suffix run by hand (from the cut)
+    ("resnet18 head only, 64 px", "resnet18", 64, ["fc"]),
+    ("resnet50 head only, 224 px", "resnet50", 224, ["fc"]),
+    ("resnet18 frozen through layer3, 224 px", "resnet18", 224, ["layer4", "fc"]),
+]
+
+
+def _plan(train: list[str]) -> dict[str, Any]:
+    return {"format": "freeze-plan", "version": 1,
+            "rules": [{"select": "*", "frozen": True}] + [{"select": s, "frozen": False} for s in train]}
+
+
+def _run(arch: str, size: int, train: list[str], mode: str, n: int, batch: int, epochs: int) -> tuple[float, dict[str, Any]]:
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, arch)(num_classes=10)
+    cfg = TrainConfig(plan=_plan(train), data=f"synthetic:{n}", image_size=size, batch_size=batch,
+                      epochs=epochs, device="cpu", cache_frozen=mode, seed=0)
+    t = Trainer(cfg, model=model)
+    times = [m.step_time_s for m in t.steps() if m.epoch >= 1 and m.window == 1]
+    assert t.result is not None and t.result.ok, t.result
+    return statistics.median(times), t.result.summary
+
+
+def _hand(arch: str, size: int, train: list[str], n: int, batch: int, steps: int) -> float:
+    """The limit: features computed once by hand, then only the suffix trains on them."""
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, arch)(num_classes=10)
+    ds = SyntheticImageDataset(n, size, 10)
+    xs = torch.stack([ds[i][0] for i in range(n)])
+    ys = torch.tensor([ds[i][1] for i in range(n)])
+    model.eval()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if train == ["fc"]:
+        prefix = nn.Sequential(*list(model.children())[:-1], nn.Flatten())
+        suffix: nn.Module = model.fc
+    else:
+        kids = dict(model.named_children())
+        prefix = nn.Sequential(*[kids[k] for k in ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3")])
+        suffix = nn.Sequential(kids["layer4"], kids["avgpool"], nn.Flatten(), kids["fc"])
+    with torch.no_grad():
+        feats = torch.cat([prefix(xs[i : i + batch]) for i in range(0, n, batch)])
+    for p in suffix.parameters():
+        p.requires_grad_(True)
+    suffix.train()
+    for m in suffix.modules():  # frozen-plan BN semantics: only the trainable part trains its BN
+        if isinstance(m, nn.BatchNorm2d):
+            m.train()
+    opt = torch.optim.AdamW([p for p in suffix.parameters() if p.requires_grad], lr=1e-3)
+    loss_fn = nn.CrossEntropyLoss()
+    times = []
+    for s in range(steps):
+        i = (s * batch) % (n - batch + 1)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(suffix(feats[i : i + batch]), ys[i : i + batch])
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times[1:])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer samples (noisier)")
+    ap.add_argument("--batch", type=int, default=16)
+    args = ap.parse_args()
+    n = 64 if args.quick else 128
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, {n} samples, 3 epochs")
+    print(f"{'case':<42} {'uncached':>10} {'cached':>10} {'ratio':>7} {'by hand':>8} {'limit':>7} {'cache':>10}")
+    for name, arch, size, train in CASES:
+        off, _ = _run(arch, size, train, "off", n, args.batch, 3)
+        on, summary = _run(arch, size, train, "on", n, args.batch, 3)
+        hand = _hand(arch, size, train, n, args.batch, 12)
+        c = summary["frozen_cache"]
+        held = fmt_bytes((c["bytes_memory"] or 0) + (c["bytes_disk"] or 0))
+        print(f"{name:<42} {off * 1e3:>8.1f}ms {on * 1e3:>8.1f}ms {on / off:>6.3f}x {hand * 1e3:>6.1f}ms "
+              f"{hand / off:>6.3f}x {held:>10}  (cut: {c['cut']}, hit rate {c['hit_rate']:.0%})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""Auto-freeze: freeze the front blocks whose gradients have settled, while training.
+
+After AutoFreeze (Liu et al., 2021) and Egeria (EuroSys 2023): a block whose gradient norm
+stops changing has converged, and freezing it from the front keeps the frozen part a prefix,
+so the frozen-prefix cache (:mod:`workbench.core.training.frozen_cache`) can skip it.
+
+:class:`AutoFreezer` reads the per-module gradient norms the engine measures anyway
+(:class:`~workbench.core.training.module_stats.ModuleStats`) for the model's repeated blocks
+(the ones FSDP shards one by one: :func:`~workbench.core.training.fsdp.block_paths`). Every
+``every`` steps it compares each trainable block's mean gradient norm over the last window
+with the window before; a block has **flattened** when the relative change is below
+``threshold``. It then freezes the front-most run of flattened blocks right after the frozen
+prefix (never a block after a trainable one), together with what runs before the first block
+(stem, embeddings, the root's own parameters such as a class token), up to ``max_fraction``
+of the blocks. Frozen modules are locked in eval mode (``eval: true``) so the prefix is
+deterministic and the cache applies.
+
+Each decision is a plan **stage** at the next step, handed to the trainer through
+:meth:`~workbench.core.training.engine.Trainer.request_plan` (the normal path: a plan-change
+event, a marker on the plots, the tree's rows turn frozen). The stages together are a plan
+that reproduces the run without auto-freeze (:meth:`AutoFreezer.plan`, written as
+``auto_freeze.plan.json`` in the run folder).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from workbench.core.plan.rules import FreezePlan, Rule, Stage
+from workbench.core.training.module_stats import ModuleStats
+
+__all__ = ["PLAN_FILE", "AutoFreezeDecision", "AutoFreezer", "front_paths"]
+
+#: The file the decisions are written to, in the run's save folder.
+PLAN_FILE = "auto_freeze.plan.json"
+
+
+@dataclass
+class AutoFreezeDecision:
+    """One decision.
+
+    Attributes:
+        at_step: the step the freeze takes effect.
+        blocks: blocks frozen by it.
+        changes: each frozen block's relative gradient-norm change over the last window.
+    """
+
+    at_step: int
+    blocks: list[str]
+    changes: dict[str, float] = field(default_factory=dict)
+
+
+def front_paths(model: nn.Module, first_block: str) -> list[str]:
+    """What runs before the first block: modules before it in the model's order that are not
+    its ancestors, outermost only, and the root's own parameters (as ``param:NAME``).
+
+    Args:
+        model: the model.
+        first_block: the first block's path.
+
+    Returns:
+        Plan selectors.
+    """
+    ancestors = {first_block}
+    p = first_block
+    while "." in p:
+        p = p.rsplit(".", 1)[0]
+        ancestors.add(p)
+    ancestors.add("")
+    out: list[str] = []
+    for name, m in model.named_modules():
+        if name == first_block:
+            break
+        if not name or name in ancestors or name.endswith("parametrizations") or ".parametrizations" in name:
+            continue
+        parent = name.rsplit(".", 1)[0] if "." in name else ""
+        if parent in ancestors and any(True for _ in m.parameters()):
+            out.append(name)
+    out.extend(f"param:{n}" for n, _ in model.named_parameters(recurse=False))
+    return out
+
+
+class AutoFreezer:
+    """Decides, from measured gradient norms, which front blocks to freeze.
+
+    Args:
+        model: the model (plan applied).
+        blocks: the model's repeated blocks in execution order (see
+            :func:`~workbench.core.training.fsdp.block_paths`).
+        every: decide every N steps.
+        threshold: a block has flattened when its mean gradient norm changed by less than
+            this share between the last two windows.
+        max_fraction: freeze at most this share of the blocks.
+
+    Raises:
+        ValueError: no blocks, or settings out of range.
+    """
+
+    def __init__(self, model: nn.Module, blocks: list[str], every: int, threshold: float, max_fraction: float) -> None:
+        if not blocks:
+            raise ValueError("the model has no repeated blocks to freeze one by one")
+        if every < 1 or not 0 < max_fraction <= 1 or not threshold > 0:
+            raise ValueError("auto-freeze needs every >= 1, 0 < max fraction <= 1 and a threshold > 0")
+        self.model = model
+        self.blocks = list(blocks)
+        self.every = every
+        self.threshold = threshold
+        self.max_blocks = int(math.floor(max_fraction * len(blocks) + 1e-9))
+        self.decisions: list[AutoFreezeDecision] = []
+        self._window: dict[str, list[float]] = {}
+        self._previous: dict[str, float] = {}
+        self._front_done = False
+
+    @property
+    def measure_every(self) -> int:
+        """How often the gradient norms should be measured (a few times per window)."""
+        return max(1, self.every // 4)
+
+    def observe(self, stats: ModuleStats) -> None:
+        """Take one measured step's gradient norms of the trainable blocks.
+
+        Args:
+            stats: the step's statistics.
+        """
+        for b in self.blocks:
+            g = stats.grad_norm(b)
+            if g is not None and math.isfinite(g):
+                self._window.setdefault(b, []).append(g)
+
+    def frozen_blocks(self) -> int:
+        """Blocks frozen now (a block is frozen when none of its parameters trains)."""
+        n = 0
+        for b in self.blocks:
+            if any(p.requires_grad for p in self.model.get_submodule(b).parameters()):
+                break
+            n += 1
+        return n
+
+    def decide(self, step: int, plan: FreezePlan) -> FreezePlan | None:
+        """At the end of ``step``: the plan with one more stage, or None (nothing to freeze).
+
+        Args:
+            step: the step just done (decisions happen every ``every`` steps).
+            plan: the run's full plan now (stages included).
+
+        Returns:
+            ``plan`` plus a stage at ``step + 1`` freezing the next flattened front blocks,
+            or None.
+        """
+        if (step + 1) % self.every:
+            return None
+        means = {b: sum(v) / len(v) for b, v in self._window.items() if v}
+        previous, self._previous, self._window = self._previous, means, {}
+        start = self.frozen_blocks()
+        chosen: list[str] = []
+        changes: dict[str, float] = {}
+        for b in self.blocks[start : self.max_blocks]:
+            now, before = means.get(b), previous.get(b)
+            if now is None or before is None or before <= 0:
+                break
+            change = abs(now - before) / before
+            if change >= self.threshold:
+                break
+            chosen.append(b)
+            changes[b] = change
+        if not chosen:
+            return None
+        rules = []
+        if start == 0 and not self._front_done:
+            rules += [Rule(sel, frozen=True, eval=True) for sel in front_paths(self.model, self.blocks[0])]
+            self._front_done = True
+        rules += [Rule(b, frozen=True, eval=True) for b in chosen]
+        label = f"auto-freeze {chosen[0]}" + (f" .. {chosen[-1]}" if len(chosen) > 1 else "")
+        new = plan.copy()
+        new.stages = [*new.stages, Stage(rules=rules, at_step=step + 1, label=label)]
+        self.decisions.append(AutoFreezeDecision(step + 1, chosen, changes))
+        return new
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-ready: the decisions and the blocks frozen."""
+        return {
+            "blocks": len(self.blocks),
+            "frozen_blocks": sum(len(d.blocks) for d in self.decisions),
+            "decisions": [{"at_step": d.at_step, "blocks": d.blocks, "changes": d.changes} for d in self.decisions],
+        }

@@ -1,0 +1,773 @@
+"""The frozen-prefix activation cache: after the first epoch, frozen front layers cost nothing.
+
+When every module that runs before the first trainable module is frozen and deterministic
+(eval mode: BatchNorm on running statistics, dropout and drop-path off) and the data gives the
+same input for the same sample index, the input of the first trainable part never changes for
+a sample. :class:`FrozenPrefixCache` keeps it per sample index while the first epoch runs the
+whole model, and from then on runs only the trainable suffix on the kept activations.
+
+How the cut is found (on the first batch, with the global RNG and the buffers restored after):
+
+* one forward records the order of module calls; **F** is the first module called that owns a
+  trainable parameter; the **cut** is the outermost module **C** on F's call chain that F is
+  the first call of (``layer3`` when ``layer3.0.conv1`` trains, ``encoder.layer.10`` when a
+  BERT layer trains, ``fc`` for a head only). Its input (the first argument) is what is kept.
+* the **skipped** modules are the outermost ones called before C that are not its callers;
+  on a cached step each returns a zero placeholder of the shape it returned (no compute) and
+  C's input is replaced by the kept rows.
+* checks (each refusal is one line naming the module): nothing skipped is in train mode with
+  BatchNorm statistics or dropout, nothing skipped is called after C, C runs once, the frozen
+  part gives the same C input twice, and the cached path gives the same output as the whole
+  model on that batch (a skip connection around the cut would not).
+
+The sample index comes from the loader's batch sampler (:func:`index_recording_loader`), in
+order, so worker processes and prefetching are fine. A plan change that makes any part of
+the prefix trainable (or freezes more) drops the cache at the next step and finds a new cut.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import math
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Mapping
+
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset, Subset
+
+from workbench.core.errors import WorkbenchError
+from workbench.core.training.cache_store import RowStore
+from workbench.core.training.config import CACHE_MODES
+
+__all__ = [
+    "CACHE_MODES",
+    "CacheRefusedError",
+    "CacheStats",
+    "FrozenPrefixCache",
+    "IndexQueue",
+    "data_determinism",
+    "index_recording_loader",
+    "static_refusal",
+]
+
+
+_DETERMINISTIC_TRANSFORMS = frozenset({
+    "Compose", "Resize", "CenterCrop", "ToTensor", "PILToTensor", "Normalize", "ConvertImageDtype",
+    "ImageClassification", "Grayscale", "ToImage", "ToDtype", "Identity",
+})
+
+
+class CacheRefusedError(WorkbenchError):
+    """The cache cannot be exact here; the message is one line saying why (and which module).
+
+    Args:
+        message: the line.
+        quiet: nothing is frozen at the front (yet): nothing to say in the run's events.
+    """
+
+    def __init__(self, message: str, *, quiet: bool = False) -> None:
+        super().__init__(message)
+        self.quiet = quiet
+
+
+@dataclass
+class CacheStats:
+    """What the cache holds and how often it served.
+
+    Attributes:
+        cut: the module whose input is kept, or None before the first step / when off.
+        rows: samples held.
+        bytes_memory: bytes held in memory.
+        bytes_disk: bytes held in the spill file.
+        hits: steps served from the cache.
+        misses: steps that ran the whole model.
+        invalidations: times a plan change dropped the cache.
+    """
+
+    cut: str | None = None
+    rows: int = 0
+    bytes_memory: int = 0
+    bytes_disk: int = 0
+    hits: int = 0
+    misses: int = 0
+    invalidations: int = 0
+
+    @property
+    def hit_rate(self) -> float | None:
+        """Share of steps served from the cache (None before any step)."""
+        n = self.hits + self.misses
+        return self.hits / n if n else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, the hit rate included."""
+        return {
+            "cut": self.cut, "rows": self.rows, "bytes_memory": self.bytes_memory, "bytes_disk": self.bytes_disk,
+            "hits": self.hits, "misses": self.misses, "hit_rate": self.hit_rate, "invalidations": self.invalidations,
+        }
+
+
+# ---------------------------------------------------------------- sample indices
+class IndexQueue:
+    """The index lists a batch sampler handed out, in order (one per batch the loader yields)."""
+
+    def __init__(self) -> None:
+        self._q: collections.deque[list[int]] = collections.deque()
+
+    def push(self, idx: list[int]) -> None:
+        """Record a batch's indices (called by the sampler wrapper)."""
+        self._q.append(idx)
+
+    def pop(self) -> list[int] | None:
+        """The indices of the next batch the loader yields, or None when unknown."""
+        return self._q.popleft() if self._q else None
+
+    def clear(self) -> None:
+        """Forget everything (a new iterator over the loader)."""
+        self._q.clear()
+
+
+class _RecordingBatchSampler:
+    def __init__(self, inner: Any, queue: IndexQueue) -> None:
+        self.inner, self.queue = inner, queue
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.queue.clear()
+        for idx in self.inner:
+            idx = [int(i) for i in idx]
+            self.queue.push(idx)
+            yield idx
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+
+def index_recording_loader(loader: DataLoader[Any]) -> tuple[DataLoader[Any], IndexQueue]:
+    """The same loader (same sampler, generator and workers) that also records sample indices.
+
+    Args:
+        loader: a map-style loader with a batch sampler.
+
+    Returns:
+        The new loader and the queue of its batches' indices.
+    """
+    queue = IndexQueue()
+    kwargs: dict[str, Any] = {}
+    if loader.num_workers > 0:
+        kwargs.update(persistent_workers=loader.persistent_workers, worker_init_fn=loader.worker_init_fn,
+                      prefetch_factor=loader.prefetch_factor)
+    new = DataLoader(
+        loader.dataset, batch_sampler=_RecordingBatchSampler(loader.batch_sampler, queue),
+        num_workers=loader.num_workers, collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
+        generator=loader.generator, **kwargs,
+    )
+    return new, queue
+
+
+# ---------------------------------------------------------------- static checks
+def _unwrap(ds: Dataset[Any]) -> Dataset[Any]:
+    while isinstance(ds, Subset):
+        ds = ds.dataset
+    return ds
+
+
+def _transform_ok(t: Any) -> bool:
+    if t is None:
+        return True
+    name = type(t).__name__
+    if name == "Compose":
+        return all(_transform_ok(x) for x in getattr(t, "transforms", [None]))
+    return name in _DETERMINISTIC_TRANSFORMS
+
+
+def data_determinism(dataset: Dataset[Any]) -> str | None:
+    """Why the data may not give the same input for the same sample index, or None when it does.
+
+    Args:
+        dataset: the training dataset (subsets are looked through).
+
+    Returns:
+        None for data known to be deterministic (the built-in synthetic and text datasets,
+        image files with resize/crop/normalize transforms only), else one line.
+    """
+    from workbench.core.training.data import SyntheticImageDataset, SyntheticTextDataset
+    from workbench.core.training.text_jsonl import JsonlTextDataset
+
+    ds = _unwrap(dataset)
+    if isinstance(ds, (SyntheticTextDataset, JsonlTextDataset)):
+        return None
+    if isinstance(ds, SyntheticImageDataset):
+        t = getattr(ds, "transform", None)
+        return None if _transform_ok(t) else f"its transform {type(t).__name__} may be random"
+    transform = getattr(ds, "transform", "missing")
+    if transform == "missing":
+        return f"the dataset {type(ds).__name__} is not known to give the same input for the same sample"
+    if not _transform_ok(transform):
+        return f"the data's transform {type(transform).__name__} may be random (augmentation)"
+    if getattr(ds, "target_transform", None) is not None:
+        return "the data has a target transform that may be random"
+    return None
+
+
+def static_refusal(config: Any, applied: Any, dataset: Dataset[Any], *, distributed: bool) -> tuple[str | None, bool]:
+    """Why the cache cannot be used for this run, decided before the first step.
+
+    Args:
+        config: the :class:`~workbench.core.training.config.TrainConfig`.
+        applied: the run's :class:`~workbench.core.freezing.apply.AppliedPlan`.
+        dataset: the training dataset.
+        distributed: the run is under torchrun.
+
+    Returns:
+        ``(reason, data_only)``: one line or None, and whether the only reason is that the
+        data is not known to be deterministic (``cache_frozen="on"`` vouches for it).
+    """
+    if distributed:
+        return "not under torchrun (each rank would need its own cache)", False
+    if config.compile_backend:
+        return "not with --compile (the cut changes the model's graph)", False
+    if applied is not None and applied.installed("checkpoint"):
+        return "not with activation checkpointing (its recompute would run the cut twice)", False
+    try:
+        n = len(dataset)  # type: ignore[arg-type]
+    except TypeError:
+        return "the dataset has no length (the cache is indexed by sample)", False
+    if n < 1:
+        return "the dataset is empty", False
+    why = data_determinism(dataset)
+    if why is not None:
+        return f"{why}; pass --cache-frozen on if it gives the same input for the same sample", True
+    return None, False
+
+
+# ---------------------------------------------------------------- model analysis
+@dataclass
+class _Call:
+    path: str
+    module: nn.Module
+    parent: int | None
+    first_child: int | None = None
+
+
+def _out_spec(out: Any, batch: int) -> Any:
+    """A placeholder recipe for a module output: tensors become (shape, dtype, device)."""
+    if isinstance(out, torch.Tensor):
+        return ("T", tuple(out.shape), out.shape[0] == batch if out.dim() else False, out.dtype, out.device)
+    if isinstance(out, tuple) and hasattr(out, "_fields"):
+        return ("N", type(out), [_out_spec(o, batch) for o in out])
+    if isinstance(out, (tuple, list)):
+        return ("S", type(out), [_out_spec(o, batch) for o in out])
+    if isinstance(out, Mapping):
+        return ("M", type(out), {k: _out_spec(v, batch) for k, v in out.items()})
+    if out is None or isinstance(out, (int, float, bool, str)):
+        return ("V", out)
+    raise CacheRefusedError(f"its output of type {type(out).__name__} cannot be stood in for")
+
+
+class _Zeros:
+    def __init__(self) -> None:
+        self._z: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
+
+    def make(self, spec: Any, batch: int) -> Any:
+        kind = spec[0]
+        if kind == "T":
+            _, shape, batched, dtype, device = spec
+            key = (dtype, device)
+            z = self._z.get(key)
+            if z is None:
+                z = self._z[key] = torch.zeros((), dtype=dtype, device=device)
+            if batched:
+                shape = (batch, *shape[1:])
+            return z.expand(shape)
+        if kind == "N":
+            return spec[1](*[self.make(s, batch) for s in spec[2]])
+        if kind == "S":
+            return spec[1](self.make(s, batch) for s in spec[2])
+        if kind == "M":
+            return spec[1](**{k: self.make(v, batch) for k, v in spec[2].items()})
+        return spec[1]
+
+
+def _stochastic(m: nn.Module) -> bool:
+    """A module whose output or buffers depend on being in train mode."""
+    if not m.training:
+        return False
+    if isinstance(m, nn.modules.batchnorm._BatchNorm) or (
+        isinstance(getattr(m, "running_mean", None), torch.Tensor) and getattr(m, "track_running_stats", True)
+    ):
+        return True
+    name = type(m).__name__.lower()
+    if isinstance(m, nn.modules.dropout._DropoutNd) or "drop" in name or "stochastic" in name:
+        p = getattr(m, "p", getattr(m, "drop_prob", getattr(m, "drop_rate", 0.0)))
+        return not isinstance(p, (int, float)) or p > 0
+    return False
+
+
+def _first_tensor(args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> tuple[str | int, torch.Tensor] | None:
+    if args and isinstance(args[0], torch.Tensor):
+        return 0, args[0]
+    if not args:
+        for k, v in kwargs.items():
+            if isinstance(v, torch.Tensor) and v.is_floating_point():
+                return k, v
+    return None
+
+
+@contextlib.contextmanager
+def _kept_state(model: nn.Module, device: torch.device) -> Iterator[None]:
+    """Run extra forwards without a trace: the global RNG and every buffer are restored after."""
+    saved = [(b, b.detach().clone()) for b in model.buffers()]
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices), torch.no_grad():
+        try:
+            yield
+        finally:
+            for b, v in saved:
+                b.data.copy_(v)
+
+
+@dataclass
+class _Cut:
+    path: str
+    module: nn.Module
+    key: str | int
+    skipped: list[tuple[str, nn.Module, Any]]  # path, module, output placeholder recipe
+    row_shape: tuple[int, ...]
+    dtype: torch.dtype
+
+
+class FrozenPrefixCache:
+    """Wraps a run's forward: the first epoch fills the cache, later steps run the suffix only.
+
+    Args:
+        model: the model (the plan already applied).
+        forward: what runs a batch (the model, or its wrapper).
+        queue: the loader's sample indices (:func:`index_recording_loader`).
+        n_samples: samples in the training dataset.
+        device: the training device.
+        budget: bytes of memory the rows may use (beyond it: the spill file).
+        spill_dir: folder of the spill file, or None (rows beyond the budget stay uncached).
+        atol: tolerance of the first-batch check that the cut is clean.
+
+    Attributes:
+        stats: :class:`CacheStats`.
+        refused: one line when the cache turned itself off (no clean cut ...), else None.
+    """
+
+    def __init__(
+        self, model: nn.Module, forward: Callable[..., Any], queue: IndexQueue, n_samples: int,
+        device: torch.device, budget: int, spill_dir: Path | None, *, atol: float = 1e-4,
+    ) -> None:
+        self.model = model
+        self.forward = forward
+        self.queue = queue
+        self.n = n_samples
+        self.device = device
+        self.budget = budget
+        self.spill_dir = spill_dir
+        self.atol = atol
+        self.stats = CacheStats()
+        self.refused: str | None = None
+        self._cut: _Cut | None = None
+        self._store: RowStore | None = None
+        self._events: list[str] = []
+        self._zeros = _Zeros()
+        self._tmp: Path | None = None
+        self._signature: tuple[tuple[bool, ...], tuple[bool, ...]] | None = None
+
+    # ------------------------------------------------------------ engine hooks
+    def take_events(self) -> list[str]:
+        """Lines for the run's event stream since the last call (cut found, refused, dropped)."""
+        ev, self._events = self._events, []
+        return ev
+
+    def _state_signature(self) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
+        return (tuple(p.requires_grad for p in self.model.parameters()), tuple(m.training for m in self.model.modules()))
+
+    def plan_changed(self) -> None:
+        """A plan change took effect: drop the cache when it may no longer be exact.
+
+        What trains or which modules run in eval mode changed: the kept activations (or the
+        cut) may be wrong from the next step, so they are dropped and a new cut is found then.
+        """
+        if self._cut is not None and self._state_signature() == self._signature:
+            return
+        had = self._cut is not None
+        self._drop()
+        self.refused = None
+        if had:
+            self.stats.invalidations += 1
+            self._events.append("frozen-prefix cache dropped: the plan changed what trains; a new cut is found at the next step")
+
+    def close(self) -> None:
+        """Free the rows and remove the spill file."""
+        self._drop()
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run one training batch (called as the model would be)."""
+        idx_list = self.queue.pop()
+        if self.refused is not None or idx_list is None:
+            return self.forward(*args, **kwargs)
+        idx = torch.tensor(idx_list, dtype=torch.long)
+        if self._cut is None:
+            try:
+                self._cut = self._find_cut(args, kwargs)
+            except CacheRefusedError as e:
+                self.refused = str(e)
+                if not e.quiet:
+                    self._events.append(f"frozen-prefix cache off: {e}")
+                return self.forward(*args, **kwargs)
+            self._store = RowStore(self.n, self._cut.row_shape, self._cut.dtype, self.device, self.budget, self._spill_folder())
+            self.stats.cut = self._cut.path
+            self._signature = self._state_signature()
+            if self._store.note:
+                self._events.append(f"frozen-prefix cache: {self._store.note}")
+        store = self._store
+        assert store is not None
+        if store.has_all(idx):
+            self.stats.hits += 1
+            rows = store.get(idx)
+            out = self._run_cut(self._cut, rows, args, kwargs)
+            return out
+        self.stats.misses += 1
+        return self._run_capture(self._cut, store, idx, args, kwargs)
+
+    def describe(self) -> str:
+        """One line: the cut, size held and hit rate."""
+        from workbench.core.formatting import fmt_bytes
+
+        self._refresh()
+        s = self.stats
+        rate = f"{s.hit_rate:.0%}" if s.hit_rate is not None else "-"
+        return f"cut at '{s.cut}', {s.rows} samples, {fmt_bytes(s.bytes_memory)} in memory + {fmt_bytes(s.bytes_disk)} on disk, hit rate {rate}"
+
+    def _spill_folder(self) -> Path | None:
+        """The run folder, or a private temporary folder when the run saves nothing."""
+        if self.spill_dir is not None:
+            return self.spill_dir
+        if self._tmp is None:
+            try:
+                self._tmp = Path(tempfile.mkdtemp(prefix="workbench-cache-"))
+            except OSError:
+                return None
+        return self._tmp
+
+    def _refresh(self) -> None:
+        st = self._store
+        if st is not None:
+            self.stats.rows, self.stats.bytes_memory, self.stats.bytes_disk = st.count, st.bytes_memory, st.bytes_disk
+
+    def _drop(self) -> None:
+        self._refresh()
+        if self._store is not None:
+            self._store.close()
+        self._store = None
+        self._cut = None
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+    # ------------------------------------------------------------ running
+    def _run_capture(self, cut: _Cut, store: RowStore, idx: torch.Tensor, args: Any, kwargs: Any) -> Any:
+        kept: list[torch.Tensor] = []
+
+        def pre(_m: nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
+            t = a[cut.key] if isinstance(cut.key, int) else kw.get(cut.key)
+            if isinstance(t, torch.Tensor):
+                kept.append(t.detach())
+
+        h = cut.module.register_forward_pre_hook(pre, with_kwargs=True)
+        try:
+            out = self.forward(*args, **kwargs)
+        finally:
+            h.remove()
+        if len(kept) == 1 and kept[0].shape[0] == idx.numel():
+            store.put(idx, kept[0])
+        return out
+
+    def _run_cut(self, cut: _Cut, rows: torch.Tensor, args: Any, kwargs: Any) -> Any:
+        batch = rows.shape[0]
+
+        def pre(_m: nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
+            if isinstance(cut.key, int):
+                return (rows, *a[1:]), kw
+            kw = dict(kw)
+            kw[cut.key] = rows
+            return a, kw
+
+        patched: list[nn.Module] = []
+        h = cut.module.register_forward_pre_hook(pre, with_kwargs=True)
+        try:
+            for _path, m, spec in cut.skipped:
+                m.forward = (lambda *_a, _s=spec, **_k: self._zeros.make(_s, batch))
+                patched.append(m)
+            return self.forward(*args, **kwargs)
+        finally:
+            h.remove()
+            for m in patched:
+                with contextlib.suppress(AttributeError):
+                    del m.forward
+
+    # ------------------------------------------------------------ finding the cut
+    def _record(self, args: Any, kwargs: Any) -> tuple[list[_Call], list[Any], dict[int, Any], Any]:
+        """One forward recording module calls, their inputs and outputs."""
+        calls: list[_Call] = []
+        inputs: list[Any] = []
+        outputs: dict[int, Any] = {}
+        stack: list[int] = []
+        paths = {id(m): p for p, m in self.model.named_modules(remove_duplicate=False)}
+        handles = []
+
+        def pre(m: nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
+            parent = stack[-1] if stack else None
+            i = len(calls)
+            calls.append(_Call(paths.get(id(m), "?"), m, parent))
+            if parent is not None and calls[parent].first_child is None:
+                calls[parent].first_child = i
+            inputs.append(_first_tensor(a, kw))
+            stack.append(i)
+
+        def post(m: nn.Module, _a: Any, _kw: Any, out: Any) -> None:
+            i = stack.pop()
+            outputs[i] = out
+
+        for m in self.model.modules():
+            handles.append(m.register_forward_pre_hook(pre, with_kwargs=True))
+            handles.append(m.register_forward_hook(post, with_kwargs=True))
+        try:
+            out = self.forward(*args, **kwargs)
+        finally:
+            for h in handles:
+                h.remove()
+        return calls, inputs, outputs, out
+
+    def _find_cut(self, args: Any, kwargs: Any) -> _Cut:
+        rng = (torch.get_rng_state(), torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None)
+        with _kept_state(self.model, self.device):
+            try:
+                calls, inputs, outputs, ref = self._record(args, kwargs)
+            except CacheRefusedError:
+                raise
+            except Exception as e:
+                raise CacheRefusedError(f"the model could not be traced ({type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''})") from None
+            return self._cut_from(calls, inputs, outputs, ref, args, kwargs, rng)
+
+    def _cut_from(
+        self, calls: list[_Call], inputs: list[Any], outputs: dict[int, Any], ref: Any, args: Any, kwargs: Any,
+        rng: tuple[torch.Tensor, torch.Tensor | None],
+    ) -> _Cut:
+        if not calls:
+            raise CacheRefusedError("the model ran no modules")
+        f = next((i for i, c in enumerate(calls) if any(p.requires_grad for p in c.module.parameters(recurse=False))), None)
+        if f is None:
+            raise CacheRefusedError("no module that trains was called", quiet=True)
+        if calls[f].parent is None:
+            raise CacheRefusedError(f"the model's root trains parameters of its own ({calls[f].path or 'root'}); nothing runs before it",
+                                    quiet=True)
+        c = f
+        while True:
+            p = calls[c].parent
+            if p is None or calls[p].parent is None or calls[p].first_child != c:
+                break
+            c = p
+        # the cut F is the first call of, else an outer one (what runs in it before F then runs each step)
+        candidates = [c]
+        p = calls[c].parent
+        while p is not None and calls[p].parent is not None:
+            candidates.append(p)
+            p = calls[p].parent
+        first: CacheRefusedError | None = None
+        for cand in candidates:
+            try:
+                return self._try_cut(cand, calls, inputs, outputs, ref, args, kwargs, rng)
+            except CacheRefusedError as e:
+                first = first or e
+        assert first is not None
+        raise first
+
+    def _try_cut(
+        self, c: int, calls: list[_Call], inputs: list[Any], outputs: dict[int, Any], ref: Any, args: Any,
+        kwargs: Any, rng: tuple[torch.Tensor, torch.Tensor | None],
+    ) -> _Cut:
+        cut = calls[c]
+        name = cut.path or "(root)"
+        if c == 0 or calls[c].parent is None:
+            raise CacheRefusedError(f"nothing frozen runs before '{name}'", quiet=True)
+        chain: set[int] = set()
+        a: int | None = c
+        while a is not None:
+            chain.add(a)
+            a = calls[a].parent
+        skipped: list[int] = [i for i in range(c) if i not in chain and calls[i].parent in chain]
+        if not skipped:
+            raise CacheRefusedError(f"nothing frozen runs before '{name}'", quiet=True)
+        skipped_ids = {id(calls[i].module) for i in skipped}
+        inside: set[int] = set()
+        for i in range(c):
+            j: int | None = i
+            while j is not None and j not in chain:
+                if j in skipped:
+                    inside.add(i)
+                    break
+                j = calls[j].parent
+        for i in sorted(inside):
+            m = calls[i].module
+            if _stochastic(m):
+                raise CacheRefusedError(
+                    f"'{calls[i].path}' runs before the first trainable module in train mode "
+                    f"({type(m).__name__}); lock the frozen part in eval mode (plan key eval or bn_eval)"
+                )
+        for i in range(c + 1, len(calls)):
+            if id(calls[i].module) in skipped_ids:
+                raise CacheRefusedError(f"no clean cut at '{name}': '{calls[i].path}' runs both before and after it")
+            if calls[i].module is cut.module:
+                raise CacheRefusedError(f"no clean cut at '{name}': it runs more than once per forward")
+        kept = inputs[c]
+        if kept is None:
+            raise CacheRefusedError(f"no clean cut at '{name}': its input is not a tensor")
+        key, x = kept
+        batch = x.shape[0] if x.dim() else 0
+        try:
+            specs = [(calls[i].path, calls[i].module, _out_spec(outputs.get(i), batch)) for i in skipped]
+        except CacheRefusedError as e:
+            raise CacheRefusedError(f"no clean cut at '{name}': a module before it: {e}") from None
+        cut_obj = _Cut(name, cut.module, key, specs, tuple(x.shape[1:]), x.dtype)
+        # the frozen part gives the same input again (no hidden randomness)
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(torch.initial_seed() + 1)
+            calls2, inputs2, _, _ = self._record(args, kwargs)
+        again = inputs2[c] if len(calls2) == len(calls) else None
+        if again is None or not _same(again[1], x, 1e-6):
+            raise CacheRefusedError(
+                f"the frozen part before '{name}' gives a different output for the same batch "
+                "(dropout or drop-path in train mode?); lock it in eval mode (plan key eval)"
+            )
+        # the suffix alone on the kept input gives the model's output (a clean cut)
+        rng_state, cuda_state = rng
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.set_rng_state(rng_state)
+            if cuda_state is not None:
+                torch.cuda.set_rng_state(cuda_state, self.device)
+            try:
+                got = self._run_cut(cut_obj, x.detach().clone(), args, kwargs)
+            except Exception as e:
+                raise CacheRefusedError(
+                    f"no clean cut at '{name}': the model's forward uses what runs before it "
+                    f"({type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''})"
+                ) from None
+        if not _same(ref, got, self.atol):
+            raise CacheRefusedError(
+                f"no clean cut at '{name}': the model uses values from before it besides its input "
+                "(a skip connection around it?)"
+            )
+        return cut_obj
+
+
+def _tensors(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, Mapping):
+        return [t for v in out.values() for t in _tensors(v)]
+    if isinstance(out, (tuple, list)):
+        return [t for v in out for t in _tensors(v)]
+    return []
+
+
+def _same(a: Any, b: Any, atol: float) -> bool:
+    ta, tb = _tensors(a), _tensors(b)
+    if len(ta) != len(tb) or not ta:
+        return False
+    for x, y in zip(ta, tb):
+        if x.shape != y.shape:
+            return False
+        if x.is_floating_point():
+            scale = max(1.0, float(x.detach().abs().max())) if x.numel() else 1.0
+            if not torch.allclose(x.detach().float(), y.detach().float(), atol=atol * scale, rtol=1e-3):
+                return False
+        elif not torch.equal(x, y):
+            return False
+    return True
+
+
+def summarize(stats: CacheStats) -> dict[str, Any]:
+    """The cache's numbers for a run's summary (non-finite rates as None).
+
+    Args:
+        stats: the cache's stats.
+
+    Returns:
+        A JSON-ready dict.
+    """
+    d = stats.to_dict()
+    if isinstance(d["hit_rate"], float) and not math.isfinite(d["hit_rate"]):
+        d["hit_rate"] = None
+    return d
+
+
+@dataclass
+class CacheSetup:
+    """What :func:`build_cache` decided.
+
+    Attributes:
+        cache: the cache, or None when it is off.
+        loader: the loader to train from (records sample indices when the cache is on).
+        note: one line saying why the cache is off (empty when on, or off by request).
+    """
+
+    cache: FrozenPrefixCache | None
+    loader: DataLoader[Any]
+    note: str = ""
+
+
+def build_cache(
+    config: Any, model: nn.Module, forward: Callable[..., Any], loader: DataLoader[Any], applied: Any,
+    device: torch.device, *, distributed: bool, total_steps: int, steps_per_epoch: int | None,
+    freezes_later: bool = False,
+) -> CacheSetup:
+    """Decide on the frozen-prefix cache for a run (``config.cache_frozen``) and build it.
+
+    Args:
+        config: the run's :class:`~workbench.core.training.config.TrainConfig`
+            (``cache_frozen``, ``cache_budget``).
+        model: the model, plan applied.
+        forward: what runs a batch.
+        loader: the training loader.
+        applied: the run's applied plan.
+        device: the training device.
+        distributed: under torchrun.
+        total_steps: steps the run takes.
+        steps_per_epoch: batches per epoch, None when unknown.
+        freezes_later: stages or auto-freeze may freeze a prefix later (a run that starts
+            with everything trainable still gets the cache then).
+
+    Returns:
+        The decision.
+
+    Raises:
+        CacheRefusedError: ``cache_frozen="on"`` and the run cannot use the cache (the message
+            says why).
+    """
+    from workbench.core.training.cache_store import default_budget, parse_budget
+
+    mode = config.cache_frozen
+    if mode == "off":
+        return CacheSetup(None, loader)
+    if mode == "auto" and steps_per_epoch is not None and total_steps <= steps_per_epoch:
+        return CacheSetup(None, loader, "")  # the run ends within its first epoch: nothing would be served
+    if mode == "auto" and all(p.requires_grad for p in model.parameters()) and not freezes_later:
+        return CacheSetup(None, loader, "")  # full fine-tuning: nothing frozen to cache
+    why, data_only = static_refusal(config, applied, loader.dataset, distributed=distributed)
+    if why is not None and not (mode == "on" and data_only):
+        if mode == "on":
+            raise CacheRefusedError(f"--cache-frozen on: {why}")
+        return CacheSetup(None, loader, f"frozen-prefix cache off: {why}")
+    budget = parse_budget(config.cache_budget)
+    if budget is None:
+        budget = default_budget(device)
+    new_loader, queue = index_recording_loader(loader)
+    n = len(loader.dataset)  # type: ignore[arg-type]
+    return CacheSetup(FrozenPrefixCache(model, forward, queue, n, device, budget, None), new_loader)
