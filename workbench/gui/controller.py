@@ -420,12 +420,14 @@ class Controller(QObject):
             self.state = None
             return
         loaded = self.loaded
+        previous = self.state if self.state is not None and self.state.tree is self.tree else None
         self.state = PlanState.compute(
             self.tree,
             self.plan,
             loaded.own_bytes if loaded is not None else None,
             self.optimizer,
             loaded.param_shapes if loaded is not None else None,
+            previous=previous,  # an edit recounts only the rows it can reach
         )
 
     @Slot()

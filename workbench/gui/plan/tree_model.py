@@ -38,6 +38,7 @@ from PySide6.QtGui import QFont
 
 from workbench.core.models.tree import ModuleNode
 from workbench.gui.controller import Controller
+from workbench.gui.plan.state import PlanState
 from workbench.gui.plan.tree_columns import COLUMNS, HEADERS, Column, check_value, heat_color, parse_lr
 
 __all__ = [
@@ -107,6 +108,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._nodes: list[ModuleNode] = []
         self._ids: dict[str, int] = {}
         self._signatures: list[tuple[Any, ...]] = []
+        self._signed: PlanState | None = None  # the state the signatures are of
         self._bold = QFont()
         self._bold.setBold(True)
         controller.modelChanged.connect(self.reload)
@@ -121,6 +123,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._nodes = list(tree.root.walk()) if tree is not None else []
         self._ids = {n.path: i for i, n in enumerate(self._nodes)}
         self._signatures = self._compute_signatures()
+        self._signed = self._c.state
         self._stats, self._pending_stats, self._has_pending = None, None, False
         self.endResetModel()
 
@@ -391,10 +394,22 @@ class ModuleTreeModel(QAbstractItemModel):
     def _on_plan_changed(self, kind: str) -> None:
         if len(self._signatures) != len(self._nodes):
             return
-        new = self._compute_signatures()
+        state = self._c.state
         old = self._signatures
-        self._signatures = new
-        changed = [i for i in range(len(new)) if new[i] != old[i]]
+        if state is not None and state.changed is not None and state.base is self._signed and self._signed is not None:
+            # an edit: only the rows it reached can differ
+            lr_explicit = state.explicit.get("lr_scale", set())
+            changed = []
+            for i in state.changed:
+                sig = (state.nodes[self._nodes[i].path], self._nodes[i].path in lr_explicit)
+                if sig != old[i]:
+                    old[i] = sig
+                    changed.append(i)
+        else:
+            new = self._compute_signatures()
+            self._signatures = new
+            changed = [i for i in range(len(new)) if new[i] != old[i]]
+        self._signed = state
         if not changed:
             return
         last = len(COLUMNS) - 1
