@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QPoint, Qt
+from PySide6.QtCore import QPoint, Qt, QTimer
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QLineEdit, QMainWindow, QMenu
 
@@ -26,10 +26,14 @@ if TYPE_CHECKING:
 else:
     _Window = object
 
-__all__ = ["DEFAULT_DEPTH", "PlanActions"]
+__all__ = ["DEFAULT_DEPTH", "FILTER_AT_ONCE_BELOW", "FILTER_DELAY_MS", "PlanActions"]
 
 #: Tree depth expanded after a model loads (0: the root's children are visible).
 DEFAULT_DEPTH = 0
+#: Trees with at most this many modules filter at every keystroke.
+FILTER_AT_ONCE_BELOW = 2000
+#: A larger tree filters this long after the last keystroke.
+FILTER_DELAY_MS = 250
 
 
 class PlanActions(_Window):
@@ -70,6 +74,29 @@ class PlanActions(_Window):
         self.filter_edit.selectAll()
 
     def _filter_changed(self, text: str) -> None:
+        """Typing in the filter box: small trees filter at once; a large tree filters once
+        typing pauses (:data:`FILTER_DELAY_MS`), so no keystroke waits for a filter pass."""
+        timer = self._filter_timer()
+        tree = self.controller.tree
+        if not text.strip() or tree is None or len(tree) <= FILTER_AT_ONCE_BELOW:
+            timer.stop()
+            self.apply_filter()
+        else:
+            timer.start()
+
+    def _filter_timer(self) -> QTimer:
+        timer = getattr(self, "_filter_debounce", None)
+        if timer is None:
+            timer = self._filter_debounce = QTimer(self)
+            timer.setSingleShot(True)
+            timer.setInterval(FILTER_DELAY_MS)
+            timer.timeout.connect(self.apply_filter)
+        return timer
+
+    def apply_filter(self) -> None:
+        """Filter the tree by the filter box's text now (shows every row for an empty text)."""
+        self._filter_timer().stop()
+        text = self.filter_edit.text()
         self.proxy.set_pattern(text)
         if text.strip():
             self.view.expandAll()
