@@ -63,6 +63,7 @@ from workbench.gui.qt_compat import protect_none_refcount
 from workbench.gui.training.layers_plot import LayersPlot
 from workbench.gui.training.ui import TrainingUI
 from workbench.gui.training.verify_panel import STATUS_COLORS
+from workbench.gui.window_geometry import restore_geometry
 
 __all__ = ["MainWindow", "device_label"]
 
@@ -456,11 +457,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
     # ------------------------------------------------------------------ settings
     def _restore_settings(self) -> None:
         s = self._settings
-        geometry = s.value("window/geometry")
-        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1400, 850)
+        restore_geometry(self, s.value("window/geometry"))  # only a saved geometry that fits this screen
         state = s.value("window/state")
         if isinstance(state, QByteArray) and not state.isEmpty():
             self.restoreState(state)
