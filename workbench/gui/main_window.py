@@ -188,7 +188,12 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         est.changed.connect(lambda: self.tree_model.set_row_notes(est.row_notes()))
         self.cost_panel.set_estimator(est)
         self.training.runs.preflight = self._memory_preflight
-        self.training.runs.runEnded.connect(lambda record: self.cost_panel.show_run_memory(record.summary))
+        self.training.runs.runEnded.connect(self._run_memory)
+
+    def _run_memory(self, record: Any) -> None:
+        """The cost panel's last-run line; a start the setup refused leaves it as it was."""
+        if record.status != "refused":
+            self.cost_panel.show_run_memory(record.summary)
 
     def _next_run_config(self) -> TrainConfig | None:
         panel = self.training.panel

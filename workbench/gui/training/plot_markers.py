@@ -33,15 +33,15 @@ _MARKER_STYLE = {
 }
 #: Markers closer than this share of the x range share one label ("3 changes").
 MERGE_FRACTION = 0.06
-#: Heights of marker labels (0 bottom, 1 top), tried in turn. Near the top: after freezing,
-#: step time, memory and trainable parameters drop, so the space above the newer data is free.
-LABEL_SLOTS = (0.93, 0.78, 0.63, 0.48)
-#: The trainable count is a step function at the top and bottom of its plot: labels go between.
-_TRAINABLE_SLOTS = (0.5, 0.35, 0.65, 0.2)
+#: Rows of marker labels, tried in turn: from the top (after freezing, step time, memory and
+#: trainable parameters drop, so the space above the newer data is free), one label height
+#: apart; on the trainable count (a step function at the top and bottom of its plot) from
+#: the middle outwards. A plot has as many rows as label heights fit, at most this many.
+LABEL_SLOTS = 4
 #: A stage number in an event's head (``"stage 1 'unfreeze'"``).
 STAGE_RE = re.compile(r"stage (\d+)")
 #: The label's own margins and a gap to the frame or the next line, in pixels.
-_PAD = 8.0
+_PAD = 16.0
 #: Labels narrower than this many pixels are not shown (their tooltip still is).
 _MIN_LABEL_PX = 18.0
 
@@ -98,6 +98,18 @@ class Marker:
     lines: list[pg.InfiniteLine] = field(default_factory=list)
 
 
+def _slots(height: float, row_px: float, middle: bool = False) -> list[float]:
+    """Label heights (0 bottom, 1 top of the plot) one label apart, as many as fit (at least one)."""
+    rows = max(1, min(LABEL_SLOTS, int(height // row_px)))
+    if height <= 0:
+        return [0.9]
+    half = row_px / 2 / height
+    if middle and rows >= 3:  # room above and below the middle row
+        steps = [0, -1, 1, -2, 2][:rows]
+        return [min(1 - half, max(half, 0.5 + k * row_px / height)) for k in steps]
+    return [max(half, 1 - (r * row_px + row_px / 2 + 2) / height) for r in range(rows)]
+
+
 def _overlaps(extent: tuple[float, float], taken: list[tuple[float, float]]) -> bool:
     return any(extent[0] < b and a < extent[1] for a, b in taken)
 
@@ -143,7 +155,7 @@ class MarkerLayer:
         for key in self.plots:
             line = pg.InfiniteLine(
                 angle=90, movable=False, pen=pen(color, 1.5, style), label=label,
-                labelOpts={"position": LABEL_SLOTS[0], "color": QColor(*color), "movable": False},
+                labelOpts={"position": 0.9, "color": QColor(*color), "movable": False},
             )
             line.label.setFont(self.font)
             line.setToolTip(marker.full)
@@ -199,10 +211,12 @@ class MarkerLayer:
                 for _key, line in self._lines(m):
                     line.setToolTip(tip)
                     line.label.setVisible(False)
+        # a label's height with its margins, and a gap
+        row_px = max(metrics.height() + 6, self.markers[0].lines[0].label.boundingRect().height() if self.markers[0].lines else 0) + 2
         for key, plot in self.plots.items():
-            slots = _TRAINABLE_SLOTS if key == "trainable" else LABEL_SLOTS
             vb = plot.vb
             view = vb.sceneBoundingRect()
+            slots = _slots(view.height(), row_px, middle=key == "trainable")
             at = [vb.mapViewToScene(QPointF(self._x(g[0]) or 0.0, 0.0)).x() for g in groups]
             taken: list[list[tuple[float, float]]] = [[] for _ in slots]
             index = list(self.plots).index(key)
