@@ -484,8 +484,13 @@ class PlanState:
         obytes = [own_bytes.get(p, 4 * o) for p, o in zip(lay.paths, lay.own)] if own_bytes else [4 * o for o in lay.own]
         nodes_l = [tree.nodes[p] for p in lay.paths]
         own_rows: list[tuple[int, ...]] = []
+        zero = (0,) * _OWN_FIELDS
         for i in range(n):
-            e, node = eff[lay.paths[i]], nodes_l[i]
+            e = eff[lay.paths[i]]
+            if not lay.own[i] and not lay.is_bn[i] and not e.partial:
+                own_rows.append(zero)  # a container: its rows are its children's sums
+                continue
+            node = nodes_l[i]
             f = _own_frozen(tree, node, e) if own_frozen is None else own_frozen.get(lay.paths[i], 0)
             own_rows.append(_own(tree, node, e, lay.own[i], obytes[i], lay.is_bn[i], f, shapes))
         sums = [[r[k] for r in own_rows] for k in range(_SUMS)]
