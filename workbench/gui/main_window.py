@@ -60,6 +60,7 @@ from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
 from workbench.gui.plan.tree_view import ModuleTreeView
 from workbench.gui.plan_actions import DEFAULT_DEPTH, PlanActions
 from workbench.gui.qt_compat import protect_none_refcount
+from workbench.gui.theme import add_theme_menu
 from workbench.gui.training.layers_plot import LayersPlot
 from workbench.gui.training.ui import TrainingUI
 from workbench.gui.training.verify_panel import STATUS_COLORS
@@ -391,6 +392,8 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         self.act_suggest = add_suggest_action(self, e)
         v = mb.addMenu("&View")
         v.addActions([self.act_find, self.act_expand_default, self.act_expand_all, self.act_collapse_all])
+        v.addSeparator()
+        self.theme_actions = add_theme_menu(v, self._settings, self)
         mb.addMenu(self.training.menu)
         self.addActions(list(self.training.actions))  # shortcuts work wherever the focus is
         h = mb.addMenu("&Help")
