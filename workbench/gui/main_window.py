@@ -512,6 +512,11 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
             return
         self.model_label.setText(f"{loaded.label} · {loaded.note}")
         self.model_label.setToolTip("\n".join([loaded.note, *loaded.messages]))
+        box = self.source_bar.meta_box  # a model built on meta shows as structure only
+        if box.isChecked() != bool(loaded.meta):
+            box.blockSignals(True)
+            box.setChecked(bool(loaded.meta))
+            box.blockSignals(False)
         if loaded.spec.get("source") != "checkpoint":
             self.source_bar.set_current(loaded.spec)
         elif loaded.spec.get("name"):
