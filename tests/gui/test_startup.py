@@ -76,3 +76,14 @@ def test_a_missing_model_folder_says_so_and_opens_the_default(qtbot: Any, dialog
     finally:
         qtbot.waitUntil(lambda: not c.busy and not c.checking, timeout=120_000)
         window.close()
+
+
+def test_the_start_up_placeholder_spans_the_empty_tree(qtbot: Any) -> None:
+    shell = StartupWindow("resnet18")
+    qtbot.addWidget(shell)
+    shell.resize(1280, 720)
+    shell.show()
+    qtbot.waitExposed(shell)
+    label, viewport = shell.loading_label, shell.tree.viewport()
+    qtbot.waitUntil(lambda: label.width() >= viewport.width() - 24, timeout=5_000)
+    assert label.fontMetrics().horizontalAdvance(label.text()) < label.width()  # the whole text, not cut
