@@ -66,6 +66,8 @@ VALUE_ROLE = int(Qt.ItemDataRole.UserRole) + 3
 
 
 #: Positions of the live columns in :data:`COLUMNS`.
+#: A plan change that touches rows under more parents than this announces the rows in view only.
+ANNOUNCE_ALL_BELOW = 64
 LIVE_COLUMNS: tuple[int, ...] = tuple(i for i, c in enumerate(COLUMNS) if c.live is not None)
 #: Minimum milliseconds between two updates of the live columns.
 LIVE_INTERVAL_MS = 1000
@@ -418,6 +420,12 @@ class ModuleTreeModel(QAbstractItemModel):
             n = self._nodes[i]
             pid = -1 if n.parent is None else self._ids[n.parent.path]
             by_parent.setdefault(pid, []).append(0 if n.parent is None else n.row)
+        expanded = self._is_expanded
+        if len(by_parent) > ANNOUNCE_ALL_BELOW and expanded is not None:
+            # most of a large tree changed: announce the rows in view (under expanded parents);
+            # collapsed rows are read when they are expanded (each announcement costs the view
+            # and the filter proxy dozens of calls back into this model)
+            by_parent = {pid: rows for pid, rows in by_parent.items() if pid < 0 or expanded(self._nodes[pid].path)}
         for pid, rows in by_parent.items():
             parent = QModelIndex() if pid < 0 else self.createIndex(
                 0 if self._nodes[pid].parent is None else self._nodes[pid].row, 0, pid
