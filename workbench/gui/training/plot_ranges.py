@@ -164,7 +164,7 @@ def pause_intervals(
 
 
 #: A plot column is at least this wide (pixels) before the grid takes another column.
-MIN_COLUMN_PX = 260
+MIN_COLUMN_PX = 200
 
 
 def grid_columns(width: float, plots: int, current: int = 0) -> int:

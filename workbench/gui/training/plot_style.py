@@ -59,10 +59,16 @@ def plot_theme(dark: bool) -> dict[str, Any]:
             "readout": "#222", "muted": "#777", "legend": (255, 255, 255, 200)}
 
 
-def clip_label(label: pg.LabelItem) -> None:
+def clip_label(label: pg.LabelItem, shrink_height: bool = False) -> None:
     """Let a label be narrower than its text (cut at its edge) so that a long plot title or
     read-out line does not widen its grid column (pyqtgraph sets a label's minimum width
-    to its text's). A centred title that is cut is shown from its start."""
+    to its text's). A centred title that is cut is shown from its start.
+
+    Args:
+        label: the label.
+        shrink_height: let it be lower than its text too (the read-out's lines must not make
+            its grid row taller than the plots' rows on a short screen).
+    """
     update_min = label.updateMin
     justify = label.opts.get("justify", "center")
 
@@ -73,8 +79,11 @@ def clip_label(label: pg.LabelItem) -> None:
             label.opts["justify"] = want
             label.resizeEvent(None)  # place the text again (it calls this again, with nothing to change)
         label.setMinimumWidth(0)
-        label._sizeHint[Qt.SizeHint.MinimumSize] = (0, label._sizeHint[Qt.SizeHint.MinimumSize][1])
-        label._sizeHint[Qt.SizeHint.PreferredSize] = (0, label._sizeHint[Qt.SizeHint.PreferredSize][1])
+        low = 0 if shrink_height else label._sizeHint[Qt.SizeHint.MinimumSize][1]
+        label._sizeHint[Qt.SizeHint.MinimumSize] = (0, low)
+        label._sizeHint[Qt.SizeHint.PreferredSize] = (0, 0 if shrink_height else label._sizeHint[Qt.SizeHint.PreferredSize][1])
+        if shrink_height:
+            label.setMinimumHeight(0)
 
     label.updateMin = update
     label.setFlag(QGraphicsItem.GraphicsItemFlag.ItemClipsChildrenToShape)

@@ -211,7 +211,7 @@ class PlotsPanel(PlotAxes, QWidget):
             if isinstance(w, QMenu) and w not in before:
                 w.setParent(self, w.windowFlags())
         self.readout = pg.LabelItem(justify="left", size="9pt")
-        clip_label(self.readout)
+        clip_label(self.readout, shrink_height=True)  # a short screen: the plots keep their rows
         self.columns = 0
         self._arrange(2)
         # legends bottom-left: before a freeze, step time and memory are high there
