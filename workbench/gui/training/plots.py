@@ -193,7 +193,8 @@ class PlotsPanel(PlotAxes, QWidget):
             if i:
                 p.setXLink(self.plots[PLOT_KEYS[0][0]])
             else:
-                p.sigXRangeChanged.connect(lambda *_a: self._layout_markers())
+                # now, and again once the linked plots have followed (their mapping lags a moment)
+                p.sigXRangeChanged.connect(lambda *_a: (self._layout_markers(), self._relayout_markers_soon()))
             p.vb.sigResized.connect(lambda *_a: self._relayout_markers_soon())  # labels flip and elide to fit
             vl = pg.InfiniteLine(angle=90, movable=False, pen=pen((90, 90, 90), 1, Qt.PenStyle.DashLine, 160))
             vl.setVisible(False)
