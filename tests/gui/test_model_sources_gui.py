@@ -249,6 +249,7 @@ def test_config_only_folder_opens_structure_only(window: MainWindow, qtbot: Any,
     assert wait_load(qtbot, window, lambda: window.open_model_folder(str(llama_dir)))
     c = window.controller
     assert c.loaded.meta and "structure only" in window.model_label.text()
+    assert window.source_bar.meta_box.isChecked()  # built on meta: the box says so
     assert all(p.is_meta for p in c.model.parameters())
     assert "model.layers.1.self_attn" in c.tree.nodes
     root = window.proxy.index(0, 0)

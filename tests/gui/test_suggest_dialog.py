@@ -54,7 +54,19 @@ def test_chart_and_table_show_the_front_with_the_chosen_plan_selected(qtbot: Any
     assert len(everything.getData()[0]) == len(advice.assessed)
     assert len(front.getData()[0]) == len(advice.front) and len(star.getData()[0]) == 1
     assert d.chart.budget_line.value() == pytest.approx(60.0)  # MB
+    assert not d.chart.budget_clipped
     assert "Chosen:" in d.status.text()
+
+
+def test_a_budget_far_beyond_the_candidates_is_marked_at_the_edge(qtbot: Any, window: MainWindow) -> None:
+    d = _ready(qtbot, window, "80GB")
+    advice = d.advice
+    assert advice is not None
+    top = max(a.memory.peak for a in advice.assessed) / 1e6  # MB: the candidates set the axis
+    lo, hi = d.chart.getPlotItem().vb.viewRange()[0]
+    assert hi == pytest.approx(top * 1.15) and d.chart.budget_clipped
+    assert d.chart.budget_line.value() == pytest.approx(hi)
+    assert "80" in d.chart.budget_line.label.format and "→" in d.chart.budget_line.label.format
 
 
 def test_apply_is_one_undoable_edit(qtbot: Any, window: MainWindow) -> None:

@@ -120,7 +120,7 @@ def read_text(path: str | os.PathLike[str], *, what: str = "file", max_bytes: in
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise JsonInputError(f"{what} {p} is not UTF-8 text (byte {e.start}); pass a .json file") from None
+        raise JsonInputError(f"{what} {p} is not UTF-8 text (byte {e.start}); save it as UTF-8 (JSON files are UTF-8)") from None
 
 
 def load(path: str | os.PathLike[str], *, what: str = "file", max_bytes: int = MAX_JSON_BYTES,

@@ -164,6 +164,7 @@ def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> "Mai
     Returns:
         The window.
     """
+    from workbench.core.models.hf_models import hf_local_folder
     from workbench.core.training.cpu_threads import reserve_cores_for_workers
     from workbench.gui import dialogs
     from workbench.gui.main_window import MainWindow
@@ -178,7 +179,19 @@ def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> "Mai
     if model:
         window.source_bar.set_current({"name": model})  # picks cached weights, if any
         request = window.source_bar.request() if window.source_bar.current_name() == model else LoadRequest(name=model)
-        window.load_model_request(request)
+        folder = hf_local_folder(request.name) if request.source == "hf" and request.name else None
+        if folder is not None and not folder.is_dir():
+            dialogs.error(window, "Cannot load model",
+                          f"The model folder {folder} does not exist; the default model "
+                          f"({default_request().describe()}) opens instead.")
+        else:
+            def default_after_failure(ok: bool) -> None:  # a refused --model leaves no empty window
+                window.controller.loadFinished.disconnect(default_after_failure)
+                if not ok and window.controller.tree is None and not window.controller.busy:
+                    window.controller.load(default_request())
+
+            window.controller.loadFinished.connect(default_after_failure)
+            window.load_model_request(request)
     if window.controller.tree is None and not window.controller.busy:  # the default, or after a refused --model
         window.controller.load(default_request())
     if path:

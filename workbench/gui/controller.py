@@ -9,11 +9,12 @@ Other panels (training, plots) connect to :attr:`Controller.planChanged` and
 
 from __future__ import annotations
 
+import gc
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from PySide6.QtCore import QObject, Signal, Slot
+from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtGui import QUndoCommand, QUndoStack
 from torch import nn
 
@@ -27,6 +28,9 @@ from workbench.gui.plan.state import PlanState
 
 __all__ = ["Controller", "OPTIMIZERS", "PlanEditCommand"]
 
+#: How long after a model loads its objects leave the garbage collector's sight (see
+#: ``Controller._freeze_objects``).
+FREEZE_OBJECTS_AFTER_MS = 300
 #: Optimizers the cost panel can count state for: ``{name: label}``.
 OPTIMIZERS: dict[str, str] = {
     "adamw": "AdamW",
@@ -116,6 +120,19 @@ class Controller(QObject):
         self._check_task: BackgroundTask | None = None
         self._busy_text = ""
         self.undo_stack.cleanChanged.connect(self._emit_dirty)
+        self._freeze_soon = QTimer(self)
+        self._freeze_soon.setSingleShot(True)
+        self._freeze_soon.setInterval(FREEZE_OBJECTS_AFTER_MS)
+        self._freeze_soon.timeout.connect(self._freeze_objects)
+
+    def _freeze_objects(self) -> None:
+        """Move the objects alive now (the model's tree, its plan state) out of the garbage
+        collector's sight: with a 50,000-module tree, each full collection would walk them
+        again in the middle of a click. Run once the window is idle after a model loads; the
+        previous model's objects are handed back to the collector first."""
+        gc.unfreeze()
+        gc.collect()
+        gc.freeze()
 
     # ------------------------------------------------------------------ properties
     @property
@@ -210,6 +227,7 @@ class Controller(QObject):
             kind = "model"
         self._recompute()
         self.modelChanged.emit()
+        self._freeze_soon.start()
         self.pathChanged.emit(str(self.path or ""))
         self.planChanged.emit(kind)
         self._emit_dirty()
@@ -420,12 +438,14 @@ class Controller(QObject):
             self.state = None
             return
         loaded = self.loaded
+        previous = self.state if self.state is not None and self.state.tree is self.tree else None
         self.state = PlanState.compute(
             self.tree,
             self.plan,
             loaded.own_bytes if loaded is not None else None,
             self.optimizer,
             loaded.param_shapes if loaded is not None else None,
+            previous=previous,  # an edit recounts only the rows it can reach
         )
 
     @Slot()

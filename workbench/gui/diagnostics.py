@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 
 from workbench.core.checks.findings import SEVERITIES, Finding
 from workbench.gui.controller import Controller
+from workbench.gui.plan.cost_panel import DEFER_FINDINGS_ABOVE
 
 __all__ = ["DiagnosticsPanel", "SOURCES"]
 
@@ -70,6 +71,7 @@ class DiagnosticsPanel(QWidget):
         self._select = select_path
         self._check: list[Finding] | None = None
         self._check_stale = False
+        self._refresh_when_shown = False
         self._watch: list[Finding] | None = None
         self._watch_summary: dict[str, Any] = {}
         self._start_watch: Callable[[int], bool] | None = None
@@ -202,7 +204,17 @@ class DiagnosticsPanel(QWidget):
     def _plan_changed(self, *_: Any) -> None:
         if self._check is not None:
             self._check_stale = True
-        self.refresh()
+        state = self._c.state
+        if self.isVisible() or state is None or len(state.tree) <= DEFER_FINDINGS_ABOVE:
+            self.refresh()
+        else:
+            self._refresh_when_shown = True  # a large tree's lint waits until the tab is shown
+
+    def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        super().showEvent(event)
+        if self._refresh_when_shown:
+            self._refresh_when_shown = False
+            self.refresh()
 
     def _model_changed(self) -> None:
         self._check = None

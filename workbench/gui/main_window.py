@@ -13,25 +13,24 @@ Layout::
 ``MainWindow.controller`` owns the model, tree, plan, file and undo history and emits
 ``planChanged(kind)`` / ``modelChanged()``; ``MainWindow.training``
 (:class:`~workbench.gui.training.ui.TrainingUI`) builds the plots, runs and verify tabs, the
-training controls and the Run menu, and the window places them.
+training controls and the Run menu, and the window places them. The window's actions live
+beside it: :class:`~workbench.gui.document_actions.DocumentActions` (files in and out) and
+:class:`~workbench.gui.plan_actions.PlanActions` (plan edits from the tree).
 """
 
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
-from PySide6.QtCore import QByteArray, QPoint, Qt, QTimer
-from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDropEvent, QFont, QIcon, QKeySequence
+from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtGui import QAction, QCloseEvent, QFont, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QMainWindow,
-    QMenu,
     QPlainTextEdit,
     QProgressBar,
     QSizePolicy,
@@ -42,13 +41,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.core import export
-from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_count
-from workbench.core.freezing import partial
-from workbench.core.models.spec import ModelSpec
-from workbench.core.models.zoo import CHECKPOINT_SUFFIXES, ModelSourceError
-from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.training.config import ConfigError, TrainConfig
 from workbench.gui import dialogs
 from workbench.gui import settings as app_settings
@@ -56,39 +49,24 @@ from workbench.gui.about import show_about
 from workbench.gui.advisor import add_suggest_action
 from workbench.gui.controller import Controller
 from workbench.gui.diagnostics import DiagnosticsPanel
+from workbench.gui.document_actions import DocumentActions
 from workbench.gui.icons import dot_icon
-from workbench.gui.model_loading import (
-    LoadRequest,
-    default_request,
-    factory_candidates,
-    load_model,
-    path_kind,
-    request_for_plan,
-)
-from workbench.gui.model_source import ModelSourceBar, confirm_code
+from workbench.gui.model_loading import default_request, load_model
+from workbench.gui.model_source import ModelSourceBar
 from workbench.gui.plan import edits as plan_edits
 from workbench.gui.plan.activation_estimate import ActivationEstimator
 from workbench.gui.plan.cost_panel import CostPanel
-from workbench.gui.plan.partial_dialog import edit_partial
-from workbench.gui.plan.reparam_dialog import edit_reparam
 from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
 from workbench.gui.plan.tree_view import ModuleTreeView
+from workbench.gui.plan_actions import DEFAULT_DEPTH, PlanActions
 from workbench.gui.qt_compat import protect_none_refcount
+from workbench.gui.theme import add_theme_menu
 from workbench.gui.training.layers_plot import LayersPlot
 from workbench.gui.training.ui import TrainingUI
 from workbench.gui.training.verify_panel import STATUS_COLORS
+from workbench.gui.window_geometry import restore_geometry
 
 __all__ = ["MainWindow", "device_label"]
-
-PLAN_FILTER = "Freeze plans (*.json);;All files (*)"
-CHECKPOINT_FILTER = (
-    "Checkpoints (" + " ".join(f"*{s}" for s in CHECKPOINT_SUFFIXES) + ");;All files (*)"
-)
-CODE_FILTER = "Python files (*.py);;All files (*)"
-#: What the factory question says about running a ``.py`` file.
-RUNS_CODE_NOTE = "Opening it runs this file's code with your rights: only open files you trust."
-#: Tree depth expanded after a model loads (0: the root's children are visible).
-DEFAULT_DEPTH = 0
 
 
 def device_label() -> str:
@@ -105,10 +83,8 @@ def device_label() -> str:
     return "cpu"
 
 
-#: Why the window asks to save unsaved plan edits before another model loads.
-LOAD_MODEL_NOTE = "The plan is kept if it fits the other model; otherwise a new plan starts."
 
-class MainWindow(QMainWindow):
+class MainWindow(DocumentActions, PlanActions, QMainWindow):
     """The Freeze Workbench window.
 
     Args:
@@ -213,7 +189,12 @@ class MainWindow(QMainWindow):
         est.changed.connect(lambda: self.tree_model.set_row_notes(est.row_notes()))
         self.cost_panel.set_estimator(est)
         self.training.runs.preflight = self._memory_preflight
-        self.training.runs.runEnded.connect(lambda record: self.cost_panel.show_run_memory(record.summary))
+        self.training.runs.runEnded.connect(self._run_memory)
+
+    def _run_memory(self, record: Any) -> None:
+        """The cost panel's last-run line; a start the setup refused leaves it as it was."""
+        if record.status != "refused":
+            self.cost_panel.show_run_memory(record.summary)
 
     def _next_run_config(self) -> TrainConfig | None:
         panel = self.training.panel
@@ -407,6 +388,8 @@ class MainWindow(QMainWindow):
         self.act_suggest = add_suggest_action(self, e)
         v = mb.addMenu("&View")
         v.addActions([self.act_find, self.act_expand_default, self.act_expand_all, self.act_collapse_all])
+        v.addSeparator()
+        self.theme_actions = add_theme_menu(v, self._settings, self)
         mb.addMenu(self.training.menu)
         self.addActions(list(self.training.actions))  # shortcuts work wherever the focus is
         h = mb.addMenu("&Help")
@@ -478,11 +461,7 @@ class MainWindow(QMainWindow):
     # ------------------------------------------------------------------ settings
     def _restore_settings(self) -> None:
         s = self._settings
-        geometry = s.value("window/geometry")
-        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
-            self.restoreGeometry(geometry)
-        else:
-            self.resize(1400, 850)
+        restore_geometry(self, s.value("window/geometry"))  # only a saved geometry that fits this screen
         state = s.value("window/state")
         if isinstance(state, QByteArray) and not state.isEmpty():
             self.restoreState(state)
@@ -529,6 +508,11 @@ class MainWindow(QMainWindow):
             return
         self.model_label.setText(f"{loaded.label} · {loaded.note}")
         self.model_label.setToolTip("\n".join([loaded.note, *loaded.messages]))
+        box = self.source_bar.meta_box  # a model built on meta shows as structure only
+        if box.isChecked() != bool(loaded.meta):
+            box.blockSignals(True)
+            box.setChecked(bool(loaded.meta))
+            box.blockSignals(False)
         if loaded.spec.get("source") != "checkpoint":
             self.source_bar.set_current(loaded.spec)
         elif loaded.spec.get("name"):
@@ -583,464 +567,6 @@ class MainWindow(QMainWindow):
         model = c.loaded.label if c.loaded else "no model"
         self.setWindowTitle(f"{name}[*] — {model} — Freeze Workbench")
         self.setWindowModified(c.dirty)
-
-    def _update_actions(self, *_: Any) -> None:
-        has = bool(self.view.selected_paths()) and self.controller.tree is not None
-        for act in self._selection_actions:
-            act.setEnabled(has)
-        paths = self.view.selected_paths()
-        self.act_freeze_before.setEnabled(has and len(paths) == 1 and paths[0] != "")
-        self.act_partial.setEnabled(has and len(paths) == 1 and self._partial_possible(paths[0]))
-        state = self.controller.state
-        self.act_remove_unmatched.setEnabled(
-            state is not None and any(p.field == "select" for p in state.problems)
-        )
-
-    def _partial_possible(self, path: str) -> bool:
-        tree = self.controller.tree
-        if tree is None or path not in tree.nodes:
-            return False
-        probe = {"param": "weight", "dim": 0, "trainable": [[0, 1]]}
-        return partial.check(probe, tree.nodes[path]) is None
-
-    # ------------------------------------------------------------------ tree helpers
-    def expand_to_depth(self, depth: int) -> None:
-        """Expand the tree: 0 shows the root's children, -1 everything."""
-        self.view.collapseAll()
-        if depth is None or depth < 0:
-            self.view.expandAll()
-        else:
-            self.view.expandToDepth(depth)
-
-    def focus_filter(self) -> None:
-        """Put the keyboard focus in the filter box (Ctrl+F)."""
-        self.filter_edit.setFocus(Qt.FocusReason.ShortcutFocusReason)
-        self.filter_edit.selectAll()
-
-    def _filter_changed(self, text: str) -> None:
-        self.proxy.set_pattern(text)
-        if text.strip():
-            self.view.expandAll()
-        else:
-            self.expand_to_depth(DEFAULT_DEPTH)
-
-    def select_path(self, path: str) -> None:
-        """Select and show the row of a module (clears a filter that hides it).
-
-        Args:
-            path: module path.
-        """
-        src = self.tree_model.index_of(path)
-        if not src.isValid():
-            return
-        idx = self.proxy.mapFromSource(src)
-        if not idx.isValid():
-            self.filter_edit.clear()
-            idx = self.proxy.mapFromSource(src)
-        self.view.scrollTo(idx)
-        self.view.setCurrentIndex(idx)
-        self.view.selectionModel().select(
-            idx, self.view.selectionModel().SelectionFlag.ClearAndSelect | self.view.selectionModel().SelectionFlag.Rows
-        )
-
-    def _context_menu(self, pos: QPoint) -> None:
-        menu = self.context_menu_for(pos)
-        if menu is not None:
-            menu.exec(self.view.viewport().mapToGlobal(pos))
-            menu.deleteLater()
-
-    def context_menu_for(self, pos: QPoint) -> QMenu | None:
-        """The tree's right-click menu for a point in the view's viewport.
-
-        Args:
-            pos: viewport coordinates.
-
-        Returns:
-            The menu (the caller shows and deletes it), or None outside the rows.
-        """
-        idx = self.view.indexAt(pos)
-        if not idx.isValid():
-            return None
-        menu = QMenu(self)
-        menu.addActions([self.act_freeze, self.act_unfreeze, self.act_train_only, self.act_freeze_before])
-        menu.addSeparator()
-        menu.addActions([self.act_bn_on, self.act_bn_off, self.act_bn_auto])
-        menu.addSeparator()
-        menu.addActions([self.act_ab_on, self.act_ab_off, self.act_ab_settings, self.act_inherit_lr, self.act_partial])
-        return menu
-
-    # ------------------------------------------------------------------ plan edits
-    def _set_selected(self, key: str, value: Any) -> None:
-        paths = self.view.selected_paths()
-        if paths:
-            self.controller.set_value(paths, key, value)
-
-    def toggle_frozen(self, paths: list[str]) -> None:
-        """Freeze the given modules, or unfreeze them when all are frozen (Space)."""
-        state = self.controller.state
-        if not paths or state is None:
-            return
-        all_frozen = all(state.nodes[p].frozen == "on" for p in paths if p in state.nodes)
-        self.controller.set_value(paths, "frozen", not all_frozen)
-
-    def train_only(self) -> None:
-        """Freeze everything except the selected modules."""
-        paths = self.view.selected_paths()
-        if not paths:
-            return
-        what = (paths[0] or "(root)") if len(paths) == 1 else f"{len(paths)} modules"
-        self.controller.edit(f"Train only {what}", lambda plan, tree: plan_edits.train_only(plan, tree, paths))
-
-    def freeze_before(self) -> None:
-        """Freeze what runs before the selected module; it and what follows train."""
-        paths = self.view.selected_paths()
-        if len(paths) != 1 or not paths[0]:
-            return
-        path = paths[0]
-        self.controller.edit(f"Freeze everything before {path}",
-                             lambda plan, tree: plan_edits.freeze_before(plan, tree, path))
-
-    def _bn_everywhere(self, value: bool | None) -> None:
-        text = {True: "All BatchNorm eval on", False: "All BatchNorm eval off", None: "BatchNorm eval follows frozen"}
-        self.controller.edit(text[value], lambda plan, tree: plan_edits.set_bn_eval_everywhere(plan, tree, value))
-
-    def remove_unmatched_rules(self) -> None:
-        """Delete rules whose selector matches no module (one undo step)."""
-        self.controller.edit("Remove rules that match nothing", plan_edits.remove_unmatched_rules)
-
-    def edit_reparam(self) -> None:
-        """Open the A+B settings dialog (rank, alpha) for the selected modules."""
-        paths = self.view.selected_paths()
-        if paths:
-            edit_reparam(self, self.controller, paths)
-
-    def edit_partial(self) -> None:
-        """Open the partial-freezing dialog for the selected module."""
-        paths = self.view.selected_paths()
-        if len(paths) == 1:
-            edit_partial(self, self.controller, paths[0])
-
-    # ------------------------------------------------------------------ files
-    def _maybe_save(self, why: str = "") -> bool:
-        if not self.controller.dirty:
-            return True
-        answer = dialogs.ask(
-            self, "Unsaved changes", f"The plan has unsaved changes.{(' ' + why) if why else ''} Save them first?",
-            ("Save", "Discard", "Cancel"), "Save",
-        )
-        if answer == "Save":
-            return self.save()
-        return answer == "Discard"
-
-    def _can_start(self) -> bool:
-        """Whether a model load may start now (none running, no doctor check running)."""
-        c = self.controller
-        if c.busy or c.checking:
-            what = "a model is loading" if c.busy else "the diagnostics check is running"
-            self.statusBar().showMessage(f"Please wait: {what}.", 5000)
-            return False
-        return True
-
-    def _start_dir(self) -> str:
-        recent = app_settings.recent_files(self._settings)
-        if self.controller.path is not None:
-            return str(self.controller.path.parent)
-        return str(Path(recent[0]).parent) if recent else str(Path.home())
-
-    def new_plan(self) -> None:
-        """Start an empty plan for the loaded model (asks to save unsaved changes)."""
-        if self._maybe_save():
-            self.controller.new_plan()
-
-    def open_plan(self, path: str | None = None) -> bool:
-        """Open a plan file; load the model it names when that is not the loaded one.
-
-        A plan that does not parse is refused with its PlanError; a plan whose rules name
-        modules the model lacks is opened with every rule kept, and the problems shown.
-
-        Args:
-            path: the file (default: ask).
-
-        Returns:
-            True when the plan was opened (or its model load started).
-        """
-        if not self._can_start() or not self._maybe_save():
-            return False
-        if path is None:
-            path = dialogs.open_file(self, "Open plan", self._start_dir(), PLAN_FILTER)
-            if not path:
-                return False
-        try:
-            plan = FreezePlan.load(path)
-        except PlanError as e:
-            dialogs.error(self, "Cannot open plan", str(e))
-            return False
-        request = request_for_plan(plan, self.controller.spec, Path(path).parent)
-        if request is not None:
-            request = self._confirm_download(request)
-            if request is None:
-                return False
-            self.controller.load(request, plan, path)
-        else:
-            self.controller.open_plan(plan, path)
-        app_settings.add_recent(path, self._settings)
-        return True
-
-    def open_checkpoint(self, path: str | None = None) -> bool:
-        """Load weights from a checkpoint file off the GUI thread.
-
-        The architecture is the one the file names; when it names none, the model selected
-        in the model bar is used.
-
-        Args:
-            path: the file (default: ask).
-
-        Returns:
-            True when the load started.
-        """
-        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
-            return False
-        if path is None:
-            path = dialogs.open_file(self, "Open checkpoint", self._start_dir(), CHECKPOINT_FILTER)
-            if not path:
-                return False
-        request = LoadRequest(name=self.source_bar.current_name(), checkpoint=str(path))
-        started = self.controller.load(request)
-        if started:
-            app_settings.add_recent(path, self._settings)
-        return started
-
-    def open_model_folder(self, path: str | None = None) -> bool:
-        """Open a Hugging Face model folder (``config.json``, weights optional) off the GUI thread.
-
-        A folder without weights opens structure-only; so does any folder while the model
-        bar's "Structure only" box is checked. A folder without ``config.json`` is refused
-        with one message and the current model stays.
-
-        Args:
-            path: the folder (default: ask).
-
-        Returns:
-            True when the load started.
-        """
-        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
-            return False
-        if path is None:
-            path = dialogs.open_dir(self, "Open model folder (config.json)", self._start_dir())
-            if not path:
-                return False
-        request = LoadRequest(name=str(path), source="hf", meta=self.source_bar.meta_box.isChecked())
-        return self.controller.load(request)
-
-    def open_model_code(self, path: str | None = None, factory: str | None = None) -> bool:
-        """Build the model with a function of a ``.py`` file (``py:FILE.py:FACTORY``); runs that file.
-
-        The file is parsed (not run) to offer its top-level functions and classes; the
-        question says that opening runs the file's code.
-
-        Args:
-            path: the ``.py`` file (default: ask).
-            factory: the function that returns the model (default: ask).
-
-        Returns:
-            True when the load started.
-        """
-        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
-            return False
-        if path is None:
-            path = dialogs.open_file(self, "Open model code", self._start_dir(), CODE_FILTER)
-            if not path:
-                return False
-        if factory is None:
-            try:
-                names = factory_candidates(path)
-            except ModelSourceError as e:
-                dialogs.error(self, "Cannot open model code", str(e))
-                return False
-            if not names:
-                dialogs.error(
-                    self, "Cannot open model code",
-                    f"{Path(path).name} defines no top-level function or class; "
-                    "add a function that returns the nn.Module",
-                )
-                return False
-            guess = next((n for n in names if any(w in n.lower() for w in ("model", "build", "make", "create"))), names[0])
-            factory = dialogs.choose(
-                self, "Open model code",
-                f"{Path(path).name}: which function returns the model?\n{RUNS_CODE_NOTE}", names, guess,
-            )
-            if not factory:
-                return False
-        request = confirm_code(self, LoadRequest(
-            name=f"{path}:{factory}", source="py", num_classes=self.source_bar.classes.value() or None,
-            meta=self.source_bar.meta_box.isChecked(), origin="Open Model Code",
-        ))
-        if request is None:
-            return False
-        started = self.controller.load(request)
-        if started:
-            app_settings.add_recent(path, self._settings)
-        return started
-
-    def _browse_source(self, source: str) -> None:
-        if source == "hf":
-            self.open_model_folder()
-        elif source == "py":
-            self.open_model_code()
-
-    def load_model_request(self, request: LoadRequest) -> bool:
-        """Load a model described by the model bar (asks before downloading).
-
-        Args:
-            request: what to load.
-
-        Returns:
-            True when the load started.
-        """
-        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
-            return False
-        confirmed = self._confirm_download(request)
-        if confirmed is None:
-            return False
-        return self.controller.load(confirmed)
-
-    def _confirm_download(self, request: LoadRequest) -> LoadRequest | None:
-        try:
-            confirmed = confirm_code(self, request)  # model code runs only after "Run"
-            if confirmed is None:
-                return None
-            request = confirmed
-            needs = request.needs_download()
-        except ModelSourceError as e:
-            dialogs.error(self, "Cannot load model", str(e))
-            return None
-        if not needs:
-            return request
-        answer = dialogs.ask(
-            self,
-            "Weights not cached",
-            f"The {request.weights} weights of {request.name} are not in the local cache.\n\n"
-            "Download them now, or start from random initialisation?",
-            ("Download", "Random Init", "Cancel"),
-            "Random Init",
-        )
-        if answer == "Download":
-            return dataclasses.replace(request, allow_download=True)
-        if answer == "Random Init":
-            return dataclasses.replace(request, weights=None, note="random init (weights not cached)")
-        return None
-
-    def save(self) -> bool:
-        """Save the plan to its file (asks for a name when it has none)."""
-        if self.controller.path is None:
-            return self.save_as()
-        ok = self.controller.save(self.controller.path)
-        if ok:
-            app_settings.add_recent(self.controller.path, self._settings)
-            self.statusBar().showMessage(f"Saved {self.controller.path}", 5000)
-        return ok
-
-    def save_as(self) -> bool:
-        """Save the plan under a new name."""
-        c = self.controller
-        suggested = str(c.path) if c.path else str(Path(self._start_dir()) / f"{c.loaded.label if c.loaded else 'model'}.plan.json")
-        path = dialogs.save_file(self, "Save plan as", suggested, PLAN_FILTER)
-        if not path:
-            return False
-        if not path.lower().endswith(".json"):
-            path += ".json"
-        ok = c.save(path)
-        if ok:
-            app_settings.add_recent(path, self._settings)
-            self.statusBar().showMessage(f"Saved {path}", 5000)
-        return ok
-
-    def export_script(self) -> bool:
-        """Export the plan as a standalone plain-PyTorch script (``workbench.core.export``)."""
-        c = self.controller
-        stem = c.path.stem if c.path else (c.loaded.label if c.loaded else "plan")
-        path = dialogs.save_file(self, "Export plan as script", str(Path(self._start_dir()) / f"{stem}.py"),
-                                 "Python scripts (*.py)")
-        if not path:
-            return False
-        if not path.lower().endswith(".py"):
-            path += ".py"
-        try:
-            spec = ModelSpec.from_dict({**c.spec, **c.plan.model})
-            optimizer = {"sgd_momentum": "sgd"}.get(c.optimizer, c.optimizer)  # the script's SGD has momentum 0.9
-            optimizer = optimizer if optimizer in export.OPTIMIZERS else "adamw"
-            export.export_script(
-                c.plan, spec, path, model=c.model, optimizer=optimizer,
-                base_dir=c.path.parent if c.path else None, **self.training.panel.export_options(),
-            )
-        except (WorkbenchError, OSError) as e:
-            dialogs.error(self, "Cannot export script", str(e))
-            return False
-        self.statusBar().showMessage(f"Exported {path}", 5000)
-        return True
-
-    def _fill_recent(self) -> None:
-        self.recent_menu.clear()
-        files = app_settings.recent_files(self._settings)
-        if not files:
-            act = self.recent_menu.addAction("No recent files")
-            act.setEnabled(False)
-            return
-        for f in files:
-            act = self.recent_menu.addAction(Path(f).name)
-            act.setToolTip(f)
-            act.setStatusTip(f)
-            act.triggered.connect(lambda _c=False, f=f: self.open_path(f))
-
-    def open_path(self, path: str) -> bool:
-        """Open a plan (``.json``), a Hugging Face folder, model code (``.py``) or a
-        checkpoint, by what the path is (recent files, drag and drop).
-
-        Args:
-            path: the file or folder.
-
-        Returns:
-            True when it was opened or its load started.
-        """
-        kind = path_kind(path)
-        if kind == "plan":
-            return self.open_plan(path)
-        if kind == "folder":
-            return self.open_model_folder(path)
-        if kind == "code":
-            return self.open_model_code(path)
-        return self.open_checkpoint(path)
-
-    # ------------------------------------------------------------------ drag and drop
-    @staticmethod
-    def _dropped_file(event: QDragEnterEvent | QDropEvent) -> str | None:
-        md = event.mimeData()
-        if not md.hasUrls():
-            return None
-        for url in md.urls():
-            if url.isLocalFile():
-                p = url.toLocalFile()
-                if path_kind(p) is not None:
-                    return p
-        return None
-
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt API
-        if self._dropped_file(event):
-            event.acceptProposedAction()
-        else:
-            event.ignore()
-
-    def dragMoveEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
-        if self._dropped_file(event):
-            event.acceptProposedAction()
-
-    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt API
-        path = self._dropped_file(event)
-        if not path:
-            event.ignore()
-            return
-        event.acceptProposedAction()
-        QTimer.singleShot(0, lambda: self.open_path(path))  # leave the drop handler first
 
     # ------------------------------------------------------------------ misc
     def about(self) -> None:

@@ -2,7 +2,8 @@
 
 Usage::
 
-    QT_QPA_PLATFORM=offscreen python -m workbench.gui.screenshot docs/screenshots
+    QT_QPA_PLATFORM=offscreen python -m workbench.gui.screenshot docs/screenshots --size 1920x1080
+    QT_QPA_PLATFORM=offscreen python -m workbench.gui.screenshot docs/screenshots/1280x720 --size 1280x720
 
 It trains resnet18 (random weights, a 10-class head, synthetic 64 px images, batch 16, CPU:
 the loss falls within the run) twice through the
@@ -141,16 +142,9 @@ def render(
             window.splitter.setSizes([900, sum(sizes) - 900])
             window.view.expand(window.proxy.mapFromSource(window.tree_model.index_of("layer4.0")))
             window.select_path("layer4.0.conv1")
-            header = window.view.header()
-            type_width = header.sectionSize(Column.TYPE)
-            header.resizeSection(Column.TYPE, type_width // 2)  # as a user drags it narrower
-            bar = window.view.horizontalScrollBar()
-            bar.setValue(bar.maximum())  # the live columns are the last ones: scrolled into view
-            app.processEvents()
+            app.processEvents()  # the live columns sit next to the module names while a run's numbers show
             window.view.update_heat()
             grab("module_stats.png")
-            bar.setValue(0)
-            header.resizeSection(Column.TYPE, type_width)
             window.splitter.setSizes(sizes)
             tabs.setCurrentWidget(t.runs_panel)
             grab("runs.png")
@@ -220,15 +214,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     Returns:
         0, or 1 when the window did not reach a state in time (one line on stderr).
     """
-    args = list(sys.argv[1:] if argv is None else argv)
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m workbench.gui.screenshot", description=__doc__.splitlines()[0])
+    p.add_argument("out_dir", nargs="?", default="docs/screenshots")
+    p.add_argument("--size", default="1400x850", help="window size WIDTHxHEIGHT (default 1400x850)")
+    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        width, height = (int(v) for v in args.size.lower().split("x"))
+    except ValueError:
+        p.error(f"--size must be WIDTHxHEIGHT, like 1280x720, got {args.size!r}")
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     try:
-        written = render(args[0] if args else "docs/screenshots")
+        written = render(args.out_dir, size=(width, height))
     except TimeoutError as e:
         print(f"workbench.gui.screenshot: error: {e}", file=sys.stderr)
         return 1
-    for p in written:
-        print(p)
+    for path in written:
+        print(path)
     return 0
 
 

@@ -23,7 +23,7 @@ import time
 import traceback
 from typing import Any, Sequence
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QThread, Signal
+from PySide6.QtCore import QSettings, Qt, QThread, Signal
 from PySide6.QtGui import QPaintEvent
 from PySide6.QtWidgets import (
     QComboBox,
@@ -35,6 +35,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from workbench.gui.window_geometry import restore_geometry
 
 __all__ = ["HEAVY_MODULES", "STARTUP_TRACE_ENV", "HeavyImports", "StartupWindow", "loading_text", "trace"]
 
@@ -154,7 +156,9 @@ class StartupWindow(QMainWindow):
         self.tree.setHeaderLabels(["Module", "Type", "Params", "Trainable", "Frozen"])
         self.loading_label = QLabel(loading_text(model), self.tree.viewport())
         self.loading_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self.loading_label.setWordWrap(True)
         self.loading_label.setStyleSheet("color: palette(mid); font-size: 13pt")
+        QVBoxLayout(self.tree.viewport()).addWidget(self.loading_label)  # the whole viewport, as it resizes
         layout.addWidget(self.tree)
         self.setCentralWidget(central)
         self.progress = QProgressBar(self)
@@ -163,10 +167,5 @@ class StartupWindow(QMainWindow):
         self.progress.setMaximumHeight(14)
         self.statusBar().addWidget(QLabel("Starting…", self))
         self.statusBar().addWidget(self.progress)
-        geometry = settings.value("window/geometry") if settings is not None else None
-        if not (isinstance(geometry, QByteArray) and not geometry.isEmpty() and self.restoreGeometry(geometry)):
-            self.resize(1400, 850)
-
-    def resizeEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
-        super().resizeEvent(event)
-        self.loading_label.setGeometry(self.tree.viewport().rect())
+        # the full window's rules: a saved geometry only when it fits this screen
+        restore_geometry(self, settings.value("window/geometry") if settings is not None else None)

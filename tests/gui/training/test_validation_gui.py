@@ -17,6 +17,7 @@ import pytest
 from tests.timeouts import GUI_RUN_S, ms
 from workbench.core.training.tensorboard import tensorboard_available
 from workbench.gui.main_window import MainWindow
+from workbench.gui.training.plot_ranges import grid_columns
 from workbench.gui.training.plots import GRID_ORDER, PLOT_KEYS, PlotsPanel
 from workbench.gui.training.run_store import RunRecord, validation_text
 from workbench.gui.training.runs_tab import COLUMNS, RunsPanel, compare_text
@@ -157,8 +158,8 @@ def test_plot_grid_has_every_plot_once_and_goes_to_three_columns_when_wide(qtbot
     panel.resize(1200, 400)
     panel.show()
     qtbot.waitUntil(lambda: panel.columns == 3)
-    panel.resize(600, 700)
-    qtbot.waitUntil(lambda: panel.columns == 2)
+    assert grid_columns(590, 7, 3) == 3 and grid_columns(560, 7, 3) == 2  # 20 px of hysteresis
+    assert grid_columns(300, 7) == 1 and grid_columns(1000, 1) == 2  # never more columns than cells
     grid = panel.graphics.ci.layout
     places = {}
     for i in range(grid.count()):
@@ -167,6 +168,17 @@ def test_plot_grid_has_every_plot_once_and_goes_to_three_columns_when_wide(qtbot
             if item is p:
                 places[key] = i
     assert set(places) == set(panel.plots)
+    panel.resize(1200, 250)  # a neighbour grew: the canvas is lower, the grid stays
+    qtbot.waitUntil(lambda: panel.graphics.height() < 250)
+    assert panel.columns == 3
+    # the plots the user hides leave the grid; the choice is announced (the window keeps it)
+    with qtbot.waitSignal(panel.viewChanged, timeout=5_000):
+        panel.show_actions["throughput"].trigger()
+    shown = [grid.itemAt(i) for i in range(grid.count())]
+    assert panel.plots["throughput"] not in shown and not panel.plots["throughput"].isVisible()
+    assert panel.shown_keys == [k for k in GRID_ORDER if k != "throughput"]
+    panel.set_shown_plots(GRID_ORDER)
+    assert panel.plots["throughput"] in [grid.itemAt(i) for i in range(grid.count())]
 
 
 def test_runs_panel_columns_exist(qtbot: Any, window: MainWindow) -> None:

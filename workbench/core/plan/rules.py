@@ -725,7 +725,6 @@ class FreezePlan:
     def tidy(self, tree: ModelTree) -> None:
         """Sort runs of plain-path rules into tree order, when that keeps the meaning."""
         nodes = tree.nodes
-        before = self.resolve(tree)
         new: list[Rule] = []
         run: list[Rule] = []
 
@@ -742,6 +741,10 @@ class FreezePlan:
                 new.append(r)
         flush()
         old = self.rules
+        if all(a is b for a, b in zip(old, new)) or _same_meaning_in_any_order(old, new):
+            self.rules = new  # no rule that could override another changed places with it
+            return
+        before = self.resolve(tree)
         self.rules = new
         if self.resolve(tree) != before:
             self.rules = old
@@ -823,6 +826,26 @@ class FreezePlan:
         from workbench.core.freezing.state_reader import observed_plan
 
         return FreezePlan.from_dict(observed_plan(model))
+
+
+def _reaches(a: str, b: str) -> bool:
+    """Whether plain-path selectors ``a`` and ``b`` reach a common module (one holds the other)."""
+    if a in ("", "*") or b in ("", "*") or a == b:
+        return True
+    return a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def _same_meaning_in_any_order(old: list[Rule], new: list[Rule]) -> bool:
+    """Whether reordering the plain-path rules ``old`` into ``new`` keeps the plan's meaning
+    without resolving it: every two rules whose order changed set no setting in common or
+    reach no module in common (a sufficient test; :meth:`FreezePlan.tidy` resolves when it fails)."""
+    pos = {id(r): i for i, r in enumerate(old)}
+    keys = {id(r): {k.name for k in SETTING_KEYS if r.sets(k.name)} for r in old}
+    for i, a in enumerate(new):
+        for b in new[i + 1:]:
+            if pos[id(a)] > pos[id(b)] and keys[id(a)] & keys[id(b)] and _reaches(a.select, b.select):
+                return False
+    return True
 
 
 def _effectives(state: dict[str, dict[str, Any]], kept: AbstractSet[str] = frozenset()) -> dict[str, Effective]:

@@ -1,7 +1,9 @@
 """The Pareto chart of the Suggest dialog: predicted peak memory against trainable parameters.
 
 Every candidate is a grey point; the front is drawn in colour and joined by a line, the chosen
-plan is a larger star, and the budget is a vertical dashed line.
+plan is a larger star, and the budget is a vertical dashed line. The x axis spans the
+candidates: a budget far beyond them (an 80 GB GPU for a 1 GB model) is marked at the right
+edge with its value, instead of squeezing every candidate into the left few per cent.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QWidget
 
 from workbench.core.advisor.advice import Advice
-from workbench.core.formatting import fmt_count
+from workbench.core.formatting import fmt_bytes, fmt_count
 
 __all__ = ["FrontChart"]
 
@@ -39,7 +41,8 @@ class FrontChart(pg.PlotWidget):
 
     Attributes:
         points: the point items (all candidates, front, chosen), for tests.
-        budget_line: the vertical budget line.
+        budget_line: the vertical budget line (at the right edge when the budget is beyond
+            every candidate: :attr:`budget_clipped`).
     """
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -60,6 +63,7 @@ class FrontChart(pg.PlotWidget):
         for item in (self._all, self._front_line, self._front, self._chosen, self.budget_line):
             self.addItem(item)
         self.points = (self._all, self._front, self._chosen)
+        self.budget_clipped = False
 
     def show_advice(self, advice: Advice | None, selected: int | None = None) -> None:
         """Draw an advice (None clears the chart).
@@ -72,7 +76,9 @@ class FrontChart(pg.PlotWidget):
             for item in (self._all, self._front, self._chosen, self._front_line):
                 item.setData([], [])
             return
-        name, scale = _unit(max(advice.budget_bytes, max(a.memory.peak for a in advice.assessed)))
+        peak = max(a.memory.peak for a in advice.assessed)
+        self.budget_clipped = advice.budget_bytes > 1.15 * peak
+        name, scale = _unit(peak if self.budget_clipped else max(advice.budget_bytes, peak))
         self.setLabel("bottom", f"predicted peak memory ({name})")
 
         def xy(indices: list[int]) -> tuple[list[float], list[float]]:
@@ -85,5 +91,17 @@ class FrontChart(pg.PlotWidget):
         self._front_line.setData(fx, fy)
         mark = selected if selected is not None else advice.chosen
         self._chosen.setData(*xy([mark] if mark is not None else []))
-        self.budget_line.setValue(advice.budget_bytes / scale)
-        self.enableAutoRange()
+        budget = advice.budget_bytes / scale
+        right = peak / scale * 1.15 or 1.0
+        if self.budget_clipped:  # far beyond the candidates: marked at the edge, value in the label
+            self.budget_line.setValue(right)
+            self.budget_line.label.setFormat(f"budget {fmt_bytes(advice.budget_bytes)} →")
+            self.budget_line.label.setPosition(0.06)
+            self.budget_line.label.anchors = [(1.0, 0.5), (1.0, 0.5)]
+        else:
+            right = max(right, budget * 1.08)
+            self.budget_line.setValue(budget)
+            self.budget_line.label.setFormat("budget")
+            self.budget_line.label.anchors = [(0.0, 0.5), (0.0, 0.5)]
+        self.enableAutoRange(axis="y")
+        self.setXRange(0.0, right, padding=0.0)

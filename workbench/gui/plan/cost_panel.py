@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QRectF, QSize, Qt, Signal
+from PySide6.QtCore import QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
 from PySide6.QtWidgets import (
     QComboBox,
@@ -46,6 +46,11 @@ from workbench.gui.plan.state import finding_line
 __all__ = ["CostPanel", "MemoryBar", "fit_text"]
 
 #: Colours of the fits / does-not-fit marks.
+#: Trees with more modules than this lint the plan a moment after a click (coalesced while
+#: clicks follow each other), so the tree and the counts answer at once.
+DEFER_FINDINGS_ABOVE = 2000
+#: How long after the last edit the findings of a large tree are read again.
+FINDINGS_DELAY_MS = 150
 FIT_COLORS = {True: QColor(46, 160, 67), False: QColor(200, 50, 50)}
 
 #: Segment colours of the memory bar: parameters, gradients, optimizer state, fixed A.
@@ -223,6 +228,10 @@ class CostPanel(QFrame):
         self._shown: list[tuple[str, str, str]] = []
         self._estimator: Any = None
         self._last_run = ""
+        self._findings_timer = QTimer(self)
+        self._findings_timer.setSingleShot(True)
+        self._findings_timer.setInterval(FINDINGS_DELAY_MS)
+        self._findings_timer.timeout.connect(self.refresh_findings)
         self.optimizer_box.currentIndexChanged.connect(self._optimizer_chosen)
         self.dtype_box.currentIndexChanged.connect(lambda _i: self.refresh())
         controller.planChanged.connect(self.refresh)
@@ -276,7 +285,17 @@ class CostPanel(QFrame):
         self.legend_label.setText("&nbsp;&nbsp;".join(parts))
         self.bar.set_counts(c)
         self._show_fit(state.memory(self.dtype))
-        self._fill_findings(state.messages())
+        if len(state.tree) > DEFER_FINDINGS_ABOVE:
+            self._findings_timer.start()  # the lint of a large tree: off the click's path
+        else:
+            self.refresh_findings()
+
+    def refresh_findings(self) -> None:
+        """Read the plan's findings again (lint, readiness) and list them."""
+        self._findings_timer.stop()
+        state = self._c.state
+        if state is not None:
+            self._fill_findings(state.messages())
 
     # ------------------------------------------------------------ activations
     def set_estimator(self, estimator: Any) -> None:

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.plan.selectors import is_pattern
+from workbench.gui.plan.incremental import resolve_region, supported
 
 __all__ = [
     "A_PLUS_B",
@@ -51,8 +52,9 @@ def top_paths(paths: Iterable[str], tree: ModelTree) -> list[str]:
 
 def _holds(plan: FreezePlan, tree: ModelTree, path: str, key: str, value: Any) -> bool:
     """Whether ``key`` is already in force as ``value`` on the whole subtree at ``path``."""
-    eff = plan.resolve(tree)
-    for p in tree.subtree(path):
+    subtree = tree.subtree(path)
+    eff = resolve_region(plan, tree, subtree) if supported(plan) else plan.resolve(tree)  # the subtree only
+    for p in subtree:
         e = eff[p]
         node = tree.nodes[p]
         if key == "frozen" and e.frozen != value:

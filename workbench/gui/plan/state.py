@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
+import weakref
+from dataclasses import dataclass
 from typing import Literal, Mapping, NamedTuple
 
 from workbench.core.checks.findings import Finding
@@ -24,6 +25,7 @@ from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.readiness import PlanReadiness, check_plan
 from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.plan.rules import Effective, FreezePlan, PlanProblem, Rule, select_paths
+from workbench.gui.plan import incremental
 
 __all__ = [
     "NodeState",
@@ -110,6 +112,7 @@ class _Layout:
     total: list[int]
     is_bn: list[bool]
     bn_total: list[int]
+    index: dict[str, int]
 
 
 _LAYOUTS: dict[int, tuple[ModelTree, _Layout]] = {}
@@ -133,6 +136,7 @@ def _layout(tree: ModelTree) -> _Layout:
         total=[n.total_params for n in nodes],
         is_bn=[n.is_bn for n in nodes],
         bn_total=bn_total,
+        index=index,
     )
     if len(_LAYOUTS) >= 4:
         _LAYOUTS.clear()
@@ -223,11 +227,123 @@ def finding_line(finding: Finding) -> str:
     return f"{finding.path or '(model)'}: {finding.message}{tail}"
 
 
+def _node_state(lay: "_Layout", i: int, e: Effective, sums: list[list[int]]) -> NodeState:
+    """One row's state from its effective settings and subtree sums."""
+    fz, rp, ad, be, ba, pa = (col[i] for col in sums)
+    params, bn = lay.total[i] + ad, lay.bn_total[i]
+    if params == 0:
+        ftri: Tri = "on" if e.frozen else "off"
+    else:
+        ftri = "off" if fz <= 0 else ("on" if fz >= params else "mixed")
+    if pa:
+        ftri = "mixed"
+    trainable = params - fz
+    r = rp + ad
+    return NodeState(
+        ftri,
+        trainable,
+        ("off" if r <= 0 else ("on" if r >= params else "mixed")) if params else None,
+        _tri(be, bn) if bn else None,
+        bool(bn) and ba == bn,
+        e.lr_scale,
+        e.partial,
+        bool(pa),
+        e.lr_scale != 1.0 and params > 0 and trainable == 0,
+        e.reparam.short() if e.reparam else "",
+    )
+
+
+def _counts(tree: ModelTree, lay: "_Layout", rows: "_Rows", optimizer: str) -> Counts:
+    """Parameters and training memory from the rows' totals."""
+    t = rows.totals
+    n = len(lay.paths)
+    total_bytes = sum(rows.obytes) + t[7]
+    total = tree.total_params + (rows.sums[2][0] if n else 0)
+    trainable = (lay.total[0] + rows.sums[2][0] - rows.sums[0][0]) if n else 0
+    return Counts.from_totals(total, trainable, total_bytes, total_bytes - t[6], t[8], optimizer)
+
+
+#: Per-row own contributions: frozen, A+B and added elements, BN in eval, BN following
+#: frozen, partial; bytes frozen, added, fixed; fixed elements; A+B module (0/1).
+_OWN_FIELDS = 11
+#: Subtree sums kept per row: the first six own contributions.
+_SUMS = 6
+
+
+def _own_frozen(tree: ModelTree, node: ModuleNode, e: Effective) -> int:
+    """Frozen elements of a module's own parameters from its own settings (plans without
+    ``param:`` rules: :func:`~workbench.core.plan.param_counts.frozen_elements` gives the same)."""
+    if e.frozen:
+        return node.own_params
+    spec = e.partial
+    if spec is None:
+        return 0
+    from workbench.core.plan.partial_spec import PartialError, trainable_fraction
+
+    out = 0
+    for short in node.param_names:
+        if short != spec.param:
+            continue
+        shape = tree.param_shapes.get(f"{node.path}.{short}" if node.path else short)
+        if shape is None:
+            continue
+        try:
+            out += round(math.prod(shape) * (1.0 - trainable_fraction(spec, shape)))
+        except PartialError:
+            continue  # does not fit the tensor: reported as a plan problem
+    return min(node.own_params, out)
+
+
+def _own(
+    tree: ModelTree, node: ModuleNode, e: Effective, own: int, obytes: int, is_bn: bool, frozen_own: int,
+    shapes: Mapping[str, tuple[int, ...]],
+) -> tuple[int, ...]:
+    """A row's own contributions (see :data:`_OWN_FIELDS`)."""
+    fz = rp = ad = fb = abytes = fixb = fixp = rmod = 0
+    if own:
+        low = _low_rank_elements(node, e.reparam, shapes) if e.reparam else None
+        if low is not None:
+            # A is the layer's own weight, held fixed with its bias; U and V follow "frozen"
+            per = obytes // own
+            ad = low
+            abytes = low * per
+            fz = own + (low if e.frozen else 0)
+            fb = obytes + (low * per if e.frozen else 0)
+        elif e.kept:  # "unselected": "keep": as the model has it
+            fz = own - node.own_trainable
+            fb = obytes * fz // own
+        else:  # frozen, param: rules and partial freezing, element by element
+            fz = frozen_own
+            fb = obytes * fz // own
+        if e.reparam and (e.reparam.low_rank is None or node.type_name in _LOW_RANK_TYPES):
+            rp = own
+            rmod = 1
+            if e.reparam.low_rank is None:
+                # A, the fixed copy of the pretrained weights (of the named ones only)
+                fixb = _reparam_bytes(node.path, e.reparam, own, obytes, shapes)
+                fixp = _reparam_bytes(node.path, e.reparam, own, own, shapes)  # elements
+    be = int(e.bn_eval) if is_bn else 0
+    ba = int(not e.bn_eval_explicit) if is_bn else 0
+    pa = 1 if e.partial else 0
+    return (fz, rp, ad, be, ba, pa, fb, abytes, fixb, fixp, rmod)
+
+
 @dataclass
+class _Rows:
+    """Per-row numbers of a state, kept so that the next edit recounts only what it reaches."""
+
+    own: list[tuple[int, ...]]
+    sums: list[list[int]]  # _SUMS lists: subtree sums of fz, rp, ad, be, ba, pa
+    totals: list[int]  # sums over every row of the own fields
+    obytes: list[int]
+    own_bytes: Mapping[str, int] | None
+
+
 class PlanState:
     """Everything the tree and the cost panel show for ``plan`` on ``tree``.
 
-    Build with :meth:`compute`. Immutable by convention: a plan edit makes a new state.
+    Build with :meth:`compute`. Immutable by convention: a plan edit makes a new state
+    (from the previous one, recounting only the rows the edit can reach).
 
     Attributes:
         tree: the model's tree.
@@ -235,12 +351,14 @@ class PlanState:
         effective: ``plan.resolve(tree)``.
         nodes: ``{path: NodeState}``.
         counts: parameters and training memory for ``optimizer``.
-        findings: lint findings (pitfalls), most severe first.
+        changed: pre-order row indices whose state may differ from the previous state's
+            (None: any row may, e.g. a first state or a full recount).
+        findings: lint findings (pitfalls), most severe first (computed when first read).
         problems: rules that do not fit the model (selectors matching nothing, extension
             specs the model refuses), as :class:`PlanProblem` (for the open-plan dialog
             and "remove rules that match nothing"); the same as ``readiness.problems``.
         readiness: whether the plan fits the model and leaves something trainable (the
-            one predicate the trainer uses too).
+            one predicate the trainer uses too; computed when first read).
         notes: other one-line notes (a plan made for a different model).
         explicit: ``{key: set of paths}`` set by plain-path rules (bold in the tree).
         bn_modules / bn_eval_modules: BatchNorm modules, and those in eval mode.
@@ -248,20 +366,65 @@ class PlanState:
         fixed_params: elements of the fixed tensors A that A+B adds (for :meth:`memory`).
     """
 
-    tree: ModelTree
-    plan: FreezePlan
-    effective: dict[str, Effective]
-    nodes: dict[str, NodeState]
-    counts: Counts
-    findings: list[Finding] = field(default_factory=list)
-    problems: list[PlanProblem] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    explicit: dict[str, set[str]] = field(default_factory=dict)
-    bn_modules: int = 0
-    bn_eval_modules: int = 0
-    reparam_modules: int = 0
-    readiness: PlanReadiness = field(default_factory=PlanReadiness)
-    fixed_params: int = 0
+    def __init__(
+        self, tree: ModelTree, plan: FreezePlan, effective: dict[str, Effective], nodes: dict[str, NodeState],
+        counts: Counts, optimizer: str, rows: _Rows | None = None, changed: list[int] | None = None,
+        base: "PlanState | None" = None,
+    ) -> None:
+        self.tree = tree
+        self.plan = plan
+        self.effective = effective
+        self.nodes = nodes
+        self.counts = counts
+        self.optimizer = optimizer
+        self.changed = changed
+        self._base = weakref.ref(base) if base is not None else None
+        self._rows = rows
+        lay = _layout(tree)
+        n = len(lay.paths)
+        sums = rows.sums if rows is not None else None
+        self.bn_modules = lay.bn_total[0] if n else 0
+        self.bn_eval_modules = sums[3][0] if sums is not None and n else 0
+        self.reparam_modules = rows.totals[10] if rows is not None else 0
+        self.fixed_params = rows.totals[9] if rows is not None else 0
+        self.notes: list[str] = []
+        fp = plan.model.get("fingerprint")
+        if fp and fp != tree.fingerprint:
+            self.notes.append(
+                "the plan was made for a model with other parameter names or shapes; "
+                "rules are applied by module path"
+            )
+        self.explicit = {k: explicit_paths(plan, k) for k in ("frozen", "bn_eval", "lr_scale", "reparam")}
+        self._readiness: PlanReadiness | None = None
+        self._findings: list[Finding] | None = None
+
+    @property
+    def base(self) -> "PlanState | None":
+        """The state :attr:`changed` is counted from (None: a full count, or it is gone)."""
+        return self._base() if self._base is not None else None
+
+    @property
+    def readiness(self) -> PlanReadiness:
+        """Whether the plan fits the model (:func:`~workbench.core.plan.readiness.check_plan`)."""
+        if self._readiness is None:
+            self._readiness = check_plan(self.plan, self.tree, effective=self.effective)
+        return self._readiness
+
+    @property
+    def problems(self) -> list[PlanProblem]:
+        """The rules that do not fit the model (``readiness.problems``)."""
+        return list(self.readiness.problems)
+
+    @property
+    def findings(self) -> list[Finding]:
+        """Lint findings, most severe first."""
+        if self._findings is None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                found = lint_plan(self.plan, self.tree, self.optimizer)
+            order = {"error": 0, "warning": 1, "info": 2}
+            self._findings = sorted(found, key=lambda f: order.get(f.severity, 3))
+        return self._findings
 
     @classmethod
     def compute(
@@ -271,8 +434,13 @@ class PlanState:
         own_bytes: Mapping[str, int] | None = None,
         optimizer: str = "adamw",
         param_shapes: Mapping[str, tuple[int, ...]] | None = None,
+        previous: "PlanState | None" = None,
     ) -> "PlanState":
         """Resolve ``plan`` on ``tree`` and aggregate every row bottom-up.
+
+        With ``previous`` (the state of the plan before an edit, on the same tree), only
+        the rows the edit can reach (:func:`~workbench.gui.plan.incremental.edit_region`)
+        and their ancestors are recounted; the result is the same as without it.
 
         Args:
             tree: the model's tree.
@@ -282,6 +450,7 @@ class PlanState:
                 :func:`workbench.core.freezing.apply.optimizer_state_factor`).
             param_shapes: ``{parameter name: shape}`` (canonical names), used to count the
                 frozen part of sub-tensor freezing; without it such modules count as trainable.
+            previous: the state before the edit.
 
         Returns:
             The state.
@@ -290,108 +459,97 @@ class PlanState:
             ValueError: unknown optimizer name.
         """
         optimizer_state_factor(optimizer)  # unknown names fail before any work
-        eff = plan.resolve(tree)
-        own_frozen = frozen_elements(tree, eff, plan.resolve_params(tree))  # param: rules, partial
         shapes = param_shapes or {}
         lay = _layout(tree)
+        prev_rows = previous._rows if previous is not None else None
+        region = None
+        if (previous is not None and prev_rows is not None and previous.tree is tree
+                and prev_rows.own_bytes is own_bytes and (shapes or None) is (param_shapes or None)):
+            region = incremental.edit_region(previous.plan, plan, tree)
+            if region is not None and len(region) > len(lay.paths) // 2:
+                region = None  # most rows: a full count costs no more
+        if region is None or previous is None or prev_rows is None:
+            return cls._full(tree, plan, own_bytes, optimizer, shapes, lay)
+        return cls._update(previous, prev_rows, plan, optimizer, shapes, lay, region)
+
+    @classmethod
+    def _full(
+        cls, tree: ModelTree, plan: FreezePlan, own_bytes: Mapping[str, int] | None, optimizer: str,
+        shapes: Mapping[str, tuple[int, ...]], lay: "_Layout",
+    ) -> "PlanState":
         n = len(lay.paths)
-        effs = [eff[p] for p in lay.paths]
+        fast = incremental.supported(plan)
+        eff = incremental.resolve_region(plan, tree, lay.paths) if fast else plan.resolve(tree)
+        own_frozen = None if fast else frozen_elements(tree, eff, plan.resolve_params(tree))  # param: rules, partial
         obytes = [own_bytes.get(p, 4 * o) for p, o in zip(lay.paths, lay.own)] if own_bytes else [4 * o for o in lay.own]
-        # subtree accumulators: frozen elements, A+B elements, BN in eval, BN following frozen, partial modules
-        fz, rp, be, ba, pa = [0] * n, [0] * n, [0] * n, [0] * n, [0] * n
-        ad = [0] * n  # elements low-rank A+B adds (U and V)
-        frozen_bytes = fixed_bytes = fixed_params = reparam_modules = added_bytes = 0
-        own_l, parent_l, bn_l = lay.own, lay.parent, lay.is_bn
-        for i in range(n - 1, -1, -1):  # pre-order reversed: children before their parent
-            e = effs[i]
-            own = own_l[i]
-            if own:
-                low = _low_rank_elements(tree.nodes[lay.paths[i]], e.reparam, shapes) if e.reparam else None
-                if low is not None:
-                    # A is the layer's own weight, held fixed with its bias; U and V follow "frozen"
-                    per = obytes[i] // own
-                    ad[i] += low
-                    added_bytes += low * per
-                    fz[i] += own + (low if e.frozen else 0)
-                    frozen_bytes += obytes[i] + (low * per if e.frozen else 0)
-                elif e.kept:  # "unselected": "keep": as the model has it
-                    f = own - tree.nodes[lay.paths[i]].own_trainable
-                    fz[i] += f
-                    frozen_bytes += obytes[i] * f // own
-                else:  # frozen, param: rules and partial freezing, element by element
-                    f = own_frozen.get(lay.paths[i], 0)
-                    fz[i] += f
-                    frozen_bytes += obytes[i] * f // own
-                if e.reparam and (e.reparam.low_rank is None or tree.nodes[lay.paths[i]].type_name in _LOW_RANK_TYPES):
-                    rp[i] += own
-                    reparam_modules += 1
-                    if e.reparam.low_rank is None:
-                        # A, the fixed copy of the pretrained weights (of the named ones only)
-                        fixed_bytes += _reparam_bytes(lay.paths[i], e.reparam, own, obytes[i], shapes)
-                        fixed_params += _reparam_bytes(lay.paths[i], e.reparam, own, own, shapes)  # elements
-            if bn_l[i]:
-                be[i] += e.bn_eval
-                ba[i] += not e.bn_eval_explicit
-            if e.partial:
-                pa[i] += 1
-            j = parent_l[i]
-            if j >= 0:
-                fz[j] += fz[i]
-                ad[j] += ad[i]
-                rp[j] += rp[i]
-                be[j] += be[i]
-                ba[j] += ba[i]
-                pa[j] += pa[i]
-        nodes: dict[str, NodeState] = {}
-        total_l, bn_total_l = lay.total, lay.bn_total
+        nodes_l = [tree.nodes[p] for p in lay.paths]
+        own_rows: list[tuple[int, ...]] = []
+        zero = (0,) * _OWN_FIELDS
         for i in range(n):
-            e = effs[i]
-            params, frozen, bn = total_l[i] + ad[i], fz[i], bn_total_l[i]
-            if params == 0:
-                ftri: Tri = "on" if e.frozen else "off"
-            else:
-                ftri = "off" if frozen <= 0 else ("on" if frozen >= params else "mixed")
-            if pa[i]:
-                ftri = "mixed"
-            trainable = params - frozen
-            r = rp[i] + ad[i]
-            nodes[lay.paths[i]] = NodeState(
-                ftri,
-                trainable,
-                ("off" if r <= 0 else ("on" if r >= params else "mixed")) if params else None,
-                _tri(be[i], bn) if bn else None,
-                bool(bn) and ba[i] == bn,
-                e.lr_scale,
-                e.partial,
-                bool(pa[i]),
-                e.lr_scale != 1.0 and params > 0 and trainable == 0,
-                e.reparam.short() if e.reparam else "",
-            )
-        total_bytes = sum(obytes) + added_bytes
-        total = tree.total_params + (ad[0] if n else 0)
-        trainable_total = nodes[""].trainable if "" in nodes else 0
-        train_bytes = total_bytes - frozen_bytes
-        counts = Counts.from_totals(total, trainable_total, total_bytes, train_bytes, fixed_bytes, optimizer)
-        readiness = check_plan(plan, tree, effective=eff)
-        problems = list(readiness.problems)
-        notes: list[str] = []
-        fp = plan.model.get("fingerprint")
-        if fp and fp != tree.fingerprint:
-            notes.append(
-                "the plan was made for a model with other parameter names or shapes; "
-                "rules are applied by module path"
-            )
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            findings = lint_plan(plan, tree, optimizer)
-        order = {"error": 0, "warning": 1, "info": 2}
-        findings = sorted(findings, key=lambda f: order.get(f.severity, 3))
-        explicit = {k: explicit_paths(plan, k) for k in ("frozen", "bn_eval", "lr_scale", "reparam")}
-        return cls(
-            tree, plan, eff, nodes, counts, findings, problems, notes, explicit,
-            bn_modules=bn_total_l[0] if n else 0, bn_eval_modules=be[0] if n else 0,
-            reparam_modules=reparam_modules, readiness=readiness, fixed_params=fixed_params,
-        )
+            e = eff[lay.paths[i]]
+            if not lay.own[i] and not lay.is_bn[i] and not e.partial:
+                own_rows.append(zero)  # a container: its rows are its children's sums
+                continue
+            node = nodes_l[i]
+            f = _own_frozen(tree, node, e) if own_frozen is None else own_frozen.get(lay.paths[i], 0)
+            own_rows.append(_own(tree, node, e, lay.own[i], obytes[i], lay.is_bn[i], f, shapes))
+        sums = [[r[k] for r in own_rows] for k in range(_SUMS)]
+        parent_l = lay.parent
+        for i in range(n - 1, 0, -1):  # pre-order reversed: children before their parent
+            j = parent_l[i]
+            for k in range(_SUMS):
+                sums[k][j] += sums[k][i]
+        totals = [sum(r[k] for r in own_rows) for k in range(_OWN_FIELDS)]
+        rows = _Rows(own_rows, sums, totals, obytes, own_bytes)
+        nodes = {lay.paths[i]: _node_state(lay, i, eff[lay.paths[i]], sums) for i in range(n)}
+        return cls(tree, plan, eff, nodes, _counts(tree, lay, rows, optimizer), optimizer, rows, None)
+
+    @classmethod
+    def _update(
+        cls, previous: "PlanState", prev: _Rows, plan: FreezePlan, optimizer: str,
+        shapes: Mapping[str, tuple[int, ...]], lay: "_Layout", region: set[str],
+    ) -> "PlanState":
+        tree = previous.tree
+        index = lay.index
+        idx = sorted(index[p] for p in region)
+        eff = dict(previous.effective)
+        eff.update(incremental.resolve_region(plan, tree, (lay.paths[i] for i in idx)))
+        own_rows = list(prev.own)
+        sums = [list(col) for col in prev.sums]
+        totals = list(prev.totals)
+        inside = set(idx)
+        for i in idx:
+            path = lay.paths[i]
+            node, e = tree.nodes[path], eff[path]
+            row = _own(tree, node, e, lay.own[i], prev.obytes[i], lay.is_bn[i], _own_frozen(tree, node, e), shapes)
+            for k in range(_OWN_FIELDS):
+                totals[k] += row[k] - own_rows[i][k]
+            own_rows[i] = row
+            for k in range(_SUMS):
+                sums[k][i] = row[k]
+        for i in reversed(idx):
+            j = lay.parent[i]
+            if j in inside:
+                for k in range(_SUMS):
+                    sums[k][j] += sums[k][i]
+        touched = set(inside)
+        for i in idx:  # the tops of the region: their ancestors change by the difference
+            j = lay.parent[i]
+            if j < 0 or j in inside:
+                continue
+            delta = [sums[k][i] - prev.sums[k][i] for k in range(_SUMS)]
+            if not any(delta):
+                continue
+            while j >= 0:
+                for k in range(_SUMS):
+                    sums[k][j] += delta[k]
+                touched.add(j)
+                j = lay.parent[j]
+        nodes = dict(previous.nodes)
+        for i in touched:
+            nodes[lay.paths[i]] = _node_state(lay, i, eff[lay.paths[i]], sums)
+        rows = _Rows(own_rows, sums, totals, prev.obytes, prev.own_bytes)
+        return cls(tree, plan, eff, nodes, _counts(tree, lay, rows, optimizer), optimizer, rows, sorted(touched), previous)
 
     def memory(self, dtype: str = "fp32") -> MemoryEstimate:
         """Training memory of the plan if the weights were stored in ``dtype``.

@@ -38,6 +38,7 @@ from PySide6.QtGui import QFont
 
 from workbench.core.models.tree import ModuleNode
 from workbench.gui.controller import Controller
+from workbench.gui.plan.state import PlanState
 from workbench.gui.plan.tree_columns import COLUMNS, HEADERS, Column, check_value, heat_color, parse_lr
 
 __all__ = [
@@ -65,6 +66,8 @@ VALUE_ROLE = int(Qt.ItemDataRole.UserRole) + 3
 
 
 #: Positions of the live columns in :data:`COLUMNS`.
+#: A plan change that touches rows under more parents than this announces the rows in view only.
+ANNOUNCE_ALL_BELOW = 64
 LIVE_COLUMNS: tuple[int, ...] = tuple(i for i, c in enumerate(COLUMNS) if c.live is not None)
 #: Minimum milliseconds between two updates of the live columns.
 LIVE_INTERVAL_MS = 1000
@@ -107,6 +110,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._nodes: list[ModuleNode] = []
         self._ids: dict[str, int] = {}
         self._signatures: list[tuple[Any, ...]] = []
+        self._signed: PlanState | None = None  # the state the signatures are of
         self._bold = QFont()
         self._bold.setBold(True)
         controller.modelChanged.connect(self.reload)
@@ -121,6 +125,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._nodes = list(tree.root.walk()) if tree is not None else []
         self._ids = {n.path: i for i, n in enumerate(self._nodes)}
         self._signatures = self._compute_signatures()
+        self._signed = self._c.state
         self._stats, self._pending_stats, self._has_pending = None, None, False
         self.endResetModel()
 
@@ -391,10 +396,22 @@ class ModuleTreeModel(QAbstractItemModel):
     def _on_plan_changed(self, kind: str) -> None:
         if len(self._signatures) != len(self._nodes):
             return
-        new = self._compute_signatures()
+        state = self._c.state
         old = self._signatures
-        self._signatures = new
-        changed = [i for i in range(len(new)) if new[i] != old[i]]
+        if state is not None and state.changed is not None and state.base is self._signed and self._signed is not None:
+            # an edit: only the rows it reached can differ
+            lr_explicit = state.explicit.get("lr_scale", set())
+            changed = []
+            for i in state.changed:
+                sig = (state.nodes[self._nodes[i].path], self._nodes[i].path in lr_explicit)
+                if sig != old[i]:
+                    old[i] = sig
+                    changed.append(i)
+        else:
+            new = self._compute_signatures()
+            self._signatures = new
+            changed = [i for i in range(len(new)) if new[i] != old[i]]
+        self._signed = state
         if not changed:
             return
         last = len(COLUMNS) - 1
@@ -403,6 +420,12 @@ class ModuleTreeModel(QAbstractItemModel):
             n = self._nodes[i]
             pid = -1 if n.parent is None else self._ids[n.parent.path]
             by_parent.setdefault(pid, []).append(0 if n.parent is None else n.row)
+        expanded = self._is_expanded
+        if len(by_parent) > ANNOUNCE_ALL_BELOW and expanded is not None:
+            # most of a large tree changed: announce the rows in view (under expanded parents);
+            # collapsed rows are read when they are expanded (each announcement costs the view
+            # and the filter proxy dozens of calls back into this model)
+            by_parent = {pid: rows for pid, rows in by_parent.items() if pid < 0 or expanded(self._nodes[pid].path)}
         for pid, rows in by_parent.items():
             parent = QModelIndex() if pid < 0 else self.createIndex(
                 0 if self._nodes[pid].parent is None else self._nodes[pid].row, 0, pid

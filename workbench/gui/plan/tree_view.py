@@ -198,8 +198,22 @@ class ModuleTreeView(QTreeView):
         source = self._tree_model()
         if source is not None:
             source.liveChanged.connect(self._heat_timer.start)
+            source.liveChanged.connect(self._place_live_columns)
+            source.modelReset.connect(self._place_live_columns)
             source.set_expanded_test(self._path_expanded)
         self._size_columns()
+
+    def _place_live_columns(self) -> None:
+        """While a run's numbers are shown, the live columns sit right after the module names
+        (a narrow view keeps both in sight); without numbers they go back to the end."""
+        source = self._tree_model()
+        live = source is not None and source.module_stats is not None
+        header = self.header()
+        module = getattr(self, "_module_column", 0)
+        for n, column in enumerate(LIVE_COLUMNS):
+            target = header.visualIndex(module) + 1 + n if live else header.count() - len(LIVE_COLUMNS) + n
+            if header.visualIndex(column) != target:
+                header.moveSection(header.visualIndex(column), target)
 
     def _tree_model(self) -> ModuleTreeModel | None:
         m = self.model()

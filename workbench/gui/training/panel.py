@@ -73,6 +73,12 @@ DATASETS: tuple[tuple[str, str], ...] = (
     ("HF dataset (save_to_disk)", "hf-dataset"),
 )
 
+#: The Data list for a text model (a Hugging Face model with a task head): token ids.
+TEXT_DATASETS: tuple[tuple[str, str], ...] = (
+    ("Synthetic tokens", "synthetic"),
+    ("Text (JSONL)", "text"),
+)
+
 #: Where validation data can come from: a held-out split, or a dataset kind with a folder.
 _VAL_KINDS = frozenset({HELD_OUT} | {kind for _label, kind in DATASETS if kind != "synthetic"})
 
@@ -157,6 +163,7 @@ class TrainingPanel(QWidget):
     ) -> None:
         super().__init__(parent)
         self._c = controller
+        self._text = False
         self.runs = runs
         self._settings = settings
         self._total = 0
@@ -200,6 +207,7 @@ class TrainingPanel(QWidget):
         self.optimizer_box.setToolTip("Optimizer (the cost panel counts its state)")
         self.optimizer_box.currentIndexChanged.connect(self._optimizer_chosen)
         controller.planChanged.connect(self._sync_optimizer)
+        controller.modelChanged.connect(self._model_changed)
         self.lr = QLineEdit(self)
         self.lr.setToolTip("Base learning rate; each module's LR × multiplies it")
         self.lr.setMaximumWidth(self.lr.fontMetrics().horizontalAdvance("0.00001") + 16)
@@ -244,8 +252,11 @@ class TrainingPanel(QWidget):
         row1.setSpacing(5)
         row2 = QHBoxLayout()
         row2.setSpacing(5)
+        self.seq_label = QLabel(self)
+        self.seq_label.hide()
+        self._labels: dict[str, QLabel] = {}
         for row, label, widgets in (
-            (row1, "Data", [self.data_box, self.data_path, self.browse]),
+            (row1, "Data", [self.data_box, self.data_path, self.browse, self.seq_label]),
             (row1, "Image", [self.image_size]),
             (row1, "Batch", [self.batch_size]),
             (row1, "Optimizer", [self.optimizer_box]),
@@ -256,7 +267,7 @@ class TrainingPanel(QWidget):
             (row2, "Device", [self.device_box]),
             (row2, "AMP", [self.amp_box]),
         ):
-            lab = QLabel(label, self)
+            lab = self._labels[label] = QLabel(label, self)
             row.addWidget(lab)
             for w in widgets:
                 row.addWidget(w)
@@ -474,7 +485,7 @@ class TrainingPanel(QWidget):
             steps = self.length.value()
         return TrainConfig(
             data=data,
-            image_size=self.image_size.value() or None,
+            image_size=None if self._text else (self.image_size.value() or None),
             batch_size=self.batch_size.value(),
             optimizer=self._c.optimizer,
             lr=_float(self.lr.text(), "learning rate", "1e-3"),
@@ -483,7 +494,7 @@ class TrainingPanel(QWidget):
             epochs=epochs,
             device=self.device_box.currentData(),
             amp=self.amp_box.currentData(),
-            channels_last=self.channels_last.isChecked(),
+            channels_last=self.channels_last.isChecked() and not self._text,
             scheduler=self.schedule_box.currentData(),
             **self.options.config_fields(),
         ).validate()
@@ -575,14 +586,82 @@ class TrainingPanel(QWidget):
 
     def _browse(self) -> None:
         start = self.data_path.text().strip()
-        path = dialogs.open_dir(self, f"Choose the {self.data_box.currentText()} folder", start)
+        if self.data_box.currentData() == "text":
+            path = dialogs.open_file(self, "Choose the text file (one JSON object per line)", start,
+                                     "JSON lines (*.jsonl);;All files (*)")
+        else:
+            path = dialogs.open_dir(self, f"Choose the {self.data_box.currentText()} folder", start)
         if path:
             self.data_path.setText(path)
+
+    # ------------------------------------------------------------ text models
+    @property
+    def text_model(self) -> bool:
+        """The loaded model takes token ids (the Data list offers text, tokens replace pixels)."""
+        return self._text
+
+    def _model_changed(self) -> None:
+        from workbench.core.training.data import text_task_of
+
+        model = self._c.model
+        self.set_text_model(model is not None and text_task_of(model) is not None, model)
+
+    def set_text_model(self, text: bool, model: Any = None) -> None:
+        """Show the controls of a text model (synthetic tokens, a JSONL file, the sequence
+        length and the tokenizer it uses) or of an image model (image datasets and size).
+
+        Args:
+            text: the model takes token ids.
+            model: the model (its positions cut the sequence; its folder holds the tokenizer).
+        """
+        self._text = bool(text)
+        wanted = TEXT_DATASETS if text else DATASETS
+        current = self.data_box.currentData()
+        if [self.data_box.itemData(i) for i in range(self.data_box.count())] != [k for _l, k in wanted]:
+            self.data_box.blockSignals(True)
+            self.data_box.clear()
+            for label, kind in wanted:
+                self.data_box.addItem(label, kind)
+            i = self.data_box.findData(current)
+            self.data_box.setCurrentIndex(max(i, 0))
+            self.data_box.blockSignals(False)
+        for w in (self.image_size, self._labels["Image"], self.channels_last):
+            w.setVisible(not text)
+        self.seq_label.setVisible(text)
+        self.data_box.setToolTip(
+            "Training data: synthetic token ids (no files) or a JSON-lines file of {\"text\": ..., \"label\": ...} "
+            "tokenized with the model folder's tokenizer" if text else
+            "Training data: synthetic images (no files), an image folder (one sub-folder per class) or a "
+            "torchvision dataset already on disk (nothing is downloaded)")
+        self.data_path.setPlaceholderText("file.jsonl…" if text else "folder…")
+        self.browse.setToolTip("Choose the JSON-lines file" if text else "Choose the dataset folder")
+        if text:
+            self._show_sequence(model)
+        self._data_changed()
+
+    def _show_sequence(self, model: Any) -> None:
+        from workbench.core.training.data import SYNTHETIC_SEQ_LEN
+        from workbench.core.training.text_jsonl import TEXT_FILE_SEQ_LEN, tokenizer_folder
+
+        config = getattr(model, "config", None)
+        limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
+        file_len = TEXT_FILE_SEQ_LEN if self.data_box.currentData() == "text" else SYNTHETIC_SEQ_LEN
+        tokens = min(file_len, limit) if isinstance(limit, int) and limit > 1 else file_len
+        try:
+            tokenizer = f"tokenizer of {tokenizer_folder(model)}"
+        except Exception:  # noqa: BLE001 - a model not opened from a folder: no tokenizer to name
+            tokenizer = "no tokenizer folder (Text (JSONL) needs the model opened from its folder)"
+        self.seq_label.setText(f"{tokens} tokens")
+        self.seq_label.setToolTip(
+            f"Tokens per sample: {SYNTHETIC_SEQ_LEN} for synthetic tokens, {TEXT_FILE_SEQ_LEN} for a text file"
+            + (f", at most the model's {limit} positions" if isinstance(limit, int) else "") + f"; {tokenizer}")
 
     def _data_changed(self, *_: Any) -> None:
         files = self.data_box.currentData() != "synthetic"
         self.data_path.setVisible(files)
         self.browse.setVisible(files)
+        if self._text:
+            self._show_sequence(self._c.model)
 
     def _optimizer_chosen(self, index: int) -> None:
         key = self.optimizer_box.itemData(index)

@@ -65,6 +65,8 @@ COLUMNS = (
     "Tags · notes",
 )
 _NOTES_COLUMN = COLUMNS.index("Tags · notes")
+#: The Run column's width range (pixels): as wide as its longest name within these.
+NAME_WIDTH_MIN, NAME_WIDTH_MAX = 112, 360
 #: Milliseconds after the last keystroke in the notes before they are saved.
 _NOTES_SAVE_DELAY_MS = 600
 _RECORD_ROLE = int(Qt.ItemDataRole.UserRole) + 1
@@ -292,7 +294,11 @@ class RunsPanel(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
-        self.table.setColumnWidth(0, 112)
+        self._name_width_by_user = False
+        self._sizing_names = True
+        self.table.setColumnWidth(0, NAME_WIDTH_MIN)
+        self._sizing_names = False
+        header.sectionResized.connect(self._name_column_resized)
         for column, tip in (
             (3, "Median time of one training step (forward, backward, optimizer)"),
             (4, "Peak memory: CUDA peak allocated; CPU peak RSS growth since the run began (a lower bound)"),
@@ -391,8 +397,24 @@ class RunsPanel(QWidget):
             self.select([r for r in records if r.id in selected])
         finally:
             self._updating = False
+        self._fit_names()
         self._update_buttons()
         self._update_compare()
+
+    def _fit_names(self) -> None:
+        """Widen the Run column to its longest name (up to :data:`NAME_WIDTH_MAX` px) unless
+        the user sized it: a name is cut only when the table has no room for it."""
+        if self._name_width_by_user:
+            return
+        want = max(NAME_WIDTH_MIN, min(NAME_WIDTH_MAX, self.table.sizeHintForColumn(0) + 8))
+        if want != self.table.columnWidth(0):
+            self._sizing_names = True
+            self.table.setColumnWidth(0, want)
+            self._sizing_names = False
+
+    def _name_column_resized(self, column: int, _old: int, _new: int) -> None:
+        if column == 0 and not self._sizing_names:
+            self._name_width_by_user = True
 
     def _row_of(self, record: RunRecord) -> int:
         for row in range(self.table.rowCount()):

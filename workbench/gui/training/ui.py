@@ -84,6 +84,11 @@ class TrainingUI(QObject):
         self.store = RunStore(runs_dir or default_runs_dir())
         self.runs = RunController(controller, self.store, self)
         self.plots = PlotsPanel(parent)
+        self._starting: RunRecord | None = None  # asked for, not set up yet
+        self._total: int | None = None
+        self._settings = settings
+        self._restore_plot_view()
+        self.plots.viewChanged.connect(self._save_plot_view)
         self.runs_panel = RunsPanel(self.runs, parent)
         self.verify = VerifyPanel(parent)
         self.panel = TrainingPanel(controller, self.runs, settings, parent)
@@ -93,7 +98,7 @@ class TrainingUI(QObject):
         r = self.runs
         r.runStarted.connect(self._run_started)
         r.prepared.connect(self._prepared)
-        r.metricsReceived.connect(self.plots.append)
+        r.metricsReceived.connect(self._metrics)
         r.runEnded.connect(self._run_ended)
         r.stateChanged.connect(self.plots.set_state)
         r.statusMessage.connect(lambda text: self.statusMessage.emit(text, RUN_MESSAGE_MS))
@@ -127,17 +132,32 @@ class TrainingUI(QObject):
 
     # ------------------------------------------------------------ reactions
     def _run_started(self, record: RunRecord) -> None:
-        c = self._c
-        total = c.counts.total if c.counts is not None else None
-        self.plots.start_run(record, total)
+        """A run was asked for: the plots and the Verify dot change once its setup is done,
+        so a start the setup refuses changes nothing on screen but its message."""
+        self._starting = record
+        self._total = self._c.counts.total if self._c.counts is not None else None
+
+    def _show_started(self) -> None:
+        record, self._starting = self._starting, None
+        if record is None:
+            return
+        self.plots.start_run(record, self._total)
         self.runStarted.emit()
         self.verifyResult.emit(None)
 
     def _prepared(self, info: dict) -> None:
+        self._show_started()
         record = self.runs.current
         self.plots.set_run_info(info, record.plan if record is not None else None)
 
+    def _metrics(self, batch: list) -> None:
+        self._show_started()
+        self.plots.append(batch)
+
     def _run_ended(self, record: RunRecord) -> None:
+        if self._starting is record:  # it never trained: the last run stays on screen
+            self._starting = None
+            return
         self.plots.end_run(record)
         self.verify.show_run(record)
         if self.verify.ok is not None:
@@ -185,6 +205,26 @@ class TrainingUI(QObject):
     def _start_dir(self) -> str:
         c = self._c
         return str(c.path.parent) if c.path is not None else str(Path.home())
+
+    # ------------------------------------------------------------ the plots' view
+    def _restore_plot_view(self) -> None:
+        """Which plots show and whether the legends do, as the user left them."""
+        s = self._settings
+        if s is None:
+            return
+        shown = s.value("plots/shown")
+        if isinstance(shown, str) and shown:
+            self.plots.set_shown_plots(shown.split(","))
+        legends = s.value("plots/legends")
+        if legends is not None:
+            self.plots.set_legends_shown(str(legends).lower() not in ("false", "0"))
+
+    def _save_plot_view(self) -> None:
+        s = self._settings
+        if s is None:
+            return
+        s.setValue("plots/shown", ",".join(self.plots.shown_keys))
+        s.setValue("plots/legends", self.plots.legends_shown)
 
     # ------------------------------------------------------------ the end
     def shutdown(self) -> None:

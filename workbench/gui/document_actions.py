@@ -1,0 +1,379 @@
+"""The window's document actions: new, open (plan, checkpoint, model folder, model code,
+recent files, drag and drop), save, save as and export; each asks before unsaved edits are
+lost and refuses a bad file with one message.
+
+:class:`DocumentActions` is a part of :class:`~workbench.gui.main_window.MainWindow`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QSettings, QTimer
+from PySide6.QtGui import QDragEnterEvent, QDropEvent
+from PySide6.QtWidgets import QMainWindow, QMenu
+
+from workbench.core import export
+from workbench.core.errors import WorkbenchError
+from workbench.core.models.spec import ModelSpec
+from workbench.core.models.zoo import CHECKPOINT_SUFFIXES, ModelSourceError
+from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.gui import dialogs
+from workbench.gui import settings as app_settings
+from workbench.gui.controller import Controller
+from workbench.gui.model_loading import LoadRequest, factory_candidates, path_kind, request_for_plan
+from workbench.gui.model_source import ModelSourceBar, confirm_code
+
+if TYPE_CHECKING:
+    from workbench.gui.training.ui import TrainingUI
+
+    _Window = QMainWindow
+else:
+    _Window = object
+
+__all__ = ["CHECKPOINT_FILTER", "CODE_FILTER", "DocumentActions", "LOAD_MODEL_NOTE", "PLAN_FILTER", "RUNS_CODE_NOTE"]
+
+PLAN_FILTER = "Freeze plans (*.json);;All files (*)"
+CHECKPOINT_FILTER = (
+    "Checkpoints (" + " ".join(f"*{s}" for s in CHECKPOINT_SUFFIXES) + ");;All files (*)"
+)
+CODE_FILTER = "Python files (*.py);;All files (*)"
+#: What the factory question says about running a ``.py`` file.
+RUNS_CODE_NOTE = "Opening it runs this file's code with your rights: only open files you trust."
+#: Why the window asks to save unsaved plan edits before another model loads.
+LOAD_MODEL_NOTE = "The plan is kept if it fits the other model; otherwise a new plan starts."
+
+
+class DocumentActions(_Window):
+    """Files in and out of the window (mixed into ``MainWindow``)."""
+
+    controller: Controller
+    source_bar: ModelSourceBar
+    training: TrainingUI
+    recent_menu: QMenu
+    _settings: QSettings
+
+    # ------------------------------------------------------------------ files
+    def _maybe_save(self, why: str = "") -> bool:
+        if not self.controller.dirty:
+            return True
+        answer = dialogs.ask(
+            self, "Unsaved changes", f"The plan has unsaved changes.{(' ' + why) if why else ''} Save them first?",
+            ("Save", "Discard", "Cancel"), "Save",
+        )
+        if answer == "Save":
+            return self.save()
+        return answer == "Discard"
+
+    def _can_start(self) -> bool:
+        """Whether a model load may start now (none running, no doctor check running)."""
+        c = self.controller
+        if c.busy or c.checking:
+            what = "a model is loading" if c.busy else "the diagnostics check is running"
+            self.statusBar().showMessage(f"Please wait: {what}.", 5000)
+            return False
+        return True
+
+    def _start_dir(self) -> str:
+        recent = app_settings.recent_files(self._settings)
+        if self.controller.path is not None:
+            return str(self.controller.path.parent)
+        return str(Path(recent[0]).parent) if recent else str(Path.home())
+
+    def new_plan(self) -> None:
+        """Start an empty plan for the loaded model (asks to save unsaved changes)."""
+        if self._maybe_save():
+            self.controller.new_plan()
+
+    def open_plan(self, path: str | None = None) -> bool:
+        """Open a plan file; load the model it names when that is not the loaded one.
+
+        A plan that does not parse is refused with its PlanError; a plan whose rules name
+        modules the model lacks is opened with every rule kept, and the problems shown.
+
+        Args:
+            path: the file (default: ask).
+
+        Returns:
+            True when the plan was opened (or its model load started).
+        """
+        if not self._can_start() or not self._maybe_save():
+            return False
+        if path is None:
+            path = dialogs.open_file(self, "Open plan", self._start_dir(), PLAN_FILTER)
+            if not path:
+                return False
+        try:
+            plan = FreezePlan.load(path)
+        except PlanError as e:
+            dialogs.error(self, "Cannot open plan", str(e))
+            return False
+        request = request_for_plan(plan, self.controller.spec, Path(path).parent)
+        if request is not None:
+            request = self._confirm_download(request)
+            if request is None:
+                return False
+            self.controller.load(request, plan, path)
+        else:
+            self.controller.open_plan(plan, path)
+        app_settings.add_recent(path, self._settings)
+        return True
+
+    def open_checkpoint(self, path: str | None = None) -> bool:
+        """Load weights from a checkpoint file off the GUI thread.
+
+        The architecture is the one the file names; when it names none, the model selected
+        in the model bar is used.
+
+        Args:
+            path: the file (default: ask).
+
+        Returns:
+            True when the load started.
+        """
+        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
+            return False
+        if path is None:
+            path = dialogs.open_file(self, "Open checkpoint", self._start_dir(), CHECKPOINT_FILTER)
+            if not path:
+                return False
+        request = LoadRequest(name=self.source_bar.current_name(), checkpoint=str(path))
+        started = self.controller.load(request)
+        if started:
+            app_settings.add_recent(path, self._settings)
+        return started
+
+    def open_model_folder(self, path: str | None = None) -> bool:
+        """Open a Hugging Face model folder (``config.json``, weights optional) off the GUI thread.
+
+        A folder without weights opens structure-only; so does any folder while the model
+        bar's "Structure only" box is checked. A folder without ``config.json`` is refused
+        with one message and the current model stays.
+
+        Args:
+            path: the folder (default: ask).
+
+        Returns:
+            True when the load started.
+        """
+        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
+            return False
+        if path is None:
+            path = dialogs.open_dir(self, "Open model folder (config.json)", self._start_dir())
+            if not path:
+                return False
+        request = LoadRequest(name=str(path), source="hf", meta=self.source_bar.meta_box.isChecked())
+        return self.controller.load(request)
+
+    def open_model_code(self, path: str | None = None, factory: str | None = None) -> bool:
+        """Build the model with a function of a ``.py`` file (``py:FILE.py:FACTORY``); runs that file.
+
+        The file is parsed (not run) to offer its top-level functions and classes; the
+        question says that opening runs the file's code.
+
+        Args:
+            path: the ``.py`` file (default: ask).
+            factory: the function that returns the model (default: ask).
+
+        Returns:
+            True when the load started.
+        """
+        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
+            return False
+        if path is None:
+            path = dialogs.open_file(self, "Open model code", self._start_dir(), CODE_FILTER)
+            if not path:
+                return False
+        if factory is None:
+            try:
+                names = factory_candidates(path)
+            except ModelSourceError as e:
+                dialogs.error(self, "Cannot open model code", str(e))
+                return False
+            if not names:
+                dialogs.error(
+                    self, "Cannot open model code",
+                    f"{Path(path).name} defines no top-level function or class; "
+                    "add a function that returns the nn.Module",
+                )
+                return False
+            guess = next((n for n in names if any(w in n.lower() for w in ("model", "build", "make", "create"))), names[0])
+            factory = dialogs.choose(
+                self, "Open model code",
+                f"{Path(path).name}: which function returns the model?\n{RUNS_CODE_NOTE}", names, guess,
+            )
+            if not factory:
+                return False
+        request = confirm_code(self, LoadRequest(
+            name=f"{path}:{factory}", source="py", num_classes=self.source_bar.classes.value() or None,
+            meta=self.source_bar.meta_box.isChecked(), origin="Open Model Code",
+        ))
+        if request is None:
+            return False
+        started = self.controller.load(request)
+        if started:
+            app_settings.add_recent(path, self._settings)
+        return started
+
+    def _browse_source(self, source: str) -> None:
+        if source == "hf":
+            self.open_model_folder()
+        elif source == "py":
+            self.open_model_code()
+
+    def load_model_request(self, request: LoadRequest) -> bool:
+        """Load a model described by the model bar (asks before downloading).
+
+        Args:
+            request: what to load.
+
+        Returns:
+            True when the load started.
+        """
+        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
+            return False
+        confirmed = self._confirm_download(request)
+        if confirmed is None:
+            return False
+        return self.controller.load(confirmed)
+
+    def _confirm_download(self, request: LoadRequest) -> LoadRequest | None:
+        try:
+            confirmed = confirm_code(self, request)  # model code runs only after "Run"
+            if confirmed is None:
+                return None
+            request = confirmed
+            needs = request.needs_download()
+        except ModelSourceError as e:
+            dialogs.error(self, "Cannot load model", str(e))
+            return None
+        if not needs:
+            return request
+        answer = dialogs.ask(
+            self,
+            "Weights not cached",
+            f"The {request.weights} weights of {request.name} are not in the local cache.\n\n"
+            "Download them now, or start from random initialisation?",
+            ("Download", "Random Init", "Cancel"),
+            "Random Init",
+        )
+        if answer == "Download":
+            return dataclasses.replace(request, allow_download=True)
+        if answer == "Random Init":
+            return dataclasses.replace(request, weights=None, note="random init (weights not cached)")
+        return None
+
+    def save(self) -> bool:
+        """Save the plan to its file (asks for a name when it has none)."""
+        if self.controller.path is None:
+            return self.save_as()
+        ok = self.controller.save(self.controller.path)
+        if ok:
+            app_settings.add_recent(self.controller.path, self._settings)
+            self.statusBar().showMessage(f"Saved {self.controller.path}", 5000)
+        return ok
+
+    def save_as(self) -> bool:
+        """Save the plan under a new name."""
+        c = self.controller
+        suggested = str(c.path) if c.path else str(Path(self._start_dir()) / f"{c.loaded.label if c.loaded else 'model'}.plan.json")
+        path = dialogs.save_file(self, "Save plan as", suggested, PLAN_FILTER)
+        if not path:
+            return False
+        if not path.lower().endswith(".json"):
+            path += ".json"
+        ok = c.save(path)
+        if ok:
+            app_settings.add_recent(path, self._settings)
+            self.statusBar().showMessage(f"Saved {path}", 5000)
+        return ok
+
+    def export_script(self) -> bool:
+        """Export the plan as a standalone plain-PyTorch script (``workbench.core.export``)."""
+        c = self.controller
+        stem = c.path.stem if c.path else (c.loaded.label if c.loaded else "plan")
+        path = dialogs.save_file(self, "Export plan as script", str(Path(self._start_dir()) / f"{stem}.py"),
+                                 "Python scripts (*.py)")
+        if not path:
+            return False
+        if not path.lower().endswith(".py"):
+            path += ".py"
+        try:
+            spec = ModelSpec.from_dict({**c.spec, **c.plan.model})
+            optimizer = {"sgd_momentum": "sgd"}.get(c.optimizer, c.optimizer)  # the script's SGD has momentum 0.9
+            optimizer = optimizer if optimizer in export.OPTIMIZERS else "adamw"
+            export.export_script(
+                c.plan, spec, path, model=c.model, optimizer=optimizer,
+                base_dir=c.path.parent if c.path else None, **self.training.panel.export_options(),
+            )
+        except (WorkbenchError, OSError) as e:
+            dialogs.error(self, "Cannot export script", str(e))
+            return False
+        self.statusBar().showMessage(f"Exported {path}", 5000)
+        return True
+
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        files = app_settings.recent_files(self._settings)
+        if not files:
+            act = self.recent_menu.addAction("No recent files")
+            act.setEnabled(False)
+            return
+        for f in files:
+            act = self.recent_menu.addAction(Path(f).name)
+            act.setToolTip(f)
+            act.setStatusTip(f)
+            act.triggered.connect(lambda _c=False, f=f: self.open_path(f))
+
+    def open_path(self, path: str) -> bool:
+        """Open a plan (``.json``), a Hugging Face folder, model code (``.py``) or a
+        checkpoint, by what the path is (recent files, drag and drop).
+
+        Args:
+            path: the file or folder.
+
+        Returns:
+            True when it was opened or its load started.
+        """
+        kind = path_kind(path)
+        if kind == "plan":
+            return self.open_plan(path)
+        if kind == "folder":
+            return self.open_model_folder(path)
+        if kind == "code":
+            return self.open_model_code(path)
+        return self.open_checkpoint(path)
+
+    # ------------------------------------------------------------------ drag and drop
+    @staticmethod
+    def _dropped_file(event: QDragEnterEvent | QDropEvent) -> str | None:
+        md = event.mimeData()
+        if not md.hasUrls():
+            return None
+        for url in md.urls():
+            if url.isLocalFile():
+                p = url.toLocalFile()
+                if path_kind(p) is not None:
+                    return p
+        return None
+
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt API
+        if self._dropped_file(event):
+            event.acceptProposedAction()
+        else:
+            event.ignore()
+
+    def dragMoveEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+        if self._dropped_file(event):
+            event.acceptProposedAction()
+
+    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt API
+        path = self._dropped_file(event)
+        if not path:
+            event.ignore()
+            return
+        event.acceptProposedAction()
+        QTimer.singleShot(0, lambda: self.open_path(path))  # leave the drop handler first
+

@@ -1,0 +1,220 @@
+"""The window's plan actions: what the tree's selection can do (freeze, train only, freeze
+before, BatchNorm, A+B, partial freezing), the tree's context menu, filter and expansion,
+and which of those actions are enabled.
+
+:class:`PlanActions` is a part of :class:`~workbench.gui.main_window.MainWindow`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QPoint, Qt, QTimer
+from PySide6.QtGui import QAction
+from PySide6.QtWidgets import QLineEdit, QMainWindow, QMenu
+
+from workbench.core.freezing import partial
+from workbench.gui.controller import Controller
+from workbench.gui.plan import edits as plan_edits
+from workbench.gui.plan.partial_dialog import edit_partial
+from workbench.gui.plan.reparam_dialog import edit_reparam
+from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
+from workbench.gui.plan.tree_view import ModuleTreeView
+
+if TYPE_CHECKING:
+    _Window = QMainWindow
+else:
+    _Window = object
+
+__all__ = ["DEFAULT_DEPTH", "FILTER_AT_ONCE_BELOW", "FILTER_DELAY_MS", "PlanActions"]
+
+#: Tree depth expanded after a model loads (0: the root's children are visible).
+DEFAULT_DEPTH = 0
+#: Trees with at most this many modules filter at every keystroke.
+FILTER_AT_ONCE_BELOW = 2000
+#: A larger tree filters this long after the last keystroke.
+FILTER_DELAY_MS = 250
+
+
+class PlanActions(_Window):
+    """Plan edits from the tree (mixed into ``MainWindow``)."""
+
+    controller: Controller
+    view: ModuleTreeView
+    proxy: ModuleFilterProxy
+    tree_model: ModuleTreeModel
+    filter_edit: QLineEdit
+    _selection_actions: list[QAction]
+    act_freeze: QAction
+    act_unfreeze: QAction
+    act_train_only: QAction
+    act_freeze_before: QAction
+    act_bn_on: QAction
+    act_bn_off: QAction
+    act_bn_auto: QAction
+    act_ab_on: QAction
+    act_ab_off: QAction
+    act_ab_settings: QAction
+    act_inherit_lr: QAction
+    act_partial: QAction
+    act_remove_unmatched: QAction
+
+    # ------------------------------------------------------------------ tree helpers
+    def expand_to_depth(self, depth: int) -> None:
+        """Expand the tree: 0 shows the root's children, -1 everything."""
+        self.view.collapseAll()
+        if depth is None or depth < 0:
+            self.view.expandAll()
+        else:
+            self.view.expandToDepth(depth)
+
+    def focus_filter(self) -> None:
+        """Put the keyboard focus in the filter box (Ctrl+F)."""
+        self.filter_edit.setFocus(Qt.FocusReason.ShortcutFocusReason)
+        self.filter_edit.selectAll()
+
+    def _filter_changed(self, text: str) -> None:
+        """Typing in the filter box: small trees filter at once; a large tree filters once
+        typing pauses (:data:`FILTER_DELAY_MS`), so no keystroke waits for a filter pass."""
+        timer = self._filter_timer()
+        tree = self.controller.tree
+        if not text.strip() or tree is None or len(tree) <= FILTER_AT_ONCE_BELOW:
+            timer.stop()
+            self.apply_filter()
+        else:
+            timer.start()
+
+    def _filter_timer(self) -> QTimer:
+        timer = getattr(self, "_filter_debounce", None)
+        if timer is None:
+            timer = self._filter_debounce = QTimer(self)
+            timer.setSingleShot(True)
+            timer.setInterval(FILTER_DELAY_MS)
+            timer.timeout.connect(self.apply_filter)
+        return timer
+
+    def apply_filter(self) -> None:
+        """Filter the tree by the filter box's text now (shows every row for an empty text)."""
+        self._filter_timer().stop()
+        text = self.filter_edit.text()
+        self.proxy.set_pattern(text)
+        if text.strip():
+            self.view.expandAll()
+        else:
+            self.expand_to_depth(DEFAULT_DEPTH)
+
+    def select_path(self, path: str) -> None:
+        """Select and show the row of a module (clears a filter that hides it).
+
+        Args:
+            path: module path.
+        """
+        src = self.tree_model.index_of(path)
+        if not src.isValid():
+            return
+        idx = self.proxy.mapFromSource(src)
+        if not idx.isValid():
+            self.filter_edit.clear()
+            idx = self.proxy.mapFromSource(src)
+        self.view.scrollTo(idx)
+        self.view.setCurrentIndex(idx)
+        self.view.selectionModel().select(
+            idx, self.view.selectionModel().SelectionFlag.ClearAndSelect | self.view.selectionModel().SelectionFlag.Rows
+        )
+
+    def _context_menu(self, pos: QPoint) -> None:
+        menu = self.context_menu_for(pos)
+        if menu is not None:
+            menu.exec(self.view.viewport().mapToGlobal(pos))
+            menu.deleteLater()
+
+    def context_menu_for(self, pos: QPoint) -> QMenu | None:
+        """The tree's right-click menu for a point in the view's viewport.
+
+        Args:
+            pos: viewport coordinates.
+
+        Returns:
+            The menu (the caller shows and deletes it), or None outside the rows.
+        """
+        idx = self.view.indexAt(pos)
+        if not idx.isValid():
+            return None
+        menu = QMenu(self)
+        menu.addActions([self.act_freeze, self.act_unfreeze, self.act_train_only, self.act_freeze_before])
+        menu.addSeparator()
+        menu.addActions([self.act_bn_on, self.act_bn_off, self.act_bn_auto])
+        menu.addSeparator()
+        menu.addActions([self.act_ab_on, self.act_ab_off, self.act_ab_settings, self.act_inherit_lr, self.act_partial])
+        return menu
+
+    # ------------------------------------------------------------------ plan edits
+    def _set_selected(self, key: str, value: Any) -> None:
+        paths = self.view.selected_paths()
+        if paths:
+            self.controller.set_value(paths, key, value)
+
+    def toggle_frozen(self, paths: list[str]) -> None:
+        """Freeze the given modules, or unfreeze them when all are frozen (Space)."""
+        state = self.controller.state
+        if not paths or state is None:
+            return
+        all_frozen = all(state.nodes[p].frozen == "on" for p in paths if p in state.nodes)
+        self.controller.set_value(paths, "frozen", not all_frozen)
+
+    def train_only(self) -> None:
+        """Freeze everything except the selected modules."""
+        paths = self.view.selected_paths()
+        if not paths:
+            return
+        what = (paths[0] or "(root)") if len(paths) == 1 else f"{len(paths)} modules"
+        self.controller.edit(f"Train only {what}", lambda plan, tree: plan_edits.train_only(plan, tree, paths))
+
+    def freeze_before(self) -> None:
+        """Freeze what runs before the selected module; it and what follows train."""
+        paths = self.view.selected_paths()
+        if len(paths) != 1 or not paths[0]:
+            return
+        path = paths[0]
+        self.controller.edit(f"Freeze everything before {path}",
+                             lambda plan, tree: plan_edits.freeze_before(plan, tree, path))
+
+    def _bn_everywhere(self, value: bool | None) -> None:
+        text = {True: "All BatchNorm eval on", False: "All BatchNorm eval off", None: "BatchNorm eval follows frozen"}
+        self.controller.edit(text[value], lambda plan, tree: plan_edits.set_bn_eval_everywhere(plan, tree, value))
+
+    def remove_unmatched_rules(self) -> None:
+        """Delete rules whose selector matches no module (one undo step)."""
+        self.controller.edit("Remove rules that match nothing", plan_edits.remove_unmatched_rules)
+
+    def edit_reparam(self) -> None:
+        """Open the A+B settings dialog (rank, alpha) for the selected modules."""
+        paths = self.view.selected_paths()
+        if paths:
+            edit_reparam(self, self.controller, paths)
+
+    def edit_partial(self) -> None:
+        """Open the partial-freezing dialog for the selected module."""
+        paths = self.view.selected_paths()
+        if len(paths) == 1:
+            edit_partial(self, self.controller, paths[0])
+
+    def _update_actions(self, *_: Any) -> None:
+        has = bool(self.view.selected_paths()) and self.controller.tree is not None
+        for act in self._selection_actions:
+            act.setEnabled(has)
+        paths = self.view.selected_paths()
+        self.act_freeze_before.setEnabled(has and len(paths) == 1 and paths[0] != "")
+        self.act_partial.setEnabled(has and len(paths) == 1 and self._partial_possible(paths[0]))
+        state = self.controller.state
+        self.act_remove_unmatched.setEnabled(
+            state is not None and any(p.field == "select" for p in state.problems)
+        )
+
+    def _partial_possible(self, path: str) -> bool:
+        tree = self.controller.tree
+        if tree is None or path not in tree.nodes:
+            return False
+        probe = {"param": "weight", "dim": 0, "trainable": [[0, 1]]}
+        return partial.check(probe, tree.nodes[path]) is None
+

@@ -1,0 +1,112 @@
+"""Light and dark colours for the window: follow the platform's colour scheme, or a choice
+the user made in View ▸ Theme (kept in the settings). The plots follow the palette.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QSettings, Qt
+from PySide6.QtGui import QActionGroup, QColor, QGuiApplication, QPalette
+from PySide6.QtWidgets import QApplication, QMenu, QWidget
+
+__all__ = ["THEMES", "add_theme_menu", "apply_theme", "dark_palette", "saved_theme"]
+
+#: The choices: ``(key, menu text)``.
+THEMES: tuple[tuple[str, str], ...] = (("system", "Follow System"), ("light", "Light"), ("dark", "Dark"))
+_KEY = "view/theme"
+
+
+def dark_palette() -> QPalette:
+    """A dark palette for the Fusion style (window, text, links, selection, disabled text).
+
+    Returns:
+        The palette.
+    """
+    p = QPalette()
+    base, window, text = QColor(30, 31, 34), QColor(43, 45, 48), QColor(223, 225, 229)
+    for role, color in (
+        (QPalette.ColorRole.Window, window), (QPalette.ColorRole.WindowText, text),
+        (QPalette.ColorRole.Base, base), (QPalette.ColorRole.AlternateBase, QColor(38, 40, 43)),
+        (QPalette.ColorRole.ToolTipBase, window), (QPalette.ColorRole.ToolTipText, text),
+        (QPalette.ColorRole.Text, text), (QPalette.ColorRole.Button, window),
+        (QPalette.ColorRole.ButtonText, text), (QPalette.ColorRole.BrightText, QColor(255, 90, 90)),
+        (QPalette.ColorRole.Link, QColor(100, 160, 240)), (QPalette.ColorRole.Highlight, QColor(53, 116, 240)),
+        (QPalette.ColorRole.HighlightedText, QColor(255, 255, 255)), (QPalette.ColorRole.Mid, QColor(90, 92, 96)),
+        (QPalette.ColorRole.PlaceholderText, QColor(140, 142, 146)),
+    ):
+        p.setColor(role, color)
+    for role in (QPalette.ColorRole.Text, QPalette.ColorRole.ButtonText, QPalette.ColorRole.WindowText):
+        p.setColor(QPalette.ColorGroup.Disabled, role, QColor(120, 122, 126))
+    return p
+
+
+def _system_dark() -> bool:
+    hints = QGuiApplication.styleHints()
+    return hints is not None and hints.colorScheme() == Qt.ColorScheme.Dark
+
+
+def apply_theme(theme: str, app: QApplication | None = None) -> bool:
+    """Colour the application light or dark.
+
+    Args:
+        theme: ``"system"`` (the platform's colour scheme), ``"light"`` or ``"dark"``.
+        app: the application (default: the running one).
+
+    Returns:
+        True when the colours are dark.
+
+    Raises:
+        ValueError: another theme.
+    """
+    if theme not in dict(THEMES):
+        raise ValueError(f"theme must be one of {', '.join(k for k, _t in THEMES)}, got {theme!r}")
+    app = app or QApplication.instance()  # type: ignore[assignment]
+    assert isinstance(app, QApplication)
+    dark = _system_dark() if theme == "system" else theme == "dark"
+    if app.style().name().lower() != "fusion":
+        app.setStyle("Fusion")  # the one style that draws any palette the same on every platform
+    app.setPalette(dark_palette() if dark else app.style().standardPalette())
+    return dark
+
+
+def saved_theme(settings: QSettings | None) -> str:
+    """The theme kept in the settings (``"system"`` when none or unknown)."""
+    value = settings.value(_KEY) if settings is not None else None
+    return value if isinstance(value, str) and value in dict(THEMES) else "system"
+
+
+def add_theme_menu(menu: QMenu, settings: QSettings | None, parent: QWidget) -> dict[str, object]:
+    """Add View ▸ Theme (Follow System, Light, Dark), apply the saved choice, and follow the
+    platform's scheme while "Follow System" is chosen.
+
+    Args:
+        menu: the View menu.
+        settings: where the choice is kept.
+        parent: owner of the actions.
+
+    Returns:
+        ``{key: QAction}``.
+    """
+    sub = menu.addMenu("&Theme")
+    group = QActionGroup(parent)
+    group.setExclusive(True)
+    actions: dict[str, object] = {}
+    current = saved_theme(settings)
+
+    def choose(key: str) -> None:
+        if settings is not None:
+            settings.setValue(_KEY, key)
+        apply_theme(key)
+
+    for key, text in THEMES:
+        act = sub.addAction(text)
+        act.setCheckable(True)
+        act.setChecked(key == current)
+        group.addAction(act)
+        act.triggered.connect(lambda _c=False, key=key: choose(key))
+        actions[key] = act
+    hints = QGuiApplication.styleHints()
+    if hints is not None:
+        hints.colorSchemeChanged.connect(lambda _s: apply_theme("system") if saved_theme(settings) == "system" else None)
+    if current != "system" or _system_dark():
+        apply_theme(current)
+    return actions
