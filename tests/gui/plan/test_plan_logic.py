@@ -158,7 +158,7 @@ def test_request_for_plan() -> None:
     assert request_for_plan(FreezePlan(), current) is None  # names no model
     assert request_for_plan(FreezePlan(model={"name": "resnet18", "fingerprint": "abc"}), current) is None
     req = request_for_plan(FreezePlan(model={"name": "resnet50", "num_classes": 7}), current)
-    assert req == LoadRequest("resnet50", None, 7, None)
+    assert req == LoadRequest("resnet50", None, 7, None, origin="the plan's model block")  # never runs code unasked
     req = request_for_plan(FreezePlan(model={"source": "checkpoint", "checkpoint": "w.pt", "name": "resnet18"}),
                            current, "/data")
     assert req is not None and req.checkpoint == "/data/w.pt"
