@@ -90,14 +90,16 @@ _LOW_RANK_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv1D", "Embedding")
 
 
 def _low_rank_elements(node: ModuleNode, spec: ReparamSpec, shapes: Mapping[str, tuple[int, ...]]) -> int | None:
-    """Elements of U (out x r) and V (r x in) that low-rank A+B adds to a layer, or None when
-    the spec is full rank, the layer is not adapted, or its weight's shape is not known."""
+    """Elements (U, V and a variant's own, such as DoRA's magnitude) that low-rank A+B adds to a
+    layer, or None when the spec is full rank, the layer is not adapted, or its weight's shape is not known."""
     if spec.low_rank is None or node.type_name not in _LOW_RANK_TYPES:
         return None
     shape = shapes.get(f"{node.path}.weight" if node.path else "weight")
     if not shape or len(shape) < 2:
         return None
-    return spec.low_rank.rank * (shape[0] + math.prod(shape[1:]))
+    if node.type_name in ("Conv1D", "Embedding"):  # weight is in x out
+        return spec.low_rank.added_elements(shape[1], shape[0])
+    return spec.low_rank.added_elements(shape[0], math.prod(shape[1:]))
 
 
 @dataclass

@@ -6,15 +6,17 @@ reaches: ``Linear``, ``Conv1d``, ``Conv2d`` (``groups=1``), Hugging Face ``Conv1
 (for embeddings ``V`` does, as in PEFT), so the model starts exactly at ``A``.
 
 - ``mode: "exact"``: a :mod:`torch.nn.utils.parametrize` parametrization :class:`LowRankAPlusB`
-  computes ``weight = A + s U V`` on access; ``A`` is the parametrization's ``original`` (the
-  module's own weight object, frozen), ``U`` and ``V`` are its parameters.
-- ``mode: "fused"``: the weight stays a plain frozen parameter ``A``; a forward hook adds
-  ``s U (V dropout(x))`` to the layer's output, never building the full-size ``B`` (the LoRA
-  fast path). ``U`` and ``V`` live in a ``wb_lowrank`` child that the tree folds into the layer.
+  computes the weight on access; ``A`` is the parametrization's ``original`` (the module's own
+  weight object, frozen), ``U`` and ``V`` are its parameters.
+- ``mode: "fused"``: the weight stays a plain frozen parameter ``A``; a forward hook adds the
+  low-rank path to the layer's output, never building the full-size ``B`` (the LoRA fast
+  path). ``U`` and ``V`` live in a ``wb_lowrank`` child that the tree folds into the layer.
 
+What differs between variants (LoRA, DoRA with ``"dora": true``) is a
+:class:`~workbench.core.freezing.reparam.variants.LowRankVariant`: see :data:`VARIANTS`.
 The module's other parameters (the bias) are held fixed, as a LoRA layer holds its base layer.
 :func:`install_a_plus_b` is the installer of the ``reparam`` key: full rank goes to
-:func:`workbench.core.freezing.reparam.install`, rank r comes here.
+:func:`workbench.core.freezing.reparam.full.install`, rank r comes here.
 """
 
 from __future__ import annotations
@@ -22,39 +24,42 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.utils import parametrize
+from torch.utils.hooks import RemovableHandle
 
-from workbench.core.freezing import reparam
-from workbench.core.freezing.reparam import (
-    ORDER_ATTR,
-    ReparamError,
-    ReparamHandle,
-    _derived_seed,
-    _restore_order,
-    _Sources,
-)
-from workbench.core.plan.reparam_spec import LowRank, ReparamSpec, parse_spec
+from workbench.core.freezing.reparam.base import DeltaHandle, derived_seed, record_order, shared_names
+from workbench.core.freezing.reparam.dora import DoRA
+from workbench.core.freezing.reparam.full import install as install_full
+from workbench.core.freezing.reparam.sources import Sources
+from workbench.core.freezing.reparam.variants import Lora, LowRankVariant, low_rank_output
+from workbench.core.plan.reparam_spec import LowRank, ReparamError, ReparamSpec, parse_spec
 
 __all__ = [
     "CHILD",
     "LAYER_KINDS",
+    "VARIANTS",
+    "Geometry",
     "LowRankAPlusB",
     "LowRankDelta",
     "LowRankHandle",
+    "add_fused",
+    "geometry",
     "install",
     "install_a_plus_b",
     "layer_kind",
+    "low_rank_output",
 ]
 
 #: Name of the child module that holds U and V in fused mode (folded into the layer by the tree).
 CHILD = "wb_lowrank"
 #: Layer kinds low-rank A+B supports, by the class name the tree shows.
 LAYER_KINDS = ("Linear", "Conv1d", "Conv2d", "Conv1D", "Embedding")
+#: The variants by name (:attr:`LowRank.variant`).
+VARIANTS: dict[str, LowRankVariant] = {"lora": Lora(), "dora": DoRA()}
 
 
 def layer_kind(module: nn.Module) -> str | None:
@@ -80,8 +85,14 @@ def layer_kind(module: nn.Module) -> str | None:
 
 
 @dataclass(frozen=True)
-class _Geometry:
-    """How the flat product ``U V`` (out x in) maps onto a weight."""
+class Geometry:
+    """How the flat product ``U V`` (out x in) maps onto a weight.
+
+    Attributes:
+        kind: the layer kind.
+        out / inp: rows and columns of the flat product.
+        shape: the weight's shape.
+    """
 
     kind: str
     out: int
@@ -89,83 +100,108 @@ class _Geometry:
     shape: tuple[int, ...]
 
     def to_weight(self, m: Tensor) -> Tensor:
+        """The flat (out x in) matrix in the weight's shape."""
         if self.kind in ("conv1d_hf", "embedding"):
             return m.t()
         return m.view(self.shape)
 
     def from_weight(self, w: Tensor) -> Tensor:
+        """The weight as the flat (out x in) matrix (a view where possible)."""
         if self.kind in ("conv1d_hf", "embedding"):
             return w.t()
         return w.reshape(self.out, self.inp)
 
 
-def _geometry(module: nn.Module, kind: str, w: Tensor, key: str) -> _Geometry:
+def geometry(module: nn.Module, kind: str, w: Tensor, key: str) -> Geometry:
+    """The geometry of a supported layer's weight.
+
+    Args:
+        module: the layer.
+        kind: its kind (see :func:`layer_kind`).
+        w: its weight.
+        key: the weight's parameter path, for messages.
+
+    Returns:
+        The geometry.
+
+    Raises:
+        ReparamError: a grouped convolution or one with a padding mode other than zeros.
+    """
     shape = tuple(w.shape)
     if kind == "conv":
         if module.groups != 1:
             raise ReparamError(f"{key}: low-rank A+B needs a convolution with groups=1, this one has groups={module.groups}; use full rank (leave out reparam.rank)")
         if module.padding_mode != "zeros":
             raise ReparamError(f"{key}: low-rank A+B needs padding_mode='zeros', this convolution has {module.padding_mode!r}; use full rank")
-        return _Geometry(kind, shape[0], int(math.prod(shape[1:])), shape)
+        return Geometry(kind, shape[0], int(math.prod(shape[1:])), shape)
     if kind in ("conv1d_hf", "embedding"):
-        return _Geometry(kind, shape[1], shape[0], shape)
-    return _Geometry(kind, shape[0], shape[1], shape)
+        return Geometry(kind, shape[1], shape[0], shape)
+    return Geometry(kind, shape[0], shape[1], shape)
 
 
 class LowRankDelta(nn.Module):
-    """``U`` (out x r) and ``V`` (r x in) of one weight; ``delta()`` is ``s U V`` in the weight's shape.
+    """``U`` (out x r) and ``V`` (r x in) of one weight (and the variant's own tensors).
 
     Args:
         u / v: the initial tensors.
         scale: ``alpha / r``.
         geometry: how the flat product maps onto the weight.
+        variant: the variant (default LoRA).
     """
 
     _workbench_internal = True
 
-    def __init__(self, u: Tensor, v: Tensor, scale: float, geometry: _Geometry) -> None:
+    def __init__(self, u: Tensor, v: Tensor, scale: float, geometry: Geometry, variant: LowRankVariant | None = None) -> None:
         super().__init__()
         self.U = nn.Parameter(u)
         self.V = nn.Parameter(v)
         self.scale = scale
         self.geometry = geometry
+        self.variant = variant or VARIANTS["lora"]
+        self.merged_norm: Tensor | None = None
 
     def delta(self) -> Tensor:
-        """``B = s U V`` shaped like the weight."""
+        """``s U V`` shaped like the weight."""
         return self.geometry.to_weight((self.U @ self.V) * self.scale)
 
 
 class LowRankAPlusB(LowRankDelta):
-    """Parametrization ``weight = A + s U V`` (``A`` is the parametrization's frozen ``original``)."""
+    """Parametrization of the weight: the variant's weight from ``A`` (the frozen ``original``)."""
 
     def forward(self, a: Tensor) -> Tensor:
-        """``A + s U V`` in one ``addmm``: the gradient flows to ``U`` and ``V`` only."""
-        g = self.geometry
-        if g.kind in ("conv1d_hf", "embedding"):  # the weight is (U V)^T: in x out
-            return torch.addmm(a, self.V.t(), self.U.t(), alpha=self.scale)
-        return torch.addmm(a.reshape(g.out, g.inp), self.U, self.V, alpha=self.scale).view(g.shape)
+        """The weight the layer uses (LoRA: ``A + s U V`` in one ``addmm``)."""
+        return self.variant.weight(a, self)
 
 
-def _fused_output(module: Any, kind: str, d: LowRankDelta, x: Tensor, drop: float) -> Tensor:
-    """``U (V x)`` for the layer's input ``x``, without building ``U V`` (the caller scales it
-    while adding it to the layer's output: one pass instead of a multiply and an add)."""
-    if kind == "embedding":
-        h = F.embedding(x, d.V.t(), module.padding_idx, module.max_norm, module.norm_type, module.scale_grad_by_freq, module.sparse)
-        return F.linear(h, d.U)
-    if drop and module.training:
-        x = F.dropout(x, drop, training=True)
-    if kind in ("linear", "conv1d_hf"):
-        return F.linear(F.linear(x, d.V), d.U)
-    nd = len(d.geometry.shape) - 2
-    conv: Callable[..., Tensor] = F.conv1d if nd == 1 else F.conv2d
-    v = d.V.view(d.V.shape[0], *d.geometry.shape[1:])
-    u = d.U.view(*d.U.shape, *([1] * nd))
-    h = conv(x, v, None, module.stride, module.padding, module.dilation)
-    return conv(h, u)
+def add_fused(module: nn.Module, kind: str, d: LowRankDelta, dropout: float, name: str = "weight") -> RemovableHandle:
+    """Put ``d`` on ``module`` in fused mode: the ``wb_lowrank`` child and the forward hook.
+
+    Args:
+        module: a supported layer.
+        kind: its kind.
+        d: the delta module.
+        dropout: dropout probability on the low-rank path's input.
+        name: the weight's short name.
+
+    Returns:
+        The hook's handle (remove it to take the low-rank path off).
+    """
+    child: Any = module._modules.get(CHILD)
+    if child is None:
+        child = nn.ModuleDict()
+        child._workbench_internal = True
+        module.add_module(CHILD, child)
+    child[name] = d
+    variant = d.variant
+
+    def hook(mod: nn.Module, args: tuple[Any, ...], output: Tensor) -> Tensor:
+        return variant.output(mod, kind, d, args[0], output, dropout)
+
+    return module.register_forward_hook(hook)
 
 
-def _init_uv(lr: LowRank, g: _Geometry, like: Tensor, key: str) -> tuple[Tensor, Tensor]:
-    gen = torch.Generator(device="cpu").manual_seed(_derived_seed(0, "lowrank", key))
+def _init_uv(lr: LowRank, g: Geometry, like: Tensor, key: str) -> tuple[Tensor, Tensor]:
+    gen = torch.Generator(device="cpu").manual_seed(derived_seed(0, "lowrank", key))
     u = torch.zeros(g.out, lr.rank, dtype=torch.float32)
     v = torch.zeros(lr.rank, g.inp, dtype=torch.float32)
     if g.kind == "embedding":  # as PEFT: V (lora_embedding_A) zero, U (lora_embedding_B) normal
@@ -177,22 +213,25 @@ def _init_uv(lr: LowRank, g: _Geometry, like: Tensor, key: str) -> tuple[Tensor,
     return u.to(device=like.device, dtype=like.dtype), v.to(device=like.device, dtype=like.dtype)
 
 
-class LowRankHandle(ReparamHandle):
-    """Low-rank A+B installed on one layer's weight (same operations as :class:`ReparamHandle`).
+class LowRankHandle(DeltaHandle):
+    """Low-rank A+B installed on one layer's weight.
 
     Attributes:
         kind: the layer kind (see :func:`layer_kind`).
-        low_rank: rank, alpha, dropout and init.
+        low_rank: rank, alpha, dropout, init and variant.
+        variant: the variant (:data:`VARIANTS`).
     """
 
     def __init__(self, model: nn.Module, path: str, spec: ReparamSpec, base_dir: Path | None) -> None:
         super().__init__(model, path, spec, base_dir)
         assert spec.low_rank is not None
         self.low_rank: LowRank = spec.low_rank
+        self.variant: LowRankVariant = VARIANTS[spec.low_rank.variant]
         self.kind: str | None = None
+        self._a: dict[str, Tensor] = {}
         self._delta: dict[str, LowRankDelta] = {}
         self._held: list[tuple[str, nn.Parameter]] = []  # the layer's other parameters, held fixed
-        self._hook: Any = None
+        self._hook: RemovableHandle | None = None
 
     # ---------------------------------------------------------- tensors
     def a(self, name: str) -> Tensor:
@@ -212,17 +251,19 @@ class LowRankHandle(ReparamHandle):
         return self._delta[name].V
 
     def b(self, name: str) -> Tensor:
-        """``B = s U V`` in the weight's shape (built now, for export and statistics)."""
+        """``B = W - A`` in the weight's shape (LoRA: ``s U V``), built now for export and statistics."""
+        d = self._delta[name]
         with torch.no_grad():
-            return self._delta[name].delta()
+            if type(self.variant) is Lora:
+                return d.delta()
+            return self.variant.merge(self._a[name], d) - self._a[name]
 
     def weight(self, name: str) -> Tensor:
-        """``W = A + B``."""
-        with torch.no_grad():
-            return self.a(name) + self.b(name)
+        """``W``: what the layer computes with."""
+        return self.variant.merge(self._a[name], self._delta[name])
 
     def set_b(self, name: str, value: Tensor) -> None:
-        """Set ``s U V`` to ``value`` (rank-r truncated SVD; zeros restart U and V as at install)."""
+        """Make ``W = A + value`` as closely as rank r allows (truncated SVD; zeros restart U and V)."""
         d = self._delta[name]
         with torch.no_grad():
             value = value.to(device=d.U.device, dtype=torch.float32)
@@ -230,13 +271,14 @@ class LowRankHandle(ReparamHandle):
                 u, v = _init_uv(self.low_rank, d.geometry, d.U, self.param_path(name))
                 d.U.copy_(u)
                 d.V.copy_(v)
-                return
-            m = d.geometry.from_weight(value) / d.scale
-            uu, s, vh = torch.linalg.svd(m, full_matrices=False)
-            r = self.low_rank.rank
-            root = s[:r].sqrt()
-            d.U.copy_((uu[:, :r] * root).to(d.U.dtype))
-            d.V.copy_((root[:, None] * vh[:r]).to(d.V.dtype))
+            else:
+                m = d.geometry.from_weight(value) / d.scale
+                uu, s, vh = torch.linalg.svd(m, full_matrices=False)
+                r = self.low_rank.rank
+                root = s[:r].sqrt()
+                d.U.copy_((uu[:, :r] * root).to(d.U.dtype))
+                d.V.copy_((root[:, None] * vh[:r]).to(d.V.dtype))
+            self.variant.after_set(self._a[name], d)
 
     def initial_b(self, name: str) -> Tensor:
         """Zeros: a low-rank B starts at zero (:meth:`set_b` then restarts U and V)."""
@@ -249,68 +291,53 @@ class LowRankHandle(ReparamHandle):
             d.U.copy_(u.to(device=d.U.device, dtype=d.U.dtype))
             d.V.copy_(v.to(device=d.V.device, dtype=d.V.dtype))
 
+    def extra(self, name: str) -> list[tuple[str, nn.Parameter]]:
+        """The variant's own trainable tensors of weight ``name`` (DoRA: ``[("M", magnitude)]``)."""
+        return self.variant.extra(self._delta[name])
+
     # ---------------------------------------------------------- Installed protocol
+    def _prefix(self, name: str) -> str:
+        if self.mode == "exact":
+            return f"{self.raw_prefix(name)}.0"
+        return f"{self.path}.{CHILD}.{name}" if self.path else f"{CHILD}.{name}"
+
     def trainable(self) -> list[tuple[str, nn.Parameter]]:
-        """U and V per weight, by their names in ``model.named_parameters()``."""
+        """U and V per weight (and the variant's tensors), by their names in ``model.named_parameters()``."""
         out = []
         for n in self.names:
-            prefix = f"{self._raw_prefix(n)}.0" if self.mode == "exact" else self._child_prefix(n)
+            prefix = self._prefix(n)
             out += [(f"{prefix}.U", self.u(n)), (f"{prefix}.V", self.v(n))]
+            out += [(f"{prefix}.{k}", p) for k, p in self.extra(n)]
         return out
 
     def fixed(self) -> list[tuple[str, Tensor]]:
         """A per weight and the layer's other parameters: they never train."""
         out: list[tuple[str, Tensor]] = []
         for n in self.names:
-            key = f"{self._raw_prefix(n)}.original" if self.mode == "exact" else self.param_path(n)
+            key = f"{self.raw_prefix(n)}.original" if self.mode == "exact" else self.param_path(n)
             out.append((key, self._a[n]))
         return out + self._held
 
-    def _child_prefix(self, name: str) -> str:
-        base = f"{self.path}." if self.path else ""
-        return f"{base}{CHILD}.{name}"
+    def _uninstall(self, module: nn.Module, name: str, merge: bool) -> Tensor:
+        w = self._a[name]
+        if self.mode == "exact":
+            if parametrize.is_parametrized(module, name):
+                parametrize.remove_parametrizations(module, name, leave_parametrized=merge)
+        else:
+            if merge:
+                with torch.no_grad():
+                    w.copy_(self.variant.merge(w, self._delta[name]))
+            child: Any = module._modules.get(CHILD)
+            if child is not None and name in child:
+                del child[name]
+                if not len(child):
+                    del module._modules[CHILD]
+        return w
 
-    def remove(self, merge: bool = True) -> None:
-        """Undo low-rank A+B: ``merge`` bakes ``A + s U V`` into the weight, else A (or the
-        weight at install) comes back. The weight keeps its identity."""
-        if self._removed:
-            return
-        module = self._module_ref()
-        if module is not None:
-            for n in self.names:
-                w = self._a[n]
-                if self.mode == "exact":
-                    if parametrize.is_parametrized(module, n):
-                        parametrize.remove_parametrizations(module, n, leave_parametrized=merge)
-                else:
-                    if merge:
-                        with torch.no_grad():
-                            w.add_(self._delta[n].delta())
-                    child: Any = module._modules.get(CHILD)
-                    if child is not None and n in child:
-                        del child[n]
-                        if not len(child):
-                            del module._modules[CHILD]
-                if not merge and n in self._orig:
-                    with torch.no_grad():
-                        w.copy_(self._orig[n])
-            if self._hook is not None:
-                self._hook.remove()
-            _restore_order(module, self._order)
-        self._removed = True
-        self._orig.clear()
-
-
-def _fused_hook(h: LowRankHandle) -> Callable[..., Tensor | None]:
-    """The forward hook of a fused layer; it holds the handle (an applied plan may be dropped)."""
-
-    def hook(module: nn.Module, args: tuple[Any, ...], output: Tensor) -> Tensor | None:
-        if not h.names:
-            return None
-        d = h._delta[h.names[0]]
-        return torch.add(output, _fused_output(module, str(h.kind), d, args[0], h.low_rank.dropout), alpha=d.scale)
-
-    return hook
+    def _after_remove(self, module: nn.Module) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
 
 
 def install(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = None) -> LowRankHandle:
@@ -327,7 +354,8 @@ def install(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = N
 
     Raises:
         ReparamError: rank larger than the layer allows, a grouped convolution, a tied or
-            already parametrized weight; the message names the layer, ``reparam.rank`` and the fix.
+            already parametrized weight, a variant the layer kind lacks; the message names the
+            layer, the field and the fix.
     """
     spec = parse_spec(spec)
     handle = LowRankHandle(model, path, spec, base_dir)
@@ -341,21 +369,26 @@ def install(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = N
         if parametrize.is_parametrized(module, "weight"):
             raise ReparamError(f"{key} is already parametrized (weight_norm or another tool); low-rank A+B cannot stack on it")
         return handle
+    variant = handle.variant
+    if kind not in variant.kinds:
+        raise ReparamError(
+            f"{key}: {variant.name} does not support a {type(module).__name__}; "
+            f"leave out reparam.{variant.name} for this module or select other layers"
+        )
     w = own["weight"]
     if not w.is_floating_point():
         raise ReparamError(f"{key} has dtype {w.dtype}; A+B needs a floating-point weight")
-    shared = reparam._shared_names(model, module, path)
+    shared = shared_names(model, module)
     if id(w) in shared:
         raise ReparamError(f"{key} is tied to {', '.join(x for x in shared[id(w)] if x != key)}; low-rank A+B on tied weights is not supported: select another module")
-    g = _geometry(module, kind, w, key)
-    lr = spec.low_rank
-    assert lr is not None
+    g = geometry(module, kind, w, key)
+    lr = handle.low_rank
     if lr.rank > min(g.out, g.inp):
         raise ReparamError(
             f"reparam.rank {lr.rank} is larger than this {type(module).__name__} allows "
             f"(min(out, in) = min({g.out}, {g.inp}) = {min(g.out, g.inp)}); use a rank <= {min(g.out, g.inp)}"
         )
-    a = _Sources(base_dir).make(spec.a, "a", key, w)
+    a = Sources(base_dir).make(spec.a, "a", key, w)
     u, v = _init_uv(lr, g, w, key)
     if spec.a.kind != "current":
         handle._orig = {"weight": w.detach().to("cpu", copy=True)}
@@ -365,31 +398,23 @@ def install(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = N
         w.copy_(a)
     handle._a["weight"] = w
     handle._held = [(handle.param_path(n), p) for n, p in own.items() if n != "weight"]
+    d = (LowRankAPlusB if spec.mode == "exact" else LowRankDelta)(u, v, lr.scale, g, variant)
+    variant.init(d, w)
     if spec.mode == "exact":
-        handle._order = getattr(module, ORDER_ATTR, None) or tuple(module._parameters)
-        object.__setattr__(module, ORDER_ATTR, handle._order)
-        par = LowRankAPlusB(u, v, lr.scale, g)
-        parametrize.register_parametrization(module, "weight", par, unsafe=True)
-        handle._delta["weight"] = par
+        handle._order = record_order(module)
+        parametrize.register_parametrization(module, "weight", d, unsafe=True)
     else:
-        d = LowRankDelta(u, v, lr.scale, g)
-        child: Any = module._modules.get(CHILD)
-        if child is None:
-            child = nn.ModuleDict()
-            child._workbench_internal = True
-            module.add_module(CHILD, child)
-        child["weight"] = d
-        handle._delta["weight"] = d
-        handle._hook = module.register_forward_hook(_fused_hook(handle))
+        handle._hook = add_fused(module, kind, d, lr.dropout)
+    handle._delta["weight"] = d
     handle.names.append("weight")
     return handle
 
 
-def install_a_plus_b(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = None) -> ReparamHandle:
+def install_a_plus_b(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = None) -> DeltaHandle:
     """The installer of the ``reparam`` key: low rank when the spec has ``rank``, else full rank.
 
     Args:
-        model / path / spec / base_dir: as :func:`workbench.core.freezing.reparam.install`.
+        model / path / spec / base_dir: as :func:`workbench.core.freezing.reparam.full.install`.
 
     Returns:
         The handle.
@@ -400,4 +425,4 @@ def install_a_plus_b(model: nn.Module, path: str, spec: Any, *, base_dir: Path |
     spec = parse_spec(spec)
     if spec.low_rank is not None:
         return install(model, path, spec, base_dir=base_dir)
-    return reparam.install(model, path, spec, base_dir=base_dir)
+    return install_full(model, path, spec, base_dir=base_dir)
