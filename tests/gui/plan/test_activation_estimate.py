@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt
 
-from workbench.core.models.activations import DeviceMemory
+from workbench.core.advisor.activations import DeviceMemory
 from workbench.gui.main_window import MainWindow
 from workbench.gui.plan import activation_estimate
 

@@ -9,6 +9,8 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
+from workbench.core.optimizers import OPTIMIZERS, state_copies
+
 __all__ = ["Counts", "count_parameters", "no_decay_names", "optimizer_state_factor", "tied_parameters"]
 
 
@@ -48,18 +50,6 @@ def tied_parameters(model: nn.Module) -> dict[str, list[str]]:
 
 
 # ---------------------------------------------------------------- counting
-_STATE_FACTOR = {
-    "sgd": 0,
-    "sgd_momentum": 1,
-    "momentum": 1,
-    "rmsprop": 1,
-    "adagrad": 1,
-    "adam": 2,
-    "adamw": 2,
-    "nadam": 2,
-    "radam": 2,
-    "adamax": 2,
-}
 
 
 def optimizer_state_factor(optimizer: str | torch.optim.Optimizer) -> int:
@@ -80,12 +70,9 @@ def optimizer_state_factor(optimizer: str | torch.optim.Optimizer) -> int:
         d = optimizer.defaults
         if name == "sgd":
             return 1 if d.get("momentum", 0) else 0
-        base = _STATE_FACTOR.get(name, 2)
+        base = OPTIMIZERS[name].state_copies if name in OPTIMIZERS else 2
         return base + (1 if d.get("amsgrad") else 0)
-    key = optimizer.lower().replace("-", "_").replace("+", "_")
-    if key not in _STATE_FACTOR:
-        raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(sorted(_STATE_FACTOR))}")
-    return _STATE_FACTOR[key]
+    return state_copies(optimizer)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from workbench.core.models.tree import ModelTree, ModuleNode
+from workbench.core.plan.tree import ModelTree, ModuleNode
 
 __all__ = ["PlanDiff"]
 

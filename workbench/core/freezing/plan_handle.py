@@ -48,11 +48,11 @@ from workbench.core.freezing.reparam import peft as peft_io
 from workbench.core.freezing.reparam.base import DeltaHandle
 from workbench.core.freezing.reparam.full import FullRankHandle
 from workbench.core.freezing.reparam.low_rank import install_a_plus_b
-from workbench.core.models.tree import ModelTree
 from workbench.core.plan.checkpoint_fit import outermost_fitting
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
 from workbench.core.plan.specs import SPECS, check_extensions, rule_index_for
+from workbench.core.plan.tree import ModelTree
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from workbench.core.plan.rules import FreezePlan

@@ -43,7 +43,7 @@ import torch
 import torchvision
 from torch import nn
 
-from workbench import __version__
+from workbench.core.version import __version__
 from workbench.core.atomic import atomic_path
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.models.weights_cache import WeightsCacheError, safe_torchvision_loading

@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.utils import parametrize
 
-from workbench.core.models.layers import parameter_layers
+from workbench.core.plan.layers import parameter_layers
 
 __all__ = [
     "ModuleNode",

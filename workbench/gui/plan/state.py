@@ -17,7 +17,7 @@ from typing import Literal, Mapping, NamedTuple
 from workbench.core.checks.findings import Finding
 from workbench.core.checks.lint import lint_plan
 from workbench.core.freezing.apply import Counts, optimizer_state_factor
-from workbench.core.models.memory import MemoryEstimate, estimate_memory
+from workbench.core.models.memory import ParamMemory, estimate_memory
 from workbench.core.models.tree import ModelTree, ModuleNode
 from workbench.core.plan.param_counts import frozen_elements
 from workbench.core.plan.partial_spec import PartialSpec
@@ -395,7 +395,7 @@ class PlanState:
             reparam_modules=reparam_modules, readiness=readiness, fixed_params=fixed_params,
         )
 
-    def memory(self, dtype: str = "fp32") -> MemoryEstimate:
+    def memory(self, dtype: str = "fp32") -> ParamMemory:
         """Training memory of the plan if the weights were stored in ``dtype``.
 
         Params (and the fixed A of A+B), one gradient per trainable element and the

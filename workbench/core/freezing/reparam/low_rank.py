@@ -22,7 +22,6 @@ The module's other parameters (the bias) are held fixed, as a LoRA layer holds i
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,14 @@ from workbench.core.freezing.reparam.base import DeltaHandle, derived_seed, reco
 from workbench.core.freezing.reparam.dora import DoRA
 from workbench.core.freezing.reparam.full import install as install_full
 from workbench.core.freezing.reparam.sources import Sources
-from workbench.core.freezing.reparam.variants import Lora, LowRankVariant, low_rank_output
+from workbench.core.freezing.reparam.variants import (
+    Geometry,
+    Lora,
+    LowRankDelta,
+    LowRankVariant,
+    geometry,
+    low_rank_output,
+)
 from workbench.core.plan.reparam_spec import LowRank, ReparamError, ReparamSpec, parse_spec
 
 __all__ = [
@@ -82,87 +88,6 @@ def layer_kind(module: nn.Module) -> str | None:
     if t.__name__ == "Conv1D" and hasattr(module, "nf"):
         return "conv1d_hf"
     return None
-
-
-@dataclass(frozen=True)
-class Geometry:
-    """How the flat product ``U V`` (out x in) maps onto a weight.
-
-    Attributes:
-        kind: the layer kind.
-        out / inp: rows and columns of the flat product.
-        shape: the weight's shape.
-    """
-
-    kind: str
-    out: int
-    inp: int
-    shape: tuple[int, ...]
-
-    def to_weight(self, m: Tensor) -> Tensor:
-        """The flat (out x in) matrix in the weight's shape."""
-        if self.kind in ("conv1d_hf", "embedding"):
-            return m.t()
-        return m.view(self.shape)
-
-    def from_weight(self, w: Tensor) -> Tensor:
-        """The weight as the flat (out x in) matrix (a view where possible)."""
-        if self.kind in ("conv1d_hf", "embedding"):
-            return w.t()
-        return w.reshape(self.out, self.inp)
-
-
-def geometry(module: nn.Module, kind: str, w: Tensor, key: str) -> Geometry:
-    """The geometry of a supported layer's weight.
-
-    Args:
-        module: the layer.
-        kind: its kind (see :func:`layer_kind`).
-        w: its weight.
-        key: the weight's parameter path, for messages.
-
-    Returns:
-        The geometry.
-
-    Raises:
-        ReparamError: a grouped convolution or one with a padding mode other than zeros.
-    """
-    shape = tuple(w.shape)
-    if kind == "conv":
-        if module.groups != 1:
-            raise ReparamError(f"{key}: low-rank A+B needs a convolution with groups=1, this one has groups={module.groups}; use full rank (leave out reparam.rank)")
-        if module.padding_mode != "zeros":
-            raise ReparamError(f"{key}: low-rank A+B needs padding_mode='zeros', this convolution has {module.padding_mode!r}; use full rank")
-        return Geometry(kind, shape[0], int(math.prod(shape[1:])), shape)
-    if kind in ("conv1d_hf", "embedding"):
-        return Geometry(kind, shape[1], shape[0], shape)
-    return Geometry(kind, shape[0], shape[1], shape)
-
-
-class LowRankDelta(nn.Module):
-    """``U`` (out x r) and ``V`` (r x in) of one weight (and the variant's own tensors).
-
-    Args:
-        u / v: the initial tensors.
-        scale: ``alpha / r``.
-        geometry: how the flat product maps onto the weight.
-        variant: the variant (default LoRA).
-    """
-
-    _workbench_internal = True
-
-    def __init__(self, u: Tensor, v: Tensor, scale: float, geometry: Geometry, variant: LowRankVariant | None = None) -> None:
-        super().__init__()
-        self.U = nn.Parameter(u)
-        self.V = nn.Parameter(v)
-        self.scale = scale
-        self.geometry = geometry
-        self.variant = variant or VARIANTS["lora"]
-        self.merged_norm: Tensor | None = None
-
-    def delta(self) -> Tensor:
-        """``s U V`` shaped like the weight."""
-        return self.geometry.to_weight((self.U @ self.V) * self.scale)
 
 
 class LowRankAPlusB(LowRankDelta):

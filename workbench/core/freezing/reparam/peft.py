@@ -239,7 +239,7 @@ def load_peft(handles: Iterable[DeltaHandle], model: nn.Module, folder: str | os
         def read(key: str, shape: tuple[int, ...]) -> Tensor:
             if key not in keys:
                 raise ReparamError(f"adapter file {str(path)!r} has no tensor {key!r}; was it saved for this model and plan?")
-            t = f.get_tensor(key)
+            t: Tensor = f.get_tensor(key)
             if tuple(t.shape) != tuple(shape):
                 raise ReparamError(
                     f"tensor {key!r} in {str(path)!r} has shape {tuple(t.shape)}, the plan needs {tuple(shape)}; "
@@ -259,7 +259,7 @@ def load_peft(handles: Iterable[DeltaHandle], model: nn.Module, folder: str | os
         buffers = dict(model.named_buffers())
         for key in sorted(keys - used):
             name = key[len(PREFIX):] if key.startswith(PREFIX) else key
-            target = params.get(name)
+            target: Tensor | None = params.get(name)
             if target is None:
                 target = buffers.get(name)
             if target is None:

@@ -63,7 +63,7 @@ class TensorFile:
             )
         try:
             self._f = safe_open(str(path), framework="pt", device="cpu")
-            self.keys: set[str] = set(self._f.keys())
+            self.keys: set[str] = set(self._f.keys())  # type: ignore[no-untyped-call]
         except Exception as e:  # safetensors raises its own error type for a bad header
             raise ReparamError(
                 f"{role} file {str(path)!r} is not a readable safetensors file ({e}); write it with "
@@ -92,13 +92,13 @@ class TensorFile:
                 f"{self.role} file {str(self.path)!r} has no tensor for parameter {key!r}{near}; "
                 "key tensors by the parameter path of the plain model (as model.named_parameters() names it)"
             )
-        shape = tuple(self._f.get_slice(key).get_shape())
+        shape = tuple(self._f.get_slice(key).get_shape())  # type: ignore[no-untyped-call]
         if shape != tuple(like.shape):
             raise ReparamError(
                 f"tensor {key!r} in {self.role} file {str(self.path)!r} has shape {shape} but parameter "
                 f"{key!r} has shape {tuple(like.shape)}; the file was made for a different model or head size"
             )
-        t = self._f.get_tensor(key)
+        t: Tensor = self._f.get_tensor(key)  # type: ignore[no-untyped-call]
         if not t.is_floating_point():
             raise ReparamError(
                 f"tensor {key!r} in {self.role} file {str(self.path)!r} has dtype {t.dtype}; A+B needs "

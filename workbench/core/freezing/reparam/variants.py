@@ -14,19 +14,101 @@ per-output magnitude. A variant is stateless; its tensors live on the delta modu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from workbench.core.freezing.reparam.low_rank import LowRankDelta
+from workbench.core.plan.reparam_spec import ReparamError
 
-__all__ = ["Lora", "LowRankVariant", "low_rank_output"]
+__all__ = ["Geometry", "Lora", "LowRankDelta", "LowRankVariant", "geometry", "low_rank_output"]
 
 
-def low_rank_output(module: Any, kind: str, d: "LowRankDelta", x: Tensor, drop: float) -> Tensor:
+@dataclass(frozen=True)
+class Geometry:
+    """How the flat product ``U V`` (out x in) maps onto a weight.
+
+    Attributes:
+        kind: the layer kind.
+        out / inp: rows and columns of the flat product.
+        shape: the weight's shape.
+    """
+
+    kind: str
+    out: int
+    inp: int
+    shape: tuple[int, ...]
+
+    def to_weight(self, m: Tensor) -> Tensor:
+        """The flat (out x in) matrix in the weight's shape."""
+        if self.kind in ("conv1d_hf", "embedding"):
+            return m.t()
+        return m.view(self.shape)
+
+    def from_weight(self, w: Tensor) -> Tensor:
+        """The weight as the flat (out x in) matrix (a view where possible)."""
+        if self.kind in ("conv1d_hf", "embedding"):
+            return w.t()
+        return w.reshape(self.out, self.inp)
+
+
+def geometry(module: nn.Module, kind: str, w: Tensor, key: str) -> Geometry:
+    """The geometry of a supported layer's weight.
+
+    Args:
+        module: the layer.
+        kind: its kind (see :func:`layer_kind`).
+        w: its weight.
+        key: the weight's parameter path, for messages.
+
+    Returns:
+        The geometry.
+
+    Raises:
+        ReparamError: a grouped convolution or one with a padding mode other than zeros.
+    """
+    shape = tuple(w.shape)
+    if kind == "conv":
+        if module.groups != 1:
+            raise ReparamError(f"{key}: low-rank A+B needs a convolution with groups=1, this one has groups={module.groups}; use full rank (leave out reparam.rank)")
+        if module.padding_mode != "zeros":
+            raise ReparamError(f"{key}: low-rank A+B needs padding_mode='zeros', this convolution has {module.padding_mode!r}; use full rank")
+        return Geometry(kind, shape[0], int(math.prod(shape[1:])), shape)
+    if kind in ("conv1d_hf", "embedding"):
+        return Geometry(kind, shape[1], shape[0], shape)
+    return Geometry(kind, shape[0], shape[1], shape)
+
+
+class LowRankDelta(nn.Module):
+    """``U`` (out x r) and ``V`` (r x in) of one weight (and the variant's own tensors).
+
+    Args:
+        u / v: the initial tensors.
+        scale: ``alpha / r``.
+        geometry: how the flat product maps onto the weight.
+        variant: the variant (default LoRA).
+    """
+
+    _workbench_internal = True
+
+    def __init__(self, u: Tensor, v: Tensor, scale: float, geometry: Geometry, variant: LowRankVariant | None = None) -> None:
+        super().__init__()
+        self.U = nn.Parameter(u)
+        self.V = nn.Parameter(v)
+        self.scale = scale
+        self.geometry = geometry
+        self.variant = variant or Lora()
+        self.merged_norm: Tensor | None = None
+
+    def delta(self) -> Tensor:
+        """``s U V`` shaped like the weight."""
+        return self.geometry.to_weight((self.U @ self.V) * self.scale)
+
+
+def low_rank_output(module: Any, kind: str, d: LowRankDelta, x: Tensor, drop: float) -> Tensor:
     """``U (V x)`` for the layer's input ``x``, without building ``U V`` (unscaled).
 
     Args:
@@ -65,7 +147,7 @@ class LowRankVariant:
     name = "lora"
     kinds: tuple[str, ...] = ("linear", "conv", "conv1d_hf", "embedding")
 
-    def init(self, d: "LowRankDelta", a: Tensor) -> None:
+    def init(self, d: LowRankDelta, a: Tensor) -> None:
         """Add the variant's own trainable tensors to ``d`` (LoRA has none).
 
         Args:
@@ -73,11 +155,11 @@ class LowRankVariant:
             a: the fixed weight A.
         """
 
-    def extra(self, d: "LowRankDelta") -> list[tuple[str, nn.Parameter]]:
+    def extra(self, d: LowRankDelta) -> list[tuple[str, nn.Parameter]]:
         """The variant's own trainable tensors on ``d`` by short name (LoRA: none)."""
         return []
 
-    def weight(self, a: Tensor, d: "LowRankDelta") -> Tensor:
+    def weight(self, a: Tensor, d: LowRankDelta) -> Tensor:
         """The weight the layer uses, with the autograd graph to ``U`` and ``V`` (exact mode).
 
         Args:
@@ -92,7 +174,7 @@ class LowRankVariant:
             return torch.addmm(a, d.V.t(), d.U.t(), alpha=d.scale)
         return torch.addmm(a.reshape(g.out, g.inp), d.U, d.V, alpha=d.scale).view(g.shape)
 
-    def output(self, module: Any, kind: str, d: "LowRankDelta", x: Tensor, out: Tensor, drop: float) -> Tensor:
+    def output(self, module: Any, kind: str, d: LowRankDelta, x: Tensor, out: Tensor, drop: float) -> Tensor:
         """The layer's output with the low-rank path added (fused mode's forward hook).
 
         Args:
@@ -108,7 +190,7 @@ class LowRankVariant:
         """
         return torch.add(out, low_rank_output(module, kind, d, x, drop), alpha=d.scale)
 
-    def merge(self, a: Tensor, d: "LowRankDelta") -> Tensor:
+    def merge(self, a: Tensor, d: LowRankDelta) -> Tensor:
         """The plain weight equal to what the layer computes (no autograd graph).
 
         Args:
@@ -121,7 +203,7 @@ class LowRankVariant:
         with torch.no_grad():
             return a + d.delta()
 
-    def unmerge(self, w: Tensor, d: "LowRankDelta") -> Tensor:
+    def unmerge(self, w: Tensor, d: LowRankDelta) -> Tensor:
         """A from a weight :meth:`merge` made with the same ``d``.
 
         Args:
@@ -134,7 +216,7 @@ class LowRankVariant:
         with torch.no_grad():
             return w - d.delta()
 
-    def after_set(self, a: Tensor, d: "LowRankDelta") -> None:
+    def after_set(self, a: Tensor, d: LowRankDelta) -> None:
         """Called when ``U`` and ``V`` were set so that ``merge`` should be ``A + s U V`` (LoRA: nothing)."""
 
 

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from workbench.core.advisor.profile import AdvisorError
-from workbench.core.models.activations import (
+from workbench.core.advisor.activations import (
     DeviceMemory,
     device_memory,
     fit_verdict,

@@ -1,0 +1,19 @@
+"""The module tree of a model: it lives beside the plan, in :mod:`workbench.core.plan.tree`.
+
+This module keeps the old import path working (the plan resolves against the tree, so the tree
+sits below the model sources in the layer order: ``plan < models``).
+"""
+
+from __future__ import annotations
+
+from workbench.core.plan.tree import (
+    ModelTree,
+    ModuleNode,
+    canonical_parameters,
+    fingerprint,
+    is_batchnorm,
+    tensor_bytes,
+    visible_path,
+)
+
+__all__ = ["ModelTree", "ModuleNode", "canonical_parameters", "fingerprint", "is_batchnorm", "tensor_bytes", "visible_path"]
