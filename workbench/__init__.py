@@ -48,8 +48,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from workbench.core.checks.verify import VerifyReport
     from workbench.core.errors import WorkbenchError
     from workbench.core.freezing.apply import AppliedPlan, Counts, PlanDiff, apply_plan
-    from workbench.core.plan.tree import ModelTree, ModuleNode, fingerprint
     from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanWarning, Rule, Stage
+    from workbench.core.plan.tree import ModelTree, ModuleNode, fingerprint
 
 
 def __getattr__(name: str) -> Any:

@@ -15,7 +15,6 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from workbench.core.formatting import fmt_bytes
 from workbench.core.advisor.activations import (
     ActivationProfile,
     DeviceMemory,
@@ -29,6 +28,7 @@ from workbench.core.advisor.activations import (
     shape_text,
     trainable_names,
 )
+from workbench.core.formatting import fmt_bytes
 from workbench.core.training.config import TrainConfig
 from workbench.gui.background import BackgroundTask
 from workbench.gui.controller import Controller
