@@ -781,3 +781,34 @@ def test_reset_b_takes_a_subtree_a_module_or_a_parameter():
     assert applied.reparam_stats()["1.bias"]["b_norm"] == 0.0 and applied.reparam_stats()["1.weight"]["b_norm"] > 0
     with pytest.raises(ReparamError, match="'2' has no A\\+B in it"):
         applied.reset_b(["2"])
+
+
+def test_exact_writes_w_into_one_buffer_and_a_layer_used_twice_stays_exact():
+    """Exact mode reuses one W buffer per tensor across steps; a layer called twice in one
+    forward gets a fresh W for the second call (the first is still in the graph), so the
+    gradient equals that of the plain model."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+    ref = nn.Linear(4, 4)
+    ref.load_state_dict(lin.state_dict())
+
+    class Twice(nn.Module):
+        def __init__(self, layer: nn.Module) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(torch.tanh(self.layer(x)))
+
+    model = Twice(lin)
+    wb.apply_plan(model, plan_of(ab()))
+    x = torch.randn(3, 4)
+    ptrs = set()
+    for _ in range(3):
+        model(x).sum().backward()
+        Twice(ref)(x).sum().backward()
+        torch.testing.assert_close(lin.parametrizations.weight.original.grad, ref.weight.grad, rtol=0, atol=1e-6)
+        lin.zero_grad()
+        ref.zero_grad()
+        ptrs.add(lin.parametrizations.weight[0]._w.data_ptr())
+    assert len(ptrs) == 1

@@ -45,7 +45,7 @@ from workbench.core.freezing.eval_lock import eval_wanted, is_bn_eval_locked, is
 from workbench.core.freezing.plan_diff import PlanDiff
 from workbench.core.freezing.reparam import decay, ops
 from workbench.core.freezing.reparam import peft as peft_io
-from workbench.core.freezing.reparam.base import DeltaHandle
+from workbench.core.freezing.reparam.base import DeltaHandle, tied_scope
 from workbench.core.freezing.reparam.full import FullRankHandle
 from workbench.core.freezing.reparam.low_rank import install_a_plus_b
 from workbench.core.plan.checkpoint_fit import outermost_fitting
@@ -184,6 +184,10 @@ class AppliedPlan:
                 self._installed.pop((key, path)).remove(merge=True)
                 if diff is not None and installer.changes_tensors:
                     diff.reinstalled.append(path)
+        with tied_scope(self.model):
+            self._install_new(new, diff, plan)
+
+    def _install_new(self, new: dict[str, Effective], diff: PlanDiff | None, plan: "FreezePlan | None") -> None:
         for installer in INSTALLERS:
             key = installer.key
             want = self._wanted(installer, new)

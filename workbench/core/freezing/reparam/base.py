@@ -10,8 +10,10 @@ handles fill in the tensors (``a``, ``b``, ``set_b``) and the names (``trainable
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -20,7 +22,7 @@ from torch.nn.utils import parametrize
 
 from workbench.core.plan.reparam_spec import ReparamError, ReparamSpec
 
-__all__ = ["ORDER_ATTR", "DeltaHandle", "derived_seed", "restore_order", "shared_names"]
+__all__ = ["ORDER_ATTR", "DeltaHandle", "derived_seed", "record_order", "restore_order", "shared_names", "tied_scope"]
 
 #: Attribute on a module: its parameter names in plain-model order (read by tree.py).
 ORDER_ATTR = "_workbench_param_order"
@@ -71,6 +73,40 @@ def record_order(module: nn.Module) -> tuple[str, ...]:
     return order
 
 
+#: The tied parameters of models whose installs run inside :func:`tied_scope`, by id(model).
+_TIED: dict[int, tuple["weakref.ref[nn.Module]", dict[int, list[str]]]] = {}
+
+
+def _tied_map(model: nn.Module) -> dict[int, list[str]]:
+    found: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        found.setdefault(id(p), []).append(name)
+    return {k: v for k, v in found.items() if len(v) > 1}
+
+
+@contextlib.contextmanager
+def tied_scope(model: nn.Module) -> Iterator[None]:
+    """Walk the model's parameters once for every install inside the block (not once per module).
+
+    Installing A+B never ties or unties parameters, so the map taken on entry holds throughout.
+
+    Args:
+        model: the model the installs go to.
+
+    Yields:
+        Nothing.
+    """
+    key = id(model)
+    outer = key in _TIED
+    if not outer:
+        _TIED[key] = (weakref.ref(model), _tied_map(model))
+    try:
+        yield
+    finally:
+        if not outer:
+            _TIED.pop(key, None)
+
+
 def shared_names(model: nn.Module, module: nn.Module) -> dict[int, list[str]]:
     """The parameters of ``module`` that the model holds under more than one name (tied weights).
 
@@ -81,12 +117,9 @@ def shared_names(model: nn.Module, module: nn.Module) -> dict[int, list[str]]:
     Returns:
         ``{id(parameter): [every name of it in the model]}`` for the tied ones only.
     """
-    own = {id(p) for p in module.parameters(recurse=False)}
-    found: dict[int, list[str]] = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in own:
-            found.setdefault(id(p), []).append(name)
-    return {k: v for k, v in found.items() if len(v) > 1}
+    entry = _TIED.get(id(model))
+    tied = entry[1] if entry is not None and entry[0]() is model else _tied_map(model)
+    return {id(p): tied[id(p)] for p in module.parameters(recurse=False) if id(p) in tied}
 
 
 class DeltaHandle:

@@ -17,6 +17,7 @@ parameter a module owns (or the ones named in ``params``) by ``W = A + B``:
 
 from __future__ import annotations
 
+import weakref
 from pathlib import Path
 from typing import Any, cast
 
@@ -36,11 +37,34 @@ def _parametrizations(module: nn.Module) -> Any:
     return module.parametrizations
 
 
+class _AddInto(torch.autograd.Function):
+    """``W = A + B`` written into a buffer the parametrization keeps; ``dL/dB = dL/dW``.
+
+    A weight-sized tensor allocated and freed every step costs page faults on the CPU (large
+    blocks come from ``mmap``), more than the add itself at small batches; writing into one
+    buffer costs the add only. The buffer is passed detached, so no autograd history links one
+    step to the next; it shares its version counter with the buffer, so overwriting a ``W`` an
+    unfinished backward still needs is an error, never a silent change.
+    """
+
+    @staticmethod
+    def forward(ctx: Any, a: Tensor, b: Tensor, out: Tensor) -> Tensor:
+        torch.add(a, b, out=out)
+        ctx.mark_dirty(out)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[None, Tensor, None]:
+        return None, grad, None
+
+
 class APlusB(nn.Module):
     """Parametrization ``W = A + B`` for :func:`torch.nn.utils.parametrize.register_parametrization`.
 
     ``A`` is a persistent buffer (it is saved in ``state_dict()`` under
     ``<module>.parametrizations.<tensor>.0.A``); ``B`` is the parametrization's ``original``.
+    While training, ``W`` is written into one buffer kept between steps (see :class:`_AddInto`);
+    otherwise (no gradient wanted, or inside ``torch.compile``) it is a new tensor.
 
     Args:
         a: the fixed tensor (same shape, dtype and device as the weight).
@@ -52,10 +76,22 @@ class APlusB(nn.Module):
     def __init__(self, a: Tensor) -> None:
         super().__init__()
         self.register_buffer("A", a, persistent=True)
+        self._w: Tensor | None = None
+        self._last: weakref.ref[Tensor] | None = None  # the W handed out last: alive while a graph holds it
 
     def forward(self, b: Tensor) -> Tensor:
         """``A + B``; the gradient flows to ``B`` only (``A`` is a buffer)."""
-        return self.A + b
+        a = self.A
+        if not (b.requires_grad and torch.is_grad_enabled()) or torch.compiler.is_compiling() or a.dtype != b.dtype:
+            return a + b
+        if self._last is not None and self._last() is not None:
+            return a + b  # the last W is still in a graph (a module used twice, a pending backward)
+        w = self._w
+        if w is None or w.shape != b.shape or w.device != b.device or w.dtype != b.dtype or w.stride() != b.stride():
+            w = self._w = torch.empty_like(b)
+        out: Tensor = _AddInto.apply(a, b, w.detach())
+        self._last = weakref.ref(out)
+        return out
 
     def right_inverse(self, w: Tensor) -> Tensor:
         """``B = W - A``: what assigning ``module.weight = W`` stores in ``B``."""

@@ -126,6 +126,9 @@ def add_fused(module: nn.Module, kind: str, d: LowRankDelta, dropout: float, nam
 
 
 def _init_uv(lr: LowRank, g: Geometry, like: Tensor, key: str) -> tuple[Tensor, Tensor]:
+    if like.is_meta:  # structure only: nothing to draw
+        return (torch.empty(g.out, lr.rank, device="meta", dtype=like.dtype),
+                torch.empty(lr.rank, g.inp, device="meta", dtype=like.dtype))
     gen = torch.Generator(device="cpu").manual_seed(derived_seed(0, "lowrank", key))
     u = torch.zeros(g.out, lr.rank, dtype=torch.float32)
     v = torch.zeros(lr.rank, g.inp, dtype=torch.float32)
