@@ -51,6 +51,7 @@ from workbench.core.freezing.reparam.low_rank import install_a_plus_b
 from workbench.core.plan.checkpoint_fit import outermost_fitting
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
+from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.core.plan.specs import SPECS, check_extensions, rule_index_for
 from workbench.core.plan.tree import ModelTree
 
@@ -83,7 +84,11 @@ class Installed(Protocol):
     """
 
     path: str
-    spec: Any  # the typed spec of its key (ReparamSpec, PartialSpec) or True (checkpoint)
+
+    @property
+    def spec(self) -> ExtensionSpec | bool:
+        """The typed spec of its key (ReparamSpec, PartialSpec), or True (checkpoint)."""
+        ...
 
     def trainable(self) -> list[tuple[str, nn.Parameter]]:
         """Parameters (full dotted names) whose ``requires_grad`` follows the module's frozen flag."""

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Union
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.core.suggest import did_you_mean
 
-__all__ = ["DISTS", "INITS", "KIND", "LowRank", "MODES", "ReparamError", "ReparamSpec", "Source", "changes_function", "describe", "parse_spec"]
+__all__ = [
+    "DISTS", "INITS", "KIND", "LowRank", "MODES", "ReparamError", "ReparamSpec", "Source", "SpecInput",
+    "changes_function", "describe", "parse_spec",
+]
 
 KIND = "a_plus_b"
 MODES = ("exact", "fused")
@@ -33,6 +36,10 @@ DISTS = ("uniform", "normal")
 INITS = ("kaiming", "gaussian")
 _SPEC_KEYS = ("kind", "a", "b_init", "mode", "params", "rank", "alpha", "dropout", "init", "dora")
 _RANDOM_KEYS = ("seed", "dist", "scale")
+
+
+#: What :func:`parse_spec` accepts: a parsed spec, its JSON object, or ``true`` for the defaults.
+SpecInput = Union["ReparamSpec", Mapping[str, Any], bool]
 
 
 class ReparamError(WorkbenchError, ValueError):
@@ -350,7 +357,7 @@ class ReparamSpec(ExtensionSpec):
         return head + "; the model's function changes: W = A + B is not the loaded weights"
 
 
-def parse_spec(raw: Any) -> ReparamSpec:
+def parse_spec(raw: SpecInput) -> ReparamSpec:
     """Validate and normalize the value of a rule's ``reparam`` key.
 
     Defaults are filled in: ``a="current"``, ``b_init="zeros"``, ``mode="exact"``,
@@ -416,7 +423,7 @@ def parse_spec(raw: Any) -> ReparamSpec:
     return ReparamSpec(a=a, b_init=b, mode=mode, params=names, low_rank=low_rank)
 
 
-def changes_function(spec: Any) -> bool | None:
+def changes_function(spec: SpecInput) -> bool | None:
     """Whether ``W = A + B`` differs from the loaded weights when training starts.
 
     Args:
@@ -431,7 +438,7 @@ def changes_function(spec: Any) -> bool | None:
     return parse_spec(spec).changes_function()
 
 
-def describe(spec: Any) -> str:
+def describe(spec: SpecInput) -> str:
     """One line for the GUI, the CLI and plan summaries (see :meth:`ReparamSpec.describe`).
 
     Raises:

@@ -27,7 +27,7 @@ Anchors = Callable[[], Iterable[tuple[nn.Parameter, Tensor]]]
 
 
 def adjust_param_groups(
-    groups: list[dict[str, Any]], handles: Mapping[str, Any], *, weight_decay: float
+    groups: list[dict[str, Any]], handles: Mapping[str, object], *, weight_decay: float
 ) -> list[dict[str, Any]]:
     """Give weight decay its A+B meaning in fused mode: decay of ``B``, i.e. ``W`` toward ``A``.
 
@@ -111,7 +111,7 @@ def attach(optimizer: torch.optim.Optimizer, anchors: Anchors) -> RemovableHandl
         The hook's handle.
     """
 
-    def hook(opt: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def hook(opt: torch.optim.Optimizer, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         decay_step(opt, anchors())
 
     return optimizer.register_step_pre_hook(hook)

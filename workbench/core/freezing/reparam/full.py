@@ -27,7 +27,7 @@ from torch.nn.utils import parametrize
 
 from workbench.core.freezing.reparam.base import DeltaHandle, record_order, shared_names
 from workbench.core.freezing.reparam.sources import Sources
-from workbench.core.plan.reparam_spec import ReparamError, ReparamSpec, parse_spec
+from workbench.core.plan.reparam_spec import ReparamError, ReparamSpec, SpecInput, parse_spec
 
 __all__ = ["APlusB", "FullRankHandle", "ReparamHandle", "install"]
 
@@ -179,7 +179,7 @@ class FullRankHandle(DeltaHandle):
 ReparamHandle = FullRankHandle
 
 
-def install(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = None) -> FullRankHandle:
+def install(model: nn.Module, path: str, spec: SpecInput, *, base_dir: Path | None = None) -> FullRankHandle:
     """Install full-rank A+B on the parameters module ``path`` owns itself.
 
     Every A and B is built and checked before the module is touched, so an error leaves the

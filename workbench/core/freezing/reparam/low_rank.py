@@ -42,7 +42,7 @@ from workbench.core.freezing.reparam.variants import (
     geometry,
     low_rank_output,
 )
-from workbench.core.plan.reparam_spec import LowRank, ReparamError, ReparamSpec, parse_spec
+from workbench.core.plan.reparam_spec import LowRank, ReparamError, ReparamSpec, SpecInput, parse_spec
 
 __all__ = [
     "CHILD",
@@ -268,7 +268,7 @@ class LowRankHandle(DeltaHandle):
             self._hook = None
 
 
-def install(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = None) -> LowRankHandle:
+def install(model: nn.Module, path: str, spec: SpecInput, *, base_dir: Path | None = None) -> LowRankHandle:
     """Install low-rank A+B on the weight of the layer at ``path`` (nothing on unsupported modules).
 
     Args:
@@ -338,7 +338,7 @@ def install(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = N
     return handle
 
 
-def install_a_plus_b(model: nn.Module, path: str, spec: Any, *, base_dir: Path | None = None) -> DeltaHandle:
+def install_a_plus_b(model: nn.Module, path: str, spec: SpecInput, *, base_dir: Path | None = None) -> DeltaHandle:
     """The installer of the ``reparam`` key: low rank when the spec has ``rank``, else full rank.
 
     Args:
