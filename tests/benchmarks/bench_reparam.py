@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--block", type=int, default=10, help="steps per block with --method blocks (default 10)")
     args = ap.parse_args(argv)
     if args.method in ("blocks", "fresh", "alone"):
-        return _by_blocks_or_processes(args, argv or sys.argv[1:])
+        return _by_blocks_or_processes(args)
     if args.steps - args.warmup < 30:
         ap.error("--steps minus --warmup must be at least 30 (the medians need them)")
     device = torch.device(args.device)
@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return res
 
 
-def _by_blocks_or_processes(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+def _by_blocks_or_processes(args: argparse.Namespace) -> dict[str, Any]:
     """``--method blocks`` / ``fresh`` / ``alone``: ms per step and ratios to plain."""
     import subprocess
 
@@ -299,10 +299,10 @@ def _by_blocks_or_processes(args: argparse.Namespace, argv: list[str]) -> dict[s
     if args.method == "fresh":
         ms: dict[str, float] = {}
         for m in modes:
-            rest = [a for a in argv if not a.startswith("--method") and not a.startswith("--modes") and a not in ("fresh",)]
-            rest = [a for i, a in enumerate(rest) if not (i and rest[i - 1] in ("--modes", "--method"))]
-            out = subprocess.run([sys.executable, __file__, *rest, "--method", "alone", "--modes", m],
-                                 check=True, capture_output=True, text=True).stdout
+            child = [sys.executable, __file__, "--method", "alone", "--modes", m, "--device", args.device,
+                     "--steps", str(args.steps), "--warmup", str(args.warmup), "--block", str(args.block),
+                     "--image-size", str(args.image_size), "--batch", str(args.batch), "--threads", str(args.threads)]
+            out = subprocess.run(child, check=True, capture_output=True, text=True).stdout
             ms[m] = json.loads(out.strip().splitlines()[-1])["ms"][m]
             log(f"{m}: {ms[m]:.1f} ms per step (its own process)")
         ratios = {m: ms[m] / ms["plain"] for m in modes}
