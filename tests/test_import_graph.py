@@ -1,4 +1,5 @@
-"""The modules of workbench import each other without cycles, and core/gui use real imports only."""
+"""The modules of workbench import each other without cycles, in the package order of
+docs/architecture.md (type-only imports counted), and core/gui use real imports only."""
 
 from __future__ import annotations
 
@@ -24,12 +25,13 @@ def _is_type_checking(node: ast.If) -> bool:
     )
 
 
-def _imports(tree: ast.AST, name: str, is_package: bool, known: set[str]) -> set[str]:
-    """Workbench modules imported anywhere in the module (functions too), TYPE_CHECKING blocks excluded."""
+def _imports(tree: ast.AST, name: str, is_package: bool, known: set[str], *, typing: bool = False) -> set[str]:
+    """Workbench modules imported anywhere in the module (functions too); TYPE_CHECKING blocks
+    only with ``typing``."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node):
+        if isinstance(node, ast.If) and _is_type_checking(node) and not typing:
             for child in node.orelse:
                 visit(child)
             return
@@ -58,11 +60,11 @@ def _imports(tree: ast.AST, name: str, is_package: bool, known: set[str]) -> set
     return found
 
 
-def _graph() -> dict[str, set[str]]:
+def _graph(*, typing: bool = False) -> dict[str, set[str]]:
     mods = _modules()
     known = set(mods)
     return {
-        name: _imports(ast.parse(path.read_text(encoding="utf-8")), name, path.name == "__init__.py", known)
+        name: _imports(ast.parse(path.read_text(encoding="utf-8")), name, path.name == "__init__.py", known, typing=typing)
         for name, path in mods.items()
     }
 
@@ -111,6 +113,77 @@ def test_a_cycle_is_found():
 def test_no_import_cycle_between_workbench_modules():
     cycle = _find_cycle(_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+#: The package order (docs/architecture.md): a package imports lower ranks only, never a
+#: sibling of its rank. ``workbench.core`` itself (errors, atomic writes, the optimizer table,
+#: the version) is the floor; the script API facade ``workbench`` sits on core, the entry points
+#: (``cli``, ``__main__``) on everything.
+RANKS: dict[str, int] = {
+    "core": 0,
+    "core.plan": 1,
+    "core.models": 2,
+    "core.freezing": 3,
+    "core.training": 4,
+    "core.checks": 5, "core.advisor": 5, "core.export": 5,
+    "workbench": 6,  # the script API facade (lazy); the GUI reads its __version__
+    "gui": 7, "integrations": 7,
+    "commands": 8,  # the ``gui`` command starts the GUI
+    "cli": 9,
+    "__main__": 10,
+}
+#: Imports against the order, each with its reason. FreezePlan.apply / FreezePlan.from_model
+#: are the one convenience: the plan hands itself to the freezing layer.
+ALLOWED: dict[tuple[str, str], str] = {
+    ("workbench.core.plan.rules", "workbench.core.freezing.plan_handle"): "FreezePlan.apply",
+    ("workbench.core.plan.rules", "workbench.core.freezing.state_reader"): "FreezePlan.from_model",
+}
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    if parts[:2] == ["workbench", "core"]:
+        return f"core.{parts[2]}" if len(parts) > 2 and (ROOT / "core" / parts[2]).is_dir() else "core"
+    return parts[1] if len(parts) > 1 else "workbench"
+
+
+def _against_the_order(graph: dict[str, set[str]]) -> list[str]:
+    bad = []
+    for src, targets in sorted(graph.items()):
+        a = _package(src)
+        for dst in sorted(targets):
+            b = _package(dst)
+            if a == b or (src, dst) in ALLOWED:
+                continue
+            if RANKS[b] >= RANKS[a]:
+                bad.append(f"{src} ({a}) imports {dst} ({b})")
+    return bad
+
+
+def test_every_package_has_a_rank():
+    assert {_package(m) for m in _modules()} <= set(RANKS)
+
+
+def test_packages_import_only_below_them_type_only_imports_counted():
+    bad = _against_the_order(_graph(typing=True))
+    assert not bad, "imports against the package order of docs/architecture.md:\n" + "\n".join(bad)
+
+
+def test_the_allow_list_holds_only_edges_that_exist():
+    graph = _graph(typing=True)
+    stale = [f"{a} -> {b}" for a, b in ALLOWED if b not in graph.get(a, set())]
+    assert not stale, "remove from the allow-list: " + ", ".join(stale)
+
+
+def test_the_order_check_can_fail():
+    assert _against_the_order({"workbench.core.models.memory": {"workbench.core.freezing.apply"}})
+    assert _against_the_order({"workbench.core.checks.doctor": {"workbench.core.advisor.profile"}})  # siblings
+    assert not _against_the_order({"workbench.core.freezing.apply": {"workbench.core.plan.rules"}})
+
+
+def test_architecture_doc_writes_the_order():
+    text = (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert "plan < models < freezing < training < {checks, advisor, export} < {commands, gui, integrations}" in text
 
 
 def _string_imports(tree: ast.AST) -> list[tuple[int, str]]:

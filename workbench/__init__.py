@@ -19,13 +19,9 @@ used (so ``workbench --help`` starts instantly).
 from __future__ import annotations
 
 import importlib
-from importlib import metadata as _metadata
 from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = _metadata.version("freeze-workbench")
-except _metadata.PackageNotFoundError:  # running from a source tree without install
-    __version__ = "0.1.0"
+from workbench.core.version import __version__
 
 #: Public name -> module that defines it (imported on first access, PEP 562).
 _EXPORTS: dict[str, str] = {
@@ -39,9 +35,9 @@ _EXPORTS: dict[str, str] = {
     "PlanWarning": "workbench.core.plan.rules",
     "Rule": "workbench.core.plan.rules",
     "Stage": "workbench.core.plan.rules",
-    "ModelTree": "workbench.core.models.tree",
-    "ModuleNode": "workbench.core.models.tree",
-    "fingerprint": "workbench.core.models.tree",
+    "ModelTree": "workbench.core.plan.tree",
+    "ModuleNode": "workbench.core.plan.tree",
+    "fingerprint": "workbench.core.plan.tree",
     "VerifyReport": "workbench.core.checks.verify",
     "WorkbenchError": "workbench.core.errors",
 }
@@ -52,8 +48,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from workbench.core.checks.verify import VerifyReport
     from workbench.core.errors import WorkbenchError
     from workbench.core.freezing.apply import AppliedPlan, Counts, PlanDiff, apply_plan
-    from workbench.core.models.tree import ModelTree, ModuleNode, fingerprint
     from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanWarning, Rule, Stage
+    from workbench.core.plan.tree import ModelTree, ModuleNode, fingerprint
 
 
 def __getattr__(name: str) -> Any:

@@ -3,6 +3,8 @@
 Run from the repository root::
 
     python tests/benchmarks/bench_reparam.py [--device cuda] [--steps N] [--image-size S] [--batch B] [--json out.json]
+    python tests/benchmarks/bench_reparam.py --method blocks --threads 2 --image-size 64 --modes exact,fused,floor
+    python tests/benchmarks/bench_reparam.py --method fresh --threads 2 --image-size 64 --modes exact,fused,floor
 
 One process, the same batches for every mode, Adam (lr 1e-4), A = the loaded weights and
 B = 0 for every A+B mode. Modes:
@@ -12,10 +14,15 @@ B = 0 for every A+B mode. Modes:
 - ``fused``: A+B training W itself (B = W - A derived on demand);
 - ``hand``: the hand-written version of the user report (in-place ``copy_``/``add_`` +
   ``retain_grad`` in ``forward``, Adam over the whole wrapper as in the report;
-  ``tests/fixtures/broken_patterns.py``).
+  ``tests/fixtures/broken_patterns.py``);
+- ``floor``: plain training plus the two passes over the weights exact mode needs and nothing
+  else (``W = A + B`` written into the weights before the forward, ``dL/dB = dL/dW`` handed over
+  after the backward): what exact mode would cost with no framework overhead.
 
-All modes run interleaved step by step (the order rotates each round), so load from other
-processes hits every mode alike. The first ``--warmup`` steps are left out. ``× plain`` is the
+``--method step`` (default): all modes run interleaved step by step (the order rotates each
+round), so load from other processes hits every mode alike. ``--method blocks``: alternating
+blocks of ``--block`` steps per mode in one process. ``--method fresh``: each mode alone in a
+fresh process (this script with ``--method alone``), plain included; the ratio is of medians. The first ``--warmup`` steps are left out. ``× plain`` is the
 median over rounds of (mode step time / plain step time of the same round); growth is the
 median of the last 10 measured steps over the median of the first 10, raw and on the paired
 ratios. Peak memory is measured afterwards, one mode at a time, over one training step: on
@@ -51,6 +58,24 @@ from tests.fixtures.broken_patterns import HandWrittenAPlusB  # noqa: E402
 MODES = ("plain", "exact", "fused")
 
 
+class _Floor:
+    """Plain training plus exact mode's two passes over the weights (``floor`` mode)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.params = list(model.parameters())
+        self.a = [p.detach().clone() for p in self.params]
+        self.b = [torch.zeros_like(p, requires_grad=True) for p in self.params]
+
+    def before(self) -> None:
+        with torch.no_grad():
+            for p, a, b in zip(self.params, self.a, self.b):
+                torch.add(a, b, out=p)
+
+    def after(self) -> None:
+        for p, b in zip(self.params, self.b):
+            b.grad, p.grad = p.grad, None
+
+
 class Runner:
     """One mode: a model, its optimizer, and a training step over the shared batches."""
 
@@ -61,8 +86,13 @@ class Runner:
         self.model: nn.Module = model
         self.a: list[torch.Tensor] = []
         self.extra: list[torch.Tensor] = []  # tensors outside the model (A) for the memory tracker
+        self.floor: _Floor | None = None
         if mode == "plain":
             params: Any = model.parameters()
+        elif mode == "floor":
+            self.floor = _Floor(model)
+            params = self.floor.b
+            self.extra = self.floor.a
         elif mode in ("exact", "fused"):
             applied = wb.apply_plan(model, {"rules": [{"select": "*", "reparam": {"kind": "a_plus_b", "mode": mode}}]})
             params = applied.param_groups(lr=lr)
@@ -83,8 +113,12 @@ class Runner:
     def step(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """zero_grad, forward, backward, optimizer step."""
         self.opt.zero_grad(set_to_none=True)
+        if self.floor is not None:
+            self.floor.before()
         out = self.model(x, self.a) if self.mode == "hand" else self.model(x)
         nn.functional.cross_entropy(out, y).backward()
+        if self.floor is not None:
+            self.floor.after()
         self.opt.step()
 
 
@@ -164,7 +198,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--modes", default="plain,exact,fused,hand", help="comma-separated; plain is always run")
     ap.add_argument("--no-memory", action="store_true", help="skip the peak memory pass")
     ap.add_argument("--json", type=Path, help="also write the results to this JSON file")
+    ap.add_argument("--method", choices=("step", "blocks", "fresh", "alone"), default="step",
+                    help="step: interleaved step by step; blocks: alternating blocks of --block steps; "
+                         "fresh: each mode alone in a fresh process (alone: one such process)")
+    ap.add_argument("--block", type=int, default=10, help="steps per block with --method blocks (default 10)")
     args = ap.parse_args(argv)
+    if args.method in ("blocks", "fresh", "alone"):
+        return _by_blocks_or_processes(args)
     if args.steps - args.warmup < 30:
         ap.error("--steps minus --warmup must be at least 30 (the medians need them)")
     device = torch.device(args.device)
@@ -244,6 +284,59 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "median of the last 10 measured steps over the first 10; (vs plain): the same on the paired ratios, "
         "which cancels load changes on a shared machine. hand: the report's hand-written version."
     )
+    if args.json:
+        from workbench.core.atomic import atomic_write
+
+        atomic_write(args.json, json.dumps(res, indent=2) + "\n")
+    return res
+
+
+def _by_blocks_or_processes(args: argparse.Namespace) -> dict[str, Any]:
+    """``--method blocks`` / ``fresh`` / ``alone``: ms per step and ratios to plain."""
+    import subprocess
+
+    modes = ["plain"] + [m for m in args.modes.split(",") if m and m != "plain"]
+    if args.method == "fresh":
+        ms: dict[str, float] = {}
+        for m in modes:
+            child = [sys.executable, __file__, "--method", "alone", "--modes", m, "--device", args.device,
+                     "--steps", str(args.steps), "--warmup", str(args.warmup), "--block", str(args.block),
+                     "--image-size", str(args.image_size), "--batch", str(args.batch), "--threads", str(args.threads)]
+            out = subprocess.run(child, check=True, capture_output=True, text=True).stdout
+            ms[m] = json.loads(out.strip().splitlines()[-1])["ms"][m]
+            log(f"{m}: {ms[m]:.1f} ms per step (its own process)")
+        ratios = {m: ms[m] / ms["plain"] for m in modes}
+    else:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        device = torch.device(args.device)
+        g = torch.Generator().manual_seed(0)
+        batch = (torch.randn(args.batch, 3, args.image_size, args.image_size, generator=g).to(device),
+                 torch.randint(0, 10, (args.batch,), generator=g).to(device))
+        if args.method == "alone":
+            modes = [m for m in args.modes.split(",") if m]
+        runners = {m: Runner(m, device, 10, 1e-4) for m in modes}
+        for r in runners.values():
+            for _ in range(args.warmup):
+                r.step(*batch)
+        per: dict[str, list[float]] = {m: [] for m in modes}
+        rounds = max(1, (args.steps - args.warmup) // args.block)
+        for i in range(rounds):
+            order = modes[i % len(modes):] + modes[: i % len(modes)]
+            for m in order:
+                t = timed(lambda: [runners[m].step(*batch) for _ in range(args.block)], device)  # noqa: B023
+                per[m].append(t / args.block)
+        ms = {m: 1000 * statistics.median(v) for m, v in per.items()}
+        if args.method == "alone":
+            print(json.dumps({"ms": ms}))
+            return {"ms": ms}
+        ratios = {m: statistics.median(t / p for t, p in zip(per[m], per["plain"])) for m in modes}
+    res = {"method": args.method, "threads": args.threads, "image_size": args.image_size, "batch": args.batch,
+           "ms": ms, "ratio": ratios}
+    how = "alternating blocks of %d steps, one process" % args.block if args.method == "blocks" else "each mode alone in a fresh process"
+    print(f"A+B benchmark ({how}): resnet18, batch {args.batch}, {args.image_size}px, {args.threads} threads")
+    for m in modes:
+        print(f"{m:<7}{ms[m]:>10.1f} ms{ratios[m]:>8.3f} x plain")
     if args.json:
         from workbench.core.atomic import atomic_write
 

@@ -156,7 +156,7 @@ def preflight(cfg: TrainConfig) -> None:
             common = sorted(set(list_backends()) | {"inductor", "eager", "aot_eager"})
             raise CommandError(f"--compile {backend!r} is not a torch.compile backend; use one of {', '.join(common)}")
     if cfg.image_size is not None and not cfg.data.strip().lower().startswith("text:"):
-        from workbench.core.models.activations import device_memory
+        from workbench.core.advisor.activations import device_memory
 
         need = (cfg.batch_size + 1) * 3 * cfg.image_size**2 * 4
         try:

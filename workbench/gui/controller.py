@@ -20,6 +20,8 @@ from torch import nn
 
 from workbench.core.freezing.apply import Counts
 from workbench.core.models.tree import ModelTree
+from workbench.core.optimizers import CHOICES
+from workbench.core.optimizers import OPTIMIZERS as KINDS
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.gui.background import BackgroundTask
 from workbench.gui.model_loading import LoadedModel, LoadRequest, load_model, request_for_plan
@@ -32,12 +34,7 @@ __all__ = ["Controller", "OPTIMIZERS", "PlanEditCommand"]
 #: ``Controller._freeze_objects``).
 FREEZE_OBJECTS_AFTER_MS = 300
 #: Optimizers the cost panel can count state for: ``{name: label}``.
-OPTIMIZERS: dict[str, str] = {
-    "adamw": "AdamW",
-    "adam": "Adam",
-    "sgd_momentum": "SGD + momentum",
-    "sgd": "SGD",
-}
+OPTIMIZERS: dict[str, str] = {name: KINDS[name].label for name in CHOICES}
 
 
 class PlanEditCommand(QUndoCommand):

@@ -299,7 +299,11 @@ class _FreezePlanCallbackImpl:
         self.apply(pl_module)
 
     def on_fit_start(self, trainer: Any, pl_module: nn.Module) -> None:
-        """On resume: give the optimizer the group layout of the checkpoint before its state loads."""
+        """Attach the plan to each optimizer (fused A+B weight decay); on resume, give the optimizer
+        the group layout of the checkpoint before its state loads."""
+        if self.applied is not None:
+            for opt in trainer.optimizers:
+                self.applied.attach_optimizer(opt)
         if self._restored_groups is None:
             return
         named = dict(pl_module.named_parameters())

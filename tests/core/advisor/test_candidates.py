@@ -116,3 +116,14 @@ def test_profile_is_shape_only_and_leaves_the_model_alone(r18):
 def test_a_model_that_rejects_the_input_is_one_error():
     with pytest.raises(AdvisorError, match="image-size"):
         profile_model(torch.nn.Linear(4, 2), (2, 3, 8, 8))
+
+
+def test_dora_candidates_train_u_v_and_the_magnitude(vit):
+    from workbench.core.advisor.adapters import adapted_meta_copy
+
+    model, prof = vit
+    cands = [c for c in generate_candidates(model, prof, ranks=(), dora_ranks=(4,)) if c.kind == "low_rank"]
+    assert [c.name.split(" r=")[0] for c in cands] == ["DoRA"]
+    applied_names = trainable_names(cands[0], model)  # the plan applied to a meta copy
+    assert adapted_meta_copy(model, cands[0])[1] == applied_names  # the advisor's fast copy agrees
+    assert {n.rpartition(".")[2] for n in applied_names if ".wb_lowrank." in n} == {"U", "V", "M"}

@@ -10,7 +10,7 @@ from transformers.pytorch_utils import Conv1D
 
 from workbench.core.checks.doctor import check
 from workbench.core.checks.lint import lint_plan
-from workbench.core.freezing.low_rank import LowRankDelta
+from workbench.core.freezing.reparam.low_rank import LowRankDelta
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.problems import PlanError
 from workbench.core.plan.reparam_spec import ReparamSpec

@@ -126,7 +126,7 @@ def test_doctor_flags_a_peft_base_that_trains_and_a_merged_adapter_with_dropout(
     [
         ({"peft_type": "IA3", "target_modules": ["query"]}, "peft_type"),
         ({"peft_type": "LORA", "r": 4, "target_modules": ["query"], "bias": "all"}, "bias"),
-        ({"peft_type": "LORA", "r": 4, "target_modules": ["query"], "use_dora": True}, "use_dora"),
+        ({"peft_type": "LORA", "r": 4, "target_modules": ["query"], "use_dora": "yes"}, "use_dora"),
         ({"peft_type": "LORA", "r": 4, "target_modules": ".*query"}, "target_modules"),
         ({"peft_type": "LORA", "r": "four", "target_modules": ["query"]}, "r"),
     ],
@@ -165,3 +165,66 @@ def test_cli_export_peft(tmp_path, capsys):
     full.write_text(json.dumps({"rules": [{"select": "fc", "reparam": True}]}))
     assert main(["export", "--model", "resnet18", "--num-classes", "10", "--plan", str(full), "--peft", str(out)]) == 2
     assert "full-rank A+B" in capsys.readouterr().err
+
+
+# ============================================================== DoRA (PEFT's use_dora)
+DORA_TARGETS = ["query", "value"]
+
+
+def _dora_config(**kw) -> "peft.LoraConfig":
+    return peft.LoraConfig(r=4, lora_alpha=8, target_modules=DORA_TARGETS, use_dora=True, **kw)
+
+
+def test_dora_trainable_counts_equal_peft(base):
+    model = copy.deepcopy(base)
+    applied = FreezePlan.from_peft(_dora_config(), model=model).apply(model)
+    pm = peft.get_peft_model(copy.deepcopy(base), _dora_config())
+    assert applied.counts().trainable == sum(p.numel() for p in pm.parameters() if p.requires_grad)
+
+
+@pytest.mark.parametrize("mode", ["fused", "exact"])
+def test_dora_adapter_loads_in_peft_with_the_same_outputs(base, x, tmp_path, mode):
+    model = copy.deepcopy(base)
+    plan = FreezePlan.from_peft(_dora_config(), model=model)
+    for r in plan.rules:
+        if r.reparam is not None:
+            assert r.reparam.low_rank.dora
+            r.reparam = ReparamSpec.parse({**r.reparam.to_json(), "mode": mode})
+    applied = plan.apply(model)
+    assert torch.allclose(_out(model, x), _out(base, x), atol=1e-6)  # DoRA starts at the base model
+    _steps(model, applied.param_groups(lr=1e-2), x)
+    assert (_out(model, x) - _out(base, x)).abs().max() > 1e-5  # it trained (the layer norm damps it)
+    applied.to_peft(tmp_path)
+    config = json.loads((tmp_path / "adapter_config.json").read_text())
+    assert config["use_dora"] is True
+    pm = peft.PeftModel.from_pretrained(copy.deepcopy(base), tmp_path).eval()
+    torch.testing.assert_close(_out(pm, x), _out(model, x), atol=1e-5, rtol=1e-5)
+
+
+def test_peft_dora_adapter_becomes_a_plan_with_the_same_outputs(base, x, tmp_path):
+    pm = peft.get_peft_model(copy.deepcopy(base), _dora_config())
+    _steps(pm, [p for p in pm.parameters() if p.requires_grad], x)
+    pm.save_pretrained(tmp_path)
+    model = copy.deepcopy(base)
+    plan = FreezePlan.from_peft(tmp_path, model=model)
+    assert plan.rules[1].reparam.low_rank.dora and plan.rules[1].reparam.to_json()["dora"] is True
+    applied = plan.apply(model)
+    applied.load_peft(tmp_path)
+    model.eval()
+    torch.testing.assert_close(_out(model, x), _out(pm, x), atol=1e-5, rtol=1e-5)
+    # merged into plain weights, the model computes the same
+    applied.merge()
+    torch.testing.assert_close(_out(model, x), _out(pm, x), atol=1e-5, rtol=1e-5)
+
+
+def test_dora_and_lora_mixed_have_no_peft_form(base, tmp_path):
+    from workbench.core.plan.reparam_spec import ReparamError
+
+    model = copy.deepcopy(base)
+    plan = FreezePlan.from_dict({"rules": [
+        {"select": "*", "frozen": True},
+        {"select": "*.query", "frozen": False, "reparam": {"rank": 4, "mode": "fused", "dora": True}},
+        {"select": "*.value", "frozen": False, "reparam": {"rank": 4, "mode": "fused"}},
+    ]})
+    with pytest.raises(ReparamError, match="one use_dora"):
+        plan.apply(model).to_peft(tmp_path)

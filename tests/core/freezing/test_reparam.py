@@ -278,6 +278,7 @@ def test_exact_and_fused_reach_the_same_weights(opt_name, kw):
         applied = wb.apply_plan(model, plan_of(spec))
         extra = {k: v for k, v in kw.items() if k != "weight_decay"}
         opt = getattr(torch.optim, opt_name)(applied.param_groups(lr=1e-3, weight_decay=wd, **extra))
+        applied.attach_optimizer(opt)
         train(model, opt, 20)
         applied.remove(merge=True)
         return params_now(model)
@@ -301,6 +302,37 @@ def test_fused_groups_carry_the_decay_toward_a():
     others = [g for g in groups if not g.get(reparam.DECAY_KEY)]
     assert others[0]["weight_decay"] == 0.05 and set(others[0]["param_names"]) == {"4.weight", "4.bias"}
     assert not any(g.get(reparam.DECAY_KEY) for g in applied.param_groups(lr=1e-3))  # no decay: no split
+
+
+def test_fused_decay_is_scoped_to_attached_optimizers():
+    """The decay hook is per optimizer: an optimizer not attached, or one after remove(), is untouched."""
+    from torch.optim.optimizer import _global_optimizer_pre_hooks
+
+    spec = ab("fused", a={"random": {"seed": 1, "scale": 0.1}})
+    model = small()
+    applied = wb.apply_plan(model, plan_of(spec))
+    hooks_before = len(_global_optimizer_pre_hooks)
+    attached = torch.optim.AdamW(applied.param_groups(lr=1e-2, weight_decay=1.0))
+    plain = torch.optim.AdamW(applied.param_groups(lr=1e-2, weight_decay=1.0))
+    assert applied.attach_optimizer(attached) is applied.attach_optimizer(attached)  # idempotent
+    assert len(_global_optimizer_pre_hooks) == hooks_before  # nothing process-wide
+    h = applied.installed("reparam")["4"]
+    b0 = h.b("weight").clone()
+    for opt in (attached, plain):
+        opt.zero_grad()
+        model(batch()[0]).sum().backward()
+    plain.step()  # no decay: with a zero-decay group, AdamW moves W by the gradient only
+    after_plain = h.b("weight").clone()
+    attached.step()
+    assert not torch.equal(after_plain, b0)
+    applied.remove()
+    w = model[4].weight.detach().clone()
+    attached.zero_grad()
+    model(batch()[0]).sum().backward()
+    for g in attached.param_groups:
+        g["lr"] = 0.0  # a step with lr 0 changes nothing unless a leftover hook decays
+    attached.step()
+    assert torch.equal(model[4].weight, w)
 
 
 def test_precision_trade_off_in_bf16():
@@ -553,7 +585,7 @@ def test_load_deltas_errors_name_the_parameter_and_change_nothing(mode, tmp_path
     target = wb.apply_plan(small(), plan_of(ab(mode), {"select": "4", "reparam": False}))
     with pytest.raises(ReparamError, match="without A\\+B in this plan: 4.bias, 4.weight"):
         target.load_deltas(f)
-    reparam.load_deltas(target, f, strict=False)  # AppliedPlan.load_deltas is the strict form
+    target.load_deltas(f, strict=False)  # strict is the default
     assert torch.equal(target.installed("reparam")["0"].b("weight"), bs["0.weight"]) or mode == "fused"
     full = wb.apply_plan(small(), plan_of(ab(mode)))
     partial = {k: v for k, v in bs.items() if k != "1.bias"}
@@ -629,13 +661,13 @@ def test_stats_report_norms_and_ratio():
     assert s["ratio"] == pytest.approx(s["b_norm"] / a_norm)
     assert applied.reparam_stats()["0.weight"]["b_norm"] == 0.0
     assert "4.bias" not in applied.reparam_stats()
-    per_module = reparam.module_stats(applied)
+    per_module = applied.reparam_module_stats()
     assert per_module["4"]["b_norm"] == pytest.approx(s["b_norm"])  # one tensor: the same numbers
     h1 = applied.installed("reparam")["1"]  # BatchNorm: weight and bias together
     h1.set_b("weight", torch.full((6,), 3.0))
     h1.set_b("bias", torch.full((6,), 4.0))
-    assert per_module != reparam.module_stats(applied)
-    assert reparam.module_stats(applied)["1"]["b_norm"] == pytest.approx(5.0 * 6**0.5)
+    assert per_module != applied.reparam_module_stats()
+    assert applied.reparam_module_stats()["1"]["b_norm"] == pytest.approx(5.0 * 6**0.5)
 
 
 def test_tied_weights_are_refused():
@@ -684,7 +716,7 @@ def test_ddp_sees_b_as_a_parameter_and_can_skip_a(tmp_path):
     try:
         model = small()
         applied = wb.apply_plan(model, plan_of(ab()))
-        names = reparam.ddp_ignore_names(applied)
+        names = applied.ddp_ignore_names()
         assert len(names) == 5 and all(n.endswith(".0.A") for n in names)
         DDP._set_params_and_buffers_to_ignore_for_model(model, names)
         ddp = DDP(model)
@@ -732,3 +764,51 @@ def test_model_moved_after_apply_keeps_a_with_the_weights(mode):
     opt.step()  # the fused decay hook reads A on W's device and dtype
     assert torch.allclose(handle.weight("weight"), handle.a("weight") + handle.b("weight"))
     assert handle.b("weight").abs().sum() > 0
+
+
+def test_reset_b_takes_a_subtree_a_module_or_a_parameter():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)), nn.Linear(4, 2))
+    applied = wb.apply_plan(model, plan_of(ab()))
+    hs = applied.installed("reparam")
+    for h in hs.values():
+        for n in h.names:
+            h.set_b(n, torch.ones_like(h.a(n)))
+    applied.reset_b(["0"])  # no A+B on "0" itself: every A+B inside it
+    norms = {k: s["b_norm"] for k, s in applied.reparam_stats().items()}
+    assert norms["0.0.weight"] == norms["0.1.bias"] == 0.0 and norms["1.weight"] > 0
+    applied.reset_b(["1.bias"])
+    assert applied.reparam_stats()["1.bias"]["b_norm"] == 0.0 and applied.reparam_stats()["1.weight"]["b_norm"] > 0
+    with pytest.raises(ReparamError, match="'2' has no A\\+B in it"):
+        applied.reset_b(["2"])
+
+
+def test_exact_writes_w_into_one_buffer_and_a_layer_used_twice_stays_exact():
+    """Exact mode reuses one W buffer per tensor across steps; a layer called twice in one
+    forward gets a fresh W for the second call (the first is still in the graph), so the
+    gradient equals that of the plain model."""
+    torch.manual_seed(0)
+    lin = nn.Linear(4, 4)
+    ref = nn.Linear(4, 4)
+    ref.load_state_dict(lin.state_dict())
+
+    class Twice(nn.Module):
+        def __init__(self, layer: nn.Module) -> None:
+            super().__init__()
+            self.layer = layer
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(torch.tanh(self.layer(x)))
+
+    model = Twice(lin)
+    wb.apply_plan(model, plan_of(ab()))
+    x = torch.randn(3, 4)
+    ptrs = set()
+    for _ in range(3):
+        model(x).sum().backward()
+        Twice(ref)(x).sum().backward()
+        torch.testing.assert_close(lin.parametrizations.weight.original.grad, ref.weight.grad, rtol=0, atol=1e-6)
+        lin.zero_grad()
+        ref.zero_grad()
+        ptrs.add(lin.parametrizations.weight[0]._w.data_ptr())
+    assert len(ptrs) == 1

@@ -8,7 +8,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, ms
-from workbench.core.models.activations import DeviceMemory
+from workbench.core.advisor.activations import DeviceMemory
 from workbench.gui.main_window import MainWindow
 from workbench.gui.plan import activation_estimate
 

@@ -42,6 +42,29 @@ def test_cost_counts_u_v_and_a_exactly_as_the_applied_plan(qapp: Any) -> None:
     assert state.nodes["0"].reparam == "on" and state.nodes["1"].reparam_text == ""
 
 
+def test_dora_cost_counts_the_magnitude_and_the_dialog_sets_it(qtbot: Any, dialogs: Any) -> None:
+    c = _controller()
+    plan = FreezePlan.from_dict({"rules": [
+        {"select": "*", "frozen": True}, {"select": "0", "frozen": False, "reparam": {"rank": 4, "dora": True}}]})
+    state = PlanState.compute(c.tree, plan, param_shapes=c.loaded.param_shapes)
+    counts = plan.apply(_model()).counts()
+    assert state.counts.trainable == counts.trainable == 4 * (16 + 32) + 32  # U, V and the magnitude
+    assert state.nodes["0"].reparam_text == "r=4 DoRA"
+    m = ModuleTreeModel(c)
+
+    def fill(dlg: ReparamDialog) -> bool:
+        assert not dlg.dora.isEnabled()  # full rank: no DoRA
+        dlg.rank.setValue(2)
+        assert dlg.dora.isEnabled()
+        dlg.dora.setChecked(True)
+        return dlg.spec() is not None
+
+    dialogs.script("dialog", fill)
+    assert edit_reparam(None, c, ["2"])
+    assert c.state.effective["2"].reparam.low_rank.dora
+    assert m.data(m.index(2, Column.AB, m.index(0, 0)), Qt.ItemDataRole.DisplayRole) == "r=2 DoRA"
+
+
 def test_ab_column_shows_full_or_rank_and_the_dialog_sets_rank_and_alpha(qtbot: Any, dialogs: Any) -> None:
     c = _controller()
     m = ModuleTreeModel(c)

@@ -4,9 +4,9 @@ Applying a low-rank plan through the plan machinery draws initial ``U``/``V`` va
 checks every layer for tied weights: right for training, but on a 7B model with hundreds of
 adapted layers it takes longer than the whole prediction. Profiling only needs the shapes and
 the operations, so :func:`adapted_meta_copy` installs the same fused adapter the plan installs
-(:class:`~workbench.core.freezing.low_rank.LowRankDelta` in the layer's ``wb_lowrank`` child,
-its output ``s U (V x)`` added by a forward hook, as
-:func:`~workbench.core.freezing.low_rank.install` does in ``fused`` mode) with meta tensors, so
+(:class:`~workbench.core.freezing.reparam.low_rank.LowRankDelta` put on the layer by
+:func:`~workbench.core.freezing.reparam.low_rank.add_fused`, as
+:func:`~workbench.core.freezing.reparam.low_rank.install` does in ``fused`` mode) with meta tensors, so
 the parameter names and the recorded operations are those of the applied plan
 (``tests/core/advisor/test_low_rank.py`` checks both against a real application).
 """
@@ -14,23 +14,15 @@ the parameter names and the recorded operations are those of the applied plan
 from __future__ import annotations
 
 import fnmatch
-from typing import Any
 
 import torch
 from torch import Tensor, nn
 
 from workbench.core.advisor.candidates import Candidate
 from workbench.core.advisor.profile import AdvisorError, meta_copy
-from workbench.core.freezing.low_rank import CHILD, LowRankDelta, _fused_output, _geometry, layer_kind
+from workbench.core.freezing.reparam.low_rank import CHILD, VARIANTS, LowRankDelta, add_fused, geometry, layer_kind
 
 __all__ = ["adapted_meta_copy"]
-
-
-def _hook(kind: str, delta: LowRankDelta) -> Any:
-    def hook(module: nn.Module, args: tuple[Any, ...], output: Tensor) -> Tensor:
-        return torch.add(output, _fused_output(module, kind, delta, args[0], 0.0), alpha=delta.scale)
-
-    return hook
 
 
 def _selected(paths: list[str], select: str) -> list[str]:
@@ -66,16 +58,17 @@ def adapted_meta_copy(model: nn.Module, candidate: Candidate) -> tuple[nn.Module
                     continue
                 module = meta.get_submodule(path)
                 kind = layer_kind(module)
-                if kind not in ("linear", "conv1d_hf"):
+                variant = VARIANTS[lr.variant]
+                if kind not in ("linear", "conv1d_hf") or kind not in variant.kinds:
                     raise AdvisorError(f"low-rank target {path} is a {type(module).__name__}, not a linear layer")
                 w = module.weight
                 assert isinstance(w, Tensor)
-                g = _geometry(module, kind, w, f"{path}.weight")
+                g = geometry(module, kind, w, f"{path}.weight")
                 u = torch.empty(g.out, lr.rank, device="meta", dtype=w.dtype)
                 v = torch.empty(lr.rank, g.inp, device="meta", dtype=w.dtype)
-                child = nn.ModuleDict({"weight": LowRankDelta(u, v, lr.scale, g)})
-                module.add_module(CHILD, child)
-                module.register_forward_hook(_hook(kind, child["weight"]))  # type: ignore[arg-type]
+                delta = LowRankDelta(u, v, lr.scale, g, variant)
+                variant.init(delta, w)
+                add_fused(module, kind, delta, 0.0)
                 adapted.append(path)
         elif rule.frozen is False:
             head += _selected(paths, rule.select)

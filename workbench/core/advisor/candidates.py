@@ -27,7 +27,7 @@ from typing import Sequence
 from torch import nn
 
 from workbench.core.advisor.profile import AdvisorError, ModelProfile, meta_copy
-from workbench.core.freezing.low_rank import layer_kind
+from workbench.core.freezing.reparam.low_rank import layer_kind
 from workbench.core.models.tree import ModelTree, is_batchnorm
 from workbench.core.models.zoo import find_head
 from workbench.core.plan import FreezePlan, Rule
@@ -212,6 +212,7 @@ def generate_candidates(
     *,
     block_order: Sequence[str] | None = None,
     ranks: Sequence[int] = LOW_RANKS,
+    dora_ranks: Sequence[int] = (),
 ) -> list[Candidate]:
     """The candidate plans for ``model``, from the least to the most trained.
 
@@ -221,6 +222,7 @@ def generate_candidates(
         block_order: blocks in the order to unfreeze them (most gradient signal first, see
             :mod:`~workbench.core.advisor.grad_signal`); None: the last blocks first.
         ranks: ranks of the low-rank A+B candidates (empty: none).
+        dora_ranks: ranks of DoRA candidates (low rank with ``"dora": true``; empty: none).
 
     Returns:
         Head only (when a head is found), last k (or top k) blocks for k = 1..n, low-rank
@@ -258,13 +260,15 @@ def generate_candidates(
             out.append(cand)
     targets = low_rank_targets(model, blocks) if blocks else []
     limit = _max_rank(model, blocks) if targets else 0
-    for r in sorted(set(ranks)):
+    variants = [(r, False) for r in sorted(set(ranks))] + [(r, True) for r in sorted(set(dora_ranks))]
+    for r, dora in variants:
         if not targets or r > limit:
             continue
-        spec = parse_spec({"kind": "a_plus_b", "mode": "fused", "rank": r, "alpha": 2 * r})
+        spec = parse_spec({"kind": "a_plus_b", "mode": "fused", "rank": r, "alpha": 2 * r, "dora": dora})
         rules = [Rule("*", frozen=True)] + [Rule(t, frozen=False, reparam=spec) for t in targets]
         rules += [Rule(h, frozen=False) for h in head]
-        out.append(Candidate(f"low-rank A+B r={r} on the linear layers of {len(blocks)} blocks + head",
+        what = "DoRA" if dora else "low-rank A+B"
+        out.append(Candidate(f"{what} r={r} on the linear layers of {len(blocks)} blocks + head",
                              FreezePlan(rules), "low_rank", r))
     out.append(Candidate("full fine-tuning", FreezePlan([Rule("*", frozen=False)]), "full", len(blocks)))
     if any(is_batchnorm(m) for m in model.modules()):

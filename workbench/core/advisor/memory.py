@@ -26,11 +26,12 @@ from dataclasses import asdict, dataclass
 from typing import Collection
 
 from workbench.core.advisor.profile import AdvisorError, ModelProfile
+from workbench.core.optimizers import CHOICES, OPTIMIZERS
 
 __all__ = ["OPTIMIZER_STATE_COPIES", "MemoryEstimate", "estimate_memory"]
 
 #: Copies of the trainable parameters each optimizer keeps as state.
-OPTIMIZER_STATE_COPIES = {"sgd": 0, "sgd_momentum": 1, "adam": 2, "adamw": 2}
+OPTIMIZER_STATE_COPIES = {name: OPTIMIZERS[name].state_copies for name in CHOICES}
 #: Gradient buffers alive around the op being differentiated, in units of its output:
 #: the gradient of its output, of its input, and of a residual branch waiting to be summed.
 _BACKWARD_TEMP_OUTPUTS = 2

@@ -245,7 +245,7 @@ class _PartialFreezing(_ModuleBase):
             out.append(("bias", tuple(bias.shape)))
         return out
 
-    def _save_to_state_dict(self, destination: dict, prefix: str, keep_vars: bool) -> None:
+    def _save_to_state_dict(self, destination: dict[str, Any], prefix: str, keep_vars: bool) -> None:
         w = self.weight
         destination[prefix + "weight"] = w if keep_vars else w.detach()
         for name, p in self._parameters.items():
@@ -257,9 +257,9 @@ class _PartialFreezing(_ModuleBase):
 
     def _load_from_state_dict(
         self,
-        state_dict: dict,
+        state_dict: dict[str, Any],
         prefix: str,
-        local_metadata: dict,
+        local_metadata: dict[str, Any],
         strict: bool,
         missing_keys: list[str],
         unexpected_keys: list[str],

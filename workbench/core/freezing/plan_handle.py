@@ -19,25 +19,41 @@
 
 from __future__ import annotations
 
-import fnmatch
 import os
-import types
 import warnings
-from dataclasses import dataclass, field
+import weakref
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch import nn
+from torch.utils.hooks import RemovableHandle
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.freezing import checkpointing, low_rank, partial, peft_interop, plan_registry, reparam
+from workbench.core.freezing import checkpointing, partial, plan_registry
+from workbench.core.freezing.counts import (
+    Counts,
+    count_parameters,
+    no_decay_names,
+    optimizer_state_factor,
+    tied_parameters,
+)
+from workbench.core.freezing.eval_lock import eval_wanted, is_bn_eval_locked, is_eval_locked, lock_eval, unlock_eval
+from workbench.core.freezing.plan_diff import PlanDiff
+from workbench.core.freezing.reparam import decay, ops
+from workbench.core.freezing.reparam import peft as peft_io
+from workbench.core.freezing.reparam.base import DeltaHandle, tied_scope
+from workbench.core.freezing.reparam.full import FullRankHandle
+from workbench.core.freezing.reparam.low_rank import install_a_plus_b
 from workbench.core.freezing.snapshot import Snapshot, VerifyReport, compare_in_force, model_tensors
-from workbench.core.models.tree import ModelTree, ModuleNode
 from workbench.core.plan.checkpoint_fit import outermost_fitting
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
+from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.core.plan.specs import SPECS, check_extensions, rule_index_for
+from workbench.core.plan.tree import ModelTree
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from workbench.core.plan.rules import FreezePlan
@@ -50,6 +66,7 @@ __all__ = [
     "Installer",
     "PlanDiff",
     "check_extensions",
+    "count_parameters",
     "install_plan",
     "is_bn_eval_locked",
     "is_eval_locked",
@@ -67,7 +84,11 @@ class Installed(Protocol):
     """
 
     path: str
-    spec: Any  # the typed spec of its key (ReparamSpec, PartialSpec) or True (checkpoint)
+
+    @property
+    def spec(self) -> ExtensionSpec | bool:
+        """The typed spec of its key (ReparamSpec, PartialSpec), or True (checkpoint)."""
+        ...
 
     def trainable(self) -> list[tuple[str, nn.Parameter]]:
         """Parameters (full dotted names) whose ``requires_grad`` follows the module's frozen flag."""
@@ -106,360 +127,13 @@ class Installer:
 
 _BY_KEY = {
     "partial": Installer("partial", partial.install),
-    "reparam": Installer("reparam", low_rank.install_a_plus_b, reparam.adjust_param_groups),
+    "reparam": Installer("reparam", install_a_plus_b, decay.adjust_param_groups),
 }
 #: Installers in the order of the spec registry (the order they are installed on a module),
 #: then activation checkpointing (wraps whatever the others installed).
 INSTALLERS: tuple[Installer, ...] = tuple(_BY_KEY[cls.key] for cls in SPECS) + (
     Installer("checkpoint", checkpointing.install, changes_tensors=False, narrow=outermost_fitting),
 )
-
-
-# ---------------------------------------------------------------- eval lock (bn_eval, eval)
-def _train_keeping_eval(self: nn.Module, mode: bool = True) -> nn.Module:
-    """``train`` for a module the plan keeps in eval mode: always eval (its children too)."""
-    nn.Module.train(self, False)
-    return self
-
-
-def _lock_eval(module: nn.Module) -> None:
-    object.__setattr__(module, "train", types.MethodType(_train_keeping_eval, module))
-    nn.Module.train(module, False)
-
-
-def _unlock_eval(module: nn.Module, training: bool) -> None:
-    if "train" in module.__dict__:
-        object.__delattr__(module, "train")
-    nn.Module.train(module, training)
-
-
-def is_eval_locked(module: nn.Module) -> bool:
-    """Whether a plan keeps this module in eval mode across ``model.train()`` (``bn_eval`` or ``eval``).
-
-    Args:
-        module: any module.
-
-    Returns:
-        True when the workbench locked it in eval mode.
-    """
-    m = module.__dict__.get("train")
-    return isinstance(m, types.MethodType) and m.__func__ is _train_keeping_eval
-
-
-def is_bn_eval_locked(module: nn.Module) -> bool:
-    """Whether a plan keeps this module in eval mode across ``model.train()``.
-
-    The name predates the ``eval`` key; it answers for any locked module (see :func:`is_eval_locked`).
-
-    Args:
-        module: any module.
-
-    Returns:
-        True when the workbench locked it in eval mode.
-    """
-    return is_eval_locked(module)
-
-
-def _eval_wanted(e: Effective, is_bn: bool) -> bool:
-    return e.eval or (is_bn and e.bn_eval)
-
-
-# ---------------------------------------------------------------- weight decay, tied weights
-def no_decay_names(model: nn.Module) -> set[str]:
-    """Parameters that get no weight decay with ``no_decay="auto"``: biases, 1-D (and 0-D)
-    tensors and the names (fnmatch patterns) of the model's ``no_weight_decay()``, as timm's
-    ``param_groups_weight_decay`` excludes them.
-
-    Args:
-        model: the model.
-
-    Returns:
-        Names from ``model.named_parameters()``.
-    """
-    fn = getattr(model, "no_weight_decay", None)
-    listed = set(fn()) if callable(fn) else set()
-    return {
-        n for n, p in model.named_parameters()
-        if p.ndim <= 1 or n.endswith(".bias") or any(fnmatch.fnmatch(n, pat) for pat in listed)
-    }
-
-
-def tied_parameters(model: nn.Module) -> dict[str, list[str]]:
-    """Parameters shared under several names (tied weights such as GPT-2's ``lm_head.weight``
-    and ``transformer.wte.weight``).
-
-    Args:
-        model: the model.
-
-    Returns:
-        ``{name in model.named_parameters(): [the other names of the same tensor]}``.
-    """
-    by_id: dict[int, list[str]] = {}
-    for n, p in model.named_parameters(remove_duplicate=False):
-        by_id.setdefault(id(p), []).append(n)
-    return {names[0]: names[1:] for names in by_id.values() if len(names) > 1}
-
-
-# ---------------------------------------------------------------- counting
-_STATE_FACTOR = {
-    "sgd": 0,
-    "sgd_momentum": 1,
-    "momentum": 1,
-    "rmsprop": 1,
-    "adagrad": 1,
-    "adam": 2,
-    "adamw": 2,
-    "nadam": 2,
-    "radam": 2,
-    "adamax": 2,
-}
-
-
-def optimizer_state_factor(optimizer: str | torch.optim.Optimizer) -> int:
-    """How many parameter-sized state tensors an optimizer keeps per trainable parameter.
-
-    Args:
-        optimizer: a name (``"sgd"``, ``"sgd_momentum"``, ``"adam"``, ``"adamw"``, ...) or an
-            optimizer instance (SGD counts 1 when its momentum is non-zero).
-
-    Returns:
-        0 for plain SGD, 1 for SGD with momentum, 2 for Adam/AdamW (3 with amsgrad).
-
-    Raises:
-        ValueError: unknown optimizer name.
-    """
-    if isinstance(optimizer, torch.optim.Optimizer):
-        name = type(optimizer).__name__.lower()
-        d = optimizer.defaults
-        if name == "sgd":
-            return 1 if d.get("momentum", 0) else 0
-        base = _STATE_FACTOR.get(name, 2)
-        return base + (1 if d.get("amsgrad") else 0)
-    key = optimizer.lower().replace("-", "_").replace("+", "_")
-    if key not in _STATE_FACTOR:
-        raise ValueError(f"unknown optimizer {optimizer!r}; use one of {', '.join(sorted(_STATE_FACTOR))}")
-    return _STATE_FACTOR[key]
-
-
-@dataclass(frozen=True)
-class Counts:
-    """Parameter counts and the training memory they imply.
-
-    Attributes:
-        total / trainable / frozen: parameter elements (shared tensors once).
-        param_bytes: bytes of all parameters.
-        grad_bytes: bytes of gradients (one per trainable element).
-        optimizer_bytes: bytes of optimizer state for the trainable parameters.
-        fixed_bytes: extra bytes the plan adds (the fixed tensors A of A+B).
-        full_ft_bytes: params + grads + optimizer state if every parameter trained.
-        optimizer: the optimizer the state was counted for.
-    """
-
-    total: int
-    trainable: int
-    frozen: int
-    param_bytes: int
-    grad_bytes: int
-    optimizer_bytes: int
-    fixed_bytes: int
-    full_ft_bytes: int
-    optimizer: str
-
-    @classmethod
-    def from_totals(
-        cls,
-        total: int,
-        trainable: int,
-        param_bytes: int,
-        trainable_bytes: int,
-        fixed_bytes: int = 0,
-        optimizer: str | torch.optim.Optimizer = "adamw",
-    ) -> "Counts":
-        """Counts from element and byte totals: gradients and optimizer state follow.
-
-        Args:
-            total / trainable: parameter elements.
-            param_bytes / trainable_bytes: bytes of all / of the trainable parameters.
-            fixed_bytes: extra fixed tensors (A of A+B).
-            optimizer: name or instance, for the state factor.
-
-        Returns:
-            The counts.
-        """
-        factor = optimizer_state_factor(optimizer)
-        return cls(
-            total=total,
-            trainable=trainable,
-            frozen=total - trainable,
-            param_bytes=param_bytes,
-            grad_bytes=trainable_bytes,
-            optimizer_bytes=trainable_bytes * factor,
-            fixed_bytes=fixed_bytes,
-            full_ft_bytes=param_bytes * (2 + factor),
-            optimizer=optimizer if isinstance(optimizer, str) else type(optimizer).__name__.lower(),
-        )
-
-    @property
-    def training_bytes(self) -> int:
-        """Params + grads + optimizer state + fixed tensors."""
-        return self.param_bytes + self.grad_bytes + self.optimizer_bytes + self.fixed_bytes
-
-    @property
-    def trainable_fraction(self) -> float:
-        """Trainable share of all parameters (0..1)."""
-        return self.trainable / self.total if self.total else 0.0
-
-    @property
-    def saving_bytes(self) -> int:
-        """Bytes saved against full fine-tuning."""
-        return self.full_ft_bytes - self.training_bytes
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form, with the derived numbers."""
-        d = dict(self.__dict__)
-        d.update(
-            training_bytes=self.training_bytes,
-            trainable_fraction=self.trainable_fraction,
-            saving_bytes=self.saving_bytes,
-        )
-        return d
-
-
-def count_parameters(
-    params: Iterator[tuple[str, nn.Parameter]] | list[tuple[str, nn.Parameter]],
-    optimizer: str | torch.optim.Optimizer = "adamw",
-    fixed: list[torch.Tensor] | None = None,
-) -> Counts:
-    """Count parameters (each tensor once, by identity) and the memory training needs.
-
-    Args:
-        params: ``(name, parameter)`` pairs, e.g. ``model.named_parameters()``.
-        optimizer: optimizer name or instance, for the state factor.
-        fixed: extra fixed tensors (A of A+B) whose bytes count too.
-
-    Returns:
-        The counts.
-    """
-    seen: set[int] = set()
-    total = trainable = pbytes = tbytes = 0
-    for _, p in params:
-        if id(p) in seen:
-            continue
-        seen.add(id(p))
-        n, b = p.numel(), p.numel() * p.element_size()
-        total += n
-        pbytes += b
-        if p.requires_grad:
-            trainable += n
-            tbytes += b
-    fixed_bytes = sum(t.numel() * t.element_size() for t in fixed or [])
-    return Counts.from_totals(total, trainable, pbytes, tbytes, fixed_bytes, optimizer)
-
-
-@dataclass
-class PlanDiff:
-    """What :meth:`AppliedPlan.update` changed.
-
-    Attributes:
-        newly_frozen / newly_trainable: parameter names whose ``requires_grad`` flipped.
-        lr_changed: trainable parameter names whose lr_scale changed.
-        reinstalled: module paths whose extensions were removed or installed (their
-            parameter objects may be new).
-        bn_changed: BatchNorm paths whose eval lock changed.
-        eval_changed: module paths whose ``eval`` setting changed.
-        tree: the model's tree, to name the modules in :meth:`describe` (None: parameter owners).
-    """
-
-    newly_frozen: list[str] = field(default_factory=list)
-    newly_trainable: list[str] = field(default_factory=list)
-    lr_changed: list[str] = field(default_factory=list)
-    reinstalled: list[str] = field(default_factory=list)
-    bn_changed: list[str] = field(default_factory=list)
-    eval_changed: list[str] = field(default_factory=list)
-    tree: ModelTree | None = field(default=None, repr=False, compare=False)
-
-    @property
-    def empty(self) -> bool:
-        """Nothing changed."""
-        return not (
-            self.newly_frozen or self.newly_trainable or self.lr_changed or self.reinstalled
-            or self.bn_changed or self.eval_changed
-        )
-
-    def describe(self) -> str:
-        """Short text for plot markers and logs, naming the modules (``unfroze bert.encoder.layer.2``)."""
-        parts = []
-        if self.newly_frozen:
-            parts.append(f"froze {self._params(self.newly_frozen)}")
-        if self.newly_trainable:
-            parts.append(f"unfroze {self._params(self.newly_trainable)}")
-        if self.lr_changed:
-            parts.append(f"lr× {self._params(self.lr_changed)}")
-        if self.reinstalled:
-            parts.append(f"A+B/partial {_compact(self.reinstalled)}")
-        if self.bn_changed:
-            parts.append(f"BN eval {_compact(self.bn_changed)}")
-        if self.eval_changed:
-            parts.append(f"eval {_compact(_outermost(self.eval_changed))}")
-        return "; ".join(parts) or "no change"
-
-    def _params(self, names: list[str]) -> str:
-        if self.tree is None:
-            return _compact(sorted({n.rsplit(".", 1)[0] if "." in n else "" for n in names}))
-        return _compact(_whole_modules(self.tree, names))
-
-
-def _outermost(paths: list[str]) -> list[str]:
-    """The paths not inside another path of the list."""
-    ps = sorted(set(paths), key=lambda p: (p.count("."), p))
-    out: list[str] = []
-    for p in ps:
-        if not any(q == "" or p.startswith(q + ".") for q in out):
-            out.append(p)
-    return out
-
-
-def _whole_modules(tree: ModelTree, raw_names: list[str]) -> list[str]:
-    """The largest modules every parameter of which is in ``raw_names``, and the owners of the
-    names left over (a change of a few parameters of a module)."""
-    changed = {tree.param_name(n) for n in raw_names}
-    total: dict[str, int] = {}
-    hit: dict[str, int] = {}
-    for name in tree.param_shapes:
-        node: ModuleNode | None = tree.nodes[name.rpartition(".")[0]]
-        inside = name in changed
-        while node is not None:
-            total[node.path] = total.get(node.path, 0) + 1
-            hit[node.path] = hit.get(node.path, 0) + inside
-            node = node.parent
-    whole = [p for p, n in total.items() if n and hit.get(p) == n]
-    out = _outermost(whole)
-    covered = set(out)
-    for name in sorted(changed):
-        owner = name.rpartition(".")[0]
-        if not any(owner == q or q == "" or owner.startswith(q + ".") for q in covered):
-            covered.add(owner)
-            out.append(owner)
-    return sorted(out, key=lambda p: tree.nodes[p].order if p in tree.nodes else 0)
-
-
-def _compact(mods: list[str]) -> str:
-    """Module paths for a label: all when few, else their common prefix and how many."""
-    mods = list(dict.fromkeys(mods))
-    if not mods:
-        return ""
-    if len(mods) <= 3:
-        return ", ".join(m or "(root)" for m in mods)
-    parts = [m.split(".") for m in mods]
-    prefix: list[str] = []
-    for level in zip(*parts):
-        if len(set(level)) > 1:
-            break
-        prefix.append(level[0])
-    if prefix:
-        return f"{'.'.join(prefix)} ({len(mods)} modules)"
-    tops = sorted({m.split(".")[0] or "(root)" for m in mods})
-    return ", ".join(tops[:3]) + (f" +{len(tops) - 3}" if len(tops) > 3 else "")
 
 
 # ---------------------------------------------------------------- the handle
@@ -485,6 +159,7 @@ class AppliedPlan:
         }
         self._orig_training: dict[str, bool] = {p: m.training for p, m in model.named_modules()}
         self._snapshot = Snapshot()
+        self._optimizer_hooks: dict[int, tuple[weakref.ref[torch.optim.Optimizer], RemovableHandle]] = {}
         self._removed = False
         # a model built on the meta device has shapes but no values: nothing to snapshot
         self._meta = any(t.is_meta for t in (*model.parameters(), *model.buffers()))
@@ -514,6 +189,10 @@ class AppliedPlan:
                 self._installed.pop((key, path)).remove(merge=True)
                 if diff is not None and installer.changes_tensors:
                     diff.reinstalled.append(path)
+        with tied_scope(self.model):
+            self._install_new(new, diff, plan)
+
+    def _install_new(self, new: dict[str, Effective], diff: PlanDiff | None, plan: "FreezePlan | None") -> None:
         for installer in INSTALLERS:
             key = installer.key
             want = self._wanted(installer, new)
@@ -551,14 +230,14 @@ class AppliedPlan:
         for path in sorted(self.tree.nodes, key=lambda q: self.tree.nodes[q].order):
             if new[path].kept:  # "unselected": "keep": its mode stays as the model has it
                 continue
-            want = _eval_wanted(new[path], self.tree.nodes[path].is_bn)
+            want = eval_wanted(new[path], self.tree.nodes[path].is_bn)
             module = self.model.get_submodule(path)
             if want:
                 if not is_eval_locked(module):
-                    _lock_eval(module)
+                    lock_eval(module)
             elif is_eval_locked(module):
                 parent_training = self.model.training if not path else self._parent_training(path)
-                _unlock_eval(module, parent_training)
+                unlock_eval(module, parent_training)
         self._effective = new
         self._param_effective = new_params
         self._warn_tied()
@@ -596,7 +275,7 @@ class AppliedPlan:
             (trainable if p.requires_grad else frozen)[name] = p
         bn: dict[str, torch.Tensor] = {}
         for path, node in self.tree.nodes.items():
-            if node.is_bn and _eval_wanted(self._effective[path], True):
+            if node.is_bn and eval_wanted(self._effective[path], True):
                 module = self.model.get_submodule(path)
                 for bname, buf in module.named_buffers(recurse=False):
                     if buf is not None:
@@ -831,44 +510,106 @@ class AppliedPlan:
         for path in self.tree.nodes:
             module = self.model.get_submodule(path)
             if is_eval_locked(module):
-                _unlock_eval(module, self._orig_training.get(path, True))
+                unlock_eval(module, self._orig_training.get(path, True))
         for p, rg in self._orig_requires_grad.values():
             p.requires_grad_(rg)
         for path, module in self.model.named_modules():
             if path in self._orig_training:
                 module.training = self._orig_training[path]
+        for _, hook in self._optimizer_hooks.values():
+            hook.remove()
+        self._optimizer_hooks.clear()
         self._removed = True
         plan_registry.unregister(self.model, self)
 
-    # ---------------------------------------------------------- A+B operations
-    def _reparam(self) -> Any:
+    # ---------------------------------------------------------- optimizers
+    def attach_optimizer(self, optimizer: torch.optim.Optimizer) -> RemovableHandle:
+        """Attach what the plan needs at each step of ``optimizer`` (idempotent per optimizer).
+
+        Today that is the weight decay of fused-mode full-rank A+B (``B = W - A`` decays, so
+        ``W`` is pulled toward ``A``): a step pre-hook on this optimizer only, reading the A+B
+        in force at each step, so :meth:`update` needs no re-attach. The engine and the
+        Lightning callback call it; a script that builds its own optimizer from
+        :meth:`param_groups` calls it once. :meth:`remove` detaches it.
+
+        Args:
+            optimizer: an optimizer built from :meth:`param_groups`.
+
+        Returns:
+            The hook's handle (``.remove()`` detaches it).
+        """
         self._check_alive()
-        return reparam
+        known = self._optimizer_hooks.get(id(optimizer))
+        if known is not None and known[0]() is optimizer:
+            return known[1]
+        me = weakref.ref(self)
+
+        def anchors() -> list[tuple[nn.Parameter, torch.Tensor]]:
+            applied = me()
+            if applied is None or applied._removed:
+                return []
+            return [pair for h in applied._reparam_handles() if isinstance(h, FullRankHandle) for pair in h.fused_anchors()]
+
+        handle = decay.attach(optimizer, anchors)
+        self._optimizer_hooks[id(optimizer)] = (weakref.ref(optimizer), handle)
+        return handle
+
+    # ---------------------------------------------------------- A+B operations
+    def _reparam_handles(self) -> list[DeltaHandle]:
+        return [h for h in self.installed("reparam").values() if isinstance(h, DeltaHandle)]
+
+    def _live_reparam(self) -> list[DeltaHandle]:
+        self._check_alive()
+        return self._reparam_handles()
 
     def merge(self) -> PlanDiff:
-        """Bake W = A + B into plain parameters and remove the A+B parametrizations.
+        """Bake W = A + B into plain parameters and remove every A+B.
 
-        The plan in force loses its ``reparam`` keys; parameter objects keep their identity.
+        The plan in force loses its ``reparam`` keys (so the GUI, the counts and
+        :meth:`verify` see a plain model); parameter objects keep their identity, so an
+        optimizer keeps working (its state for B now applies to W; rebuild param groups if you
+        use weight decay, which now acts on W).
 
         Returns:
             What changed (B's parameter names become the plain ones).
         """
-        return self._reparam().merge(self)
+        self._check_alive()
+        plan = self.plan.copy()
+        for r in plan.rules:
+            r.reparam = None
+            r.reparam_off = False
+        plan.rules = [r for r in plan.rules if not r.empty or r.comment]
+        return self.update(plan)
 
-    def reset_b(self, paths: list[str] | None = None) -> None:
-        """Set B back to its initial value (zeros by default) for all or some modules."""
-        self._reparam().reset_b(self, paths)
+    def reset_b(self, paths: Iterable[str] | None = None) -> None:
+        """Set B back to its initial value (zeros by default); optimizer state is kept.
+
+        Args:
+            paths: module paths (every A+B in the subtree), parameter paths, or None for all.
+
+        Raises:
+            ReparamError: a path has no A+B in it, or a ``b_init`` file is no longer usable.
+        """
+        ops.reset(ops.select(self._live_reparam(), paths))
 
     def export_deltas(self, path: str | os.PathLike[str]) -> None:
-        """Write every B (keyed by parameter path) to a safetensors file."""
-        self._reparam().export_deltas(self, path)
+        """Write every B (keyed by parameter path) to a safetensors file (see :func:`ops.export_deltas`)."""
+        ops.export_deltas(self._live_reparam(), path)
 
-    def load_deltas(self, path: str | os.PathLike[str]) -> None:
-        """Load B tensors from a safetensors file written by :meth:`export_deltas`."""
-        self._reparam().load_deltas(self, path)
+    def load_deltas(self, path: str | os.PathLike[str], *, strict: bool = True) -> None:
+        """Load B tensors from a safetensors file written by :meth:`export_deltas`.
+
+        Args:
+            path: the file.
+            strict: the file must hold exactly the plan's B tensors.
+
+        Raises:
+            ReparamError: see :func:`workbench.core.freezing.reparam.ops.load_deltas`.
+        """
+        ops.load_deltas(self._live_reparam(), path, strict=strict)
 
     def to_peft(self, folder: str | os.PathLike[str]) -> Path:
-        """Write the low-rank A+B as a PEFT LoRA adapter (``adapter_config.json`` +
+        """Write the low-rank A+B as a PEFT LoRA (or DoRA) adapter (``adapter_config.json`` +
         ``adapter_model.safetensors``) that ``peft.PeftModel.from_pretrained(base, folder)`` loads.
 
         Args:
@@ -878,26 +619,35 @@ class AppliedPlan:
             The folder.
 
         Raises:
-            ReparamError: full-rank A+B or no low-rank A+B (see :func:`peft_interop.to_peft`).
+            ReparamError: full-rank A+B or no low-rank A+B (see :func:`workbench.core.freezing.reparam.peft.to_peft`).
         """
-        self._check_alive()
-        return peft_interop.to_peft(self, folder)
+        name = self.plan.model.get("name")
+        return peft_io.to_peft(self._live_reparam(), self.model, self.tree.owner_of, folder,
+                               base_model_name=name if isinstance(name, str) else None)
 
     def load_peft(self, folder: str | os.PathLike[str]) -> None:
-        """Load a PEFT LoRA adapter's weights (U, V, modules_to_save) into this applied plan.
+        """Load a PEFT LoRA adapter's weights (U, V, DoRA's magnitude, modules_to_save) into this applied plan.
 
         Args:
             folder: the adapter folder.
 
         Raises:
-            ReparamError: a tensor is missing or has another shape (see :func:`peft_interop.load_peft`).
+            ReparamError: a tensor is missing or has another shape (see :func:`workbench.core.freezing.reparam.peft.load_peft`).
         """
-        self._check_alive()
-        peft_interop.load_peft(self, folder)
+        peft_io.load_peft(self._live_reparam(), self.model, folder)
 
     def reparam_stats(self) -> dict[str, dict[str, float]]:
-        """Per reparametrized tensor: ``{"b_norm": ‖B‖, "ratio": ‖B‖/‖A‖}``."""
-        return self._reparam().stats(self)
+        """Per reparametrized tensor: ``{"b_norm": ‖B‖, "a_norm": ‖A‖, "ratio": ‖B‖/‖A‖}``."""
+        return ops.stats(self._live_reparam())
+
+    def reparam_module_stats(self) -> dict[str, dict[str, float]]:
+        """The same as :meth:`reparam_stats` per module (all its A+B tensors together)."""
+        return ops.module_stats(self._live_reparam())
+
+    def ddp_ignore_names(self) -> list[str]:
+        """Buffer names of every exact-mode full-rank A, for DDP not to broadcast them (see
+        :func:`workbench.core.freezing.reparam.ops.ddp_ignore_names`)."""
+        return ops.ddp_ignore_names(self._live_reparam())
 
 
 def install_plan(

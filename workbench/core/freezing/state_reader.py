@@ -30,8 +30,8 @@ from torch.nn.utils import parametrize
 
 from workbench.core.freezing.partial import is_partial
 from workbench.core.freezing.plan_handle import is_bn_eval_locked
-from workbench.core.models.tree import ModelTree, ModuleNode
 from workbench.core.plan.problems import PlanWarning
+from workbench.core.plan.tree import ModelTree, ModuleNode
 
 __all__ = [
     "a_plus_b_names",

@@ -20,9 +20,9 @@ from typing import Any
 import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.freezing.apply import optimizer_state_factor
+from workbench.core.optimizers import state_copies
 
-__all__ = ["DTYPE_BYTES", "GPU_SIZES", "MemoryEstimate", "estimate_memory"]
+__all__ = ["DTYPE_BYTES", "GPU_SIZES", "ParamMemory", "estimate_memory"]
 
 #: Bytes per element of the dtypes the estimate knows.
 DTYPE_BYTES: dict[str, int] = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -41,8 +41,9 @@ def _dtype_key(dtype: str | torch.dtype) -> str:
 
 
 @dataclass(frozen=True)
-class MemoryEstimate:
-    """Bytes training needs for parameters, gradients and optimizer state.
+class ParamMemory:
+    """Bytes training needs for parameters, gradients and optimizer state (activations not counted;
+    the step's whole prediction is :class:`workbench.core.advisor.memory.MemoryEstimate`).
 
     Attributes:
         dtype: Storage dtype of the weights and gradients (``fp32``, ``bf16``, ``fp16``).
@@ -94,7 +95,7 @@ def estimate_memory(
     *,
     state_dtype: str | torch.dtype | None = None,
     fixed: int = 0,
-) -> MemoryEstimate:
+) -> ParamMemory:
     """Estimate training memory for a parameter count, a dtype and an optimizer.
 
     Args:
@@ -117,11 +118,11 @@ def estimate_memory(
     key = _dtype_key(dtype)
     skey = _dtype_key(state_dtype) if state_dtype is not None else key
     try:
-        factor = optimizer_state_factor(optimizer)
+        factor = state_copies(optimizer)
     except ValueError as exc:
         raise WorkbenchError(str(exc)) from exc
     size, ssize = DTYPE_BYTES[key], DTYPE_BYTES[skey]
-    return MemoryEstimate(
+    return ParamMemory(
         dtype=key,
         state_dtype=skey,
         optimizer=optimizer,

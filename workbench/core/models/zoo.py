@@ -43,11 +43,11 @@ import torch
 import torchvision
 from torch import nn
 
-from workbench import __version__
 from workbench.core.atomic import atomic_path
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.models.weights_cache import WeightsCacheError, safe_torchvision_loading
 from workbench.core.suggest import close_matches
+from workbench.core.version import __version__
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from workbench.core.models.tree import ModelTree
 from workbench.core.plan.problems import PlanProblem
 from workbench.core.plan.selectors import is_pattern, matcher
+from workbench.core.plan.tree import ModelTree
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from workbench.core.plan.rules import FreezePlan, Rule

@@ -174,7 +174,8 @@ RULE_KEYS: tuple[PlanKey, ...] = (
         "reparam", "object, true or false", ReparamSpec.parse, True, None,
         "A+B: train B in W = A + B with A fixed (see docs/reparam.md); `true` for the defaults, "
         "`false` switches it off; `rank`, `alpha`, `dropout`, `init` make B = (alpha/rank) U V low-rank "
-        "(LoRA) on Linear, Conv1d/2d, Conv1D and Embedding layers",
+        "(LoRA) on Linear, Conv1d/2d, Conv1D and Embedding layers; `\"dora\": true` (with `rank`) adds "
+        "DoRA's trained magnitude per output channel (not on Embedding)",
         can_switch_off=True, spec=ReparamSpec, show=_show_spec,
     ),
     PlanKey(

@@ -1,7 +1,7 @@
 """Layer-wise learning-rate decay: the plan-level ``lr_decay`` turned into ``lr_scale`` values.
 
 A parameter of layer ``i`` of ``L`` (layers from
-:func:`workbench.core.models.layers.parameter_layers`, kept on the tree) gets
+:func:`workbench.core.plan.layers.parameter_layers`, kept on the tree) gets
 ``lr_scale = lr_decay ** (L - 1 - i)``: the head trains at the base rate, each layer below at
 ``lr_decay`` times the one above, as timm's ``param_groups_layer_decay`` does.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from workbench.core.models.tree import ModelTree
+from workbench.core.plan.tree import ModelTree
 
 __all__ = ["module_scales", "parameter_scales", "parse_lr_decay"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
-from workbench.core.models.tree import ModelTree
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.partial_spec import PartialError, trainable_fraction
+from workbench.core.plan.tree import ModelTree
 
 __all__ = ["frozen_elements"]
 

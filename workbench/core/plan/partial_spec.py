@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.models.tree import ModuleNode
 from workbench.core.plan.spec_base import ExtensionSpec
+from workbench.core.plan.tree import ModuleNode
 from workbench.core.suggest import did_you_mean
 
 __all__ = [

@@ -234,7 +234,7 @@ def _check(data: dict[str, Any]) -> None:
             f"'peft_type' is {data.get('peft_type')!r}; only LoRA adapters (peft_type \"LORA\") become plans",
         )
     unsupported = {
-        "use_dora": "DoRA", "use_rslora": "rsLoRA scaling", "layers_to_transform": "layers_to_transform",
+        "use_rslora": "rsLoRA scaling", "layers_to_transform": "layers_to_transform",
         "exclude_modules": "exclude_modules", "rank_pattern": "rank_pattern", "alpha_pattern": "alpha_pattern",
         "target_parameters": "target_parameters", "trainable_token_indices": "trainable_token_indices",
         "lora_bias": "lora_bias",
@@ -288,6 +288,11 @@ def peft_plan_dict(source: Any, model: nn.Module | None = None) -> dict[str, Any
             f"'init_lora_weights' {init!r} has no plan form; use true (kaiming) or \"gaussian\"",
         )
     spec = {"kind": "a_plus_b", "mode": "fused", "rank": r, "alpha": alpha, "dropout": dropout, "init": init_name}
+    dora = data.get("use_dora", False)
+    if not isinstance(dora, bool):
+        raise _problem("use_dora", f"'use_dora' must be true or false, got {dora!r}")
+    if dora:
+        spec["dora"] = True
     rules: list[dict[str, Any]] = [{"select": "*", "frozen": True}]
     for sel in _selectors(data.get("target_modules"), model, "target_modules"):
         rules.append({"select": sel, "frozen": False, "reparam": dict(spec)})

@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from workbench.core.models.tree import ModelTree
 from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanProblem
 from workbench.core.plan.selectors import is_param_selector
+from workbench.core.plan.tree import ModelTree
 
 __all__ = ["NOTHING_TRAINABLE", "PlanReadiness", "check_plan", "leaves_trainable", "plan_leaves_trainable"]
 

@@ -8,6 +8,7 @@ installs it on a live model. The JSON form::
 Low rank (the LoRA family): ``{"rank": 8, "alpha": 16, "dropout": 0.05, "init": "kaiming"}``
 adds ``B = (alpha / rank) * U V`` with ``U`` zero at the start (``V`` for embeddings), so the
 model starts exactly at ``A``; ``rank`` absent means full rank (the keys are then not written).
+``"dora": true`` selects DoRA (PEFT's ``use_dora``): a trained magnitude per output channel.
 
 ``a`` and ``b_init`` are tensor sources: ``"current"`` (the loaded weights, ``a`` only),
 ``"zeros"``, ``{"random": {"seed": 0, "dist": "uniform", "scale": 1.0}}`` or
@@ -18,20 +19,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, Union
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.core.suggest import did_you_mean
 
-__all__ = ["DISTS", "INITS", "KIND", "LowRank", "MODES", "ReparamError", "ReparamSpec", "Source", "changes_function", "describe", "parse_spec"]
+__all__ = [
+    "DISTS", "INITS", "KIND", "LowRank", "MODES", "ReparamError", "ReparamSpec", "Source", "SpecInput",
+    "changes_function", "describe", "parse_spec",
+]
 
 KIND = "a_plus_b"
 MODES = ("exact", "fused")
 DISTS = ("uniform", "normal")
 INITS = ("kaiming", "gaussian")
-_SPEC_KEYS = ("kind", "a", "b_init", "mode", "params", "rank", "alpha", "dropout", "init")
+_SPEC_KEYS = ("kind", "a", "b_init", "mode", "params", "rank", "alpha", "dropout", "init", "dora")
 _RANDOM_KEYS = ("seed", "dist", "scale")
+
+
+#: What :func:`parse_spec` accepts: a parsed spec, its JSON object, or ``true`` for the defaults.
+SpecInput = Union["ReparamSpec", Mapping[str, Any], bool]
 
 
 class ReparamError(WorkbenchError, ValueError):
@@ -159,12 +167,32 @@ class LowRank:
         alpha: the scale numerator; the scale is ``alpha / rank``.
         dropout: dropout probability on the input of the low-rank path (fused mode only).
         init: ``"kaiming"`` (V kaiming-uniform, as PEFT) or ``"gaussian"`` (V ~ N(0, 1/r)); U is zero.
+        dora: DoRA: the weight is a trained magnitude per output channel times the direction
+            of ``A + s U V`` (PEFT's ``use_dora``).
     """
 
     rank: int
     alpha: float
     dropout: float = 0.0
     init: str = "kaiming"
+    dora: bool = False
+
+    def added_elements(self, out: int, inp: int) -> int:
+        """Trainable elements this adds to a layer whose weight is ``out`` x ``inp`` (flattened).
+
+        Args:
+            out: output channels (rows of ``U V``).
+            inp: input elements per output (columns of ``U V``).
+
+        Returns:
+            ``rank * (out + inp)`` for U and V, plus ``out`` for DoRA's magnitude.
+        """
+        return self.rank * (out + inp) + (out if self.dora else 0)
+
+    @property
+    def variant(self) -> str:
+        """``"dora"`` or ``"lora"``: the name of the variant that installs it."""
+        return "dora" if self.dora else "lora"
 
     @property
     def scale(self) -> float:
@@ -172,9 +200,12 @@ class LowRank:
         return self.alpha / self.rank
 
     def to_json(self) -> dict[str, Any]:
-        """``{"rank": ..., "alpha": ..., "dropout": ..., "init": ...}``."""
+        """``{"rank": ..., "alpha": ..., "dropout": ..., "init": ...}`` (and ``"dora": true``)."""
         alpha: float | int = int(self.alpha) if float(self.alpha).is_integer() else self.alpha
-        return {"rank": self.rank, "alpha": alpha, "dropout": self.dropout, "init": self.init}
+        out: dict[str, Any] = {"rank": self.rank, "alpha": alpha, "dropout": self.dropout, "init": self.init}
+        if self.dora:
+            out["dora"] = True
+        return out
 
 
 def _number(raw: Any, field: str, usage: str) -> float:
@@ -186,6 +217,7 @@ def _number(raw: Any, field: str, usage: str) -> float:
 def _parse_low_rank(raw: Mapping[str, Any], mode: str) -> LowRank | None:
     if raw.get("rank") is None:
         extra = [k for k in ("alpha", "dropout", "init") if raw.get(k) is not None]
+        extra += ["dora"] if raw.get("dora") is True else []
         if extra:
             raise ReparamError(
                 f"reparam.{extra[0]} needs reparam.rank (low-rank A+B); add \"rank\": 8 or remove {extra[0]!r}"
@@ -215,6 +247,9 @@ def _parse_low_rank(raw: Mapping[str, Any], mode: str) -> LowRank | None:
             f'reparam.init must be "kaiming" (V kaiming-uniform, as PEFT) or "gaussian" (V ~ N(0, 1/rank)), '
             f"got {_describe_value(init)}{hint}"
         )
+    dora = raw.get("dora", False)
+    if not isinstance(dora, bool):
+        raise ReparamError(f"reparam.dora must be true (DoRA: a trained magnitude per output channel) or false, got {_describe_value(dora)}")
     b = raw.get("b_init", "zeros")
     if b != "zeros" and b != Source("zeros"):
         raise ReparamError(
@@ -227,7 +262,7 @@ def _parse_low_rank(raw: Mapping[str, Any], mode: str) -> LowRank | None:
             'reparam.params with reparam.rank can only be ["weight"]: the low-rank B adapts the weight '
             "and the module's other parameters stay as they are; remove params or rank"
         )
-    return LowRank(rank=rank, alpha=alpha, dropout=dropout, init=init)
+    return LowRank(rank=rank, alpha=alpha, dropout=dropout, init=init, dora=dora)
 
 
 @dataclass(frozen=True, eq=False)
@@ -279,7 +314,9 @@ class ReparamSpec(ExtensionSpec):
 
     def short(self) -> str:
         """``"full"`` or ``"r=8"``, for the A+B column."""
-        return "full" if self.low_rank is None else f"r={self.low_rank.rank}"
+        if self.low_rank is None:
+            return "full"
+        return f"r={self.low_rank.rank}" + (" DoRA" if self.low_rank.dora else "")
 
     def changes_function(self) -> bool | None:
         """Whether ``W = A + B`` differs from the loaded weights when training starts.
@@ -307,6 +344,8 @@ class ReparamSpec(ExtensionSpec):
         if self.low_rank is not None:
             lr = self.low_rank
             head += f", B = ({lr.alpha:g}/{lr.rank}) U V of rank {lr.rank} ({lr.init} init"
+            if lr.dora:
+                head += ", DoRA magnitude"
             head += f", dropout {lr.dropout:g})" if lr.dropout else ")"
         if self.params:
             head += f", on {', '.join(self.params)}"
@@ -318,7 +357,7 @@ class ReparamSpec(ExtensionSpec):
         return head + "; the model's function changes: W = A + B is not the loaded weights"
 
 
-def parse_spec(raw: Any) -> ReparamSpec:
+def parse_spec(raw: SpecInput) -> ReparamSpec:
     """Validate and normalize the value of a rule's ``reparam`` key.
 
     Defaults are filled in: ``a="current"``, ``b_init="zeros"``, ``mode="exact"``,
@@ -384,7 +423,7 @@ def parse_spec(raw: Any) -> ReparamSpec:
     return ReparamSpec(a=a, b_init=b, mode=mode, params=names, low_rank=low_rank)
 
 
-def changes_function(spec: Any) -> bool | None:
+def changes_function(spec: SpecInput) -> bool | None:
     """Whether ``W = A + B`` differs from the loaded weights when training starts.
 
     Args:
@@ -399,7 +438,7 @@ def changes_function(spec: Any) -> bool | None:
     return parse_spec(spec).changes_function()
 
 
-def describe(spec: Any) -> str:
+def describe(spec: SpecInput) -> str:
     """One line for the GUI, the CLI and plan summaries (see :meth:`ReparamSpec.describe`).
 
     Raises:

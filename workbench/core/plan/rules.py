@@ -29,35 +29,27 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, AbstractSet, Any
+from typing import TYPE_CHECKING, Any
 
 from torch import nn
 
 from workbench.core import safe_json
 from workbench.core.atomic import atomic_write
-from workbench.core.models.tree import ModelTree
 from workbench.core.plan.checkpoint_fit import checkpoint_problems
+from workbench.core.plan.editing import Resolver, set_in_force, tidy
 from workbench.core.plan.keys import (
-    INHERITED_KEYS,
     PARAM_KEYS,
-    RULE_KEY_NAMES,
-    RULE_KEYS,
     SETTING_KEYS,
-    UNSELECTED_VALUES,
     Effective,
-    cache_key,
-    effective_from,
-    rule_key,
 )
-from workbench.core.plan.layer_decay import module_scales, parameter_scales, parse_lr_decay
+from workbench.core.plan.layer_decay import parse_lr_decay
 from workbench.core.plan.param_counts import frozen_elements
-from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
-from workbench.core.plan.reparam_spec import ReparamSpec
-from workbench.core.plan.selectors import PARAM_PREFIX, as_tree, is_param_selector, is_pattern, matcher, select_paths
-from workbench.core.plan.spec_base import ExtensionSpec
+from workbench.core.plan.resolution import resolve_modules, resolve_params
+from workbench.core.plan.rule import Rule, Stage, parse_rule, parse_stage, type_name, unselected_problem
+from workbench.core.plan.selectors import as_tree, is_param_selector, matcher, select_paths
 from workbench.core.plan.specs import check_extensions
-from workbench.core.suggest import did_you_mean
+from workbench.core.plan.tree import ModelTree
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from workbench.core.freezing.plan_handle import AppliedPlan
@@ -81,171 +73,6 @@ VERSION = 1
 _TOP_KEYS = {"format", "version", "model", "rules", "stages", "description", "lr_decay", "unselected"}
 _MODEL_KEYS = {"source", "name", "weights", "fingerprint", "num_classes", "checkpoint", "arch"}
 _STAGE_KEYS = {"at_step", "at_epoch", "rules", "label"}
-
-
-def _type_name(v: Any) -> str:
-    return "null" if v is None else type(v).__name__
-
-
-@dataclass
-class Rule:
-    """One rule: a selector and the settings it sets (None = not set by this rule).
-
-    The keys are the rows of :data:`workbench.core.plan.keys.RULE_KEYS`.
-    """
-
-    select: str
-    frozen: bool | None = None
-    bn_eval: bool | None = None
-    lr_scale: float | None = None
-    reparam: ReparamSpec | None = None
-    partial: PartialSpec | None = None
-    eval: bool | None = None
-    weight_decay: float | None = None
-    checkpoint: bool | None = None
-    comment: str | None = None
-    #: ``reparam: false`` in a later rule switches A+B off again (distinct from "not set").
-    reparam_off: bool = False
-
-    def __post_init__(self) -> None:
-        """Parse ``reparam``/``partial`` as a parsed plan does, so that a rule built in code
-        (``Rule("fc", reparam=True)``, ``Rule("fc", reparam=False)``) is the same as one read
-        from a file.
-
-        Raises:
-            ValueError: an invalid ``reparam`` or ``partial`` value (the message says why).
-        """
-        for key in SETTING_KEYS:
-            value = getattr(self, key.name)
-            if key.can_switch_off and value is False:
-                setattr(self, key.name, None)
-                setattr(self, f"{key.name}_off", True)
-            elif value is not None and key.spec is not None:  # extension keys: a typed spec
-                setattr(self, key.name, key.parse(value))
-
-    def sets(self, key: str) -> bool:
-        """Whether this rule sets ``key``."""
-        return getattr(self, key) is not None or (rule_key(key).can_switch_off and getattr(self, f"{key}_off"))
-
-    def value(self, key: str) -> Any:
-        """The value this rule sets for ``key`` (``False`` for a switched-off key)."""
-        if rule_key(key).can_switch_off and getattr(self, f"{key}_off"):
-            return False
-        return getattr(self, key)
-
-    def unset(self, key: str) -> None:
-        """Stop setting ``key`` (a switched-off key is no longer switched off either)."""
-        setattr(self, key, None)
-        if rule_key(key).can_switch_off:
-            setattr(self, f"{key}_off", False)
-
-    def take(self, key: str, other: "Rule") -> None:
-        """Set ``key`` as ``other`` sets it."""
-        setattr(self, key, getattr(other, key))
-        if rule_key(key).can_switch_off:
-            setattr(self, f"{key}_off", getattr(other, f"{key}_off"))
-
-    @property
-    def empty(self) -> bool:
-        """True when the rule sets nothing."""
-        return not any(self.sets(k.name) for k in SETTING_KEYS)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form, keys in schema order, unset keys omitted."""
-        d: dict[str, Any] = {"select": self.select}
-        for k in SETTING_KEYS:
-            if self.sets(k.name):
-                v = self.value(k.name)
-                d[k.name] = v.to_json() if isinstance(v, ExtensionSpec) else copy.deepcopy(v)
-        if self.comment is not None:
-            d["comment"] = self.comment
-        return d
-
-
-@dataclass
-class Stage:
-    """Rules that come into force at a step or an epoch (progressive unfreezing)."""
-
-    rules: list[Rule]
-    at_step: int | None = None
-    at_epoch: int | None = None
-    label: str | None = None
-
-    def reached(self, step: int, epoch: int = 0) -> bool:
-        """Whether the stage is in force at ``step`` (0-based) / ``epoch``."""
-        if self.at_step is not None:
-            return step >= self.at_step
-        return self.at_epoch is not None and epoch >= self.at_epoch
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
-        d: dict[str, Any] = {}
-        if self.at_step is not None:
-            d["at_step"] = self.at_step
-        if self.at_epoch is not None:
-            d["at_epoch"] = self.at_epoch
-        if self.label is not None:
-            d["label"] = self.label
-        d["rules"] = [r.to_dict() for r in self.rules]
-        return d
-
-    def describe(self) -> str:
-        """Short label for plots and logs."""
-        if self.label:
-            return self.label
-        what = ", ".join(
-            f"{r.select or '*'}: "
-            + " ".join(f"{k.name}={k.show(r.value(k.name))}" for k in SETTING_KEYS if r.sets(k.name))
-            for r in self.rules
-        )
-        return what
-
-
-def _parse_rule(raw: Any, index: int, stage: int | None, problems: list[PlanProblem]) -> Rule | None:
-    def bad(field_: str | None, msg: str) -> None:
-        problems.append(PlanProblem(msg, index, field_, stage))
-
-    if not isinstance(raw, dict):
-        bad(None, f"a rule must be an object like {{\"select\": \"layer4\", \"frozen\": false}}, got {_type_name(raw)}")
-        return None
-    ok = True
-    for k in raw:
-        if k not in RULE_KEY_NAMES:
-            hint = did_you_mean(str(k), RULE_KEY_NAMES) or f"allowed keys: {', '.join(RULE_KEY_NAMES)}"
-            bad(str(k), f"unknown key; {hint}")
-            ok = False
-    select = raw.get("select")
-    if "select" not in raw:
-        bad("select", "missing; use \"*\" for the whole model or a dotted module path like \"layer4\"")
-        ok = False
-    elif not isinstance(select, str):
-        bad("select", f"must be a string (module path, glob, or type:ClassName), got {_type_name(select)}")
-        ok = False
-    elif select.startswith("type:") and not select[5:].strip():
-        bad("select", "'type:' needs a class name, e.g. \"type:BatchNorm2d\"")
-        ok = False
-    elif is_param_selector(select):
-        if not select[len(PARAM_PREFIX):].strip():
-            bad("select", "'param:' needs a glob on parameter names, e.g. \"param:*.bias\"")
-            ok = False
-        for k in raw:
-            if k in RULE_KEY_NAMES and rule_key(k).setting and k not in PARAM_KEYS and raw[k] is not None:
-                bad(k, f"a \"param:\" selector sets only {', '.join(PARAM_KEYS)}; select the module to set {k!r}")
-                ok = False
-    rule = Rule(select=select if isinstance(select, str) else "")
-    for key in RULE_KEYS:
-        if key.name == "select" or raw.get(key.name) is None:
-            continue
-        v = raw[key.name]
-        if key.can_switch_off and v is False:
-            setattr(rule, f"{key.name}_off", True)
-            continue
-        try:
-            setattr(rule, key.name, key.parse(v))
-        except (ValueError, TypeError) as e:
-            bad(key.name, str(e))
-            ok = False
-    return rule if ok else None
 
 
 @dataclass
@@ -274,7 +101,7 @@ class FreezePlan:
         Raises:
             PlanError: ``unselected`` is not ``"train"`` or ``"keep"``.
         """
-        problem = _unselected_problem(self.unselected)
+        problem = unselected_problem(self.unselected)
         if problem is not None:
             raise PlanError(problem)
 
@@ -296,14 +123,14 @@ class FreezePlan:
         problems: list[PlanProblem] = []
         if not isinstance(data, dict):
             raise PlanError(
-                f"a plan must be a JSON object with \"format\": \"{FORMAT}\", got {_type_name(data)}", source
+                f"a plan must be a JSON object with \"format\": \"{FORMAT}\", got {type_name(data)}", source
             )
         fmt = data.get("format", FORMAT)
         if fmt != FORMAT:
             problems.append(PlanProblem(f"'format' is {fmt!r}; this is not a freeze plan (expected {FORMAT!r})", field="format"))
         version = data.get("version", VERSION)
         if isinstance(version, bool) or not isinstance(version, int):
-            problems.append(PlanProblem(f"'version' must be an integer, got {_type_name(version)}", field="version"))
+            problems.append(PlanProblem(f"'version' must be an integer, got {type_name(version)}", field="version"))
         elif version > VERSION:
             raise PlanError(
                 PlanProblem(
@@ -335,7 +162,7 @@ class FreezePlan:
             problems.append(PlanProblem("'rules' must be a list of rule objects", field="rules"))
         else:
             for i, r in enumerate(rules_raw):
-                rule = _parse_rule(r, i, None, problems)
+                rule = parse_rule(r, i, None, problems)
                 if rule is not None:
                     rules.append(rule)
         stages: list[Stage] = []
@@ -344,7 +171,7 @@ class FreezePlan:
             problems.append(PlanProblem("'stages' must be a list like [{\"at_step\": 500, \"rules\": [...]}]", field="stages"))
         else:
             for si, s in enumerate(stages_raw):
-                st = _parse_stage(s, si, problems)
+                st = parse_stage(s, si, problems)
                 if st is not None:
                     stages.append(st)
         desc = data.get("description")
@@ -358,7 +185,7 @@ class FreezePlan:
             except ValueError as e:
                 problems.append(PlanProblem(str(e), field="lr_decay"))
         unselected = data.get("unselected", "train")
-        bad_unselected = _unselected_problem(unselected)
+        bad_unselected = unselected_problem(unselected)
         if bad_unselected is not None:
             problems.append(bad_unselected)
             unselected = "train"
@@ -453,38 +280,6 @@ class FreezePlan:
         atomic_write(path, text)
 
     # ---------------------------------------------------------------- resolution
-    def _rule_state(self, tree: ModelTree) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
-        """The values rules leave: per module path, and per parameter where a later
-        ``param:`` rule overrides its module (a module rule after it wins again)."""
-        m = matcher(tree)
-        state: dict[str, dict[str, Any]] = {p: {} for p in m.paths}
-        over: dict[str, dict[str, Any]] = {}
-        for rule in self.rules:
-            if is_param_selector(rule.select):
-                values = {k: rule.value(k) for k in PARAM_KEYS if rule.sets(k)}
-                for name in m.params(rule.select):
-                    over.setdefault(name, {}).update(values)
-                continue
-            inherited = {k: rule.value(k) for k in INHERITED_KEYS if rule.sets(k)}
-            if inherited:
-                covered = m.covered(rule.select)
-                for p in covered:
-                    state[p].update(inherited)
-                wins = [k for k in inherited if k in PARAM_KEYS]
-                if over and wins:
-                    for p in covered:
-                        node = tree.nodes[p]
-                        for short in node.param_names:
-                            o = over.get(f"{p}.{short}" if p else short)
-                            if o:
-                                for k in wins:
-                                    o.pop(k, None)
-            direct = {k.name: rule.value(k.name) for k in SETTING_KEYS if not k.inherited and rule.sets(k.name)}
-            if direct:
-                for p in m.direct(rule.select):
-                    state[p].update(direct)
-        return state, over
-
     def resolve(self, model_or_tree: nn.Module | ModelTree) -> dict[str, Effective]:
         """Effective settings of every module.
 
@@ -498,25 +293,7 @@ class FreezePlan:
         Returns:
             ``{path: Effective}`` for every module of the tree.
         """
-        tree = as_tree(model_or_tree)
-        state, _ = self._rule_state(tree)
-        if self.lr_decay is not None:
-            for p, scale in module_scales(tree, self.lr_decay).items():
-                state[p].setdefault("lr_scale", scale)
-        return _effectives(state, self._kept_paths(tree))
-
-    def _kept_paths(self, tree: ModelTree) -> set[str]:
-        """Modules no rule selects, when the plan keeps those as the model has them."""
-        if self.unselected != "keep":
-            return set()
-        m = matcher(tree)
-        selected: set[str] = set()
-        for rule in self.rules:
-            if is_param_selector(rule.select):
-                selected.update(n.rpartition(".")[0] for n in m.params(rule.select))
-            else:
-                selected.update(m.covered(rule.select))
-        return set(m.paths) - selected
+        return resolve_modules(self.rules, self.unselected, self.lr_decay, as_tree(model_or_tree))
 
     def resolve_params(self, model_or_tree: nn.Module | ModelTree) -> dict[str, Effective]:
         """Effective settings of every parameter: its module's, with ``param:`` rules and
@@ -528,21 +305,7 @@ class FreezePlan:
         Returns:
             ``{canonical parameter name: Effective}`` in model order.
         """
-        tree = as_tree(model_or_tree)
-        state, over = self._rule_state(tree)
-        scales = parameter_scales(tree, self.lr_decay) if self.lr_decay is not None else {}
-        kept_modules = self._kept_paths(tree)
-        values: dict[str, dict[str, Any]] = {}
-        kept: set[str] = set()
-        for name in tree.param_shapes:
-            owner = name.rpartition(".")[0]
-            v = {**state[owner], **over.get(name, {})}
-            if name in scales:
-                v.setdefault("lr_scale", scales[name])
-            values[name] = v
-            if owner in kept_modules:
-                kept.add(name)
-        return _effectives(values, kept)
+        return resolve_params(self.rules, self.unselected, self.lr_decay, as_tree(model_or_tree))
 
     def effective(self, path: str, model_or_tree: nn.Module | ModelTree) -> Effective:
         """Effective settings of one module.
@@ -670,11 +433,8 @@ class FreezePlan:
         return copy.deepcopy(self)
 
     def set(self, path: str, key: str, value: Any, tree: ModelTree) -> None:
-        """Set ``key`` for the subtree at ``path`` so that it is in force there, as a click does.
-
-        Explicit settings of ``key`` on modules inside the subtree are removed, and the
-        setting is placed after any rule that would otherwise override it. Rules are kept in
-        tree order (parents first) where that does not change their meaning.
+        """Set ``key`` for the subtree at ``path`` so that it is in force there, as a click does
+        (see :func:`workbench.core.plan.editing.set_in_force`).
 
         Args:
             path: dotted module path (``""`` for the root).
@@ -686,68 +446,14 @@ class FreezePlan:
             KeyError: no module at ``path``.
             ValueError: unknown key or invalid value.
         """
-        if path not in tree.nodes:
-            raise KeyError(f"no module {path!r} in the model")
-        if key not in INHERITED_KEYS:
-            raise ValueError(f"cannot set {key!r} by path; use one of {', '.join(INHERITED_KEYS)}")
-        if value is not None:
-            problems: list[PlanProblem] = []
-            probe = _parse_rule({"select": path or "*", key: value}, 0, None, problems)
-            if probe is None:
-                raise ValueError(str(problems[0]))
-        sel = path or "*"
-        prefix = path + "." if path else ""
-        # 1. drop explicit settings of `key` inside the subtree (path rules only)
-        for r in self.rules:
-            if r.sets(key) and not is_pattern(r.select) and (
-                r.select in (path, sel) or (r.select not in ("", "*") and r.select.startswith(prefix))
-            ):
-                r.unset(key)
-        self.rules = [r for r in self.rules if not r.empty or r.comment]
-        if value is None:
-            return
-        # 2. put it in force: at the end (later rule wins), merged into a rule for the same path
-        m = matcher(tree)
-        own = next((r for r in reversed(self.rules) if r.select == sel), None)
-        target = own
-        if own is not None:
-            after = self.rules[self.rules.index(own) + 1 :]
-            covered = set(m.covered(sel))
-            if any(r.sets(key) and covered.intersection(m.covered(r.select)) for r in after):
-                target = None
-        if target is None:
-            target = Rule(select=sel)
-            self.rules.append(target)
-        assert probe is not None  # value is not None here: parsed above
-        target.take(key, probe)
-        self.tidy(tree)
+        self.rules = set_in_force(self.rules, path, key, value, tree, self._resolver(tree))
 
     def tidy(self, tree: ModelTree) -> None:
         """Sort runs of plain-path rules into tree order, when that keeps the meaning."""
-        nodes = tree.nodes
-        new: list[Rule] = []
-        run: list[Rule] = []
+        self.rules = tidy(self.rules, tree, self._resolver(tree))
 
-        def flush() -> None:
-            run.sort(key=lambda r: -1 if r.select in ("", "*") else nodes[r.select].order)
-            new.extend(run)
-            run.clear()
-
-        for r in self.rules:
-            if r.select in ("", "*") or (not is_pattern(r.select) and r.select in nodes):
-                run.append(r)
-            else:
-                flush()
-                new.append(r)
-        flush()
-        old = self.rules
-        if all(a is b for a, b in zip(old, new)) or _same_meaning_in_any_order(old, new):
-            self.rules = new  # no rule that could override another changed places with it
-            return
-        before = self.resolve(tree)
-        self.rules = new
-        if self.resolve(tree) != before:
-            self.rules = old
+    def _resolver(self, tree: ModelTree) -> Resolver:
+        return lambda rules: resolve_modules(rules, self.unselected, self.lr_decay, tree)
 
     # ---------------------------------------------------------------- summaries
     def summary(self, model_or_tree: nn.Module | ModelTree) -> str:
@@ -826,87 +532,3 @@ class FreezePlan:
         from workbench.core.freezing.state_reader import observed_plan
 
         return FreezePlan.from_dict(observed_plan(model))
-
-
-def _reaches(a: str, b: str) -> bool:
-    """Whether plain-path selectors ``a`` and ``b`` reach a common module (one holds the other)."""
-    if a in ("", "*") or b in ("", "*") or a == b:
-        return True
-    return a.startswith(b + ".") or b.startswith(a + ".")
-
-
-def _same_meaning_in_any_order(old: list[Rule], new: list[Rule]) -> bool:
-    """Whether reordering the plain-path rules ``old`` into ``new`` keeps the plan's meaning
-    without resolving it: every two rules whose order changed set no setting in common or
-    reach no module in common (a sufficient test; :meth:`FreezePlan.tidy` resolves when it fails)."""
-    pos = {id(r): i for i, r in enumerate(old)}
-    keys = {id(r): {k.name for k in SETTING_KEYS if r.sets(k.name)} for r in old}
-    for i, a in enumerate(new):
-        for b in new[i + 1:]:
-            if pos[id(a)] > pos[id(b)] and keys[id(a)] & keys[id(b)] and _reaches(a.select, b.select):
-                return False
-    return True
-
-
-def _effectives(state: dict[str, dict[str, Any]], kept: AbstractSet[str] = frozenset()) -> dict[str, Effective]:
-    """``effective_from`` of each value dict, equal settings shared; ``kept`` names those
-    no rule selects under ``"unselected": "keep"``."""
-    out: dict[str, Effective] = {}
-    cache: dict[tuple, Effective] = {}
-    for p, values in state.items():
-        is_kept = p in kept
-        key = (is_kept, *cache_key(values))
-        eff = cache.get(key)
-        if eff is None:
-            eff = cache[key] = effective_from(values, kept=is_kept)
-        out[p] = eff
-    return out
-
-
-def _unselected_problem(value: Any) -> PlanProblem | None:
-    if value in UNSELECTED_VALUES:
-        return None
-    shown = json.dumps(value) if isinstance(value, (str, int, float, bool)) or value is None else _type_name(value)
-    return PlanProblem(
-        f"'unselected' must be \"train\" (modules no rule selects train) or \"keep\" (they stay as the "
-        f"model has them), got {shown}",
-        field="unselected",
-    )
-
-
-def _parse_stage(raw: Any, si: int, problems: list[PlanProblem]) -> Stage | None:
-    if not isinstance(raw, dict):
-        problems.append(PlanProblem("a stage must be an object like {\"at_step\": 500, \"rules\": [...]}", stage_index=si))
-        return None
-    ok = True
-    for k in raw:
-        if k not in _STAGE_KEYS:
-            problems.append(PlanProblem(f"unknown key {k!r} in stage; allowed: {', '.join(sorted(_STAGE_KEYS))}", field=str(k), stage_index=si))
-            ok = False
-    at_step, at_epoch = raw.get("at_step"), raw.get("at_epoch")
-    if (at_step is None) == (at_epoch is None):
-        problems.append(PlanProblem("give exactly one of 'at_step' or 'at_epoch'", field="at_step", stage_index=si))
-        ok = False
-    for k, v in (("at_step", at_step), ("at_epoch", at_epoch)):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            problems.append(PlanProblem(f"'{k}' must be an integer >= 0, got {v!r}", field=k, stage_index=si))
-            ok = False
-    label = raw.get("label")
-    if label is not None and not isinstance(label, str):
-        problems.append(PlanProblem("'label' must be a string", field="label", stage_index=si))
-        ok = False
-    rules_raw = raw.get("rules")
-    rules: list[Rule] = []
-    if not isinstance(rules_raw, list) or not rules_raw:
-        problems.append(PlanProblem("'rules' must be a non-empty list of rules", field="rules", stage_index=si))
-        ok = False
-    else:
-        for i, r in enumerate(rules_raw):
-            rule = _parse_rule(r, i, si, problems)
-            if rule is None:
-                ok = False
-            else:
-                rules.append(rule)
-    if not ok:
-        return None
-    return Stage(rules=rules, at_step=at_step, at_epoch=at_epoch, label=label)

@@ -7,7 +7,7 @@ import fnmatch
 
 from torch import nn
 
-from workbench.core.models.tree import ModelTree
+from workbench.core.plan.tree import ModelTree
 from workbench.core.suggest import close_matches
 
 __all__ = ["PARAM_PREFIX", "Matcher", "as_tree", "is_param_selector", "is_pattern", "matcher", "select_paths"]

@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar, Iterator
 
-from workbench.core.models.tree import ModuleNode
+from workbench.core.plan.tree import ModuleNode
 
 __all__ = ["ExtensionSpec"]
 

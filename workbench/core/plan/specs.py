@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from workbench.core.models.tree import ModelTree
 from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.problems import PlanProblem
 from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.plan.spec_base import ExtensionSpec
+from workbench.core.plan.tree import ModelTree
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from workbench.core.plan.rules import FreezePlan

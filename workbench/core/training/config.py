@@ -17,6 +17,7 @@ from typing import Any, ClassVar, Mapping
 
 from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError
+from workbench.core.optimizers import CHOICES
 from workbench.core.suggest import did_you_mean
 from workbench.core.training.schedule import SCHEDULERS
 
@@ -34,7 +35,7 @@ __all__ = [
 ]
 
 #: Optimizer names: plain SGD, SGD with momentum, Adam, AdamW.
-OPTIMIZERS: tuple[str, ...] = ("sgd", "sgd_momentum", "adam", "adamw")
+OPTIMIZERS: tuple[str, ...] = tuple(reversed(CHOICES))  # from the simplest: sgd, sgd_momentum, adam, adamw
 #: Mixed precision: off, bfloat16 autocast (CPU, CUDA, MPS), float16 autocast + GradScaler.
 AMP_MODES: tuple[str, ...] = ("off", "bf16", "fp16")
 #: What a non-finite loss does: end the run, or skip that step and count it.

@@ -458,6 +458,7 @@ class Trainer:
             raise TrainError(str(e)) from None
         self._wrap()
         self.optimizer = build.make_optimizer(cfg, groups)
+        self.applied.attach_optimizer(self.optimizer)
         self._amp_dtype, self._scaler = build.make_amp(cfg, self.device)
         loader = build.build_loader(cfg, self.dataset, self.device, self.dist)
         self.loader, self._sampler = loader.loader, loader.sampler

@@ -366,7 +366,7 @@ def _delta(model: nn.Module, prefix: str, state: Mapping[str, torch.Tensor]) -> 
 
 def deltas_from_state(model: nn.Module, state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Every B of A+B (exact mode) from a full state dict, keyed by parameter path as
-    :func:`~workbench.core.freezing.reparam.export_deltas` writes them.
+    :func:`~workbench.core.freezing.reparam.ops.export_deltas` writes them.
 
     Args:
         model: the model (for the low-rank scale and layout).

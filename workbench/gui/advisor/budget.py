@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from workbench.core.models.activations import device_memory
+from workbench.core.advisor.activations import device_memory
 
 __all__ = ["device_budget", "format_budget"]
 
@@ -14,7 +14,7 @@ def device_budget(device: str) -> int:
         device: the training panel's device value: ``auto``, ``cpu``, ``cuda``, ``cuda:N``, ``mps``.
 
     Returns:
-        What :func:`~workbench.core.models.activations.device_memory` says is available: CUDA,
+        What :func:`~workbench.core.advisor.activations.device_memory` says is available: CUDA,
         the device's total memory; MPS, its recommended working set; CPU, the RAM available now.
     """
     return device_memory(device).available

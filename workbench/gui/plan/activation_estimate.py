@@ -1,7 +1,7 @@
 """The next run's step memory, activations included, kept current off the GUI thread.
 
 :class:`ActivationEstimator` profiles the loaded model once per batch size and image size
-(:func:`~workbench.core.models.activations.profile_activations`: one forward pass on the
+(:func:`~workbench.core.advisor.activations.profile_activations`: one forward pass on the
 ``meta`` device, on a :class:`~workbench.gui.background.BackgroundTask`), caches the profile,
 and predicts the step's peak for the current plan, optimizer and precision in milliseconds
 from it. The cost panel shows the prediction and the Start path asks :meth:`preflight` whether
@@ -15,8 +15,7 @@ from typing import Any, Callable
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from workbench.core.formatting import fmt_bytes
-from workbench.core.models.activations import (
+from workbench.core.advisor.activations import (
     ActivationProfile,
     DeviceMemory,
     StepPrediction,
@@ -29,6 +28,7 @@ from workbench.core.models.activations import (
     shape_text,
     trainable_names,
 )
+from workbench.core.formatting import fmt_bytes
 from workbench.core.training.config import TrainConfig
 from workbench.gui.background import BackgroundTask
 from workbench.gui.controller import Controller

@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 
 from workbench.core.formatting import fmt_bytes, fmt_count, fmt_percent
 from workbench.core.freezing.apply import Counts
-from workbench.core.models.memory import DTYPE_BYTES, GPU_SIZES, MemoryEstimate
+from workbench.core.models.memory import DTYPE_BYTES, GPU_SIZES, ParamMemory
 from workbench.core.training.metrics import fmt_memory
 from workbench.gui.controller import OPTIMIZERS, Controller
 from workbench.gui.plan.state import finding_line
@@ -118,7 +118,7 @@ class MemoryBar(QWidget):
         p.end()
 
 
-def fit_text(est: MemoryEstimate, rich: bool = True) -> str:
+def fit_text(est: ParamMemory, rich: bool = True) -> str:
     """One line on a memory estimate: its total and whether it fits each GPU size.
 
     Args:
@@ -387,7 +387,7 @@ class CostPanel(QFrame):
             raise ValueError(f"unknown dtype {dtype!r} for the GPU estimate; use one of {', '.join(DTYPE_BYTES)}")
         self.dtype_box.setCurrentIndex(i)
 
-    def _show_fit(self, est: MemoryEstimate) -> None:
+    def _show_fit(self, est: ParamMemory) -> None:
         opt = OPTIMIZERS.get(est.optimizer, est.optimizer)
         self.fit_label.setText(fit_text(est))
         state = f"{opt} state ({est.state_dtype})"

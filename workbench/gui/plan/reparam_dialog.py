@@ -1,4 +1,4 @@
-"""The A+B settings dialog: full rank or low rank (rank, alpha, dropout, init) and the mode.
+"""The A+B settings dialog: full rank or low rank (rank, alpha, dropout, init, DoRA) and the mode.
 
 The dialog edits a ``reparam`` spec (:class:`~workbench.core.plan.reparam_spec.ReparamSpec`);
 :func:`edit_reparam` applies it to the selected modules as one undoable edit.
@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -54,6 +55,8 @@ class ReparamDialog(QDialog):
         self.dropout.setToolTip("Dropout on the input of U V while training (fused mode only)")
         self.init = QComboBox(self)
         self.init.addItems(list(INITS))
+        self.dora = QCheckBox("magnitude per output channel", self)
+        self.dora.setToolTip("DoRA (PEFT's use_dora): W = m (A + B) / ||A + B||, m trained; Linear and Conv layers")
         self.mode = QComboBox(self)
         self.mode.addItems(list(MODES))
         self.mode.setToolTip("exact: the weight is A + B (parametrize); fused: the layer adds (alpha / r) U (V x)")
@@ -64,6 +67,7 @@ class ReparamDialog(QDialog):
         form.addRow("Alpha", self.alpha)
         form.addRow("Dropout", self.dropout)
         form.addRow("Init", self.init)
+        form.addRow("DoRA", self.dora)
         form.addRow("Mode", self.mode)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
         buttons.accepted.connect(self._accept)
@@ -84,11 +88,12 @@ class ReparamDialog(QDialog):
         self.alpha.setValue(low.alpha if low else 16.0)
         self.dropout.setValue(low.dropout if low else 0.0)
         self.init.setCurrentText(low.init if low else "kaiming")
+        self.dora.setChecked(bool(low and low.dora))
         self.mode.setCurrentText(spec.mode if spec is not None else "exact")
 
     def _sync(self) -> None:
         low = self.rank.value() > 0
-        for w in (self.alpha, self.init):
+        for w in (self.alpha, self.init, self.dora):
             w.setEnabled(low)
         self.dropout.setEnabled(low and self.mode.currentText() == "fused")
 
@@ -97,6 +102,8 @@ class ReparamDialog(QDialog):
         spec: dict[str, Any] = {"kind": "a_plus_b", "mode": self.mode.currentText()}
         if self.rank.value() > 0:
             spec.update(rank=self.rank.value(), alpha=self.alpha.value(), init=self.init.currentText())
+            if self.dora.isChecked():
+                spec["dora"] = True
             if self.mode.currentText() == "fused":
                 spec["dropout"] = self.dropout.value()
         return spec

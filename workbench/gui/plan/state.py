@@ -18,7 +18,7 @@ from typing import Literal, Mapping, NamedTuple
 from workbench.core.checks.findings import Finding
 from workbench.core.checks.lint import lint_plan
 from workbench.core.freezing.apply import Counts, optimizer_state_factor
-from workbench.core.models.memory import MemoryEstimate, estimate_memory
+from workbench.core.models.memory import ParamMemory, estimate_memory
 from workbench.core.models.tree import ModelTree, ModuleNode
 from workbench.core.plan.param_counts import frozen_elements
 from workbench.core.plan.partial_spec import PartialSpec
@@ -92,14 +92,16 @@ _LOW_RANK_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv1D", "Embedding")
 
 
 def _low_rank_elements(node: ModuleNode, spec: ReparamSpec, shapes: Mapping[str, tuple[int, ...]]) -> int | None:
-    """Elements of U (out x r) and V (r x in) that low-rank A+B adds to a layer, or None when
-    the spec is full rank, the layer is not adapted, or its weight's shape is not known."""
+    """Elements (U, V and a variant's own, such as DoRA's magnitude) that low-rank A+B adds to a
+    layer, or None when the spec is full rank, the layer is not adapted, or its weight's shape is not known."""
     if spec.low_rank is None or node.type_name not in _LOW_RANK_TYPES:
         return None
     shape = shapes.get(f"{node.path}.weight" if node.path else "weight")
     if not shape or len(shape) < 2:
         return None
-    return spec.low_rank.rank * (shape[0] + math.prod(shape[1:]))
+    if node.type_name in ("Conv1D", "Embedding"):  # weight is in x out
+        return spec.low_rank.added_elements(shape[1], shape[0])
+    return spec.low_rank.added_elements(shape[0], math.prod(shape[1:]))
 
 
 @dataclass
@@ -551,7 +553,7 @@ class PlanState:
         rows = _Rows(own_rows, sums, totals, prev.obytes, prev.own_bytes)
         return cls(tree, plan, eff, nodes, _counts(tree, lay, rows, optimizer), optimizer, rows, sorted(touched), previous)
 
-    def memory(self, dtype: str = "fp32") -> MemoryEstimate:
+    def memory(self, dtype: str = "fp32") -> ParamMemory:
         """Training memory of the plan if the weights were stored in ``dtype``.
 
         Params (and the fixed A of A+B), one gradient per trainable element and the

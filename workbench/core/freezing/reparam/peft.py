@@ -4,9 +4,10 @@
 ``peft.PeftModel.from_pretrained(base, folder)`` loads with the same outputs: PEFT's
 ``lora_A`` is ``V`` (r x in), ``lora_B`` is ``U`` (out x r) and its scaling is ``alpha / r``,
 keyed ``base_model.model.<path>.lora_A.weight`` / ``lora_B.weight`` (``lora_embedding_A`` /
-``lora_embedding_B`` for embeddings). Modules that train without A+B are written as
-``modules_to_save``. :func:`load_peft` reads such a folder into an applied plan made by
-:meth:`FreezePlan.from_peft`. PEFT itself is not needed for either.
+``lora_embedding_B`` for embeddings; DoRA's magnitude is ``lora_magnitude_vector``). Modules
+that train without A+B are written as ``modules_to_save``. :func:`load_peft` reads such a
+folder into handles made from :meth:`FreezePlan.from_peft`. PEFT itself is not needed for either.
+Every function takes the handles and the model, never the plan.
 """
 
 from __future__ import annotations
@@ -14,39 +15,53 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
-from torch import Tensor
+from torch import Tensor, nn
 
 from workbench.core.atomic import atomic_path, atomic_write
-from workbench.core.freezing.low_rank import LowRankHandle
-from workbench.core.freezing.reparam import ReparamError
+from workbench.core.freezing.reparam.base import DeltaHandle
+from workbench.core.freezing.reparam.dora import MAGNITUDE
+from workbench.core.freezing.reparam.low_rank import LowRankHandle
 from workbench.core.plan.peft_config import CONFIG_FILE
+from workbench.core.plan.reparam_spec import ReparamError
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from workbench.core.freezing.plan_handle import AppliedPlan
-
-__all__ = ["PREFIX", "WEIGHTS_FILE", "load_peft", "peft_tensors", "to_peft"]
+__all__ = ["MAGNITUDE_KEY", "PREFIX", "WEIGHTS_FILE", "load_peft", "low_rank_handles", "peft_tensors", "to_peft"]
 
 #: The adapter weights file of a PEFT adapter folder.
 WEIGHTS_FILE = "adapter_model.safetensors"
 #: Key prefix of every tensor in a PEFT adapter file (the PeftModel's wrapping).
 PREFIX = "base_model.model."
+#: Key suffix of DoRA's magnitude in a PEFT adapter file.
+MAGNITUDE_KEY = "lora_magnitude_vector"
 
 
-def _low_rank_handles(applied: "AppliedPlan") -> list[LowRankHandle]:
-    handles: list[Any] = [h for h in applied.installed("reparam").values() if getattr(h, "names", None)]
-    full = [h.path or "(root)" for h in handles if not isinstance(h, LowRankHandle)]
+def low_rank_handles(handles: Iterable[DeltaHandle]) -> list[LowRankHandle]:
+    """The low-rank handles, checked to have a PEFT form.
+
+    Args:
+        handles: installed A+B handles.
+
+    Returns:
+        The low-rank ones that reparametrize something.
+
+    Raises:
+        ReparamError: full-rank A+B, no low-rank A+B, an A that is not the loaded weights, or
+            LoRA and DoRA mixed (PEFT's ``use_dora`` is one switch).
+    """
+    hs = [h for h in handles if h.names]
+    full = [h.path or "(root)" for h in hs if not isinstance(h, LowRankHandle)]
     if full:
         raise ReparamError(
             f"full-rank A+B on {', '.join(full[:3])} has no PEFT form; give those rules a reparam.rank, "
             "or ship full-rank B with applied.export_deltas()"
         )
-    low = [h for h in handles if isinstance(h, LowRankHandle)]
+    low = [h for h in hs if isinstance(h, LowRankHandle)]
     if not low:
         raise ReparamError('the plan has no low-rank A+B; add a rule like {"select": "*.query", "reparam": {"rank": 8}}')
     moved = [h.path for h in low if h.spec.a.kind != "current"]
@@ -54,6 +69,11 @@ def _low_rank_handles(applied: "AppliedPlan") -> list[LowRankHandle]:
         raise ReparamError(
             f"A on {', '.join(moved[:3])} is not the loaded weights (reparam.a is not \"current\"); a PEFT "
             "adapter applies to the base model's own weights: use a: \"current\""
+        )
+    if len({h.low_rank.dora for h in low}) > 1:
+        raise ReparamError(
+            "some A+B rules use DoRA and some do not; a PEFT adapter has one use_dora: "
+            'give every low-rank rule the same "dora"'
         )
     return low
 
@@ -74,12 +94,17 @@ def _peft_shapes(h: LowRankHandle) -> tuple[tuple[int, ...], tuple[int, ...]]:
     return (r, d.geometry.inp), (d.geometry.out, r)
 
 
-def _saved_modules(applied: "AppliedPlan", handles: list[LowRankHandle]) -> list[str]:
+def _magnitude_shape(h: LowRankHandle) -> tuple[int, ...]:
+    g = h.delta_module("weight").geometry
+    return (1, g.out, *([1] * (len(g.shape) - 2))) if h.kind == "conv" else (g.out,)
+
+
+def _saved_modules(handles: list[LowRankHandle], model: nn.Module, owner_of: Callable[[str], str]) -> list[str]:
     lora = {id(p) for h in handles for _, p in h.trainable()}
     owners: list[str] = []
-    for name, p in applied.model.named_parameters():
+    for name, p in model.named_parameters():
         if p.requires_grad and id(p) not in lora:
-            owner = applied.tree.owner_of(name)
+            owner = owner_of(name)
             if not owner:
                 raise ReparamError(
                     f"parameter {name!r} of the root module trains; PEFT's modules_to_save needs a submodule: "
@@ -90,80 +115,96 @@ def _saved_modules(applied: "AppliedPlan", handles: list[LowRankHandle]) -> list
     return owners
 
 
-def peft_tensors(applied: "AppliedPlan") -> dict[str, Tensor]:
+def peft_tensors(handles: Iterable[DeltaHandle], model: nn.Module, owner_of: Callable[[str], str]) -> dict[str, Tensor]:
     """The tensors of the PEFT adapter file, by PEFT's keys.
 
     Args:
-        applied: an applied plan with low-rank A+B.
+        handles: installed A+B handles (all low rank).
+        model: the model they are installed on.
+        owner_of: module path of a parameter name (for ``modules_to_save``).
 
     Returns:
         ``{key: tensor}`` on the CPU, contiguous.
 
     Raises:
-        ReparamError: full-rank A+B, no low-rank A+B, or an A that is not the loaded weights.
+        ReparamError: see :func:`low_rank_handles`.
     """
-    handles = _low_rank_handles(applied)
+    low = low_rank_handles(handles)
     out: dict[str, Tensor] = {}
     with torch.no_grad():
-        for h in handles:
+        for h in low:
             ka, kb = _keys(h)
             sa, sb = _peft_shapes(h)
             out[ka] = h.v("weight").detach().reshape(sa).to("cpu").contiguous()
             out[kb] = h.u("weight").detach().reshape(sb).to("cpu").contiguous()
-        for path in _saved_modules(applied, handles):
-            for k, t in applied.model.get_submodule(path).state_dict().items():
+            for name, p in h.extra("weight"):
+                if name == MAGNITUDE:
+                    out[f"{PREFIX}{h.path}.{MAGNITUDE_KEY}"] = p.detach().reshape(_magnitude_shape(h)).to("cpu").contiguous()
+        for path in _saved_modules(low, model, owner_of):
+            for k, t in model.get_submodule(path).state_dict().items():
                 out[f"{PREFIX}{path}.{k}"] = t.detach().to("cpu").contiguous()
     return out
 
 
-def to_peft(applied: "AppliedPlan", folder: str | os.PathLike[str]) -> Path:
-    """Write the plan's low-rank A+B as a PEFT LoRA adapter folder.
+def _number(x: float) -> float | int:
+    return int(x) if float(x).is_integer() else x
+
+
+def to_peft(
+    handles: Iterable[DeltaHandle],
+    model: nn.Module,
+    owner_of: Callable[[str], str],
+    folder: str | os.PathLike[str],
+    *,
+    base_model_name: str | None = None,
+) -> Path:
+    """Write low-rank A+B as a PEFT LoRA (or DoRA) adapter folder.
 
     ``peft.PeftModel.from_pretrained(base_model, folder)`` then gives the same outputs as the
     model with the plan applied (``base_model``: the same pretrained weights, no plan).
 
     Args:
-        applied: an applied plan whose A+B rules all have a ``rank``.
+        handles: installed A+B handles (all low rank).
+        model: the model.
+        owner_of: module path of a parameter name.
         folder: the adapter folder (created; files written atomically).
+        base_model_name: ``base_model_name_or_path`` of the config.
 
     Returns:
         The folder.
 
     Raises:
-        ReparamError: full-rank A+B, no low-rank A+B, or different dropouts (PEFT has one).
+        ReparamError: see :func:`low_rank_handles`; different dropouts (PEFT has one).
         OSError: the folder is not writable.
     """
-    handles = _low_rank_handles(applied)
-    tensors = peft_tensors(applied)
-    rank, alpha = Counter((h.low_rank.rank, h.low_rank.alpha) for h in handles).most_common(1)[0][0]
-    dropouts = sorted({h.low_rank.dropout for h in handles})
+    hs = list(handles)
+    low = low_rank_handles(hs)
+    tensors = peft_tensors(hs, model, owner_of)
+    rank, alpha = Counter((h.low_rank.rank, h.low_rank.alpha) for h in low).most_common(1)[0][0]
+    dropouts = sorted({h.low_rank.dropout for h in low})
     if len(dropouts) > 1:
         raise ReparamError(
             f"A+B rules use different reparam.dropout values ({', '.join(f'{d:g}' for d in dropouts)}); "
             "a PEFT adapter has one lora_dropout: give every rule the same dropout"
         )
-    inits = {h.low_rank.init for h in handles}
-
-    def number(x: float) -> float | int:
-        return int(x) if float(x).is_integer() else x
-
+    inits = {h.low_rank.init for h in low}
     config: dict[str, Any] = {
         "peft_type": "LORA",
         "task_type": None,
-        "base_model_name_or_path": applied.plan.model.get("name"),
+        "base_model_name_or_path": base_model_name,
         "inference_mode": True,
         "r": rank,
-        "lora_alpha": number(alpha),
+        "lora_alpha": _number(alpha),
         "lora_dropout": dropouts[0],
-        "target_modules": [h.path for h in handles],
-        "modules_to_save": _saved_modules(applied, handles) or None,
+        "target_modules": [h.path for h in low],
+        "modules_to_save": _saved_modules(low, model, owner_of) or None,
         "bias": "none",
-        "fan_in_fan_out": any(h.kind == "conv1d_hf" for h in handles),
+        "fan_in_fan_out": any(h.kind == "conv1d_hf" for h in low),
         "init_lora_weights": "gaussian" if inits == {"gaussian"} else True,
-        "rank_pattern": {h.path: h.low_rank.rank for h in handles if h.low_rank.rank != rank},
-        "alpha_pattern": {h.path: number(h.low_rank.alpha) for h in handles if h.low_rank.alpha != alpha},
+        "rank_pattern": {h.path: h.low_rank.rank for h in low if h.low_rank.rank != rank},
+        "alpha_pattern": {h.path: _number(h.low_rank.alpha) for h in low if h.low_rank.alpha != alpha},
         "use_rslora": False,
-        "use_dora": False,
+        "use_dora": low[0].low_rank.dora,
     }
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
@@ -173,21 +214,19 @@ def to_peft(applied: "AppliedPlan", folder: str | os.PathLike[str]) -> Path:
     return out
 
 
-def load_peft(applied: "AppliedPlan", folder: str | os.PathLike[str]) -> None:
-    """Load a PEFT LoRA adapter's weights into an applied plan (U, V and modules_to_save).
-
-    Everything is read and checked before anything is written.
+def load_peft(handles: Iterable[DeltaHandle], model: nn.Module, folder: str | os.PathLike[str]) -> None:
+    """Load a PEFT LoRA adapter's weights (U, V, DoRA's magnitude, modules_to_save); all checked first.
 
     Args:
-        applied: a plan from :meth:`FreezePlan.from_peft` (or one with the same low-rank A+B),
-            applied to the base model.
-        folder: the adapter folder (``adapter_model.safetensors``).
+        handles: installed A+B handles from :meth:`FreezePlan.from_peft` (or the same low-rank A+B).
+        model: the base model they are installed on.
+        folder: the adapter folder (``adapter_model.safetensors``) or the file.
 
     Raises:
         ReparamError: the file is missing, unreadable, empty or corrupt, lacks a tensor the plan needs (named),
             or holds one of another shape (named), e.g. a different rank.
     """
-    handles = _low_rank_handles(applied)
+    low = low_rank_handles(handles)
     path = Path(folder)
     path = path / WEIGHTS_FILE if path.is_dir() else path
     if not path.is_file():
@@ -197,14 +236,15 @@ def load_peft(applied: "AppliedPlan", folder: str | os.PathLike[str]) -> None:
             f.keys()
     except (SafetensorError, OSError) as e:
         raise ReparamError(f"adapter file {str(path)!r} is not a readable safetensors file ({e}); save the adapter again") from None
-    writes: list[tuple[Any, Any]] = []
+    uv: list[tuple[LowRankHandle, Tensor, Tensor, Tensor | None]] = []
+    plain: list[tuple[Tensor, Tensor]] = []
     with safe_open(str(path), framework="pt", device="cpu") as f:
         keys = set(f.keys())
 
         def read(key: str, shape: tuple[int, ...]) -> Tensor:
             if key not in keys:
                 raise ReparamError(f"adapter file {str(path)!r} has no tensor {key!r}; was it saved for this model and plan?")
-            t = f.get_tensor(key)
+            t: Tensor = f.get_tensor(key)
             if tuple(t.shape) != tuple(shape):
                 raise ReparamError(
                     f"tensor {key!r} in {str(path)!r} has shape {tuple(t.shape)}, the plan needs {tuple(shape)}; "
@@ -212,23 +252,29 @@ def load_peft(applied: "AppliedPlan", folder: str | os.PathLike[str]) -> None:
                 )
             return t
 
-        for h in handles:
+        used: set[str] = set()
+        for h in low:
             ka, kb = _keys(h)
             sa, sb = _peft_shapes(h)
-            writes.append((h, (read(kb, sb), read(ka, sa))))
-        lora_keys = {k for h in handles for k in _keys(h)}
-        for key in sorted(keys - lora_keys):
+            km = f"{PREFIX}{h.path}.{MAGNITUDE_KEY}"
+            mag = read(km, _magnitude_shape(h)) if h.low_rank.dora else None
+            uv.append((h, read(kb, sb), read(ka, sa), mag))
+            used |= {ka, kb} | ({km} if mag is not None else set())
+        params = dict(model.named_parameters())
+        buffers = dict(model.named_buffers())
+        for key in sorted(keys - used):
             name = key[len(PREFIX):] if key.startswith(PREFIX) else key
-            target: Tensor | None = dict(applied.model.named_parameters()).get(name)
+            target: Tensor | None = params.get(name)
             if target is None:
-                target = dict(applied.model.named_buffers()).get(name)
+                target = buffers.get(name)
             if target is None:
                 raise ReparamError(f"adapter file {str(path)!r} holds {key!r}, which is no parameter of the model")
-            writes.append((target, read(key, tuple(target.shape))))
+            plain.append((target, read(key, tuple(target.shape))))
     with torch.no_grad():
-        for target, value in writes:
-            if isinstance(target, LowRankHandle):
-                u, v = value
-                target.set_uv("weight", u.reshape(target.u("weight").shape), v.reshape(target.v("weight").shape))
-            else:
-                target.copy_(value.to(device=target.device, dtype=target.dtype))
+        for h, u, v, mag in uv:
+            h.set_uv("weight", u.reshape(h.u("weight").shape), v.reshape(h.v("weight").shape))
+            for name, p in h.extra("weight"):
+                if name == MAGNITUDE and mag is not None:
+                    p.copy_(mag.reshape(p.shape).to(device=p.device, dtype=p.dtype))
+        for target, value in plain:
+            target.copy_(value.to(device=target.device, dtype=target.dtype))

@@ -6,8 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from workbench.core.advisor.profile import AdvisorError
-from workbench.core.models.activations import (
+from workbench.core.advisor.activations import (
     DeviceMemory,
     device_memory,
     fit_verdict,
@@ -19,6 +18,7 @@ from workbench.core.models.activations import (
     shape_text,
     trainable_names,
 )
+from workbench.core.advisor.profile import AdvisorError
 
 
 def _net() -> nn.Module:
