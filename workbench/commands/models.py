@@ -47,9 +47,9 @@ def _run_source(args: argparse.Namespace) -> int:
         return 0
     if not found:
         if args.source == "hf" and not search_models("hf", "*"):  # nothing to match: not a bad pattern
-            from huggingface_hub.constants import HF_HUB_CACHE
+            from huggingface_hub import constants
 
-            print(f"the Hugging Face cache ({HF_HUB_CACHE}) holds no model yet; models from folders open as "
+            print(f"the Hugging Face cache ({constants.HF_HUB_CACHE}) holds no model yet; models from folders open as "
                   "--model hf:./FOLDER", file=sys.stderr)
             return 0
         print(f"no {args.source} model matches {args.pattern!r}", file=sys.stderr)

@@ -104,7 +104,8 @@ def test_frozen_backbone_run_completes_with_metrics_and_verify():
     assert [m.wall_time for m in seen] == sorted(m.wall_time for m in seen)
     assert result.verify.ok and result.verify.checked["frozen"] == 8 and result.verify.checked["bn_stats"] == 6
     s = result.summary
-    assert s["trainable_params"] == fc and s["median_step_time_s"] > 0 and s["peak_memory_bytes"] > 0
+    # peak memory on the CPU is RSS growth: 0 is a true reading when the run reused freed memory
+    assert s["trainable_params"] == fc and s["median_step_time_s"] > 0 and s["peak_memory_bytes"] >= 0
     assert s["final_loss"] == seen[-1].loss and 0 <= s["metrics_overhead_fraction"] < 1
     assert result.plan.to_dict() == _plan(*FC_ONLY).to_dict()
     json.dumps(result.to_dict())  # JSON-ready

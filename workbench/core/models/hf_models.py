@@ -120,11 +120,11 @@ def hf_cached_repos(pattern: str = "*") -> list[str]:
     """
     import fnmatch
 
-    from huggingface_hub import scan_cache_dir
+    from huggingface_hub import constants, scan_cache_dir
     from huggingface_hub.errors import CacheNotFound
 
-    try:
-        info = scan_cache_dir()
+    try:  # the cache folder as huggingface_hub says now (HF_HOME / HF_HUB_CACHE), not at its import
+        info = scan_cache_dir(constants.HF_HUB_CACHE)
     except (CacheNotFound, OSError):  # no cache folder yet
         return []
     return sorted(r.repo_id for r in info.repos if r.repo_type == "model" and fnmatch.fnmatch(r.repo_id, pattern or "*"))
