@@ -35,6 +35,7 @@ from workbench.core.training.hf_dataset import open_hf_dataset
 from workbench.core.training.text_jsonl import TEXT_FILE_SEQ_LEN, open_text_dataset, tokenizer_folder
 
 __all__ = [
+    "run_seq_len",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "SYNTHETIC_DEFAULT_CLASSES",
@@ -43,6 +44,7 @@ __all__ = [
     "SyntheticImageDataset",
     "SyntheticTextDataset",
     "dataset_num_classes",
+    "capped_seq_len",
     "dataset_seq_len",
     "default_transform",
     "make_dataset",
@@ -509,6 +511,27 @@ def _text_file(spec: str, model: Any, seq_len: int | None = None) -> Dataset[Any
         )
     return open_text_dataset(spec, tokenizer_folder(model), seq_len=capped_seq_len(model, seq_len, TEXT_FILE_SEQ_LEN),
                              task=task)
+
+
+def run_seq_len(model: Any, seq_len: int | None, data: str = "synthetic") -> int | None:
+    """Tokens per sample a run on ``data`` feeds ``model`` (None: not a text model).
+
+    Args:
+        model: the model, or None.
+        seq_len: the run's ``TrainConfig.seq_len`` (None: the data's default).
+        data: the run's dataset spec (synthetic tokens default to :data:`SYNTHETIC_SEQ_LEN`,
+            text files to ``TEXT_FILE_SEQ_LEN``).
+
+    Returns:
+        The length after the model's positions cap it, or None for an image model.
+    """
+    try:
+        if model is None or text_task_of(model) is None:
+            return None
+    except DataError:
+        return None
+    default = SYNTHETIC_SEQ_LEN if data.strip().lower().startswith("synthetic") else TEXT_FILE_SEQ_LEN
+    return capped_seq_len(model, seq_len, default)
 
 
 def capped_seq_len(model: Any, seq_len: int | None, default: int) -> int:
