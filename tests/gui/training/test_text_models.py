@@ -42,13 +42,13 @@ def test_text_data_is_selectable_for_a_text_model(window: MainWindow, qtbot: Any
     assert _kinds(window) == ["synthetic", "text"]
     assert panel.data_box.itemText(0) == "Synthetic tokens" and panel.data_box.itemText(1) == "Text (JSONL)"
     assert not panel.image_size.isVisible() and not panel.channels_last.isVisible()
-    assert panel.seq_label.isVisible() and panel.seq_label.text() == "32 tokens"
+    assert panel.seq_label.isVisible() and panel.seq_label.text() == "= 32"
     assert str(bert_dir) in panel.seq_label.toolTip()  # the tokenizer it would use
     data = tmp_path / "train.jsonl"
     data.write_text('{"text": "a b", "label": 1}\n', encoding="utf-8")
     panel.set_values(data=f"text:{data}")
     assert panel.data_box.currentData() == "text" and panel.data_path.isVisible()
-    assert panel.seq_label.text() == "64 tokens"  # a file's 128 tokens, cut to the model's 64 positions
+    assert panel.seq_label.text() == "= 64"  # a file's 128 tokens, cut to the model's 64 positions
     config = panel.config()
     assert config.data == f"text:{data}" and config.image_size is None
     # back to an image model: the image controls return
@@ -75,7 +75,7 @@ def test_sequence_length_is_editable_and_drives_the_activation_estimate(window: 
     qtbot.waitUntil(lambda: "· 48 tokens:" in label.text(), timeout=120_000)
     short = window.activations.estimate(compute=True).prediction
     panel.set_values(seq_len=500)  # past the model's 64 positions: the run and the estimate use 64
-    assert panel.config().seq_len == 500 and panel.seq_label.text() == "→ 64: the model's positions"
+    assert panel.config().seq_len == 500 and panel.seq_label.text() == "→ 64 (model's max)"
     assert "64 positions" in panel.seq_len.toolTip()
     qtbot.waitUntil(lambda: "· 64 tokens:" in label.text(), timeout=120_000)
     long = window.activations.estimate(compute=True).prediction

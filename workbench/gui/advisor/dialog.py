@@ -57,7 +57,7 @@ COLUMNS = ("candidate", "predicted peak", "step × full", "trainable", "fits", "
 MEASURE_STEPS = 3
 #: Appended to a measured step ratio whose spread is wider than the gap to another row.
 NOISE_MARK = " ⚠"
-#: Default tokens per sample for text models (the training panel has no sequence length).
+#: Tokens per sample for text models when the training panel's Tokens is left at its default.
 DEFAULT_SEQ_LEN = 128
 
 
@@ -77,6 +77,7 @@ class SuggestDialog(QDialog):
         batch_size: the training panel's batch size.
         image_size: the training panel's image side (0: the model's own).
         amp: the training panel's mixed-precision mode.
+        seq_len: a text model's tokens per sample from the training panel (0: :data:`DEFAULT_SEQ_LEN`).
         parent: the window.
 
     Attributes:
@@ -86,7 +87,7 @@ class SuggestDialog(QDialog):
     """
 
     def __init__(self, controller: Controller, *, device: str = "auto", batch_size: int = 32,
-                 image_size: int = 0, amp: str = "off", parent: QWidget | None = None) -> None:
+                 image_size: int = 0, amp: str = "off", seq_len: int = 0, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Suggest a plan")
         self.setObjectName("SuggestDialog")
@@ -109,7 +110,7 @@ class SuggestDialog(QDialog):
         self.input_size = QSpinBox(self)
         if self._text:
             self.input_size.setRange(2, 1 << 20)
-            self.input_size.setValue(DEFAULT_SEQ_LEN)
+            self.input_size.setValue(seq_len or DEFAULT_SEQ_LEN)
             self.input_size.setSuffix(" tokens")
         else:
             self.input_size.setRange(8, 4096)
@@ -142,6 +143,9 @@ class SuggestDialog(QDialog):
         self.status.setWordWrap(True)
         self.progress = QProgressBar(self)
         self.progress.setVisible(False)
+        keep = self.progress.sizePolicy()
+        keep.setRetainSizeWhenHidden(True)  # the buttons keep their size when the bar hides
+        self.progress.setSizePolicy(keep)
         self.measure_button = QPushButton("Measure", self)
         self.measure_button.setToolTip(f"Train each front candidate {MEASURE_STEPS} steps and show the measured peak and step time")
         self.measure_button.clicked.connect(self.measure)

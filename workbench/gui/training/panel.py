@@ -204,7 +204,6 @@ class TrainingPanel(QWidget):
         self.seq_len.setRange(0, MAX_SEQ_LEN)
         self.seq_len.setSingleStep(32)
         self.seq_len.setSpecialValueText("default")
-        self.seq_len.setSuffix(" tokens")
         self.seq_len.valueChanged.connect(lambda _v: self._show_sequence(self._c.model) if self._text else None)
         self.batch_size = QSpinBox(self)
         self.batch_size.setRange(1, 65536)
@@ -670,8 +669,8 @@ class TrainingPanel(QWidget):
             tokenizer = "no tokenizer folder (Text (JSONL) needs the model opened from its folder)"
         # one line when the model cuts the length asked for; the default's length otherwise
         capped = asked is not None and tokens is not None and tokens < asked
-        self.seq_label.setText(f"→ {tokens}: the model's positions" if capped else
-                               f"{tokens} tokens" if asked is None and tokens is not None else "")
+        self.seq_label.setText(f"→ {tokens} (model's max)" if capped else
+                               f"= {tokens}" if asked is None and tokens is not None else "")
         self.seq_label.setVisible(bool(self.seq_label.text()))
         tip = (f"Tokens per sample (default: {SYNTHETIC_SEQ_LEN} for synthetic tokens, {TEXT_FILE_SEQ_LEN} for a "
                "text file)" + (f", at most the model's {limit} positions" if limit is not None else "")
