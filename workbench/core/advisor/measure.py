@@ -187,6 +187,10 @@ def _candidate_inputs(config: TrainConfig, seq_len: int | None, param_dtype: tor
     return out
 
 
+#: Untimed, unmetered steps of the reference before any candidate is measured.
+_WARM_STEPS = 2
+
+
 def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory_steps: int = 2,
                   warmup: int = 1, seq_len: int | None = None, param_dtype: torch.dtype | None = None,
                   progress: Callable[[int, int], None] | None = None,
@@ -194,8 +198,9 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
                   stop: Callable[[], bool] | None = None) -> int:
     """Measure the front candidates of ``advice`` one after another; each result goes in its ``measured``.
 
-    Full fine-tuning runs first (the step ratio's reference; measured once even when it is on
-    the front), then the front in order.
+    A warm-up run of full fine-tuning comes first (libraries load and kernels initialize once,
+    outside every candidate's peak), then full fine-tuning (the step ratio's reference; measured
+    once even when it is on the front), then the front in order.
 
     Args:
         advice: the advice (its front candidates get :class:`Measured` values).
@@ -225,7 +230,7 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
     total = memory_steps + warmup + steps
     full = next((i for i, a in enumerate(advice.assessed) if a.candidate.kind == "full" and not a.candidate.bn_eval), None)
     order = ([full] if full is not None else []) + [i for i in advice.front if i != full]
-    work, done = len(order) * total, 0
+    work, done = len(order) * total + _WARM_STEPS, 0
     base: float | None = None
     measured = 0
     stopped = stop if stop is not None else (lambda: False)
@@ -236,6 +241,22 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
         if progress is not None:
             progress(done, work)
 
+    if order:  # libraries load and kernels initialize once: not in the first candidate's peak
+        cfg = config.replace(plan=advice.assessed[order[0]].candidate.plan.to_dict(), steps=_WARM_STEPS).validate()
+        warm = Trainer(cfg, **_candidate_inputs(cfg, seq_len, param_dtype, _WARM_STEPS * cfg.batch_size))
+        warm.setup()
+        warm_gen = warm.steps()
+        try:
+            for s in range(_WARM_STEPS):
+                if stopped():
+                    return 0
+                _next("warm-up", warm, warm_gen, s)
+                tick()
+            for _ in warm_gen:
+                pass
+        finally:
+            warm_gen.close()
+            del warm, warm_gen
     for i in order:
         label = advice.assessed[i].candidate.name
         cfg = config.replace(plan=advice.assessed[i].candidate.plan.to_dict(), steps=total).validate()
