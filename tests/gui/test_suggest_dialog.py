@@ -1,20 +1,23 @@
 """The Suggest… dialog: budget from the device, chart and table for resnet18, Apply is one undo
-step, Save writes a valid plan, Measure adds measured columns."""
+step, Save writes a valid plan, Measure fills rows as candidates finish (a real peak, Cancel, noise marks)."""
 
 from __future__ import annotations
 
 import json
+import threading
 from typing import Any
 
 import psutil
 import pytest
 
 from tests.timeouts import GUI_RUN_S, GUI_WORKER_S, ms
+from workbench.core.advisor.advice import Measured
 from workbench.core.advisor.sizes import parse_size
 from workbench.core.plan import FreezePlan
+from workbench.core.training.metrics import fmt_memory
 from workbench.gui.advisor import open_suggest_dialog
 from workbench.gui.advisor.budget import device_budget, format_budget
-from workbench.gui.advisor.dialog import COLUMNS, SuggestDialog
+from workbench.gui.advisor.dialog import COLUMNS, NOISE_MARK, SuggestDialog
 from workbench.gui.main_window import MainWindow
 
 
@@ -104,16 +107,105 @@ def test_a_budget_below_the_weights_says_what_could_work(qtbot: Any, window: Mai
     assert not d.apply_button.isEnabled()
 
 
-def test_measure_adds_measured_columns(qtbot: Any, window: MainWindow) -> None:
+def test_measure_fills_rows_one_by_one_with_a_real_peak(qtbot: Any, window: MainWindow) -> None:
     d = _ready(qtbot, window, "60MB")
+    advice = d.advice
+    assert advice is not None
+    filled: list[int] = []
+    d._progress.measured.connect(lambda *_: filled.append(d.measured_rows()))
+    assert d.measure()
+    assert not d.progress.isHidden() and not d.cancel_button.isHidden() and d.measured_rows() == 0
+    qtbot.waitUntil(lambda: d.measured_rows() >= 1, timeout=ms(GUI_RUN_S))
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    assert filled == list(range(1, len(advice.front) + 1))  # a row per finished candidate, in turn
+    assert all(a.measured is not None for a in advice.front_assessed)
+    for row, a in enumerate(advice.front_assessed):
+        m = a.measured
+        assert m is not None and m.memory_source == "peak RSS growth"
+        assert d.table.item(row, COLUMNS.index("measured peak")).text() == fmt_memory(m.peak_bytes)
+        assert m.peak_bytes != a.memory.peak  # a reading of the process, not the prediction
+        assert float(d.table.item(row, COLUMNS.index("measured × full")).text().split()[0]) > 0
+    assert d.progress.isHidden() and d.cancel_button.isHidden()
+    assert d.progress.maximum() > 0 and d.progress.value() == d.progress.maximum()
+
+
+def _fake_measure(monkeypatch: Any, results: dict[int, Measured], *, hold: threading.Event | None = None) -> list[int]:
+    """Replace the core measurement: hand out ``results`` in order; wait on ``hold`` after the first."""
+    calls: list[int] = []
+
+    def fake(advice: Any, config: Any, steps: int, *, seq_len: Any = None, progress: Any = None,
+             on_result: Any = None, stop: Any = None) -> int:
+        done = 0
+        for k, (i, m) in enumerate(results.items()):
+            if stop():
+                break
+            advice.assessed[i].measured = m
+            on_result(i, m)
+            progress(k + 1, len(results))
+            calls.append(i)
+            done += 1
+            if hold is not None and k == 0:
+                assert hold.wait(GUI_RUN_S)
+        return done
+
+    monkeypatch.setattr("workbench.core.advisor.measure.measure_front", fake)
+    return calls
+
+
+def test_cancel_stops_after_the_current_candidate(qtbot: Any, window: MainWindow, monkeypatch: Any) -> None:
+    d = _ready(qtbot, window, "60MB")
+    advice = d.advice
+    assert advice is not None and len(advice.front) > 2
+    hold = threading.Event()
+    results = {i: Measured(10**8 + i, 0.5, 5.0, "peak RSS growth", (0.5, 0.5), 3) for i in advice.front}
+    calls = _fake_measure(monkeypatch, results, hold=hold)
+    assert d.measure()
+    qtbot.waitUntil(lambda: d.measured_rows() == 1, timeout=ms(GUI_RUN_S))
+    d.cancel_button.click()
+    assert not d.cancel_button.isEnabled()
+    hold.set()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    assert len(calls) == 1 and d.measured_rows() == 1
+    assert f"Cancelled: 1 of {len(advice.front)}" in d.status.text()
+    assert d.cancel_button.isHidden() and d.measure_button.isEnabled()
+
+
+def test_measured_columns_read_the_measurement_not_the_prediction(qtbot: Any, window: MainWindow,
+                                                                   monkeypatch: Any) -> None:
+    d = _ready(qtbot, window, "60MB")
+    advice = d.advice
+    assert advice is not None
+    results = {i: Measured(3 * advice.assessed[i].memory.peak + 7_000_000, 1.0, 5.0, "peak RSS growth", (1.0, 1.0), 3)
+               for i in advice.front}
+    _fake_measure(monkeypatch, results)
     assert d.measure()
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    for row, i in enumerate(advice.front):
+        predicted = d.table.item(row, COLUMNS.index("predicted peak")).text()
+        measured = d.table.item(row, COLUMNS.index("measured peak")).text()
+        assert predicted == fmt_memory(advice.assessed[i].memory.peak)
+        assert measured == fmt_memory(results[i].peak_bytes) != predicted
+        assert "peak RSS growth" in d.table.item(row, COLUMNS.index("measured peak")).toolTip()
+
+
+def test_noisy_step_ratios_are_marked(qtbot: Any, window: MainWindow, monkeypatch: Any) -> None:
+    d = _ready(qtbot, window, "60MB")
     advice = d.advice
-    assert advice is not None and all(a.measured is not None for a in advice.front_assessed)
-    for row in range(d.table.rowCount()):
-        assert d.table.item(row, COLUMNS.index("measured peak")).text().endswith("B")
-        assert float(d.table.item(row, COLUMNS.index("measured × full")).text()) > 0
-    assert d.progress.isHidden()
+    assert advice is not None and len(advice.front) > 2
+    noisy, *quiet = advice.front
+    results = {noisy: Measured(10**8, 0.80, 5.0, "peak RSS growth", (0.47, 3.12), 3)}
+    for k, i in enumerate(quiet):  # tight steps, rows 0.5 apart
+        results[i] = Measured(10**8, 1.5 + 0.5 * k, 5.0, "peak RSS growth", (1.49 + 0.5 * k, 1.51 + 0.5 * k), 3)
+    _fake_measure(monkeypatch, results)
+    assert d.measure()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    col = COLUMNS.index("measured × full")
+    marked = d.table.item(advice.front.index(noisy), col)
+    assert marked.text() == "0.80" + NOISE_MARK
+    assert "0.47–3.12" in marked.toolTip() and "not settled" in marked.toolTip()
+    for i in quiet:
+        item = d.table.item(advice.front.index(i), col)
+        assert NOISE_MARK not in item.text() and "not settled" not in item.toolTip()
 
 
 def test_edit_menu_opens_the_dialog(qtbot: Any, window: MainWindow, dialogs: Any) -> None:

@@ -92,6 +92,10 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
           f"Pareto front: {len(advice.front)} of {len(advice.assessed)} candidates "
           "(predicted peak, trainable, step time)")
     print_table(head, rows, left=2)
+    sources = sorted({a.measured.memory_source for a in advice.front_assessed if a.measured is not None})
+    if sources:
+        print(f"  measured peak: {', '.join(sources)} of a few real steps per candidate (not the prediction's "
+              "tensor accounting: allocator and library overhead included)")
     print("  cached: step time once the frozen-prefix cache serves (after the first epoch; --cache-frozen, on where "
           "the frozen part runs in eval mode). Also: train --auto-freeze starts as full fine-tuning (its peak) and "
           "freezes converged front blocks, so steps fall toward a last-k candidate's cached time")

@@ -36,7 +36,7 @@ from workbench.core.training.run_folder import check_save_folder
 
 #: argparse destination -> TrainConfig field, for flags that override a --config file.
 _FIELDS = (
-    "model", "weights", "checkpoint", "num_classes", "plan", "data", "image_size", "batch_size",
+    "model", "weights", "checkpoint", "num_classes", "plan", "data", "image_size", "seq_len", "batch_size",
     "optimizer", "lr", "weight_decay", "no_decay", "momentum", "steps", "epochs", "device", "amp",
     "channels_last", "compile", "num_workers", "pin_memory", "seed", "on_nonfinite",
     "torch_threads", "log_every", "save_dir", "metrics_path", "scheduler", "warmup_steps", "val", "val_every",
@@ -58,6 +58,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, help="passes over the dataset (with --steps: whichever ends first)")
     p.add_argument("--batch-size", type=int, help="samples per step, per process (default 32)")
     p.add_argument("--image-size", type=int, help="input side in pixels (default: the weights' crop size, 224)")
+    p.add_argument("--seq-len", type=int, help="text models: tokens per sample of the data (default 32 for synthetic "
+                   "tokens, 128 for text files), capped at the model's position embeddings")
     p.add_argument("--optimizer", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
     p.add_argument("--lr", type=float, help="base learning rate (default 1e-3); groups get lr x lr_scale")
     p.add_argument("--weight-decay", type=float, help="weight decay (default 0)")

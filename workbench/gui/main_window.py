@@ -183,7 +183,8 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         est = self.activations = ActivationEstimator(self.controller, self)
         panel = self.training.panel
         est.set_settings_source(self._next_run_config)
-        for signal in (panel.batch_size.valueChanged, panel.image_size.valueChanged,
+        for signal in (panel.batch_size.valueChanged, panel.image_size.valueChanged, panel.seq_len.valueChanged,
+                       panel.data_box.currentIndexChanged,
                        panel.device_box.currentIndexChanged, panel.amp_box.currentIndexChanged):
             signal.connect(est.request)
         est.changed.connect(lambda: self.tree_model.set_row_notes(est.row_notes()))
@@ -204,6 +205,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
             try:
                 return TrainConfig(
                     batch_size=panel.batch_size.value(), image_size=panel.image_size.value() or None,
+                    seq_len=(panel.seq_len.value() or None) if panel.text_model else None,
                     device=panel.device_box.currentData(), amp=panel.amp_box.currentData(),
                 ).validate()
             except ConfigError:

@@ -129,7 +129,7 @@ def test_train_cli_on_a_text_file_offline(kind, tmp_path, capsys, monkeypatch):
     assert code == 0, captured.err
     assert "completed 3 steps" in out
     device_row = next(line for line in out.splitlines() if line.startswith("device"))
-    assert device_row.endswith("batch 2, 64 tokens") and " px" not in device_row
+    assert device_row.endswith("batch 2, 64 tokens (the model's limit: its position embeddings)") and " px" not in device_row
 
 
 def test_train_cli_text_file_without_tokenizer_is_one_line(tmp_path, capsys):

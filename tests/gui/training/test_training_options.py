@@ -21,7 +21,7 @@ from workbench.gui.training.panel import DATASETS, SCHEDULES, TrainingPanel
 from workbench.gui.training.run_controller import RunController
 from workbench.gui.training.run_store import RunStore
 
-FIELDS = ("scheduler", "warmup_steps", "no_decay", "val", "val_every", "val_fraction")
+FIELDS = ("scheduler", "warmup_steps", "no_decay", "val", "val_every", "val_fraction", "seq_len")
 
 
 def _cli(*flags: str) -> dict[str, Any]:
@@ -72,6 +72,24 @@ def test_controls_map_onto_the_config_like_the_cli_flags(
     panel = _panel(qtbot, runs_dir)
     panel.set_values(**values)
     assert _fields(panel) == _cli(*flags)
+
+
+@pytest.mark.parametrize(("values", "flags"), [
+    ({}, []),
+    ({"seq_len": 48}, ["--seq-len", "48"]),
+    ({"seq_len": 2, "scheduler": "cosine"}, ["--seq-len", "2", "--scheduler", "cosine"]),
+])
+def test_text_model_tokens_map_onto_the_config_like_the_cli_flag(
+    qtbot: Any, runs_dir: Path, values: dict[str, Any], flags: list[str]
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=64, num_labels=2)
+    panel = _panel(qtbot, runs_dir)
+    panel.set_text_model(True, transformers.BertForSequenceClassification(config))
+    panel.set_values(**values)
+    assert _fields(panel) == _cli(*flags)
+    assert panel.config().image_size is None  # tokens, not pixels
 
 
 def test_options_dialog_edits_a_copy_and_cancel_changes_nothing(qtbot: Any, runs_dir: Path, dialogs: Any) -> None:

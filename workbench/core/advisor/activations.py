@@ -1,8 +1,9 @@
 """Activation memory and output shapes per module, from one forward pass on the ``meta`` device.
 
 What a training step of a batch will hold is known before it runs: :func:`profile_activations`
-runs a shape-only copy of the model once for a batch size and image size (nothing real is
-computed or allocated) and keeps
+runs a shape-only copy of the model once for a batch size and image size, or for a text model a
+batch size and sequence length (a token batch, as ``advise --seq-len`` profiles it; nothing real
+is computed or allocated) and keeps
 
 - the advisor's :class:`~workbench.core.advisor.profile.ModelProfile` (ops, the tensors
   autograd saves for backward), from which :func:`predict_step` gives the activations kept for
@@ -25,7 +26,7 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from workbench.core.advisor.memory import MemoryEstimate, estimate_memory, first_trainable_op
-from workbench.core.advisor.profile import AdvisorError, ModelProfile, meta_copy, profile_model
+from workbench.core.advisor.profile import AdvisorError, ModelProfile, meta_batch, meta_copy, profile_model
 
 __all__ = [
     "ActivationProfile",
@@ -49,10 +50,11 @@ class ActivationProfile:
 
     Attributes:
         batch_size: samples in the batch.
-        image_size: input side in pixels.
+        image_size: input side in pixels (0 for a token batch).
         profile: what the pass computed and saved for backward (the advisor's profile).
         shapes: ``{module path: output shapes}`` (one shape per output tensor, in order).
         out_bytes: ``{module path: bytes of its output tensors}``.
+        seq_len: tokens per sample of a text model's batch (None: an image batch).
     """
 
     batch_size: int
@@ -60,6 +62,12 @@ class ActivationProfile:
     profile: ModelProfile
     shapes: dict[str, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
     out_bytes: dict[str, int] = field(default_factory=dict)
+    seq_len: int | None = None
+
+    @property
+    def input_text(self) -> str:
+        """``64 px`` or ``128 tokens``: what a sample of the batch is."""
+        return f"{self.seq_len} tokens" if self.seq_len is not None else f"{self.image_size} px"
 
 
 @dataclass(frozen=True)
@@ -70,11 +78,18 @@ class StepPrediction:
         estimate: the advisor's breakdown (weights, gradients, optimizer state,
             activations kept for backward, temporaries, peak).
         batch_size / image_size: the batch it is for.
+        seq_len: tokens per sample of a text model's batch (None: images).
     """
 
     estimate: MemoryEstimate
     batch_size: int
     image_size: int
+    seq_len: int | None = None
+
+    @property
+    def input_text(self) -> str:
+        """``64 px`` or ``128 tokens``: what a sample of the batch is."""
+        return f"{self.seq_len} tokens" if self.seq_len is not None else f"{self.image_size} px"
 
     @property
     def peak(self) -> int:
@@ -122,8 +137,9 @@ def output_shapes(model: nn.Module, input_shape: tuple[int, ...], *, dtype: torc
 
     Args:
         model: the model (not changed; nothing real is computed).
-        input_shape: shape of the input batch, e.g. ``(16, 3, 224, 224)``.
-        dtype: dtype of the input (default: the first floating parameter's).
+        input_shape: shape of the input batch, e.g. ``(16, 3, 224, 224)``; ``(batch, seq_len)``
+            for a text model (fed a token batch with labels, as the advisor profiles it).
+        dtype: dtype of an image input (default: the first floating parameter's).
 
     Returns:
         ``({path: shapes}, {path: output bytes})`` for the modules that ran.
@@ -149,8 +165,14 @@ def output_shapes(model: nn.Module, input_shape: tuple[int, ...], *, dtype: torc
 
         hooks.append(mod.register_forward_hook(post))
     try:
+        x = meta_batch(meta, tuple(input_shape), dtype)
         with torch.no_grad():
-            meta(torch.empty(input_shape, device="meta", dtype=dtype))
+            if isinstance(x, dict):
+                meta(**x)
+            else:
+                meta(x)
+    except AdvisorError:
+        raise
     except Exception as e:
         raise AdvisorError(
             f"the model could not run a shape-only forward pass with input {tuple(input_shape)}: "
@@ -163,27 +185,31 @@ def output_shapes(model: nn.Module, input_shape: tuple[int, ...], *, dtype: torc
 
 
 def profile_activations(
-    model: nn.Module, batch_size: int, image_size: int, *, channels: int = 3, bn_eval: bool = False
+    model: nn.Module, batch_size: int, image_size: int, *, channels: int = 3, bn_eval: bool = False,
+    seq_len: int | None = None,
 ) -> ActivationProfile:
-    """Profile one training batch of images: activations saved for backward and output shapes.
+    """Profile one training batch: activations saved for backward and output shapes.
 
     Args:
         model: the model (not changed; runs as a meta copy).
         batch_size: samples per step.
-        image_size: input side in pixels.
+        image_size: input side in pixels (ignored with ``seq_len``).
         channels: input channels.
         bn_eval: BatchNorm runs on running statistics (it then saves less).
+        seq_len: tokens per sample: a text model's token batch ``(batch_size, seq_len)`` with
+            labels, as ``advise --seq-len`` profiles it (None: an image batch).
 
     Returns:
         The profile.
 
     Raises:
-        AdvisorError: the model does not take images of that size (or cannot run on meta).
+        AdvisorError: the model does not take such a batch (or cannot run on meta).
     """
-    shape = (batch_size, channels, image_size, image_size)
+    shape = (batch_size, seq_len) if seq_len is not None else (batch_size, channels, image_size, image_size)
     profile = profile_model(model, shape, bn_eval=bn_eval)
     shapes, out_bytes = output_shapes(model, shape)
-    return ActivationProfile(batch_size, image_size, profile, shapes, out_bytes)
+    return ActivationProfile(batch_size, 0 if seq_len is not None else image_size, profile, shapes, out_bytes,
+                             seq_len=seq_len)
 
 
 def trainable_names(param_names: Iterable[str], frozen: Mapping[str, bool]) -> set[str]:
@@ -223,7 +249,7 @@ def predict_step(
         AdvisorError: an unknown optimizer or amp mode.
     """
     est = estimate_memory(act.profile, trainable, optimizer=optimizer, amp=amp, device_type=device_type)
-    return StepPrediction(est, act.batch_size, act.image_size)
+    return StepPrediction(est, act.batch_size, act.image_size, act.seq_len)
 
 
 def module_activation_bytes(act: ActivationProfile, trainable: Collection[str]) -> dict[str, int]:
@@ -248,7 +274,8 @@ def module_activation_bytes(act: ActivationProfile, trainable: Collection[str]) 
         first = next((s for s in st.saves if s >= start), None)
         if first is None:
             continue
-        path = profile.ops[first].module
+        # a save during the op being recorded last (a text model's loss) is the root's
+        path = profile.ops[first].module if first < len(profile.ops) else ""
         while True:
             out[path] = out.get(path, 0) + st.nbytes
             if not path:

@@ -9,7 +9,7 @@ one's peak memory and step time, and picks the plan that trains the most within 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 from torch import nn
@@ -23,7 +23,7 @@ from workbench.core.advisor.profile import AdvisorError, ModelProfile, meta_copy
 from workbench.core.formatting import fmt_bytes
 from workbench.core.plan import FreezePlan
 
-__all__ = ["Advice", "Assessment", "Measured", "advise", "predict_plan"]
+__all__ = ["Advice", "Assessment", "Measured", "advise", "predict_plan", "step_ratio_noise"]
 
 
 @dataclass(frozen=True)
@@ -31,14 +31,22 @@ class Measured:
     """What a few real training steps of a candidate cost.
 
     Attributes:
-        peak_bytes: measured peak (CUDA: ``max_memory_allocated``; CPU: live tensor bytes).
+        peak_bytes: measured peak memory as :mod:`workbench.core.training.metrics` defines it
+            (CUDA peak allocated, CPU peak RSS growth; ``memory_source`` says which).
         step_ratio: median step time relative to full fine-tuning.
         step_ms: median step time in milliseconds.
+        memory_source: what ``peak_bytes`` measures (a value of ``MEMORY_SOURCES``).
+        step_ratio_range: the fastest and slowest timed step relative to full fine-tuning's
+            median (None: not kept).
+        steps: timed steps behind the median.
     """
 
     peak_bytes: int
     step_ratio: float
     step_ms: float
+    memory_source: str = ""
+    step_ratio_range: tuple[float, float] | None = None
+    steps: int = 0
 
 
 @dataclass
@@ -85,7 +93,11 @@ class Assessment:
             d["predicted"]["cached_step_ratio"] = round(self.cached_step_ratio, 4)
             d["predicted"]["cache_bytes_per_sample"] = self.cache_row_bytes
         if self.measured is not None:
-            d["measured"] = {"peak_bytes": self.measured.peak_bytes, "step_ratio": round(self.measured.step_ratio, 4)}
+            m = self.measured
+            d["measured"] = {"peak_bytes": m.peak_bytes, "memory_source": m.memory_source,
+                             "step_ratio": round(m.step_ratio, 4)}
+            if m.step_ratio_range is not None:
+                d["measured"]["step_ratio_range"] = [round(m.step_ratio_range[0], 4), round(m.step_ratio_range[1], 4)]
         return d
 
 
@@ -257,3 +269,32 @@ def predict_plan(
     names = {n for n, p in meta.named_parameters() if p.requires_grad}
     prof = profile_model(meta, input_shape, bn_eval=bn_eval, trainable=names, in_place=True, device_type=device_type)
     return estimate_memory(prof, names, optimizer=optimizer, amp=amp, device_type=device_type)
+
+
+def step_ratio_noise(rows: Sequence[tuple[str, Measured | None]]) -> list[str]:
+    """Which measured step ratios are too noisy to order the rows: their spread exceeds the gap to a neighbour.
+
+    Args:
+        rows: ``(name, measured)`` per table row (None: not measured).
+
+    Returns:
+        Per row, "" or one sentence saying how far the row's steps spread and which row's
+        ratio is closer than that.
+    """
+    out: list[str] = []
+    for k, (_name, m) in enumerate(rows):
+        if m is None or m.step_ratio_range is None:
+            out.append("")
+            continue
+        lo, hi = m.step_ratio_range
+        others = [(abs(m.step_ratio - o.step_ratio), n) for j, (n, o) in enumerate(rows) if j != k and o is not None]
+        if not others:
+            out.append("")
+            continue
+        gap, near = min(others)
+        if hi - lo > gap:
+            out.append(f"Step time varied {lo:.2f}–{hi:.2f}× full over {m.steps} steps, more than the {gap:.2f} "
+                       f"between this row and {near!r}: their order is not settled. Measure again on a quiet machine.")
+        else:
+            out.append("")
+    return out

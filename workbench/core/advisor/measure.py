@@ -1,31 +1,44 @@
-"""Measured cost of the front candidates: a few real training steps each, side by side.
+"""Measured cost of the front candidates: a few real training steps each, one after another.
 
-Every front candidate (and full fine-tuning, the reference of the step ratio) gets its own
-:class:`~workbench.core.training.engine.Trainer` with the same config and synthetic data, as
-``workbench bench`` runs them. First each trainer runs ``memory_steps`` steps on its own while
-its peak is measured: on CUDA ``torch.cuda.max_memory_allocated`` minus what the other
-trainers hold; on CPU the live tensor bytes :class:`~workbench.core.advisor.tracking.LiveTensorBytes`
-counts, plus the trainer's own weights and buffers. Then all trainers run ``steps`` more steps
-round-robin, untracked, so machine load affects them alike; the step time is the median.
+Full fine-tuning (the reference of the step ratio) runs first, then every front candidate,
+each with its own :class:`~workbench.core.training.engine.Trainer`, the same config and
+synthetic data, as ``workbench bench`` runs them. A candidate's result is handed to
+``on_result`` as soon as it is measured, so a caller can show rows as they finish; ``stop`` is
+checked between steps and ends the measurement early.
+
+The measured peak is the one definition of :mod:`workbench.core.training.metrics` (never the
+prediction, nor the tensor accounting the prediction uses): CUDA ``max_memory_allocated`` over
+the candidate's model build and memory steps minus what was allocated before; on the CPU the
+**peak RSS growth** from before the model was built, read from the kernel's high-water mark
+(``VmHWM``, reset through ``/proc/self/clear_refs``; where that is not available, the RSS
+sampled every millisecond by a thread). Memory freed by the previous candidate is handed back
+to the system first (``malloc_trim``), so each candidate's growth is its own. The step time is
+the median of the timed steps; :attr:`~workbench.core.advisor.advice.Measured.step_ratio_range`
+keeps their spread, which :func:`step_ratio_noise` compares with the difference between rows.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import ctypes.util
+import gc
 import statistics
+import threading
 from typing import Any, Callable, Iterator
 
 import torch
 
-from workbench.core.advisor.advice import Advice, Measured
+from workbench.core.advisor.advice import Advice, Measured, step_ratio_noise
 from workbench.core.advisor.tracking import LiveTensorBytes, storage_bytes
 from workbench.core.errors import WorkbenchError
 from workbench.core.models.spec import ModelSpec
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import synthetic_for_model
 from workbench.core.training.engine import Trainer
-from workbench.core.training.metrics import StepMetrics
+from workbench.core.training.metrics import MEMORY_SOURCES, StepMetrics, process_rss
 
-__all__ = ["measure_front", "measure_peak"]
+__all__ = ["PeakMeter", "measure_front", "measure_peak", "step_ratio_noise"]
 
 
 def _next(label: str, trainer: Trainer, gen: Iterator[StepMetrics], step: int) -> StepMetrics:
@@ -38,7 +51,11 @@ def _next(label: str, trainer: Trainer, gen: Iterator[StepMetrics], step: int) -
 
 
 def measure_peak(trainer: Trainer, gen: Iterator[StepMetrics], steps: int, label: str = "run") -> int:
-    """Run ``steps`` steps of a set-up trainer and return the peak bytes they needed.
+    """Run ``steps`` steps of a set-up trainer and return the bytes of tensors they kept live.
+
+    This is the tensor accounting the advisor's prediction is checked against (the live
+    tensor storages of the steps, weights and buffers included), not the device's memory
+    reading: :func:`measure_front` reports the latter.
 
     Args:
         trainer: a trainer whose :meth:`~Trainer.setup` ran and that has taken no step yet.
@@ -68,6 +85,93 @@ def measure_peak(trainer: Trainer, gen: Iterator[StepMetrics], steps: int, label
     return live.peak
 
 
+def _trim() -> None:
+    """Collect garbage and hand freed heap memory back to the system (glibc), so RSS falls."""
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    if name:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(name).malloc_trim(0)
+
+
+def _status_kb(field: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _reset_high_water_mark() -> bool:
+    """Set the kernel's peak RSS (``VmHWM``) to the RSS now (Linux 4.0+); False where it cannot."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+    except OSError:
+        return False
+    hwm, rss = _status_kb("VmHWM"), _status_kb("VmRSS")
+    return hwm is not None and rss is not None and hwm <= rss + (1 << 20)
+
+
+class PeakMeter:
+    """The peak memory of what runs inside ``with``, as :mod:`~workbench.core.training.metrics` defines it.
+
+    Args:
+        device: the device the work runs on.
+
+    Attributes:
+        peak: bytes, once the block ended: CUDA peak allocated growth, CPU peak RSS growth
+            (None where the device offers no reading).
+        source: what ``peak`` measures (a value of ``MEMORY_SOURCES``).
+    """
+
+    def __init__(self, device: torch.device | str) -> None:
+        self.device = torch.device(device)
+        self.source = MEMORY_SOURCES.get(self.device.type, MEMORY_SOURCES["cpu"])
+        self.peak: int | None = None
+        self._base = 0
+        self._kernel = False
+        self._sampled = 0
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def __enter__(self) -> "PeakMeter":
+        _trim()
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self._base = torch.cuda.memory_allocated(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return self
+        self._base = process_rss() or 0
+        self._kernel = self.device.type == "cpu" and _reset_high_water_mark()
+        if not self._kernel:
+            self._sampled = self._base
+            self._thread = threading.Thread(target=self._sample, name="peak-rss", daemon=True)
+            self._thread.start()
+        return self
+
+    def _sample(self) -> None:
+        while not self._done.wait(0.001):
+            self._sampled = max(self._sampled, process_rss() or 0)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.peak = int(torch.cuda.max_memory_allocated(self.device) - self._base)
+            return
+        if self._kernel:
+            top = _status_kb("VmHWM")
+        else:
+            self._done.set()
+            if self._thread is not None:
+                self._thread.join()
+            top = max(self._sampled, process_rss() or 0) or None
+        self.peak = max(top - self._base, 0) if top is not None and self._base else None
+
+
 def _candidate_inputs(config: TrainConfig, seq_len: int | None, param_dtype: torch.dtype | None,
                       length: int) -> dict[str, Any]:
     """Trainer arguments for one candidate: its own model (in ``param_dtype``) and token data."""
@@ -83,10 +187,20 @@ def _candidate_inputs(config: TrainConfig, seq_len: int | None, param_dtype: tor
     return out
 
 
+#: Untimed, unmetered steps of the reference before any candidate is measured.
+_WARM_STEPS = 2
+
+
 def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory_steps: int = 2,
                   warmup: int = 1, seq_len: int | None = None, param_dtype: torch.dtype | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> None:
-    """Measure every front candidate of ``advice`` and store the result in its ``measured``.
+                  progress: Callable[[int, int], None] | None = None,
+                  on_result: Callable[[int, Measured], None] | None = None,
+                  stop: Callable[[], bool] | None = None) -> int:
+    """Measure the front candidates of ``advice`` one after another; each result goes in its ``measured``.
+
+    A warm-up run of full fine-tuning comes first (libraries load and kernels initialize once,
+    outside every candidate's peak), then full fine-tuning (the step ratio's reference; measured
+    once even when it is on the front), then the front in order.
 
     Args:
         advice: the advice (its front candidates get :class:`Measured` values).
@@ -98,8 +212,14 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
         warmup: untimed steps before the timed ones.
         seq_len: tokens per sample of a text model's synthetic batches (None: image models).
         param_dtype: store each candidate's weights in this dtype (None: as built).
-        progress: called as ``progress(done, total)`` after each candidate's memory run and
-            each round of timed steps.
+        progress: called as ``progress(done, total)`` after every training step.
+        on_result: called as ``on_result(index, measured)`` (index into ``advice.assessed``)
+            as soon as a front candidate is measured, on the calling thread.
+        stop: checked before every step; when it returns True the measurement ends there
+            (the candidate in progress is dropped, the finished ones keep their results).
+
+    Returns:
+        How many front candidates were measured (``len(advice.front)`` unless stopped).
 
     Raises:
         WorkbenchError: a candidate's run failed, or bad settings.
@@ -108,37 +228,75 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
         raise WorkbenchError(f"--measure needs at least 1 step, got {steps}")
     memory_steps = max(2, memory_steps)
     total = memory_steps + warmup + steps
-    idx = list(advice.front)
     full = next((i for i, a in enumerate(advice.assessed) if a.candidate.kind == "full" and not a.candidate.bn_eval), None)
-    if full is not None and full not in idx:
-        idx.append(full)
-    runs: list[tuple[int, Trainer, Iterator[StepMetrics]]] = []
-    for i in idx:
-        cfg = config.replace(plan=advice.assessed[i].candidate.plan.to_dict(), steps=total).validate()
-        trainer = Trainer(cfg, **_candidate_inputs(cfg, seq_len, param_dtype, total * cfg.batch_size))
-        trainer.setup()
-        runs.append((i, trainer, trainer.steps()))
-    done, work = 0, len(runs) + warmup + steps
-    peaks: dict[int, int] = {}
-    for i, trainer, gen in runs:
-        peaks[i] = measure_peak(trainer, gen, memory_steps, advice.assessed[i].candidate.name)
-        done += 1
-        if progress is not None:
-            progress(done, work)
-    times: dict[int, list[float]] = {i: [] for i in idx}
-    for s in range(warmup + steps):
-        for i, trainer, gen in runs:
-            m = _next(advice.assessed[i].candidate.name, trainer, gen, memory_steps + s)
-            if s >= warmup:
-                times[i].append(m.step_time_s)
-        done += 1
-        if progress is not None:
-            progress(done, work)
-    for _, _, gen in runs:
-        for _ in gen:  # let each run finish (verify, summary)
-            pass
-    medians = {i: statistics.median(t) for i, t in times.items()}
-    base = medians[full] if full is not None else max(medians.values())
-    for i in advice.front:
-        advice.assessed[i].measured = Measured(peaks[i], medians[i] / base, medians[i] * 1e3)
+    order = ([full] if full is not None else []) + [i for i in advice.front if i != full]
+    work, done = len(order) * total + _WARM_STEPS, 0
+    base: float | None = None
+    measured = 0
+    stopped = stop if stop is not None else (lambda: False)
 
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, work)
+
+    if order:  # libraries load and kernels initialize once: not in the first candidate's peak
+        cfg = config.replace(plan=advice.assessed[order[0]].candidate.plan.to_dict(), steps=_WARM_STEPS).validate()
+        warm = Trainer(cfg, **_candidate_inputs(cfg, seq_len, param_dtype, _WARM_STEPS * cfg.batch_size))
+        warm.setup()
+        warm_gen = warm.steps()
+        try:
+            for s in range(_WARM_STEPS):
+                if stopped():
+                    return 0
+                _next("warm-up", warm, warm_gen, s)
+                tick()
+            for _ in warm_gen:
+                pass
+        finally:
+            warm_gen.close()
+            del warm, warm_gen
+    for i in order:
+        label = advice.assessed[i].candidate.name
+        cfg = config.replace(plan=advice.assessed[i].candidate.plan.to_dict(), steps=total).validate()
+        times: list[float] = []
+        meter = PeakMeter(cfg.device if cfg.device not in (None, "auto") else
+                          ("cuda" if torch.cuda.is_available() else "cpu"))
+        trainer: Trainer | None = None
+        gen: Iterator[StepMetrics] | None = None
+        try:
+            with meter:
+                trainer = Trainer(cfg, **_candidate_inputs(cfg, seq_len, param_dtype, total * cfg.batch_size))
+                trainer.setup()
+                gen = trainer.steps()
+                for s in range(memory_steps):
+                    if stopped():
+                        return measured
+                    _next(label, trainer, gen, s)
+                    tick()
+            for s in range(warmup + steps):
+                if stopped():
+                    return measured
+                m = _next(label, trainer, gen, memory_steps + s)
+                if s >= warmup:
+                    times.append(m.step_time_s)
+                tick()
+            for _ in gen:  # let the run finish (verify, summary)
+                pass
+        finally:
+            if gen is not None:
+                gen.close()  # type: ignore[attr-defined]  # a generator: ends a run left midway
+            del trainer, gen
+        median = statistics.median(times)
+        if base is None:
+            base = median  # full fine-tuning (or, without it, the first candidate) is the reference
+        result = Measured(meter.peak if meter.peak is not None else 0, median / base, median * 1e3,
+                          memory_source=meter.source, step_ratio_range=(min(times) / base, max(times) / base),
+                          steps=len(times))
+        if i in advice.front:
+            advice.assessed[i].measured = result
+            measured += 1
+            if on_result is not None:
+                on_result(i, result)
+    return measured

@@ -59,6 +59,9 @@ class ConfigError(WorkbenchError, ValueError):
     """A training configuration is invalid; the message names the field and the fix."""
 
 
+#: Longest ``seq_len`` a config accepts (tokens per sample; a model's positions cap it further).
+MAX_SEQ_LEN = 1 << 20
+
 @dataclass
 class TrainConfig:
     """A training run, as plain data.
@@ -78,6 +81,10 @@ class TrainConfig:
             ``cifar10:PATH`` ... (see :mod:`workbench.core.training.data`).
         image_size: square input side; None: the crop size of the weights' preset (224 for
             most models). Smaller values (64) make quick runs.
+        seq_len: tokens per sample for a text model's data (synthetic tokens, ``text:`` and
+            ``hf-dataset:`` data), 2 to :data:`MAX_SEQ_LEN`, capped at the model's position
+            embeddings; None: 32 for synthetic tokens, 128 for text files. Image models
+            ignore it.
         batch_size: samples per step (per process under torchrun).
         optimizer: ``sgd``, ``sgd_momentum``, ``adam`` or ``adamw``.
         lr: base learning rate (each param group gets ``lr * lr_scale``).
@@ -144,6 +151,7 @@ class TrainConfig:
     plan: str | dict[str, Any] | None = None
     data: str = "synthetic"
     image_size: int | None = None
+    seq_len: int | None = None
     batch_size: int = 32
     optimizer: str = "adamw"
     lr: float = 1e-3
@@ -239,6 +247,11 @@ class TrainConfig:
             raise bad("data", "must be a dataset spec such as 'synthetic' or 'imagefolder:PATH'")
         _positive_int(self, "num_classes", optional=True, bad=bad)
         _positive_int(self, "image_size", optional=True, bad=bad)
+        v = self.seq_len
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or not 2 <= v <= MAX_SEQ_LEN):
+            shown = f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) and abs(v) < 10**30 else repr(v)[:40]
+            raise bad("seq_len", f"must be an integer between 2 and {MAX_SEQ_LEN:,} tokens per sample, or null, "
+                      f"got {shown} (the model's position embeddings cap it further)")
         _positive_int(self, "batch_size", optional=False, bad=bad)
         _positive_int(self, "steps", optional=True, bad=bad)
         _positive_int(self, "epochs", optional=True, bad=bad)

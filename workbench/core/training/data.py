@@ -35,6 +35,7 @@ from workbench.core.training.hf_dataset import open_hf_dataset
 from workbench.core.training.text_jsonl import TEXT_FILE_SEQ_LEN, open_text_dataset, tokenizer_folder
 
 __all__ = [
+    "run_seq_len",
     "IMAGENET_MEAN",
     "IMAGENET_STD",
     "SYNTHETIC_DEFAULT_CLASSES",
@@ -43,6 +44,7 @@ __all__ = [
     "SyntheticImageDataset",
     "SyntheticTextDataset",
     "dataset_num_classes",
+    "capped_seq_len",
     "dataset_seq_len",
     "default_transform",
     "make_dataset",
@@ -499,7 +501,7 @@ def _torchvision_dataset(
         ) from exc
 
 
-def _text_file(spec: str, model: Any) -> Dataset[Any]:
+def _text_file(spec: str, model: Any, seq_len: int | None = None) -> Dataset[Any]:
     """``text:PATH.jsonl`` for a text model: its task, its folder's tokenizer, its positions."""
     task = text_task_of(model) if model is not None else None
     if task is None:
@@ -507,9 +509,46 @@ def _text_file(spec: str, model: Any) -> Dataset[Any]:
             f"{spec!r} is text data: train a Hugging Face text model with a task head on it "
             "(--model hf:FOLDER, the folder holding its tokenizer)"
         )
+    return open_text_dataset(spec, tokenizer_folder(model), seq_len=capped_seq_len(model, seq_len, TEXT_FILE_SEQ_LEN),
+                             task=task)
+
+
+def run_seq_len(model: Any, seq_len: int | None, data: str = "synthetic") -> int | None:
+    """Tokens per sample a run on ``data`` feeds ``model`` (None: not a text model).
+
+    Args:
+        model: the model, or None.
+        seq_len: the run's ``TrainConfig.seq_len`` (None: the data's default).
+        data: the run's dataset spec (synthetic tokens default to :data:`SYNTHETIC_SEQ_LEN`,
+            text files to ``TEXT_FILE_SEQ_LEN``).
+
+    Returns:
+        The length after the model's positions cap it, or None for an image model.
+    """
+    try:
+        if model is None or text_task_of(model) is None:
+            return None
+    except DataError:
+        return None
+    default = SYNTHETIC_SEQ_LEN if data.strip().lower().startswith("synthetic") else TEXT_FILE_SEQ_LEN
+    return capped_seq_len(model, seq_len, default)
+
+
+def capped_seq_len(model: Any, seq_len: int | None, default: int) -> int:
+    """Tokens per sample for ``model``: ``seq_len`` (or ``default``) capped at its position embeddings.
+
+    Args:
+        model: the text model.
+        seq_len: the length asked for, or None.
+        default: the length when none is asked for.
+
+    Returns:
+        The length the data is built with.
+    """
+    want = seq_len if seq_len is not None else default
     max_len = model_positions(model)
-    seq_len = min(TEXT_FILE_SEQ_LEN, max_len) if max_len is not None and max_len > 1 else TEXT_FILE_SEQ_LEN
-    return open_text_dataset(spec, tokenizer_folder(model), seq_len=seq_len, task=task)
+    return min(want, max_len) if max_len is not None and max_len > 1 else want
+
 
 
 def _limit(dataset: Dataset[Any], length: int | None, seed: int) -> Dataset[Any]:
@@ -535,6 +574,7 @@ def make_dataset(
     channels: int = 3,
     model: Any = None,
     columns: dict[str, str | None] | None = None,
+    seq_len: int | None = None,
 ) -> Dataset[Any]:
     """Open a dataset from a spec string (see the module docstring for the forms).
 
@@ -555,6 +595,9 @@ def make_dataset(
             tokenized with the tokenizer of its folder.
         columns: for ``hf-dataset:`` data, ``text_column`` / ``label_column`` /
             ``image_column`` (None or absent: ``text``, ``label``, ``image``).
+        seq_len: tokens per sample for a text model (capped at its position embeddings);
+            None: :data:`SYNTHETIC_SEQ_LEN` for synthetic tokens, ``TEXT_FILE_SEQ_LEN`` for
+            ``text:`` and ``hf-dataset:`` data.
 
     Returns:
         A map-style dataset yielding ``(image_tensor, label)``, or dicts of token tensors
@@ -587,7 +630,8 @@ def make_dataset(
                 n = min(n, length)
         offset = 0 if train else _VAL_INDEX_OFFSET
         if model is not None and text_task_of(model) is not None:
-            return synthetic_for_model(model, n, seed=seed, index_offset=offset)
+            return synthetic_for_model(model, n, seed=seed, index_offset=offset,
+                                       seq_len=seq_len if seq_len is not None else SYNTHETIC_SEQ_LEN)
         return SyntheticImageDataset(
             n,
             image_size,
@@ -618,7 +662,7 @@ def make_dataset(
     if kind == "text":
         if not sep or not arg:
             raise DataError(f"dataset spec {spec!r} needs a file: use text:PATH.jsonl")
-        return _limit(_text_file(spec, model), length, seed)
+        return _limit(_text_file(spec, model, seq_len), length, seed)
 
     if kind == "hf-dataset":
         if not sep or not arg:
@@ -631,7 +675,8 @@ def make_dataset(
         if unknown:
             raise DataError(f"unknown column option(s) {', '.join(unknown)}; use text_column, label_column, image_column")
         task = text_task_of(model) if model is not None else None
-        hf = open_hf_dataset(arg, task=task, model=model, train=train, transform=tf, seed=seed, **(columns or {}))
+        hf = open_hf_dataset(arg, task=task, model=model, train=train, transform=tf, seed=seed, seq_len=seq_len,
+                             **(columns or {}))
         return _limit(hf, length, seed)
 
     raise DataError(f"unknown dataset spec {spec!r}; valid forms: {_SPEC_FORMS}")

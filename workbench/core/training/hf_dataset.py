@@ -294,10 +294,11 @@ class _ImageEncoder:
         return (self.transform(img) if self.transform is not None else img), self.to_index(row[self.label_column])
 
 
-def _seq_len(model: Any) -> int:
+def _seq_len(model: Any, want: int | None = None) -> int:
+    want = want if want is not None else TEXT_FILE_SEQ_LEN
     config = getattr(model, "config", None)
     max_len = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-    return min(TEXT_FILE_SEQ_LEN, max_len) if isinstance(max_len, int) and max_len > 1 else TEXT_FILE_SEQ_LEN
+    return min(want, max_len) if isinstance(max_len, int) and max_len > 1 else want
 
 
 def open_hf_dataset(
@@ -311,6 +312,7 @@ def open_hf_dataset(
     text_column: str | None = None,
     label_column: str | None = None,
     image_column: str | None = None,
+    seq_len: int | None = None,
 ) -> HfDiskDataset:
     """Open a dataset folder written by ``save_to_disk`` for a model.
 
@@ -324,6 +326,7 @@ def open_hf_dataset(
         seed: seed of the held-out split.
         text_column / label_column / image_column: column names (default ``text``,
             ``label``, ``image``).
+        seq_len: tokens per sample of text (None: 128), capped at the model's positions.
 
     Returns:
         Dicts of ``input_ids``, ``attention_mask`` and ``labels`` (text), or
@@ -348,7 +351,7 @@ def open_hf_dataset(
         tokenizer = load_tokenizer(tokenizer_folder(model))
         if tokenizer.pad_token is None and tokenizer.eos_token is not None:
             tokenizer.pad_token = tokenizer.eos_token
-        seq_len = _seq_len(model)
+        seq_len = _seq_len(model, seq_len)
         classes: list[str] = []
         to_index: Callable[[Any], int] = int
         if task == "classification":

@@ -276,6 +276,7 @@ def _open_dataset(config: TrainConfig, built: BuiltModel, spec: str, size: int, 
         return make_dataset(
             spec, image_size=size, num_classes=classes, train=train, transform=transform, seed=config.seed, model=built.model,
             columns={"text_column": config.text_column, "label_column": config.label_column, "image_column": config.image_column},
+            seq_len=config.seq_len,
         )
     except DataError as e:
         raise TrainError(str(e)) from e

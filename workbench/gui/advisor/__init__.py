@@ -32,12 +32,14 @@ def open_suggest_dialog(window: "MainWindow") -> "SuggestDialog":
     Returns:
         The dialog (shown by the caller).
     """
+    from workbench.core.training.data import run_seq_len
     from workbench.gui.advisor.dialog import SuggestDialog  # the advisor loads on first use
 
     panel = window.training.panel
+    tokens = run_seq_len(window.controller.model, panel.seq_len.value() or None, "synthetic") if panel.text_model else None
     dialog = SuggestDialog(window.controller, device=str(panel.device_box.currentData()),
                            batch_size=panel.batch_size.value(), image_size=panel.image_size.value(),
-                           amp=str(panel.amp_box.currentData()), parent=window)
+                           amp=str(panel.amp_box.currentData()), seq_len=tokens or 0, parent=window)
     dialog.suggest()
     return dialog
 

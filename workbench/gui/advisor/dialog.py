@@ -5,12 +5,16 @@ available RAM), the batch and input size from the training controls. The advice
 (:func:`workbench.core.advisor.advise`) is computed on a worker thread; the chart shows every
 candidate, the Pareto front and the budget line, the table lists the front with the chosen
 plan selected. *Apply* puts the selected plan in force as one undoable edit, *Save…* writes it
-as a plan file, *Measure* trains each front candidate for a few steps on a worker thread and
-adds the measured peak and step time.
+as a plan file, *Measure* trains each front candidate for a few steps on a worker thread: each
+row fills in as its candidate finishes (a progress bar counts the steps, *Cancel* stops at the
+next step), the measured peak is the device's reading (:mod:`workbench.core.training.metrics`:
+CUDA peak allocated, CPU peak RSS growth) and a step ratio whose steps spread wider than the
+gap to another row is marked ⚠ with the spread in its tooltip.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 from PySide6.QtCore import QObject, Qt, Signal
@@ -31,26 +35,29 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.core.advisor.advice import Advice, Assessment, advise
+from workbench.core.advisor.advice import Advice, Assessment, Measured, advise, step_ratio_noise
 from workbench.core.advisor.profile import is_text_model
 from workbench.core.advisor.sizes import parse_size
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.models.sources import default_input_size
 from workbench.core.plan import FreezePlan
+from workbench.core.training.metrics import fmt_memory
 from workbench.gui import dialogs
 from workbench.gui.advisor.budget import device_budget, format_budget
 from workbench.gui.advisor.chart import FrontChart
 from workbench.gui.background import BackgroundTask
 from workbench.gui.controller import Controller
 
-__all__ = ["COLUMNS", "MEASURE_STEPS", "SuggestDialog"]
+__all__ = ["COLUMNS", "MEASURE_STEPS", "NOISE_MARK", "SuggestDialog"]
 
 #: Table columns; the last two fill in after *Measure*.
 COLUMNS = ("candidate", "predicted peak", "step × full", "trainable", "fits", "measured peak", "measured × full")
 #: Timed steps per candidate of *Measure*.
 MEASURE_STEPS = 3
-#: Default tokens per sample for text models (the training panel has no sequence length).
+#: Appended to a measured step ratio whose spread is wider than the gap to another row.
+NOISE_MARK = " ⚠"
+#: Tokens per sample for text models when the training panel's Tokens is left at its default.
 DEFAULT_SEQ_LEN = 128
 
 
@@ -58,6 +65,7 @@ class _Progress(QObject):
     """Carries a worker's progress to the GUI thread (a queued signal)."""
 
     changed = Signal(int, int)
+    measured = Signal(int, object)
 
 
 class SuggestDialog(QDialog):
@@ -69,6 +77,7 @@ class SuggestDialog(QDialog):
         batch_size: the training panel's batch size.
         image_size: the training panel's image side (0: the model's own).
         amp: the training panel's mixed-precision mode.
+        seq_len: a text model's tokens per sample from the training panel (0: :data:`DEFAULT_SEQ_LEN`).
         parent: the window.
 
     Attributes:
@@ -78,7 +87,7 @@ class SuggestDialog(QDialog):
     """
 
     def __init__(self, controller: Controller, *, device: str = "auto", batch_size: int = 32,
-                 image_size: int = 0, amp: str = "off", parent: QWidget | None = None) -> None:
+                 image_size: int = 0, amp: str = "off", seq_len: int = 0, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Suggest a plan")
         self.setObjectName("SuggestDialog")
@@ -86,6 +95,7 @@ class SuggestDialog(QDialog):
         self._device = device
         self._amp = amp
         self._task: BackgroundTask | None = None
+        self._cancel = threading.Event()
         self._progress = _Progress(self)
         self.advice: Advice | None = None
         model = controller.model
@@ -100,7 +110,7 @@ class SuggestDialog(QDialog):
         self.input_size = QSpinBox(self)
         if self._text:
             self.input_size.setRange(2, 1 << 20)
-            self.input_size.setValue(DEFAULT_SEQ_LEN)
+            self.input_size.setValue(seq_len or DEFAULT_SEQ_LEN)
             self.input_size.setSuffix(" tokens")
         else:
             self.input_size.setRange(8, 4096)
@@ -133,9 +143,16 @@ class SuggestDialog(QDialog):
         self.status.setWordWrap(True)
         self.progress = QProgressBar(self)
         self.progress.setVisible(False)
+        keep = self.progress.sizePolicy()
+        keep.setRetainSizeWhenHidden(True)  # the buttons keep their size when the bar hides
+        self.progress.setSizePolicy(keep)
         self.measure_button = QPushButton("Measure", self)
         self.measure_button.setToolTip(f"Train each front candidate {MEASURE_STEPS} steps and show the measured peak and step time")
         self.measure_button.clicked.connect(self.measure)
+        self.cancel_button = QPushButton("Cancel", self)
+        self.cancel_button.setToolTip("Stop measuring at the next training step; the rows measured so far stay")
+        self.cancel_button.setVisible(False)
+        self.cancel_button.clicked.connect(self.cancel_measure)
         self.save_button = QPushButton("Save…", self)
         self.save_button.clicked.connect(self._save_clicked)
         self.apply_button = QPushButton("Apply", self)
@@ -145,7 +162,7 @@ class SuggestDialog(QDialog):
         close.clicked.connect(self.reject)
         buttons = QHBoxLayout()
         buttons.addWidget(self.progress, 1)
-        for b in (self.measure_button, self.save_button, self.apply_button, close):
+        for b in (self.measure_button, self.cancel_button, self.save_button, self.apply_button, close):
             buttons.addWidget(b)
 
         layout = QVBoxLayout(self)
@@ -156,6 +173,7 @@ class SuggestDialog(QDialog):
         layout.addLayout(buttons)
         self.resize(860, 680)
         self._progress.changed.connect(self._on_progress)
+        self._progress.measured.connect(self._on_measured)
         self._update_buttons()
 
     # ------------------------------------------------------------------ inputs
@@ -225,6 +243,7 @@ class SuggestDialog(QDialog):
         if task is not None:
             task.deleteLater()
         self.progress.setVisible(False)
+        self.cancel_button.setVisible(False)
         self._update_buttons()
 
     def _advice_done(self, advice: Advice | None, error: str, details: str) -> None:
@@ -265,12 +284,54 @@ class SuggestDialog(QDialog):
                     item.setFont(font)
                 self.table.setItem(row, col, item)
         self.table.blockSignals(False)
+        self._mark_noise()
         if advice is not None and advice.chosen is not None:
             self.table.selectRow(rows.index(advice.chosen))
         else:
             self.table.clearSelection()
         self.chart.show_advice(advice, self.selected_index())
         self._update_buttons()
+
+    def _mark_noise(self) -> None:
+        """Mark the measured step ratios whose spread is wider than the gap to another row."""
+        advice = self.advice
+        if advice is None:
+            return
+        col = COLUMNS.index("measured × full")
+        rows = [(advice.assessed[i].candidate.name, advice.assessed[i].measured) for i in advice.front]
+        for row, note in enumerate(step_ratio_noise(rows)):
+            m, item = rows[row][1], self.table.item(row, col)
+            if m is None or item is None:
+                continue
+            item.setText(f"{m.step_ratio:.2f}{NOISE_MARK if note else ''}")
+            lo, hi = m.step_ratio_range or (m.step_ratio, m.step_ratio)
+            item.setToolTip(note or f"Median of {m.steps} timed steps ({lo:.2f}–{hi:.2f}× full); "
+                            f"{m.step_ms:.1f} ms per step")
+
+    def _on_measured(self, index: int, measured: Measured) -> None:
+        """One candidate measured (on the GUI thread): fill its row, re-check the noise marks."""
+        advice = self.advice
+        if advice is None or index not in advice.front:
+            return
+        advice.assessed[index].measured = measured
+        row = advice.front.index(index)
+        cells = _cells(advice.assessed[index])
+        for col in (COLUMNS.index("measured peak"), COLUMNS.index("measured × full")):
+            item = self.table.item(row, col)
+            if item is not None:
+                item.setText(cells[col])
+        peak = self.table.item(row, COLUMNS.index("measured peak"))
+        if peak is not None:
+            peak.setToolTip(f"{measured.memory_source} of {advice.assessed[index].candidate.name}: "
+                            f"{fmt_memory(measured.peak_bytes)} measured, {fmt_memory(advice.assessed[index].memory.peak)} "
+                            "predicted")
+        self._mark_noise()
+        self.status.setText(f"Measured {self.measured_rows()} of {len(advice.front)} candidates …")
+
+    def measured_rows(self) -> int:
+        """Rows of the table whose measured columns are filled."""
+        col = COLUMNS.index("measured peak")
+        return sum(1 for r in range(self.table.rowCount()) if (it := self.table.item(r, col)) is not None and it.text())
 
     def selected_index(self) -> int | None:
         """Index into ``advice.assessed`` of the selected row (None: nothing selected)."""
@@ -295,6 +356,7 @@ class SuggestDialog(QDialog):
         self.apply_button.setEnabled(have and self._c.tree is not None)
         self.save_button.setEnabled(have)
         self.measure_button.setEnabled(self.advice is not None and not self.busy)
+        self.budget.setEnabled(not self.busy)
         self.suggest_button.setEnabled(not self.busy)
 
     # ------------------------------------------------------------------ actions
@@ -368,36 +430,55 @@ class SuggestDialog(QDialog):
                              image_size=None if text else shape[-1], batch_size=shape[0],
                              optimizer=str(advice.settings.get("optimizer", "adamw")),
                              amp=str(advice.settings.get("amp", "off")), device=self._device, allow_download=False)
-        progress = self._progress.changed.emit
+        progress, result, cancel = self._progress.changed.emit, self._progress.measured.emit, self._cancel
+        cancel.clear()
+        for a in advice.front_assessed:  # a new measurement: the rows fill in again as candidates finish
+            a.measured = None
+        self._fill()
 
-        def work() -> Advice:
-            measure_front(advice, config, MEASURE_STEPS, seq_len=shape[1] if text else None, progress=progress)
-            return advice
+        def work() -> int:
+            return measure_front(advice, config, MEASURE_STEPS, seq_len=shape[1] if text else None,
+                                 progress=progress, on_result=result, stop=cancel.is_set)
 
         self.progress.setRange(0, 0)
         self.progress.setVisible(True)
-        self.status.setText(f"Measuring {len(advice.front)} candidates …")
+        self.cancel_button.setVisible(True)
+        self.cancel_button.setEnabled(True)
+        self.status.setText(f"Measuring {len(advice.front)} candidates (full fine-tuning first, the reference) …")
         self._start(work, self._measure_done)
         return True
+
+    def cancel_measure(self) -> None:
+        """Stop a measurement at the next training step; the rows measured so far stay."""
+        if self.busy:
+            self._cancel.set()
+            self.cancel_button.setEnabled(False)
+            self.status.setText("Cancelling at the next step …")
 
     def _on_progress(self, done: int, total: int) -> None:
         self.progress.setRange(0, total)
         self.progress.setValue(done)
 
-    def _measure_done(self, advice: Advice | None, error: str, details: str) -> None:
+    def _measure_done(self, count: int | None, error: str, details: str) -> None:
+        cancelled = self._cancel.is_set()
         self._finish()
-        if advice is None:
-            self.status.setText(f"Measuring failed: {error}")
+        total = len(self.advice.front) if self.advice is not None else 0
+        if count is None:
+            self.status.setText(f"Measuring failed after {self.measured_rows()} of {total} candidates: {error}")
             return
-        self.advice = advice
-        self._fill()
-        self.status.setText("Measured: peak memory and step time of a few real steps per candidate.")
+        if cancelled and count < total:
+            self.status.setText(f"Cancelled: {count} of {total} candidates measured.")
+            return
+        source = next((a.measured.memory_source for a in (self.advice.front_assessed if self.advice else []) if a.measured is not None), "")
+        self.status.setText(f"Measured: {source} and median step time of {MEASURE_STEPS} real steps per candidate "
+                            "(⚠: steps spread wider than the gap to another row).")
 
     # ------------------------------------------------------------------ closing
     def done(self, result: int) -> None:
         """Close, after any worker thread has ended (its result is dropped)."""
         task = self._task
         if task is not None:
+            self._cancel.set()  # a measurement ends at its next step
             task.done.disconnect()
             task.wait()
             self._finish()
@@ -412,7 +493,8 @@ def _is_text(model: Any) -> bool:
 
 
 def _cells(a: Assessment) -> list[str]:
+    """A row's texts: the predicted columns from ``a.memory``, the measured ones from ``a.measured`` only."""
     m = a.measured
-    return [a.candidate.name, fmt_bytes(a.memory.peak), f"{a.step_ratio:.2f}", fmt_count(a.trainable_params),
-            "yes" if a.fits else "no", fmt_bytes(m.peak_bytes) if m is not None else "",
+    return [a.candidate.name, fmt_memory(a.memory.peak), f"{a.step_ratio:.2f}", fmt_count(a.trainable_params),
+            "yes" if a.fits else "no", fmt_memory(m.peak_bytes) if m is not None else "",
             f"{m.step_ratio:.2f}" if m is not None else ""]

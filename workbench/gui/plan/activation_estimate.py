@@ -1,6 +1,8 @@
 """The next run's step memory, activations included, kept current off the GUI thread.
 
-:class:`ActivationEstimator` profiles the loaded model once per batch size and image size
+:class:`ActivationEstimator` profiles the loaded model once per batch size and image size (a
+text model: sequence length, the panel's Tokens as the run will use it, capped at the model's
+positions)
 (:func:`~workbench.core.advisor.activations.profile_activations`: one forward pass on the
 ``meta`` device, on a :class:`~workbench.gui.background.BackgroundTask`), caches the profile,
 and predicts the step's peak for the current plan, optimizer and precision in milliseconds
@@ -30,6 +32,7 @@ from workbench.core.advisor.activations import (
 )
 from workbench.core.formatting import fmt_bytes
 from workbench.core.training.config import TrainConfig
+from workbench.core.training.data import run_seq_len
 from workbench.gui.background import BackgroundTask
 from workbench.gui.controller import Controller
 
@@ -77,7 +80,7 @@ class Estimate:
             else " Even a batch of 1 is predicted not to fit: freeze more of the model or use a lighter optimizer."
         )
         return (
-            f"A training step at batch {p.batch_size} and {p.image_size} px is predicted to need "
+            f"A training step at batch {p.batch_size} and {p.input_text} is predicted to need "
             f"{fmt_bytes(p.peak)} (activations kept for backward {fmt_bytes(p.activations)}), more than the "
             f"{fmt_bytes(m.available)} of {m.what} on {m.device}.{lower}"
         )
@@ -138,16 +141,20 @@ class ActivationEstimator(QObject):
             return None
         st = c.state
         bn_eval = st.bn_modules > 0 and st.bn_eval_modules == st.bn_modules
-        return (id(c.model), c.tree.fingerprint, cfg.batch_size, cfg.image_size or FALLBACK_IMAGE_SIZE, bn_eval)
+        tokens = run_seq_len(c.model, cfg.seq_len, cfg.data)  # a text model: a token batch of that length
+        size = tokens if tokens is not None else cfg.image_size or FALLBACK_IMAGE_SIZE
+        return (id(c.model), c.tree.fingerprint, cfg.batch_size, size, bn_eval, tokens is not None)
 
     def _compute(self, key: Key) -> Callable[[], ActivationProfile]:
         model = self._c.model
         assert model is not None
         lock = self._c.model_lock
-        _, _, batch, size, bn_eval = key
+        _, _, batch, size, bn_eval, text = key
 
         def run() -> ActivationProfile:
             with lock:  # the meta copy reads the module tree
+                if text:
+                    return profile_activations(model, batch, 0, bn_eval=bn_eval, seq_len=size)
                 return profile_activations(model, batch, size, bn_eval=bn_eval)
 
         return run
@@ -254,7 +261,7 @@ class ActivationEstimator(QObject):
         notes: dict[str, str] = {}
         for path, shapes in act.shapes.items():
             shown = ", ".join(shape_text(s) for s in shapes[:3]) + (" …" if len(shapes) > 3 else "")
-            text = f"Output {shown} ({fmt_bytes(act.out_bytes.get(path, 0))}) at batch {act.batch_size}, {act.image_size} px"
+            text = f"Output {shown} ({fmt_bytes(act.out_bytes.get(path, 0))}) at batch {act.batch_size}, {act.input_text}"
             k = kept.get(path, 0)
             text += f"; keeps {fmt_bytes(k)} for backward" if k else "; keeps nothing for backward under this plan"
             notes[path] = text

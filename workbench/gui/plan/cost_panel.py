@@ -318,7 +318,7 @@ class CostPanel(QFrame):
         else:
             where = f" of {fmt_bytes(m.available)} {m.what}" if m is not None else ""
             text = (
-                f"Step at batch {p.batch_size} · {p.image_size} px: activations <b>{fmt_bytes(p.activations)}</b> "
+                f"Step at batch {p.batch_size} · {p.input_text}: activations <b>{fmt_bytes(p.activations)}</b> "
                 f"· peak ≈ <b>{fmt_bytes(p.peak)}</b>{where} {self._verdict_mark(est.verdict)}"
             )
             e = p.estimate

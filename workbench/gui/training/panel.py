@@ -198,6 +198,13 @@ class TrainingPanel(QWidget):
         self.image_size.setSuffix(" px")
         self.image_size.setToolTip("Input side in pixels (model: the weights' crop size, usually 224). "
                                    "Small images make quick CPU runs")
+        from workbench.core.training.config import MAX_SEQ_LEN
+
+        self.seq_len = QSpinBox(self)  # text models, in place of the image size
+        self.seq_len.setRange(0, MAX_SEQ_LEN)
+        self.seq_len.setSingleStep(32)
+        self.seq_len.setSpecialValueText("default")
+        self.seq_len.valueChanged.connect(lambda _v: self._show_sequence(self._c.model) if self._text else None)
         self.batch_size = QSpinBox(self)
         self.batch_size.setRange(1, 65536)
         self.batch_size.setToolTip("Samples per step")
@@ -256,8 +263,9 @@ class TrainingPanel(QWidget):
         self.seq_label.hide()
         self._labels: dict[str, QLabel] = {}
         for row, label, widgets in (
-            (row1, "Data", [self.data_box, self.data_path, self.browse, self.seq_label]),
+            (row1, "Data", [self.data_box, self.data_path, self.browse]),
             (row1, "Image", [self.image_size]),
+            (row1, "Tokens", [self.seq_len, self.seq_label]),
             (row1, "Batch", [self.batch_size]),
             (row1, "Optimizer", [self.optimizer_box]),
             (row1, "LR", [self.lr]),
@@ -272,12 +280,14 @@ class TrainingPanel(QWidget):
             for w in widgets:
                 row.addWidget(w)
             row.addSpacing(6)
+        for w in (self.seq_len, self._labels["Tokens"]):  # shown for text models (set_text_model)
+            w.hide()
         row1.addWidget(self.options_button)
         row1.addWidget(self.options_label, 1)
         row2.addWidget(self.channels_last)
         row2.addSpacing(12)
         self._settings_widgets = [
-            self.data_box, self.data_path, self.browse, self.image_size, self.batch_size, self.optimizer_box,
+            self.data_box, self.data_path, self.browse, self.image_size, self.seq_len, self.batch_size, self.optimizer_box,
             self.lr, self.wd, self.schedule_box, self.options_button, self.length_kind, self.length, self.device_box, self.amp_box, self.channels_last,
         ]
 
@@ -433,6 +443,8 @@ class TrainingPanel(QWidget):
                 self.data_path.setText(path)
             elif key == "image_size":
                 self.image_size.setValue(int(v or 0))
+            elif key == "seq_len":
+                self.seq_len.setValue(int(v or 0))
             elif key == "batch_size":
                 self.batch_size.setValue(int(v))
             elif key in ("steps", "epochs"):
@@ -486,6 +498,7 @@ class TrainingPanel(QWidget):
         return TrainConfig(
             data=data,
             image_size=None if self._text else (self.image_size.value() or None),
+            seq_len=(self.seq_len.value() or None) if self._text else None,
             batch_size=self.batch_size.value(),
             optimizer=self._c.optimizer,
             lr=_float(self.lr.text(), "learning rate", "1e-3"),
@@ -627,7 +640,10 @@ class TrainingPanel(QWidget):
             self.data_box.blockSignals(False)
         for w in (self.image_size, self._labels["Image"], self.channels_last):
             w.setVisible(not text)
-        self.seq_label.setVisible(text)
+        for w in (self.seq_len, self._labels["Tokens"]):
+            w.setVisible(text)
+        if not text:
+            self.seq_label.hide()
         self.data_box.setToolTip(
             "Training data: synthetic token ids (no files) or a JSON-lines file of {\"text\": ..., \"label\": ...} "
             "tokenized with the model folder's tokenizer" if text else
@@ -640,21 +656,27 @@ class TrainingPanel(QWidget):
         self._data_changed()
 
     def _show_sequence(self, model: Any) -> None:
-        from workbench.core.training.data import SYNTHETIC_SEQ_LEN
+        from workbench.core.training.data import SYNTHETIC_SEQ_LEN, model_positions, run_seq_len
         from workbench.core.training.text_jsonl import TEXT_FILE_SEQ_LEN, tokenizer_folder
 
-        config = getattr(model, "config", None)
-        limit = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None)
-        file_len = TEXT_FILE_SEQ_LEN if self.data_box.currentData() == "text" else SYNTHETIC_SEQ_LEN
-        tokens = min(file_len, limit) if isinstance(limit, int) and limit > 1 else file_len
+        limit = model_positions(model)
+        asked = self.seq_len.value() or None
+        data = "synthetic" if self.data_box.currentData() == "synthetic" else "text:"
+        tokens = run_seq_len(model, asked, data)
         try:
             tokenizer = f"tokenizer of {tokenizer_folder(model)}"
         except Exception:  # noqa: BLE001 - a model not opened from a folder: no tokenizer to name
             tokenizer = "no tokenizer folder (Text (JSONL) needs the model opened from its folder)"
-        self.seq_label.setText(f"{tokens} tokens")
-        self.seq_label.setToolTip(
-            f"Tokens per sample: {SYNTHETIC_SEQ_LEN} for synthetic tokens, {TEXT_FILE_SEQ_LEN} for a text file"
-            + (f", at most the model's {limit} positions" if isinstance(limit, int) else "") + f"; {tokenizer}")
+        # one line when the model cuts the length asked for; the default's length otherwise
+        capped = asked is not None and tokens is not None and tokens < asked
+        self.seq_label.setText(f"→ {tokens} (model's max)" if capped else
+                               f"= {tokens}" if asked is None and tokens is not None else "")
+        self.seq_label.setVisible(bool(self.seq_label.text()))
+        tip = (f"Tokens per sample (default: {SYNTHETIC_SEQ_LEN} for synthetic tokens, {TEXT_FILE_SEQ_LEN} for a "
+               "text file)" + (f", at most the model's {limit} positions" if limit is not None else "")
+               + f"; {tokenizer}. The cost panel's activation estimate is for this length")
+        self.seq_len.setToolTip(tip)
+        self.seq_label.setToolTip(tip)
 
     def _data_changed(self, *_: Any) -> None:
         files = self.data_box.currentData() != "synthetic"
