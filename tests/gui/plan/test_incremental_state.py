@@ -128,20 +128,50 @@ def test_a_pattern_rule_reaches_every_match_and_its_subtree(select: str) -> None
 
 
 def test_tree_rows_after_incremental_clicks_equal_a_fresh_read(window: Any) -> None:
-    """The tree model compares only the rows an edit reached; every row still shows the plan."""
+    """The tree model announces every row whose look changed; every row shows the plan."""
     c, model = window.controller, window.tree_model
-    emitted: list[tuple[int, int]] = []
-    model.dataChanged.connect(lambda a, b, *_: emitted.append((a.row(), b.row())))
+    model.set_expanded_test(None)  # every row counts as expanded: each change must be announced
+    emitted: list[tuple[str | None, int, int]] = []
+    model.dataChanged.connect(lambda a, b, *_: emitted.append((model.path(a.parent()), a.row(), b.row())))
+
+    def check(before: dict[str, Any]) -> None:
+        fresh = PlanState.compute(c.tree, c.plan, c.loaded.own_bytes, c.optimizer, c.loaded.param_shapes)
+        assert c.state.nodes == fresh.nodes and c.state.effective == fresh.effective
+        for path, node in c.tree.nodes.items():
+            if before[path] != c.state.nodes[path]:
+                parent = node.parent.path if node.parent is not None else None
+                row = node.row if node.parent is not None else 0
+                assert any(p == parent and a <= row <= b for p, a, b in emitted), path
+
     for paths, key, value in ((["layer1.0.conv1"], "frozen", True), ([""], "frozen", True),
                               (["layer2"], "frozen", False), (["layer3.1.bn2"], "bn_eval", False),
                               (["fc"], "lr_scale", 0.1), (["layer4"], "reparam", dict(plan_edits.A_PLUS_B))):
         emitted.clear()
+        before = dict(c.state.nodes)
         assert c.set_value(paths, key, value)
-        assert model._signatures == model._compute_signatures()  # noqa: SLF001
         assert emitted
+        check(before)
+    before = dict(c.state.nodes)
+    emitted.clear()
     c.undo_stack.undo()
-    assert model._signatures == model._compute_signatures()  # noqa: SLF001
+    check(before)
+    before = dict(c.state.nodes)
     emitted.clear()
     assert c.set_value(["layer1.0.conv1"], "frozen", False)  # one leaf under a frozen root: few rows
     assert c.state is not None and c.state.changed is not None and len(c.state.changed) < 10
-    assert model._signatures == model._compute_signatures()  # noqa: SLF001
+    check(before)
+
+
+def test_many_rows_changed_announce_the_expanded_rows_whole(window: Any) -> None:
+    """A root click on a tree with many parents announces each expanded row's children in one
+    range, and none under collapsed rows."""
+    c, model = window.controller, window.tree_model
+    loaded = loaded_from_model(nn.Sequential(*[nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)) for _ in range(80)]), "wide")
+    c.set_loaded(loaded)
+    window.expand_to_depth(0)
+    emitted: list[tuple[str | None, int, int]] = []
+    model.dataChanged.connect(lambda a, b, *_: emitted.append((model.path(a.parent()), a.row(), b.row())))
+    assert c.set_value([""], "frozen", True)
+    assert (None, 0, 0) in emitted and ("", 0, 79) in emitted
+    assert all(p in (None, "") for p, _a, _b in emitted)
+    assert all(st.frozen == "on" for st in c.state.nodes.values())
