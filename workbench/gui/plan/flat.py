@@ -235,13 +235,26 @@ class EffectiveMap(Mapping[str, Effective]):
         self._lay = lay
         self.group = group
         self.effectives = effectives
+        self._groups: list[int] | None = None  # group as a list: faster to index one by one
 
     def __getitem__(self, path: str) -> Effective:
-        return self.effectives[self.group[self._lay.index[path]]]
+        return self.at(self._lay.index[path])
 
     def at(self, row: int) -> Effective:
         """The settings of a pre-order row."""
-        return self.effectives[self.group[row]]
+        if self._groups is None:
+            self._groups = self.group.tolist()
+        return self.effectives[self._groups[row]]
+
+    def items(self) -> Iterator[tuple[str, Effective]]:  # type: ignore[override]
+        """``(path, Effective)`` in pre-order."""
+        effs = self.effectives
+        return zip(self._lay.paths, (effs[g] for g in self.group.tolist()))
+
+    def values(self) -> Iterator[Effective]:  # type: ignore[override]
+        """The settings of every row, in pre-order."""
+        effs = self.effectives
+        return (effs[g] for g in self.group.tolist())
 
     def __contains__(self, path: object) -> bool:
         return path in self._lay.index

@@ -429,7 +429,7 @@ class PlanState:
         if self._findings is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                found = lint_plan(self.plan, self.tree, self.optimizer)
+                found = lint_plan(self.plan, self.tree, self.optimizer, effective=self.effective)
             order = {"error": 0, "warning": 1, "info": 2}
             self._findings = sorted(found, key=lambda f: order.get(f.severity, 3))
         return self._findings
