@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -14,7 +15,8 @@ from workbench.core.models.tree import ModelTree
 from workbench.core.plan.rules import FreezePlan, Rule
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.plan import edits as plan_edits
-from workbench.gui.plan.incremental import edit_region, resolve_region, supported
+from workbench.gui.plan import flat
+from workbench.gui.plan.incremental import edit_region, supported
 from workbench.gui.plan.state import PlanState
 
 
@@ -91,7 +93,14 @@ def test_incremental_state_equals_a_full_recount(steps: list[tuple[str, str, str
         state = PlanState.compute(TREE, plan, LOADED.own_bytes, "adamw", LOADED.param_shapes, previous=before)
         full = PlanState.compute(TREE, plan, LOADED.own_bytes, "adamw", LOADED.param_shapes)
         _same(state, full)
-        assert state.effective == plan.resolve(TREE)
+        resolved = plan.resolve(TREE)
+        assert state.effective == resolved
+        if supported(plan):  # any subtree resolved alone gets what the whole plan gives it
+            lay = flat.layout(TREE)
+            for top in ("0", "1.1", "1.1.0.1"):
+                rows = np.arange(lay.index[top], lay.end[lay.index[top]])
+                group, effs = flat.resolve_groups(plan, TREE, rows)
+                assert [effs[g] for g in group] == [resolved[lay.paths[i]] for i in rows]
         if state.changed is not None:  # the rows left out of the recount kept their state
             assert state.base is before
             kept = set(PATHS) - {PATHS[i] for i in state.changed}
@@ -115,7 +124,9 @@ def test_plans_outside_module_rules_resolve_in_full() -> None:
     plan = FreezePlan(rules=[Rule("param:*.bias", frozen=True)])
     assert not supported(plan)
     assert edit_region(FreezePlan(), plan, TREE) is None
-    assert resolve_region(FreezePlan(rules=[Rule("0", frozen=True)]), TREE, ["0.0.0"])["0.0.0"].frozen
+    lay = flat.layout(TREE)
+    group, effs = flat.resolve_groups(FreezePlan(rules=[Rule("0", frozen=True)]), TREE, np.array([lay.index["0.0.0"]]))
+    assert effs[group[0]].frozen
 
 
 @pytest.mark.parametrize("select", ["type:BatchNorm2d", "0.*"])

@@ -13,8 +13,8 @@ from workbench.core.checks.adapters import lint_low_rank
 from workbench.core.checks.checkpoint_lint import checkpoint_findings
 from workbench.core.checks.findings import Finding
 from workbench.core.models.tree import ModelTree
-from workbench.core.plan.readiness import plan_leaves_trainable
 from workbench.core.plan.keys import Effective
+from workbench.core.plan.readiness import plan_leaves_trainable
 from workbench.core.plan.rules import FreezePlan, select_paths
 
 __all__ = ["lint_plan"]

@@ -9,14 +9,14 @@ parent's row and ``end[i]`` one past its last descendant, so a subtree is the sl
 (:func:`~workbench.gui.plan.incremental.supported`) over any set of rows: each rule's reach is a
 mask (its matches' subtree ranges marked with a difference array), rows that the same rules
 reach share a group, and each group gets one
-:class:`~workbench.core.plan.keys.Effective`. :class:`EffectiveMap` and :class:`LazyMap` give
-``{path: value}`` views over per-row arrays without building a dict.
+:class:`~workbench.core.plan.keys.Effective`. :class:`LazyMap` gives a ``{path: value}`` view
+whose values are made from their row when first read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Iterator, Mapping, Sequence, TypeVar
+from typing import Any, Callable, Generic, Iterator, Mapping, TypeVar
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from workbench.core.plan.keys import INHERITED_KEYS, SETTING_KEYS, Effective, ef
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.plan.selectors import matcher
 
-__all__ = ["EffectiveMap", "Layout", "LazyMap", "effective_code", "layout", "resolve_groups", "subtree_sums"]
+__all__ = ["Layout", "LazyMap", "effective_code", "layout", "resolve_groups", "subtree_sums"]
 
 _DIRECT_KEYS = tuple(k.name for k in SETTING_KEYS if not k.inherited)
 V = TypeVar("V")
@@ -99,13 +99,14 @@ def layout(tree: ModelTree) -> Layout:
     nodes = list(tree.root.walk())
     n = len(nodes)
     index = {nd.path: i for i, nd in enumerate(nodes)}
-    parent = np.fromiter((index[nd.parent.path] if nd.parent is not None else -1 for nd in nodes),
-                         dtype=np.int64, count=n)
-    end = np.arange(1, n + 1, dtype=np.int64)
+    parents = [index[nd.parent.path] if nd.parent is not None else -1 for nd in nodes]
+    ends = list(range(1, n + 1))
     for i in range(n - 1, 0, -1):  # children before their parent: a parent ends where its last child does
-        j = parent[i]
-        if end[i] > end[j]:
-            end[j] = end[i]
+        j = parents[i]
+        if ends[i] > ends[j]:
+            ends[j] = ends[i]
+    parent = np.array(parents, dtype=np.int64)
+    end = np.array(ends, dtype=np.int64)
     own = np.fromiter((nd.own_params for nd in nodes), dtype=np.int64, count=n)
     is_bn = np.fromiter((nd.is_bn for nd in nodes), dtype=bool, count=n)
     lay = Layout(
@@ -172,13 +173,13 @@ def resolve_groups(plan: FreezePlan, tree: ModelTree, rows: np.ndarray) -> tuple
         matched = np.fromiter((index[p] for p in m.direct(rule.select)), dtype=np.int64)
         if not len(matched):
             continue
-        for values, mask_of in ((inherited, _reach), (direct, _direct_mask)):
-            if not values:
+        for settings, mask_of in ((inherited, _reach), (direct, _direct_mask)):
+            if not settings:
                 continue
             bit = mask_of(lay, matched)[rows]
             if not bit.any():
                 continue
-            columns.append((bit, values))
+            columns.append((bit, settings))
             code = code * 2 + bit
             if code.max(initial=0) > 1 << 52:
                 code = np.unique(code, return_inverse=True)[1].astype(np.int64).reshape(-1)
@@ -220,50 +221,6 @@ def effective_code(e: Effective) -> int:
     if code is None:
         code = _CODES[key] = len(_CODES)
     return code
-
-
-class EffectiveMap(Mapping[str, Effective]):
-    """``{path: Effective}`` over a layout, a group per row and the groups' settings.
-
-    Args:
-        lay: the tree's layout.
-        group: group number per row.
-        effectives: settings per group.
-    """
-
-    def __init__(self, lay: Layout, group: np.ndarray, effectives: Sequence[Effective]) -> None:
-        self._lay = lay
-        self.group = group
-        self.effectives = effectives
-        self._groups: list[int] | None = None  # group as a list: faster to index one by one
-
-    def __getitem__(self, path: str) -> Effective:
-        return self.at(self._lay.index[path])
-
-    def at(self, row: int) -> Effective:
-        """The settings of a pre-order row."""
-        if self._groups is None:
-            self._groups = self.group.tolist()
-        return self.effectives[self._groups[row]]
-
-    def items(self) -> Iterator[tuple[str, Effective]]:  # type: ignore[override]
-        """``(path, Effective)`` in pre-order."""
-        effs = self.effectives
-        return zip(self._lay.paths, (effs[g] for g in self.group.tolist()))
-
-    def values(self) -> Iterator[Effective]:  # type: ignore[override]
-        """The settings of every row, in pre-order."""
-        effs = self.effectives
-        return (effs[g] for g in self.group.tolist())
-
-    def __contains__(self, path: object) -> bool:
-        return path in self._lay.index
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._lay.paths)
-
-    def __len__(self) -> int:
-        return len(self._lay.paths)
 
 
 class LazyMap(Mapping[str, V], Generic[V]):

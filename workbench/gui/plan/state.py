@@ -381,7 +381,7 @@ class PlanState:
         self.plan = plan
         lay = _layout(tree)
         self._lay = lay
-        self.effective: Mapping[str, Effective] = flat.EffectiveMap(lay, rows.group, rows.effectives)
+        self._effective: dict[str, Effective] | None = None
         self.nodes: flat.LazyMap[NodeState] = flat.LazyMap(
             lay, lambda i: _node_state(lay, i, rows.effectives[rows.group[i]], rows.sums)
         )
@@ -405,6 +405,14 @@ class PlanState:
         self.explicit = {k: explicit_paths(plan, k) for k in ("frozen", "bn_eval", "lr_scale", "reparam")}
         self._readiness: PlanReadiness | None = None
         self._findings: list[Finding] | None = None
+
+    @property
+    def effective(self) -> dict[str, Effective]:
+        """``plan.resolve(tree)``: ``{path: Effective}`` (built on first read from the rows' groups)."""
+        if self._effective is None:
+            r = self._rows
+            self._effective = dict(zip(self._lay.paths, map(r.effectives.__getitem__, r.group.tolist())))
+        return self._effective
 
     @property
     def base(self) -> "PlanState | None":
