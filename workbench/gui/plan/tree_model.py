@@ -6,8 +6,10 @@ The adapter only translates: rows come from the controller's
 :data:`~workbench.gui.plan.tree_columns.COLUMNS` (``data``, ``flags``, ``setData`` and
 ``headerData`` only look a column up there), and ``setData`` turns a click into a plan
 edit (an undo step) through the controller. After each plan change the rows whose look
-changed are found by comparing per-row signatures, and one ``dataChanged`` is emitted per
-run of adjacent sibling rows.
+may have changed come from the state (the rows an edit reached, or the rows whose subtree
+sums or settings differ between two states, compared as arrays), and one ``dataChanged`` is
+emitted per run of adjacent sibling rows; when most of a large tree changed, one per
+expanded row, spanning its children (collapsed rows are read when they are expanded).
 
 Live columns (gradient norm, update/weight ratio) read the latest
 :class:`~workbench.core.training.module_stats.ModuleStats` given to
@@ -389,7 +391,7 @@ class ModuleTreeModel(QAbstractItemModel):
         return None
 
     # ------------------------------------------------------------------ updates
-    def changed_rows(self, old: PlanState | None, new: PlanState | None) -> list[int]:
+    def changed_rows(self, old: PlanState | None, new: PlanState | None) -> np.ndarray:
         """Rows whose look may differ between two states of the loaded tree.
 
         Args:
@@ -397,22 +399,19 @@ class ModuleTreeModel(QAbstractItemModel):
             new: the state in force.
 
         Returns:
-            Pre-order row numbers, sorted.
+            Pre-order row numbers, sorted (int array).
         """
         if new is None:
-            return []
+            return np.zeros(0, dtype=np.int64)
         if old is None or old.tree is not new.tree or new.tree is not self._c.tree:
-            return list(range(len(self._nodes)))
+            return np.arange(len(self._nodes), dtype=np.int64)
         if new.changed is not None and new.base is old:
-            rows = set(new.changed)  # an edit: only the rows it reached can differ
+            rows = np.asarray(new.changed, dtype=np.int64)  # an edit: only the rows it reached can differ
         else:
-            rows = set(new.rows_differing(old).tolist())
-        for key, paths in new.explicit.items():  # bold where a plain-path rule sets a key
-            for p in paths.symmetric_difference(old.explicit.get(key, set())):
-                i = self._ids.get(p)
-                if i is not None:
-                    rows.add(i)
-        return sorted(rows)
+            rows = new.rows_differing(old)
+        bold = [self._ids[p] for key, paths in new.explicit.items()  # bold where a plain-path rule sets a key
+                for p in paths.symmetric_difference(old.explicit.get(key, set())) if p in self._ids]
+        return np.union1d(rows, np.asarray(bold, dtype=np.int64)) if bold else rows
 
     def _on_plan_changed(self, kind: str) -> None:
         state = self._c.state
@@ -420,12 +419,14 @@ class ModuleTreeModel(QAbstractItemModel):
             return
         changed = self.changed_rows(self._signed, state)
         self._signed = state
-        if not changed or not self._nodes:
+        if not len(changed) or not self._nodes:
             return
         last = len(COLUMNS) - 1
-        parents = self._parent[np.asarray(changed, dtype=np.int64)]
+        parents = self._parent[changed]
         expanded = self._is_expanded
-        if expanded is not None and len(np.unique(parents)) > ANNOUNCE_ALL_BELOW:
+        distinct = np.zeros(len(self._nodes) + 1, dtype=bool)
+        distinct[parents + 1] = True
+        if expanded is not None and int(distinct.sum()) > ANNOUNCE_ALL_BELOW:
             # most of a large tree changed: announce the rows in view, the children of each
             # expanded row whole (collapsed rows are read when they are expanded; each
             # announcement costs the view and the filter proxy dozens of calls into this model)
@@ -437,7 +438,7 @@ class ModuleTreeModel(QAbstractItemModel):
                 self.dataChanged.emit(self.index(0, 0, parent), self.index(len(node.children) - 1, last, parent))
             return
         by_parent: dict[int, list[int]] = {}
-        for i, pid in zip(changed, parents.tolist()):
+        for i, pid in zip(changed.tolist(), parents.tolist()):
             by_parent.setdefault(pid, []).append(0 if pid < 0 else self._nodes[i].row)
         for pid, rows in by_parent.items():
             parent = QModelIndex() if pid < 0 else self.createIndex(
