@@ -186,3 +186,16 @@ def test_many_rows_changed_announce_the_expanded_rows_whole(window: Any) -> None
     assert (None, 0, 0) in emitted and ("", 0, 79) in emitted
     assert all(p in (None, "") for p, _a, _b in emitted)
     assert all(st.frozen == "on" for st in c.state.nodes.values())
+
+
+def test_a_rule_per_module_resolves_like_the_plan() -> None:
+    """Many groups (one per module, codes past a bit per rule): the sort-based grouping."""
+    plan = FreezePlan(rules=[Rule(p, lr_scale=1.0 + i) for i, p in enumerate(PATHS)] + [Rule("type:Conv2d", frozen=True)])
+    lay = flat.layout(TREE)
+    rows = np.arange(len(PATHS))
+    group, effs = flat.resolve_groups(plan, TREE, rows)
+    resolved = plan.resolve(TREE)
+    assert len(effs) == len(PATHS)
+    assert [effs[g] for g in group] == [resolved[lay.paths[i]] for i in rows]
+    state = PlanState.compute(TREE, plan, LOADED.own_bytes, "adamw", LOADED.param_shapes)
+    assert state.effective == resolved

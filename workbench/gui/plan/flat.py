@@ -183,7 +183,7 @@ def resolve_groups(plan: FreezePlan, tree: ModelTree, rows: np.ndarray) -> tuple
             code = code * 2 + bit
             if code.max(initial=0) > 1 << 52:
                 code = np.unique(code, return_inverse=True)[1].astype(np.int64).reshape(-1)
-    uniq, first, group = np.unique(code, return_index=True, return_inverse=True)
+    first, group = _groups_of(code)
     effectives = []
     for r in first:
         values: dict[str, Any] = {}
@@ -192,6 +192,18 @@ def resolve_groups(plan: FreezePlan, tree: ModelTree, rows: np.ndarray) -> tuple
                 values.update(vals)
         effectives.append(effective_from(values))
     return group.astype(np.int64).reshape(-1), effectives
+
+
+def _groups_of(code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The first row of each distinct code, and a dense group number per row (in code order)."""
+    if len(code) and int(code.max()) < 4 * len(code) + 64:  # few rules: count, no sort
+        present = np.bincount(code) > 0
+        uniq = np.flatnonzero(present)
+        if len(uniq) <= 32:
+            dense = np.cumsum(present) - 1
+            return np.array([int(np.argmax(code == u)) for u in uniq], dtype=np.int64), dense[code]
+    _uniq, first, group = np.unique(code, return_index=True, return_inverse=True)
+    return first, group
 
 
 def _direct_mask(lay: Layout, rows: np.ndarray) -> np.ndarray:
