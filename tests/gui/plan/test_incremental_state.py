@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from torch import nn
 
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.readiness import check_plan
 from workbench.core.plan.rules import FreezePlan, Rule
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.plan import edits as plan_edits
@@ -95,6 +96,7 @@ def test_incremental_state_equals_a_full_recount(steps: list[tuple[str, str, str
         _same(state, full)
         resolved = plan.resolve(TREE)
         assert state.effective == resolved
+        assert state.readiness == check_plan(plan, TREE)
         if supported(plan):  # any subtree resolved alone gets what the whole plan gives it
             lay = flat.layout(TREE)
             for top in ("0", "1.1", "1.1.0.1"):
@@ -199,3 +201,10 @@ def test_a_rule_per_module_resolves_like_the_plan() -> None:
     assert [effs[g] for g in group] == [resolved[lay.paths[i]] for i in rows]
     state = PlanState.compute(TREE, plan, LOADED.own_bytes, "adamw", LOADED.param_shapes)
     assert state.effective == resolved
+
+
+@pytest.mark.parametrize("rules", [[Rule("", frozen=True)], [Rule("", frozen=True), Rule("2", frozen=False)], [Rule("nope", frozen=True)]])
+def test_readiness_from_the_rows_equals_check_plan(rules: list[Rule]) -> None:
+    plan = FreezePlan(rules=rules)
+    state = PlanState.compute(TREE, plan, LOADED.own_bytes, "adamw", LOADED.param_shapes)
+    assert state.readiness == check_plan(plan, TREE)

@@ -421,9 +421,20 @@ class PlanState:
 
     @property
     def readiness(self) -> PlanReadiness:
-        """Whether the plan fits the model (:func:`~workbench.core.plan.readiness.check_plan`)."""
+        """Whether the plan fits the model (:func:`~workbench.core.plan.readiness.check_plan`).
+
+        For a plan of module rules alone without stages, "leaves something trainable" (some
+        module with parameters is not frozen) is read from the rows' arrays; a property test
+        checks it equals :func:`check_plan`.
+        """
         if self._readiness is None:
-            self._readiness = check_plan(self.plan, self.tree, effective=self.effective)
+            if not self.plan.stages and incremental.supported(self.plan):
+                r = self._rows
+                frozen = np.fromiter((e.frozen for e in r.effectives), dtype=bool, count=len(r.effectives))
+                trainable = bool(np.any((self._lay.own > 0) & ~frozen[r.group]))
+                self._readiness = PlanReadiness(tuple(self.plan.fit_problems(self.tree)), trainable)
+            else:
+                self._readiness = check_plan(self.plan, self.tree, effective=self.effective)
         return self._readiness
 
     @property
