@@ -556,7 +556,9 @@ class PlanState:
         own_rows = prev.own.copy()
         own_rows[idx] = _own_rows(tree, lay, idx, group[idx], effectives, prev.obytes, shapes, None)
         sums = flat.subtree_sums(own_rows[:, :_SUMS], lay.end)
-        touched = np.union1d(idx, np.nonzero((sums != prev.sums).any(axis=1))[0])
+        touched_mask = (sums != prev.sums).any(axis=1)
+        touched_mask[idx] = True
+        touched = np.flatnonzero(touched_mask)
         rows = _Rows(own_rows, sums, own_rows.sum(axis=0), prev.obytes, prev.own_bytes, group, effectives, codes)
         return cls(tree, plan, _counts(tree, lay, rows, optimizer), optimizer, rows, touched.tolist(), previous)
 

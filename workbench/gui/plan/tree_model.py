@@ -411,7 +411,12 @@ class ModuleTreeModel(QAbstractItemModel):
             rows = new.rows_differing(old)
         bold = [self._ids[p] for key, paths in new.explicit.items()  # bold where a plain-path rule sets a key
                 for p in paths.symmetric_difference(old.explicit.get(key, set())) if p in self._ids]
-        return np.union1d(rows, np.asarray(bold, dtype=np.int64)) if bold else rows
+        if not bold:
+            return rows
+        mask = np.zeros(len(self._nodes), dtype=bool)
+        mask[rows] = True
+        mask[bold] = True
+        return np.flatnonzero(mask)
 
     def _on_plan_changed(self, kind: str) -> None:
         state = self._c.state
