@@ -1,10 +1,13 @@
 """What the window shows for a plan on a model, computed once per plan edit (Qt-free).
 
 :class:`PlanState` is derived from a :class:`~workbench.core.models.tree.ModelTree` and a
-:class:`~workbench.core.plan.rules.FreezePlan` only: one ``plan.resolve(tree)`` and one bottom-up
-pass give every tree row its checkbox states and trainable count, the cost panel its
-:class:`~workbench.core.freezing.apply.Counts`, and the lint findings. The model itself is never
-touched, so a click on a 5,000-module tree costs milliseconds.
+:class:`~workbench.core.plan.rules.FreezePlan` only. Over the tree's flat pre-order arrays
+(:mod:`workbench.gui.plan.flat`) the plan is resolved with numpy (groups of rows with the same
+settings), each row's own counts are array operations and the subtree sums one cumulative sum;
+they give every tree row its checkbox states and trainable count (made when a row is read),
+the cost panel its :class:`~workbench.core.freezing.apply.Counts`, and the lint findings. The
+model itself is never touched, so a click on the root of a 50,000-module tree costs tens of
+milliseconds.
 """
 
 from __future__ import annotations
