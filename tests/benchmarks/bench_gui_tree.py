@@ -19,8 +19,8 @@ Measured (median of ``--repeat`` runs), as the user experiences them:
   cost panel refreshed, and the view painted (GUI thread; the issue's target is < 1 s);
 - ``freeze root`` / ``unfreeze root``: one click's plan edit, ``PlanState`` (resolve + lint),
   ``dataChanged`` ranges and a repaint of the view (target < 100 ms);
-- ``freeze leaf``: the same for one module deep in the tree (it recounts that module and its
-  ancestors only);
+- ``freeze leaf``: the same for one module deep in the tree (it resolves and recounts that
+  module only; the subtree sums are one cumulative sum over the flat pre-order arrays);
 - ``findings``: the plan's lint and readiness for the cost panel, which a large tree runs a
   moment after the click (coalesced), not in it;
 - ``filter key``: one keystroke in the filter box (a large tree filters once typing pauses);

@@ -5,16 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.readiness import check_plan
 from workbench.core.plan.rules import FreezePlan, Rule
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.plan import edits as plan_edits
-from workbench.gui.plan.incremental import edit_region, resolve_region, supported
+from workbench.gui.plan import flat
+from workbench.gui.plan.incremental import edit_region, supported
 from workbench.gui.plan.state import PlanState
 
 
@@ -91,7 +94,15 @@ def test_incremental_state_equals_a_full_recount(steps: list[tuple[str, str, str
         state = PlanState.compute(TREE, plan, LOADED.own_bytes, "adamw", LOADED.param_shapes, previous=before)
         full = PlanState.compute(TREE, plan, LOADED.own_bytes, "adamw", LOADED.param_shapes)
         _same(state, full)
-        assert state.effective == plan.resolve(TREE)
+        resolved = plan.resolve(TREE)
+        assert state.effective == resolved
+        assert state.readiness == check_plan(plan, TREE)
+        if supported(plan):  # any subtree resolved alone gets what the whole plan gives it
+            lay = flat.layout(TREE)
+            for top in ("0", "1.1", "1.1.0.1"):
+                rows = np.arange(lay.index[top], lay.end[lay.index[top]])
+                group, effs = flat.resolve_groups(plan, TREE, rows)
+                assert [effs[g] for g in group] == [resolved[lay.paths[i]] for i in rows]
         if state.changed is not None:  # the rows left out of the recount kept their state
             assert state.base is before
             kept = set(PATHS) - {PATHS[i] for i in state.changed}
@@ -115,7 +126,9 @@ def test_plans_outside_module_rules_resolve_in_full() -> None:
     plan = FreezePlan(rules=[Rule("param:*.bias", frozen=True)])
     assert not supported(plan)
     assert edit_region(FreezePlan(), plan, TREE) is None
-    assert resolve_region(FreezePlan(rules=[Rule("0", frozen=True)]), TREE, ["0.0.0"])["0.0.0"].frozen
+    lay = flat.layout(TREE)
+    group, effs = flat.resolve_groups(FreezePlan(rules=[Rule("0", frozen=True)]), TREE, np.array([lay.index["0.0.0"]]))
+    assert effs[group[0]].frozen
 
 
 @pytest.mark.parametrize("select", ["type:BatchNorm2d", "0.*"])
@@ -128,20 +141,70 @@ def test_a_pattern_rule_reaches_every_match_and_its_subtree(select: str) -> None
 
 
 def test_tree_rows_after_incremental_clicks_equal_a_fresh_read(window: Any) -> None:
-    """The tree model compares only the rows an edit reached; every row still shows the plan."""
+    """The tree model announces every row whose look changed; every row shows the plan."""
     c, model = window.controller, window.tree_model
-    emitted: list[tuple[int, int]] = []
-    model.dataChanged.connect(lambda a, b, *_: emitted.append((a.row(), b.row())))
+    model.set_expanded_test(None)  # every row counts as expanded: each change must be announced
+    emitted: list[tuple[str | None, int, int]] = []
+    model.dataChanged.connect(lambda a, b, *_: emitted.append((model.path(a.parent()), a.row(), b.row())))
+
+    def check(before: dict[str, Any]) -> None:
+        fresh = PlanState.compute(c.tree, c.plan, c.loaded.own_bytes, c.optimizer, c.loaded.param_shapes)
+        assert c.state.nodes == fresh.nodes and c.state.effective == fresh.effective
+        for path, node in c.tree.nodes.items():
+            if before[path] != c.state.nodes[path]:
+                parent = node.parent.path if node.parent is not None else None
+                row = node.row if node.parent is not None else 0
+                assert any(p == parent and a <= row <= b for p, a, b in emitted), path
+
     for paths, key, value in ((["layer1.0.conv1"], "frozen", True), ([""], "frozen", True),
                               (["layer2"], "frozen", False), (["layer3.1.bn2"], "bn_eval", False),
                               (["fc"], "lr_scale", 0.1), (["layer4"], "reparam", dict(plan_edits.A_PLUS_B))):
         emitted.clear()
+        before = dict(c.state.nodes)
         assert c.set_value(paths, key, value)
-        assert model._signatures == model._compute_signatures()  # noqa: SLF001
         assert emitted
+        check(before)
+    before = dict(c.state.nodes)
+    emitted.clear()
     c.undo_stack.undo()
-    assert model._signatures == model._compute_signatures()  # noqa: SLF001
+    check(before)
+    before = dict(c.state.nodes)
     emitted.clear()
     assert c.set_value(["layer1.0.conv1"], "frozen", False)  # one leaf under a frozen root: few rows
     assert c.state is not None and c.state.changed is not None and len(c.state.changed) < 10
-    assert model._signatures == model._compute_signatures()  # noqa: SLF001
+    check(before)
+
+
+def test_many_rows_changed_announce_the_expanded_rows_whole(window: Any) -> None:
+    """A root click on a tree with many parents announces each expanded row's children in one
+    range, and none under collapsed rows."""
+    c, model = window.controller, window.tree_model
+    loaded = loaded_from_model(nn.Sequential(*[nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)) for _ in range(80)]), "wide")
+    c.set_loaded(loaded)
+    window.expand_to_depth(0)
+    emitted: list[tuple[str | None, int, int]] = []
+    model.dataChanged.connect(lambda a, b, *_: emitted.append((model.path(a.parent()), a.row(), b.row())))
+    assert c.set_value([""], "frozen", True)
+    assert (None, 0, 0) in emitted and ("", 0, 79) in emitted
+    assert all(p in (None, "") for p, _a, _b in emitted)
+    assert all(st.frozen == "on" for st in c.state.nodes.values())
+
+
+def test_a_rule_per_module_resolves_like_the_plan() -> None:
+    """Many groups (one per module, codes past a bit per rule): the sort-based grouping."""
+    plan = FreezePlan(rules=[Rule(p, lr_scale=1.0 + i) for i, p in enumerate(PATHS)] + [Rule("type:Conv2d", frozen=True)])
+    lay = flat.layout(TREE)
+    rows = np.arange(len(PATHS))
+    group, effs = flat.resolve_groups(plan, TREE, rows)
+    resolved = plan.resolve(TREE)
+    assert len(effs) == len(PATHS)
+    assert [effs[g] for g in group] == [resolved[lay.paths[i]] for i in rows]
+    state = PlanState.compute(TREE, plan, LOADED.own_bytes, "adamw", LOADED.param_shapes)
+    assert state.effective == resolved
+
+
+@pytest.mark.parametrize("rules", [[Rule("", frozen=True)], [Rule("", frozen=True), Rule("2", frozen=False)], [Rule("nope", frozen=True)]])
+def test_readiness_from_the_rows_equals_check_plan(rules: list[Rule]) -> None:
+    plan = FreezePlan(rules=rules)
+    state = PlanState.compute(TREE, plan, LOADED.own_bytes, "adamw", LOADED.param_shapes)
+    assert state.readiness == check_plan(plan, TREE)

@@ -7,6 +7,8 @@ modules before it (the frozen prefix) keep no activations for backward anyway, s
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from workbench.core.checks.findings import Finding
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.checkpoint_fit import outermost_fitting
@@ -19,7 +21,7 @@ def _trains(e: Effective) -> bool:
     return not e.frozen or e.reparam is not None or e.partial is not None
 
 
-def frozen_prefix_end(eff: dict[str, Effective], tree: ModelTree) -> int:
+def frozen_prefix_end(eff: Mapping[str, Effective], tree: ModelTree) -> int:
     """The module order (``ModuleNode.order``) of the first module whose own parameters train.
 
     Args:
@@ -33,7 +35,7 @@ def frozen_prefix_end(eff: dict[str, Effective], tree: ModelTree) -> int:
     return min((n.order for n in owning), default=len(tree.nodes))
 
 
-def checkpoint_findings(eff: dict[str, Effective], tree: ModelTree) -> list[Finding]:
+def checkpoint_findings(eff: Mapping[str, Effective], tree: ModelTree) -> list[Finding]:
     """Warnings for checkpointed modules that lie wholly in the frozen prefix.
 
     Only the modules that are wrapped count (:func:`outermost_fitting`).

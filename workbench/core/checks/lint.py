@@ -7,23 +7,29 @@ tree).
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from workbench.core.checks.adapters import lint_low_rank
 from workbench.core.checks.checkpoint_lint import checkpoint_findings
 from workbench.core.checks.findings import Finding
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.keys import Effective
 from workbench.core.plan.readiness import plan_leaves_trainable
 from workbench.core.plan.rules import FreezePlan, select_paths
 
 __all__ = ["lint_plan"]
 
 
-def lint_plan(plan: FreezePlan, tree: ModelTree, optimizer: str = "adamw") -> list[Finding]:
+def lint_plan(
+    plan: FreezePlan, tree: ModelTree, optimizer: str = "adamw", effective: Mapping[str, Effective] | None = None
+) -> list[Finding]:
     """Find pitfalls a plan has on a model.
 
     Args:
         plan: the plan.
         tree: the model's tree.
         optimizer: the optimizer that will be used (for cost wording only).
+        effective: ``plan.resolve(tree)`` when the caller has it already.
 
     Returns:
         Findings, errors first, then warnings, then info; each once per module.
@@ -40,7 +46,7 @@ def lint_plan(plan: FreezePlan, tree: ModelTree, optimizer: str = "adamw") -> li
                 "fix the selector or delete the rule",
             )
         )
-    eff = plan.resolve(tree)
+    eff = effective if effective is not None else plan.resolve(tree)
     nodes = tree.nodes
     if tree.total_params and not plan_leaves_trainable(plan, tree, eff):
         out.append(

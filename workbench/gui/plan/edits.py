@@ -10,10 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+import numpy as np
+
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.keys import Effective
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.plan.selectors import is_pattern
-from workbench.gui.plan.incremental import resolve_region, supported
+from workbench.gui.plan import flat
+from workbench.gui.plan.incremental import supported
 
 __all__ = [
     "A_PLUS_B",
@@ -52,19 +56,29 @@ def top_paths(paths: Iterable[str], tree: ModelTree) -> list[str]:
 
 def _holds(plan: FreezePlan, tree: ModelTree, path: str, key: str, value: Any) -> bool:
     """Whether ``key`` is already in force as ``value`` on the whole subtree at ``path``."""
-    subtree = tree.subtree(path)
-    eff = resolve_region(plan, tree, subtree) if supported(plan) else plan.resolve(tree)  # the subtree only
-    for p in subtree:
-        e = eff[p]
-        node = tree.nodes[p]
-        if key == "frozen" and e.frozen != value:
-            return False
-        if key == "bn_eval" and node.is_bn and e.bn_eval != value:
-            return False
-        if key == "lr_scale" and e.lr_scale != value:
-            return False
-        if key == "reparam" and bool(e.reparam) != bool(value):
-            return False
+    if supported(plan):  # the subtree only, one check per group of rows with the same settings
+        lay = flat.layout(tree)
+        start = lay.index[path]
+        rows = np.arange(start, lay.end[start], dtype=np.int64)
+        group, effectives = flat.resolve_groups(plan, tree, rows)
+        if key == "bn_eval":
+            group = group[lay.is_bn[rows]]
+        return all(_agrees(effectives[int(g)], key, value) for g in np.unique(group))
+    eff = plan.resolve(tree)
+    nodes = tree.nodes
+    return all(_agrees(eff[p], key, value) for p in tree.subtree(path) if key != "bn_eval" or nodes[p].is_bn)
+
+
+def _agrees(e: Effective, key: str, value: Any) -> bool:
+    """Whether one module's settings have ``key`` as ``value``."""
+    if key == "frozen":
+        return e.frozen == value
+    if key == "bn_eval":
+        return e.bn_eval == value
+    if key == "lr_scale":
+        return e.lr_scale == value
+    if key == "reparam":
+        return bool(e.reparam) == bool(value)
     return True
 
 

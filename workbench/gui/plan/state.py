@@ -1,10 +1,13 @@
 """What the window shows for a plan on a model, computed once per plan edit (Qt-free).
 
 :class:`PlanState` is derived from a :class:`~workbench.core.models.tree.ModelTree` and a
-:class:`~workbench.core.plan.rules.FreezePlan` only: one ``plan.resolve(tree)`` and one bottom-up
-pass give every tree row its checkbox states and trainable count, the cost panel its
-:class:`~workbench.core.freezing.apply.Counts`, and the lint findings. The model itself is never
-touched, so a click on a 5,000-module tree costs milliseconds.
+:class:`~workbench.core.plan.rules.FreezePlan` only. Over the tree's flat pre-order arrays
+(:mod:`workbench.gui.plan.flat`) the plan is resolved with numpy (groups of rows with the same
+settings), each row's own counts are array operations and the subtree sums one cumulative sum;
+they give every tree row its checkbox states and trainable count (made when a row is read),
+the cost panel its :class:`~workbench.core.freezing.apply.Counts`, and the lint findings. The
+model itself is never touched, so a click on the root of a 50,000-module tree costs tens of
+milliseconds.
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ import math
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Literal, Mapping, NamedTuple
+from typing import Any, Literal, Mapping, NamedTuple, Sequence
+
+import numpy as np
 
 from workbench.core.checks.findings import Finding
 from workbench.core.checks.lint import lint_plan
@@ -25,7 +30,7 @@ from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.readiness import PlanReadiness, check_plan
 from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.plan.rules import Effective, FreezePlan, PlanProblem, Rule, select_paths
-from workbench.gui.plan import incremental
+from workbench.gui.plan import flat, incremental
 
 __all__ = [
     "NodeState",
@@ -104,46 +109,9 @@ def _low_rank_elements(node: ModuleNode, spec: ReparamSpec, shapes: Mapping[str,
     return spec.low_rank.added_elements(shape[0], math.prod(shape[1:]))
 
 
-@dataclass
-class _Layout:
-    """The static shape of a tree as flat lists in pre-order (index 0 is the root)."""
-
-    paths: list[str]
-    parent: list[int]
-    own: list[int]
-    total: list[int]
-    is_bn: list[bool]
-    bn_total: list[int]
-    index: dict[str, int]
-
-
-_LAYOUTS: dict[int, tuple[ModelTree, _Layout]] = {}
-
-
-def _layout(tree: ModelTree) -> _Layout:
-    """The flat layout of ``tree``, built once per tree (a few kept)."""
-    hit = _LAYOUTS.get(id(tree))
-    if hit is not None and hit[0] is tree:
-        return hit[1]
-    nodes = list(tree.root.walk())
-    index = {n.path: i for i, n in enumerate(nodes)}
-    parent = [index[n.parent.path] if n.parent is not None else -1 for n in nodes]
-    bn_total = [int(n.is_bn) for n in nodes]
-    for i in range(len(nodes) - 1, 0, -1):
-        bn_total[parent[i]] += bn_total[i]
-    lay = _Layout(
-        paths=[n.path for n in nodes],
-        parent=parent,
-        own=[n.own_params for n in nodes],
-        total=[n.total_params for n in nodes],
-        is_bn=[n.is_bn for n in nodes],
-        bn_total=bn_total,
-        index=index,
-    )
-    if len(_LAYOUTS) >= 4:
-        _LAYOUTS.clear()
-    _LAYOUTS[id(tree)] = (tree, lay)
-    return lay
+def _layout(tree: ModelTree) -> flat.Layout:
+    """The flat layout of ``tree`` (built once per tree)."""
+    return flat.layout(tree)
 
 
 def _tri(part: int, whole: int) -> Tri:
@@ -229,10 +197,10 @@ def finding_line(finding: Finding) -> str:
     return f"{finding.path or '(model)'}: {finding.message}{tail}"
 
 
-def _node_state(lay: "_Layout", i: int, e: Effective, sums: list[list[int]]) -> NodeState:
+def _node_state(lay: flat.Layout, i: int, e: Effective, sums: np.ndarray) -> NodeState:
     """One row's state from its effective settings and subtree sums."""
-    fz, rp, ad, be, ba, pa = (col[i] for col in sums)
-    params, bn = lay.total[i] + ad, lay.bn_total[i]
+    fz, rp, ad, be, ba, pa = (int(v) for v in sums[i])
+    params, bn = int(lay.total[i]) + ad, int(lay.bn_total[i])
     if params == 0:
         ftri: Tri = "on" if e.frozen else "off"
     else:
@@ -255,19 +223,22 @@ def _node_state(lay: "_Layout", i: int, e: Effective, sums: list[list[int]]) -> 
     )
 
 
-def _counts(tree: ModelTree, lay: "_Layout", rows: "_Rows", optimizer: str) -> Counts:
+def _counts(tree: ModelTree, lay: flat.Layout, rows: "_Rows", optimizer: str) -> Counts:
     """Parameters and training memory from the rows' totals."""
-    t = rows.totals
+    t = [int(v) for v in rows.totals]
     n = len(lay.paths)
-    total_bytes = sum(rows.obytes) + t[7]
-    total = tree.total_params + (rows.sums[2][0] if n else 0)
-    trainable = (lay.total[0] + rows.sums[2][0] - rows.sums[0][0]) if n else 0
+    total_bytes = int(rows.obytes.sum()) + t[7]
+    added = int(rows.sums[0, 2]) if n else 0
+    total = tree.total_params + added
+    trainable = (int(lay.total[0]) + added - int(rows.sums[0, 0])) if n else 0
     return Counts.from_totals(total, trainable, total_bytes, total_bytes - t[6], t[8], optimizer)
 
 
 #: Per-row own contributions: frozen, A+B and added elements, BN in eval, BN following
 #: frozen, partial; bytes frozen, added, fixed; fixed elements; A+B module (0/1).
 _OWN_FIELDS = 11
+#: Groups of effective settings a state keeps before dropping those no row uses.
+_MAX_GROUPS = 256
 #: Subtree sums kept per row: the first six own contributions.
 _SUMS = 6
 
@@ -334,11 +305,50 @@ def _own(
 class _Rows:
     """Per-row numbers of a state, kept so that the next edit recounts only what it reaches."""
 
-    own: list[tuple[int, ...]]
-    sums: list[list[int]]  # _SUMS lists: subtree sums of fz, rp, ad, be, ba, pa
-    totals: list[int]  # sums over every row of the own fields
-    obytes: list[int]
+    own: np.ndarray  # (rows, _OWN_FIELDS) own contributions
+    sums: np.ndarray  # (rows, _SUMS) subtree sums of fz, rp, ad, be, ba, pa
+    totals: np.ndarray  # sums over every row of the own fields
+    obytes: np.ndarray
     own_bytes: Mapping[str, int] | None
+    group: np.ndarray  # group of effective settings per row
+    effectives: list[Effective]  # settings per group
+    codes: np.ndarray  # flat.effective_code per group
+
+
+def _own_rows(
+    tree: ModelTree, lay: flat.Layout, rows: np.ndarray, group: np.ndarray, effectives: Sequence[Effective],
+    obytes: np.ndarray, shapes: Mapping[str, tuple[int, ...]], own_frozen: Mapping[str, int] | None,
+) -> np.ndarray:
+    """Own contributions (:data:`_OWN_FIELDS`) of ``rows`` whose settings are ``effectives[group]``.
+
+    Rows whose settings are plain (frozen or not, BN eval) are counted with array operations;
+    A+B, sub-tensor freezing, kept modules and ``own_frozen`` (``param:`` rules) row by row.
+    """
+    out = np.zeros((len(rows), _OWN_FIELDS), dtype=np.int64)
+    if not len(rows):
+        return out
+    ng = len(effectives)
+    g_frozen = np.fromiter((e.frozen for e in effectives), dtype=bool, count=ng)
+    g_bn_eval = np.fromiter((e.bn_eval for e in effectives), dtype=bool, count=ng)
+    g_bn_auto = np.fromiter((not e.bn_eval_explicit for e in effectives), dtype=bool, count=ng)
+    g_slow = np.fromiter((bool(e.reparam or e.partial or e.kept) for e in effectives), dtype=bool, count=ng)
+    own, ob, is_bn = lay.own[rows], obytes[rows], lay.is_bn[rows]
+    fr = g_frozen[group] & (own > 0)
+    out[:, 0] = np.where(fr, own, 0)
+    out[:, 6] = np.where(fr, ob, 0)
+    out[:, 3] = is_bn & g_bn_eval[group]
+    out[:, 4] = is_bn & g_bn_auto[group]
+    slow = np.nonzero(g_slow[group] | (own_frozen is not None))[0]
+    for k in slow:
+        i = int(rows[k])
+        e = effectives[group[k]]
+        if not own[k] and not is_bn[k] and not e.partial:
+            out[k] = 0
+            continue
+        node = lay.nodes[i]
+        f = _own_frozen(tree, node, e) if own_frozen is None else own_frozen.get(node.path, 0)
+        out[k] = _own(tree, node, e, int(own[k]), int(ob[k]), bool(is_bn[k]), f, shapes)
+    return out
 
 
 class PlanState:
@@ -369,26 +379,27 @@ class PlanState:
     """
 
     def __init__(
-        self, tree: ModelTree, plan: FreezePlan, effective: dict[str, Effective], nodes: dict[str, NodeState],
-        counts: Counts, optimizer: str, rows: _Rows | None = None, changed: list[int] | None = None,
-        base: "PlanState | None" = None,
+        self, tree: ModelTree, plan: FreezePlan, counts: Counts, optimizer: str, rows: _Rows,
+        changed: list[int] | None = None, base: "PlanState | None" = None,
     ) -> None:
         self.tree = tree
         self.plan = plan
-        self.effective = effective
-        self.nodes = nodes
+        lay = _layout(tree)
+        self._lay = lay
+        self._effective: dict[str, Effective] | None = None
+        self.nodes: flat.LazyMap[NodeState] = flat.LazyMap(
+            lay, lambda i: _node_state(lay, i, rows.effectives[rows.group[i]], rows.sums)
+        )
         self.counts = counts
         self.optimizer = optimizer
         self.changed = changed
         self._base = weakref.ref(base) if base is not None else None
         self._rows = rows
-        lay = _layout(tree)
         n = len(lay.paths)
-        sums = rows.sums if rows is not None else None
-        self.bn_modules = lay.bn_total[0] if n else 0
-        self.bn_eval_modules = sums[3][0] if sums is not None and n else 0
-        self.reparam_modules = rows.totals[10] if rows is not None else 0
-        self.fixed_params = rows.totals[9] if rows is not None else 0
+        self.bn_modules = int(lay.bn_total[0]) if n else 0
+        self.bn_eval_modules = int(rows.sums[0, 3]) if n else 0
+        self.reparam_modules = int(rows.totals[10])
+        self.fixed_params = int(rows.totals[9])
         self.notes: list[str] = []
         fp = plan.model.get("fingerprint")
         if fp and fp != tree.fingerprint:
@@ -401,15 +412,34 @@ class PlanState:
         self._findings: list[Finding] | None = None
 
     @property
+    def effective(self) -> dict[str, Effective]:
+        """``plan.resolve(tree)``: ``{path: Effective}`` (built on first read from the rows' groups)."""
+        if self._effective is None:
+            r = self._rows
+            self._effective = dict(zip(self._lay.paths, map(r.effectives.__getitem__, r.group.tolist())))
+        return self._effective
+
+    @property
     def base(self) -> "PlanState | None":
         """The state :attr:`changed` is counted from (None: a full count, or it is gone)."""
         return self._base() if self._base is not None else None
 
     @property
     def readiness(self) -> PlanReadiness:
-        """Whether the plan fits the model (:func:`~workbench.core.plan.readiness.check_plan`)."""
+        """Whether the plan fits the model (:func:`~workbench.core.plan.readiness.check_plan`).
+
+        For a plan of module rules alone without stages, "leaves something trainable" (some
+        module with parameters is not frozen) is read from the rows' arrays; a property test
+        checks it equals :func:`check_plan`.
+        """
         if self._readiness is None:
-            self._readiness = check_plan(self.plan, self.tree, effective=self.effective)
+            if not self.plan.stages and incremental.supported(self.plan):
+                r = self._rows
+                frozen = np.fromiter((e.frozen for e in r.effectives), dtype=bool, count=len(r.effectives))
+                trainable = bool(np.any((self._lay.own > 0) & ~frozen[r.group]))
+                self._readiness = PlanReadiness(tuple(self.plan.fit_problems(self.tree)), trainable)
+            else:
+                self._readiness = check_plan(self.plan, self.tree, effective=self.effective)
         return self._readiness
 
     @property
@@ -423,7 +453,7 @@ class PlanState:
         if self._findings is None:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                found = lint_plan(self.plan, self.tree, self.optimizer)
+                found = lint_plan(self.plan, self.tree, self.optimizer, effective=self.effective)
             order = {"error": 0, "warning": 1, "info": 2}
             self._findings = sorted(found, key=lambda f: order.get(f.severity, 3))
         return self._findings
@@ -477,81 +507,78 @@ class PlanState:
     @classmethod
     def _full(
         cls, tree: ModelTree, plan: FreezePlan, own_bytes: Mapping[str, int] | None, optimizer: str,
-        shapes: Mapping[str, tuple[int, ...]], lay: "_Layout",
+        shapes: Mapping[str, tuple[int, ...]], lay: flat.Layout,
     ) -> "PlanState":
         n = len(lay.paths)
-        fast = incremental.supported(plan)
-        eff = incremental.resolve_region(plan, tree, lay.paths) if fast else plan.resolve(tree)
-        own_frozen = None if fast else frozen_elements(tree, eff, plan.resolve_params(tree))  # param: rules, partial
-        obytes = [own_bytes.get(p, 4 * o) for p, o in zip(lay.paths, lay.own)] if own_bytes else [4 * o for o in lay.own]
-        nodes_l = [tree.nodes[p] for p in lay.paths]
-        own_rows: list[tuple[int, ...]] = []
-        zero = (0,) * _OWN_FIELDS
-        for i in range(n):
-            e = eff[lay.paths[i]]
-            if not lay.own[i] and not lay.is_bn[i] and not e.partial:
-                own_rows.append(zero)  # a container: its rows are its children's sums
-                continue
-            node = nodes_l[i]
-            f = _own_frozen(tree, node, e) if own_frozen is None else own_frozen.get(lay.paths[i], 0)
-            own_rows.append(_own(tree, node, e, lay.own[i], obytes[i], lay.is_bn[i], f, shapes))
-        sums = [[r[k] for r in own_rows] for k in range(_SUMS)]
-        parent_l = lay.parent
-        for i in range(n - 1, 0, -1):  # pre-order reversed: children before their parent
-            j = parent_l[i]
-            for k in range(_SUMS):
-                sums[k][j] += sums[k][i]
-        totals = [sum(r[k] for r in own_rows) for k in range(_OWN_FIELDS)]
-        rows = _Rows(own_rows, sums, totals, obytes, own_bytes)
-        nodes = {lay.paths[i]: _node_state(lay, i, eff[lay.paths[i]], sums) for i in range(n)}
-        return cls(tree, plan, eff, nodes, _counts(tree, lay, rows, optimizer), optimizer, rows, None)
+        every = np.arange(n, dtype=np.int64)
+        own_frozen: Mapping[str, int] | None = None
+        if incremental.supported(plan):
+            group, effectives = flat.resolve_groups(plan, tree, every)
+        else:  # param: rules, lr_decay, "unselected": "keep": the plan's own resolve
+            eff = plan.resolve(tree)
+            own_frozen = frozen_elements(tree, eff, plan.resolve_params(tree))
+            ids: dict[int, int] = {}
+            effectives = []
+            seen: dict[Any, int] = {}
+            group = np.empty(n, dtype=np.int64)
+            for i, p in enumerate(lay.paths):
+                e = eff[p]
+                g = ids.get(id(e))
+                if g is None:
+                    code = flat.effective_code(e)
+                    g = seen.get(code)
+                    if g is None:
+                        g = seen[code] = len(effectives)
+                        effectives.append(e)
+                    ids[id(e)] = g
+                group[i] = g
+        obytes = lay.own_bytes(own_bytes)
+        own_rows = _own_rows(tree, lay, every, group, effectives, obytes, shapes, own_frozen)
+        sums = flat.subtree_sums(own_rows[:, :_SUMS], lay.end)
+        codes = np.fromiter((flat.effective_code(e) for e in effectives), dtype=np.int64, count=len(effectives))
+        rows = _Rows(own_rows, sums, own_rows.sum(axis=0), obytes, own_bytes, group, effectives, codes)
+        return cls(tree, plan, _counts(tree, lay, rows, optimizer), optimizer, rows, None)
 
     @classmethod
     def _update(
         cls, previous: "PlanState", prev: _Rows, plan: FreezePlan, optimizer: str,
-        shapes: Mapping[str, tuple[int, ...]], lay: "_Layout", region: set[str],
+        shapes: Mapping[str, tuple[int, ...]], lay: flat.Layout, region: set[str],
     ) -> "PlanState":
         tree = previous.tree
         index = lay.index
-        idx = sorted(index[p] for p in region)
-        eff = dict(previous.effective)
-        eff.update(incremental.resolve_region(plan, tree, (lay.paths[i] for i in idx)))
-        own_rows = list(prev.own)
-        sums = [list(col) for col in prev.sums]
-        totals = list(prev.totals)
-        inside = set(idx)
-        for i in idx:
-            path = lay.paths[i]
-            node, e = tree.nodes[path], eff[path]
-            row = _own(tree, node, e, lay.own[i], prev.obytes[i], lay.is_bn[i], _own_frozen(tree, node, e), shapes)
-            for k in range(_OWN_FIELDS):
-                totals[k] += row[k] - own_rows[i][k]
-            own_rows[i] = row
-            for k in range(_SUMS):
-                sums[k][i] = row[k]
-        for i in reversed(idx):
-            j = lay.parent[i]
-            if j in inside:
-                for k in range(_SUMS):
-                    sums[k][j] += sums[k][i]
-        touched = set(inside)
-        for i in idx:  # the tops of the region: their ancestors change by the difference
-            j = lay.parent[i]
-            if j < 0 or j in inside:
-                continue
-            delta = [sums[k][i] - prev.sums[k][i] for k in range(_SUMS)]
-            if not any(delta):
-                continue
-            while j >= 0:
-                for k in range(_SUMS):
-                    sums[k][j] += delta[k]
-                touched.add(j)
-                j = lay.parent[j]
-        nodes = dict(previous.nodes)
-        for i in touched:
-            nodes[lay.paths[i]] = _node_state(lay, i, eff[lay.paths[i]], sums)
-        rows = _Rows(own_rows, sums, totals, prev.obytes, prev.own_bytes)
-        return cls(tree, plan, eff, nodes, _counts(tree, lay, rows, optimizer), optimizer, rows, sorted(touched), previous)
+        idx = np.fromiter(sorted(index[p] for p in region), dtype=np.int64, count=len(region))
+        local, new_effs = flat.resolve_groups(plan, tree, idx)
+        effectives = [*prev.effectives, *new_effs]
+        group = prev.group.copy()
+        group[idx] = local + len(prev.effectives)
+        codes = np.concatenate([prev.codes, np.fromiter(
+            (flat.effective_code(e) for e in new_effs), dtype=np.int64, count=len(new_effs))])
+        if len(effectives) > _MAX_GROUPS:  # many edits: keep the groups some row uses
+            used, inverse = np.unique(group, return_inverse=True)
+            group = inverse.astype(np.int64).reshape(-1)
+            effectives = [effectives[int(u)] for u in used]
+            codes = codes[used]
+        own_rows = prev.own.copy()
+        own_rows[idx] = _own_rows(tree, lay, idx, group[idx], effectives, prev.obytes, shapes, None)
+        sums = flat.subtree_sums(own_rows[:, :_SUMS], lay.end)
+        touched_mask = (sums != prev.sums).any(axis=1)
+        touched_mask[idx] = True
+        touched = np.flatnonzero(touched_mask)
+        rows = _Rows(own_rows, sums, own_rows.sum(axis=0), prev.obytes, prev.own_bytes, group, effectives, codes)
+        return cls(tree, plan, _counts(tree, lay, rows, optimizer), optimizer, rows, touched.tolist(), previous)
+
+    def rows_differing(self, other: "PlanState") -> np.ndarray:
+        """Pre-order rows whose :class:`NodeState` or effective settings may differ from ``other``'s.
+
+        Args:
+            other: a state on the same tree.
+
+        Returns:
+            Sorted row indices (int array).
+        """
+        a, b = self._rows, other._rows
+        differ = (a.sums != b.sums).any(axis=1) | (a.codes[a.group] != b.codes[b.group])
+        return np.nonzero(differ)[0]
 
     def memory(self, dtype: str = "fp32") -> ParamMemory:
         """Training memory of the plan if the weights were stored in ``dtype``.

@@ -6,8 +6,10 @@ The adapter only translates: rows come from the controller's
 :data:`~workbench.gui.plan.tree_columns.COLUMNS` (``data``, ``flags``, ``setData`` and
 ``headerData`` only look a column up there), and ``setData`` turns a click into a plan
 edit (an undo step) through the controller. After each plan change the rows whose look
-changed are found by comparing per-row signatures, and one ``dataChanged`` is emitted per
-run of adjacent sibling rows.
+may have changed come from the state (the rows an edit reached, or the rows whose subtree
+sums or settings differ between two states, compared as arrays), and one ``dataChanged`` is
+emitted per run of adjacent sibling rows; when most of a large tree changed, one per
+expanded row, spanning its children (collapsed rows are read when they are expanded).
 
 Live columns (gradient norm, update/weight ratio) read the latest
 :class:`~workbench.core.training.module_stats.ModuleStats` given to
@@ -24,6 +26,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterator
 
+import numpy as np
 from PySide6.QtCore import (
     QAbstractItemModel,
     QModelIndex,
@@ -38,6 +41,7 @@ from PySide6.QtGui import QFont
 
 from workbench.core.models.tree import ModuleNode
 from workbench.gui.controller import Controller
+from workbench.gui.plan import flat
 from workbench.gui.plan.state import PlanState
 from workbench.gui.plan.tree_columns import COLUMNS, HEADERS, Column, check_value, heat_color, parse_lr
 
@@ -109,7 +113,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._c = controller
         self._nodes: list[ModuleNode] = []
         self._ids: dict[str, int] = {}
-        self._signatures: list[tuple[Any, ...]] = []
+        self._parent: Any = None  # parent row per row (numpy)
         self._signed: PlanState | None = None  # the state the signatures are of
         self._bold = QFont()
         self._bold.setBold(True)
@@ -122,9 +126,10 @@ class ModuleTreeModel(QAbstractItemModel):
         """Rebuild all rows from the controller's tree (a new model was loaded)."""
         self.beginResetModel()
         tree = self._c.tree
-        self._nodes = list(tree.root.walk()) if tree is not None else []
-        self._ids = {n.path: i for i, n in enumerate(self._nodes)}
-        self._signatures = self._compute_signatures()
+        lay = flat.layout(tree) if tree is not None else None
+        self._nodes = lay.nodes if lay is not None else []
+        self._ids = lay.index if lay is not None else {}
+        self._parent = lay.parent if lay is not None else None
         self._signed = self._c.state
         self._stats, self._pending_stats, self._has_pending = None, None, False
         self.endResetModel()
@@ -386,46 +391,60 @@ class ModuleTreeModel(QAbstractItemModel):
         return None
 
     # ------------------------------------------------------------------ updates
-    def _compute_signatures(self) -> list[tuple[Any, ...]]:
-        state = self._c.state
-        if state is None:
-            return [() for _ in self._nodes]
-        lr_explicit = state.explicit.get("lr_scale", set())
-        return [(state.nodes[n.path], n.path in lr_explicit) for n in self._nodes]
+    def changed_rows(self, old: PlanState | None, new: PlanState | None) -> np.ndarray:
+        """Rows whose look may differ between two states of the loaded tree.
+
+        Args:
+            old: the state the rows show now (None: nothing shown yet).
+            new: the state in force.
+
+        Returns:
+            Pre-order row numbers, sorted (int array).
+        """
+        if new is None:
+            return np.zeros(0, dtype=np.int64)
+        if old is None or old.tree is not new.tree or new.tree is not self._c.tree:
+            return np.arange(len(self._nodes), dtype=np.int64)
+        if new.changed is not None and new.base is old:
+            rows = np.asarray(new.changed, dtype=np.int64)  # an edit: only the rows it reached can differ
+        else:
+            rows = new.rows_differing(old)
+        bold = [self._ids[p] for key, paths in new.explicit.items()  # bold where a plain-path rule sets a key
+                for p in paths.symmetric_difference(old.explicit.get(key, set())) if p in self._ids]
+        if not bold:
+            return rows
+        mask = np.zeros(len(self._nodes), dtype=bool)
+        mask[rows] = True
+        mask[bold] = True
+        return np.flatnonzero(mask)
 
     def _on_plan_changed(self, kind: str) -> None:
-        if len(self._signatures) != len(self._nodes):
-            return
         state = self._c.state
-        old = self._signatures
-        if state is not None and state.changed is not None and state.base is self._signed and self._signed is not None:
-            # an edit: only the rows it reached can differ
-            lr_explicit = state.explicit.get("lr_scale", set())
-            changed = []
-            for i in state.changed:
-                sig = (state.nodes[self._nodes[i].path], self._nodes[i].path in lr_explicit)
-                if sig != old[i]:
-                    old[i] = sig
-                    changed.append(i)
-        else:
-            new = self._compute_signatures()
-            self._signatures = new
-            changed = [i for i in range(len(new)) if new[i] != old[i]]
+        if state is not None and state.tree is not self._c.tree:
+            return
+        changed = self.changed_rows(self._signed, state)
         self._signed = state
-        if not changed:
+        if not len(changed) or not self._nodes:
             return
         last = len(COLUMNS) - 1
-        by_parent: dict[int, list[int]] = {}
-        for i in changed:
-            n = self._nodes[i]
-            pid = -1 if n.parent is None else self._ids[n.parent.path]
-            by_parent.setdefault(pid, []).append(0 if n.parent is None else n.row)
+        parents = self._parent[changed]
         expanded = self._is_expanded
-        if len(by_parent) > ANNOUNCE_ALL_BELOW and expanded is not None:
-            # most of a large tree changed: announce the rows in view (under expanded parents);
-            # collapsed rows are read when they are expanded (each announcement costs the view
-            # and the filter proxy dozens of calls back into this model)
-            by_parent = {pid: rows for pid, rows in by_parent.items() if pid < 0 or expanded(self._nodes[pid].path)}
+        distinct = np.zeros(len(self._nodes) + 1, dtype=bool)
+        distinct[parents + 1] = True
+        if expanded is not None and int(distinct.sum()) > ANNOUNCE_ALL_BELOW:
+            # most of a large tree changed: announce the rows in view, the children of each
+            # expanded row whole (collapsed rows are read when they are expanded; each
+            # announcement costs the view and the filter proxy dozens of calls into this model)
+            if changed[0] == 0:
+                self.dataChanged.emit(self.index(0, 0), self.index(0, last))
+            for pid in self._expanded_parents():
+                node = self._nodes[pid]
+                parent = self.createIndex(0 if node.parent is None else node.row, 0, pid)
+                self.dataChanged.emit(self.index(0, 0, parent), self.index(len(node.children) - 1, last, parent))
+            return
+        by_parent: dict[int, list[int]] = {}
+        for i, pid in zip(changed.tolist(), parents.tolist()):
+            by_parent.setdefault(pid, []).append(0 if pid < 0 else self._nodes[i].row)
         for pid, rows in by_parent.items():
             parent = QModelIndex() if pid < 0 else self.createIndex(
                 0 if self._nodes[pid].parent is None else self._nodes[pid].row, 0, pid
