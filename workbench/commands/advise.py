@@ -96,7 +96,7 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
     shape = "x".join(str(s) for s in advice.input_shape)
     print(f"{args.model}, input {shape}, {args.optimizer}, amp {args.amp}, budget {fmt_bytes(advice.budget_bytes)}; "
           f"Pareto front: {len(advice.front)} of {len(advice.assessed)} candidates "
-          "(predicted peak, trainable, step time)")
+          "(predicted peak, trainable, step time)" + (", and auto-freeze" if af is not None else ""))
     print_table(head, rows, left=2)
     print("  cached: step time once the frozen-prefix cache serves (after the first epoch; --cache-frozen, on where "
           "the frozen part runs in eval mode)")
