@@ -26,7 +26,8 @@ def test_resnet18_auto_freeze_ends_as_the_layer4_candidate(resnet18) -> None:
     assert af.trainable_start == full.trainable_params
     assert af.trainable_end == layer4.trainable_params  # what is left: layer4 and the head
     assert af.step_ratio_start == 1.0 and abs(af.step_ratio_end - layer4.step_ratio) < 1e-9
-    assert af.cached_step_ratio_end is not None and abs(af.cached_step_ratio_end - layer4.cached_step_ratio) < 1e-9
+    assert af.cached_step_ratio_end is not None and layer4.cached_step_ratio is not None
+    assert abs(af.cached_step_ratio_end - layer4.cached_step_ratio) < 1e-9
     assert af.cached_step_ratio_end < af.step_ratio_end < 1.0
     d = advice.to_dict()["auto_freeze"]
     assert d["train"] == {"auto_freeze": True, "auto_freeze_max": 0.75}

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 import torchvision
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QTableWidgetItem, QWidget
 from torch import nn
 
 from workbench.core.training.config import TrainConfig
@@ -64,12 +64,17 @@ def test_runs_tab_setup_shows_a_real_runs_cache(qtbot: Any, runs_dir: Path) -> N
     panel = RunsPanel(runs, owner)
     owner.resize(1400, 300)
     panel.resize(1400, 300)
-    row = next(i for i in range(panel.table.rowCount()) if panel.table.item(i, 0).text().startswith("#1"))
+    def item(r: int, c: int) -> QTableWidgetItem:
+        it = panel.table.item(r, c)
+        assert it is not None
+        return it
+
+    row = next(i for i in range(panel.table.rowCount()) if item(i, 0).text().startswith("#1"))
     other = 1 - row
-    cell = panel.table.item(row, COLUMNS.index("Setup"))
+    cell = item(row, COLUMNS.index("Setup"))
     assert "cache 66 kB hit 60%" in cell.text()  # 32 rows of 512 float32 held, 6 of 10 steps served
     assert "frozen-prefix cache: input of 'fc', 32 samples, 66 kB in memory + 0 B on disk, hit rate 60% (6 of 10 steps)" in cell.toolTip()
-    assert "cache" not in panel.table.item(other, COLUMNS.index("Setup")).text()
+    assert "cache" not in item(other, COLUMNS.index("Setup")).text()
     if os.environ.get("WORKBENCH_SHOTS"):
         panel.show()
         qtbot.waitExposed(panel)
