@@ -97,7 +97,7 @@ def _gpt2() -> torch.nn.Module:
     from transformers import GPT2Config, GPT2ForSequenceClassification
 
     torch.manual_seed(0)
-    return GPT2ForSequenceClassification(GPT2Config(num_labels=2, pad_token_id=50256))
+    return GPT2ForSequenceClassification(GPT2Config(num_labels=2, pad_token_id=50256))  # type: ignore[call-arg]
 
 
 _TEXT_MODELS = {"bert": ("bert-base", _bert), "gpt2": ("gpt2", _gpt2)}
