@@ -18,6 +18,7 @@ Run::
     python tests/benchmarks/bench_advisor.py                       # CPU, small sizes
     python tests/benchmarks/bench_advisor.py --optimizer sgd
     python tests/benchmarks/bench_advisor.py --only bert --bert-batch 2 4 --bert-seq-len 64 128
+    python tests/benchmarks/bench_advisor.py --only gpt2 --gpt2-batch 2 4 --gpt2-seq-len 64 128
     python tests/benchmarks/bench_advisor.py --device cuda --resnet-batch 32 64 --vit-batch 16 32 \\
         --resnet-image-size 224 --vit-image-size 224
 """
@@ -89,18 +90,32 @@ def _bert() -> torch.nn.Module:
     return BertForSequenceClassification(BertConfig(num_labels=2))
 
 
-def _text_case(batch: int, seq_len: int, args: argparse.Namespace) -> list[dict]:
+def _gpt2() -> torch.nn.Module:
+    """A GPT-2-small-sized classifier (12 layers, hidden 768, 12 heads) from its config: no download.
+
+    The pad token is set (as a fine-tuning script sets it) so batches above 1 are allowed."""
+    from transformers import GPT2Config, GPT2ForSequenceClassification
+
+    torch.manual_seed(0)
+    return GPT2ForSequenceClassification(GPT2Config(num_labels=2, pad_token_id=50256))  # type: ignore[call-arg]
+
+
+_TEXT_MODELS = {"bert": ("bert-base", _bert), "gpt2": ("gpt2", _gpt2)}
+
+
+def _text_case(batch: int, seq_len: int, args: argparse.Namespace, which: str = "bert") -> list[dict]:
     from workbench.core.training.data import synthetic_for_model
 
+    label, build = _TEXT_MODELS[which]
     device_type = torch.device(args.device).type
-    advice = advise(_bert(), 10**13, (batch, seq_len), optimizer=args.optimizer, device_type=device_type)
+    advice = advise(build(), 10**13, (batch, seq_len), optimizer=args.optimizer, device_type=device_type)
     lastk = [a for a in advice.assessed if a.candidate.kind == "last_k"]
     low = [a for a in advice.assessed if a.candidate.kind == "low_rank"]
     chosen = [next(a for a in advice.assessed if a.candidate.kind == "full"), lastk[0], lastk[len(lastk) // 2],
               low[0], low[-1]]
     rows = []
     for a in chosen:
-        model = _bert()
+        model = build()
         data = synthetic_for_model(model, (args.steps + 1) * batch, seq_len=seq_len)
         cfg = TrainConfig(plan=a.candidate.plan.to_dict(), batch_size=batch, optimizer=args.optimizer,
                           steps=args.steps, device=args.device, allow_download=False)
@@ -114,10 +129,10 @@ def _text_case(batch: int, seq_len: int, args: argparse.Namespace) -> list[dict]
             pass
         del trainer, gen, model
         predicted = a.memory.peak
-        rows.append({"model": "bert-base", "input": f"{batch}x{seq_len} tokens", "candidate": a.candidate.name,
+        rows.append({"model": label, "input": f"{batch}x{seq_len} tokens", "candidate": a.candidate.name,
                      "predicted_bytes": predicted, "measured_bytes": measured,
                      "error": (predicted - measured) / measured, "seconds": elapsed})
-        print(f"  bert-base {batch}x{seq_len}: {a.candidate.name}: predicted {fmt_bytes(predicted)}, "
+        print(f"  {label} {batch}x{seq_len}: {a.candidate.name}: predicted {fmt_bytes(predicted)}, "
               f"measured {fmt_bytes(measured)} ({rows[-1]['error']:+.1%})", flush=True)
     return rows
 
@@ -134,7 +149,10 @@ def main() -> None:
     p.add_argument("--vit-batch", type=int, nargs=2, default=[2, 4])
     p.add_argument("--bert-batch", type=int, nargs=2, default=[2, 4], help="batch sizes of the BERT-base encoder")
     p.add_argument("--bert-seq-len", type=int, nargs=2, default=[64, 128], help="sequence lengths (paired with --bert-batch)")
-    p.add_argument("--only", choices=("resnet50", "vit_b_16", "bert"), action="append", help="run only these models")
+    p.add_argument("--gpt2-batch", type=int, nargs=2, default=[2, 4], help="batch sizes of the GPT-2-small classifier")
+    p.add_argument("--gpt2-seq-len", type=int, nargs=2, default=[64, 128], help="sequence lengths (paired with --gpt2-batch)")
+    p.add_argument("--only", choices=("resnet50", "vit_b_16", "bert", "gpt2"), action="append",
+                   help="run only these models (gpt2 only when asked)")
     p.add_argument("--threads", type=int, default=2, help="torch threads on CPU")
     p.add_argument("--head-only", action="store_true", help="also the head-only candidate (frozen backbone)")
     p.add_argument("--json", help="also write the rows to this file")
@@ -154,6 +172,9 @@ def main() -> None:
     if "bert" in only:
         for batch, seq_len in zip(args.bert_batch, args.bert_seq_len):
             rows += _text_case(batch, seq_len, args)
+    if "gpt2" in only:
+        for batch, seq_len in zip(args.gpt2_batch, args.gpt2_seq_len):
+            rows += _text_case(batch, seq_len, args, "gpt2")
     print()
     print("| model | input | candidate | predicted | measured | error |")
     print("|---|---|---|---:|---:|---:|")

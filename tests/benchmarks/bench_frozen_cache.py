@@ -3,11 +3,14 @@
 For each case the same run (same seed, data, plan) trains with ``cache_frozen="off"`` and
 ``"on"``; the ratio is the median step time of the steps after the first epoch (compute only:
 the engine's ``step_time_s``, data loading apart). The limit is a plain PyTorch loop that
-computed the frozen features once by hand and then trains only the suffix on them. Also
-printed: the memory the cache holds.
+computed the frozen features once by hand and then trains only the suffix on them (the
+engine's optimizer settings). The three take their steps in turn, one of each, in one
+process, so a change of load on a shared machine slows all three alike. Also printed: the
+memory the cache holds.
 
     OMP_NUM_THREADS=2 python tests/benchmarks/bench_frozen_cache.py            # all three cases
     OMP_NUM_THREADS=2 python tests/benchmarks/bench_frozen_cache.py --quick    # smaller sizes
+    OMP_NUM_THREADS=2 python tests/benchmarks/bench_frozen_cache.py --only layer3 --epochs 4
 
 Prints ratios; asserts nothing about time.
 """
@@ -17,7 +20,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 import torchvision
@@ -41,19 +44,25 @@ def _plan(train: list[str]) -> dict[str, Any]:
             "rules": [{"select": "*", "frozen": True}] + [{"select": s, "frozen": False} for s in train]}
 
 
-def _run(arch: str, size: int, train: list[str], mode: str, n: int, batch: int, epochs: int) -> tuple[float, dict[str, Any]]:
+def _engine(arch: str, size: int, train: list[str], mode: str, n: int, batch: int, epochs: int) -> tuple[Trainer, Iterator[float]]:
+    """A training run, and its step times (compute only) from the second epoch on, one per ``next``."""
     torch.manual_seed(0)
     model = getattr(torchvision.models, arch)(num_classes=10)
     cfg = TrainConfig(plan=_plan(train), data=f"synthetic:{n}", image_size=size, batch_size=batch,
                       epochs=epochs, device="cpu", cache_frozen=mode, seed=0)
     t = Trainer(cfg, model=model)
-    times = [m.step_time_s for m in t.steps() if m.epoch >= 1 and m.window == 1]
-    assert t.result is not None and t.result.ok, t.result
-    return statistics.median(times), t.result.summary
+
+    def times() -> Iterator[float]:
+        for m in t.steps():
+            if m.epoch >= 1 and m.window == 1:
+                yield m.step_time_s
+        assert t.result is not None and t.result.ok, t.result
+
+    return t, times()
 
 
-def _hand(arch: str, size: int, train: list[str], n: int, batch: int, steps: int) -> float:
-    """The limit: features computed once by hand, then only the suffix trains on them."""
+def _hand(arch: str, size: int, train: list[str], n: int, batch: int) -> Iterator[float]:
+    """The limit: features computed once by hand, then only the suffix trains on them (step times)."""
     torch.manual_seed(0)
     model = getattr(torchvision.models, arch)(num_classes=10)
     ds = SyntheticImageDataset(n, size, 10)
@@ -74,35 +83,60 @@ def _hand(arch: str, size: int, train: list[str], n: int, batch: int, steps: int
     for p in suffix.parameters():
         p.requires_grad_(True)
     suffix.train()
-    for m in suffix.modules():  # frozen-plan BN semantics: only the trainable part trains its BN
-        if isinstance(m, nn.BatchNorm2d):
-            m.train()
-    opt = torch.optim.AdamW([p for p in suffix.parameters() if p.requires_grad], lr=1e-3)
+    # the engine's optimizer: AdamW, lr 1e-3, no weight decay
+    opt = torch.optim.AdamW([p for p in suffix.parameters() if p.requires_grad], lr=1e-3, weight_decay=0.0)
     loss_fn = nn.CrossEntropyLoss()
-    times = []
-    for s in range(steps):
+    s = 0
+    while True:
         i = (s * batch) % (n - batch + 1)
+        s += 1
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = loss_fn(suffix(feats[i : i + batch]), ys[i : i + batch])
         loss.backward()
         opt.step()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times[1:])
+        yield time.perf_counter() - t0
+
+
+def _paired(arch: str, size: int, train: list[str], n: int, batch: int, epochs: int) -> tuple[float, float, float, dict[str, Any]]:
+    """Uncached, cached and by-hand steps taken in turn (one of each, again and again), so a
+    machine whose load changes slows all three alike; medians of each."""
+    _t_off, off = _engine(arch, size, train, "off", n, batch, epochs)
+    t_on, on = _engine(arch, size, train, "on", n, batch, epochs)
+    hand = _hand(arch, size, train, n, batch)
+    next(hand)  # the first step allocates
+    a: list[float] = []
+    b: list[float] = []
+    c: list[float] = []
+    while True:
+        try:
+            x, y = next(off), next(on)
+        except StopIteration:
+            break
+        a.append(x)
+        b.append(y)
+        c.append(next(hand))
+    for _ in on:  # finish the cached run so its summary is written
+        pass
+    assert t_on.result is not None
+    return statistics.median(a), statistics.median(b), statistics.median(c), t_on.result.summary
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer samples (noisier)")
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--epochs", type=int, default=3)
+    ap.add_argument("--only", action="append", help="only the cases whose name holds this text (e.g. layer3)")
     args = ap.parse_args()
     n = 64 if args.quick else 128
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, {n} samples, 3 epochs")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, {n} samples, {args.epochs} epochs; "
+          "uncached, cached and by-hand steps taken in turn")
     print(f"{'case':<42} {'uncached':>10} {'cached':>10} {'ratio':>7} {'by hand':>8} {'limit':>7} {'cache':>10}")
     for name, arch, size, train in CASES:
-        off, _ = _run(arch, size, train, "off", n, args.batch, 3)
-        on, summary = _run(arch, size, train, "on", n, args.batch, 3)
-        hand = _hand(arch, size, train, n, args.batch, 12)
+        if args.only and not any(o in name for o in args.only):
+            continue
+        off, on, hand, summary = _paired(arch, size, train, n, args.batch, args.epochs)
         c = summary["frozen_cache"]
         held = fmt_bytes((c["bytes_memory"] or 0) + (c["bytes_disk"] or 0))
         print(f"{name:<42} {off * 1e3:>8.1f}ms {on * 1e3:>8.1f}ms {on / off:>6.3f}x {hand * 1e3:>6.1f}ms "

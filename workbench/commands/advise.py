@@ -87,18 +87,27 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
             err = (a.memory.peak - a.measured.peak_bytes) / a.measured.peak_bytes
             row += [fmt_bytes(a.measured.peak_bytes), f"{err:+.0%}", f"{a.measured.step_ratio:.2f}"]
         rows.append(row)
+    af = advice.auto_freeze
+    if af is not None:
+        cached = f"{af.cached_step_ratio_end:.2f}" if af.cached_step_ratio_end is not None else "-"
+        rows.append(["", af.name, fmt_bytes(af.peak_bytes), "yes" if af.fits else "no",
+                     f"{fmt_count(af.trainable_start)} → {fmt_count(af.trainable_end)}",
+                     f"{af.step_ratio_start:.2f} → {af.step_ratio_end:.2f}", cached])
     shape = "x".join(str(s) for s in advice.input_shape)
     print(f"{args.model}, input {shape}, {args.optimizer}, amp {args.amp}, budget {fmt_bytes(advice.budget_bytes)}; "
           f"Pareto front: {len(advice.front)} of {len(advice.assessed)} candidates "
-          "(predicted peak, trainable, step time)")
+          "(predicted peak, trainable, step time)" + (", and auto-freeze" if af is not None else ""))
     print_table(head, rows, left=2)
     sources = sorted({a.measured.memory_source for a in advice.front_assessed if a.measured is not None})
     if sources:
         print(f"  measured peak: {', '.join(sources)} of a few real steps per candidate (not the prediction's "
               "tensor accounting: allocator and library overhead included)")
     print("  cached: step time once the frozen-prefix cache serves (after the first epoch; --cache-frozen, on where "
-          "the frozen part runs in eval mode). Also: train --auto-freeze starts as full fine-tuning (its peak) and "
-          "freezes converged front blocks, so steps fall toward a last-k candidate's cached time")
+          "the frozen part runs in eval mode)")
+    if af is not None:
+        print("  auto-freeze (train --auto-freeze): starts as full fine-tuning (its peak) and freezes converged front "
+              f"blocks, up to {af.max_frozen} of {af.blocks}; trainable and step time fall from the first figure to "
+              "the second at most, and to the cached one once the cache serves the frozen front")
     signal = advice.settings.get("grad_signal")
     if signal:
         ranked = ", ".join(f"{b} {signal['signal'][b]:.2g}" for b in signal["order"])

@@ -20,7 +20,7 @@ def test_json_contract(capsys, resnet18):
     rc, out, _ = _advise(capsys, "--memory", "180MB", "--json")
     assert rc == 0
     data = json.loads(out)
-    assert set(data) == {"budget_bytes", "candidates", "chosen"}
+    assert set(data) == {"budget_bytes", "candidates", "chosen", "auto_freeze"}
     assert data["budget_bytes"] == 180 * 10**6
     for c in data["candidates"]:
         assert set(c) == {"name", "plan", "predicted", "trainable_params", "fits"}

@@ -36,3 +36,29 @@ def test_frozen_forward_keeps_a_residual_branch_alive() -> None:
 def test_forward_peak_counts_a_storage_until_its_last_reader() -> None:
     prof = profile_model(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8)), (4, 8))
     assert prof.transients and all(c <= u for c, u, _, _ in prof.transients)
+
+
+class _Cached(torch.nn.Module):
+    """Returns, beside its output, a tensor each layer made early (as GPT-2 returns its
+    key/value cache): alive until the forward ends although no later op reads it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(64, 64) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> dict[str, object]:
+        kept = []
+        for layer in self.layers:
+            kept.append(x * 2.0)  # the "cache" entry, read by nothing after
+            x = torch.relu(layer(x))
+        return {"logits": x, "past": tuple(kept)}
+
+
+def test_what_the_model_returns_lives_to_the_end_of_forward() -> None:
+    prof = profile_model(_Cached(), (16, 64))
+    one = 16 * 64 * 4
+    n = len(prof.ops)
+    kept = [(c, u) for c, u, b, _ in prof.transients if b == one and u == n - 1]
+    assert len(kept) >= 5  # four cache entries and the logits
+    # the four entries are alive together at the end: the frozen forward's peak holds them all
+    assert _forward_peak(prof, None, 1.0) >= 5 * one

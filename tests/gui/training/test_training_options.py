@@ -173,3 +173,22 @@ def test_tensorboard_option_writes_into_the_run_folder_and_is_kept(qtbot: Any, r
     dialog = TrainingOptionsDialog(TrainingOptions(tensorboard=True), [])
     qtbot.addWidget(dialog)
     assert dialog.options().tensorboard == tensorboard_available()
+
+
+def test_cache_and_auto_freeze_options_are_kept_between_sessions(qtbot: Any, runs_dir: Path, tmp_path: Path) -> None:
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    panel = _panel(qtbot, runs_dir, settings)
+    assert panel.config().cache_frozen == "auto" and not panel.config().auto_freeze  # the defaults
+    panel.set_options(TrainingOptions(cache_frozen=False, auto_freeze=True, auto_freeze_every=17))
+    panel.save_settings()
+    again = _panel(qtbot, runs_dir, QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    assert (again.options.cache_frozen, again.options.auto_freeze, again.options.auto_freeze_every) == (False, True, 17)
+    cfg = again.config()
+    assert (cfg.cache_frozen, cfg.auto_freeze, cfg.auto_freeze_every) == ("off", True, 17)
+    broken = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    broken.setValue("training/auto_freeze_every", "often")
+    broken.setValue("training/cache_frozen", "maybe")
+    broken.sync()
+    third = _panel(qtbot, runs_dir, QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    assert third.options.auto_freeze_every == TrainingOptions().auto_freeze_every  # a bad value: the default
+    assert third.options.cache_frozen is False and third.options.auto_freeze  # "maybe" is not true; the rest kept

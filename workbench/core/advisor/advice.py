@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from workbench.core.advisor.adapters import adapted_meta_copy
+from workbench.core.advisor.auto_freeze_option import AutoFreezeOption, auto_freeze_option
 from workbench.core.advisor.candidates import LOW_RANKS, Candidate, generate_candidates, trainable_names
 from workbench.core.advisor.front import Point, choose, pareto_front
 from workbench.core.advisor.memory import MemoryEstimate, estimate_memory
@@ -111,6 +112,9 @@ class Advice:
         front: indices into ``assessed`` of the Pareto front, by predicted peak.
         chosen: index into ``assessed`` of the chosen plan (None: nothing fits).
         input_shape: the input batch shape the predictions are for.
+        settings: the optimizer, amp, device type and weight dtype the predictions are for.
+        auto_freeze: ``train --auto-freeze`` predicted (full fine-tuning's peak, the step time
+            falling as front blocks freeze), or None where the model has no blocks to freeze.
     """
 
     budget_bytes: int
@@ -119,6 +123,7 @@ class Advice:
     chosen: int | None
     input_shape: tuple[int, ...]
     settings: dict[str, Any] = field(default_factory=dict)
+    auto_freeze: AutoFreezeOption | None = None
 
     @property
     def front_assessed(self) -> list[Assessment]:
@@ -134,13 +139,15 @@ class Advice:
         """The JSON contract: the front candidates and the index of the chosen one among them.
 
         Returns:
-            ``{"budget_bytes", "candidates": [...], "chosen": i or None}``.
+            ``{"budget_bytes", "candidates": [...], "chosen": i or None, "auto_freeze": {...} or
+            None}``.
         """
         chosen = self.front.index(self.chosen) if self.chosen is not None else None
         return {
             "budget_bytes": self.budget_bytes,
             "candidates": [a.to_dict() for a in self.front_assessed],
             "chosen": chosen,
+            "auto_freeze": self.auto_freeze.to_dict() if self.auto_freeze is not None else None,
         }
 
 
@@ -233,6 +240,8 @@ def advise(
         input_shape=tuple(input_shape),
         settings={"optimizer": optimizer, "amp": amp, "device_type": device_type,
                   "param_dtype": str(param_dtype).removeprefix("torch.") if param_dtype is not None else None},
+        auto_freeze=auto_freeze_option(model, profile, budget_bytes, optimizer=optimizer, amp=amp,
+                                       device_type=device_type),
     )
 
 

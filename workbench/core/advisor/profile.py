@@ -288,6 +288,29 @@ def _no_value_checks(model: nn.Module) -> Iterator[None]:
                 del m.warn_if_padding_and_no_attention_mask
 
 
+def _output_storages(out: Any, depth: int = 0, seen: set[int] | None = None) -> set[int]:
+    """Storage keys of the tensors a model's output holds: tensors in tuples, lists, dicts,
+    model-output records and cache objects (their attributes), a few levels deep."""
+    seen = set() if seen is None else seen
+    found: set[int] = set()
+    if depth > 6 or id(out) in seen:
+        return found
+    seen.add(id(out))
+    if isinstance(out, torch.Tensor):
+        found.add(_key(out))
+    elif isinstance(out, dict):
+        for v in out.values():
+            found |= _output_storages(v, depth + 1, seen)
+    elif isinstance(out, (list, tuple)):
+        for v in out:
+            found |= _output_storages(v, depth + 1, seen)
+    elif hasattr(out, "__dict__") and not isinstance(out, (nn.Module, type)):
+        for v in vars(out).values():
+            if isinstance(v, (torch.Tensor, dict, list, tuple)) or hasattr(v, "__dict__"):
+                found |= _output_storages(v, depth + 1, seen)
+    return found
+
+
 class _Recorder(TorchDispatchMode):
     """Counts ops, their FLOPs and the parameters they read, and which module ran them."""
 
@@ -469,10 +492,15 @@ def profile_model(
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention_on_meta(device_type), \
                 _no_value_checks(meta), recorder:
-            if isinstance(x, dict):
-                meta(**x)
-            else:
-                meta(x)
+            out = meta(**x) if isinstance(x, dict) else meta(x)
+            # what the model returns (logits, and e.g. GPT-2's key/value cache) lives to the
+            # end of its forward, although no later op reads it
+            end = len(recorder.ops) - 1
+            for k in _output_storages(out):
+                rec = recorder.made.get(k)
+                if rec is not None:
+                    rec[1] = max(rec[1], end)
+            del out
     except AdvisorError:
         raise
     except Exception as e:

@@ -385,6 +385,9 @@ class TrainingPanel(QWidget):
                 val_percent=min(50, max(1, get("val_percent", d.val_percent, int))),
                 val_every=max(0, get("val_every", d.val_every, int)),
                 tensorboard=get("tensorboard", d.tensorboard, bool),
+                cache_frozen=get("cache_frozen", d.cache_frozen, bool),
+                auto_freeze=get("auto_freeze", d.auto_freeze, bool),
+                auto_freeze_every=max(1, get("auto_freeze_every", d.auto_freeze_every, int)),
             )
         )
 
@@ -414,6 +417,9 @@ class TrainingPanel(QWidget):
             ("val_percent", self.options.val_percent),
             ("val_every", self.options.val_every),
             ("tensorboard", self.options.tensorboard),
+            ("cache_frozen", self.options.cache_frozen),
+            ("auto_freeze", self.options.auto_freeze),
+            ("auto_freeze_every", self.options.auto_freeze_every),
         ):
             s.setValue(f"training/{key}", value)
         s.sync()

@@ -40,7 +40,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.core.formatting import fmt_count, fmt_percent
+from workbench.core.formatting import fmt_bytes, fmt_count, fmt_percent
 from workbench.core.training.metrics import fmt_memory
 from workbench.gui import dialogs
 from workbench.gui.training.plots import run_color
@@ -51,6 +51,7 @@ __all__ = [
     "COLUMNS",
     "RUNS_DIR_ENV",
     "RunsPanel",
+    "cache_text",
     "compare_text",
     "default_runs_dir",
     "export_run_csv",
@@ -87,7 +88,7 @@ def default_runs_dir() -> Path:
 
 def setup_text(
     config: dict[str, Any], *, num_classes: int | None = None, plan: dict[str, Any] | None = None,
-    seq_len: int | None = None,
+    seq_len: int | None = None, frozen_cache: dict[str, Any] | None = None,
 ) -> str:
     """A run's setup in a few words: ``adamw lr 0.001 bs16 64px 10 classes cpu · layer1 frozen``.
 
@@ -97,6 +98,9 @@ def setup_text(
         seq_len: tokens per sample of a run on text data (its summary's ``seq_len``): shown
             instead of the image size.
         plan: the plan the run started with; summarised after a ``·`` when given.
+        frozen_cache: the frozen-prefix cache's read-out from the run's summary
+            (``frozen_cache``: ``cut``, ``bytes_memory``, ``bytes_disk``, ``hit_rate``): shown as
+            ``cache 26 MB hit 67%`` when the cache held rows.
 
     Returns:
         The text.
@@ -128,8 +132,55 @@ def setup_text(
     data = str(config.get("data", "synthetic"))
     if not data.startswith("synthetic"):
         parts.append(data.split(":", 1)[0])
+    cache = cache_text(frozen_cache)
+    if cache:
+        parts.append(cache)
     text = " ".join(parts)
     return text if plan is None else f"{text} · {plan_text(plan)}"
+
+
+def cache_text(frozen_cache: Any) -> str:
+    """The frozen-prefix cache of a run in a few words: ``cache 26 MB hit 67%``.
+
+    Args:
+        frozen_cache: the ``frozen_cache`` entry of a run's summary (None, or a dict with
+            ``bytes_memory``, ``bytes_disk``, ``hit_rate``, ``cut``); anything else is ignored.
+
+    Returns:
+        The words, or "" when the run had no cache or it held nothing.
+    """
+    if not isinstance(frozen_cache, dict) or not frozen_cache.get("cut"):
+        return ""
+    held = 0
+    for key in ("bytes_memory", "bytes_disk"):
+        v = frozen_cache.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            held += v
+    rate = frozen_cache.get("hit_rate")
+    if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 <= rate <= 1):
+        rate = None
+    if not held and rate is None:
+        return ""
+    return f"cache {fmt_bytes(held)}" + (f" hit {rate:.0%}" if rate is not None else "")
+
+
+def _cache_tip(frozen_cache: Any, note: Any) -> str:
+    """The tooltip line of a run's frozen-prefix cache (cut, rows, memory and disk, hits)."""
+    if isinstance(frozen_cache, dict) and frozen_cache.get("cut"):
+        c = frozen_cache
+
+        def num(key: str) -> int:
+            v = c.get(key)
+            return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+        rate = c.get("hit_rate")
+        rate_text = f"{rate:.0%}" if isinstance(rate, (int, float)) and not isinstance(rate, bool) else "–"
+        return (f"\nfrozen-prefix cache: input of '{c['cut']}', {num('rows')} samples, "
+                f"{fmt_bytes(num('bytes_memory'))} in memory + {fmt_bytes(num('bytes_disk'))} on disk, "
+                f"hit rate {rate_text} ({num('hits')} of {num('hits') + num('misses')} steps)")
+    if isinstance(note, str) and note:
+        return f"\n{note}"
+    return ""
 
 
 def _ratios(mine: list[float | None], base: list[float | None]) -> str | None:
@@ -465,12 +516,14 @@ class RunsPanel(QWidget):
             ),
             _Item(f"{loss:.4f}" if loss is not None else "–", loss),
             *val_items,
-            _Item(setup_text(r.config, num_classes=r.num_classes(), plan=r.plan, seq_len=r.summary.get("seq_len"))),
+            _Item(setup_text(r.config, num_classes=r.num_classes(), plan=r.plan, seq_len=r.summary.get("seq_len"),
+                             frozen_cache=r.summary.get("frozen_cache"))),
             _Item(" ".join(f"[{t}]" for t in r.tags) + (" " if r.tags and r.notes else "") + " ".join(r.notes.split())),
         ]
         cells[-2].setToolTip(
             ", ".join(f"{k}={v}" for k, v in r.config.items() if v not in (None, False, ""))
             + f"\nplan: {plan_text(r.plan, most=50)}"
+            + _cache_tip(r.summary.get("frozen_cache"), r.summary.get("frozen_cache_note"))
         )
         if r.notes or r.tags:
             cells[-1].setToolTip(("tags: " + ", ".join(r.tags) + "\n" if r.tags else "") + r.notes)
