@@ -194,9 +194,9 @@ def _string_imports(tree: ast.AST) -> list[tuple[int, str]]:
         f = node.func
         name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
         arg = node.args[0]
-        if name in ("import_module", "__import__") and isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-            if arg.value.startswith("workbench"):
-                out.append((node.lineno, arg.value))
+        if (name in ("import_module", "__import__") and isinstance(arg, ast.Constant) and isinstance(arg.value, str)
+                and arg.value.startswith("workbench")):
+            out.append((node.lineno, arg.value))
     return out
 
 

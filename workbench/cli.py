@@ -15,7 +15,8 @@ import importlib
 import os
 import sys
 import warnings
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from workbench.core.errors import WorkbenchError
 

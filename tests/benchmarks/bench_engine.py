@@ -22,7 +22,8 @@ import json
 import statistics
 import sys
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 import torchvision

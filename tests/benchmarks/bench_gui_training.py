@@ -31,12 +31,13 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import torch  # noqa: E402
+import torch
 
 _CHILD = """
 import json, statistics, sys, torchvision, torch
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(args.rounds):
         t.panel.set_values(steps=args.steps)
         seen: list[tuple[float, float]] = []  # (GUI thread CPU, wall) at each metric batch
-        on_batch = lambda _b: seen.append((time.thread_time(), time.perf_counter()))  # noqa: E731
+        on_batch = lambda _b: seen.append((time.thread_time(), time.perf_counter()))
         t.runs.metricsReceived.connect(on_batch)
         assert t.panel.start()
         spin(app, lambda: t.runs.state == "idle", 600.0, t.runs.stateChanged)

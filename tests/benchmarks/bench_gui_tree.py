@@ -50,12 +50,12 @@ import statistics
 import sys
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+from torch import nn
 
 TARGETS = {"populate": 0.3, "freeze root": 0.1, "unfreeze root": 0.1, "freeze leaf": 0.1, "live stats": 0.1,
            "filter key": 0.05}
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
 
             def load() -> None:
                 nonlocal loaded
-                loaded = loaded_from_model(model, name)  # noqa: B023, F821 - timed at once; `del model` ends the loop body
+                loaded = loaded_from_model(model, name)  # noqa: F821 - timed at once; `del model` ends the loop body
 
             runs["load"].append(timed(load))
             assert loaded is not None
@@ -194,9 +194,9 @@ def main(argv: list[str] | None = None) -> int:
             c.set_value([leaf], "frozen", False)
             stats = all_module_stats(c.tree)
             window.tree_model.set_module_stats(None)
-            window.tree_model._live_timer.stop()  # noqa: SLF001 - time the update itself, not the throttle
+            window.tree_model._live_timer.stop()
             runs["live stats"].append(timed_step(lambda: (window.tree_model.set_module_stats(stats), view.update_heat(), settle())))
-            window.tree_model._live_timer.stop()  # noqa: SLF001
+            window.tree_model._live_timer.stop()
             c.undo_stack.setClean()
         res: dict[str, float | int] = {k: statistics.median(v) for k, v in runs.items()}
         res.update({f"{k} (best)": min(v) for k, v in runs.items()})

@@ -36,8 +36,9 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -46,8 +47,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from workbench.core.plan.reparam_spec import ReparamSpec  # noqa: E402
-from workbench.core.plan.rules import FreezePlan  # noqa: E402
+from workbench.core.plan.reparam_spec import ReparamSpec
+from workbench.core.plan.rules import FreezePlan
 
 VARIANTS = ("peft", "fused", "exact", "full_exact", "full_fused")
 TARGETS = {"bert": ["query", "value"], "gpt2": ["c_attn"]}

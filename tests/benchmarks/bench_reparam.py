@@ -41,8 +41,9 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torchvision
@@ -52,8 +53,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import workbench as wb  # noqa: E402
-from tests.fixtures.broken_patterns import HandWrittenAPlusB  # noqa: E402
+import workbench as wb
+from tests.fixtures.broken_patterns import HandWrittenAPlusB
 
 MODES = ("plain", "exact", "fused")
 
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         x, y = batches[i % len(batches)]
         order = modes[i % len(modes):] + modes[: i % len(modes)]  # rotate: no mode always runs first
         for m in order:
-            times[m].append(timed(lambda: runners[m].step(x, y), device))  # noqa: B023, F821 - called at once
+            times[m].append(timed(lambda: runners[m].step(x, y), device))  # noqa: F821 - called at once
         if (i + 1) % 20 == 0:
             log(f"step {i + 1}/{args.steps}")
     del runners
@@ -324,7 +325,7 @@ def _by_blocks_or_processes(args: argparse.Namespace) -> dict[str, Any]:
         for i in range(rounds):
             order = modes[i % len(modes):] + modes[: i % len(modes)]
             for m in order:
-                t = timed(lambda: [runners[m].step(*batch) for _ in range(args.block)], device)  # noqa: B023
+                t = timed(lambda: [runners[m].step(*batch) for _ in range(args.block)], device)
                 per[m].append(t / args.block)
         ms = {m: 1000 * statistics.median(v) for m, v in per.items()}
         if args.method == "alone":
@@ -333,7 +334,7 @@ def _by_blocks_or_processes(args: argparse.Namespace) -> dict[str, Any]:
         ratios = {m: statistics.median(t / p for t, p in zip(per[m], per["plain"])) for m in modes}
     res = {"method": args.method, "threads": args.threads, "image_size": args.image_size, "batch": args.batch,
            "ms": ms, "ratio": ratios}
-    how = "alternating blocks of %d steps, one process" % args.block if args.method == "blocks" else "each mode alone in a fresh process"
+    how = f"alternating blocks of {args.block} steps, one process" if args.method == "blocks" else "each mode alone in a fresh process"
     print(f"A+B benchmark ({how}): resnet18, batch {args.batch}, {args.image_size}px, {args.threads} threads")
     for m in modes:
         print(f"{m:<7}{ms[m]:>10.1f} ms{ratios[m]:>8.3f} x plain")

@@ -16,12 +16,13 @@ import os
 
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
-from collections import defaultdict, deque  # noqa: E402
-from typing import TYPE_CHECKING, Any, Iterator, Sequence  # noqa: E402
+from collections import defaultdict, deque
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from torch import nn  # noqa: E402
+import pytest
+import torch
+from torch import nn
 
 if TYPE_CHECKING:
     from workbench.gui.main_window import MainWindow
@@ -208,7 +209,7 @@ def nested_model() -> Any:
 
 
 @pytest.fixture
-def window(qtbot: Any) -> "MainWindow":
+def window(qtbot: Any) -> MainWindow:
     """The main window, shown and exposed, with small training settings (4 × 32 px on the CPU)."""
     from workbench.gui.main_window import MainWindow
 

@@ -10,8 +10,7 @@ from workbench.core.checks import doctor
 
 
 def _bn_model() -> nn.Sequential:
-    m = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4 * 36, 2))
-    return m
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4 * 36, 2))
 
 
 def test_runtime_bn_count_includes_modules_under_a_plus_b() -> None:

@@ -11,9 +11,9 @@ import pytest
 
 pytest.importorskip("datasets")
 
-from tests.hostile.makers import nested_json  # noqa: E402
-from tests.integrations.hf_data import image_dataset, text_dataset  # noqa: E402
-from workbench.core.training.data import DataError, make_dataset  # noqa: E402
+from tests.hostile.makers import nested_json
+from tests.integrations.hf_data import image_dataset, text_dataset
+from workbench.core.training.data import DataError, make_dataset
 
 ARROW = "data-00000-of-00001.arrow"
 

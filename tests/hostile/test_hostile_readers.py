@@ -204,7 +204,7 @@ def test_memory_per_line_is_bounded(tmp_path: Path, tok_folder: Path) -> None:
     path = tmp_path / "d.jsonl"
     with path.open("w") as f:
         for i in range(300_000):
-            f.write('{"text": "the movie was good", "label": %d}\n' % (i % 3))
+            f.write(f'{{"text": "the movie was good", "label": {i % 3}}}\n')
     r = _bounded(f"""
         from workbench.core.training.text_jsonl import open_text_dataset
         ds = open_text_dataset("text:{path}", "{tok_folder}", seq_len=8)

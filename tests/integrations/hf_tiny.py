@@ -47,10 +47,10 @@ def args(out: str, **kw: Any) -> Any:
     """TrainingArguments for a short CPU run with nothing reported and nothing saved by default."""
     from transformers import TrainingArguments
 
-    base: dict[str, Any] = dict(
-        output_dir=out, max_steps=6, per_device_train_batch_size=4, learning_rate=1e-2, weight_decay=0.01,
-        logging_steps=1, save_strategy="no", report_to=[], use_cpu=True, disable_tqdm=True, seed=0,
-        dataloader_num_workers=0, lr_scheduler_type="linear",
-    )
+    base: dict[str, Any] = {
+        "output_dir": out, "max_steps": 6, "per_device_train_batch_size": 4, "learning_rate": 1e-2, "weight_decay": 0.01,
+        "logging_steps": 1, "save_strategy": "no", "report_to": [], "use_cpu": True, "disable_tqdm": True, "seed": 0,
+        "dataloader_num_workers": 0, "lr_scheduler_type": "linear",
+    }
     base.update(kw)
     return TrainingArguments(**base)

@@ -9,10 +9,10 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from transformers import Trainer  # noqa: E402
+from transformers import Trainer
 
-from tests.integrations.hf_tiny import TokenData, args, tiny_bert  # noqa: E402
-from workbench.integrations.transformers import FreezePlanCallback  # noqa: E402
+from tests.integrations.hf_tiny import TokenData, args, tiny_bert
+from workbench.integrations.transformers import FreezePlanCallback
 
 
 def test_peft_model_keeps_its_freezing_and_takes_the_plan(tmp_path):

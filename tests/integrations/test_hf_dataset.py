@@ -8,9 +8,9 @@ import torch
 pytest.importorskip("datasets")
 pytest.importorskip("transformers")
 
-from tests.integrations.hf_data import bert_folder, image_dataset, text_dataset  # noqa: E402
-from workbench.core.training.data import DataError, dataset_num_classes, make_dataset  # noqa: E402
-from workbench.core.training.hf_dataset import HOLDOUT_FRACTION, HfDiskDataset  # noqa: E402
+from tests.integrations.hf_data import bert_folder, image_dataset, text_dataset
+from workbench.core.training.data import DataError, dataset_num_classes, make_dataset
+from workbench.core.training.hf_dataset import HOLDOUT_FRACTION, HfDiskDataset
 
 
 @pytest.fixture

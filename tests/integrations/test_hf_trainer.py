@@ -13,11 +13,11 @@ import torch
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
-from transformers import Trainer, TrainerCallback  # noqa: E402
+from transformers import Trainer, TrainerCallback
 
-from tests.integrations.hf_tiny import TokenData, args, tiny_bert, tiny_gpt2  # noqa: E402
-from workbench.core.plan.rules import FreezePlan, PlanError  # noqa: E402
-from workbench.integrations.transformers import STATE_KEY, FreezePlanCallback, PlanViolation  # noqa: E402
+from tests.integrations.hf_tiny import TokenData, args, tiny_bert, tiny_gpt2
+from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.integrations.transformers import STATE_KEY, FreezePlanCallback, PlanViolation
 
 BERT_PLAN = {
     "format": "freeze-plan", "version": 1,

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import platform
+from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch

@@ -6,7 +6,7 @@ import argparse
 import contextlib
 import sys
 import warnings
-from typing import Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from torch import nn

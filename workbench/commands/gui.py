@@ -21,8 +21,9 @@ import re
 import sys
 import time
 import traceback
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 #: Window size of ``--screenshot`` (pixels); the window's minimum size wins where it is larger.
 SCREENSHOT_SIZE = (1280, 800)

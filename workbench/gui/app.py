@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap
@@ -153,7 +154,7 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
     return code
 
 
-def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> "MainWindow":
+def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> MainWindow:
     """Replace the start-up window by the full window at its place; start loading the model.
 
     Args:

@@ -9,7 +9,8 @@ its thread has ended, so whoever reacts to it can rely on no thread being left b
 from __future__ import annotations
 
 import traceback
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import gc
 import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtGui import QUndoCommand, QUndoStack
@@ -44,7 +45,7 @@ class PlanEditCommand(QUndoCommand):
     not part of the history (undo keeps the current one).
     """
 
-    def __init__(self, controller: "Controller", text: str, before: FreezePlan, after: FreezePlan) -> None:
+    def __init__(self, controller: Controller, text: str, before: FreezePlan, after: FreezePlan) -> None:
         super().__init__(text)
         self._controller = controller
         self._before = before

@@ -19,7 +19,8 @@ Clicking a row selects its module in the tree.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
@@ -210,7 +211,7 @@ class DiagnosticsPanel(QWidget):
         else:
             self._refresh_when_shown = True  # a large tree's lint waits until the tab is shown
 
-    def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+    def showEvent(self, event: Any) -> None:
         super().showEvent(event)
         if self._refresh_when_shown:
             self._refresh_when_shown = False
@@ -302,7 +303,7 @@ class DiagnosticsPanel(QWidget):
         if not rows or rows[0] >= len(self.rows):
             return
         source, f = self.rows[rows[0]]
-        esc = lambda t: (t or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")  # noqa: E731
+        esc = lambda t: (t or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         self.details.setText(
             f"<b>{esc(f.path or '(model)')}</b>: {esc(f.message)}<br><b>Why:</b> {esc(f.why) or '–'}"
             f"<br><b>Fix:</b> {esc(f.fix) or '–'}<br><span style='color:#666'>{esc(f.code)} · found by "

@@ -359,17 +359,17 @@ class DocumentActions(_Window):
                     return p
         return None
 
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:  # noqa: N802 - Qt API
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
         if self._dropped_file(event):
             event.acceptProposedAction()
         else:
             event.ignore()
 
-    def dragMoveEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+    def dragMoveEvent(self, event: Any) -> None:
         if self._dropped_file(event):
             event.acceptProposedAction()
 
-    def dropEvent(self, event: QDropEvent) -> None:  # noqa: N802 - Qt API
+    def dropEvent(self, event: QDropEvent) -> None:
         path = self._dropped_file(event)
         if not path:
             event.ignore()

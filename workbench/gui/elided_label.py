@@ -35,7 +35,7 @@ class ElidedLabel(QLabel):
         """The whole text (what :meth:`set_full_text` got)."""
         return self._full
 
-    def resizeEvent(self, event: QResizeEvent) -> None:  # noqa: N802 - Qt API
+    def resizeEvent(self, event: QResizeEvent) -> None:
         super().resizeEvent(event)
         self._elide()
 

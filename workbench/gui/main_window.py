@@ -20,7 +20,9 @@ beside it: :class:`~workbench.gui.document_actions.DocumentActions` (files in an
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from PySide6.QtCore import QByteArray, Qt
@@ -474,10 +476,8 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
             self.splitter.setSizes([800, 480])  # the tree with all its columns; the tabs take the rest
         opt = s.value("cost/optimizer")
         if isinstance(opt, str):
-            try:
+            with contextlib.suppress(ValueError):
                 self.controller.set_optimizer(opt)
-            except ValueError:
-                pass
 
     def save_settings(self) -> None:
         """Write window geometry, toolbar/splitter state and the optimizer to QSettings."""
@@ -575,7 +575,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         """Show the About box (versions, PyTorch build, the device found; copyable)."""
         show_about(self)
 
-    def closeEvent(self, event: QCloseEvent) -> None:  # noqa: N802 - Qt API
+    def closeEvent(self, event: QCloseEvent) -> None:
         if not self._maybe_save():
             event.ignore()
             return

@@ -15,9 +15,10 @@ path is, and which functions of a ``.py`` file may build the model (read without
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from torch import nn
 

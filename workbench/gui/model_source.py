@@ -14,9 +14,11 @@ GUI thread.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Mapping
 from html import escape
-from typing import Any, Mapping
+from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QStandardItem, QStandardItemModel
@@ -223,10 +225,8 @@ class ModelSourceBar(QWidget):
         source = spec.get("source")
         name = spec.get("name")
         if source in (None, "torchvision", "checkpoint") and isinstance(name, str) and ":" in name:
-            try:
+            with contextlib.suppress(zoo.ModelSourceError):
                 source, name = parse_model_spec(name)
-            except zoo.ModelSourceError:
-                pass
         if source in SOURCES and source != self._source:
             self._show_source(source)
         if isinstance(name, str):

@@ -32,8 +32,9 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 __all__ = ["main", "render"]
 
@@ -137,7 +138,7 @@ def render(
             grab("main_window.png")
             # the tree's live columns after run #2: which modules learn (frozen rows blank)
             _wait(app, lambda: window.tree_model.module_stats is not None
-                  and not window.tree_model._live_timer.isActive())  # noqa: SLF001 - the throttled update landed
+                  and not window.tree_model._live_timer.isActive())
             sizes = window.splitter.sizes()
             window.splitter.setSizes([900, sum(sizes) - 900])
             window.view.expand(window.proxy.mapFromSource(window.tree_model.index_of("layer4.0")))
@@ -173,7 +174,7 @@ def render(
             t.panel.set_values(batch_size=1024, image_size=224)
             est = window.activations
             est.request()
-            _wait(app, lambda: not est.busy and not est._timer.isActive()  # noqa: SLF001
+            _wait(app, lambda: not est.busy and not est._timer.isActive()
                   and "224 px" in window.cost_panel.activation_label.text())
             grab("memory_check.png")
             t.panel.set_values(batch_size=16, image_size=64)

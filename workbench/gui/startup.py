@@ -21,7 +21,8 @@ import os
 import sys
 import time
 import traceback
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, QThread, Signal
 from PySide6.QtGui import QPaintEvent
@@ -94,7 +95,7 @@ class HeavyImports(QThread):
         self.setObjectName("workbench-imports")
         self._modules = tuple(modules)
 
-    def run(self) -> None:  # noqa: D102 - QThread API
+    def run(self) -> None:
         for name in self._modules:
             try:
                 importlib.import_module(name)
@@ -115,7 +116,7 @@ class _TracedTree(QTreeWidget):
         super().__init__(parent)
         self._painted = False
 
-    def paintEvent(self, event: QPaintEvent) -> None:  # noqa: N802 - Qt API
+    def paintEvent(self, event: QPaintEvent) -> None:
         super().paintEvent(event)
         if not self._painted:
             self._painted = True

@@ -24,8 +24,9 @@ from __future__ import annotations
 import copy
 import inspect
 import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn

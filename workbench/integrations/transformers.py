@@ -47,7 +47,8 @@ import inspect
 import logging
 import math
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn

@@ -46,7 +46,7 @@ def test_the_header_counts_the_rows_it_prints(bert_folder, capsys):
     sep = next(i for i, ln in enumerate(lines) if ln.lstrip().startswith("-  --"))
     rows = 0
     for ln in lines[sep + 1:]:
-        if not (ln.startswith("   ") or ln.startswith("→")) or not ln.strip():
+        if not (ln.startswith(("   ", "→"))) or not ln.strip():
             break
         if "auto-freeze (up to" not in ln:  # the auto-freeze row under the front (the header says so)
             rows += 1

@@ -103,7 +103,7 @@ def test_remove_restores_identity_and_order_and_merge_false_restores_values(case
         assert p is p0, f"{name} is a new parameter object"
         if not merge and id(p) not in passthrough:
             assert torch.equal(p.detach(), v0), f"{name} changed after remove(merge=False)"
-    assert {n: b for n, b in model.named_buffers()}.keys() == buffers.keys()
+    assert dict(model.named_buffers()).keys() == buffers.keys()
     assert type(model[0]) is nn.Linear and not hasattr(model[0], "parametrizations")
 
 

@@ -92,7 +92,7 @@ def test_fused_mode_never_builds_b(monkeypatch):
     applied = _plan("fused").apply(model)
     _train(model, applied, x, steps=1)
 
-    def refuse(self):  # noqa: ANN001
+    def refuse(self):
         raise AssertionError("fused mode built the full-size B")
 
     monkeypatch.setattr(LowRankDelta, "delta", refuse)

@@ -11,11 +11,11 @@ import torch
 peft = pytest.importorskip("peft")
 transformers = pytest.importorskip("transformers")
 
-from workbench.cli import main  # noqa: E402
-from workbench.core.checks.doctor import check  # noqa: E402
-from workbench.core.plan.problems import PlanError  # noqa: E402
-from workbench.core.plan.reparam_spec import ReparamSpec  # noqa: E402
-from workbench.core.plan.rules import FreezePlan  # noqa: E402
+from workbench.cli import main
+from workbench.core.checks.doctor import check
+from workbench.core.plan.problems import PlanError
+from workbench.core.plan.reparam_spec import ReparamSpec
+from workbench.core.plan.rules import FreezePlan
 
 TARGETS = ["query", "value", "word_embeddings"]
 
@@ -32,7 +32,7 @@ def x() -> torch.Tensor:
     return torch.randint(0, 100, (2, 7), generator=torch.Generator().manual_seed(1))
 
 
-def _config(**kw) -> "peft.LoraConfig":
+def _config(**kw) -> peft.LoraConfig:
     return peft.LoraConfig(r=4, lora_alpha=8, target_modules=TARGETS, modules_to_save=["pooler.dense"], **kw)
 
 
@@ -171,7 +171,7 @@ def test_cli_export_peft(tmp_path, capsys):
 DORA_TARGETS = ["query", "value"]
 
 
-def _dora_config(**kw) -> "peft.LoraConfig":
+def _dora_config(**kw) -> peft.LoraConfig:
     return peft.LoraConfig(r=4, lora_alpha=8, target_modules=DORA_TARGETS, use_dora=True, **kw)
 
 

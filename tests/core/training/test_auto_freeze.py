@@ -36,7 +36,7 @@ def test_only_a_flattened_front_run_freezes_up_to_the_cap() -> None:
     blocks = block_paths(model)
     auto = AutoFreezer(model, blocks, every=2, threshold=0.1, max_fraction=0.5)
     plan = FreezePlan()
-    first = {b: 1.0 for b in blocks}
+    first = dict.fromkeys(blocks, 1.0)
     auto.observe(_stats(0, first))
     assert auto.decide(0, plan) is None  # a decision step falls on every 2nd step
     assert auto.decide(1, plan) is None  # no window before: nothing to compare

@@ -17,8 +17,8 @@ from workbench.core.training.fsdp_materialize import checkpoint_files, materiali
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
 
-CONFIG = dict(n_layer=3, n_embd=32, n_head=2, vocab_size=64, n_positions=16, bos_token_id=0, eos_token_id=0,
-              resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+CONFIG = {"n_layer": 3, "n_embd": 32, "n_head": 2, "vocab_size": 64, "n_positions": 16, "bos_token_id": 0, "eos_token_id": 0,
+              "resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0}
 
 WORKER = textwrap.dedent(
     '''

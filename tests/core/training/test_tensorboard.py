@@ -45,7 +45,7 @@ def test_train_writes_every_metric_to_tensorboard(tmp_path: Path, capsys: pytest
     assert trainable[0] < trainable[-1]  # the stage unfroze layer4
     texts = set(acc.Tags()["tensors"])
     assert {"events/text_summary", "plan/text_summary"} <= texts
-    events = [e for e in acc.Tensors("events/text_summary")]
+    events = list(acc.Tensors("events/text_summary"))
     assert events and events[0].step == 2
     assert b"layer4" in events[0].tensor_proto.string_val[0]
 

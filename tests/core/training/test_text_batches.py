@@ -31,7 +31,7 @@ def test_synthetic_adapts_to_the_model():
     assert ds.seq_len == 64  # max_position_embeddings of the tiny config
     for i in range(len(ds)):
         s = ds[i]
-        assert 0 <= int(s["input_ids"].min()) and int(s["input_ids"].max()) < 99
+        assert int(s["input_ids"].min()) >= 0 and int(s["input_ids"].max()) < 99
         assert 0 <= int(s["labels"]) < 3
 
 

@@ -141,7 +141,7 @@ def test_imagefolder_held_out_split_is_disjoint_from_training(tmp_path: Path):
                             val_fraction=0.25), model=Net(classes=2), on_metrics=seen.append)
     assert t.run().status == "completed"
     train, val = t.dataset, t.val_loader.dataset
-    files = lambda ds: {ds.dataset.samples[i][0] for i in ds.indices}  # noqa: E731
+    files = lambda ds: {ds.dataset.samples[i][0] for i in ds.indices}
     assert len(files(val)) == 3 and len(files(train)) == 9 and files(train).isdisjoint(files(val))
     assert all(m.val_loss is not None and m.val_acc is not None for m in seen)
 

@@ -19,7 +19,7 @@ def _estimated(qtbot: Any, w: MainWindow) -> str:
     est.request()
     label = w.cost_panel.activation_label
     qtbot.waitUntil(
-        lambda: not est._timer.isActive() and not est.busy and "activations <b>" in label.text(),  # noqa: SLF001
+        lambda: not est._timer.isActive() and not est.busy and "activations <b>" in label.text(),
         timeout=ms(GUI_WORKER_S),
     )
     return label.text()

@@ -35,7 +35,7 @@ def test_headers_come_from_the_table(qapp: Any) -> None:
         align = m.headerData(i, Qt.Orientation.Horizontal, Qt.ItemDataRole.TextAlignmentRole)
         assert align == (int(Qt.AlignmentFlag.AlignCenter) if col.toggle else col.alignment)
     assert [c.key for c in COLUMNS if c.toggle] == ["frozen", "reparam", "bn_eval"]
-    assert Column.LR == column_index("lr_scale") and COLUMNS[Column.AB].header == "A+B"
+    assert column_index("lr_scale") == Column.LR and COLUMNS[Column.AB].header == "A+B"
     with pytest.raises(KeyError, match="no tree column 'nope'; the columns are module, type"):
         column_index("nope")
 

@@ -84,7 +84,7 @@ def test_wall_time_throughput_is_drawn_after_a_pause(window: MainWindow, qtbot: 
         t.panel.act_stop.trigger()
     plots = t.plots
     plots.set_x_mode("wall")
-    plots._drawn = -1  # noqa: SLF001 - draw now
+    plots._drawn = -1
     plots.redraw()
     metrics = t.runs.records[-1].metrics
     resumed = next(m["wall_time"] for m in metrics if m["step"] == held)

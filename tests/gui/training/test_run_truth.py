@@ -70,7 +70,7 @@ def test_pause_bands_exist_after_pause_and_resume(window: MainWindow, qtbot: Any
     assert len(bands) == 1, plots.bands
     start, end, _kind = bands[0]
     assert 1.5 <= end - start <= 30.0
-    assert all(len(items) == len(plots.bands) for items in plots._bands.bands.values())  # noqa: SLF001 - on every plot
+    assert all(len(items) == len(plots.bands) for items in plots._bands.bands.values())
     plots.set_x_mode("step")
     assert plots.bands == []  # a pause takes no steps
 

@@ -18,8 +18,9 @@ fits it.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Collection, Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import nn

@@ -8,8 +8,9 @@ one's peak memory and step time, and picks the plan that trains the most within 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from torch import nn

@@ -21,8 +21,8 @@ Every candidate is a :class:`~workbench.core.plan.FreezePlan` valid for the mode
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from torch import nn
 
@@ -129,7 +129,7 @@ def _after(path: str, profile: ModelProfile, tree: ModelTree) -> list[str]:
             continue
         if any(p == q or p.startswith(q + ".") for q in out):
             continue
-        node = tree[p] if p in tree else None
+        node = tree[p] if p in tree else None  # noqa: SIM401 - ModelTree is no Mapping
         if node is not None and node.total_params:
             out.append(p)
     return out

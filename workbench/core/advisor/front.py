@@ -8,7 +8,8 @@ most parameters within the memory budget (ties: the smaller peak, then the faste
 
 from __future__ import annotations
 
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 __all__ = ["TIE_SHARE", "Point", "choose", "pareto_front"]
 

@@ -25,7 +25,8 @@ import ctypes.util
 import gc
 import statistics
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 
@@ -138,7 +139,7 @@ class PeakMeter:
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def __enter__(self) -> "PeakMeter":
+    def __enter__(self) -> PeakMeter:
         _trim()
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

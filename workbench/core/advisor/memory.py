@@ -22,8 +22,8 @@ training engine does), so the two phases never overlap.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
-from typing import Collection
 
 from workbench.core.advisor.profile import AdvisorError, ModelProfile
 from workbench.core.optimizers import CHOICES, OPTIMIZERS

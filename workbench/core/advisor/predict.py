@@ -15,7 +15,7 @@ a ranking more than a stopwatch: ``--measure`` reports the real ratio.
 
 from __future__ import annotations
 
-from typing import Collection
+from collections.abc import Collection
 
 from workbench.core.advisor.memory import first_trainable_op
 from workbench.core.advisor.profile import ModelProfile

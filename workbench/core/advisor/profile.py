@@ -24,8 +24,9 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Collection, Iterator
+from typing import Any
 
 import torch
 from torch import nn

@@ -90,8 +90,8 @@ def adapter_findings(model: nn.Module, tree: ModelTree) -> list[Finding]:
                 )
             )
         drops = getattr(module, "lora_dropout", None)
-        if getattr(module, "merged", False) and isinstance(drops, nn.ModuleDict):
-            if any(getattr(d, "p", 0.0) > 0 for d in drops.values()):
+        if (getattr(module, "merged", False) and isinstance(drops, nn.ModuleDict)
+                and any(getattr(d, "p", 0.0) > 0 for d in drops.values())):
                 out.append(
                     Finding(
                         "lowrank-dropout-merged",

@@ -7,7 +7,7 @@ modules before it (the frozen prefix) keep no activations for backward anyway, s
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from workbench.core.checks.findings import Finding
 from workbench.core.models.tree import ModelTree

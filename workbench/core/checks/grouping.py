@@ -8,7 +8,7 @@ Shared by the static check (:mod:`workbench.core.checks.static_check`) and the r
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from torch import nn
 

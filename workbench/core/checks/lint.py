@@ -7,7 +7,7 @@ tree).
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from workbench.core.checks.adapters import lint_low_rank
 from workbench.core.checks.checkpoint_lint import checkpoint_findings

@@ -5,8 +5,9 @@ See :mod:`workbench.core.checks.doctor` for what it finds; :func:`check` is re-e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn

@@ -9,8 +9,9 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -137,7 +138,7 @@ class Watch:
         """True once ``steps`` steps were recorded (the watcher then stops recording)."""
         return self.steps is not None and len(self.step_ms) >= self.steps
 
-    def start(self) -> "Watch":
+    def start(self) -> Watch:
         """Snapshot frozen tensors and BatchNorm statistics, hook ``optimizer.step``.
 
         Returns:
@@ -181,7 +182,7 @@ class Watch:
             self._compare_end()
         self._running = False
 
-    def __enter__(self) -> "Watch":
+    def __enter__(self) -> Watch:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import fnmatch
 from collections import Counter
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from pathlib import Path
-from typing import Any, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from torch import nn
 

@@ -7,8 +7,9 @@ helpers live in :mod:`workbench.core.freezing.plan_handle`; they are re-exported
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from torch import nn
 

@@ -7,7 +7,8 @@ from a live model; the tree helpers it uses (also used by :mod:`workbench.core.e
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn

@@ -12,8 +12,9 @@ Checkpointing changes no tensor: the handle has nothing trainable and nothing fi
 from __future__ import annotations
 
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn

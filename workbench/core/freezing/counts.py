@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -108,7 +109,7 @@ class Counts:
         trainable_bytes: int,
         fixed_bytes: int = 0,
         optimizer: str | torch.optim.Optimizer = "adamw",
-    ) -> "Counts":
+    ) -> Counts:
         """Counts from element and byte totals: gradients and optimizer state follow.
 
         Args:

@@ -40,8 +40,9 @@ The spec itself (parsing, checks against the tree, descriptions) is
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -157,7 +158,7 @@ class _Layout:
     segments: tuple[tuple[bool, int, int], ...]
 
     @classmethod
-    def build(cls, spec: PartialSpec, size: int) -> "_Layout":
+    def build(cls, spec: PartialSpec, size: int) -> _Layout:
         trainable = spec.trainable
         frozen: list[tuple[int, int]] = []
         segments: list[tuple[bool, int, int]] = []

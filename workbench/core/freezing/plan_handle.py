@@ -146,7 +146,7 @@ class AppliedPlan:
         tree: the model's tree (paths of the plain model).
     """
 
-    def __init__(self, model: nn.Module, plan: "FreezePlan", tree: ModelTree, base_dir: Path | None) -> None:
+    def __init__(self, model: nn.Module, plan: FreezePlan, tree: ModelTree, base_dir: Path | None) -> None:
         self.model = model
         self.plan = plan
         self.tree = tree
@@ -178,7 +178,7 @@ class AppliedPlan:
         return want
 
     def _install_extensions(
-        self, new: dict[str, Effective], diff: PlanDiff | None, plan: "FreezePlan | None" = None
+        self, new: dict[str, Effective], diff: PlanDiff | None, plan: FreezePlan | None = None
     ) -> None:
         for installer in INSTALLERS:
             key = installer.key
@@ -192,7 +192,7 @@ class AppliedPlan:
         with tied_scope(self.model):
             self._install_new(new, diff, plan)
 
-    def _install_new(self, new: dict[str, Effective], diff: PlanDiff | None, plan: "FreezePlan | None") -> None:
+    def _install_new(self, new: dict[str, Effective], diff: PlanDiff | None, plan: FreezePlan | None) -> None:
         for installer in INSTALLERS:
             key = installer.key
             want = self._wanted(installer, new)
@@ -411,10 +411,9 @@ class AppliedPlan:
         """
         # frozen slices of partial freezing are parameters (counted as frozen); A of A+B is extra
         fixed = [t for h in self._installed.values() for _, t in h.fixed() if not isinstance(t, nn.Parameter)]
-        c = count_parameters(self.model.named_parameters(), optimizer, fixed)
-        return c
+        return count_parameters(self.model.named_parameters(), optimizer, fixed)
 
-    def update(self, plan: "FreezePlan", *, strict: bool = False) -> PlanDiff:
+    def update(self, plan: FreezePlan, *, strict: bool = False) -> PlanDiff:
         """Re-apply a changed plan to the same model.
 
         Parameters that stay trainable keep their identity (an optimizer can keep their
@@ -652,7 +651,7 @@ class AppliedPlan:
 
 def install_plan(
     model: nn.Module,
-    plan: "FreezePlan",
+    plan: FreezePlan,
     *,
     strict: bool = False,
     base_dir: str | os.PathLike[str] | None = None,

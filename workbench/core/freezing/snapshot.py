@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import hashlib
 import weakref
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Collection, Iterable, Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import nn

@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 import warnings
 from collections import Counter
-from typing import Any, Callable, Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -68,7 +69,7 @@ def minimal_assignments(
     for v in required.values():
         if v not in values:
             values.append(v)
-    order = [n for n in tree.root.walk()]  # parents first
+    order = list(tree.root.walk())  # parents first
     # cost[path][i]: fewest assignments in the subtree when the inherited value is values[i]
     cost: dict[str, list[float]] = {}
     choice: dict[str, list[int]] = {}

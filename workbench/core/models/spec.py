@@ -7,8 +7,9 @@ it through :mod:`workbench.core.models.zoo` (torchvision, checkpoints) or the so
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import Any, Literal
 
 from torch import nn
 

@@ -69,7 +69,7 @@ def outermost_fitting(paths: list[str], tree: ModelTree) -> list[str]:
     return out
 
 
-def checkpoint_problems(plan: "FreezePlan", tree: ModelTree) -> list[PlanProblem]:
+def checkpoint_problems(plan: FreezePlan, tree: ModelTree) -> list[PlanProblem]:
     """Rules (stages included) that ask for checkpointing of a module that cannot use it.
 
     A plain path must name a module that fits; a glob or ``type:`` selector must reach at
@@ -85,7 +85,7 @@ def checkpoint_problems(plan: "FreezePlan", tree: ModelTree) -> list[PlanProblem
     m = matcher(tree)
     problems: list[PlanProblem] = []
 
-    def check(rules: "list[Rule]", stage: int | None) -> None:
+    def check(rules: list[Rule], stage: int | None) -> None:
         for i, r in enumerate(rules):
             if not r.checkpoint:
                 continue

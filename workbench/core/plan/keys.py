@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.reparam_spec import ReparamSpec

@@ -8,7 +8,7 @@ only the spec's trainable share of its tensor as trainable.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.partial_spec import PartialError, trainable_fraction

@@ -11,8 +11,9 @@ embedding rows, ``dim 1`` = input features/channels or embedding columns.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.plan.spec_base import ExtensionSpec
@@ -74,7 +75,7 @@ class PartialSpec(ExtensionSpec):
     trainable: tuple[tuple[int, int], ...]
 
     @classmethod
-    def parse(cls, raw: Any) -> "PartialSpec":
+    def parse(cls, raw: Any) -> PartialSpec:
         """Validate and normalize a ``partial`` value (see :func:`parse_spec`)."""
         return parse_spec(raw)
 

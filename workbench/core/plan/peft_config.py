@@ -154,7 +154,7 @@ def _regex_hazard(items: Any, inside_repeat: bool) -> str | None:
     return None
 
 
-def bounded_regex(pattern: str, field: str = "target_modules") -> "re.Pattern[str]":
+def bounded_regex(pattern: str, field: str = "target_modules") -> re.Pattern[str]:
     """Compile a ``target_modules`` regular expression whose matching time has a small bound.
 
     Python's ``re`` backtracks: a quantifier nested in a quantified group (``(.*.*)*X``), an

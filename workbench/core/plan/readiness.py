@@ -13,8 +13,8 @@ training thread's plan boundary (refuses with an event)::
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanProblem
 from workbench.core.plan.selectors import is_param_selector

@@ -18,8 +18,9 @@ model starts exactly at ``A``; ``rank`` absent means full rank (the keys are the
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping, Union
+from typing import Any, Union
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.plan.spec_base import ExtensionSpec
@@ -289,7 +290,7 @@ class ReparamSpec(ExtensionSpec):
     kind = KIND
 
     @classmethod
-    def parse(cls, raw: Any) -> "ReparamSpec":
+    def parse(cls, raw: Any) -> ReparamSpec:
         """Validate and normalize a ``reparam`` value (see :func:`parse_spec`)."""
         return parse_spec(raw)
 

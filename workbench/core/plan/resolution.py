@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import AbstractSet, Any
+from collections.abc import Set as AbstractSet
+from typing import Any
 
 from workbench.core.plan.keys import INHERITED_KEYS, PARAM_KEYS, SETTING_KEYS, Effective, cache_key, effective_from
 from workbench.core.plan.layer_decay import module_scales, parameter_scales

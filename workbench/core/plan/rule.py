@@ -76,7 +76,7 @@ class Rule:
         if rule_key(key).can_switch_off:
             setattr(self, f"{key}_off", False)
 
-    def take(self, key: str, other: "Rule") -> None:
+    def take(self, key: str, other: Rule) -> None:
         """Set ``key`` as ``other`` sets it."""
         setattr(self, key, getattr(other, key))
         if rule_key(key).can_switch_off:
@@ -130,12 +130,11 @@ class Stage:
         """Short label for plots and logs."""
         if self.label:
             return self.label
-        what = ", ".join(
+        return ", ".join(
             f"{r.select or '*'}: "
             + " ".join(f"{k.name}={k.show(r.value(k.name))}" for k in SETTING_KEYS if r.sets(k.name))
             for r in self.rules
         )
-        return what
 
 
 def parse_rule(raw: Any, index: int, stage: int | None, problems: list[PlanProblem]) -> Rule | None:

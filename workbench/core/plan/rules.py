@@ -107,7 +107,7 @@ class FreezePlan:
 
     # ---------------------------------------------------------------- (de)serialization
     @classmethod
-    def from_dict(cls, data: Any, source: str | None = None) -> "FreezePlan":
+    def from_dict(cls, data: Any, source: str | None = None) -> FreezePlan:
         """Build a plan from its JSON-like dict, checking the schema.
 
         Args:
@@ -225,7 +225,7 @@ class FreezePlan:
         return "\n".join(x for x in lines if x) + "\n"
 
     @classmethod
-    def from_json(cls, text: str, source: str | None = None) -> "FreezePlan":
+    def from_json(cls, text: str, source: str | None = None) -> FreezePlan:
         """Parse JSON text.
 
         Raises:
@@ -242,7 +242,7 @@ class FreezePlan:
         return cls.from_dict(data, source)
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> "FreezePlan":
+    def load(cls, path: str | os.PathLike[str]) -> FreezePlan:
         """Read a plan file.
 
         Args:
@@ -404,7 +404,7 @@ class FreezePlan:
         return problems
 
     # ---------------------------------------------------------------- stages
-    def at(self, step: int, epoch: int = 0) -> "FreezePlan":
+    def at(self, step: int, epoch: int = 0) -> FreezePlan:
         """The plan in force at ``step``/``epoch``: base rules plus the rules of reached stages.
 
         Args:
@@ -428,7 +428,7 @@ class FreezePlan:
         return sum(1 for st in self.stages if st.reached(step, epoch))
 
     # ---------------------------------------------------------------- editing (GUI)
-    def copy(self) -> "FreezePlan":
+    def copy(self) -> FreezePlan:
         """A deep copy."""
         return copy.deepcopy(self)
 
@@ -485,7 +485,7 @@ class FreezePlan:
     # ---------------------------------------------------------------- applying
     def apply(
         self, model: nn.Module, *, strict: bool = False, base_dir: str | os.PathLike[str] | None = None
-    ) -> "AppliedPlan":
+    ) -> AppliedPlan:
         """Apply the plan to ``model`` (see :func:`workbench.core.freezing.apply.apply_plan`).
 
         Returns:
@@ -497,7 +497,7 @@ class FreezePlan:
         return install_plan(model, self, strict=strict, base_dir=base_dir)
 
     @classmethod
-    def from_peft(cls, source: Any, model: nn.Module | None = None) -> "FreezePlan":
+    def from_peft(cls, source: Any, model: nn.Module | None = None) -> FreezePlan:
         """The plan of a Hugging Face PEFT LoRA adapter: its targets get low-rank A+B.
 
         Args:
@@ -520,7 +520,7 @@ class FreezePlan:
         return cls.from_dict(peft_plan_dict(source, model), "PEFT adapter config")
 
     @classmethod
-    def from_model(cls, model: nn.Module) -> "FreezePlan":
+    def from_model(cls, model: nn.Module) -> FreezePlan:
         """Capture a model's current requires_grad, BatchNorm modes and A+B as a compact plan.
 
         Args:

@@ -110,7 +110,7 @@ class Matcher:
         return close_matches(select, [p for p in self._paths if p], n=3, cutoff=0.6)
 
 
-_MATCHERS: "dict[int, tuple[ModelTree, Matcher]]" = {}
+_MATCHERS: dict[int, tuple[ModelTree, Matcher]] = {}
 
 
 def matcher(tree: ModelTree) -> Matcher:

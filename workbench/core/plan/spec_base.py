@@ -9,8 +9,8 @@ form keep working.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from typing import Any, ClassVar, Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
 
 from workbench.core.plan.tree import ModuleNode
 
@@ -29,7 +29,7 @@ class ExtensionSpec(Mapping[str, Any]):
     conflicts_with: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
-    def parse(cls, raw: Any) -> "ExtensionSpec":  # pragma: no cover - every subclass overrides
+    def parse(cls, raw: Any) -> ExtensionSpec:  # pragma: no cover - every subclass overrides
         """Validate and normalize the JSON value of the key.
 
         Raises:

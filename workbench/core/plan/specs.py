@@ -42,7 +42,7 @@ def spec_class(key: str) -> type[ExtensionSpec]:
     raise KeyError(key)
 
 
-def rule_index_for(plan: "FreezePlan", key: str, spec: Any) -> int | None:
+def rule_index_for(plan: FreezePlan, key: str, spec: Any) -> int | None:
     """The index of the rule whose ``key`` holds ``spec`` (by identity).
 
     Args:
@@ -59,7 +59,7 @@ def rule_index_for(plan: "FreezePlan", key: str, spec: Any) -> int | None:
     return None
 
 
-def check_extensions(plan: "FreezePlan", tree: ModelTree) -> list[PlanProblem]:
+def check_extensions(plan: FreezePlan, tree: ModelTree) -> list[PlanProblem]:
     """Problems with extension settings that only the model can reveal.
 
     For example sub-tensor freezing on a module type that does not support it, or two

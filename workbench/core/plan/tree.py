@@ -13,8 +13,9 @@ same paths as the tree of the plain model.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -203,8 +204,8 @@ class ModuleNode:
     param_names: tuple[str, ...] = ()
     is_bn: bool = False
     training: bool = True
-    children: list["ModuleNode"] = field(default_factory=list)
-    parent: "ModuleNode | None" = None
+    children: list[ModuleNode] = field(default_factory=list)
+    parent: ModuleNode | None = None
     total_params: int = 0
     trainable_params: int = 0
     order: int = 0
@@ -221,7 +222,7 @@ class ModuleNode:
         return 0 if not self.path else self.path.count(".") + 1
 
 
-    def walk(self) -> Iterator["ModuleNode"]:
+    def walk(self) -> Iterator[ModuleNode]:
         """Yield this node and all descendants, parents before children."""
         stack = [self]
         while stack:
@@ -252,7 +253,7 @@ class ModelTree:
         self.layer_ids: dict[str, int] = {}
 
     @classmethod
-    def from_model(cls, model: nn.Module) -> "ModelTree":
+    def from_model(cls, model: nn.Module) -> ModelTree:
         """Build the tree of ``model``.
 
         Args:

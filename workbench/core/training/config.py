@@ -11,9 +11,10 @@ import dataclasses
 import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError
@@ -212,7 +213,7 @@ class TrainConfig:
     auto_freeze_max: float = 0.75
 
     # ------------------------------------------------------------ validation
-    def validate(self) -> "TrainConfig":
+    def validate(self) -> TrainConfig:  # noqa: C901 - one check per field, in the order of the fields
         """Check every field; normalizes spellings (``AdamW`` -> ``adamw``).
 
         Returns:
@@ -344,7 +345,7 @@ class TrainConfig:
         return json.dumps(self.to_dict(), indent=2) + "\n"
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "TrainConfig":
+    def from_dict(cls, data: Mapping[str, Any]) -> TrainConfig:
         """Build and validate a config from a dict (a ``cfg.json``).
 
         Args:
@@ -366,7 +367,7 @@ class TrainConfig:
         return cls(**dict(data)).validate()
 
     @classmethod
-    def from_json(cls, text: str, source: str | None = None) -> "TrainConfig":
+    def from_json(cls, text: str, source: str | None = None) -> TrainConfig:
         """Parse JSON text (see :meth:`from_dict`).
 
         Raises:
@@ -389,7 +390,7 @@ class TrainConfig:
         return cfg
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> "TrainConfig":
+    def load(cls, path: str | os.PathLike[str]) -> TrainConfig:
         """Read a config file.
 
         Args:
@@ -420,7 +421,7 @@ class TrainConfig:
         """
         atomic_write(path, self.to_json())
 
-    def replace(self, **changes: Any) -> "TrainConfig":
+    def replace(self, **changes: Any) -> TrainConfig:
         """A validated copy with some fields changed.
 
         Args:

@@ -32,9 +32,10 @@ import statistics
 import threading
 import time
 import traceback
+from collections.abc import Callable, Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Generator, Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import nn

@@ -32,9 +32,10 @@ import contextlib
 import math
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -431,8 +432,7 @@ class FrozenPrefixCache:
         if store.has_all(idx):
             self.stats.hits += 1
             rows = store.get(idx)
-            out = self._run_cut(self._cut, rows, args, kwargs)
-            return out
+            return self._run_cut(self._cut, rows, args, kwargs)
         self.stats.misses += 1
         return self._run_capture(self._cut, store, idx, args, kwargs)
 

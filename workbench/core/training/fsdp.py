@@ -22,9 +22,10 @@ model's own library loads it.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -70,7 +71,7 @@ class FsdpError(WorkbenchError):
     """FSDP cannot be used as asked; the message says what to do."""
 
 
-def require_group(ctx: "DistContext | None") -> None:
+def require_group(ctx: DistContext | None) -> None:
     """Check that this process is one of several in a torchrun job (FSDP needs a process group).
 
     Args:
@@ -86,7 +87,7 @@ def require_group(ctx: "DistContext | None") -> None:
         )
 
 
-def check_plan_supported(plan: "FreezePlan", applied: "AppliedPlan", amp: str, *, meta: bool = False) -> None:
+def check_plan_supported(plan: FreezePlan, applied: AppliedPlan, amp: str, *, meta: bool = False) -> None:
     """Refuse what FSDP cannot run, before anything is sharded.
 
     Args:
@@ -246,7 +247,7 @@ def local(t: torch.Tensor) -> torch.Tensor:
     return to_local() if callable(to_local) else t
 
 
-def _current(applied: "AppliedPlan", model: nn.Module) -> dict[str, dict[str, torch.Tensor]]:
+def _current(applied: AppliedPlan, model: nn.Module) -> dict[str, dict[str, torch.Tensor]]:
     """The plan's categories by name, with the model's tensors as they are now (sharding
     replaced the parameter objects), as this rank's local shards."""
     now = model_tensors(model)
@@ -272,7 +273,7 @@ class ShardVerifier:
         model: the sharded model.
     """
 
-    def __init__(self, applied: "AppliedPlan", model: nn.Module) -> None:
+    def __init__(self, applied: AppliedPlan, model: nn.Module) -> None:
         self._applied = applied
         self.model = model
         self._snapshot = Snapshot()

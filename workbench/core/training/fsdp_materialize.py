@@ -25,8 +25,9 @@ anything else missing is a one-line error.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -118,7 +119,7 @@ def materialize(
     where: dict[str, Path] = {}
     for f in files:
         with safe_open(str(f), framework="pt") as h:
-            for k in h.keys():
+            for k in h:
                 where[k] = f
     state = model.state_dict(keep_vars=True)
     # tensors that already hold values (a new head, buffers built on the CPU): kept as they are

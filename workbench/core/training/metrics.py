@@ -39,9 +39,10 @@ import json
 import math
 import os
 import stat
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import IO, Any
 
 import torch
 
@@ -182,7 +183,7 @@ class StepMetrics:
         return [f.name for f in _record_fields()]
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "StepMetrics":
+    def from_dict(cls, data: dict[str, Any]) -> StepMetrics:
         """Build from :meth:`to_dict` / a JSON line (``null`` loss read back as NaN).
 
         Args:
@@ -284,7 +285,7 @@ class MetricsWriter:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._tmp = self._stack.enter_context(atomic_path(self.path))
-            self._file: IO[str] = open(self._tmp, "w", encoding="utf-8", newline="")
+            self._file: IO[str] = open(self._tmp, "w", encoding="utf-8", newline="")  # noqa: SIM115 - closed by close()
         except OSError as e:
             self._stack.__exit__(type(e), e, e.__traceback__)  # abort: no file appears at path
             raise MetricsError(f"cannot write metrics to {self.path} ({e}); check the folder and permissions") from None
@@ -320,7 +321,7 @@ class MetricsWriter:
         self._file.close()
         self._stack.close()
 
-    def __enter__(self) -> "MetricsWriter":
+    def __enter__(self) -> MetricsWriter:
         return self
 
     def __exit__(self, *exc: object) -> None:

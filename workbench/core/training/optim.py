@@ -8,7 +8,8 @@ by parameter identity; the engine and the Lightning callback both use it.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn

@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 import time
 import traceback
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn

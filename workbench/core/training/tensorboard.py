@@ -154,7 +154,7 @@ class TensorBoardWriter:
         self._w.close()
 
 
-def open_tensorboard(path: str | os.PathLike[str], plan: "FreezePlan | None") -> TensorBoardWriter:
+def open_tensorboard(path: str | os.PathLike[str], plan: FreezePlan | None) -> TensorBoardWriter:
     """A :class:`TensorBoardWriter` that starts with the plan in force as text.
 
     Args:

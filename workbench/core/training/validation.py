@@ -12,9 +12,9 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Mapping, Sized
+from collections.abc import Callable, Mapping, Sized
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch import nn

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 __all__ = ["add_suggest_action", "open_suggest_dialog"]
 
 
-def open_suggest_dialog(window: "MainWindow") -> "SuggestDialog":
+def open_suggest_dialog(window: MainWindow) -> SuggestDialog:
     """Build the dialog for a window, pre-filled from its training controls, and start the advice.
 
     Args:
@@ -44,7 +44,7 @@ def open_suggest_dialog(window: "MainWindow") -> "SuggestDialog":
     return dialog
 
 
-def add_suggest_action(window: "MainWindow", menu: QMenu) -> QAction:
+def add_suggest_action(window: MainWindow, menu: QMenu) -> QAction:
     """Add *Suggest…* to ``menu``: it opens the dialog for ``window``.
 
     Args:

@@ -30,7 +30,7 @@ def _unit(nbytes: int) -> tuple[str, float]:
 class _DecadeAxis(pg.AxisItem):
     """A log-scale count axis labelled at the decades only (``100k``, ``1M``, ``10M``)."""
 
-    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802 - Qt name
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
         if not self.logMode:
             return super().tickStrings(values, scale, spacing)
         return [fmt_count(int(round(10**v))) if abs(v - round(v)) < 1e-6 else "" for v in values]

@@ -15,7 +15,8 @@ gap to another row is marked ⚠ with the spread in its tooltip.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QPalette

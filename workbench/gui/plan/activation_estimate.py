@@ -13,7 +13,8 @@ the batch fits the device.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -212,7 +213,7 @@ class ActivationEstimator(QObject):
         if hit is None and compute:
             try:
                 hit = self._compute(key)()
-            except Exception as e:  # noqa: BLE001 - a model that cannot run on meta: no estimate
+            except Exception as e:
                 hit = str(e).splitlines()[0] if str(e) else type(e).__name__
             self._store(key, hit)
         return hit
@@ -245,7 +246,7 @@ class ActivationEstimator(QObject):
             return Estimate(note=f"activations not estimated: {act}")
         try:
             device = device_memory(cfg.device)
-        except Exception:  # noqa: BLE001 - a device that is gone: no verdict
+        except Exception:
             device = None
         device_type = device.device.split(":")[0] if device is not None else "cpu"
         pred = predict_step(act, self._trainable(), optimizer=self._c.optimizer, amp=cfg.amp, device_type=device_type)

@@ -8,7 +8,8 @@ would inherit anyway removes the explicit setting instead of adding a rule.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 

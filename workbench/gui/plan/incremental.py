@@ -14,7 +14,7 @@ contract, checked by a property test over random edit sequences.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.keys import SETTING_KEYS

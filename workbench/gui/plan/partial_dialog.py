@@ -8,7 +8,8 @@ them against the tensor's shape with :mod:`workbench.core.freezing.partial` and 
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from PySide6.QtWidgets import (
     QComboBox,

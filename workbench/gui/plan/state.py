@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 import warnings
 import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Mapping, NamedTuple, Sequence
+from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
@@ -223,7 +224,7 @@ def _node_state(lay: flat.Layout, i: int, e: Effective, sums: np.ndarray) -> Nod
     )
 
 
-def _counts(tree: ModelTree, lay: flat.Layout, rows: "_Rows", optimizer: str) -> Counts:
+def _counts(tree: ModelTree, lay: flat.Layout, rows: _Rows, optimizer: str) -> Counts:
     """Parameters and training memory from the rows' totals."""
     t = [int(v) for v in rows.totals]
     n = len(lay.paths)
@@ -380,7 +381,7 @@ class PlanState:
 
     def __init__(
         self, tree: ModelTree, plan: FreezePlan, counts: Counts, optimizer: str, rows: _Rows,
-        changed: list[int] | None = None, base: "PlanState | None" = None,
+        changed: list[int] | None = None, base: PlanState | None = None,
     ) -> None:
         self.tree = tree
         self.plan = plan
@@ -420,7 +421,7 @@ class PlanState:
         return self._effective
 
     @property
-    def base(self) -> "PlanState | None":
+    def base(self) -> PlanState | None:
         """The state :attr:`changed` is counted from (None: a full count, or it is gone)."""
         return self._base() if self._base is not None else None
 
@@ -466,8 +467,8 @@ class PlanState:
         own_bytes: Mapping[str, int] | None = None,
         optimizer: str = "adamw",
         param_shapes: Mapping[str, tuple[int, ...]] | None = None,
-        previous: "PlanState | None" = None,
-    ) -> "PlanState":
+        previous: PlanState | None = None,
+    ) -> PlanState:
         """Resolve ``plan`` on ``tree`` and aggregate every row bottom-up.
 
         With ``previous`` (the state of the plan before an edit, on the same tree), only
@@ -508,7 +509,7 @@ class PlanState:
     def _full(
         cls, tree: ModelTree, plan: FreezePlan, own_bytes: Mapping[str, int] | None, optimizer: str,
         shapes: Mapping[str, tuple[int, ...]], lay: flat.Layout,
-    ) -> "PlanState":
+    ) -> PlanState:
         n = len(lay.paths)
         every = np.arange(n, dtype=np.int64)
         own_frozen: Mapping[str, int] | None = None
@@ -541,9 +542,9 @@ class PlanState:
 
     @classmethod
     def _update(
-        cls, previous: "PlanState", prev: _Rows, plan: FreezePlan, optimizer: str,
+        cls, previous: PlanState, prev: _Rows, plan: FreezePlan, optimizer: str,
         shapes: Mapping[str, tuple[int, ...]], lay: flat.Layout, region: set[str],
-    ) -> "PlanState":
+    ) -> PlanState:
         tree = previous.tree
         index = lay.index
         idx = np.fromiter(sorted(index[p] for p in region), dtype=np.int64, count=len(region))
@@ -567,7 +568,7 @@ class PlanState:
         rows = _Rows(own_rows, sums, own_rows.sum(axis=0), prev.obytes, prev.own_bytes, group, effectives, codes)
         return cls(tree, plan, _counts(tree, lay, rows, optimizer), optimizer, rows, touched.tolist(), previous)
 
-    def rows_differing(self, other: "PlanState") -> np.ndarray:
+    def rows_differing(self, other: PlanState) -> np.ndarray:
         """Pre-order rows whose :class:`NodeState` or effective settings may differ from ``other``'s.
 
         Args:

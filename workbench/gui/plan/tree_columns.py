@@ -20,9 +20,10 @@ view; frozen rows stay blank.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
-from typing import Any, Callable
+from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
@@ -197,7 +198,7 @@ def _describe_extension(spec: ExtensionSpec, *args: Any) -> str:
     """``spec.describe(...)``, or the spec as JSON."""
     try:
         return str(spec.describe(*args))
-    except Exception:  # noqa: BLE001 - a tooltip must never break the view
+    except Exception:
         return json.dumps(spec.to_json(), default=str)
 
 

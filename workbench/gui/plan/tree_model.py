@@ -24,7 +24,8 @@ heat colour's range (the values in view).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 from PySide6.QtCore import (

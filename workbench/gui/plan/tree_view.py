@@ -52,10 +52,7 @@ def _indicator_rect(option: QStyleOptionViewItem, widget: QWidget | None, center
         size = QSize(16, 16)
     r = option.rect
     y = r.top() + (r.height() - size.height()) // 2
-    if centered:
-        x = r.left() + (r.width() - size.width()) // 2
-    else:
-        x = r.left() + 6
+    x = r.left() + (r.width() - size.width()) // 2 if centered else r.left() + 6
     return QRect(QPoint(x, y), size)
 
 
@@ -193,7 +190,7 @@ class ModuleTreeView(QTreeView):
         self.expanded.connect(self._heat_timer.start)
         self.collapsed.connect(self._heat_timer.start)
 
-    def setModel(self, model: QAbstractItemModel | None) -> None:  # noqa: N802 - Qt API
+    def setModel(self, model: QAbstractItemModel | None) -> None:
         super().setModel(model)
         source = self._tree_model()
         if source is not None:
@@ -312,7 +309,7 @@ class ModuleTreeView(QTreeView):
                 out.append(path)
         return out
 
-    def keyPressEvent(self, event: QKeyEvent) -> None:  # noqa: N802 - Qt API
+    def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() == Qt.Key.Key_Space and not (event.modifiers() & ~Qt.KeyboardModifier.KeypadModifier):
             paths = self.selected_paths()
             if paths and self.isSignalConnected(QMetaMethod.fromSignal(self.frozenToggleRequested)):

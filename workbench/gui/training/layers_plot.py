@@ -75,7 +75,7 @@ class LayersPlot(QWidget):
         if self.isVisible():
             self.redraw()
 
-    def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+    def showEvent(self, event: Any) -> None:
         super().showEvent(event)
         if self._stale:
             self.redraw()

@@ -11,8 +11,9 @@ when the dialog is accepted, so Cancel changes nothing.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -134,7 +135,7 @@ class TrainingOptions:
             parts.append(f"auto-freeze every {self.auto_freeze_every}")
         return " · ".join(parts)
 
-    def copy(self) -> "TrainingOptions":
+    def copy(self) -> TrainingOptions:
         """An independent copy."""
         return dataclasses.replace(self)
 

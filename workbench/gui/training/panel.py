@@ -13,6 +13,7 @@ training thread.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 from typing import Any
@@ -569,10 +570,8 @@ class TrainingPanel(QWidget):
         if self.image_size.value():
             out["image_size"] = self.image_size.value()
         for key, edit in (("lr", self.lr), ("weight_decay", self.wd)):
-            try:
+            with contextlib.suppress(ConfigError):
                 out[key] = _float(edit.text(), key, "0")
-            except ConfigError:
-                pass
         return out
 
     # ------------------------------------------------------------ actions
@@ -671,7 +670,7 @@ class TrainingPanel(QWidget):
         tokens = run_seq_len(model, asked, data)
         try:
             tokenizer = f"tokenizer of {tokenizer_folder(model)}"
-        except Exception:  # noqa: BLE001 - a model not opened from a folder: no tokenizer to name
+        except Exception:
             tokenizer = "no tokenizer folder (Text (JSONL) needs the model opened from its folder)"
         # one line when the model cuts the length asked for; the default's length otherwise
         capped = asked is not None and tokens is not None and tokens < asked

@@ -9,7 +9,8 @@ no state of its own (the attributes below are the panel's).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg

@@ -17,7 +17,7 @@ class ShortTicks(pg.AxisItem):
     """An axis whose tick labels keep three significant digits (``1e-05``, ``0.003``): the
     learning rate's ticks fit the axis's width."""
 
-    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:  # noqa: N802 - pyqtgraph API
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
         return [f"{v * scale:.3g}" for v in values]
 
 
@@ -38,15 +38,15 @@ class TimedGraphics(pg.GraphicsLayoutWidget):
         self.paint_cpu_s = 0.0
         self.paints = 0
 
-    def leaveEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+    def leaveEvent(self, event: Any) -> None:
         super().leaveEvent(event)
         self.left.emit()
 
-    def resizeEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+    def resizeEvent(self, event: Any) -> None:
         super().resizeEvent(event)
         self.resized.emit()
 
-    def paintEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+    def paintEvent(self, event: Any) -> None:
         cpu = time.thread_time()
         try:
             super().paintEvent(event)

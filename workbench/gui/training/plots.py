@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
@@ -473,11 +474,11 @@ class PlotsPanel(PlotAxes, QWidget):
         """The plots use dark colours."""
         return self._theme["background"] != "w"
 
-    def changeEvent(self, event: QEvent) -> None:  # noqa: N802 - Qt API
+    def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)
-        if event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange):
-            if is_dark(self.palette()) != self.dark:
-                self.apply_theme()
+        if (event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange)
+                and is_dark(self.palette()) != self.dark):
+            self.apply_theme()
 
     def _rebuild_legends(self) -> None:
         self._legend_step.clear()
@@ -707,7 +708,7 @@ class PlotsPanel(PlotAxes, QWidget):
             if self.timer.isActive():  # tick when the next redraw is due, not in between
                 self.timer.start(round(wait * 1000))
 
-    def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+    def showEvent(self, event: Any) -> None:
         super().showEvent(event)
         self.redraw()
 
@@ -735,7 +736,7 @@ class PlotsPanel(PlotAxes, QWidget):
             self.x_box.setCurrentIndex(i)
             self.x_box.blockSignals(False)
         for key, _t in PLOT_KEYS:
-            self.plots[key].setLabel("bottom", "step" if mode == "step" else "seconds", **{"color": self._theme["text"]})
+            self.plots[key].setLabel("bottom", "step" if mode == "step" else "seconds", color=self._theme["text"])
         self._markers.x_mode = mode
         for m in self.markers:
             self._markers.place(m)

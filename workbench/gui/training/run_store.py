@@ -27,9 +27,10 @@ import secrets
 import shutil
 import statistics
 from bisect import bisect_right
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from workbench.core import safe_json
 from workbench.core.atomic import atomic_write
@@ -454,7 +455,7 @@ class RunRecord:
         )
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], folder: Path | None = None) -> "RunRecord":
+    def from_dict(cls, data: Mapping[str, Any], folder: Path | None = None) -> RunRecord:
         """Read a ``run.json`` content.
 
         Args:

@@ -246,7 +246,7 @@ def compare_text(base: RunRecord, others: list[RunRecord]) -> tuple[str, str]:
     return "<br>".join(lines), "\n".join(tips)
 
 
-def _peak_item(r: RunRecord, peak: float | None) -> "_Item":
+def _peak_item(r: RunRecord, peak: float | None) -> _Item:
     """The Runs table's peak memory cell: the run's one peak number, its measure in the tooltip."""
     item = _Item(fmt_memory(peak), peak)
     rss = r.summary.get("peak_rss_bytes")
@@ -423,7 +423,7 @@ class RunsPanel(QWidget):
         self.refresh()
         self._load_notes()
 
-    def showEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+    def showEvent(self, event: Any) -> None:
         super().showEvent(event)
         if self.runs.current is not None:
             self.refresh()
@@ -660,7 +660,7 @@ class RunsPanel(QWidget):
             return False
         return self.runs.annotate(rec, notes=self.notes_edit.toPlainText(), tags=self.tags_edit.text())
 
-    def hideEvent(self, event: Any) -> None:  # noqa: N802 - Qt API
+    def hideEvent(self, event: Any) -> None:
         self.save_notes()
         super().hideEvent(event)
 

@@ -20,7 +20,8 @@ their lr), read with :meth:`SeriesBuffer.lr_scales` and :meth:`SeriesBuffer.lr_c
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -413,7 +414,7 @@ class SeriesBuffer:
     @classmethod
     def from_metrics(
         cls, metrics: Sequence[Mapping[str, Any]], capacity: int | None = None, ema: float = 0.9
-    ) -> "SeriesBuffer":
+    ) -> SeriesBuffer:
         """A buffer filled with a whole run's records (for overlays of stored runs).
 
         Args:

@@ -26,8 +26,9 @@ import copy
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot

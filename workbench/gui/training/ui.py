@@ -185,8 +185,8 @@ class TrainingUI(QObject):
             return
 
         def replace(target: FreezePlan, _tree: Any) -> None:
-            target.rules = [r for r in plan.rules]
-            target.stages = [s for s in plan.stages]
+            target.rules = list(plan.rules)
+            target.stages = list(plan.stages)
 
         self._c.edit(f"Use plan of {record.name}", replace)
 

@@ -10,7 +10,8 @@ went wrong. Clicking a module selects it in the module tree.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QIcon

@@ -74,7 +74,7 @@ def record_order(module: nn.Module) -> tuple[str, ...]:
 
 
 #: The tied parameters of models whose installs run inside :func:`tied_scope`, by id(model).
-_TIED: dict[int, tuple["weakref.ref[nn.Module]", dict[int, list[str]]]] = {}
+_TIED: dict[int, tuple[weakref.ref[nn.Module], dict[int, list[str]]]] = {}
 
 
 def _tied_map(model: nn.Module) -> dict[int, list[str]]:

@@ -15,8 +15,9 @@ per-output magnitude. A variant is stateless; its tensors live on the delta modu
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F

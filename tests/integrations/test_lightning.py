@@ -13,10 +13,10 @@ from torch import nn
 
 L = pytest.importorskip("lightning")
 
-from tests.fixtures.torchrun import torchrun  # noqa: E402
-from workbench.core.checks import doctor  # noqa: E402
-from workbench.core.plan.rules import FreezePlan, PlanError  # noqa: E402
-from workbench.integrations.lightning import FreezePlanCallback, sync_param_groups  # noqa: E402
+from tests.fixtures.torchrun import torchrun
+from workbench.core.checks import doctor
+from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.integrations.lightning import FreezePlanCallback, sync_param_groups
 
 pytestmark = [
     # Lightning notes the BatchNorm modules the plan keeps in eval: that is the point
@@ -75,10 +75,10 @@ def _loader():
 
 
 def _trainer(tmp_path: Path, **kw):
-    opts = dict(
-        accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
-        enable_checkpointing=False, default_root_dir=str(tmp_path), limit_val_batches=1, num_sanity_val_steps=1,
-    )
+    opts = {
+        "accelerator": "cpu", "devices": 1, "logger": False, "enable_progress_bar": False, "enable_model_summary": False,
+        "enable_checkpointing": False, "default_root_dir": str(tmp_path), "limit_val_batches": 1, "num_sanity_val_steps": 1,
+    }
     opts.update(kw)
     return L.Trainer(**opts)
 

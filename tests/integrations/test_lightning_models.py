@@ -13,10 +13,10 @@ L = pytest.importorskip("lightning")
 pytest.importorskip("timm")
 pytest.importorskip("transformers")
 
-from tests.core.models.hf_fixtures import save_folder, tiny_bert  # noqa: E402
-from workbench.core.models.zoo import ModelSourceError  # noqa: E402
-from workbench.core.plan.rules import FreezePlan  # noqa: E402
-from workbench.integrations.lightning import FreezePlanCallback  # noqa: E402
+from tests.core.models.hf_fixtures import save_folder, tiny_bert
+from workbench.core.models.zoo import ModelSourceError
+from workbench.core.plan.rules import FreezePlan
+from workbench.integrations.lightning import FreezePlanCallback
 
 pytestmark = [
     pytest.mark.filterwarnings(r"ignore:Found \d+ module\(s\) in eval mode"),
