@@ -20,7 +20,8 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import torch
 import torchvision
