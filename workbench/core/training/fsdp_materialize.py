@@ -119,7 +119,7 @@ def materialize(
     where: dict[str, Path] = {}
     for f in files:
         with safe_open(str(f), framework="pt") as h:
-            for k in h:
+            for k in h.keys():  # noqa: SIM118 - safe_open is not iterable
                 where[k] = f
     state = model.state_dict(keep_vars=True)
     # tensors that already hold values (a new head, buffers built on the CPU): kept as they are
