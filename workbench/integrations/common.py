@@ -22,6 +22,7 @@ reach the model, the optimizer and the checkpoint; the rules below are the same 
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import os
 from collections.abc import Callable, Mapping
@@ -318,3 +319,21 @@ def rebuild_ddp(ddp: Any) -> bool:
     nn.parallel.DistributedDataParallel.__init__(ddp, module, **kwargs)
     ddp.training = training
     return True
+
+
+@functools.cache
+def callback_class(impl: type, base: Callable[[], type], module: str) -> type:
+    """A framework callback class made on first use: ``impl`` mixed with the framework's base.
+
+    The integrations import without their framework; the class is built (and the framework
+    imported) only when ``FreezePlanCallback`` is first asked for, once per implementation.
+
+    Args:
+        impl: the callback's implementation (framework-free methods).
+        base: returns the framework's callback base class (raises a one-line error without it).
+        module: the module the class belongs to (``__module__``).
+
+    Returns:
+        ``FreezePlanCallback``, a subclass of ``impl`` and of the framework's base.
+    """
+    return type("FreezePlanCallback", (impl, base()), {"__doc__": impl.__doc__, "__module__": module})

@@ -65,6 +65,7 @@ from workbench.core.models.tree import ModelTree
 from workbench.core.models.zoo import ModelSourceError
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.integrations.common import (
+    callback_class,
     check_same_plan,
     groups_from_layout,
     load_plan,
@@ -398,9 +399,6 @@ def _model_spec(
     return spec, given
 
 
-_CLASS: type | None = None
-
-
 def _callback_base() -> type:
     try:
         from lightning.pytorch import Callback
@@ -415,15 +413,7 @@ def _callback_base() -> type:
 
 
 def _make_class() -> type:
-    global _CLASS
-    if _CLASS is None:
-        base = _callback_base()
-        _CLASS = type(
-            "FreezePlanCallback",
-            (_FreezePlanCallbackImpl, base),
-            {"__doc__": _FreezePlanCallbackImpl.__doc__, "__module__": __name__},
-        )
-    return _CLASS
+    return callback_class(_FreezePlanCallbackImpl, _callback_base, __name__)
 
 
 def __getattr__(name: str) -> Any:

@@ -57,6 +57,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.freezing.apply import AppliedPlan, apply_plan
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.integrations.common import (
+    callback_class,
     check_same_plan,
     extend_scheduler,
     groups_from_layout,
@@ -416,9 +417,6 @@ def _counts_line(applied: AppliedPlan) -> str:
     return f"{c.trainable:,} of {c.total:,} parameters train ({100 * c.trainable_fraction:.2f}%), {c.frozen:,} frozen"
 
 
-_CLASS: type | None = None
-
-
 def _callback_base() -> type:
     try:
         from transformers import TrainerCallback
@@ -430,15 +428,7 @@ def _callback_base() -> type:
 
 
 def _make_class() -> type:
-    global _CLASS
-    if _CLASS is None:
-        base = _callback_base()
-        _CLASS = type(
-            "FreezePlanCallback",
-            (_FreezePlanCallbackImpl, base),
-            {"__doc__": _FreezePlanCallbackImpl.__doc__, "__module__": __name__},
-        )
-    return _CLASS
+    return callback_class(_FreezePlanCallbackImpl, _callback_base, __name__)
 
 
 def __getattr__(name: str) -> Any:
