@@ -6,8 +6,11 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch import nn
+
+from workbench.cli import main
 
 
 class _Touch:
@@ -51,3 +54,13 @@ class Tiny(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.pool(torch.relu(self.bn1(self.conv1(x)))).flatten(1))
+
+
+def one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str], *needles: str) -> None:
+    """Run the CLI: exit code 2, exactly one line on stderr, no traceback, holding each needle."""
+    rc = main(argv)
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
+    for n in needles:
+        assert n in lines[0], lines[0]

@@ -12,18 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from workbench.cli import main
+from tests.hostile.makers import one_line_exit_2 as _one_line
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _one_line(argv: list[str], capsys: pytest.CaptureFixture[str], *needles: str) -> None:
-    rc = main(argv)
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
-    for n in needles:
-        assert n in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("argv, needles", [

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.hostile.makers import one_line_exit_2 as _one_line
 from workbench.cli import main
 from workbench.core.training.config import MAX_SEQ_LEN, ConfigError, TrainConfig
 
@@ -22,15 +23,6 @@ def bert_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
                                   vocab_size=50, max_position_embeddings=24, num_labels=2)
     transformers.BertForSequenceClassification(cfg).save_pretrained(folder)
     return folder
-
-
-def _one_line(argv: list[str], capsys: pytest.CaptureFixture[str], *needles: str) -> None:
-    rc = main(argv)
-    err = capsys.readouterr().err
-    lines = [ln for ln in err.splitlines() if ln.strip()]
-    assert rc == 2 and len(lines) == 1 and "Traceback" not in err, err
-    for n in needles:
-        assert n in lines[0], lines[0]
 
 
 @pytest.mark.parametrize("value, needle", [
