@@ -18,6 +18,7 @@ os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
 from collections import defaultdict, deque
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -54,6 +55,19 @@ def _private_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None
         for scope in (QSettings.Scope.UserScope, QSettings.Scope.SystemScope):
             QSettings.setPath(fmt, scope, folder)
     yield
+
+
+@pytest.fixture
+def bert_dir(tmp_path: Path) -> Path:
+    """A tiny BERT classifier saved with save_pretrained (config.json + model.safetensors)."""
+    transformers = pytest.importorskip("transformers")
+    config = transformers.BertConfig(
+        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=64, num_labels=3, architectures=["BertForSequenceClassification"],
+    )
+    folder = tmp_path / "tiny-bert"
+    transformers.BertForSequenceClassification(config).save_pretrained(folder)
+    return folder
 
 
 @pytest.fixture(autouse=True)

@@ -53,19 +53,6 @@ def wait_load(qtbot: Any, w: MainWindow, start: Any) -> bool:
 
 
 @pytest.fixture
-def bert_dir(tmp_path: Path) -> Path:
-    """A tiny BERT classifier saved with save_pretrained (config.json + model.safetensors)."""
-    transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=64, num_labels=3, architectures=["BertForSequenceClassification"],
-    )
-    folder = tmp_path / "tiny-bert"
-    transformers.BertForSequenceClassification(config).save_pretrained(folder)
-    return folder
-
-
-@pytest.fixture
 def llama_dir(tmp_path: Path) -> Path:
     """A Llama-shaped config.json alone (2 layers, hidden 64): no weights, opens structure-only."""
     transformers = pytest.importorskip("transformers")

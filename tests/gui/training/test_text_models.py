@@ -8,23 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from workbench.gui.main_window import MainWindow
 from workbench.gui.model_loading import default_request
-
-
-@pytest.fixture
-def bert_dir(tmp_path: Path) -> Path:
-    """A tiny BERT classifier saved with save_pretrained (config.json + model.safetensors)."""
-    transformers = pytest.importorskip("transformers")
-    config = transformers.BertConfig(
-        vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        max_position_embeddings=64, num_labels=3, architectures=["BertForSequenceClassification"],
-    )
-    folder = tmp_path / "tiny-bert"
-    transformers.BertForSequenceClassification(config).save_pretrained(folder)
-    return folder
 
 
 def _kinds(window: MainWindow) -> list[str]:
