@@ -24,6 +24,7 @@ whether a plan may train is :func:`~workbench.core.plan.readiness.check_plan`.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import math
 import os
@@ -1003,6 +1004,13 @@ class Trainer:
 
     def _close_dist(self) -> None:
         if self.dist is not None:
+            # DDP's reducer holds the process group: free the wrapper first, or the group's
+            # threads are torn down at interpreter exit, which gloo can abort on
+            self.ddp = None
+            self._fwd = self.model
+            if self._train_step is not None:
+                self._train_step.forward = self.model
+            gc.collect()
             with contextlib.suppress(Exception):
                 self.dist.close()
 
