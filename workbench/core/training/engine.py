@@ -34,7 +34,6 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Generator, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +41,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from workbench.core.atomic import atomic_path, atomic_write
+from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.freezing.apply import AppliedPlan, PlanDiff, apply_plan
 from workbench.core.models.tree import ModelTree
@@ -58,14 +57,17 @@ from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import dataset_num_classes, dataset_seq_len, model_positions
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
 from workbench.core.training.frozen_cache import CacheRefusedError, FrozenPrefixCache, build_cache
+from workbench.core.training.loop_state import LoopState
 from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes, process_rss
 from workbench.core.training.module_stats import ModuleStatsProbe
 from workbench.core.training.optim import sync_optimizer
 from workbench.core.training.run_folder import RunOutputs
+from workbench.core.training.run_result import STATUSES, RunResult
 from workbench.core.training.schedule import LrSchedule
 from workbench.core.training.setup import TrainError, resolve_device
 from workbench.core.training.step import ClassificationLoss, LossFn, StepFailure, TrainStep, clear_grads
 from workbench.core.training.tensorboard import TensorBoardWriter, open_tensorboard
+from workbench.core.training.trainable_state import write_trainable_state
 from workbench.core.training.validation import evaluate
 
 __all__ = [
@@ -75,137 +77,6 @@ __all__ = [
     "Trainer",
     "resolve_device",
 ]
-
-#: Possible ``RunResult.status`` values.
-STATUSES: tuple[str, ...] = ("completed", "stopped", "failed", "nonfinite")
-
-# ---------------------------------------------------------------- result
-@dataclass
-class RunResult:
-    """How a run ended.
-
-    Attributes:
-        status: ``completed``, ``stopped`` (stop() or Ctrl+C), ``failed`` (an exception in a
-            step, out of memory, a failure to save) or ``nonfinite`` (loss NaN/inf with
-            ``on_nonfinite="stop"``).
-        message: one line for the user: what happened and what to do.
-        steps: steps done (optimizer steps taken plus non-finite steps skipped).
-        summary: final numbers: ``median_step_time_s``, ``peak_memory_bytes``,
-            ``trainable_params``, ``final_loss`` and more (see ``docs/training.md``).
-        verify: the plan's verification report (frozen tensors bit-identical ...), or None
-            when the run never started.
-        plan: the plan in force at the end (stages and live changes included).
-        error: for failures, the exception with its traceback.
-        failed_step: the step that failed or had a non-finite loss.
-        failed_batch_size: the batch size of the failed step (for out-of-memory hints).
-        save_dir: where the trainable state was saved, if it was.
-        interrupted: the run was stopped by Ctrl+C (KeyboardInterrupt or SIGINT handler).
-    """
-
-    status: str
-    message: str
-    steps: int = 0
-    summary: dict[str, Any] = field(default_factory=dict)
-    verify: Any = None
-    plan: FreezePlan | None = None
-    error: str | None = None
-    failed_step: int | None = None
-    failed_batch_size: int | None = None
-    save_dir: str | None = None
-    interrupted: bool = False
-
-    @property
-    def ok(self) -> bool:
-        """The run completed."""
-        return self.status == "completed"
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready form (non-finite numbers as None)."""
-        def clean(v: Any) -> Any:
-            if isinstance(v, float) and not math.isfinite(v):
-                return None
-            if isinstance(v, dict):
-                return {k: clean(x) for k, x in v.items()}
-            if isinstance(v, (list, tuple)):
-                return [clean(x) for x in v]
-            return v
-
-        return clean(
-            {
-                "status": self.status,
-                "message": self.message,
-                "steps": self.steps,
-                "summary": dict(self.summary),
-                "verify": self.verify.to_dict() if self.verify is not None else None,
-                "plan": self.plan.to_dict() if self.plan is not None else None,
-                "error": self.error,
-                "failed_step": self.failed_step,
-                "failed_batch_size": self.failed_batch_size,
-                "save_dir": self.save_dir,
-                "interrupted": self.interrupted,
-            }
-        )
-
-
-# ---------------------------------------------------------------- loop state
-@dataclass
-class _Window:
-    """Accumulators of the steps since the last report."""
-
-    n: int = 0
-    loss_sum: float = 0.0
-    loss_n: int = 0
-    step_time: float = 0.0
-    data_time: float = 0.0
-    events: list[str] = field(default_factory=list)
-    cuda_pairs: int = 0
-    last_step: int = 0
-    val_loss: float | None = None
-    val_acc: float | None = None
-
-    def clear(self) -> None:
-        self.n = self.loss_n = self.cuda_pairs = 0
-        self.loss_sum = self.step_time = self.data_time = 0.0
-        self.events = []
-        self.val_loss = self.val_acc = None
-
-
-@dataclass
-class _Loop:
-    """State of one run of the loop."""
-
-    step: int = 0
-    epoch: int = 0
-    it: Iterator[Any] | None = None
-    reached: frozenset[int] = frozenset()
-    status: str = "completed"
-    message: str = ""
-    error: str | None = None
-    failed_step: int | None = None
-    failed_batch_size: int | None = None
-    interrupted: bool = False
-    skipped: int = 0
-    state_dirty: bool = True
-    flag_plan: bool = False
-    flag_stop: bool = False
-    last_loss: float = math.nan
-    batch_size: int = 0
-    overhead: float = 0.0
-    step_time_total: float = 0.0
-    report_step_times: list[float] = field(default_factory=list)
-    report_data_times: list[float] = field(default_factory=list)
-    report_rates: list[float] = field(default_factory=list)
-    t_start: float = 0.0
-    val_loss: float | None = None
-    val_acc: float | None = None
-    val_step: int | None = None
-    val_samples: int = 0
-    val_time: float = 0.0
-    best_val_loss: float | None = None
-    best_val_step: int | None = None
-    best_val_acc: float | None = None
-    window: _Window = field(default_factory=_Window)
-
 
 # ---------------------------------------------------------------- the trainer
 class Trainer:
@@ -262,7 +133,7 @@ class Trainer:
         self._ready = False
         self._started = False
         self._finished = False
-        self._loop_state: _Loop | None = None
+        self._loop_state: LoopState | None = None
         self.plan_version = 0
         self.result: RunResult | None = None
         self.last_diff: PlanDiff | None = None
@@ -557,7 +428,7 @@ class Trainer:
             self.cache.plan_changed()
         return f"{label}: {diff.describe()}"
 
-    def _plan_boundary(self, st: _Loop) -> list[str]:
+    def _plan_boundary(self, st: LoopState) -> list[str]:
         events: list[str] = []
         new_plan: FreezePlan | None = None
         if self.dist is not None:
@@ -585,7 +456,7 @@ class Trainer:
                 events.append(self._change_plan(self.full_plan.at(st.step, st.epoch), label))
         return events
 
-    def _reached(self, st: _Loop) -> frozenset[int]:
+    def _reached(self, st: LoopState) -> frozenset[int]:
         return frozenset(i for i, s in enumerate(self.full_plan.stages) if s.reached(st.step, st.epoch))
 
     # ------------------------------------------------------------ the loop
@@ -619,7 +490,7 @@ class Trainer:
         if self._started:
             raise RuntimeError("this Trainer already ran; create a new Trainer for another run")
         self._started = True
-        st = _Loop()
+        st = LoopState()
         self._loop_state = st
         try:
             self.setup()
@@ -662,7 +533,7 @@ class Trainer:
         if cfg.tensorboard_dir:
             self._writers.append(open_tensorboard(cfg.tensorboard_dir, self.plan))
 
-    def _loop(self, st: _Loop) -> Iterator[StepMetrics]:
+    def _loop(self, st: LoopState) -> Iterator[StepMetrics]:
         assert self.model is not None and self.optimizer is not None and self.loader is not None
         cfg = self.config
         cuda = self.device.type == "cuda"
@@ -774,14 +645,14 @@ class Trainer:
         every = [e for e in (self._stats_every, self.auto_freezer.measure_every if self.auto_freezer else None) if e]
         return min(every) if every else None
 
-    def _validation_due(self, st: _Loop) -> bool:
+    def _validation_due(self, st: LoopState) -> bool:
         """Validate now: every ``val_every`` steps and after the last step."""
         if self.val_loader is None or st.status != "completed" or st.step == 0:
             return False
         every = self.config.val_every
         return st.step >= self.total_steps or (every is not None and st.step % every == 0)
 
-    def _validate(self, st: _Loop, step: int) -> float:
+    def _validate(self, st: LoopState, step: int) -> float:
         """One validation pass after ``step``; returns its seconds (not metrics overhead)."""
         assert self.model is not None and self.val_loader is not None
         t0 = time.perf_counter()
@@ -807,7 +678,7 @@ class Trainer:
         st.val_time += v.seconds
         return time.perf_counter() - t0
 
-    def _held_or_stopped(self, st: _Loop) -> bool:
+    def _held_or_stopped(self, st: LoopState) -> bool:
         """The step boundary's controls: True when the run stops here; waits out a pause."""
         dist = self.dist
         if st.flag_stop if dist is not None else self._stop.is_set():
@@ -822,21 +693,21 @@ class Trainer:
                 return True
         return False
 
-    def _agree(self, st: _Loop, bad: bool) -> bool:
+    def _agree(self, st: LoopState, bad: bool) -> bool:
         """Under torchrun: every rank learns of a requested plan, a stop, and a non-finite loss."""
         want_plan = self.is_main and self._pending is not None
         flags = wdist.all_reduce_flags([int(want_plan), int(self._stop.is_set()), int(bad)], self.device)
         st.flag_plan, st.flag_stop = bool(flags[0]), bool(flags[1])
         return bool(flags[2])
 
-    def _step_failed(self, st: _Loop, failure: StepFailure, step: int, batch_size: int) -> None:
+    def _step_failed(self, st: LoopState, failure: StepFailure, step: int, batch_size: int) -> None:
         """A step raised: the run ends as failed (the step dropped its gradients already)."""
         if failure.oom and self.device.type == "cuda":
             torch.cuda.empty_cache()
         st.status, st.message, st.error = "failed", failure.message, failure.traceback
         st.failed_step, st.failed_batch_size = step, batch_size
 
-    def _nonfinite(self, st: _Loop, loss: float, step: int, batch_size: int) -> None:
+    def _nonfinite(self, st: LoopState, loss: float, step: int, batch_size: int) -> None:
         """A non-finite loss: the step was skipped; stop or go on as ``on_nonfinite`` says."""
         word = nonfinite_word(loss, self.dist is not None)
         if self.config.on_nonfinite == "stop":
@@ -848,7 +719,7 @@ class Trainer:
             st.skipped += 1
             st.window.events.append(f"loss {word}: step skipped")
 
-    def _next_batch(self, st: _Loop, channels_last: bool, non_blocking: bool) -> tuple[Any, torch.Tensor | None]:
+    def _next_batch(self, st: LoopState, channels_last: bool, non_blocking: bool) -> tuple[Any, torch.Tensor | None]:
         """The next batch on the device: ``(images, labels)``, or ``(inputs dict, None)`` for text models."""
         assert st.it is not None and self.loader is not None
         try:
@@ -870,7 +741,7 @@ class Trainer:
             x = x.to(self.device, non_blocking=non_blocking)
         return x, y.to(self.device, non_blocking=non_blocking)
 
-    def _report(self, st: _Loop, events_pool: list[tuple[Any, Any]]) -> tuple[StepMetrics, float]:
+    def _report(self, st: LoopState, events_pool: list[tuple[Any, Any]]) -> tuple[StepMetrics, float]:
         """The window's metrics, and the seconds spent waiting for the device (CUDA sync)."""
         win = st.window
         n = max(win.n, 1)
@@ -934,7 +805,7 @@ class Trainer:
     def _clear_grads(self) -> None:
         clear_grads(self.model, self.optimizer)
 
-    def _fail(self, st: _Loop, e: BaseException, message: str) -> None:
+    def _fail(self, st: LoopState, e: BaseException, message: str) -> None:
         st.status, st.message = "failed", message
         st.error = "".join(traceback.format_exception(type(e), e, e.__traceback__))
         if st.failed_step is None:
@@ -942,7 +813,7 @@ class Trainer:
         self._clear_grads()
 
     # ------------------------------------------------------------ the end
-    def _finish(self, st: _Loop) -> None:
+    def _finish(self, st: LoopState) -> None:
         if self._finished:
             return
         self._finished = True
@@ -1007,14 +878,14 @@ class Trainer:
             # DDP's reducer holds the process group: free the wrapper first, or the group's
             # threads are torn down at interpreter exit, which gloo can abort on
             self.ddp = None
-            self._fwd = self.model
-            if self._train_step is not None:
+            self._fwd = None
+            if self._train_step is not None and self.model is not None:
                 self._train_step.forward = self.model
             gc.collect()
             with contextlib.suppress(Exception):
                 self.dist.close()
 
-    def _summary(self, st: _Loop) -> dict[str, Any]:
+    def _summary(self, st: LoopState) -> dict[str, Any]:
         trainable, frozen, gbytes = self._counts
         peak = self._probe.peak if self._probe is not None else None
         med = statistics.median(st.report_step_times) if st.report_step_times else None
@@ -1065,7 +936,7 @@ class Trainer:
             "auto_freeze": self.auto_freezer.summary() if self.auto_freezer is not None else None,
         }
 
-    def _result(self, st: _Loop, verify: Any) -> RunResult:
+    def _result(self, st: LoopState, verify: Any) -> RunResult:
         return RunResult(
             status=st.status,
             message=st.message,
@@ -1081,37 +952,9 @@ class Trainer:
 
     def _save(self, folder: Path, result: RunResult) -> None:
         """Write the trainable state, B deltas, the plan in force, the config and the summary."""
-        from safetensors.torch import save_file
-
         assert self.model is not None and self.applied is not None
-        folder.mkdir(parents=True, exist_ok=True)
-        tensors: dict[str, torch.Tensor] = {}
-        params: list[str] = []
-        buffers: list[str] = []
         full = self._full_state
-        for name, p in self.model.named_parameters():
-            if p.requires_grad:
-                tensors[name] = (full[name] if full is not None else p.detach()).to("cpu").contiguous().clone()
-                params.append(name)
-        eff = self.applied.effective
-        for path, node in self.applied.tree.nodes.items():
-            if node.is_bn and not eff[path].bn_eval:  # running statistics moved in training
-                module = self.model.get_submodule(path)
-                for bname, buf in module.named_buffers(recurse=False):
-                    if buf is not None:
-                        key = f"{path}.{bname}" if path else bname
-                        tensors[key] = (full[key] if full is not None else buf.detach()).to("cpu").contiguous().clone()
-                        buffers.append(key)
-        meta = {
-            "format": "workbench-trainable",
-            "version": "1",
-            "params": json.dumps(params),
-            "buffers": json.dumps(buffers),
-            "status": result.status,
-            "steps": str(result.steps),
-        }
-        with atomic_path(folder / "trainable.safetensors") as tmp:
-            save_file(tensors, str(tmp), metadata=meta)
+        write_trainable_state(folder, self.model, self.applied, full, status=result.status, steps=result.steps)
         if full is not None:  # FSDP: the full model as its own library loads it, and B from it
             wfsdp.save_full(self.model, full, folder)
         elif self.applied.installed("reparam"):
