@@ -68,6 +68,47 @@ def test_resnet18_head_only_losses_match_uncached() -> None:
     assert t_on.result.verify.ok and t_off.result.summary["frozen_cache"] is None
 
 
+def _convnext() -> nn.Module:
+    from torchvision.models.convnext import CNBlockConfig
+
+    return torchvision.models.convnext.ConvNeXt([CNBlockConfig(16, 32, 1), CNBlockConfig(32, None, 1)], num_classes=10)
+
+
+def _vit() -> nn.Module:
+    return torchvision.models.VisionTransformer(
+        image_size=32, patch_size=8, num_layers=2, num_heads=2, hidden_dim=16, mlp_dim=32, num_classes=10
+    )
+
+
+def _timm_vit() -> nn.Module:
+    timm = pytest.importorskip("timm")
+    return timm.models.vision_transformer.VisionTransformer(
+        img_size=32, patch_size=8, embed_dim=16, depth=2, num_heads=2, num_classes=10
+    )
+
+
+@pytest.mark.parametrize(
+    ("model_fn", "train", "cut"),
+    [
+        (_convnext, ["classifier"], "classifier"),
+        (_convnext, ["features.3", "classifier"], "features.3"),  # through the last stage
+        (_vit, ["heads"], "heads"),
+        (_vit, ["encoder.layers.encoder_layer_1", "encoder.ln", "heads"], "encoder.layers.encoder_layer_1"),
+        (_timm_vit, ["head"], "head"),
+        (_timm_vit, ["blocks.1", "norm", "fc_norm", "head"], "blocks.1"),
+    ],
+    ids=["convnext-head", "convnext-last-stage", "vit-head", "vit-last-layer", "timm-vit-head", "timm-vit-last-block"],
+)
+def test_convnext_and_vit_cuts_match_uncached(model_fn: Any, train: list[str], cut: str) -> None:
+    plan = _plan(*train)
+    _, off, _ = _run(model_fn, plan, "off", image_size=32)
+    t_on, on, _ = _run(model_fn, plan, "auto", image_size=32)
+    _assert_same(off, on)
+    stats = t_on.result.summary["frozen_cache"]
+    assert stats["cut"] == cut and stats["hits"] == 6 and stats["misses"] == 4
+    assert t_on.result.verify.ok
+
+
 def test_tiny_bert_layer_cut_losses_match_uncached() -> None:
     plan = _plan("bert.encoder.layer.1", "classifier", eval_lock=True)
     _, off, _ = _run(tiny_bert, plan, "off")
