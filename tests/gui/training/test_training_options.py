@@ -139,17 +139,20 @@ def test_options_dialog_edits_a_copy_and_cancel_changes_nothing(qtbot: Any, runs
 def test_settings_persist_between_sessions(qtbot: Any, runs_dir: Path, tmp_path: Path) -> None:
     settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     panel = _panel(qtbot, runs_dir, settings)
-    panel.set_values(scheduler="onecycle", warmup_steps=3, no_decay="auto", val="imagefolder:/v", val_every=9)
+    panel.set_values(scheduler="onecycle", warmup_steps=3, no_decay="auto", val="imagefolder:/v", val_every=9, seq_len=96)
     panel.save_settings()
     again = _panel(qtbot, runs_dir, QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     assert again.options == panel.options and _fields(again) == _fields(panel)
     assert again.schedule_box.currentData() == "onecycle"
+    assert again.seq_len.value() == 96  # the Tokens of a text model are kept too
     broken = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
     broken.setValue("training/val_kind", "no-such-kind")
     broken.setValue("training/val_percent", "lots")
+    broken.setValue("training/seq_len", "-5")
     broken.sync()
     third = _panel(qtbot, runs_dir, QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     assert third.options.val_kind == HELD_OUT and third.options.val_percent == 10  # defaults, nothing raised
+    assert third.seq_len.value() == 0  # out of range: the default
 
 
 def test_controls_are_locked_while_a_run_trains(qtbot: Any, runs_dir: Path) -> None:

@@ -36,7 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.core.training.config import ConfigError, TrainConfig
+from workbench.core.training.config import MAX_SEQ_LEN, ConfigError, TrainConfig
 from workbench.gui import dialogs
 from workbench.gui.controller import OPTIMIZERS, Controller
 from workbench.gui.elided_label import ElidedLabel
@@ -199,7 +199,6 @@ class TrainingPanel(QWidget):
         self.image_size.setSuffix(" px")
         self.image_size.setToolTip("Input side in pixels (model: the weights' crop size, usually 224). "
                                    "Small images make quick CPU runs")
-        from workbench.core.training.config import MAX_SEQ_LEN
 
         self.seq_len = QSpinBox(self)  # text models, in place of the image size
         self.seq_len.setRange(0, MAX_SEQ_LEN)
@@ -366,6 +365,7 @@ class TrainingPanel(QWidget):
         self._select(self.data_box, get("data", "synthetic", str))
         self.data_path.setText(get("data_path", "", str))
         self.image_size.setValue(get("image_size", default_image_size(), int))
+        self.seq_len.setValue(min(MAX_SEQ_LEN, max(0, get("seq_len", 0, int))))
         self.batch_size.setValue(get("batch_size", 16, int))
         self.lr.setText(get("lr", "1e-3", str))
         self.wd.setText(get("weight_decay", "0", str))
@@ -401,6 +401,7 @@ class TrainingPanel(QWidget):
             ("data", self.data_box.currentData()),
             ("data_path", self.data_path.text()),
             ("image_size", self.image_size.value()),
+            ("seq_len", self.seq_len.value()),
             ("batch_size", self.batch_size.value()),
             ("lr", self.lr.text()),
             ("weight_decay", self.wd.text()),
