@@ -112,7 +112,10 @@ def test_readout_shows_every_overlaid_run_and_memory_is_the_runs_own(qtbot: Any)
     assert y[0] == 90.0 and y[-1] == 119.0  # drawn as recorded: the one measure core defines
     _x, y = p.overlays["a"].curves["mem_alloc"].getData()
     assert y[-1] == 79.0  # the same measure for the overlaid run: comparable
-    assert "RSS growth" in p.plots["memory"].titleLabel.text
+    # a title short enough for a 1280 px window; the legend and the title's tooltip name the measure
+    title = p.plots["memory"].titleLabel
+    assert title.text == "Memory (MB, CPU)" and "RSS growth" in title.toolTip()
+    assert p.curves["mem_alloc"].opts["name"] == "RSS growth"
 
 
 def test_plots_follow_a_dark_palette(qtbot: Any) -> None:

@@ -438,10 +438,11 @@ class PlotsPanel(PlotAxes, QWidget):
         # On the CPU the process RSS holds every earlier run and the app itself: the engine
         # records the run's own growth since its setup began (core.training.metrics), and the
         # bytes of gradients and optimizer state are exact (torch tensors, counted by the engine).
-        self._set_plot_title(
-            "memory",
-            "Memory (MB, CUDA)" if kind == "cuda" else (
-                "Memory (MB, MPS)" if kind == "mps" else "Memory (MB): RSS growth since the run began"),
+        self._set_plot_title("memory", f"Memory (MB, {'CPU' if kind not in ('cuda', 'mps') else kind.upper()})")
+        self.plots["memory"].titleLabel.setToolTip(
+            "RSS growth: the process's resident memory since the run began (a lower bound: memory "
+            "freed by earlier runs is reused)" if kind not in ("cuda", "mps") else
+            "Memory the framework allocated on the device (peak: the highest since the run began)"
         )
         self._rebuild_legends()
 
