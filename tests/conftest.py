@@ -8,6 +8,14 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import pytest
 import torch
+from hypothesis import settings
+
+# Property tests: random examples on a developer's machine (to find new cases), the same
+# examples on every CI run (a red CI is a change's fault, not the draw's); no per-example
+# deadline either way, since a loaded machine is slow, not wrong.
+settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
+settings.register_profile("dev", deadline=None, print_blob=True)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 # One intra-op thread: CI machines have 2 cores, and tests use tiny models where more threads
 # only add scheduling noise. Benchmarks (tests/benchmarks/) choose their own thread counts.
