@@ -26,6 +26,7 @@ from workbench.core.checks.lint import lint_plan
 from workbench.core.freezing.apply import Counts, optimizer_state_factor
 from workbench.core.models.memory import ParamMemory, estimate_memory
 from workbench.core.models.tree import ModelTree, ModuleNode
+from workbench.core.plan.keys import INHERITED_KEYS, rule_key
 from workbench.core.plan.param_counts import frozen_elements
 from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.readiness import PlanReadiness, check_plan
@@ -50,6 +51,11 @@ Tri = Literal["on", "off", "mixed"]
 class NodeState(NamedTuple):
     """What one tree row shows (a tuple: cheap to build and compare for 5,000+ rows).
 
+    The three checkbox states are counted over the subtree (each its own way: parameter
+    elements, A+B's added ones, BatchNorm modules); every other plan key shows the module's
+    own value in force, read from :attr:`settings` by key name (:meth:`value`), so a new key
+    needs no field here.
+
     Attributes:
         frozen: Frozen checkbox over the subtree's parameters (a module without parameters
             below it shows its own effective flag); ``"mixed"`` also for partial freezing.
@@ -57,11 +63,9 @@ class NodeState(NamedTuple):
         reparam: A+B over the subtree's parameters; None when there are no parameters.
         bn: BN eval over the BatchNorm modules in the subtree; None when there are none.
         bn_auto: every BatchNorm module below follows ``frozen`` (no explicit ``bn_eval``).
-        lr_scale: the module's own effective lr_scale.
-        partial: the module's own sub-tensor freezing spec, if any.
+        settings: the module's own settings in force (one field per plan key).
+        params: parameter elements in the subtree (A+B's added elements included).
         partial_below: some module in the subtree has sub-tensor freezing.
-        lr_ignored: lr_scale differs from 1 but every parameter below is frozen.
-        reparam_text: the A+B in force on the module: ``"full"``, ``"r=8"``, or ``""``.
     """
 
     frozen: Tri
@@ -69,11 +73,53 @@ class NodeState(NamedTuple):
     reparam: Tri | None
     bn: Tri | None
     bn_auto: bool
-    lr_scale: float
-    partial: PartialSpec | None = None
+    settings: Effective
+    params: int = 0
     partial_below: bool = False
-    lr_ignored: bool = False
-    reparam_text: str = ""
+
+    def value(self, key: str) -> Any:
+        """The module's own value in force of a plan key.
+
+        Args:
+            key: a setting key (a row of :data:`~workbench.core.plan.keys.SETTING_KEYS`).
+
+        Returns:
+            ``Effective.<key>``.
+        """
+        return getattr(self.settings, key)
+
+    def ignored(self, key: str) -> bool:
+        """Whether a per-parameter setting away from its default has no effect: every parameter
+        below is frozen.
+
+        Args:
+            key: a setting key.
+
+        Returns:
+            True when the module's value differs from the key's default and nothing below trains.
+        """
+        return self.value(key) != rule_key(key).default and self.params > 0 and self.trainable == 0
+
+    @property
+    def lr_scale(self) -> float:
+        """The module's own effective ``lr_scale``."""
+        return float(self.settings.lr_scale)
+
+    @property
+    def partial(self) -> PartialSpec | None:
+        """The module's own sub-tensor freezing spec, if any."""
+        return self.settings.partial
+
+    @property
+    def lr_ignored(self) -> bool:
+        """``lr_scale`` differs from 1 but every parameter below is frozen."""
+        return self.ignored("lr_scale")
+
+    @property
+    def reparam_text(self) -> str:
+        """The A+B in force on the module: ``"full"``, ``"r=8"``, or ``""``."""
+        spec = self.settings.reparam
+        return spec.short() if spec else ""
 
 
 def _reparam_bytes(
@@ -148,16 +194,17 @@ def deciding_rule(plan: FreezePlan, tree: ModelTree, path: str, key: str) -> int
         plan: the plan.
         tree: the model's tree.
         path: the module's path.
-        key: ``"frozen"``, ``"bn_eval"``, ``"lr_scale"``, ``"reparam"`` or ``"partial"``.
+        key: a setting key (``"frozen"``, ``"bn_eval"``, ``"lr_scale"``, ``"reparam"``, ``"partial"``, ...).
 
     Returns:
         The rule index, or None when no rule sets ``key`` for the node (default applies).
     """
+    inherited = rule_key(key).inherited
     for i in range(len(plan.rules) - 1, -1, -1):
         r = plan.rules[i]
         if not r.sets(key):
             continue
-        if key == "partial":  # applies to the modules a selector matches directly
+        if not inherited:  # applies to the modules a selector matches directly
             if path in select_paths(r.select, tree, subtree=False):
                 return i
         elif rule_selects(r, tree.nodes[path], tree):
@@ -216,11 +263,9 @@ def _node_state(lay: flat.Layout, i: int, e: Effective, sums: np.ndarray) -> Nod
         ("off" if r <= 0 else ("on" if r >= params else "mixed")) if params else None,
         _tri(be, bn) if bn else None,
         bool(bn) and ba == bn,
-        e.lr_scale,
-        e.partial,
+        e,
+        params,
         bool(pa),
-        e.lr_scale != 1.0 and params > 0 and trainable == 0,
-        e.reparam.short() if e.reparam else "",
     )
 
 
@@ -373,7 +418,7 @@ class PlanState:
         readiness: whether the plan fits the model and leaves something trainable (the
             one predicate the trainer uses too; computed when first read).
         notes: other one-line notes (a plan made for a different model).
-        explicit: ``{key: set of paths}`` set by plain-path rules (bold in the tree).
+        explicit: ``{key: set of paths}`` set by plain-path rules, for every inherited key (bold in the tree).
         bn_modules / bn_eval_modules: BatchNorm modules, and those in eval mode.
         reparam_modules: modules with parameters that have A+B.
         fixed_params: elements of the fixed tensors A that A+B adds (for :meth:`memory`).
@@ -408,7 +453,7 @@ class PlanState:
                 "the plan was made for a model with other parameter names or shapes; "
                 "rules are applied by module path"
             )
-        self.explicit = {k: explicit_paths(plan, k) for k in ("frozen", "bn_eval", "lr_scale", "reparam")}
+        self.explicit = {k: explicit_paths(plan, k) for k in INHERITED_KEYS}
         self._readiness: PlanReadiness | None = None
         self._findings: list[Finding] | None = None
 
