@@ -8,8 +8,9 @@ becomes a plan edit. :data:`COLUMNS` lists them in display order;
 :class:`~workbench.gui.plan.tree_view.ModuleTreeView` only iterate it.
 
 Adding a per-module toggle (a plan key shown as a checkbox) is one :func:`toggle_column` row
-in :data:`COLUMNS`, given a ``"on"/"off"/"mixed"`` field of
-:class:`~workbench.gui.plan.state.NodeState` to show. A per-module number (a plan key whose row
+in :data:`COLUMNS`: a switch key's state over the subtree comes from
+:meth:`NodeState.tri <workbench.gui.plan.state.NodeState.tri>` (or a named
+``"on"/"off"/"mixed"`` field of :class:`~workbench.gui.plan.state.NodeState`). A per-module number (a plan key whose row
 says :attr:`~workbench.core.plan.keys.PlanKey.numeric`, like ``lr_scale``) is one
 :func:`number_column` row: header, parsing, the error message and the undo text come from the
 key's row.
@@ -202,7 +203,7 @@ def toggle_column(
     key: str,
     header: str,
     tooltip: str,
-    field: str,
+    field: str | None,
     tip: Callable[[Controller, ModuleNode, NodeState], str | None],
     to_plan: Callable[[bool], Any] = bool,
     display: Callable[[ModuleNode, NodeState], str | None] = _empty,
@@ -215,7 +216,8 @@ def toggle_column(
         header: header text (also the width sample).
         tooltip: header tooltip.
         field: the :class:`~workbench.gui.plan.state.NodeState` field shown (``"on"``, ``"off"``,
-            ``"mixed"``, or None for no checkbox).
+            ``"mixed"``, or None for no checkbox); None: the key's state over the subtree,
+            :meth:`NodeState.tri(key) <workbench.gui.plan.state.NodeState.tri>` (any switch key).
         tip: the cell's tooltip.
         to_plan: the plan value of a click (checked or not).
         display: a short note beside the box (``auto``).
@@ -226,7 +228,7 @@ def toggle_column(
     """
 
     def check(st: NodeState) -> Qt.CheckState | None:
-        tri = getattr(st, field)
+        tri = st.tri(key) if field is None else getattr(st, field)
         return _CHECK[tri] if tri is not None else None
 
     def set_data(c: Controller, path: str, on: Any) -> bool:

@@ -1,6 +1,6 @@
-"""A new per-module numeric plan key, added as a row (and its two fields) only, reaches the window:
-per-row state, minimal plan edits, the undo text and an editable column (one
-``number_column`` row), with no GUI module naming it."""
+"""A new plan key, added as a row (and its two fields) only, reaches the window: per-row state,
+minimal plan edits, the undo text and a column (one ``number_column`` row for a number, one
+``toggle_column`` row for a switch), with no GUI module naming it."""
 
 from __future__ import annotations
 
@@ -22,11 +22,12 @@ from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.plan import edits as plan_edits
 from workbench.gui.plan import tree_columns, tree_model, tree_view
 from workbench.gui.plan.state import PlanState
-from workbench.gui.plan.tree_columns import COLUMNS, Editor, number_column
+from workbench.gui.plan.tree_columns import COLUMNS, Editor, number_column, toggle_column
 from workbench.gui.plan.tree_model import ModuleTreeModel
 from workbench.gui.plan.tree_view import ModuleTreeView, NumberDelegate
 
 EDIT = Qt.ItemDataRole.EditRole
+CHECK = Qt.ItemDataRole.CheckStateRole
 
 
 def _parse_clip(v: Any) -> float:
@@ -39,6 +40,16 @@ CLIP = PlanKey(
     "grad_clip", "number > 0", _parse_clip, True, None, "clip the gradient norm of the modules' parameters",
     label="Clip", numeric=True, hint="a gradient clip; enter a number > 0",
 )
+
+
+def _parse_bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError("must be true or false")
+    return v
+
+
+#: A new switch: inherited, off by default.
+QUANT = PlanKey("quantize", "boolean", _parse_bool, True, False, "fake-quantize the modules", label="Quant", switch=True)
 
 
 @pytest.fixture(scope="module")
@@ -113,3 +124,53 @@ def test_a_numeric_column_is_one_row(qtbot: Any, qtmodeltester: Any, monkeypatch
     qtbot.addWidget(view)
     view.setModel(m)
     assert isinstance(view.itemDelegateForColumn(new), NumberDelegate)
+
+
+def test_switch_keys_count_over_the_subtree(monkeypatch: pytest.MonkeyPatch, tree: ModelTree) -> None:
+    register_key(monkeypatch, QUANT, bool)
+    plan = FreezePlan.from_dict({"rules": [
+        {"select": "layer4", "quantize": True, "eval": True}, {"select": "layer1", "checkpoint": True},
+    ]})
+    state = PlanState.compute(tree, plan)
+    nodes = state.nodes
+    for key in ("quantize", "eval"):  # inherited: the subtree's modules
+        assert (nodes["layer4"].tri(key), nodes["layer4.0.conv1"].tri(key), nodes[""].tri(key)) == ("on", "on", "mixed")
+        assert nodes["fc"].tri(key) == "off"
+    # set on matched modules only: on where set, mixed above it
+    assert (nodes["layer1"].tri("checkpoint"), nodes[""].tri("checkpoint"), nodes["layer1.0"].tri("checkpoint")) == (
+        "on", "mixed", "off",
+    )
+    assert nodes["layer4"].tri("frozen") == nodes["layer4"].frozen and nodes["bn1"].tri("bn_eval") == nodes["bn1"].bn
+    with pytest.raises(KeyError):
+        nodes["fc"].tri("lr_scale")
+    # minimal edits: switching it on below a module that has it on adds nothing
+    edited = plan.copy()
+    plan_edits.set_on_paths(edited, tree, ["layer4.1"], "quantize", True)
+    assert edited.to_dict() == plan.to_dict()
+    plan_edits.set_on_paths(edited, tree, ["layer4.1"], "quantize", False)
+    inc = PlanState.compute(tree, edited, previous=state)
+    full = PlanState.compute(tree, edited)
+    assert inc.changed is not None and all(inc.nodes[p] == full.nodes[p] for p in tree.nodes)
+    assert (full.nodes["layer4"].tri("quantize"), full.nodes["layer4.1.bn2"].tri("quantize")) == ("mixed", "off")
+
+
+def test_a_switch_column_is_one_row(qtbot: Any, qtmodeltester: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    register_key(monkeypatch, QUANT, bool)
+    extra = toggle_column("quantize", "Quant", "Fake-quantized modules", None, lambda c, node, st: "tip")
+    columns = COLUMNS + (extra,)
+    for module in (tree_columns, tree_model, tree_view):
+        monkeypatch.setattr(module, "COLUMNS", columns)
+    torch.manual_seed(0)
+    c = Controller()
+    c.set_loaded(loaded_from_model(resnet18(), "resnet18", spec={"source": "torchvision", "name": "resnet18"}))
+    m = ModuleTreeModel(c)
+    new = len(columns) - 1
+    fc, root = m.index_of("fc", new), m.index_of("", new)
+    assert m.data(fc, CHECK) == Qt.CheckState.Unchecked and m.flags(fc) & Qt.ItemFlag.ItemIsUserCheckable
+    assert m.setData(fc, Qt.CheckState.Checked, CHECK)
+    assert [r.to_dict() for r in c.plan.rules] == [{"select": "fc", "quantize": True}]
+    assert c.undo_stack.undoText() == "Quant on: fc"
+    assert m.data(fc, CHECK) == Qt.CheckState.Checked and m.data(root, CHECK) == Qt.CheckState.PartiallyChecked
+    c.undo_stack.undo()
+    assert c.plan.rules == [] and m.data(fc, CHECK) == Qt.CheckState.Unchecked
+    qtmodeltester.check(m)
