@@ -23,6 +23,7 @@ from workbench.core.freezing.apply import Counts
 from workbench.core.models.tree import ModelTree
 from workbench.core.optimizers import CHOICES
 from workbench.core.optimizers import OPTIMIZERS as KINDS
+from workbench.core.plan.keys import rule_key
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.gui.background import BackgroundTask
 from workbench.gui.model_loading import LoadedModel, LoadRequest, load_model, request_for_plan
@@ -347,7 +348,7 @@ class Controller(QObject):
 
         Args:
             paths: module paths.
-            key: ``"frozen"``, ``"bn_eval"``, ``"lr_scale"`` or ``"reparam"``.
+            key: an inherited plan key (``"frozen"``, ``"bn_eval"``, ``"lr_scale"``, ``"reparam"``, ...).
             value: the value (None: inherit; see :func:`plan_edits.set_minimal`).
             text: undo text (default: generated).
 
@@ -455,14 +456,10 @@ class Controller(QObject):
 
 
 def _describe(paths: list[str], key: str, value: Any) -> str:
+    """The undo text of setting ``key`` on ``paths`` (the key's row words it)."""
     what = (paths[0] or "(root)") if len(paths) == 1 else f"{len(paths)} modules"
-    if key == "frozen":
-        return f"{'Freeze' if value else 'Unfreeze'} {what}"
-    if key == "bn_eval":
-        state = {True: "on", False: "off", None: "follows frozen"}[value]
-        return f"BN eval {state}: {what}"
-    if key == "lr_scale":
-        return f"LR × {value:g} on {what}" if value is not None else f"LR × inherited on {what}"
-    if key == "reparam":
-        return f"A+B {'on' if value else 'off'}: {what}"
-    return f"Set {key} on {what}"
+    try:
+        row = rule_key(key)
+    except KeyError:
+        return f"Set {key} on {what}"
+    return row.edit_text(value, what)

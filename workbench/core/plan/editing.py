@@ -28,7 +28,7 @@ def set_in_force(
 
     Args:
         path: dotted module path (``""`` for the root).
-        key: one of ``frozen``, ``bn_eval``, ``lr_scale``, ``reparam``.
+        key: an inherited setting key (:data:`~workbench.core.plan.keys.INHERITED_KEYS`).
         value: the value; ``None`` removes the explicit setting at ``path`` (inherit).
         tree: the model's tree.
         resolve: the plan's resolution of a list of rules (for :func:`tidy`).

@@ -6,6 +6,11 @@ a rule selects inherits it, its value when no rule sets it, how it shows in
 ``docs/plan-schema.md`` (:func:`schema_markdown`). :class:`~workbench.core.plan.rules.Rule`
 and :class:`Effective` hold one typed field per setting row; a test keeps them in step.
 
+A row also carries what the window needs, so that no GUI module names a key: a human
+:attr:`PlanKey.label`, how a value reads as on/off (:meth:`PlanKey.is_on`), how a typed value
+is read (:meth:`PlanKey.parse_text`), the undo text of an edit (:meth:`PlanKey.edit_text`), and
+whether the key is a number edited as text (:attr:`PlanKey.numeric`).
+
 Adding a key: a row in :data:`RULE_KEYS`, a field on ``Rule`` and ``Effective``, and its apply
 logic in :mod:`workbench.core.freezing.plan_handle`.
 """
@@ -24,6 +29,7 @@ from workbench.core.plan.spec_base import ExtensionSpec
 
 __all__ = [
     "CHECKPOINT_KEY",
+    "DIRECT_KEYS",
     "INHERITED_KEYS",
     "PARAM_KEYS",
     "PLAN_KEYS",
@@ -110,6 +116,18 @@ class PlanKey:
         spec: the typed spec class of an extension key (its value on a rule is an instance).
         show: how a value shows in :meth:`Stage.describe`.
         per_param: a ``"param:GLOB"`` selector may set the key on single parameters.
+        label: the key's name for people (tree headers, undo texts, error titles); empty:
+            the JSON name.
+        switch: the key reads as on/off where the window shows and edits it: a value counts by
+            its truthiness (:meth:`is_on`; an A+B spec is "on", ``false``/absent "off").
+        numeric: a number >= 0 that the window edits as text (:meth:`parse_text`; empty text
+            inherits).
+        batchnorm_only: the key has an effect on BatchNorm modules only (``bn_eval``).
+        verbs: the undo texts of switching the key on and off (``("Freeze", "Unfreeze")``);
+            None: ``"<label> on: ..."`` / ``"<label> off: ..."``.
+        text_prefix: characters a typed number may start with (``"×"`` for ``LR ×``).
+        hint: what a typed value must be, for the message when it is not (``"a learning-rate
+            multiplier; enter a number >= 0 ..."``); empty: from ``json_type``.
     """
 
     name: str
@@ -124,6 +142,107 @@ class PlanKey:
     spec: type[ExtensionSpec] | None = None
     show: Callable[[Any], str] = str
     per_param: bool = False
+    label: str = ""
+    switch: bool = False
+    numeric: bool = False
+    batchnorm_only: bool = False
+    verbs: tuple[str, str] | None = None
+    text_prefix: str = ""
+    hint: str = ""
+
+    def __post_init__(self) -> None:
+        """An empty label is the JSON name."""
+        if not self.label:
+            object.__setattr__(self, "label", self.name)
+
+    def is_on(self, value: Any) -> bool:
+        """Whether a value of the key reads as "on" (its truthiness: a spec is on, ``False``,
+        ``None`` and ``0`` are off).
+
+        Args:
+            value: a value of the key (parsed, or as the window passes it).
+
+        Returns:
+            True for on.
+        """
+        return bool(value)
+
+    def gui_value(self, value: Any) -> Any:
+        """A value as the window compares it: on/off for a :attr:`switch` key, else itself.
+
+        Args:
+            value: a value of the key.
+
+        Returns:
+            ``is_on(value)`` for a switch, else ``value``.
+        """
+        return self.is_on(value) if self.switch else value
+
+    def agrees(self, current: Any, value: Any) -> bool:
+        """Whether a value in force (``Effective.<name>``) is ``value`` as the window sees it.
+
+        Args:
+            current: the value in force on a module.
+            value: the value a click sets.
+
+        Returns:
+            True when they are the same (for a switch: both on or both off).
+        """
+        return bool(self.gui_value(current) == self.gui_value(value))
+
+    def parse_text(self, raw: Any) -> Any:
+        """A value typed in the window's editor of a :attr:`numeric` key, checked by :attr:`parse`.
+
+        Args:
+            raw: the text entered (leading :attr:`text_prefix` characters and spaces are
+                dropped), or a number.
+
+        Returns:
+            The value, or None for empty text (inherit).
+
+        Raises:
+            ValueError: not a valid value; the message says what to enter.
+        """
+        if raw is None:
+            return None
+        value: Any = raw
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            text = str(raw).strip().lstrip(self.text_prefix).strip()
+            if not text:
+                return None
+            try:
+                value = float(text)
+            except ValueError:
+                raise ValueError(self._enter(raw)) from None
+        try:
+            return self.parse(value)
+        except (ValueError, TypeError):
+            raise ValueError(self._enter(raw)) from None
+
+    def _enter(self, raw: Any) -> str:
+        hint = self.hint or f"a value of {self.name}; enter a {self.json_type}"
+        return f"{raw!r} is not {hint}, or leave it empty to inherit"
+
+    def edit_text(self, value: Any, what: str) -> str:
+        """The undo text of setting the key to ``value`` on ``what``.
+
+        Args:
+            value: the value set (None: inherit, or follow :attr:`follows`).
+            what: the modules, in words (``"layer1"``, ``"3 modules"``).
+
+        Returns:
+            ``"Freeze layer1"``, ``"A+B on: fc"``, ``"BN eval follows frozen: bn1"``,
+            ``"LR × 0.1 on layer4"``, ``"LR × inherited on layer4"``.
+        """
+        if self.verbs is not None:
+            return f"{self.verbs[0] if self.is_on(value) else self.verbs[1]} {what}"
+        if self.switch:
+            if value is None and self.follows is not None:
+                return f"{self.label} follows {self.follows}: {what}"
+            return f"{self.label} {'on' if self.is_on(value) else 'off'}: {what}"
+        if self.numeric:
+            return f"{self.label} {value:g} on {what}" if value is not None else f"{self.label} inherited on {what}"
+        return f"Set {self.name} on {what}"
 
 
 #: Keys of the plan language beyond freezing: train/eval behaviour and weight decay.
@@ -132,10 +251,13 @@ _LANGUAGE_KEYS: tuple[PlanKey, ...] = (
         "eval", "boolean", _parse_bool, True, False,
         "the modules stay in eval mode across `model.train()` (Dropout, DropPath, BatchNorm, anything "
         "with train/eval behaviour)",
+        label="Eval mode", switch=True,
     ),
     PlanKey(
         "weight_decay", "number >= 0", _parse_weight_decay, True, None,
         "absolute weight decay of the parameters; absent: the optimizer's", per_param=True,
+        label="Weight decay", numeric=True,
+        hint="a weight decay; enter a number >= 0 (the absolute decay, e.g. 0.05; 0 for none)",
     ),
 )
 # ---- activation checkpointing (its own block: a plain boolean, not inherited)
@@ -145,6 +267,7 @@ CHECKPOINT_KEY = PlanKey(
     "activation checkpointing: the selected modules keep no activations and run their forward again "
     "in backward (less memory, about one more forward of them per step); the root uses the model's own "
     "`set_grad_checkpointing`/`gradient_checkpointing_enable` when it has one (see docs/scaling.md)",
+    label="Checkpointing", switch=True,
 )
 # ---- end of activation checkpointing
 
@@ -155,20 +278,22 @@ RULE_KEYS: tuple[PlanKey, ...] = (
         '`"*"` (whole model), a dotted module path, an fnmatch glob on paths, `"type:ClassName"`, or '
         '`"param:GLOB"` (an fnmatch glob on dotted parameter names; sets `frozen`, `lr_scale` and '
         '`weight_decay` per parameter: `"param:*.bias"` is BitFit); required',
-        setting=False,
+        setting=False, label="Select",
     ),
     PlanKey(
-        "frozen", "boolean", _parse_bool, True, False, "the modules' own parameters do not train", per_param=True
+        "frozen", "boolean", _parse_bool, True, False, "the modules' own parameters do not train", per_param=True,
+        label="Frozen", switch=True, verbs=("Freeze", "Unfreeze"),
     ),
     PlanKey(
         "bn_eval", "boolean", _parse_bool, True, False,
         "BatchNorm runs on its running statistics (eval mode) while the model trains; absent: follows `frozen`",
-        follows="frozen",
+        follows="frozen", label="BN eval", switch=True, batchnorm_only=True,
     ),
     PlanKey(
         "lr_scale", "number >= 0", _parse_lr_scale, True, 1.0,
         "multiplier of the base learning rate; absent: the plan's `lr_decay` for the layer, else 1",
-        per_param=True,
+        per_param=True, label="LR ×", numeric=True, text_prefix="×x*",
+        hint="a learning-rate multiplier; enter a number >= 0 (1 = base rate, 0.1 = ten times slower)",
     ),
     *_LANGUAGE_KEYS,
     PlanKey(
@@ -177,15 +302,18 @@ RULE_KEYS: tuple[PlanKey, ...] = (
         "`false` switches it off; `rank`, `alpha`, `dropout`, `init` make B = (alpha/rank) U V low-rank "
         "(LoRA) on Linear, Conv1d/2d, Conv1D and Embedding layers; `\"dora\": true` (with `rank`) adds "
         "DoRA's trained magnitude per output channel (not on Embedding)",
-        can_switch_off=True, spec=ReparamSpec, show=_show_spec,
+        can_switch_off=True, spec=ReparamSpec, show=_show_spec, label="A+B", switch=True,
     ),
     PlanKey(
         "partial", "object", _parse_partial, False, None,
         "sub-tensor freezing: the ranges of a weight that train (see docs/partial.md)",
-        spec=PartialSpec, show=_show_spec,
+        spec=PartialSpec, show=_show_spec, label="Partial freezing",
     ),
     CHECKPOINT_KEY,
-    PlanKey("comment", "string", _parse_comment, False, None, "free text, kept with the rule", setting=False),
+    PlanKey(
+        "comment", "string", _parse_comment, False, None, "free text, kept with the rule", setting=False,
+        label="Comment",
+    ),
 )
 RULE_KEY_NAMES: tuple[str, ...] = tuple(k.name for k in RULE_KEYS)
 
@@ -209,6 +337,8 @@ PLAN_KEYS: tuple[tuple[str, str, Any, str], ...] = (
 )
 SETTING_KEYS: tuple[PlanKey, ...] = tuple(k for k in RULE_KEYS if k.setting)
 INHERITED_KEYS: tuple[str, ...] = tuple(k.name for k in SETTING_KEYS if k.inherited)
+#: Settings that reach only the modules a selector matches directly (not their subtree).
+DIRECT_KEYS: tuple[str, ...] = tuple(k.name for k in SETTING_KEYS if not k.inherited)
 #: Keys a ``"param:GLOB"`` selector may set.
 PARAM_KEYS: tuple[str, ...] = tuple(k.name for k in SETTING_KEYS if k.per_param)
 

@@ -438,7 +438,8 @@ class FreezePlan:
 
         Args:
             path: dotted module path (``""`` for the root).
-            key: one of ``frozen``, ``bn_eval``, ``lr_scale``, ``reparam``.
+            key: an inherited setting key (:data:`~workbench.core.plan.keys.INHERITED_KEYS`:
+                ``frozen``, ``bn_eval``, ``lr_scale``, ``reparam``, ...).
             value: the value; ``None`` removes the explicit setting at ``path`` (inherit).
             tree: the model's tree.
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from workbench.core.models.tree import ModelTree
-from workbench.core.plan.keys import Effective
+from workbench.core.plan.keys import INHERITED_KEYS, Effective, PlanKey, rule_key
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.plan.selectors import is_pattern
 from workbench.gui.plan import flat
@@ -56,44 +56,42 @@ def top_paths(paths: Iterable[str], tree: ModelTree) -> list[str]:
 
 
 def _holds(plan: FreezePlan, tree: ModelTree, path: str, key: str, value: Any) -> bool:
-    """Whether ``key`` is already in force as ``value`` on the whole subtree at ``path``."""
+    """Whether ``key`` is already in force as ``value`` on the whole subtree at ``path`` (on its
+    BatchNorm modules for a key that acts on those only)."""
+    row = rule_key(key)
     if supported(plan):  # the subtree only, one check per group of rows with the same settings
         lay = flat.layout(tree)
         start = lay.index[path]
         rows = np.arange(start, lay.end[start], dtype=np.int64)
         group, effectives = flat.resolve_groups(plan, tree, rows)
-        if key == "bn_eval":
+        if row.batchnorm_only:
             group = group[lay.is_bn[rows]]
-        return all(_agrees(effectives[int(g)], key, value) for g in np.unique(group))
+        return all(_agrees(effectives[int(g)], row, value) for g in np.unique(group))
     eff = plan.resolve(tree)
     nodes = tree.nodes
-    return all(_agrees(eff[p], key, value) for p in tree.subtree(path) if key != "bn_eval" or nodes[p].is_bn)
+    return all(
+        _agrees(eff[p], row, value) for p in tree.subtree(path) if not row.batchnorm_only or nodes[p].is_bn
+    )
 
 
-def _agrees(e: Effective, key: str, value: Any) -> bool:
-    """Whether one module's settings have ``key`` as ``value``."""
-    if key == "frozen":
-        return e.frozen == value
-    if key == "bn_eval":
-        return e.bn_eval == value
-    if key == "lr_scale":
-        return e.lr_scale == value
-    if key == "reparam":
-        return bool(e.reparam) == bool(value)
-    return True
+def _agrees(e: Effective, row: PlanKey, value: Any) -> bool:
+    """Whether one module's settings have the key of ``row`` as ``value``."""
+    return row.agrees(getattr(e, row.name), value)
 
 
 _UNKNOWN = object()
-_DEFAULTS = {"frozen": False, "lr_scale": 1.0, "reparam": False}
 
 
 def _inherited(plan: FreezePlan, tree: ModelTree, path: str, key: str) -> Any:
-    """What ``path``'s subtree would get for ``key`` from above if its own rules were removed.
+    """What ``path``'s subtree would get for ``key`` from above if its own rules were removed
+    (as :meth:`PlanKey.gui_value` reads it).
 
-    Returns ``_UNKNOWN`` when that cannot be told without resolving the plan (``bn_eval``,
-    which follows ``frozen``, or glob / ``type:`` rules that may reach inside the subtree).
+    Returns ``_UNKNOWN`` when that cannot be told without resolving the plan (a key that
+    follows another, such as ``bn_eval``, a key the subtree does not inherit, or glob /
+    ``type:`` rules that may reach inside the subtree).
     """
-    if key not in _DEFAULTS:
+    row = rule_key(key)
+    if row.follows is not None or not row.inherited:
         return _UNKNOWN
     if any(r.sets(key) and is_pattern(r.select) for r in plan.rules):
         return _UNKNOWN
@@ -104,9 +102,8 @@ def _inherited(plan: FreezePlan, tree: ModelTree, path: str, key: str) -> Any:
         node = node.parent
     for r in reversed(plan.rules):
         if r.sets(key) and ((path and r.select in ("", "*")) or r.select in ancestors):
-            v = r.value(key)
-            return bool(v) if key == "reparam" else v
-    return _DEFAULTS[key]
+            return row.gui_value(r.value(key))
+    return row.gui_value(row.default)
 
 
 def set_minimal(plan: FreezePlan, tree: ModelTree, path: str, key: str, value: Any) -> None:
@@ -114,30 +111,36 @@ def set_minimal(plan: FreezePlan, tree: ModelTree, path: str, key: str, value: A
 
     When removing the explicit settings of ``key`` at and below ``path`` already gives
     ``value`` there (the parent provides it), they are removed; otherwise ``value`` is set
-    at ``path`` (``FreezePlan.set`` semantics).
+    at ``path`` (``FreezePlan.set`` semantics). A switch key (:attr:`PlanKey.switch`)
+    compares on/off; the value of a spec key (``reparam``) is always written explicitly.
 
     Args:
         plan: the plan, edited in place.
         tree: the model's tree.
         path: module path (``""`` for the root).
-        key: ``"frozen"``, ``"bn_eval"``, ``"lr_scale"`` or ``"reparam"``.
+        key: an inherited setting key (``"frozen"``, ``"bn_eval"``, ``"lr_scale"``,
+            ``"reparam"``, ...: a row of :data:`~workbench.core.plan.keys.RULE_KEYS`).
         value: the value; ``None`` removes the explicit settings (inherit). ``reparam``:
             a spec dict to switch A+B on, ``False`` to switch it off.
 
     Raises:
-        KeyError: no module at ``path``.
+        KeyError: no module at ``path``, or not a plan key.
         ValueError: invalid key or value (the message says which and what to do).
     """
     if value is None:
         plan.set(path, key, None, tree)
         return
+    if key not in INHERITED_KEYS:
+        plan.set(path, key, value, tree)  # raises ValueError: says which keys can be set by path
+        return
+    row = rule_key(key)
     inherited = _inherited(plan, tree, path, key)
-    if inherited is not _UNKNOWN and inherited != (bool(value) if key == "reparam" else value):
+    if inherited is not _UNKNOWN and inherited != row.gui_value(value):
         plan.set(path, key, value, tree)  # removing rules cannot give `value`: skip the trial
         return
     trial = plan.copy()
     trial.set(path, key, None, tree)
-    simple = not (key == "reparam" and value)  # an A+B spec is always written explicitly
+    simple = not (row.spec is not None and row.is_on(value))  # a spec is always written explicitly
     if simple and _holds(trial, tree, path, key, value):
         plan.rules = trial.rules
         return

@@ -22,13 +22,12 @@ from typing import Any, Generic, TypeVar
 import numpy as np
 
 from workbench.core.models.tree import ModelTree, ModuleNode
-from workbench.core.plan.keys import INHERITED_KEYS, SETTING_KEYS, Effective, effective_from
+from workbench.core.plan.keys import DIRECT_KEYS, INHERITED_KEYS, Effective, effective_from
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.plan.selectors import matcher
 
 __all__ = ["Layout", "LazyMap", "effective_code", "layout", "resolve_groups", "subtree_sums"]
 
-_DIRECT_KEYS = tuple(k.name for k in SETTING_KEYS if not k.inherited)
 V = TypeVar("V")
 
 
@@ -168,7 +167,7 @@ def resolve_groups(plan: FreezePlan, tree: ModelTree, rows: np.ndarray) -> tuple
     columns: list[tuple[np.ndarray, dict[str, Any]]] = []
     for rule in plan.rules:
         inherited = {k: rule.value(k) for k in INHERITED_KEYS if rule.sets(k)}
-        direct = {k: rule.value(k) for k in _DIRECT_KEYS if rule.sets(k)}
+        direct = {k: rule.value(k) for k in DIRECT_KEYS if rule.sets(k)}
         if not (inherited or direct):
             continue
         matched = np.fromiter((index[p] for p in m.direct(rule.select)), dtype=np.int64)

@@ -17,13 +17,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from workbench.core.models.tree import ModelTree
-from workbench.core.plan.keys import SETTING_KEYS
 from workbench.core.plan.rules import FreezePlan, Rule
 from workbench.core.plan.selectors import is_param_selector, matcher
 
 __all__ = ["edit_region", "supported"]
-
-_DIRECT_KEYS = tuple(k.name for k in SETTING_KEYS if not k.inherited)
 
 
 def supported(plan: FreezePlan) -> bool:

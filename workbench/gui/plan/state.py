@@ -26,6 +26,7 @@ from workbench.core.checks.lint import lint_plan
 from workbench.core.freezing.apply import Counts, optimizer_state_factor
 from workbench.core.models.memory import ParamMemory, estimate_memory
 from workbench.core.models.tree import ModelTree, ModuleNode
+from workbench.core.plan.keys import INHERITED_KEYS, SETTING_KEYS, PlanKey, rule_key
 from workbench.core.plan.param_counts import frozen_elements
 from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.readiness import PlanReadiness, check_plan
@@ -50,6 +51,13 @@ Tri = Literal["on", "off", "mixed"]
 class NodeState(NamedTuple):
     """What one tree row shows (a tuple: cheap to build and compare for 5,000+ rows).
 
+    A switch key (:attr:`~workbench.core.plan.keys.PlanKey.switch`) shows as a checkbox state
+    over the subtree (:meth:`tri`): ``frozen`` and ``reparam`` counted over parameter elements
+    (sub-tensor freezing, A+B's added elements), ``bn_eval`` over BatchNorm modules, and any
+    other switch over the subtree's modules (its BatchNorm modules for a key that acts on those
+    only; see :func:`_switch_tri`). Every other plan key shows the module's own value in force, read from
+    :attr:`settings` by key name (:meth:`value`). So a new key needs no field here.
+
     Attributes:
         frozen: Frozen checkbox over the subtree's parameters (a module without parameters
             below it shows its own effective flag); ``"mixed"`` also for partial freezing.
@@ -57,11 +65,10 @@ class NodeState(NamedTuple):
         reparam: A+B over the subtree's parameters; None when there are no parameters.
         bn: BN eval over the BatchNorm modules in the subtree; None when there are none.
         bn_auto: every BatchNorm module below follows ``frozen`` (no explicit ``bn_eval``).
-        lr_scale: the module's own effective lr_scale.
-        partial: the module's own sub-tensor freezing spec, if any.
+        settings: the module's own settings in force (one field per plan key).
+        params: parameter elements in the subtree (A+B's added elements included).
         partial_below: some module in the subtree has sub-tensor freezing.
-        lr_ignored: lr_scale differs from 1 but every parameter below is frozen.
-        reparam_text: the A+B in force on the module: ``"full"``, ``"r=8"``, or ``""``.
+        switches: ``(key, state)`` of the other switch keys, counted over modules.
     """
 
     frozen: Tri
@@ -69,11 +76,74 @@ class NodeState(NamedTuple):
     reparam: Tri | None
     bn: Tri | None
     bn_auto: bool
-    lr_scale: float
-    partial: PartialSpec | None = None
+    settings: Effective
+    params: int = 0
     partial_below: bool = False
-    lr_ignored: bool = False
-    reparam_text: str = ""
+    switches: tuple[tuple[str, Tri | None], ...] = ()
+
+    def tri(self, key: str) -> Tri | None:
+        """The checkbox state of a switch key over the subtree.
+
+        Args:
+            key: a switch key.
+
+        Returns:
+            ``"on"``, ``"off"``, ``"mixed"``, or None when the subtree has nothing it acts on.
+
+        Raises:
+            KeyError: not a switch key.
+        """
+        if key == "frozen":
+            return self.frozen
+        if key == "reparam":
+            return self.reparam
+        if key == "bn_eval":
+            return self.bn
+        return dict(self.switches)[key]
+
+    def value(self, key: str) -> Any:
+        """The module's own value in force of a plan key.
+
+        Args:
+            key: a setting key (a row of :data:`~workbench.core.plan.keys.SETTING_KEYS`).
+
+        Returns:
+            ``Effective.<key>``.
+        """
+        return getattr(self.settings, key)
+
+    def ignored(self, key: str) -> bool:
+        """Whether a per-parameter setting away from its default has no effect: every parameter
+        below is frozen.
+
+        Args:
+            key: a setting key.
+
+        Returns:
+            True when the module's value differs from the key's default and nothing below trains.
+        """
+        return self.value(key) != rule_key(key).default and self.params > 0 and self.trainable == 0
+
+    @property
+    def lr_scale(self) -> float:
+        """The module's own effective ``lr_scale``."""
+        return float(self.settings.lr_scale)
+
+    @property
+    def partial(self) -> PartialSpec | None:
+        """The module's own sub-tensor freezing spec, if any."""
+        return self.settings.partial
+
+    @property
+    def lr_ignored(self) -> bool:
+        """``lr_scale`` differs from 1 but every parameter below is frozen."""
+        return self.ignored("lr_scale")
+
+    @property
+    def reparam_text(self) -> str:
+        """The A+B in force on the module: ``"full"``, ``"r=8"``, or ``""``."""
+        spec = self.settings.reparam
+        return spec.short() if spec else ""
 
 
 def _reparam_bytes(
@@ -148,16 +218,17 @@ def deciding_rule(plan: FreezePlan, tree: ModelTree, path: str, key: str) -> int
         plan: the plan.
         tree: the model's tree.
         path: the module's path.
-        key: ``"frozen"``, ``"bn_eval"``, ``"lr_scale"``, ``"reparam"`` or ``"partial"``.
+        key: a setting key (``"frozen"``, ``"bn_eval"``, ``"lr_scale"``, ``"reparam"``, ``"partial"``, ...).
 
     Returns:
         The rule index, or None when no rule sets ``key`` for the node (default applies).
     """
+    inherited = rule_key(key).inherited
     for i in range(len(plan.rules) - 1, -1, -1):
         r = plan.rules[i]
         if not r.sets(key):
             continue
-        if key == "partial":  # applies to the modules a selector matches directly
+        if not inherited:  # applies to the modules a selector matches directly
             if path in select_paths(r.select, tree, subtree=False):
                 return i
         elif rule_selects(r, tree.nodes[path], tree):
@@ -198,9 +269,9 @@ def finding_line(finding: Finding) -> str:
     return f"{finding.path or '(model)'}: {finding.message}{tail}"
 
 
-def _node_state(lay: flat.Layout, i: int, e: Effective, sums: np.ndarray) -> NodeState:
+def _node_state(lay: flat.Layout, i: int, e: Effective, sums: np.ndarray, tallied: Sequence[PlanKey]) -> NodeState:
     """One row's state from its effective settings and subtree sums."""
-    fz, rp, ad, be, ba, pa = (int(v) for v in sums[i])
+    fz, rp, ad, be, ba, pa = (int(v) for v in sums[i, :_SUMS])
     params, bn = int(lay.total[i]) + ad, int(lay.bn_total[i])
     if params == 0:
         ftri: Tri = "on" if e.frozen else "off"
@@ -216,12 +287,28 @@ def _node_state(lay: flat.Layout, i: int, e: Effective, sums: np.ndarray) -> Nod
         ("off" if r <= 0 else ("on" if r >= params else "mixed")) if params else None,
         _tri(be, bn) if bn else None,
         bool(bn) and ba == bn,
-        e.lr_scale,
-        e.partial,
+        e,
+        params,
         bool(pa),
-        e.lr_scale != 1.0 and params > 0 and trainable == 0,
-        e.reparam.short() if e.reparam else "",
+        tuple((key.name, _switch_tri(lay, i, e, key, int(sums[i, _SUMS + j]))) for j, key in enumerate(tallied)),
     )
+
+
+def _switch_tri(lay: flat.Layout, i: int, e: Effective, key: PlanKey, count: int) -> Tri | None:
+    """A tallied switch key over row ``i``'s subtree, from how many of its modules have it on.
+
+    An inherited key: on / off / mixed over the subtree's modules (its BatchNorm modules for a
+    key that acts on those only; None when there are none). A key set on matched modules only
+    (``checkpoint``): on when the module has it, mixed when only modules below do.
+    """
+    whole = int(lay.bn_total[i]) if key.batchnorm_only else int(lay.end[i]) - i
+    if not whole:
+        return None
+    if key.inherited:
+        return _tri(count, whole)
+    if key.is_on(getattr(e, key.name)):
+        return "on"
+    return "mixed" if count else "off"
 
 
 def _counts(tree: ModelTree, lay: flat.Layout, rows: _Rows, optimizer: str) -> Counts:
@@ -240,8 +327,21 @@ def _counts(tree: ModelTree, lay: flat.Layout, rows: _Rows, optimizer: str) -> C
 _OWN_FIELDS = 11
 #: Groups of effective settings a state keeps before dropping those no row uses.
 _MAX_GROUPS = 256
-#: Subtree sums kept per row: the first six own contributions.
+#: Subtree sums kept per row: the first six own contributions (then one per tallied switch key).
 _SUMS = 6
+#: Switch keys with an accumulator of their own (above); every other switch key is tallied
+#: over modules: one own column per key after :data:`_OWN_FIELDS`, summed over the subtree.
+_OWN_TALLY = ("frozen", "reparam", "bn_eval")
+
+
+def _tallied() -> tuple[PlanKey, ...]:
+    """The switch keys counted over modules, in table order."""
+    return tuple(k for k in SETTING_KEYS if k.switch and k.name not in _OWN_TALLY)
+
+
+def _sum_columns(tallied: Sequence[PlanKey]) -> list[int]:
+    """The own columns whose subtree sums a state keeps."""
+    return [*range(_SUMS), *range(_OWN_FIELDS, _OWN_FIELDS + len(tallied))]
 
 
 def _own_frozen(tree: ModelTree, node: ModuleNode, e: Effective) -> int:
@@ -306,8 +406,8 @@ def _own(
 class _Rows:
     """Per-row numbers of a state, kept so that the next edit recounts only what it reaches."""
 
-    own: np.ndarray  # (rows, _OWN_FIELDS) own contributions
-    sums: np.ndarray  # (rows, _SUMS) subtree sums of fz, rp, ad, be, ba, pa
+    own: np.ndarray  # (rows, _OWN_FIELDS + tallied) own contributions
+    sums: np.ndarray  # (rows, _SUMS + tallied) subtree sums of fz, rp, ad, be, ba, pa and the tallied keys
     totals: np.ndarray  # sums over every row of the own fields
     obytes: np.ndarray
     own_bytes: Mapping[str, int] | None
@@ -323,9 +423,11 @@ def _own_rows(
     """Own contributions (:data:`_OWN_FIELDS`) of ``rows`` whose settings are ``effectives[group]``.
 
     Rows whose settings are plain (frozen or not, BN eval) are counted with array operations;
-    A+B, sub-tensor freezing, kept modules and ``own_frozen`` (``param:`` rules) row by row.
+    A+B, sub-tensor freezing, kept modules and ``own_frozen`` (``param:`` rules) row by row;
+    then one column per tallied switch key (:func:`_tallied`): the module has it on.
     """
-    out = np.zeros((len(rows), _OWN_FIELDS), dtype=np.int64)
+    tallied = _tallied()
+    out = np.zeros((len(rows), _OWN_FIELDS + len(tallied)), dtype=np.int64)
     if not len(rows):
         return out
     ng = len(effectives)
@@ -339,16 +441,19 @@ def _own_rows(
     out[:, 6] = np.where(fr, ob, 0)
     out[:, 3] = is_bn & g_bn_eval[group]
     out[:, 4] = is_bn & g_bn_auto[group]
+    for j, key in enumerate(tallied):
+        g_on = np.fromiter((key.is_on(getattr(e, key.name)) for e in effectives), dtype=bool, count=ng)
+        out[:, _OWN_FIELDS + j] = g_on[group] & is_bn if key.batchnorm_only else g_on[group]
     slow = np.nonzero(g_slow[group] | (own_frozen is not None))[0]
     for k in slow:
         i = int(rows[k])
         e = effectives[group[k]]
         if not own[k] and not is_bn[k] and not e.partial:
-            out[k] = 0
+            out[k, :_OWN_FIELDS] = 0
             continue
         node = lay.nodes[i]
         f = _own_frozen(tree, node, e) if own_frozen is None else own_frozen.get(node.path, 0)
-        out[k] = _own(tree, node, e, int(own[k]), int(ob[k]), bool(is_bn[k]), f, shapes)
+        out[k, :_OWN_FIELDS] = _own(tree, node, e, int(own[k]), int(ob[k]), bool(is_bn[k]), f, shapes)
     return out
 
 
@@ -373,7 +478,7 @@ class PlanState:
         readiness: whether the plan fits the model and leaves something trainable (the
             one predicate the trainer uses too; computed when first read).
         notes: other one-line notes (a plan made for a different model).
-        explicit: ``{key: set of paths}`` set by plain-path rules (bold in the tree).
+        explicit: ``{key: set of paths}`` set by plain-path rules, for every inherited key (bold in the tree).
         bn_modules / bn_eval_modules: BatchNorm modules, and those in eval mode.
         reparam_modules: modules with parameters that have A+B.
         fixed_params: elements of the fixed tensors A that A+B adds (for :meth:`memory`).
@@ -387,9 +492,10 @@ class PlanState:
         self.plan = plan
         lay = _layout(tree)
         self._lay = lay
+        tallied = _tallied()
         self._effective: dict[str, Effective] | None = None
         self.nodes: flat.LazyMap[NodeState] = flat.LazyMap(
-            lay, lambda i: _node_state(lay, i, rows.effectives[rows.group[i]], rows.sums)
+            lay, lambda i: _node_state(lay, i, rows.effectives[rows.group[i]], rows.sums, tallied)
         )
         self.counts = counts
         self.optimizer = optimizer
@@ -408,7 +514,7 @@ class PlanState:
                 "the plan was made for a model with other parameter names or shapes; "
                 "rules are applied by module path"
             )
-        self.explicit = {k: explicit_paths(plan, k) for k in ("frozen", "bn_eval", "lr_scale", "reparam")}
+        self.explicit = {k: explicit_paths(plan, k) for k in INHERITED_KEYS}
         self._readiness: PlanReadiness | None = None
         self._findings: list[Finding] | None = None
 
@@ -535,7 +641,7 @@ class PlanState:
                 group[i] = g
         obytes = lay.own_bytes(own_bytes)
         own_rows = _own_rows(tree, lay, every, group, effectives, obytes, shapes, own_frozen)
-        sums = flat.subtree_sums(own_rows[:, :_SUMS], lay.end)
+        sums = flat.subtree_sums(own_rows[:, _sum_columns(_tallied())], lay.end)
         codes = np.fromiter((flat.effective_code(e) for e in effectives), dtype=np.int64, count=len(effectives))
         rows = _Rows(own_rows, sums, own_rows.sum(axis=0), obytes, own_bytes, group, effectives, codes)
         return cls(tree, plan, _counts(tree, lay, rows, optimizer), optimizer, rows, None)
@@ -561,7 +667,7 @@ class PlanState:
             codes = codes[used]
         own_rows = prev.own.copy()
         own_rows[idx] = _own_rows(tree, lay, idx, group[idx], effectives, prev.obytes, shapes, None)
-        sums = flat.subtree_sums(own_rows[:, :_SUMS], lay.end)
+        sums = flat.subtree_sums(own_rows[:, _sum_columns(_tallied())], lay.end)
         touched_mask = (sums != prev.sums).any(axis=1)
         touched_mask[idx] = True
         touched = np.flatnonzero(touched_mask)

@@ -8,8 +8,12 @@ becomes a plan edit. :data:`COLUMNS` lists them in display order;
 :class:`~workbench.gui.plan.tree_view.ModuleTreeView` only iterate it.
 
 Adding a per-module toggle (a plan key shown as a checkbox) is one :func:`toggle_column` row
-in :data:`COLUMNS`, given a ``"on"/"off"/"mixed"`` field of
-:class:`~workbench.gui.plan.state.NodeState` to show.
+in :data:`COLUMNS`: a switch key's state over the subtree comes from
+:meth:`NodeState.tri <workbench.gui.plan.state.NodeState.tri>` (or a named
+``"on"/"off"/"mixed"`` field of :class:`~workbench.gui.plan.state.NodeState`). A per-module number (a plan key whose row
+says :attr:`~workbench.core.plan.keys.PlanKey.numeric`, like ``lr_scale``) is one
+:func:`number_column` row: header, parsing, the error message and the undo text come from the
+key's row.
 
 A live column (:func:`live_column`) shows a number measured while training (gradient norm,
 update/weight ratio) from the run's latest
@@ -30,6 +34,7 @@ from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
 from workbench.core.formatting import fmt_count, fmt_lr
 from workbench.core.models.tree import ModuleNode
+from workbench.core.plan.keys import rule_key
 from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.gui.controller import Controller
 from workbench.gui.plan.edits import A_PLUS_B
@@ -45,6 +50,7 @@ __all__ = [
     "column_index",
     "heat_color",
     "live_column",
+    "number_column",
     "parse_lr",
     "rule_source",
     "toggle_column",
@@ -62,7 +68,8 @@ class Editor(Enum):
 
     NONE = "none"  # read-only
     CHECK = "check"  # a centred checkbox (toggle columns)
-    LR = "lr"  # a line editor for numbers >= 0 or empty
+    NUMBER = "number"  # a line editor for numbers >= 0 or empty (a numeric plan key)
+    LR = "number"  # noqa: PIE796 (an alias of NUMBER on purpose: LR × was its first column)
 
 
 def _empty(node: ModuleNode, st: NodeState) -> str:
@@ -143,7 +150,7 @@ def check_value(value: Any) -> bool:
 
 
 def parse_lr(value: Any) -> float | None | bool:
-    """Read an LR × cell edit.
+    """Read an LR × cell edit (:meth:`~workbench.core.plan.keys.PlanKey.parse_text` of ``lr_scale``).
 
     Args:
         value: text or number.
@@ -151,21 +158,11 @@ def parse_lr(value: Any) -> float | None | bool:
     Returns:
         The multiplier, None for an empty text (inherit), or False when it is not a number >= 0.
     """
-    if value is None:
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        v = float(value)
-    else:
-        text = str(value).strip().lstrip("×x*").strip()
-        if not text:
-            return None
-        try:
-            v = float(text)
-        except ValueError:
-            return False
-    if v != v or v < 0 or v == float("inf"):
+    try:
+        scale: float | None = rule_key("lr_scale").parse_text(value)
+    except ValueError:
         return False
-    return v
+    return scale
 
 
 def rule_source(c: Controller, node: ModuleNode, key: str) -> str:
@@ -206,7 +203,7 @@ def toggle_column(
     key: str,
     header: str,
     tooltip: str,
-    field: str,
+    field: str | None,
     tip: Callable[[Controller, ModuleNode, NodeState], str | None],
     to_plan: Callable[[bool], Any] = bool,
     display: Callable[[ModuleNode, NodeState], str | None] = _empty,
@@ -219,7 +216,8 @@ def toggle_column(
         header: header text (also the width sample).
         tooltip: header tooltip.
         field: the :class:`~workbench.gui.plan.state.NodeState` field shown (``"on"``, ``"off"``,
-            ``"mixed"``, or None for no checkbox).
+            ``"mixed"``, or None for no checkbox); None: the key's state over the subtree,
+            :meth:`NodeState.tri(key) <workbench.gui.plan.state.NodeState.tri>` (any switch key).
         tip: the cell's tooltip.
         to_plan: the plan value of a click (checked or not).
         display: a short note beside the box (``auto``).
@@ -230,7 +228,7 @@ def toggle_column(
     """
 
     def check(st: NodeState) -> Qt.CheckState | None:
-        tri = getattr(st, field)
+        tri = st.tri(key) if field is None else getattr(st, field)
         return _CHECK[tri] if tri is not None else None
 
     def set_data(c: Controller, path: str, on: Any) -> bool:
@@ -240,6 +238,58 @@ def toggle_column(
     return TreeColumn(
         key, header, tooltip, display=display, check=check, tip=tip, editor=Editor.CHECK,
         set_data=set_data, toggle=True, width_text=header, width_pad=width_pad,
+    )
+
+
+def number_column(
+    key: str, tooltip: str, fmt: Callable[[Any], str] = fmt_lr, ignored: str = "the setting has no effect",
+    width_pad: int = 8,
+) -> TreeColumn:
+    """An editable column of a numeric plan key's value on each module.
+
+    Everything about the key comes from its row of
+    :data:`~workbench.core.plan.keys.RULE_KEYS`: the header (:attr:`PlanKey.label`), reading
+    and checking a typed value (:meth:`PlanKey.parse_text`; empty text inherits), the error
+    message, the default (muted) and the undo text.
+
+    Args:
+        key: the plan key (its row says ``numeric``).
+        tooltip: header tooltip.
+        fmt: the text of a value (an absent value, None, shows empty).
+        ignored: what the cell's tooltip says when every parameter below is frozen and the
+            value differs from the default.
+        width_pad: extra pixels of width.
+
+    Returns:
+        The column.
+    """
+    row = rule_key(key)
+
+    def show(v: Any) -> str:
+        return "" if v is None else fmt(v)
+
+    def tip(c: Controller, node: ModuleNode, st: NodeState) -> str:
+        text = f"{row.label} {show(st.value(key)) or 'not set'} — {rule_source(c, node, key)}"
+        if st.ignored(key):
+            text += f". Every parameter below is frozen: {ignored}"
+        return text
+
+    def set_data(c: Controller, path: str, value: Any) -> bool:
+        try:
+            parsed = row.parse_text(value)
+        except ValueError as e:
+            c.errorOccurred.emit(f"Invalid {row.label}", str(e), "")
+            return False
+        c.set_value([path], key, parsed)
+        return True
+
+    return TreeColumn(
+        key, row.label, tooltip, _CENTER,
+        display=lambda node, st: show(st.value(key)), tip=tip,
+        foreground=lambda node, st: _muted() if st.value(key) == row.default or st.frozen == "on" else None,
+        bold=lambda c, node: c.state is not None and node.path in c.state.explicit.get(key, ()),
+        value=lambda node, st: st.value(key), editor=Editor.NUMBER, set_data=set_data, width_text=row.label,
+        width_pad=width_pad,
     )
 
 
@@ -330,25 +380,6 @@ def _bn_tip(c: Controller, node: ModuleNode, st: NodeState) -> str | None:
     return f"BatchNorm {what} — {how}"
 
 
-def _lr_tip(c: Controller, node: ModuleNode, st: NodeState) -> str:
-    text = f"LR × {fmt_lr(st.lr_scale)} — {rule_source(c, node, 'lr_scale')}"
-    if st.lr_ignored:
-        text += ". Every parameter below is frozen: the multiplier has no effect"
-    return text
-
-
-def _set_lr(c: Controller, path: str, value: Any) -> bool:
-    scale = parse_lr(value)
-    if scale is False:
-        c.errorOccurred.emit(
-            "Invalid LR ×", f"{value!r} is not a learning-rate multiplier; enter a number >= 0 "
-            "(1 = base rate, 0.1 = ten times slower), or leave it empty to inherit", ""
-        )
-        return False
-    c.set_value([path], "lr_scale", scale)
-    return True
-
-
 #: The module tree's columns, in display order.
 COLUMNS: tuple[TreeColumn, ...] = (
     TreeColumn(
@@ -388,13 +419,9 @@ COLUMNS: tuple[TreeColumn, ...] = (
         "BatchNorm in eval mode: running statistics are used and not updated, even in model.train()",
         "bn", _bn_tip, display=lambda node, st: "auto" if st.bn is not None and st.bn_auto else "", width_pad=6,
     ),
-    TreeColumn(
-        "lr_scale", "LR ×", "Learning-rate multiplier for the module's parameters (double-click to edit; empty = inherit)",
-        _CENTER,
-        display=lambda node, st: fmt_lr(st.lr_scale), tip=_lr_tip,
-        foreground=lambda node, st: _muted() if st.lr_scale == 1.0 or st.frozen == "on" else None,
-        bold=lambda c, node: c.state is not None and node.path in c.state.explicit.get("lr_scale", ()),
-        value=lambda node, st: st.lr_scale, editor=Editor.LR, set_data=_set_lr, width_text="LR ×", width_pad=8,
+    number_column(
+        "lr_scale", "Learning-rate multiplier for the module's parameters (double-click to edit; empty = inherit)",
+        ignored="the multiplier has no effect",
     ),
     live_column(
         "grad_norm", "Grad ‖g‖",

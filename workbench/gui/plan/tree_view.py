@@ -1,4 +1,4 @@
-"""The module tree view: centred checkboxes, an LR × editor, Space to toggle Frozen.
+"""The module tree view: centred checkboxes, a number editor (LR ×), Space to toggle Frozen.
 
 The view shows a :class:`~workbench.gui.plan.tree_model.ModuleTreeModel` (usually through a
 :class:`~workbench.gui.plan.tree_model.ModuleFilterProxy`). It never edits the plan itself:
@@ -39,7 +39,7 @@ from PySide6.QtWidgets import (
 from workbench.gui.plan.tree_columns import COLUMNS, Editor
 from workbench.gui.plan.tree_model import LIVE_COLUMNS, PATH_ROLE, VALUE_ROLE, ModuleTreeModel
 
-__all__ = ["CheckDelegate", "LrDelegate", "ModuleTreeView"]
+__all__ = ["CheckDelegate", "LrDelegate", "ModuleTreeView", "NumberDelegate"]
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -125,8 +125,9 @@ class CheckDelegate(QStyledItemDelegate):
         return QSize(max(size.width(), 28), size.height())
 
 
-class LrDelegate(QStyledItemDelegate):
-    """A line editor for LR × that accepts numbers >= 0 (``0.1``, ``1e-3``) or empty (inherit)."""
+class NumberDelegate(QStyledItemDelegate):
+    """A line editor for a numeric plan key's column (:attr:`Editor.NUMBER`, such as LR ×) that
+    accepts numbers >= 0 (``0.1``, ``1e-3``) or empty (inherit); the column's key reads the text."""
 
     def createEditor(self, parent: QWidget, option: QStyleOptionViewItem, index: Index) -> QWidget:
         editor = QLineEdit(parent)
@@ -145,6 +146,10 @@ class LrDelegate(QStyledItemDelegate):
     def setModelData(self, editor: QWidget, model: QAbstractItemModel, index: Index) -> None:
         assert isinstance(editor, QLineEdit)
         model.setData(index, editor.text(), Qt.ItemDataRole.EditRole)
+
+
+#: The number editor's first name (LR × was its first column).
+LrDelegate = NumberDelegate
 
 
 class ModuleTreeView(QTreeView):
@@ -175,7 +180,9 @@ class ModuleTreeView(QTreeView):
         self.setContextMenuPolicy(Qt.ContextMenuPolicy.CustomContextMenu)
         self.setAnimated(False)
         self.setExpandsOnDoubleClick(True)
-        self._delegates: dict[Editor, QStyledItemDelegate] = {Editor.CHECK: CheckDelegate(self), Editor.LR: LrDelegate(self)}
+        self._delegates: dict[Editor, QStyledItemDelegate] = {
+            Editor.CHECK: CheckDelegate(self), Editor.NUMBER: NumberDelegate(self),
+        }
         for i, col in enumerate(COLUMNS):
             delegate = self._delegates.get(col.editor)
             if delegate is not None:
