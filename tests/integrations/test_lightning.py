@@ -324,3 +324,39 @@ def test_rewrap_ddp_without_configure_ddp_says_what_to_do(one_process_group):
 
     with pytest.raises(PlanError, match="no configure_ddp.*strategy=\"ddp\""):
         rewrap_ddp(Strategy())
+
+
+def test_resume_takes_verify_baseline_from_the_checkpoint(tmp_path):
+    """A resumed model whose own init differs from the checkpoint: verify compares against the
+    checkpoint's frozen weights (the ones loaded), so it holds, and it still catches a change."""
+    ckdir = tmp_path / "ck"
+    cb = FreezePlanCallback(PLAN)
+    ck = L.pytorch.callbacks.ModelCheckpoint(dirpath=str(ckdir), every_n_train_steps=4, save_top_k=-1)
+    _trainer(tmp_path, max_steps=4, enable_checkpointing=True, callbacks=[cb, ck]).fit(Lit(cb), _loader(), _loader())
+    cb2 = FreezePlanCallback(PLAN)
+    lit2 = Lit(cb2)
+    with torch.no_grad():
+        lit2.model.features[0].weight.add_(1.0)  # another init: the checkpoint overwrites it
+    _trainer(tmp_path, max_steps=6, callbacks=[cb2]).fit(lit2, _loader(), _loader(), ckpt_path=str(sorted(ckdir.glob("*.ckpt"))[-1]))
+    assert cb2.applied is not None and cb2.applied.verify().ok
+    with torch.no_grad():
+        lit2.model.features[0].weight.mul_(2.0)
+    assert not cb2.applied.verify().ok
+
+
+def test_fused_a_plus_b_decays_toward_a_under_lightning(tmp_path):
+    """The callback attaches the plan to Lightning's optimizer: fused A+B with weight decay ends
+    where exact A+B does (without the attachment fused mode would not decay at all)."""
+
+    def fit(mode: str) -> dict[str, torch.Tensor]:
+        plan = {"rules": [{"select": "*", "frozen": True},
+                          {"select": "head", "frozen": False, "reparam": {"kind": "a_plus_b", "mode": mode}}]}
+        cb = FreezePlanCallback(plan)
+        lit = Lit(cb)
+        _trainer(tmp_path, max_steps=6, limit_val_batches=0, num_sanity_val_steps=0, callbacks=[cb]).fit(lit, _loader())
+        cb.remove(merge=True)
+        return {n: p.detach().clone() for n, p in lit.model.head.named_parameters()}
+
+    exact, fused = fit("exact"), fit("fused")
+    for n in exact:
+        torch.testing.assert_close(fused[n], exact[n], rtol=0, atol=1e-5)

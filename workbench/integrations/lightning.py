@@ -168,6 +168,7 @@ class _FreezePlanCallbackImpl:
         self.applied: AppliedPlan | None = None
         self._stage: tuple[bool, ...] = tuple(False for _ in plan.stages)
         self._restored_groups: list[list[dict[str, Any]]] | None = None
+        self._resumed = False  # load_state_dict ran: verify's baseline is taken again at fit start
         self._trainer: Any = None
         self._pl_module: nn.Module | None = None
 
@@ -306,6 +307,9 @@ class _FreezePlanCallbackImpl:
         if self.applied is not None:
             for opt in trainer.optimizers:
                 self.applied.attach_optimizer(opt)
+        if self._resumed and self.applied is not None:
+            self.applied.rebaseline()  # Lightning loaded the checkpoint's weights after setup applied the plan
+        self._resumed = False
         if self._restored_groups is None:
             return
         named = dict(pl_module.named_parameters())
@@ -365,6 +369,7 @@ class _FreezePlanCallbackImpl:
             self.applied.update(self._plan_for(key), strict=self.strict)
         self._stage = key
         self._restored_groups = state_dict.get("optimizers") or None
+        self._resumed = True
 
 
 def _source(spec: ModelSpec) -> str:

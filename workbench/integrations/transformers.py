@@ -271,7 +271,7 @@ class _FreezePlanCallbackImpl:
             layout = saved.get("optimizer")
             # the Trainer loaded the checkpoint's weights after the plan was applied: they are
             # verify's baseline (as install_plan takes it right after applying)
-            applied._snap(fresh=True)
+            applied.rebaseline()
         if trainer.optimizer_cls_and_kwargs is not None:
             cls, kwargs = trainer.optimizer_cls_and_kwargs
         else:

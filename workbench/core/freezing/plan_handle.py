@@ -460,6 +460,17 @@ class AppliedPlan:
         self._snap(fresh=False)
         return diff
 
+    def rebaseline(self) -> None:
+        """Take :meth:`verify`'s baseline again from the weights the model holds now.
+
+        For a checkpoint loaded into a model whose plan is already applied (a resumed run):
+        the frozen tensors verify compares against are then the checkpoint's, not the values
+        they had when the plan was applied. Lightning's callback and the Trainer callback call
+        it on resume; a script that loads a checkpoint after :func:`apply_plan` calls it once.
+        """
+        self._check_alive()
+        self._snap(fresh=True)
+
     def verify(self, steps: int | None = None) -> VerifyReport:
         """Prove the plan held: frozen tensors bit-identical, eval-BN stats unchanged.
 
