@@ -21,7 +21,8 @@ from workbench.gui.training.panel import DATASETS, SCHEDULES, TrainingPanel
 from workbench.gui.training.run_controller import RunController
 from workbench.gui.training.run_store import RunStore
 
-FIELDS = ("scheduler", "warmup_steps", "no_decay", "val", "val_every", "val_fraction", "seq_len")
+FIELDS = ("scheduler", "warmup_steps", "no_decay", "val", "val_every", "val_fraction", "seq_len",
+          "text_column", "label_column", "image_column")
 
 
 def _cli(*flags: str) -> dict[str, Any]:
@@ -195,3 +196,25 @@ def test_cache_and_auto_freeze_options_are_kept_between_sessions(qtbot: Any, run
     third = _panel(qtbot, runs_dir, QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
     assert third.options.auto_freeze_every == TrainingOptions().auto_freeze_every  # a bad value: the default
     assert third.options.cache_frozen is False and third.options.auto_freeze  # "maybe" is not true; the rest kept
+
+
+def test_hf_dataset_columns_map_like_the_cli_flags_and_are_kept(qtbot: Any, runs_dir: Path, tmp_path: Path) -> None:
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    panel = _panel(qtbot, runs_dir, settings)
+    panel.set_values(text_column="sentence", label_column="stars")
+    assert _fields(panel) == _cli("--text-column", "sentence", "--label-column", "stars")
+    assert "columns text=sentence, label=stars" in panel.options_label.full_text()
+    panel.set_values(label_column="")  # back to the default name
+    assert _fields(panel) == _cli("--text-column", "sentence")
+    panel.save_settings()
+    again = _panel(qtbot, runs_dir, QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    assert again.options.columns == {"text": "sentence"} and _fields(again) == _fields(panel)
+
+    dialog = TrainingOptionsDialog(again.options, [])
+    qtbot.addWidget(dialog)
+    assert dialog.column_edits["text"].text() == "sentence" and dialog.column_edits["image"].placeholderText() == "image"
+    dialog.column_edits["image"].setText("  pixels ")
+    dialog.column_edits["text"].setText("")
+    assert dialog.options().columns == {"image": "pixels"}
+    assert dialog.options().config_fields()["image_column"] == "pixels"
+    assert dialog.options().config_fields()["text_column"] is None

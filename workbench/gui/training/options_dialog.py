@@ -1,10 +1,10 @@
 """The less-used training settings: warm-up, weight decay on biases and norms, validation, TensorBoard,
-the frozen-prefix cache and auto-freeze.
+the frozen-prefix cache, auto-freeze and the columns of a Hugging Face dataset.
 
 :class:`TrainingOptions` holds them as plain data (what the training panel keeps, saves in
 ``QSettings`` and turns into :class:`~workbench.core.training.config.TrainConfig` fields, as
 the CLI's ``--warmup-steps``, ``--no-decay``, ``--val``, ``--val-every`` and
-``--val-fraction`` and ``--tensorboard`` do). :class:`TrainingOptionsDialog` edits a copy; the panel takes it back
+``--val-fraction``, ``--tensorboard`` and ``--text-column``/``--label-column``/``--image-column`` do). :class:`TrainingOptionsDialog` edits a copy; the panel takes it back
 when the dialog is accepted, so Cancel changes nothing.
 """
 
@@ -34,7 +34,10 @@ from workbench.core.training.config import ConfigError
 from workbench.core.training.tensorboard import INSTALL_HINT, tensorboard_available
 from workbench.gui import dialogs
 
-__all__ = ["HELD_OUT", "TENSORBOARD_IN_RUN", "TrainingOptions", "TrainingOptionsDialog", "options_tooltip"]
+__all__ = ["COLUMN_ROLES", "HELD_OUT", "TENSORBOARD_IN_RUN", "TrainingOptions", "TrainingOptionsDialog", "options_tooltip"]
+
+#: The columns of ``hf-dataset:`` data a run reads, each ``TrainConfig.<role>_column``.
+COLUMN_ROLES: tuple[str, ...] = ("text", "label", "image")
 
 #: ``TrainingOptions.val_kind`` of a held-out split of the training data (the default source).
 HELD_OUT = "heldout"
@@ -66,6 +69,8 @@ class TrainingOptions:
         auto_freeze: freeze the front blocks whose gradient norm flattened, while training
             (``TrainConfig.auto_freeze``).
         auto_freeze_every: decide every N steps (``TrainConfig.auto_freeze_every``).
+        columns: the ``hf-dataset:`` data's text, label and image columns, ``""`` for the
+            default name (``TrainConfig.text_column``, ``label_column``, ``image_column``).
     """
 
     warmup_steps: int = 0
@@ -79,6 +84,7 @@ class TrainingOptions:
     cache_frozen: bool = True
     auto_freeze: bool = False
     auto_freeze_every: int = 50
+    columns: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def config_fields(self) -> dict[str, Any]:
         """The :class:`~workbench.core.training.config.TrainConfig` fields these options set.
@@ -101,6 +107,7 @@ class TrainingOptions:
             "cache_frozen": "auto" if self.cache_frozen else "off",
             "auto_freeze": bool(self.auto_freeze),
             "auto_freeze_every": max(1, int(self.auto_freeze_every)),
+            **{f"{role}_column": self.columns.get(role, "").strip() or None for role in COLUMN_ROLES},
         }
         if not self.validate:
             return out
@@ -133,11 +140,17 @@ class TrainingOptions:
             parts.append("no frozen cache")
         if self.auto_freeze:
             parts.append(f"auto-freeze every {self.auto_freeze_every}")
+        if named := self.named_columns():
+            parts.append("columns " + ", ".join(f"{r}={c}" for r, c in named.items()))
         return " · ".join(parts)
+
+    def named_columns(self) -> dict[str, str]:
+        """The dataset columns given other names than the defaults (role -> column)."""
+        return {r: c.strip() for r in COLUMN_ROLES if (c := self.columns.get(r, "")).strip()}
 
     def copy(self) -> TrainingOptions:
         """An independent copy."""
-        return dataclasses.replace(self)
+        return dataclasses.replace(self, columns=dict(self.columns))
 
 
 class TrainingOptionsDialog(QDialog):
@@ -224,6 +237,18 @@ class TrainingOptionsDialog(QDialog):
         form.addRow("When", self.every)
         self.source.currentIndexChanged.connect(self._source_changed)
 
+        self.data_columns = QGroupBox("Hugging Face dataset columns (hf-dataset: data)", self)
+        self.data_columns.setToolTip("Which columns of a dataset saved with save_to_disk hold the text, the label "
+                                     "and the image; blank: the column of that name")
+        self.column_edits: dict[str, QLineEdit] = {}
+        columns_form = QFormLayout(self.data_columns)
+        for role in COLUMN_ROLES:
+            edit = QLineEdit(self.data_columns)
+            edit.setPlaceholderText(role)
+            edit.setToolTip(f"The column that holds the {role} (--{role}-column); blank: '{role}'")
+            self.column_edits[role] = edit
+            columns_form.addRow(role.capitalize(), edit)
+
         top = QFormLayout()
         top.addRow("Warm-up", self.warmup)
         top.addRow("", self.no_decay)
@@ -241,6 +266,7 @@ class TrainingOptionsDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addWidget(self.validate)
+        layout.addWidget(self.data_columns)
         layout.addWidget(buttons)
         self.set_options(options)
 
@@ -264,6 +290,8 @@ class TrainingOptionsDialog(QDialog):
         self.percent.setValue(int(o.val_percent))
         self._source_changed()
         self.every.setValue(int(o.val_every))
+        for role, edit in self.column_edits.items():
+            edit.setText(o.columns.get(role, ""))
 
     def options(self) -> TrainingOptions:
         """The values in the fields.
@@ -283,6 +311,7 @@ class TrainingOptionsDialog(QDialog):
             cache_frozen=self.cache_frozen.isChecked(),
             auto_freeze=self.auto_freeze.isChecked(),
             auto_freeze_every=self.auto_every.value(),
+            columns={role: text for role, edit in self.column_edits.items() if (text := edit.text().strip())},
         )
 
     def _source_changed(self, *_: Any) -> None:
@@ -322,5 +351,7 @@ def options_tooltip(o: TrainingOptions) -> str:
     lines.append("TensorBoard: " + ("<run folder>/tensorboard" if o.tensorboard else "off"))
     lines.append("frozen-prefix cache: " + ("where exact" if o.cache_frozen else "off"))
     lines.append("auto-freeze: " + (f"every {o.auto_freeze_every} steps" if o.auto_freeze else "off"))
+    named = o.named_columns()
+    lines.append("hf-dataset columns: " + (", ".join(f"{r} = {c}" for r, c in named.items()) if named else "text, label, image"))
     return "\n".join(lines)
 

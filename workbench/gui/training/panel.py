@@ -41,6 +41,7 @@ from workbench.gui import dialogs
 from workbench.gui.controller import OPTIMIZERS, Controller
 from workbench.gui.elided_label import ElidedLabel
 from workbench.gui.training.options_dialog import (
+    COLUMN_ROLES,
     HELD_OUT,
     TrainingOptions,
     TrainingOptionsDialog,
@@ -389,6 +390,7 @@ class TrainingPanel(QWidget):
                 cache_frozen=get("cache_frozen", d.cache_frozen, bool),
                 auto_freeze=get("auto_freeze", d.auto_freeze, bool),
                 auto_freeze_every=max(1, get("auto_freeze_every", d.auto_freeze_every, int)),
+                columns={r: c for r in COLUMN_ROLES if (c := get(f"{r}_column", "", str).strip())},
             )
         )
 
@@ -422,6 +424,7 @@ class TrainingPanel(QWidget):
             ("cache_frozen", self.options.cache_frozen),
             ("auto_freeze", self.options.auto_freeze),
             ("auto_freeze_every", self.options.auto_freeze_every),
+            *((f"{r}_column", self.options.columns.get(r, "")) for r in COLUMN_ROLES),
         ):
             s.setValue(f"training/{key}", value)
         s.sync()
@@ -478,6 +481,9 @@ class TrainingPanel(QWidget):
                 self.set_options(dataclasses.replace(self.options, no_decay=v in (True, "auto")))
             elif key in ("val", "val_every", "val_fraction"):
                 self.set_options(self._with_validation(key, v))
+            elif key.endswith("_column") and (role := key.removesuffix("_column")) in COLUMN_ROLES:
+                columns = {r: c for r, c in self.options.columns.items() if r != role} | ({role: str(v)} if v else {})
+                self.set_options(dataclasses.replace(self.options, columns=columns))
             else:
                 raise KeyError(f"the training panel has no field {key!r}")
 
