@@ -21,7 +21,9 @@ Then it writes:
 - ``runs.png``: the Runs tab comparing both runs;
 - ``verify.png``: the Verify tab of run #2;
 - ``diagnostics.png``: the Diagnostics tab after a model check of a plan with pitfalls;
-- ``filter.png``: the tree filtered by a search.
+- ``filter.png``: the tree filtered by a search;
+- ``suggest.png``: the Suggest… dialog for resnet18 at batch 16 and 64 px (the plans that fit
+  the device's memory).
 
 Settings and runs go to a temporary folder, so the user's files are neither used nor changed.
 """
@@ -101,14 +103,14 @@ def render(
             _wait(app, lambda: not c.busy)
             tabs = window.right_panel
 
-            def grab(name: str) -> None:
+            def grab(name: str, widget: Any = None) -> None:
                 for _ in range(3):
                     app.processEvents()
                 t.plots.redraw()
                 app.processEvents()
                 path = out / name
                 with atomic_path(path) as tmp_png:
-                    window.grab().save(str(tmp_png), "PNG")
+                    (widget or window).grab().save(str(tmp_png), "PNG")
                 path.chmod(0o644)
                 written.append(path)
 
@@ -178,6 +180,16 @@ def render(
                   and "224 px" in window.cost_panel.activation_label.text())
             grab("memory_check.png")
             t.panel.set_values(batch_size=16, image_size=64)
+            # Suggest…: the plans that fit the device's memory, on the Pareto chart
+            from workbench.gui.advisor import open_suggest_dialog
+
+            suggest = open_suggest_dialog(window)
+            suggest.resize(min(size[0], 1100), min(size[1], 700))
+            suggest.show()
+            _wait(app, lambda: not suggest.busy and suggest.advice is not None)
+            grab("suggest.png", suggest)
+            suggest.reject()
+            suggest.deleteLater()
             c.undo_stack.setClean()
             window.close()
             window.deleteLater()
