@@ -31,7 +31,7 @@ from tests.timeouts import DOC_BLOCK_S
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: the README's test command (Quick start), which .ci/run must run
-README_TEST_COMMAND = ".venv/bin/python -m pytest"
+README_TEST_COMMAND = ".venv/bin/python -m pytest -n auto"
 
 
 def _blocks(doc: Path) -> list[Block]:
