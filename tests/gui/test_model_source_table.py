@@ -46,8 +46,8 @@ def _script(req: ScriptRequest) -> ScriptModel:
 
 
 TOY = ModelSource(
-    "toy", "toy models read from .toy files", "Toy zoo", "a .toy file", None,
-    _build, lambda pattern: [], lambda name, weights: True, _script,
+    key="toy", description="toy models read from .toy files", label="Toy zoo", placeholder="a .toy file",
+    extra=None, build=_build, names=lambda pattern: [], cached=lambda name, weights: True, script=_script,
     browse=Browse("file", "Open toy model", "Choose a .toy file", "Toy models (*.toy)"),
     own_weights=OwnWeights("From the toy file", "weights from the toy file"),
     searchable=False, short_name=lambda name: f"toy {Path(name).stem}",
@@ -87,8 +87,8 @@ def test_the_browse_button_opens_a_new_row_with_its_file_dialog(toy: Path, qtbot
     dialogs.script("open_file", str(toy))
     with qtbot.waitSignal(w.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
         w.source_bar.browse_button.click()
+        assert dialogs.kinds("open_file") == [("open_file", "Open toy model", "Toy models (*.toy)")]
     assert blocker.args[0] is True
-    assert dialogs.kinds("open_file") == [("open_file", "Open toy model", "Toy models (*.toy)")]
     c = w.controller
     assert c.spec["source"] == "toy" and c.spec["name"] == str(toy)
     assert c.loaded.label == "toy tiny" and c.loaded.note == "weights from the toy file"

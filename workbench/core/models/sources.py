@@ -168,6 +168,13 @@ class ModelSource:
     short_name: Callable[[str], str] = str
     structure_only: Callable[[str], bool] | None = None
 
+    def __post_init__(self) -> None:
+        if self.runs_code and self.browse is not None and self.browse.kind != "code":
+            raise ValueError(
+                f"model source {self.key!r} runs code, so its browse kind must be 'code' (the code is shown and "
+                f"confirmed before it runs), not {self.browse.kind!r}"
+            )
+
 
 def _build_torchvision(req: BuildRequest) -> nn.Module:
     if not req.meta:
@@ -212,29 +219,36 @@ SOURCES: dict[str, ModelSource] = {
     s.key: s
     for s in (
         ModelSource(
-            "torchvision", "torchvision classification models", "torchvision", "resnet18", None,
-            _build_torchvision, _torchvision_names, _torchvision_cached, torchvision_script,
+            key="torchvision", description="torchvision classification models",
+            label="torchvision", placeholder="resnet18", extra=None,
+            build=_build_torchvision, names=_torchvision_names, cached=_torchvision_cached,
+            script=torchvision_script,
             downloads=lambda name, weights: not weights_cached(name, weights),
             input_size=model_input_size,
         ),
         ModelSource(
-            "timm", "timm (PyTorch Image Models) registry", "timm", "type to search timm, e.g. vit_tiny", "timm",
-            timm_models.build_timm, timm_models.timm_names,
-            lambda name, weights: weights is None or timm_models.timm_cached(name, weights), timm_script,
+            key="timm", description="timm (PyTorch Image Models) registry",
+            label="timm", placeholder="type to search timm, e.g. vit_tiny", extra="timm",
+            build=timm_models.build_timm, names=timm_models.timm_names,
+            cached=lambda name, weights: weights is None or timm_models.timm_cached(name, weights),
+            script=timm_script,
             downloads=_timm_downloads,
         ),
         ModelSource(
-            "hf", "Hugging Face transformers: a local folder or a cached repo id", "Hugging Face",
-            "folder with config.json, or a cached repo id", "hf",
-            hf_models.build_hf, hf_models.hf_cached_repos, lambda name, weights: hf_models.hf_cached(name), hf_script,
+            key="hf", description="Hugging Face transformers: a local folder or a cached repo id",
+            label="Hugging Face", placeholder="folder with config.json, or a cached repo id", extra="hf",
+            build=hf_models.build_hf, names=hf_models.hf_cached_repos,
+            cached=lambda name, weights: hf_models.hf_cached(name),
+            script=hf_script,
             browse=Browse("folder", "Open model folder (config.json)", "Choose a folder with config.json"),
             own_weights=OwnWeights("From the folder", "weights from the folder"),
             cache_where="local Hugging Face cache", short_name=_folder_name, structure_only=_hf_structure_only,
         ),
         ModelSource(
-            "py", "your own code: py:MODULE:FACTORY or py:path/file.py:FACTORY (runs that code)", "Your code",
-            "path/to/file.py:FACTORY or module:FACTORY", None,
-            py_models.build_py, lambda pattern: [], lambda name, weights: True, py_script, runs_code=True,
+            key="py", description="your own code: py:MODULE:FACTORY or py:path/file.py:FACTORY (runs that code)",
+            label="Your code", placeholder="path/to/file.py:FACTORY or module:FACTORY", extra=None,
+            build=py_models.build_py, names=lambda pattern: [], cached=lambda name, weights: True,
+            script=py_script, runs_code=True,
             browse=Browse("code", "Open model code", "Choose a .py file and its factory function",
                           "Python files (*.py);;All files (*)"),
             own_weights=OwnWeights("From your code", "built by your code"),
