@@ -1,7 +1,7 @@
 """A model source is one row of the source table, all the way up: a throwaway row registered
 in ``SOURCES`` shows in the model bar with its label, placeholder, ``…`` button and weights,
-opens from the window through its file dialog, and is exported through its own script hook,
-with no other code knowing its name."""
+has its File menu entry, opens from the window through its file dialog or a drop, and is
+exported through its own script hook, with no other code knowing its name."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from workbench.core.models.sources import Browse, ModelSource, OwnWeights
 from workbench.core.models.spec import ModelSpec
 from workbench.core.plan.rules import FreezePlan
 from workbench.gui.main_window import MainWindow
+from workbench.gui.model_loading import path_kind, source_for_path
 
 _BUILD = '''
 
@@ -48,7 +49,8 @@ def _script(req: ScriptRequest) -> ScriptModel:
 TOY = ModelSource(
     key="toy", description="toy models read from .toy files", label="Toy zoo", placeholder="a .toy file",
     extra=None, build=_build, names=lambda pattern: [], cached=lambda name, weights: True, script=_script,
-    browse=Browse("file", "Open toy model", "Choose a .toy file", "Toy models (*.toy)"),
+    browse=Browse("file", "Open toy model", "Choose a .toy file", "Open &Toy Model…", "Open a .toy file",
+                  "Toy models (*.toy);;All files (*)"),
     own_weights=OwnWeights("From the toy file", "weights from the toy file"),
     searchable=False, short_name=lambda name: f"toy {Path(name).stem}",
 )
@@ -87,7 +89,7 @@ def test_the_browse_button_opens_a_new_row_with_its_file_dialog(toy: Path, qtbot
     dialogs.script("open_file", str(toy))
     with qtbot.waitSignal(w.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
         w.source_bar.browse_button.click()
-        assert dialogs.kinds("open_file") == [("open_file", "Open toy model", "Toy models (*.toy)")]
+        assert dialogs.kinds("open_file") == [("open_file", "Open toy model", "Toy models (*.toy);;All files (*)")]
     assert blocker.args[0] is True
     c = w.controller
     assert c.spec["source"] == "toy" and c.spec["name"] == str(toy)
@@ -102,3 +104,18 @@ def test_export_builds_a_new_row_through_its_script_hook(toy: Path) -> None:
     assert "TOY_FILE = 'tiny.toy'" in text  # named relative to the script, by the hook's req.path
     assert "nn.Linear(4, 3)" in text and "torch and a toy file" in text
     assert "torchvision" not in text
+
+
+def test_a_new_row_has_its_file_menu_entry_and_opens_when_dropped(toy: Path, qtbot: Any, dialogs: Any) -> None:
+    w = MainWindow(load_default=False)
+    qtbot.addWidget(w)
+    file_menu = w.menuBar().actions()[0].menu()
+    assert "Open &Toy Model…" in [a.text() for a in file_menu.actions()]
+    w.act_open_sources["toy"].trigger()  # cancelled file dialog: nothing happens
+    assert dialogs.kinds("open_file") == [("open_file", "Open toy model", "Toy models (*.toy);;All files (*)")]
+    assert not w.controller.busy
+    assert path_kind(toy) == "model" and source_for_path(toy) == "toy"
+    assert path_kind(toy.with_suffix(".txt")) is None
+    with qtbot.waitSignal(w.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
+        assert w.open_path(str(toy))  # what a drop or a recent file does
+    assert blocker.args[0] is True and w.controller.spec["source"] == "toy"

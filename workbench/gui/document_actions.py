@@ -24,7 +24,13 @@ from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.gui import dialogs
 from workbench.gui import settings as app_settings
 from workbench.gui.controller import Controller
-from workbench.gui.model_loading import LoadRequest, factory_candidates, path_kind, request_for_plan
+from workbench.gui.model_loading import (
+    LoadRequest,
+    factory_candidates,
+    path_kind,
+    request_for_plan,
+    source_for_path,
+)
 from workbench.gui.model_source import ModelSourceBar, confirm_code
 
 if TYPE_CHECKING:
@@ -368,10 +374,9 @@ class DocumentActions(_Window):
         kind = path_kind(path)
         if kind == "plan":
             return self.open_plan(path)
-        if kind == "folder":
-            return self.open_model_folder(path)
-        if kind == "code":
-            return self.open_model_code(path)
+        source = source_for_path(path) if kind in ("folder", "code", "model") else None
+        if source is not None:
+            return self.open_model_path(source, path)
         return self.open_checkpoint(path)
 
     # ------------------------------------------------------------------ drag and drop

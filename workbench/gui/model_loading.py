@@ -41,14 +41,16 @@ __all__ = [
     "module_bytes",
     "path_kind",
     "request_for_plan",
+    "source_for_path",
 ]
 
 #: The model the window opens with: small, and buildable without any download.
 DEFAULT_MODEL = "resnet18"
 _DEFAULT_WEIGHTS = "IMAGENET1K_V1"
 
-#: What a path given to the window is: a plan, a checkpoint, a Hugging Face folder, model code.
-PathKind = Literal["plan", "checkpoint", "folder", "code"]
+#: What a path given to the window is: a plan, a checkpoint, a folder, model code (a source whose
+#: code runs), or a file another model source opens.
+PathKind = Literal["plan", "checkpoint", "folder", "code", "model"]
 
 
 @dataclass(frozen=True)
@@ -366,7 +368,9 @@ def path_kind(path: str | Path) -> PathKind | None:
     Returns:
         ``"plan"`` (``.json`` file), ``"checkpoint"`` (``.pt``, ``.pth``, ``.safetensors``...),
         ``"folder"`` (a folder: a Hugging Face model when it holds ``config.json``),
-        ``"code"`` (``.py``: a model factory), or None for anything else.
+        ``"code"`` (a file of a source that runs code: ``.py``, a model factory), ``"model"``
+        (a file another source of the table opens, see :func:`source_for_path`), or None
+        for anything else.
     """
     p = Path(path)
     if p.is_dir():
@@ -374,10 +378,27 @@ def path_kind(path: str | Path) -> PathKind | None:
     suffix = p.suffix.lower()
     if suffix == ".json":
         return "plan"
-    if suffix == ".py":
-        return "code"
     if suffix in zoo.CHECKPOINT_SUFFIXES:
         return "checkpoint"
+    source = source_for_path(p)
+    if source is None:
+        return None
+    return "code" if source_of(source).runs_code else "model"
+
+
+def source_for_path(path: str | Path) -> str | None:
+    """The model source that opens a path given to the window (a drop, a recent file, File ▸ Open).
+
+    Args:
+        path: the file or folder.
+
+    Returns:
+        The first row of the source table whose ``browse`` takes the path (a folder: the
+        source that browses folders, ``"hf"``; ``x.py``: ``"py"``), or None.
+    """
+    for key, row in SOURCES.items():
+        if row.browse is not None and row.browse.takes(path):
+            return key
     return None
 
 

@@ -31,6 +31,8 @@ Typical use::
 from __future__ import annotations
 
 import fnmatch
+import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,14 +97,35 @@ class Browse:
             shown and confirmed before it runs; the kind of every source that runs code).
         title: The file dialog's title.
         tip: The ``…`` button's tooltip.
+        action: The File menu's entry (``"Open Model &Folder…"``).
+        action_tip: The entry's status tip.
         file_filter: The file dialog's name filter (``"file"`` and ``"code"``), Qt's
-            ``"Python files (*.py);;All files (*)"`` form.
+            ``"Python files (*.py);;All files (*)"`` form; its patterns other than ``*`` also
+            say which dropped or recent files the source opens (:meth:`takes`).
     """
 
     kind: Literal["folder", "file", "code"]
     title: str
     tip: str
+    action: str
+    action_tip: str
     file_filter: str = ""
+
+    def takes(self, path: str | os.PathLike[str]) -> bool:
+        """Whether a path given to the app (a drop, a recent file) is a model of this source.
+
+        Args:
+            path: the file or folder.
+
+        Returns:
+            For ``"folder"``: the path is a folder; otherwise its name matches a pattern of
+            ``file_filter`` other than ``*``.
+        """
+        p = Path(path)
+        if self.kind == "folder":
+            return p.is_dir()
+        patterns = [g for part in re.findall(r"\(([^)]*)\)", self.file_filter) for g in part.split() if g != "*"]
+        return not p.is_dir() and any(fnmatch.fnmatch(p.name.lower(), g.lower()) for g in patterns)
 
 
 @dataclass(frozen=True)
@@ -240,7 +263,8 @@ SOURCES: dict[str, ModelSource] = {
             build=hf_models.build_hf, names=hf_models.hf_cached_repos,
             cached=lambda name, weights: hf_models.hf_cached(name),
             script=hf_script,
-            browse=Browse("folder", "Open model folder (config.json)", "Choose a folder with config.json"),
+            browse=Browse("folder", "Open model folder (config.json)", "Choose a folder with config.json",
+                          "Open Model &Folder…", "Open a Hugging Face model folder (config.json, with or without weights)"),
             own_weights=OwnWeights("From the folder", "weights from the folder"),
             cache_where="local Hugging Face cache", short_name=_folder_name, structure_only=_hf_structure_only,
         ),
@@ -250,6 +274,7 @@ SOURCES: dict[str, ModelSource] = {
             build=py_models.build_py, names=lambda pattern: [], cached=lambda name, weights: True,
             script=py_script, runs_code=True,
             browse=Browse("code", "Open model code", "Choose a .py file and its factory function",
+                          "Open Model C&ode…", "Build the model with a function of your .py file (runs that code)",
                           "Python files (*.py);;All files (*)"),
             own_weights=OwnWeights("From your code", "built by your code"),
             searchable=False, short_name=_factory_name,
