@@ -200,7 +200,7 @@ def test_file_menu_opens_a_folder_and_model_code(window: MainWindow, dialogs: An
     file_menu = window.menuBar().actions()[0].menu()
     texts = [a.text() for a in file_menu.actions()]
     assert "Open Model &Folder…" in texts and "Open Model C&ode…" in texts
-    window.act_open_folder.trigger()  # cancelled folder dialog: nothing happens
+    window.act_open_sources["hf"].trigger()  # cancelled folder dialog: nothing happens
     assert dialogs.kinds("open_dir") and not window.controller.busy
 
 

@@ -17,13 +17,20 @@ from PySide6.QtWidgets import QMainWindow, QMenu
 
 from workbench.core import export
 from workbench.core.errors import WorkbenchError
+from workbench.core.models.sources import source_of
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import CHECKPOINT_SUFFIXES, ModelSourceError
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.gui import dialogs
 from workbench.gui import settings as app_settings
 from workbench.gui.controller import Controller
-from workbench.gui.model_loading import LoadRequest, factory_candidates, path_kind, request_for_plan
+from workbench.gui.model_loading import (
+    LoadRequest,
+    factory_candidates,
+    path_kind,
+    request_for_plan,
+    source_for_path,
+)
 from workbench.gui.model_source import ModelSourceBar, confirm_code
 
 if TYPE_CHECKING:
@@ -158,16 +165,42 @@ class DocumentActions(_Window):
         Returns:
             True when the load started.
         """
+        return self.open_model_path("hf", path)
+
+    def open_model_path(self, source: str, path: str | None = None) -> bool:
+        """Open the model of a source whose name is a path on disk, as its ``browse`` row says.
+
+        A ``"folder"`` or ``"file"`` source loads the chosen path off the GUI thread; a
+        ``"code"`` source goes through :meth:`open_model_code` (a function of the file is
+        chosen and the code confirmed before it runs).
+
+        Args:
+            source: a key of the source table with a ``browse`` row.
+            path: the folder or file (default: ask with the row's dialog).
+
+        Returns:
+            True when the load started.
+
+        Raises:
+            ModelSourceError: the source is unknown or picks nothing from disk.
+        """
+        row = source_of(source)
+        browse = row.browse
+        if browse is None:
+            raise ModelSourceError(f"model source {source!r} names no folder or file; type its model name instead")
+        if browse.kind == "code":
+            return self.open_model_code(path, source=source)
         if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
             return False
         if path is None:
-            path = dialogs.open_dir(self, "Open model folder (config.json)", self._start_dir())
+            start = self._start_dir()
+            path = (dialogs.open_dir(self, browse.title, start) if browse.kind == "folder"
+                    else dialogs.open_file(self, browse.title, start, browse.file_filter))
             if not path:
                 return False
-        request = LoadRequest(name=str(path), source="hf", meta=self.source_bar.meta_box.isChecked())
-        return self.controller.load(request)
+        return self.controller.load(LoadRequest(name=str(path), source=source, meta=self.source_bar.meta_box.isChecked()))
 
-    def open_model_code(self, path: str | None = None, factory: str | None = None) -> bool:
+    def open_model_code(self, path: str | None = None, factory: str | None = None, *, source: str = "py") -> bool:
         """Build the model with a function of a ``.py`` file (``py:FILE.py:FACTORY``); runs that file.
 
         The file is parsed (not run) to offer its top-level functions and classes; the
@@ -176,6 +209,7 @@ class DocumentActions(_Window):
         Args:
             path: the ``.py`` file (default: ask).
             factory: the function that returns the model (default: ask).
+            source: the source table's row of the code (its ``browse`` names the dialog).
 
         Returns:
             True when the load started.
@@ -183,7 +217,9 @@ class DocumentActions(_Window):
         if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
             return False
         if path is None:
-            path = dialogs.open_file(self, "Open model code", self._start_dir(), CODE_FILTER)
+            browse = source_of(source).browse
+            title, name_filter = (browse.title, browse.file_filter) if browse is not None else ("Open model code", CODE_FILTER)
+            path = dialogs.open_file(self, title, self._start_dir(), name_filter)
             if not path:
                 return False
         if factory is None:
@@ -207,7 +243,7 @@ class DocumentActions(_Window):
             if not factory:
                 return False
         request = confirm_code(self, LoadRequest(
-            name=f"{path}:{factory}", source="py", num_classes=self.source_bar.classes.value() or None,
+            name=f"{path}:{factory}", source=source, num_classes=self.source_bar.classes.value() or None,
             meta=self.source_bar.meta_box.isChecked(), origin="Open Model Code",
         ))
         if request is None:
@@ -218,10 +254,8 @@ class DocumentActions(_Window):
         return started
 
     def _browse_source(self, source: str) -> None:
-        if source == "hf":
-            self.open_model_folder()
-        elif source == "py":
-            self.open_model_code()
+        if source_of(source).browse is not None:  # the model bar's … button: the row's dialog
+            self.open_model_path(source)
 
     def load_model_request(self, request: LoadRequest) -> bool:
         """Load a model described by the model bar (asks before downloading).
@@ -340,10 +374,9 @@ class DocumentActions(_Window):
         kind = path_kind(path)
         if kind == "plan":
             return self.open_plan(path)
-        if kind == "folder":
-            return self.open_model_folder(path)
-        if kind == "code":
-            return self.open_model_code(path)
+        source = source_for_path(path) if kind in ("folder", "code", "model") else None
+        if source is not None:
+            return self.open_model_path(source, path)
         return self.open_checkpoint(path)
 
     # ------------------------------------------------------------------ drag and drop

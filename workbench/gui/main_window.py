@@ -21,6 +21,7 @@ beside it: :class:`~workbench.gui.document_actions.DocumentActions` (files in an
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -44,6 +45,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.core.formatting import fmt_count
+from workbench.core.models.sources import SOURCES
 from workbench.core.training.config import ConfigError, TrainConfig
 from workbench.gui import dialogs
 from workbench.gui import settings as app_settings
@@ -307,14 +309,11 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         self.act_open_ckpt = self._action(
             "Open &Checkpoint…", self.open_checkpoint, "Ctrl+Shift+O", "Load weights from .safetensors/.pt/.pth/.bin/.ckpt"
         )
-        self.act_open_folder = self._action(
-            "Open Model &Folder…", self.open_model_folder, None,
-            "Open a Hugging Face model folder (config.json, with or without weights)",
-        )
-        self.act_open_code = self._action(
-            "Open Model C&ode…", self.open_model_code, None,
-            "Build the model with a function of your .py file (runs that code)",
-        )
+        #: One File menu entry per model source that opens from disk (its ``browse`` row).
+        self.act_open_sources: dict[str, QAction] = {
+            key: self._action(row.browse.action, functools.partial(self.open_model_path, key), None, row.browse.action_tip)
+            for key, row in SOURCES.items() if row.browse is not None
+        }
         self.act_save = self._action("&Save", self.save, QKeySequence(K.Save), "Save the plan")
         self.act_save_as = self._action("Save &As…", self.save_as, "Ctrl+Shift+S", "Save the plan under a new name")
         self.act_quit = self._action("&Quit", self.close, QKeySequence(K.Quit))
@@ -370,7 +369,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
     def _build_menus(self) -> None:
         mb = self.menuBar()
         f = mb.addMenu("&File")
-        f.addActions([self.act_new, self.act_open, self.act_open_ckpt, self.act_open_folder, self.act_open_code])
+        f.addActions([self.act_new, self.act_open, self.act_open_ckpt, *self.act_open_sources.values()])
         self.recent_menu = f.addMenu("Open &Recent")
         self.recent_menu.aboutToShow.connect(self._fill_recent)
         f.addSeparator()
@@ -557,7 +556,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         self.busy_label.setVisible(busy)
         self.busy_bar.setVisible(busy)
         self.source_bar.set_busy(busy)
-        for act in (self.act_open, self.act_open_ckpt, self.act_open_folder, self.act_open_code, self.act_new):
+        for act in (self.act_open, self.act_open_ckpt, *self.act_open_sources.values(), self.act_new):
             act.setEnabled(not busy)
 
     def _show_error(self, title: str, message: str, details: str) -> None:

@@ -23,7 +23,7 @@ from typing import Any, Literal
 from torch import nn
 
 from workbench.core.models import zoo
-from workbench.core.models.sources import SOURCES, is_structure_only, parse_model_spec, source_of
+from workbench.core.models.sources import DEFAULT_SOURCE, SOURCES, is_structure_only, parse_model_spec, source_of
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.tree import ModelTree, canonical_parameters, visible_path
 from workbench.core.plan.rules import FreezePlan
@@ -41,14 +41,16 @@ __all__ = [
     "module_bytes",
     "path_kind",
     "request_for_plan",
+    "source_for_path",
 ]
 
 #: The model the window opens with: small, and buildable without any download.
 DEFAULT_MODEL = "resnet18"
 _DEFAULT_WEIGHTS = "IMAGENET1K_V1"
 
-#: What a path given to the window is: a plan, a checkpoint, a Hugging Face folder, model code.
-PathKind = Literal["plan", "checkpoint", "folder", "code"]
+#: What a path given to the window is: a plan, a checkpoint, a folder, model code (a source whose
+#: code runs), or a file another model source opens.
+PathKind = Literal["plan", "checkpoint", "folder", "code", "model"]
 
 
 @dataclass(frozen=True)
@@ -84,12 +86,12 @@ class LoadRequest:
     checkpoint: str | None = None
     allow_download: bool = False
     note: str = ""
-    source: str = "torchvision"
+    source: str = DEFAULT_SOURCE
     meta: bool = False
     origin: str | None = None
 
     def __post_init__(self) -> None:
-        if self.source == "torchvision" and self.name and ":" in self.name:
+        if self.source == DEFAULT_SOURCE and self.name and ":" in self.name:
             source, name = parse_model_spec(self.name)
             object.__setattr__(self, "source", source)
             object.__setattr__(self, "name", name)
@@ -99,7 +101,7 @@ class LoadRequest:
     def spec_text(self) -> str:
         """The command-line spec: ``resnet18``, ``timm:resnet10t``, ``hf:/data/bert``."""
         name = self.name or "?"
-        return name if self.source == "torchvision" else f"{self.source}:{name}"
+        return name if self.source == DEFAULT_SOURCE else f"{self.source}:{name}"
 
     def describe(self) -> str:
         """``resnet18``, ``resnet18 · IMAGENET1K_V1 · 10 classes``, ``hf:bert · structure only``, ``ckpt.pt``."""
@@ -117,22 +119,17 @@ class LoadRequest:
     def needs_download(self) -> bool:
         """Whether pretrained weights are named and missing from the local cache.
 
-        Only torchvision and timm weights are ever downloaded; a structure-only request reads
-        no weights. An unknown timm name answers False (loading then says what is wrong).
+        Only sources with a ``downloads`` check in the source table (torchvision, timm) ever
+        download; a structure-only request reads no weights. An unknown timm name answers
+        False (loading then says what is wrong).
 
         Raises:
             ModelSourceError: unknown torchvision model or weights name, or a missing extra.
         """
         if self.checkpoint or not self.weights or not self.name or self.meta:
             return False
-        if self.source == "torchvision":
-            return not zoo.weights_cached(self.name, self.weights)
-        if self.source == "timm":
-            row = SOURCES["timm"]
-            if not row.names(self.name.split(".", 1)[0]):
-                return False
-            return not row.cached(self.name, self.weights)
-        return False
+        downloads = source_of(self.source).downloads
+        return downloads is not None and downloads(self.name, self.weights)
 
 
 @dataclass
@@ -229,26 +226,15 @@ def loaded_from_model(
     )
 
 
-def _label(source: str, name: str) -> str:
-    """Short name of a model: ``resnet18``, ``bert-tiny`` (a folder), ``build (net.py)``."""
-    if source == "hf":
-        return Path(name).name or name
-    if source == "py":
-        target, _sep, factory = name.rpartition(":")
-        return f"{factory} ({Path(target).name if target.endswith('.py') else target})"
-    return name
-
-
 def _note(request: LoadRequest, meta: bool) -> str:
     """One line on the weights of a built model."""
     if meta:
         return "structure only (meta device: no weights read or allocated)"
     if request.note:
         return request.note
-    if request.source == "hf":
-        return "weights from the folder"  # a folder without weights is built structure-only
-    if request.source == "py":
-        return "built by your code"
+    own = source_of(request.source).own_weights
+    if own is not None:
+        return own.note  # a folder without weights is built structure-only
     return f"{request.weights} weights" if request.weights else "random init"
 
 
@@ -291,7 +277,8 @@ def load_model(request: LoadRequest) -> LoadedModel:
         "weights": request.weights,
         "num_classes": request.num_classes,
     }
-    return loaded_from_model(model, _label(request.source, request.name), _note(request, meta), block)
+    label = source_of(request.source).short_name(request.name)
+    return loaded_from_model(model, label, _note(request, meta), block)
 
 
 def _load_checkpoint(request: LoadRequest) -> LoadedModel:
@@ -355,10 +342,10 @@ def request_for_plan(
     if not name and not checkpoint:
         return None
     source = info.get("source")
-    source = source if source in SOURCES and not checkpoint else "torchvision"
+    source = source if source in SOURCES and not checkpoint else DEFAULT_SOURCE
     wanted = (name, info.get("weights"), info.get("num_classes"), checkpoint)
     have = (current.get("name"), current.get("weights"), current.get("num_classes"), current.get("checkpoint"))
-    have_source = current.get("source") if current.get("source") in SOURCES and not checkpoint else "torchvision"
+    have_source = current.get("source") if current.get("source") in SOURCES and not checkpoint else DEFAULT_SOURCE
     if not fp and wanted == have and source == have_source:
         return None
     num_classes = info.get("num_classes")
@@ -381,7 +368,9 @@ def path_kind(path: str | Path) -> PathKind | None:
     Returns:
         ``"plan"`` (``.json`` file), ``"checkpoint"`` (``.pt``, ``.pth``, ``.safetensors``...),
         ``"folder"`` (a folder: a Hugging Face model when it holds ``config.json``),
-        ``"code"`` (``.py``: a model factory), or None for anything else.
+        ``"code"`` (a file of a source that runs code: ``.py``, a model factory), ``"model"``
+        (a file another source of the table opens, see :func:`source_for_path`), or None
+        for anything else.
     """
     p = Path(path)
     if p.is_dir():
@@ -389,10 +378,27 @@ def path_kind(path: str | Path) -> PathKind | None:
     suffix = p.suffix.lower()
     if suffix == ".json":
         return "plan"
-    if suffix == ".py":
-        return "code"
     if suffix in zoo.CHECKPOINT_SUFFIXES:
         return "checkpoint"
+    source = source_for_path(p)
+    if source is None:
+        return None
+    return "code" if source_of(source).runs_code else "model"
+
+
+def source_for_path(path: str | Path) -> str | None:
+    """The model source that opens a path given to the window (a drop, a recent file, File ▸ Open).
+
+    Args:
+        path: the file or folder.
+
+    Returns:
+        The first row of the source table whose ``browse`` takes the path (a folder: the
+        source that browses folders, ``"hf"``; ``x.py``: ``"py"``), or None.
+    """
+    for key, row in SOURCES.items():
+        if row.browse is not None and row.browse.takes(path):
+            return key
     return None
 
 

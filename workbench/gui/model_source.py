@@ -1,7 +1,9 @@
 """The model source bar: Source ▾ · Model ▾ · … · Weights ▾ · Classes · Structure only · Load.
 
 The source selector offers every row of :data:`workbench.core.models.sources.SOURCES`
-(torchvision, timm, Hugging Face, your own code). Each source's names come from
+(torchvision, timm, Hugging Face, your own code), with the row's label, placeholder, ``…``
+button (its ``browse``) and weights (its ``own_weights``): the bar iterates the table and
+never switches on source names. Each source's names come from
 :func:`~workbench.core.models.sources.search_models` (a registry search, run once per source
 on a worker thread) with a mark when the model opens offline (weights or repo in the local
 cache); typing in the model box searches them. Hugging Face folders and ``.py`` files can be
@@ -37,7 +39,7 @@ from PySide6.QtWidgets import (
 from workbench.core.formatting import fmt_count
 from workbench.core.models import zoo
 from workbench.core.models.py_models import code_preview
-from workbench.core.models.sources import SOURCES, parse_model_spec, search_models
+from workbench.core.models.sources import DEFAULT_SOURCE, SOURCES, parse_model_spec, search_models, source_of
 from workbench.gui import dialogs
 from workbench.gui.background import BackgroundTask
 from workbench.gui.icons import dot_icon
@@ -48,19 +50,8 @@ __all__ = ["SOURCE_LABELS", "ModelSourceBar", "cached_icon"]
 _NAME_ROLE = int(Qt.ItemDataRole.UserRole) + 10
 _CACHED_ROLE = int(Qt.ItemDataRole.UserRole) + 11
 
-#: What the source selector shows for each source key.
-SOURCE_LABELS: dict[str, str] = {"torchvision": "torchvision", "timm": "timm", "hf": "Hugging Face", "py": "Your code"}
-
-#: What the model box says it wants, per source.
-_PLACEHOLDERS: dict[str, str] = {
-    "torchvision": "resnet18",
-    "timm": "type to search timm, e.g. vit_tiny",
-    "hf": "folder with config.json, or a cached repo id",
-    "py": "path/to/file.py:FACTORY or module:FACTORY",
-}
-
-#: The one weights entry of sources whose weights come with the model.
-_OWN_WEIGHTS: dict[str, str] = {"hf": "From the folder", "py": "From your code"}
+#: What the source selector shows for each source key (the table's ``label`` column).
+SOURCE_LABELS: dict[str, str] = {key: row.label for key, row in SOURCES.items()}
 
 
 def cached_icon(cached: bool) -> QIcon:
@@ -81,8 +72,9 @@ class ModelSourceBar(QWidget):
 
     Signals:
         loadRequested(LoadRequest): the user pressed Load.
-        browseRequested(str): the ``…`` button was pressed for source ``"hf"`` (pick a
-            folder) or ``"py"`` (pick a ``.py`` file); the window asks and opens it.
+        browseRequested(str): the ``…`` button was pressed for a source with a ``browse``
+            row (``"hf"``: pick a folder; ``"py"``: pick a ``.py`` file); the window asks and
+            opens it.
         namesReady(str): the names of a source arrived (after :meth:`select_source`).
 
     Args:
@@ -105,14 +97,14 @@ class ModelSourceBar(QWidget):
         self._search: BackgroundTask | None = None
         self._queued: str | None = None
         self._typed: dict[str, str] = {}
-        self._source = "torchvision"
+        self._source = DEFAULT_SOURCE
         layout = QHBoxLayout(self)
         layout.setContentsMargins(4, 0, 4, 0)
         layout.setSpacing(6)
 
         self.source_box = QComboBox(self)
         for key, row in SOURCES.items():
-            self.source_box.addItem(SOURCE_LABELS.get(key, key), key)
+            self.source_box.addItem(row.label, key)
             self.source_box.setItemData(self.source_box.count() - 1, row.description, Qt.ItemDataRole.ToolTipRole)
         self.source_box.setToolTip("Where the model comes from")
 
@@ -125,8 +117,8 @@ class ModelSourceBar(QWidget):
         self._completer.setFilterMode(Qt.MatchFlag.MatchContains)
         self._completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
         self._completer.setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
-        self._lists["torchvision"] = self._torchvision_list()
-        self._searched.add("torchvision")
+        self._lists[DEFAULT_SOURCE] = self._registry_list()
+        self._searched.add(DEFAULT_SOURCE)
 
         self.browse_button = QToolButton(self)
         self.browse_button.setText("…")
@@ -175,7 +167,7 @@ class ModelSourceBar(QWidget):
         assert edit is not None  # an editable combo box has one
         edit.returnPressed.connect(self._commit_typed)
         edit.textEdited.connect(self._typed_text)
-        self._show_source("torchvision")
+        self._show_source(DEFAULT_SOURCE)
         self.set_current({"name": DEFAULT_MODEL})
 
     # ------------------------------------------------------------------ API
@@ -188,13 +180,13 @@ class ModelSourceBar(QWidget):
         return [n for r in range(items.rowCount()) if (n := items.item(r).data(_NAME_ROLE))]
 
     def current_source(self) -> str:
-        """The source selected: ``"torchvision"``, ``"timm"``, ``"hf"`` or ``"py"``."""
+        """The source selected: a key of the source table (``"torchvision"``, ``"timm"``, ``"hf"``, ``"py"``)."""
         return self._source
 
     def current_name(self) -> str:
-        """The model selected or typed (torchvision: typed text only when it is a known name)."""
+        """The model selected or typed (the default source: typed text only when it is a known name)."""
         text = self.model_box.currentText().strip()
-        if self._source != "torchvision":
+        if self._source != DEFAULT_SOURCE:
             return text
         return text if text in self._infos else (self.model_box.currentData(_NAME_ROLE) or text)
 
@@ -224,7 +216,7 @@ class ModelSourceBar(QWidget):
         """
         source = spec.get("source")
         name = spec.get("name")
-        if source in (None, "torchvision", "checkpoint") and isinstance(name, str) and ":" in name:
+        if source in (None, DEFAULT_SOURCE, "checkpoint") and isinstance(name, str) and ":" in name:
             with contextlib.suppress(zoo.ModelSourceError):
                 source, name = parse_model_spec(name)
         if source in SOURCES and source != self._source:
@@ -233,7 +225,7 @@ class ModelSourceBar(QWidget):
             i = self.model_box.findData(name, _NAME_ROLE)
             if i >= 0:
                 self.model_box.setCurrentIndex(i)
-            if self._source != "torchvision" or name in self._infos:
+            if self._source != DEFAULT_SOURCE or name in self._infos:
                 self.model_box.setEditText(name)
         self._refresh_weights()
         w = spec.get("weights")
@@ -269,7 +261,8 @@ class ModelSourceBar(QWidget):
             self._search.wait()
 
     # ------------------------------------------------------------------ sources
-    def _torchvision_list(self) -> QStandardItemModel:
+    def _registry_list(self) -> QStandardItemModel:
+        """The default source's names, known up front with their weights (``zoo.list_models``)."""
         items = QStandardItemModel(self)
         for name, info in self._infos.items():
             cached = any(info.cached.values())
@@ -299,18 +292,16 @@ class ModelSourceBar(QWidget):
         self.model_box.blockSignals(False)
         self._completer.setModel(items)
         self.model_box.setCompleter(self._completer)
+        row = source_of(source)
         edit = self.model_box.lineEdit()
         if edit is not None:
-            edit.setPlaceholderText(_PLACEHOLDERS.get(source, ""))
-        row = SOURCES[source]
-        tip = row.description + (" (● opens offline)" if source in ("torchvision", "timm", "hf") else "")
+            edit.setPlaceholderText(row.placeholder)
+        tip = row.description + (" (● opens offline)" if row.searchable else "")
         if row.runs_code:
             tip += "\nLoading runs that code with your rights: only name code you trust."
         self.model_box.setToolTip(tip)
-        self.browse_button.setVisible(source in ("hf", "py"))
-        self.browse_button.setToolTip(
-            "Choose a folder with config.json" if source == "hf" else "Choose a .py file and its factory function"
-        )
+        self.browse_button.setVisible(row.browse is not None)
+        self.browse_button.setToolTip(row.browse.tip if row.browse is not None else "")
         self._refresh_weights()
 
     def _ensure_names(self, source: str) -> None:
@@ -322,7 +313,7 @@ class ModelSourceBar(QWidget):
         self._searched.add(source)
         items = self._lists[source]
         if items.rowCount() == 0:
-            wait = QStandardItem(f"searching {SOURCE_LABELS.get(source, source)}…")
+            wait = QStandardItem(f"searching {source_of(source).label}…")
             wait.setEnabled(False)
             items.appendRow(wait)
         task = BackgroundTask(lambda: search_models(source), self)
@@ -344,7 +335,7 @@ class ModelSourceBar(QWidget):
             items.appendRow(item)
         for name, cached in result or []:
             item = QStandardItem(cached_icon(cached), name)
-            where = "local cache" if source != "hf" else "local Hugging Face cache"
+            where = source_of(source).cache_where
             item.setToolTip(f"{name}: {'in the ' + where if cached else 'not cached (weights need a download)'}")
             item.setData(name, _NAME_ROLE)
             item.setData(cached, _CACHED_ROLE)
@@ -373,15 +364,15 @@ class ModelSourceBar(QWidget):
         previous = self.weights_box.currentData()
         self.weights_box.blockSignals(True)
         self.weights_box.clear()
-        own = _OWN_WEIGHTS.get(self._source)
+        own = source_of(self._source).own_weights
         if own is not None:
-            self.weights_box.addItem(own, None)
+            self.weights_box.addItem(own.entry, None)
             self.weights_box.setEnabled(False)
             self.weights_box.blockSignals(False)
             return
         self.weights_box.setEnabled(True)
         self.weights_box.addItem("Random init", None)
-        if self._source == "timm":
+        if self._source != DEFAULT_SOURCE:  # one "Pretrained" entry: the source's default tag
             name = self.current_name()
             if name:
                 cached = bool(self._cached_mark(name))

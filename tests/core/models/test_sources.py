@@ -3,6 +3,7 @@ sources, plan model blocks, and bad input as one line with exit code 2."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from workbench.cli import main
 from workbench.core.models.build_request import missing_extra_message, require_extra
 from workbench.core.models.sources import (
     SOURCES,
+    Browse,
     build_from_source,
     is_structure_only,
     model_block,
@@ -63,6 +65,26 @@ def test_table_rows_and_plan_block():
     assert model_block("timm", "resnet18") == {"source": "timm", "name": "resnet18"}
     with pytest.raises(ModelSourceError, match="unknown"):
         model_block("keras", "x")
+
+
+def test_every_row_says_how_the_app_offers_it(tmp_path):
+    for key, row in SOURCES.items():
+        assert row.label and row.placeholder, key
+        assert (row.own_weights is None) != (row.downloads is None), key  # weights: chosen (maybe downloaded) or own
+        assert row.browse is None or row.browse.kind in ("folder", "file", "code"), key
+    assert [k for k, row in SOURCES.items() if row.browse is not None] == ["hf", "py"]
+    assert SOURCES["py"].browse is not None and SOURCES["py"].browse.kind == "code"
+    py, hf = SOURCES["py"].browse, SOURCES["hf"].browse
+    assert hf is not None and hf.takes(tmp_path) and not hf.takes(tmp_path / "net.py")
+    (tmp_path / "net.PY").write_text("", encoding="utf-8")
+    assert py.takes(tmp_path / "net.PY") and py.takes("missing.py")  # a name, not a file check
+    assert not py.takes(tmp_path) and not py.takes("notes.txt")  # "All files (*)" takes nothing
+
+
+def test_a_row_that_runs_code_must_confirm_it_before_it_runs():
+    py = SOURCES["py"]
+    with pytest.raises(ValueError, match="browse kind must be 'code'"):
+        dataclasses.replace(py, browse=Browse("file", "Open", "Choose a file", "Open Code…", "Run a file", "Python files (*.py)"))
 
 
 def test_prefixed_name_moves_to_its_source():

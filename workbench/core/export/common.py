@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.models.script_code import script_path  # the model sources name files the same way
 
 __all__ = ["OPTIMIZERS", "ExportError", "literal", "script_path"]
 
@@ -40,21 +40,3 @@ def literal(value: Any, indent: int = 0) -> str:
         return "[\n" + "\n".join(items) + "\n" + " " * indent + "]"
     items = [f"{pad}{k!r}: {literal(v, indent + 4)}," for k, v in value.items()]
     return "{\n" + "\n".join(items) + "\n" + " " * indent + "}"
-
-
-def script_path(path: Path, script_dir: Path | None) -> str:
-    """How the script names a file: relative to the script's folder when inside it, else absolute.
-
-    Args:
-        path: an absolute path.
-        script_dir: the folder the script is written to, or None.
-
-    Returns:
-        The path as the script writes it.
-    """
-    if script_dir is not None:
-        try:
-            return path.relative_to(script_dir.resolve()).as_posix()
-        except ValueError:
-            pass
-    return str(path)

@@ -10,11 +10,15 @@ py             ``py:my_models:build``, ``py:net.py:make``  ``{"source": "py", "n
 =============  =========================================  ============================
 
 Each :class:`ModelSource` row says how to build a model (``build``), how to list or search
-its names (``names``), whether a model opens offline (``cached``) and which optional extra
-installs it. ``py`` specs **run your code**: they import the module (or execute the file)
-and call the factory. :func:`check_code_origin` is the one rule for that: such a spec runs
-only when the user named it (command line, Python call, a confirmed dialog), never because a
-plan, config or run record names it.
+its names (``names``), whether a model opens offline (``cached``), which optional extra
+installs it, how the app offers it (``label``, ``placeholder``, ``browse``, ``own_weights``)
+and how an exported script rebuilds it (``script``, from
+:mod:`workbench.core.models.script_code`). The model bar, the window's loading and the
+exporter iterate the table and never switch on source names: a new source is a new row (and
+its build and script functions). ``py`` specs **run your code**: they import the module (or
+execute the file) and call the factory. :func:`check_code_origin` is the one rule for that:
+such a spec runs only when the user named it (command line, Python call, a confirmed dialog),
+never because a plan, config or run record names it.
 
 Typical use::
 
@@ -27,8 +31,12 @@ Typical use::
 from __future__ import annotations
 
 import fnmatch
+import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
 import torchvision
 from torch import nn
@@ -39,6 +47,14 @@ from workbench.core.models.build_request import (
     device_context,
     missing_extra_message,
 )
+from workbench.core.models.script_code import (
+    ScriptModel,
+    ScriptRequest,
+    hf_script,
+    py_script,
+    timm_script,
+    torchvision_script,
+)
 from workbench.core.models.zoo import (
     ModelSourceError,
     _check_model_name,
@@ -48,10 +64,16 @@ from workbench.core.models.zoo import (
     weights_cached,
 )
 
+#: The source of a spec without a prefix (``resnet18``).
+DEFAULT_SOURCE = "torchvision"
+
 __all__ = [
+    "DEFAULT_SOURCE",
     "SOURCES",
+    "Browse",
     "CodeFromFileError",
     "ModelSource",
+    "OwnWeights",
     "build_from_source",
     "check_code_origin",
     "default_input_size",
@@ -65,26 +87,116 @@ __all__ = [
 
 
 @dataclass(frozen=True)
+class Browse:
+    """How the app picks a model of a source from disk (the model bar's ``…`` button).
+
+    Attributes:
+        kind: ``"folder"`` (the name is the chosen folder), ``"file"`` (the name is the
+            chosen file) or ``"code"`` (a ``.py`` file read without running it: the user
+            chooses one of its functions, the name is ``FILE:FUNCTION``, and the code is
+            shown and confirmed before it runs; the kind of every source that runs code).
+        title: The file dialog's title.
+        tip: The ``…`` button's tooltip.
+        action: The File menu's entry (``"Open Model &Folder…"``).
+        action_tip: The entry's status tip.
+        file_filter: The file dialog's name filter (``"file"`` and ``"code"``), Qt's
+            ``"Python files (*.py);;All files (*)"`` form; its patterns other than ``*`` also
+            say which dropped or recent files the source opens (:meth:`takes`).
+    """
+
+    kind: Literal["folder", "file", "code"]
+    title: str
+    tip: str
+    action: str
+    action_tip: str
+    file_filter: str = ""
+
+    def takes(self, path: str | os.PathLike[str]) -> bool:
+        """Whether a path given to the app (a drop, a recent file) is a model of this source.
+
+        Args:
+            path: the file or folder.
+
+        Returns:
+            For ``"folder"``: the path is a folder; otherwise its name matches a pattern of
+            ``file_filter`` other than ``*``.
+        """
+        p = Path(path)
+        if self.kind == "folder":
+            return p.is_dir()
+        patterns = [g for part in re.findall(r"\(([^)]*)\)", self.file_filter) for g in part.split() if g != "*"]
+        return not p.is_dir() and any(fnmatch.fnmatch(p.name.lower(), g.lower()) for g in patterns)
+
+
+@dataclass(frozen=True)
+class OwnWeights:
+    """Weights that come with the model (a folder's files, your code): nothing to choose or download.
+
+    Attributes:
+        entry: The model bar's one weights entry (``"From the folder"``).
+        note: The status line after loading (``"weights from the folder"``).
+    """
+
+    entry: str
+    note: str
+
+
+@dataclass(frozen=True)
 class ModelSource:
     """One row of the model-source table.
 
     Attributes:
         key: The spec prefix and the plan's ``model.source`` value.
         description: What the source is, for help texts and the model bar.
+        label: What the model bar's source selector shows (``"Hugging Face"``).
+        placeholder: What the model box says it wants while empty.
         extra: The ``pip install 'freeze-workbench[EXTRA]'`` extra it needs, or ``None``.
         build: Builds a model from a :class:`BuildRequest`.
         names: Names matching a glob (registry names, cached repo ids; empty for ``py``).
         cached: ``cached(name, weights)``: whether the model opens without the network.
+        script: How an exported script rebuilds the model (see
+            :mod:`workbench.core.models.script_code`); raises ``ModelSourceError`` with
+            one line when it cannot.
         runs_code: Whether opening a spec runs code named by the spec.
+        browse: How the app picks a model from disk, or ``None`` (names are typed or chosen).
+        own_weights: Set when the weights come with the model (nothing to choose); ``None``
+            when the model bar offers random initialisation or pretrained weights.
+        downloads: ``downloads(name, weights)``: whether those pretrained weights must be
+            downloaded first (the app asks); ``None`` for a source that never downloads.
+        searchable: Whether ``names`` lists models (each marked ● when it opens offline).
+        cache_where: Where ``cached`` looks, for the list's tooltips.
+        input_size: ``input_size(name)``: the square input side the name's weights expect,
+            or ``None`` to read it from the built model (see :func:`default_input_size`).
+        short_name: ``short_name(name)``: the model's name in the title and status bar.
+        structure_only: ``structure_only(name)``: whether the model has no weights to read
+            (it then opens on the meta device); ``None``: always has weights.
     """
 
     key: str
     description: str
+    label: str
+    placeholder: str
     extra: str | None
     build: Callable[[BuildRequest], nn.Module]
     names: Callable[[str], list[str]]
     cached: Callable[[str, str | None], bool]
+    script: Callable[[ScriptRequest], ScriptModel]
     runs_code: bool = False
+    browse: Browse | None = None
+    own_weights: OwnWeights | None = None
+    downloads: Callable[[str, str], bool] | None = None
+    searchable: bool = True
+    cache_where: str = "local cache"
+    input_size: Callable[[str], int] | None = None
+    short_name: Callable[[str], str] = str
+    structure_only: Callable[[str], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if self.runs_code and self.browse is not None and self.browse.kind != "code":
+            raise ValueError(
+                f"model source {self.key!r} runs code, so its browse kind must be 'code' (the code is shown and "
+                f"confirmed before it runs), not {self.browse.kind!r}"
+            )
 
 
 def _build_torchvision(req: BuildRequest) -> nn.Module:
@@ -104,19 +216,69 @@ def _torchvision_cached(name: str, weights: str | None) -> bool:
     return weights is None or weights_cached(name, weights)
 
 
+def _timm_downloads(name: str, weights: str) -> bool:
+    if not timm_models.timm_names(name.split(".", 1)[0]):
+        return False  # an unknown name: loading says what is wrong
+    return not timm_models.timm_cached(name, weights)
+
+
+def _hf_structure_only(name: str) -> bool:
+    if not hf_models.hf_cached(name):
+        return False
+    safe, pickled = hf_models.hf_weight_files(name)
+    return not (safe or pickled)
+
+
+def _folder_name(name: str) -> str:
+    return Path(name).name or name
+
+
+def _factory_name(name: str) -> str:
+    target, _sep, factory = name.rpartition(":")
+    return f"{factory} ({Path(target).name if target.endswith('.py') else target})"
+
+
 SOURCES: dict[str, ModelSource] = {
     s.key: s
     for s in (
-        ModelSource("torchvision", "torchvision classification models", None,
-                    _build_torchvision, _torchvision_names, _torchvision_cached),
-        ModelSource("timm", "timm (PyTorch Image Models) registry", "timm",
-                    timm_models.build_timm, timm_models.timm_names,
-                    lambda name, weights: weights is None or timm_models.timm_cached(name, weights)),
-        ModelSource("hf", "Hugging Face transformers: a local folder or a cached repo id", "hf",
-                    hf_models.build_hf, hf_models.hf_cached_repos,
-                    lambda name, weights: hf_models.hf_cached(name)),
-        ModelSource("py", "your own code: py:MODULE:FACTORY or py:path/file.py:FACTORY (runs that code)", None,
-                    py_models.build_py, lambda pattern: [], lambda name, weights: True, runs_code=True),
+        ModelSource(
+            key="torchvision", description="torchvision classification models",
+            label="torchvision", placeholder="resnet18", extra=None,
+            build=_build_torchvision, names=_torchvision_names, cached=_torchvision_cached,
+            script=torchvision_script,
+            downloads=lambda name, weights: not weights_cached(name, weights),
+            input_size=model_input_size,
+        ),
+        ModelSource(
+            key="timm", description="timm (PyTorch Image Models) registry",
+            label="timm", placeholder="type to search timm, e.g. vit_tiny", extra="timm",
+            build=timm_models.build_timm, names=timm_models.timm_names,
+            cached=lambda name, weights: weights is None or timm_models.timm_cached(name, weights),
+            script=timm_script,
+            downloads=_timm_downloads,
+        ),
+        ModelSource(
+            key="hf", description="Hugging Face transformers: a local folder or a cached repo id",
+            label="Hugging Face", placeholder="folder with config.json, or a cached repo id", extra="hf",
+            build=hf_models.build_hf, names=hf_models.hf_cached_repos,
+            cached=lambda name, weights: hf_models.hf_cached(name),
+            script=hf_script,
+            browse=Browse("folder", "Open model folder (config.json)", "Choose a folder with config.json",
+                          "Open Model &Folder…", "Open a Hugging Face model folder (config.json, with or without weights)"),
+            own_weights=OwnWeights("From the folder", "weights from the folder"),
+            cache_where="local Hugging Face cache", short_name=_folder_name, structure_only=_hf_structure_only,
+        ),
+        ModelSource(
+            key="py", description="your own code: py:MODULE:FACTORY or py:path/file.py:FACTORY (runs that code)",
+            label="Your code", placeholder="path/to/file.py:FACTORY or module:FACTORY", extra=None,
+            build=py_models.build_py, names=lambda pattern: [], cached=lambda name, weights: True,
+            script=py_script, runs_code=True,
+            browse=Browse("code", "Open model code", "Choose a .py file and its factory function",
+                          "Open Model C&ode…", "Build the model with a function of your .py file (runs that code)",
+                          "Python files (*.py);;All files (*)"),
+            own_weights=OwnWeights("From your code", "built by your code"),
+            searchable=False, short_name=_factory_name,
+        ),
     )
 }
 
@@ -196,7 +358,7 @@ def parse_model_spec(text: str) -> tuple[str, str]:
         if not rest.strip():
             raise ModelSourceError(f"model spec {spec!r} names no model after '{prefix}:'")
         return prefix, rest.strip()
-    return "torchvision", spec
+    return DEFAULT_SOURCE, spec
 
 
 def model_block(source: str, name: str) -> dict[str, str]:
@@ -230,7 +392,7 @@ def search_models(source: str, pattern: str = "*") -> list[tuple[str, bool]]:
         ModelSourceError: Unknown source, or its extra is not installed.
     """
     row = source_of(source)
-    weights = None if source in ("hf", "py") else "DEFAULT"
+    weights = None if row.own_weights is not None else "DEFAULT"
     out = []
     for name in row.names(pattern):
         try:
@@ -253,10 +415,8 @@ def is_structure_only(source: str, name: str) -> bool:
     Returns:
         True when the model has no weight files.
     """
-    if source != "hf" or not hf_models.hf_cached(name):
-        return False
-    safe, pickled = hf_models.hf_weight_files(name)
-    return not (safe or pickled)
+    row = SOURCES.get(source)
+    return row is not None and row.structure_only is not None and row.structure_only(name)
 
 
 def default_input_size(source: str, name: str | None, model: nn.Module) -> int:
@@ -270,8 +430,9 @@ def default_input_size(source: str, name: str | None, model: nn.Module) -> int:
     Returns:
         The side in pixels.
     """
-    if source == "torchvision" and name:
-        return model_input_size(name)
+    row = SOURCES.get(source)
+    if row is not None and row.input_size is not None and name:
+        return row.input_size(name)
     cfg = getattr(model, "pretrained_cfg", None)
     size = cfg.get("input_size") if isinstance(cfg, dict) else None
     if isinstance(size, (tuple, list)) and size and isinstance(size[-1], int):

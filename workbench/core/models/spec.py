@@ -13,7 +13,13 @@ from typing import Any, Literal
 
 from torch import nn
 
-from workbench.core.models.sources import build_from_source, check_code_origin, parse_model_spec
+from workbench.core.models.sources import (
+    DEFAULT_SOURCE,
+    SOURCES,
+    build_from_source,
+    check_code_origin,
+    parse_model_spec,
+)
 from workbench.core.models.zoo import (
     ModelSourceError,
     build_model,
@@ -28,9 +34,14 @@ __all__ = ["FROM_A_FILE", "ModelSpec"]
 #: The default ``origin`` of :meth:`ModelSpec.from_dict`: a spec read from data was named by a file.
 FROM_A_FILE = "a model block read from a file"
 
-_SPEC_SOURCES = ("torchvision", "checkpoint", "timm", "hf", "py")
-#: Sources built by workbench.core.models.sources (the rows other than torchvision).
-_TABLE_SOURCES = ("timm", "hf", "py")
+
+def _table_sources() -> tuple[str, ...]:
+    """Sources built by the source table's ``build`` (the rows other than torchvision)."""
+    return tuple(key for key in SOURCES if key != DEFAULT_SOURCE)
+
+
+def _spec_sources() -> tuple[str, ...]:
+    return (DEFAULT_SOURCE, "checkpoint", *_table_sources())
 
 
 @dataclass
@@ -72,13 +83,13 @@ class ModelSpec:
         Raises:
             ModelSourceError: Unknown source, or a missing name/checkpoint.
         """
-        if self.source not in _SPEC_SOURCES:
+        if self.source not in _spec_sources():
             raise ModelSourceError(
-                f"model source {self.source!r} is unknown; use one of {', '.join(_SPEC_SOURCES)}"
+                f"model source {self.source!r} is unknown; use one of {', '.join(_spec_sources())}"
             )
         if self.source == "torchvision" and not self.name:
             raise ModelSourceError("a torchvision model spec needs a name, e.g. 'resnet18'")
-        if self.source in _TABLE_SOURCES and not self.name:
+        if self.source in _table_sources() and not self.name:
             raise ModelSourceError(f"a {self.source} model spec needs a name, e.g. {self.source}:NAME")
         if self.source == "checkpoint" and not self.checkpoint:
             raise ModelSourceError("a checkpoint model spec needs the checkpoint file path")
@@ -178,7 +189,7 @@ class ModelSpec:
             ).model
         else:
             assert self.name is not None
-            if self.checkpoint is None and (meta or self.source in _TABLE_SOURCES):
+            if self.checkpoint is None and (meta or self.source in _table_sources()):
                 return build_from_source(
                     self.source, self.name, self.weights, self.num_classes,
                     meta=meta, allow_download=allow_download, trust_pickle=trust_pickle,
@@ -187,7 +198,7 @@ class ModelSpec:
                 return build_model(
                     self.name, self.weights, self.num_classes, allow_download=allow_download
                 )
-            if self.source in _TABLE_SOURCES:
+            if self.source in _table_sources():
                 model = build_from_source(
                     self.source, self.name, self.weights,
                     allow_download=allow_download, trust_pickle=trust_pickle,
