@@ -207,3 +207,23 @@ def test_core_and_gui_import_workbench_modules_for_real():
             for line, target in _string_imports(ast.parse(path.read_text(encoding="utf-8"))):
                 found.append(f"{path.relative_to(ROOT.parent)}:{line}: import_module({target!r})")
     assert not found, "string-path imports of workbench modules:\n" + "\n".join(found)
+
+
+def _unit(module: str) -> str:
+    """A package of core (``core.plan``: the layers), else the module itself."""
+    return _package(module) if module.startswith("workbench.core.") else module
+
+
+def test_no_cycle_between_packages_even_through_type_only_imports():
+    """Type-only imports count too: a dialog that names the main window's type while the window
+    imports the dialog is a cycle a reader has to untangle (gui/advisor <-> gui/main_window was
+    one). Units are core's packages (inside one, a checker may be typed with the plan it checks)
+    and every other module."""
+    units: dict[str, set[str]] = {}
+    for src, dsts in _graph(typing=True).items():
+        for dst in dsts:
+            units.setdefault(_unit(dst), set())
+            if (src, dst) not in ALLOWED and _unit(src) != _unit(dst):
+                units.setdefault(_unit(src), set()).add(_unit(dst))
+    cycle = _find_cycle(units)
+    assert cycle is None, "import cycle through type-only imports: " + " -> ".join(cycle)

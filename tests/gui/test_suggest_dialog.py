@@ -15,14 +15,13 @@ from workbench.core.advisor.advice import Measured
 from workbench.core.advisor.sizes import parse_size
 from workbench.core.plan import FreezePlan
 from workbench.core.training.metrics import fmt_memory
-from workbench.gui.advisor import open_suggest_dialog
 from workbench.gui.advisor.budget import device_budget, format_budget
 from workbench.gui.advisor.dialog import COLUMNS, NOISE_MARK, SuggestDialog
 from workbench.gui.main_window import MainWindow
 
 
 def _ready(qtbot: Any, window: MainWindow, budget: str | None = None) -> SuggestDialog:
-    d = open_suggest_dialog(window)
+    d = window.suggest_dialog()
     qtbot.addWidget(d)
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
     if budget is not None:
@@ -225,7 +224,7 @@ def test_edit_menu_opens_the_dialog(qtbot: Any, window: MainWindow, dialogs: Any
 
 
 def test_closing_while_computing_leaves_no_thread(qtbot: Any, window: MainWindow) -> None:
-    d = open_suggest_dialog(window)
+    d = window.suggest_dialog()
     qtbot.addWidget(d)
     assert d.busy
     d.reject()  # waits for the worker; the leak fixture checks no thread is left

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from PySide6.QtCore import QByteArray, Qt
@@ -50,7 +50,7 @@ from workbench.core.training.config import ConfigError, TrainConfig
 from workbench.gui import dialogs
 from workbench.gui import settings as app_settings
 from workbench.gui.about import show_about
-from workbench.gui.advisor import add_suggest_action
+from workbench.gui.advisor import add_suggest_action, open_suggest_dialog
 from workbench.gui.controller import Controller
 from workbench.gui.diagnostics import DiagnosticsPanel
 from workbench.gui.document_actions import DocumentActions
@@ -69,6 +69,9 @@ from workbench.gui.training.layers_plot import LayersPlot
 from workbench.gui.training.ui import TrainingUI
 from workbench.gui.training.verify_panel import STATUS_COLORS
 from workbench.gui.window_geometry import restore_geometry
+
+if TYPE_CHECKING:
+    from workbench.gui.advisor.dialog import SuggestDialog
 
 __all__ = ["MainWindow", "device_label"]
 
@@ -388,7 +391,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         e.addActions([self.act_ab_on, self.act_ab_off, self.act_ab_settings, self.act_inherit_lr, self.act_partial])
         e.addSeparator()
         e.addAction(self.act_remove_unmatched)
-        self.act_suggest = add_suggest_action(self, e)
+        self.act_suggest = add_suggest_action(self, e, self.suggest_dialog)
         v = mb.addMenu("&View")
         v.addActions([self.act_find, self.act_expand_default, self.act_expand_all, self.act_collapse_all])
         v.addSeparator()
@@ -570,6 +573,10 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         self.setWindowModified(c.dirty)
 
     # ------------------------------------------------------------------ misc
+    def suggest_dialog(self) -> SuggestDialog:
+        """The Suggest… dialog for this window's model and training settings, its advice started."""
+        return open_suggest_dialog(self.controller, self.training.panel, self)
+
     def about(self) -> None:
         """Show the About box (versions, PyTorch build, the device found; copyable)."""
         show_about(self)

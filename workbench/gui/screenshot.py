@@ -181,9 +181,7 @@ def render(
             grab("memory_check.png")
             t.panel.set_values(batch_size=16, image_size=64)
             # Suggest…: the plans that fit the device's memory, on the Pareto chart
-            from workbench.gui.advisor import open_suggest_dialog
-
-            suggest = open_suggest_dialog(window)
+            suggest = window.suggest_dialog()
             suggest.resize(min(size[0], 1100), min(size[1], 700))
             suggest.show()
             _wait(app, lambda: not suggest.busy and suggest.advice is not None)

@@ -9,25 +9,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QMenu
+from PySide6.QtWidgets import QMenu, QWidget
 
 from workbench.gui import dialogs
 
 if TYPE_CHECKING:
     from workbench.gui.advisor.dialog import SuggestDialog
-    from workbench.gui.main_window import MainWindow
+    from workbench.gui.controller import Controller
+    from workbench.gui.training.panel import TrainingPanel
 
 __all__ = ["add_suggest_action", "open_suggest_dialog"]
 
 
-def open_suggest_dialog(window: MainWindow) -> SuggestDialog:
-    """Build the dialog for a window, pre-filled from its training controls, and start the advice.
+def open_suggest_dialog(controller: Controller, panel: TrainingPanel, parent: QWidget | None = None) -> SuggestDialog:
+    """Build the dialog, pre-filled from the training panel's settings, and start the advice.
 
     Args:
-        window: the main window.
+        controller: the loaded model and the plan.
+        panel: the training panel whose device, batch, image size, precision and tokens it takes.
+        parent: the dialog's parent window.
 
     Returns:
         The dialog (shown by the caller).
@@ -35,31 +39,32 @@ def open_suggest_dialog(window: MainWindow) -> SuggestDialog:
     from workbench.core.training.data import run_seq_len
     from workbench.gui.advisor.dialog import SuggestDialog  # the advisor loads on first use
 
-    panel = window.training.panel
-    tokens = run_seq_len(window.controller.model, panel.seq_len.value() or None, "synthetic") if panel.text_model else None
-    dialog = SuggestDialog(window.controller, device=str(panel.device_box.currentData()),
+    tokens = run_seq_len(controller.model, panel.seq_len.value() or None, "synthetic") if panel.text_model else None
+    dialog = SuggestDialog(controller, device=str(panel.device_box.currentData()),
                            batch_size=panel.batch_size.value(), image_size=panel.image_size.value(),
-                           amp=str(panel.amp_box.currentData()), seq_len=tokens or 0, parent=window)
+                           amp=str(panel.amp_box.currentData()), seq_len=tokens or 0, parent=parent)
     dialog.suggest()
     return dialog
 
 
-def add_suggest_action(window: MainWindow, menu: QMenu) -> QAction:
-    """Add *Suggest…* to ``menu``: it opens the dialog for ``window``.
+def add_suggest_action(parent: QWidget, menu: QMenu, open_dialog: Callable[[], SuggestDialog]) -> QAction:
+    """Add *Suggest…* to ``menu``: it runs the dialog ``open_dialog`` builds.
 
     Args:
-        window: the main window.
+        parent: the action's owner (the main window).
         menu: the menu to add it to.
+        open_dialog: builds the dialog (e.g. :func:`open_suggest_dialog` with the window's
+            controller and training panel).
 
     Returns:
         The action.
     """
-    action = QAction("&Suggest…", window)
+    action = QAction("&Suggest…", parent)
     action.setStatusTip("Plans that fit the device's memory, and the one that trains the most")
     action.setObjectName("act_suggest")
 
     def run() -> None:
-        dialog = open_suggest_dialog(window)
+        dialog = open_dialog()
         dialogs.run_dialog(dialog)
         dialog.reject()  # waits for a computation still running (closing is idempotent)
         dialog.deleteLater()
