@@ -15,7 +15,7 @@ from pathlib import Path
 from torch import nn
 
 from workbench.core.export.common import ExportError
-from workbench.core.models.script_code import ScriptRequest
+from workbench.core.models.script_code import ScriptModel, ScriptRequest
 from workbench.core.models.sources import DEFAULT_SOURCE, SOURCES, default_input_size, source_of
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import ModelSourceError, current_num_classes
@@ -25,24 +25,17 @@ __all__ = ["ModelSection", "model_section"]
 
 
 @dataclass
-class ModelSection:
-    """The parts of the script that depend on the model.
+class ModelSection(ScriptModel):
+    """The parts of the script that depend on the model: the source's :class:`ScriptModel`
+    (imports, needs, constants, code) and the data that fits the model.
 
     Attributes:
-        imports: import lines of the model's library (``import timm``...).
-        needs: the libraries, for the script's docstring ("torch and timm").
-        constants: lines of the model block (``ARCH = ...``).
-        code: the functions ending in ``build_model()``.
         data_constants: lines of the data block (sizes, classes, vocabulary).
         data_code: ``make_batches`` and the loss of one batch (``batch_loss``).
         size_arg: the command-line option of the input size (``--image-size`` / ``--seq-len``).
         size_default: its default's constant name.
     """
 
-    imports: list[str]
-    needs: str
-    constants: list[str]
-    code: str
     data_constants: list[str] = field(default_factory=list)
     data_code: str = ""
     size_arg: str = "--image-size"
