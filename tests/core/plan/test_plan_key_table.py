@@ -4,31 +4,16 @@ per module and is set by path with no other code naming it."""
 
 from __future__ import annotations
 
-import math
 from collections import OrderedDict
-from typing import Any
 
 import pytest
 from torch import nn
 
-from tests.fixtures.plan_keys import register_key
-from workbench.core.plan.keys import RULE_KEYS, PlanKey, rule_key, schema_markdown
+from tests.fixtures.plan_keys import CLIP, register_key
+from workbench.core.plan.keys import RULE_KEYS, rule_key, schema_markdown
 from workbench.core.plan.problems import PlanError
 from workbench.core.plan.rules import FreezePlan, Stage
 from workbench.core.plan.tree import ModelTree
-
-
-def _parse_clip(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        raise ValueError(f"must be a finite number > 0, got {v!r}")
-    return float(v)
-
-
-#: The new key: a per-module number, inherited by the subtree, absent by default.
-CLIP = PlanKey(
-    "grad_clip", "number > 0", _parse_clip, True, None, "clip the gradient norm of the modules' parameters",
-    label="Clip", numeric=True,
-)
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ minimal plan edits, the undo text and a column (one ``number_column`` row for a 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -13,7 +12,7 @@ import torch
 from PySide6.QtCore import Qt
 from torchvision.models import resnet18
 
-from tests.fixtures.plan_keys import register_key
+from tests.fixtures.plan_keys import CLIP, register_key
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.keys import PlanKey
 from workbench.core.plan.rules import FreezePlan
@@ -28,18 +27,6 @@ from workbench.gui.plan.tree_view import ModuleTreeView, NumberDelegate
 
 EDIT = Qt.ItemDataRole.EditRole
 CHECK = Qt.ItemDataRole.CheckStateRole
-
-
-def _parse_clip(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
-        raise ValueError(f"must be a finite number > 0, got {v!r}")
-    return float(v)
-
-
-CLIP = PlanKey(
-    "grad_clip", "number > 0", _parse_clip, True, None, "clip the gradient norm of the modules' parameters",
-    label="Clip", numeric=True, hint="a gradient clip; enter a number > 0",
-)
 
 
 def _parse_bool(v: Any) -> bool:
@@ -91,17 +78,21 @@ def test_state_and_edits_take_a_new_key(monkeypatch: pytest.MonkeyPatch, tree: M
     ))
 
 
-def test_a_numeric_column_is_one_row(qtbot: Any, qtmodeltester: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    register_key(monkeypatch, CLIP, float | None)
-    extra = number_column("grad_clip", "Gradient clip of the module's parameters")
+def _tree_with_column(monkeypatch: pytest.MonkeyPatch, extra: Any) -> tuple[Controller, ModuleTreeModel, int]:
+    """resnet18 in a tree model whose columns end with ``extra`` (its index returned)."""
     columns = COLUMNS + (extra,)
     for module in (tree_columns, tree_model, tree_view):
         monkeypatch.setattr(module, "COLUMNS", columns)
     torch.manual_seed(0)
     c = Controller()
     c.set_loaded(loaded_from_model(resnet18(), "resnet18", spec={"source": "torchvision", "name": "resnet18"}))
-    m = ModuleTreeModel(c)
-    new = len(columns) - 1
+    return c, ModuleTreeModel(c), len(columns) - 1
+
+
+def test_a_numeric_column_is_one_row(qtbot: Any, qtmodeltester: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    register_key(monkeypatch, CLIP, float | None)
+    extra = number_column("grad_clip", "Gradient clip of the module's parameters")
+    c, m, new = _tree_with_column(monkeypatch, extra)
     assert extra.header == "Clip" and extra.editor is Editor.NUMBER and extra.editable
     assert m.headerData(new, Qt.Orientation.Horizontal) == "Clip"
     cell = m.index_of("layer4", new)
@@ -157,14 +148,7 @@ def test_switch_keys_count_over_the_subtree(monkeypatch: pytest.MonkeyPatch, tre
 def test_a_switch_column_is_one_row(qtbot: Any, qtmodeltester: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     register_key(monkeypatch, QUANT, bool)
     extra = toggle_column("quantize", "Quant", "Fake-quantized modules", None, lambda c, node, st: "tip")
-    columns = COLUMNS + (extra,)
-    for module in (tree_columns, tree_model, tree_view):
-        monkeypatch.setattr(module, "COLUMNS", columns)
-    torch.manual_seed(0)
-    c = Controller()
-    c.set_loaded(loaded_from_model(resnet18(), "resnet18", spec={"source": "torchvision", "name": "resnet18"}))
-    m = ModuleTreeModel(c)
-    new = len(columns) - 1
+    c, m, new = _tree_with_column(monkeypatch, extra)
     fc, root = m.index_of("fc", new), m.index_of("", new)
     assert m.data(fc, CHECK) == Qt.CheckState.Unchecked and m.flags(fc) & Qt.ItemFlag.ItemIsUserCheckable
     assert m.setData(fc, Qt.CheckState.Checked, CHECK)
