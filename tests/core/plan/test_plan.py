@@ -136,6 +136,32 @@ def test_stage_errors():
     assert "stage 0, rule 0, field 'frozen'" in str(e)
 
 
+def test_stages_listed_out_of_order_are_refused_by_stage():
+    fc, l4 = [{"select": "fc", "frozen": False}], [{"select": "layer4", "frozen": False}]
+    e = _err({"stages": [{"at_step": 10, "rules": fc}, {"at_step": 5, "rules": l4}]})
+    assert e.problems[0].stage_index == 1
+    assert "(at_step 5) is listed after stage 0 (at_step 10)" in str(e) and "order they are reached" in str(e)
+    e = _err({"stages": [{"at_epoch": 2, "rules": fc}, {"at_step": 1, "rules": l4}, {"at_epoch": 1, "rules": l4}]})
+    assert [p.stage_index for p in e.problems] == [2]  # steps and epochs are ordered each on their own
+    ok = FreezePlan.from_dict({"stages": [{"at_step": 5, "rules": fc}, {"at_step": 5, "rules": l4}]})
+    assert len(ok.stages) == 2  # equal steps: list order decides, as documented
+
+
+def test_add_stage_keeps_the_stages_in_time_order():
+    plan = FreezePlan.from_dict({"stages": [
+        {"at_step": 5, "rules": [{"select": "fc", "frozen": False}]},
+        {"at_epoch": 1, "rules": [{"select": "fc", "frozen": True}]},
+        {"at_step": 20, "rules": [{"select": "layer4", "frozen": False}]},
+    ]})
+    plan.add_stage(Stage(rules=[Rule("layer1", frozen=True)], at_step=10, label="new"))
+    plan.add_stage(Stage(rules=[Rule("layer2", frozen=True)], at_step=20, label="same step"))
+    plan.add_stage(Stage(rules=[Rule("layer3", frozen=True)], at_epoch=0, label="epoch 0"))
+    assert [(s.at_step, s.at_epoch, s.label) for s in plan.stages] == [
+        (5, None, None), (None, 0, "epoch 0"), (None, 1, None), (10, None, "new"), (20, None, None), (20, None, "same step"),
+    ]  # before the first later stage of its own kind (steps and epochs are not compared)
+    assert FreezePlan.from_dict(plan.to_dict()).to_dict() == plan.to_dict()  # still a valid file
+
+
 def test_unknown_selector_suggests_close_names(tree):
     plan = FreezePlan([Rule("*", frozen=True), Rule("layer5", frozen=False), Rule("type:BatchNorm", bn_eval=True)])
     with pytest.raises(PlanError) as ei:

@@ -94,8 +94,10 @@ def test_tidy_keeps_what_resolves(ops):
 @given(edits, st.lists(st.tuples(st.integers(0, 1000), edits), max_size=3))
 def test_to_dict_from_dict_round_trip(ops, stage_ops):
     plan = _plan(ops)
-    # a stage holds at least one rule (the schema refuses an empty one): edits that remove them all make none
-    plan.stages = [Stage(rules=rules, at_step=s) for s, o in stage_ops if (rules := _plan(o).rules)]
+    # a stage holds at least one rule (the schema refuses an empty one): edits that remove them all make
+    # none; stages are listed in the order they are reached (the schema refuses another order)
+    plan.stages = [Stage(rules=rules, at_step=s) for s, o in sorted(stage_ops, key=lambda so: so[0])
+                   if (rules := _plan(o).rules)]
     data = plan.to_dict()
     again = FreezePlan.from_dict(data)
     assert again.to_dict() == data

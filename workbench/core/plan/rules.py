@@ -75,6 +75,25 @@ _MODEL_KEYS = {"source", "name", "weights", "fingerprint", "num_classes", "check
 _STAGE_KEYS = {"at_step", "at_epoch", "rules", "label"}
 
 
+def _stage_order_problems(stages: list[Stage]) -> list[PlanProblem]:
+    """Stages must be listed in the order they are reached (a later stage's rules win)."""
+    out: list[PlanProblem] = []
+    for key in ("at_step", "at_epoch"):
+        last: tuple[int, int] | None = None
+        for si, st in enumerate(stages):
+            at = getattr(st, key)
+            if at is None:
+                continue
+            if last is not None and at < last[1]:
+                out.append(PlanProblem(
+                    f"stages apply in list order and a later one wins: this one ({key} {at}) is listed after "
+                    f"stage {last[0]} ({key} {last[1]}); list the stages in the order they are reached",
+                    field=key, stage_index=si,
+                ))
+            last = (si, at)
+    return out
+
+
 @dataclass
 class FreezePlan:
     """An ordered list of freezing rules, optional stages, and the model they were made for.
@@ -174,6 +193,7 @@ class FreezePlan:
                 st = parse_stage(s, si, problems)
                 if st is not None:
                     stages.append(st)
+            problems.extend(_stage_order_problems(stages))
         desc = data.get("description")
         if desc is not None and not isinstance(desc, str):
             problems.append(PlanProblem("'description' must be a string", field="description"))
@@ -422,6 +442,25 @@ class FreezePlan:
             rules=rules, model=dict(self.model), description=self.description, lr_decay=self.lr_decay,
             unselected=self.unselected,
         )
+
+    def add_stage(self, stage: Stage) -> None:
+        """Add ``stage`` where it keeps the stages in the order they are reached.
+
+        Before the first stage of the same kind (``at_step`` or ``at_epoch``) that comes later;
+        after any that comes at the same time (list order decides between those, the new one
+        wins).
+
+        Args:
+            stage: the stage.
+        """
+        key = "at_step" if stage.at_step is not None else "at_epoch"
+        at = getattr(stage, key)
+        for i, st in enumerate(self.stages):
+            other = getattr(st, key)
+            if other is not None and other > at:
+                self.stages.insert(i, stage)
+                return
+        self.stages.append(stage)
 
     def stage_index(self, step: int, epoch: int = 0) -> int:
         """Number of stages in force at ``step``/``epoch``."""

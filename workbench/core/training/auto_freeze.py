@@ -176,7 +176,7 @@ class AutoFreezer:
         rules += [Rule(b, frozen=True, eval=True) for b in chosen]
         label = f"auto-freeze {chosen[0]}" + (f" .. {chosen[-1]}" if len(chosen) > 1 else "")
         new = plan.copy()
-        new.stages = [*new.stages, Stage(rules=rules, at_step=step + 1, label=label)]
+        new.add_stage(Stage(rules=rules, at_step=step + 1, label=label))  # in time order: a later stage of the plan still wins
         self.decisions.append(AutoFreezeDecision(step + 1, chosen, changes))
         return new
 
