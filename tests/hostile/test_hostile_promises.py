@@ -29,6 +29,8 @@ def _one_line_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str
         ({"rules": [{"select": "nope", "frozen": True}]}, "nope"),
         ({"rules": [{"select": "fc", "colour": 1}]}, "colour"),
         ({"format": "freeze-plan", "version": 99, "rules": []}, "version"),
+        ({"rules": [], "stages": [{"at_step": 9, "rules": [{"select": "fc", "frozen": True}]},
+                                  {"at_step": 3, "rules": [{"select": "fc", "frozen": False}]}]}, "order they are reached"),
     ],
 )
 def test_plan_schema_errors_one_line(tmp_path: Path, plan: dict, needle: str, capsys: pytest.CaptureFixture[str]) -> None:
