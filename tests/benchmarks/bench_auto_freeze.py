@@ -5,6 +5,12 @@ synthetic token classification (a small BERT from a config). Each runs twice wit
 seed, data and steps: full fine-tuning, and ``auto_freeze=True`` with ``cache_frozen="auto"``.
 Validation on a held-out split every few steps gives ``(wall time, val loss)`` points.
 
+``--pretrain N`` starts both runs from a backbone trained first for N steps on a related task
+(text: 8 classes instead of 4 over the same vocabulary bands; images: the same class patterns,
+other samples), with a new head: fine-tuning a pretrained model, the setting AutoFreeze and
+Egeria measure, where front layers start near their final values. Without it the models start
+from random weights.
+
 Printed per task: the final validation loss of each run, the wall time full fine-tuning
 needed for its final validation loss, the wall time auto-freeze needed to reach that same
 loss (or "not reached"), their ratio, and what auto-freeze froze. Goal in the issue:
@@ -35,21 +41,44 @@ def _image_task(n: int) -> tuple[Any, Dataset[Any], dict[str, Any]]:
     return model, data, {"image_size": 32}
 
 
-def _text_task(n: int) -> tuple[Any, Dataset[Any], dict[str, Any]]:
+def _text_task(n: int, classes: int = 4, offset: int = 0) -> tuple[Any, Dataset[Any], dict[str, Any]]:
     from transformers import BertConfig, BertForSequenceClassification
 
     torch.manual_seed(0)
     cfg = BertConfig(vocab_size=512, hidden_size=64, num_hidden_layers=6, num_attention_heads=4, intermediate_size=128,
-                     max_position_embeddings=64, num_labels=4)
+                     max_position_embeddings=64, num_labels=classes)
     model = BertForSequenceClassification(cfg)
-    data = SyntheticTextDataset(n, vocab_size=512, seq_len=32, num_classes=4, signal=0.25, seed=1)
+    data = SyntheticTextDataset(n, vocab_size=512, seq_len=32, num_classes=classes, signal=0.25, seed=1,
+                                index_offset=offset)
     return model, data, {}
 
 
-def _run(make: Any, n: int, steps: int, batch: int, every: int, **kw: Any) -> dict[str, Any]:
+#: Per task: the head's name prefix (left out of a pretrained backbone).
+_HEADS = {"images": "fc.", "text": "classifier."}
+
+
+def _pretrain(key: str, make: Any, n: int, steps: int, batch: int) -> dict[str, torch.Tensor]:
+    """Train a backbone on the related task; its state without the head."""
+    if key == "text":
+        model, data, extra = _text_task(n, classes=8, offset=10_000_000)
+    else:
+        model, _, extra = make(n)
+        data = SyntheticImageDataset(n, 32, 10, signal=0.35, noise=1.0, seed=1, index_offset=10_000_000)
+    cfg = TrainConfig(batch_size=batch, steps=steps, device="cpu", seed=1, lr=1e-3, cache_frozen="off", **extra)
+    result = Trainer(cfg, model=model, dataset=data).run()
+    assert result.ok, result.message
+    print(f"  pretrained the {key} backbone: {steps} steps, final loss {result.summary['final_loss']:.4f}")
+    return {k: v.detach().clone() for k, v in model.state_dict().items() if not k.startswith(_HEADS[key])}
+
+
+def _run(make: Any, n: int, steps: int, batch: int, every: int, backbone: dict[str, torch.Tensor] | None = None,
+         lr: float = 1e-3, **kw: Any) -> dict[str, Any]:
     model, data, extra = make(n)
+    if backbone is not None:  # the head stays new
+        missing, unexpected = model.load_state_dict(backbone, strict=False)
+        assert not unexpected and all(k.split(".")[0] in ("fc", "classifier") for k in missing), (missing, unexpected)
     cfg = TrainConfig(batch_size=batch, steps=steps, device="cpu", seed=0, val_every=every, val_fraction=0.2,
-                      lr=1e-3, **extra, **kw)
+                      lr=lr, **extra, **kw)
     t = Trainer(cfg, model=model, dataset=data)
     points: list[tuple[float, float]] = []
     froze: list[str] = []
@@ -73,16 +102,22 @@ def main() -> None:
     ap.add_argument("--every", type=int, default=20, help="validate (and decide auto-freeze) every N steps")
     ap.add_argument("--threshold", type=float, default=0.1, help="auto-freeze threshold (default 0.1)")
     ap.add_argument("--only", choices=("images", "text"), help="run one task only")
+    ap.add_argument("--pretrain", type=int, default=0, metavar="N",
+                    help="start from a backbone trained N steps on a related task (default 0: random weights)")
+    ap.add_argument("--lr", type=float, default=1e-3, help="learning rate of both runs (default 1e-3; fine-tuning "
+                    "a pretrained backbone wants less)")
     args = ap.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.steps} steps, validation every "
-          f"{args.every}, auto-freeze threshold {args.threshold}")
+          f"{args.every}, auto-freeze threshold {args.threshold}, lr {args.lr:g}"
+          + (f", backbone pretrained {args.pretrain} steps" if args.pretrain else ", random init"))
     tasks = (("images", "resnet18, noisy synthetic images 32 px", _image_task, 640, 32),
              ("text", "BERT 6x64 from config, synthetic text", _text_task, 1280, 32))
     for key, name, make, n, batch in tasks:
         if args.only and key != args.only:
             continue
-        full = _run(make, n, args.steps, batch, args.every, cache_frozen="off")
-        auto = _run(make, n, args.steps, batch, args.every, auto_freeze=True, auto_freeze_every=args.every,
+        backbone = _pretrain(key, make, n, args.pretrain, batch) if args.pretrain else None
+        full = _run(make, n, args.steps, batch, args.every, backbone, args.lr, cache_frozen="off")
+        auto = _run(make, n, args.steps, batch, args.every, backbone, args.lr, auto_freeze=True, auto_freeze_every=args.every,
                     auto_freeze_threshold=args.threshold, cache_frozen="auto")
         target = full["final"]
         t_full = _time_to(full["points"], target)
