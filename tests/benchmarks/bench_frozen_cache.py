@@ -11,6 +11,11 @@ memory the cache holds.
     OMP_NUM_THREADS=2 python tests/benchmarks/bench_frozen_cache.py            # all three cases
     OMP_NUM_THREADS=2 python tests/benchmarks/bench_frozen_cache.py --quick    # smaller sizes
     OMP_NUM_THREADS=2 python tests/benchmarks/bench_frozen_cache.py --only layer3 --epochs 4
+    OMP_NUM_THREADS=2 python tests/benchmarks/bench_frozen_cache.py --only layer3 --epochs 4 --alone
+
+``--alone`` checks the ratio the other way: the uncached and the cached run each alone in a
+fresh process, one after the other (ratio of their medians; interleaving steps in one process
+could flatter the variant with the larger memory footprint).
 
 Prints ratios; asserts nothing about time.
 """
@@ -18,7 +23,10 @@ Prints ratios; asserts nothing about time.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -123,20 +131,42 @@ def _paired(arch: str, size: int, train: list[str], n: int, batch: int, epochs: 
     return statistics.median(a), statistics.median(b), statistics.median(c), t_on.result.summary
 
 
+def _alone(name: str, mode: str, args: argparse.Namespace) -> float:
+    """One variant's median step time, measured in a fresh process."""
+    cmd = [sys.executable, __file__, "--variant", mode, "--only", name, "--batch", str(args.batch), "--epochs", str(args.epochs)]
+    if args.quick:
+        cmd.append("--quick")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    return float(json.loads(out.strip().splitlines()[-1])["median_s"])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer samples (noisier)")
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--only", action="append", help="only the cases whose name holds this text (e.g. layer3)")
+    ap.add_argument("--alone", action="store_true", help="each variant alone in a fresh process, one after the other")
+    ap.add_argument("--variant", choices=("off", "on"), help=argparse.SUPPRESS)  # one variant, for --alone
     args = ap.parse_args()
     n = 64 if args.quick else 128
+    cases = [c for c in CASES if not args.only or any(o in c[0] for o in args.only)]
+    if args.variant:  # a child of --alone: one line of JSON
+        _name, arch, size, train = cases[0]
+        _t, times = _engine(arch, size, train, args.variant, n, args.batch, args.epochs)
+        print(json.dumps({"median_s": statistics.median(list(times))}))
+        return
+    if args.alone:
+        print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, {n} samples, "
+              f"{args.epochs} epochs; uncached and cached each alone in a fresh process")
+        for name, *_ in cases:
+            off, on = _alone(name, "off", args), _alone(name, "on", args)
+            print(f"{name:<42} uncached {off * 1e3:8.1f}ms  cached {on * 1e3:8.1f}ms  ratio {on / off:6.3f}x")
+        return
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, batch {args.batch}, {n} samples, {args.epochs} epochs; "
           "uncached, cached and by-hand steps taken in turn")
     print(f"{'case':<42} {'uncached':>10} {'cached':>10} {'ratio':>7} {'by hand':>8} {'limit':>7} {'cache':>10}")
-    for name, arch, size, train in CASES:
-        if args.only and not any(o in name for o in args.only):
-            continue
+    for name, arch, size, train in cases:
         off, on, hand, summary = _paired(arch, size, train, n, args.batch, args.epochs)
         c = summary["frozen_cache"]
         held = fmt_bytes((c["bytes_memory"] or 0) + (c["bytes_disk"] or 0))
