@@ -30,7 +30,8 @@ class VariantInfo:
         label: short name for the A+B column, plan summaries and the dialog (``"DoRA"``).
         summary: what it adds, in a few words, for messages and the dialog's checkbox.
         tooltip: the settings dialog's tooltip.
-        impl: ``"module:Class"`` of its :class:`LowRankVariant` subclass.
+        impl: its :class:`~workbench.core.freezing.reparam.variants.LowRankVariant` subclass as
+            ``"module:Class"`` (imported on first use), or the class itself (a row added at run time).
         peft_field: the PEFT ``LoraConfig`` switch it maps to (None: no PEFT form).
         extra_per_output: trainable elements it adds per output channel (DoRA's magnitude: 1).
     """
@@ -39,7 +40,7 @@ class VariantInfo:
     label: str
     summary: str
     tooltip: str
-    impl: str
+    impl: str | type
     peft_field: str | None = None
     extra_per_output: int = 0
 

@@ -252,15 +252,18 @@ class _Registry(Mapping[str, LowRankVariant]):
     """Variant instances by name: plain LoRA and the plan table's rows, each imported on first use."""
 
     def __init__(self) -> None:
-        self._made: dict[str, LowRankVariant] = {"": Lora()}  # by "module:Class" ("": plain LoRA)
+        self._made: dict[str | type, LowRankVariant] = {"": Lora()}  # by the row's impl ("": plain LoRA)
 
     def __getitem__(self, name: str) -> LowRankVariant:
         row = lora_variants.info(name)  # KeyError: no such variant
         impl = row.impl if row else ""
         made = self._made.get(impl)
         if made is None:
-            module, _, attr = impl.partition(":")
-            made = getattr(importlib.import_module(module), attr)()
+            if isinstance(impl, str):
+                module, _, attr = impl.partition(":")
+                made = getattr(importlib.import_module(module), attr)()
+            else:
+                made = impl()
             if not isinstance(made, LowRankVariant) or made.name != name:
                 raise TypeError(f"{impl} is not a LowRankVariant named {name!r}")
             self._made[impl] = made
