@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import torch
 from PySide6.QtCore import Qt
 from torch import nn
@@ -108,3 +109,39 @@ def test_unselected_keep_shows_the_state_the_model_has(qapp: Any) -> None:
     state = PlanState.compute(c.tree, plan, param_shapes=c.loaded.param_shapes)
     assert state.nodes["0"].frozen == "on" and state.nodes["1"].frozen == "off" and state.nodes["2"].frozen == "on"
     assert state.counts.trainable == plan.apply(model).counts().trainable == 64
+
+
+def test_a_variant_row_gets_its_box_and_one_variant_is_checked_at_a_time(
+    qtbot: Any, dialogs: Any, monkeypatch: Any, tmp_path: Any
+) -> None:
+    from workbench.core.plan import lora_variants
+
+    row = lora_variants.VariantInfo("scaled", "Scaled", "twice the low-rank path", "W = A + 2 s U V", "nowhere:Scaled")
+    monkeypatch.setitem(lora_variants.VARIANTS, "scaled", row)  # the dialog never imports the class
+    c = _controller()
+    m = ModuleTreeModel(c)
+    seen: list[bool] = []
+
+    def fill(dlg: ReparamDialog) -> bool:
+        assert set(dlg.variants) == {"dora", "scaled"} and dlg.scaled is dlg.variants["scaled"]
+        assert dlg.scaled.text() == "twice the low-rank path" and dlg.scaled.toolTip() == "W = A + 2 s U V"
+        assert not dlg.scaled.isEnabled()  # full rank: no variant
+        dlg.rank.setValue(2)
+        dlg.dora.setChecked(True)
+        dlg.scaled.setChecked(True)
+        seen.append(dlg.dora.isChecked())
+        dlg.grab().save(str(tmp_path / "reparam_dialog.png"))
+        assert dlg.values()["scaled"] is True and "dora" not in dlg.values()
+        return dlg.spec() is not None
+
+    dialogs.script("dialog", fill)
+    assert edit_reparam(None, c, ["2"])
+    assert seen == [False]  # checking one variant unchecks the other
+    low = c.state.effective["2"].reparam.low_rank
+    assert low.variant == "scaled"
+    assert m.data(m.index(2, Column.AB, m.index(0, 0)), Qt.ItemDataRole.DisplayRole) == "r=2 Scaled"
+    dlg = ReparamDialog(None, ["2"], c.state.effective["2"].reparam)
+    qtbot.addWidget(dlg)
+    assert dlg.scaled.isChecked() and not dlg.dora.isChecked()  # loads the variant back
+    with pytest.raises(AttributeError):
+        dlg.no_such_variant  # noqa: B018

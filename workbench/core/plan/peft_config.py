@@ -27,6 +27,7 @@ from typing import Any
 from torch import nn
 
 from workbench.core import safe_json
+from workbench.core.plan.lora_variants import VARIANTS
 from workbench.core.plan.problems import PlanError, PlanProblem
 
 __all__ = ["CONFIG_FILE", "SUPPORTED_LAYERS", "peft_plan_dict", "read_peft_config", "target_paths"]
@@ -288,11 +289,14 @@ def peft_plan_dict(source: Any, model: nn.Module | None = None) -> dict[str, Any
             f"'init_lora_weights' {init!r} has no plan form; use true (kaiming) or \"gaussian\"",
         )
     spec = {"kind": "a_plus_b", "mode": "fused", "rank": r, "alpha": alpha, "dropout": dropout, "init": init_name}
-    dora = data.get("use_dora", False)
-    if not isinstance(dora, bool):
-        raise _problem("use_dora", f"'use_dora' must be true or false, got {dora!r}")
-    if dora:
-        spec["dora"] = True
+    for row in VARIANTS.values():
+        if row.peft_field is None:
+            continue
+        flag = data.get(row.peft_field, False)
+        if not isinstance(flag, bool):
+            raise _problem(row.peft_field, f"'{row.peft_field}' must be true or false, got {flag!r}")
+        if flag:
+            spec[row.name] = True
     rules: list[dict[str, Any]] = [{"select": "*", "frozen": True}]
     for sel in _selectors(data.get("target_modules"), model, "target_modules"):
         rules.append({"select": sel, "frozen": False, "reparam": dict(spec)})

@@ -8,7 +8,8 @@ installs it on a live model. The JSON form::
 Low rank (the LoRA family): ``{"rank": 8, "alpha": 16, "dropout": 0.05, "init": "kaiming"}``
 adds ``B = (alpha / rank) * U V`` with ``U`` zero at the start (``V`` for embeddings), so the
 model starts exactly at ``A``; ``rank`` absent means full rank (the keys are then not written).
-``"dora": true`` selects DoRA (PEFT's ``use_dora``): a trained magnitude per output channel.
+A variant's flag selects it instead of plain LoRA, e.g. ``"dora": true`` for DoRA (PEFT's
+``use_dora``); the flags are the rows of :data:`workbench.core.plan.lora_variants.VARIANTS`.
 
 ``a`` and ``b_init`` are tensor sources: ``"current"`` (the loaded weights, ``a`` only),
 ``"zeros"``, ``{"random": {"seed": 0, "dist": "uniform", "scale": 1.0}}`` or
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.plan.lora_variants import DEFAULT, VARIANTS, info
 from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.core.suggest import did_you_mean
 
@@ -35,7 +37,7 @@ KIND = "a_plus_b"
 MODES = ("exact", "fused")
 DISTS = ("uniform", "normal")
 INITS = ("kaiming", "gaussian")
-_SPEC_KEYS = ("kind", "a", "b_init", "mode", "params", "rank", "alpha", "dropout", "init", "dora")
+_BASE_KEYS = ("kind", "a", "b_init", "mode", "params", "rank", "alpha", "dropout", "init")
 _RANDOM_KEYS = ("seed", "dist", "scale")
 
 
@@ -168,15 +170,25 @@ class LowRank:
         alpha: the scale numerator; the scale is ``alpha / rank``.
         dropout: dropout probability on the input of the low-rank path (fused mode only).
         init: ``"kaiming"`` (V kaiming-uniform, as PEFT) or ``"gaussian"`` (V ~ N(0, 1/r)); U is zero.
-        dora: DoRA: the weight is a trained magnitude per output channel times the direction
-            of ``A + s U V`` (PEFT's ``use_dora``).
+        variant: ``"lora"`` or the name of a row of :data:`~workbench.core.plan.lora_variants.VARIANTS`
+            (``"dora"``). Each variant's flag reads as a property too: ``low_rank.dora``.
     """
 
     rank: int
     alpha: float
     dropout: float = 0.0
     init: str = "kaiming"
-    dora: bool = False
+    variant: str = DEFAULT
+
+    def __getattr__(self, name: str) -> bool:
+        """A variant's flag (``low_rank.dora``): whether this is that variant.
+
+        Raises:
+            AttributeError: ``name`` is no variant's flag.
+        """
+        if name.startswith("_") or name not in VARIANTS:
+            raise AttributeError(name)
+        return bool(self.__dict__.get("variant") == name)
 
     def added_elements(self, out: int, inp: int) -> int:
         """Trainable elements this adds to a layer whose weight is ``out`` x ``inp`` (flattened).
@@ -186,14 +198,17 @@ class LowRank:
             inp: input elements per output (columns of ``U V``).
 
         Returns:
-            ``rank * (out + inp)`` for U and V, plus ``out`` for DoRA's magnitude.
+            ``rank * (out + inp)`` for U and V, plus the variant's own per output channel
+            (DoRA's magnitude: ``out``).
         """
-        return self.rank * (out + inp) + (out if self.dora else 0)
+        row = info(self.variant)
+        return self.rank * (out + inp) + (out * row.extra_per_output if row else 0)
 
     @property
-    def variant(self) -> str:
-        """``"dora"`` or ``"lora"``: the name of the variant that installs it."""
-        return "dora" if self.dora else "lora"
+    def label(self) -> str | None:
+        """The variant's label (``"DoRA"``), None for plain LoRA."""
+        row = info(self.variant)
+        return row.label if row else None
 
     @property
     def scale(self) -> float:
@@ -201,11 +216,11 @@ class LowRank:
         return self.alpha / self.rank
 
     def to_json(self) -> dict[str, Any]:
-        """``{"rank": ..., "alpha": ..., "dropout": ..., "init": ...}`` (and ``"dora": true``)."""
+        """``{"rank": ..., "alpha": ..., "dropout": ..., "init": ...}`` (and the variant's flag: ``"dora": true``)."""
         alpha: float | int = int(self.alpha) if float(self.alpha).is_integer() else self.alpha
         out: dict[str, Any] = {"rank": self.rank, "alpha": alpha, "dropout": self.dropout, "init": self.init}
-        if self.dora:
-            out["dora"] = True
+        if self.variant != DEFAULT:
+            out[self.variant] = True
         return out
 
 
@@ -218,7 +233,7 @@ def _number(raw: Any, field: str, usage: str) -> float:
 def _parse_low_rank(raw: Mapping[str, Any], mode: str) -> LowRank | None:
     if raw.get("rank") is None:
         extra = [k for k in ("alpha", "dropout", "init") if raw.get(k) is not None]
-        extra += ["dora"] if raw.get("dora") is True else []
+        extra += [name for name in VARIANTS if raw.get(name) is True]
         if extra:
             raise ReparamError(
                 f"reparam.{extra[0]} needs reparam.rank (low-rank A+B); add \"rank\": 8 or remove {extra[0]!r}"
@@ -248,9 +263,14 @@ def _parse_low_rank(raw: Mapping[str, Any], mode: str) -> LowRank | None:
             f'reparam.init must be "kaiming" (V kaiming-uniform, as PEFT) or "gaussian" (V ~ N(0, 1/rank)), '
             f"got {_describe_value(init)}{hint}"
         )
-    dora = raw.get("dora", False)
-    if not isinstance(dora, bool):
-        raise ReparamError(f"reparam.dora must be true (DoRA: a trained magnitude per output channel) or false, got {_describe_value(dora)}")
+    chosen: list[str] = []
+    for name, row in VARIANTS.items():
+        flag = raw.get(name, False)
+        if not isinstance(flag, bool):
+            raise ReparamError(f"reparam.{name} must be true ({row.label}: {row.summary}) or false, got {_describe_value(flag)}")
+        chosen += [name] if flag else []
+    if len(chosen) > 1:
+        raise ReparamError(f"reparam.{chosen[0]} and reparam.{chosen[1]} are both true; a rule has one variant: keep one")
     b = raw.get("b_init", "zeros")
     if b != "zeros" and b != Source("zeros"):
         raise ReparamError(
@@ -263,7 +283,7 @@ def _parse_low_rank(raw: Mapping[str, Any], mode: str) -> LowRank | None:
             'reparam.params with reparam.rank can only be ["weight"]: the low-rank B adapts the weight '
             "and the module's other parameters stay as they are; remove params or rank"
         )
-    return LowRank(rank=rank, alpha=alpha, dropout=dropout, init=init, dora=dora)
+    return LowRank(rank=rank, alpha=alpha, dropout=dropout, init=init, variant=chosen[0] if chosen else DEFAULT)
 
 
 @dataclass(frozen=True, eq=False)
@@ -317,7 +337,8 @@ class ReparamSpec(ExtensionSpec):
         """``"full"`` or ``"r=8"``, for the A+B column."""
         if self.low_rank is None:
             return "full"
-        return f"r={self.low_rank.rank}" + (" DoRA" if self.low_rank.dora else "")
+        label = self.low_rank.label
+        return f"r={self.low_rank.rank}" + (f" {label}" if label else "")
 
     def changes_function(self) -> bool | None:
         """Whether ``W = A + B`` differs from the loaded weights when training starts.
@@ -345,8 +366,8 @@ class ReparamSpec(ExtensionSpec):
         if self.low_rank is not None:
             lr = self.low_rank
             head += f", B = ({lr.alpha:g}/{lr.rank}) U V of rank {lr.rank} ({lr.init} init"
-            if lr.dora:
-                head += ", DoRA magnitude"
+            if lr.label:
+                head += f", {lr.label}"
             head += f", dropout {lr.dropout:g})" if lr.dropout else ")"
         if self.params:
             head += f", on {', '.join(self.params)}"
@@ -382,10 +403,11 @@ def parse_spec(raw: SpecInput) -> ReparamSpec:
             'reparam must be an object like {"kind": "a_plus_b", "a": "current", "b_init": "zeros", '
             f'"mode": "exact"}} (true for these defaults, false to switch A+B off), got {_describe_value(raw)}'
         )
+    keys = _BASE_KEYS + tuple(VARIANTS)
     for k in raw:
-        if k not in _SPEC_KEYS:
+        if k not in keys:
             raise ReparamError(
-                f"unknown key {k!r} in reparam{_hint(str(k), _SPEC_KEYS)}; allowed: {', '.join(_SPEC_KEYS)}"
+                f"unknown key {k!r} in reparam{_hint(str(k), keys)}; allowed: {', '.join(keys)}"
             )
     kind = raw.get("kind", KIND)
     if kind != KIND:

@@ -1,4 +1,7 @@
-"""The A+B settings dialog: full rank or low rank (rank, alpha, dropout, init, DoRA) and the mode.
+"""The A+B settings dialog: full rank or low rank (rank, alpha, dropout, init, variant) and the mode.
+
+Each LoRA-family variant (a row of :data:`workbench.core.plan.lora_variants.VARIANTS`, such as
+DoRA) gets a checkbox from its row; at most one is checked.
 
 The dialog edits a ``reparam`` spec (:class:`~workbench.core.plan.reparam_spec.ReparamSpec`);
 :func:`edit_reparam` applies it to the selected modules as one undoable edit.
@@ -21,6 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from workbench.core.plan.lora_variants import DEFAULT, VARIANTS
 from workbench.core.plan.reparam_spec import INITS, MODES, ReparamError, ReparamSpec
 from workbench.gui import dialogs
 from workbench.gui.controller import Controller
@@ -29,7 +33,10 @@ __all__ = ["ReparamDialog", "edit_reparam"]
 
 
 class ReparamDialog(QDialog):
-    """Rank (0 = full rank), alpha, dropout, init and mode of A+B.
+    """Rank (0 = full rank), alpha, dropout, init, variant and mode of A+B.
+
+    ``variants`` holds the checkbox of each variant by name; ``dialog.<name>`` is the same box
+    (``dialog.dora``).
 
     Args:
         parent: the window.
@@ -55,8 +62,12 @@ class ReparamDialog(QDialog):
         self.dropout.setToolTip("Dropout on the input of U V while training (fused mode only)")
         self.init = QComboBox(self)
         self.init.addItems(list(INITS))
-        self.dora = QCheckBox("magnitude per output channel", self)
-        self.dora.setToolTip("DoRA (PEFT's use_dora): W = m (A + B) / ||A + B||, m trained; Linear and Conv layers")
+        self.variants: dict[str, QCheckBox] = {}
+        for name, row in VARIANTS.items():
+            box = QCheckBox(row.summary, self)
+            box.setToolTip(row.tooltip)
+            box.toggled.connect(lambda on, name=name: self._only(name) if on else None)
+            self.variants[name] = box
         self.mode = QComboBox(self)
         self.mode.addItems(list(MODES))
         self.mode.setToolTip("exact: the weight is A + B (parametrize); fused: the layer adds (alpha / r) U (V x)")
@@ -67,7 +78,8 @@ class ReparamDialog(QDialog):
         form.addRow("Alpha", self.alpha)
         form.addRow("Dropout", self.dropout)
         form.addRow("Init", self.init)
-        form.addRow("DoRA", self.dora)
+        for name, box in self.variants.items():
+            form.addRow(VARIANTS[name].label, box)
         form.addRow("Mode", self.mode)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
         buttons.accepted.connect(self._accept)
@@ -82,18 +94,38 @@ class ReparamDialog(QDialog):
         self.mode.currentTextChanged.connect(self._sync)
         self._sync()
 
+    def __getattr__(self, name: str) -> QCheckBox:
+        """The checkbox of variant ``name`` (``dialog.dora``).
+
+        Raises:
+            AttributeError: no such attribute or variant.
+        """
+        boxes = self.__dict__.get("variants") or {}
+        if name in boxes:
+            box: QCheckBox = boxes[name]
+            return box
+        raise AttributeError(name)
+
+    def _only(self, name: str) -> None:
+        """Uncheck every variant but ``name`` (a rule has one variant)."""
+        for other, box in self.variants.items():
+            if other != name:
+                box.setChecked(False)
+
     def _load(self, spec: ReparamSpec | None) -> None:
         low = spec.low_rank if spec is not None else None
         self.rank.setValue(low.rank if low else 0)
         self.alpha.setValue(low.alpha if low else 16.0)
         self.dropout.setValue(low.dropout if low else 0.0)
         self.init.setCurrentText(low.init if low else "kaiming")
-        self.dora.setChecked(bool(low and low.dora))
+        variant = low.variant if low else DEFAULT
+        for name, box in self.variants.items():
+            box.setChecked(name == variant)
         self.mode.setCurrentText(spec.mode if spec is not None else "exact")
 
     def _sync(self) -> None:
         low = self.rank.value() > 0
-        for w in (self.alpha, self.init, self.dora):
+        for w in (self.alpha, self.init, *self.variants.values()):
             w.setEnabled(low)
         self.dropout.setEnabled(low and self.mode.currentText() == "fused")
 
@@ -102,8 +134,7 @@ class ReparamDialog(QDialog):
         spec: dict[str, Any] = {"kind": "a_plus_b", "mode": self.mode.currentText()}
         if self.rank.value() > 0:
             spec.update(rank=self.rank.value(), alpha=self.alpha.value(), init=self.init.currentText())
-            if self.dora.isChecked():
-                spec["dora"] = True
+            spec.update({name: True for name, box in self.variants.items() if box.isChecked()})
             if self.mode.currentText() == "fused":
                 spec["dropout"] = self.dropout.value()
         return spec

@@ -52,6 +52,12 @@ class DoRA(LowRankVariant):
 
     name = "dora"
     kinds = ("linear", "conv", "conv1d_hf")
+    peft_keys = {MAGNITUDE: "lora_magnitude_vector"}
+
+    def peft_shape(self, name: str, kind: str, d: LowRankDelta) -> tuple[int, ...]:
+        """PEFT's magnitude shape: ``(out,)``, ``(1, out, 1, ...)`` for convolutions."""
+        g = d.geometry
+        return (1, g.out, *([1] * (len(g.shape) - 2))) if kind == "conv" else (g.out,)
 
     def init(self, d: LowRankDelta, a: Tensor) -> None:
         """``M = ||A + s U V||`` per output channel (``U`` is zero: the norms of A)."""

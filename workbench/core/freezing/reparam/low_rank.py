@@ -12,7 +12,8 @@ reaches: ``Linear``, ``Conv1d``, ``Conv2d`` (``groups=1``), Hugging Face ``Conv1
   low-rank path to the layer's output, never building the full-size ``B`` (the LoRA fast
   path). ``U`` and ``V`` live in a ``wb_lowrank`` child that the tree folds into the layer.
 
-What differs between variants (LoRA, DoRA with ``"dora": true``) is a
+What differs between variants (LoRA, DoRA with ``"dora": true``, any row of
+:data:`workbench.core.plan.lora_variants.VARIANTS`) is a
 :class:`~workbench.core.freezing.reparam.variants.LowRankVariant`: see :data:`VARIANTS`.
 The module's other parameters (the bias) are held fixed, as a LoRA layer holds its base layer.
 :func:`install_a_plus_b` is the installer of the ``reparam`` key: full rank goes to
@@ -31,10 +32,10 @@ from torch.nn.utils import parametrize
 from torch.utils.hooks import RemovableHandle
 
 from workbench.core.freezing.reparam.base import DeltaHandle, derived_seed, record_order, shared_names
-from workbench.core.freezing.reparam.dora import DoRA
 from workbench.core.freezing.reparam.full import install as install_full
 from workbench.core.freezing.reparam.sources import Sources
 from workbench.core.freezing.reparam.variants import (
+    VARIANTS,
     Geometry,
     Lora,
     LowRankDelta,
@@ -64,8 +65,6 @@ __all__ = [
 CHILD = "wb_lowrank"
 #: Layer kinds low-rank A+B supports, by the class name the tree shows.
 LAYER_KINDS = ("Linear", "Conv1d", "Conv2d", "Conv1D", "Embedding")
-#: The variants by name (:attr:`LowRank.variant`).
-VARIANTS: dict[str, LowRankVariant] = {"lora": Lora(), "dora": DoRA()}
 
 
 def layer_kind(module: nn.Module) -> str | None:

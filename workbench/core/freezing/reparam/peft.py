@@ -4,7 +4,8 @@
 ``peft.PeftModel.from_pretrained(base, folder)`` loads with the same outputs: PEFT's
 ``lora_A`` is ``V`` (r x in), ``lora_B`` is ``U`` (out x r) and its scaling is ``alpha / r``,
 keyed ``base_model.model.<path>.lora_A.weight`` / ``lora_B.weight`` (``lora_embedding_A`` /
-``lora_embedding_B`` for embeddings; DoRA's magnitude is ``lora_magnitude_vector``). Modules
+``lora_embedding_B`` for embeddings; a variant's own tensors by its ``peft_keys``, such as DoRA's
+magnitude ``lora_magnitude_vector``, and its switch by its row's ``peft_field``). Modules
 that train without A+B are written as ``modules_to_save``. :func:`load_peft` reads such a
 folder into handles made from :meth:`FreezePlan.from_peft`. PEFT itself is not needed for either.
 Every function takes the handles and the model, never the plan.
@@ -26,8 +27,8 @@ from torch import Tensor, nn
 
 from workbench.core.atomic import atomic_path, atomic_write
 from workbench.core.freezing.reparam.base import DeltaHandle
-from workbench.core.freezing.reparam.dora import MAGNITUDE
 from workbench.core.freezing.reparam.low_rank import LowRankHandle
+from workbench.core.plan import lora_variants
 from workbench.core.plan.peft_config import CONFIG_FILE
 from workbench.core.plan.reparam_spec import ReparamError
 
@@ -37,7 +38,7 @@ __all__ = ["MAGNITUDE_KEY", "PREFIX", "WEIGHTS_FILE", "load_peft", "low_rank_han
 WEIGHTS_FILE = "adapter_model.safetensors"
 #: Key prefix of every tensor in a PEFT adapter file (the PeftModel's wrapping).
 PREFIX = "base_model.model."
-#: Key suffix of DoRA's magnitude in a PEFT adapter file.
+#: Key suffix of DoRA's magnitude in a PEFT adapter file (each variant names its own in ``peft_keys``).
 MAGNITUDE_KEY = "lora_magnitude_vector"
 
 
@@ -52,7 +53,7 @@ def low_rank_handles(handles: Iterable[DeltaHandle]) -> list[LowRankHandle]:
 
     Raises:
         ReparamError: full-rank A+B, no low-rank A+B, an A that is not the loaded weights, or
-            LoRA and DoRA mixed (PEFT's ``use_dora`` is one switch).
+            variants mixed (PEFT's ``use_dora`` is one switch), or a variant without a PEFT form.
     """
     hs = [h for h in handles if h.names]
     full = [h.path or "(root)" for h in hs if not isinstance(h, LowRankHandle)]
@@ -70,12 +71,27 @@ def low_rank_handles(handles: Iterable[DeltaHandle]) -> list[LowRankHandle]:
             f"A on {', '.join(moved[:3])} is not the loaded weights (reparam.a is not \"current\"); a PEFT "
             "adapter applies to the base model's own weights: use a: \"current\""
         )
-    if len({h.low_rank.dora for h in low}) > 1:
+    used = sorted({h.low_rank.variant for h in low})
+    if len(used) > 1:
+        rows = [lora_variants.info(v) for v in used]
+        names = [r.label if r else "plain LoRA" for r in rows]
+        flags = " / ".join(f'"{r.name}"' for r in rows if r)
+        fields = " / ".join(r.peft_field for r in rows if r and r.peft_field)
         raise ReparamError(
-            "some A+B rules use DoRA and some do not; a PEFT adapter has one use_dora: "
-            'give every low-rank rule the same "dora"'
+            f"some A+B rules use {' and some '.join(names)}; a PEFT adapter has one {fields or 'variant'}: "
+            f"give every low-rank rule the same {flags}"
         )
+    row = lora_variants.info(used[0])
+    if row is not None and row.peft_field is None:
+        raise ReparamError(f"{row.label} ({row.name!r}) has no PEFT form; use plain LoRA or a variant PEFT knows")
     return low
+
+
+def _extra_keys(h: LowRankHandle) -> list[tuple[str, str, tuple[int, ...]]]:
+    """``(short name, PEFT key, PEFT shape)`` of the variant's own tensors of ``h``."""
+    d = h.delta_module("weight")
+    v = h.variant
+    return [(n, f"{PREFIX}{h.path}.{v.peft_keys[n]}", v.peft_shape(n, h.kind or "", d)) for n, _ in h.extra("weight") if n in v.peft_keys]
 
 
 def _keys(h: LowRankHandle) -> tuple[str, str]:
@@ -92,11 +108,6 @@ def _peft_shapes(h: LowRankHandle) -> tuple[tuple[int, ...], tuple[int, ...]]:
         k = d.geometry.shape[1:]
         return (r, *k), (d.geometry.out, r, *([1] * (len(k) - 1)))
     return (r, d.geometry.inp), (d.geometry.out, r)
-
-
-def _magnitude_shape(h: LowRankHandle) -> tuple[int, ...]:
-    g = h.delta_module("weight").geometry
-    return (1, g.out, *([1] * (len(g.shape) - 2))) if h.kind == "conv" else (g.out,)
 
 
 def _saved_modules(handles: list[LowRankHandle], model: nn.Module, owner_of: Callable[[str], str]) -> list[str]:
@@ -137,9 +148,9 @@ def peft_tensors(handles: Iterable[DeltaHandle], model: nn.Module, owner_of: Cal
             sa, sb = _peft_shapes(h)
             out[ka] = h.v("weight").detach().reshape(sa).to("cpu").contiguous()
             out[kb] = h.u("weight").detach().reshape(sb).to("cpu").contiguous()
-            for name, p in h.extra("weight"):
-                if name == MAGNITUDE:
-                    out[f"{PREFIX}{h.path}.{MAGNITUDE_KEY}"] = p.detach().reshape(_magnitude_shape(h)).to("cpu").contiguous()
+            own = dict(h.extra("weight"))
+            for name, key, shape in _extra_keys(h):
+                out[key] = own[name].detach().reshape(shape).to("cpu").contiguous()
         for path in _saved_modules(low, model, owner_of):
             for k, t in model.get_submodule(path).state_dict().items():
                 out[f"{PREFIX}{path}.{k}"] = t.detach().to("cpu").contiguous()
@@ -204,8 +215,10 @@ def to_peft(
         "rank_pattern": {h.path: h.low_rank.rank for h in low if h.low_rank.rank != rank},
         "alpha_pattern": {h.path: _number(h.low_rank.alpha) for h in low if h.low_rank.alpha != alpha},
         "use_rslora": False,
-        "use_dora": low[0].low_rank.dora,
     }
+    for row in lora_variants.VARIANTS.values():
+        if row.peft_field:
+            config[row.peft_field] = low[0].low_rank.variant == row.name
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     with atomic_path(out / WEIGHTS_FILE) as tmp:
@@ -236,7 +249,7 @@ def load_peft(handles: Iterable[DeltaHandle], model: nn.Module, folder: str | os
             f.keys()
     except (SafetensorError, OSError) as e:
         raise ReparamError(f"adapter file {str(path)!r} is not a readable safetensors file ({e}); save the adapter again") from None
-    uv: list[tuple[LowRankHandle, Tensor, Tensor, Tensor | None]] = []
+    uv: list[tuple[LowRankHandle, Tensor, Tensor, dict[str, Tensor]]] = []
     plain: list[tuple[Tensor, Tensor]] = []
     with safe_open(str(path), framework="pt", device="cpu") as f:
         keys = set(f.keys())
@@ -256,10 +269,9 @@ def load_peft(handles: Iterable[DeltaHandle], model: nn.Module, folder: str | os
         for h in low:
             ka, kb = _keys(h)
             sa, sb = _peft_shapes(h)
-            km = f"{PREFIX}{h.path}.{MAGNITUDE_KEY}"
-            mag = read(km, _magnitude_shape(h)) if h.low_rank.dora else None
-            uv.append((h, read(kb, sb), read(ka, sa), mag))
-            used |= {ka, kb} | ({km} if mag is not None else set())
+            extra = {name: read(key, shape) for name, key, shape in _extra_keys(h)}
+            uv.append((h, read(kb, sb), read(ka, sa), extra))
+            used |= {ka, kb} | {key for _, key, _ in _extra_keys(h)}
         params = dict(model.named_parameters())
         buffers = dict(model.named_buffers())
         for key in sorted(keys - used):
@@ -271,10 +283,10 @@ def load_peft(handles: Iterable[DeltaHandle], model: nn.Module, folder: str | os
                 raise ReparamError(f"adapter file {str(path)!r} holds {key!r}, which is no parameter of the model")
             plain.append((target, read(key, tuple(target.shape))))
     with torch.no_grad():
-        for h, u, v, mag in uv:
+        for h, u, v, extra in uv:
             h.set_uv("weight", u.reshape(h.u("weight").shape), v.reshape(h.v("weight").shape))
             for name, p in h.extra("weight"):
-                if name == MAGNITUDE and mag is not None:
-                    p.copy_(mag.reshape(p.shape).to(device=p.device, dtype=p.dtype))
+                if name in extra:
+                    p.copy_(extra[name].reshape(p.shape).to(device=p.device, dtype=p.dtype))
         for target, value in plain:
             target.copy_(value.to(device=target.device, dtype=target.dtype))

@@ -10,12 +10,18 @@ Like PEFT's ``LoraVariant``, a :class:`LowRankVariant` has four steps, and the l
 
 :class:`Lora` is ``W = A + s U V``; :class:`~workbench.core.freezing.reparam.dora.DoRA` adds a
 per-output magnitude. A variant is stateless; its tensors live on the delta module.
+
+:data:`VARIANTS` maps a name to its instance: plain LoRA, and every row of
+:data:`workbench.core.plan.lora_variants.VARIANTS`, its class imported on first use. A new
+variant is its class plus that row; the plan, the PEFT reader and writer, the cost counts and the
+settings dialog read the row, and the handles call only the methods here.
 """
 
 from __future__ import annotations
 
+import importlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,9 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from workbench.core.plan import lora_variants
 from workbench.core.plan.reparam_spec import ReparamError
 
-__all__ = ["Geometry", "Lora", "LowRankDelta", "LowRankVariant", "geometry", "low_rank_output"]
+__all__ = ["VARIANTS", "Geometry", "Lora", "LowRankDelta", "LowRankVariant", "geometry", "low_rank_output"]
 
 
 @dataclass(frozen=True)
@@ -147,6 +154,22 @@ class LowRankVariant:
 
     name = "lora"
     kinds: tuple[str, ...] = ("linear", "conv", "conv1d_hf", "embedding")
+    #: PEFT adapter-file key suffix of each of the variant's own tensors, by short name
+    #: (DoRA: ``{"M": "lora_magnitude_vector"}``); a tensor not named here has no PEFT form.
+    peft_keys: dict[str, str] = {}
+
+    def peft_shape(self, name: str, kind: str, d: LowRankDelta) -> tuple[int, ...]:
+        """The shape of the variant's own tensor ``name`` in a PEFT adapter file.
+
+        Args:
+            name: the tensor's short name (a key of :attr:`peft_keys`).
+            kind: the layer kind.
+            d: the delta module.
+
+        Returns:
+            The tensor's own shape (a variant overrides this where PEFT's differs).
+        """
+        return tuple(d.get_parameter(name).shape)
 
     def init(self, d: LowRankDelta, a: Tensor) -> None:
         """Add the variant's own trainable tensors to ``d`` (LoRA has none).
@@ -223,3 +246,35 @@ class LowRankVariant:
 
 class Lora(LowRankVariant):
     """Plain LoRA: ``W = A + (alpha / r) U V``."""
+
+
+class _Registry(Mapping[str, LowRankVariant]):
+    """Variant instances by name: plain LoRA and the plan table's rows, each imported on first use."""
+
+    def __init__(self) -> None:
+        self._made: dict[str | type, LowRankVariant] = {"": Lora()}  # by the row's impl ("": plain LoRA)
+
+    def __getitem__(self, name: str) -> LowRankVariant:
+        row = lora_variants.info(name)  # KeyError: no such variant
+        impl = row.impl if row else ""
+        made = self._made.get(impl)
+        if made is None:
+            if isinstance(impl, str):
+                module, _, attr = impl.partition(":")
+                made = getattr(importlib.import_module(module), attr)()
+            else:
+                made = impl()
+            if not isinstance(made, LowRankVariant) or made.name != name:
+                raise TypeError(f"{impl} is not a LowRankVariant named {name!r}")
+            self._made[impl] = made
+        return made
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((lora_variants.DEFAULT, *lora_variants.VARIANTS))
+
+    def __len__(self) -> int:
+        return 1 + len(lora_variants.VARIANTS)
+
+
+#: The variants by name (:attr:`~workbench.core.plan.reparam_spec.LowRank.variant`).
+VARIANTS: Mapping[str, LowRankVariant] = _Registry()
