@@ -116,8 +116,8 @@ def test_a_variant_row_gets_its_box_and_one_variant_is_checked_at_a_time(
 ) -> None:
     from workbench.core.plan import lora_variants
 
-    row = lora_variants.VariantInfo("scaled", "Scaled", "twice the low-rank path", "W = A + 2 s U V", "nowhere:Scaled")
-    monkeypatch.setitem(lora_variants.VARIANTS, "scaled", row)  # the dialog never imports the class
+    row = lora_variants.VariantInfo("scaled", "Scaled", "twice the low-rank path", "W = A + 2 s U V")
+    monkeypatch.setitem(lora_variants.VARIANTS, "scaled", row)  # no class: the dialog never needs one
     c = _controller()
     m = ModuleTreeModel(c)
     seen: list[bool] = []

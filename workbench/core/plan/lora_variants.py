@@ -3,12 +3,13 @@
 Plain LoRA is the default (no flag). Every other variant is a row of :data:`VARIANTS`, and a
 rule selects it with its flag: ``"reparam": {"rank": 8, "dora": true}``. The row says what the
 plan, the PEFT config reader and writer, the cost counts and the settings dialog need to know;
-its class (:attr:`VariantInfo.impl`, the weight / output / merge steps of
-:class:`~workbench.core.freezing.reparam.variants.LowRankVariant`) is imported only when a plan
-installs it, so this layer never imports the freezing layer.
+its class (the weight / output / merge steps, a
+:class:`~workbench.core.freezing.reparam.variants.LowRankVariant` subclass with the same
+``name``) lives in the freezing layer and registers itself there, so this layer never imports
+it.
 
-Adding a variant: write its class (a module of its own under ``core/freezing/reparam/``) and
-add its row here; nothing else names it.
+Adding a variant: write its class (a module of its own under ``core/freezing/reparam/``,
+imported by that package's ``__init__``) and add its row here; nothing else names it.
 """
 
 from __future__ import annotations
@@ -30,8 +31,6 @@ class VariantInfo:
         label: short name for the A+B column, plan summaries and the dialog (``"DoRA"``).
         summary: what it adds, in a few words, for messages and the dialog's checkbox.
         tooltip: the settings dialog's tooltip.
-        impl: its :class:`~workbench.core.freezing.reparam.variants.LowRankVariant` subclass as
-            ``"module:Class"`` (imported on first use), or the class itself (a row added at run time).
         peft_field: the PEFT ``LoraConfig`` switch it maps to (None: no PEFT form).
         extra_per_output: trainable elements it adds per output channel (DoRA's magnitude: 1).
     """
@@ -40,7 +39,6 @@ class VariantInfo:
     label: str
     summary: str
     tooltip: str
-    impl: str | type
     peft_field: str | None = None
     extra_per_output: int = 0
 
@@ -50,7 +48,7 @@ VARIANTS: dict[str, VariantInfo] = {
     "dora": VariantInfo(
         "dora", "DoRA", "a trained magnitude per output channel",
         "DoRA (PEFT's use_dora): W = m (A + B) / ||A + B||, m trained; Linear and Conv layers",
-        "workbench.core.freezing.reparam.dora:DoRA", peft_field="use_dora", extra_per_output=1,
+        peft_field="use_dora", extra_per_output=1,
     ),
 }
 

@@ -18,6 +18,8 @@ operations are methods of :class:`~workbench.core.freezing.plan_handle.AppliedPl
 
 from __future__ import annotations
 
+# each LoRA-family variant's module, imported so its class registers under its name
+from workbench.core.freezing.reparam import dora  # noqa: F401
 from workbench.core.freezing.reparam.base import ORDER_ATTR, DeltaHandle
 from workbench.core.freezing.reparam.decay import DECAY_KEY, adjust_param_groups
 from workbench.core.freezing.reparam.full import APlusB, FullRankHandle, ReparamHandle, install

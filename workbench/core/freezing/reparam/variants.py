@@ -19,7 +19,6 @@ settings dialog read the row, and the handles call only the methods here.
 
 from __future__ import annotations
 
-import importlib
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -144,6 +143,11 @@ def low_rank_output(module: Any, kind: str, d: LowRankDelta, x: Tensor, drop: fl
     return conv(h, u)
 
 
+#: Variant classes by name, filled by :meth:`LowRankVariant.__init_subclass__` (the package's
+#: ``__init__`` imports each variant's module).
+_CLASSES: dict[str, type[LowRankVariant]] = {}
+
+
 class LowRankVariant:
     """The seam: what differs between LoRA-family variants. The base class is plain LoRA.
 
@@ -154,6 +158,12 @@ class LowRankVariant:
 
     name = "lora"
     kinds: tuple[str, ...] = ("linear", "conv", "conv1d_hf", "embedding")
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A subclass that sets its own ``name`` is the class of that variant's row."""
+        super().__init_subclass__(**kwargs)
+        if "name" in cls.__dict__:
+            _CLASSES[cls.name] = cls
     #: PEFT adapter-file key suffix of each of the variant's own tensors, by short name
     #: (DoRA: ``{"M": "lora_magnitude_vector"}``); a tensor not named here has no PEFT form.
     peft_keys: dict[str, str] = {}
@@ -249,24 +259,21 @@ class Lora(LowRankVariant):
 
 
 class _Registry(Mapping[str, LowRankVariant]):
-    """Variant instances by name: plain LoRA and the plan table's rows, each imported on first use."""
+    """Variant instances by name: plain LoRA and the plan table's rows, each made on first use."""
 
     def __init__(self) -> None:
-        self._made: dict[str | type, LowRankVariant] = {"": Lora()}  # by the row's impl ("": plain LoRA)
+        self._made: dict[type, LowRankVariant] = {}
 
     def __getitem__(self, name: str) -> LowRankVariant:
-        row = lora_variants.info(name)  # KeyError: no such variant
-        impl = row.impl if row else ""
-        made = self._made.get(impl)
+        if lora_variants.info(name) is None:  # KeyError: no such row
+            cls: type[LowRankVariant] = Lora
+        elif (found := _CLASSES.get(name)) is not None:
+            cls = found
+        else:
+            raise KeyError(f"the A+B variant {name!r} has a row but no LowRankVariant class named so; import its module")
+        made = self._made.get(cls)
         if made is None:
-            if isinstance(impl, str):
-                module, _, attr = impl.partition(":")
-                made = getattr(importlib.import_module(module), attr)()
-            else:
-                made = impl()
-            if not isinstance(made, LowRankVariant) or made.name != name:
-                raise TypeError(f"{impl} is not a LowRankVariant named {name!r}")
-            self._made[impl] = made
+            made = self._made[cls] = cls()
         return made
 
     def __iter__(self) -> Iterator[str]:
