@@ -53,6 +53,8 @@ FALLBACK_IMAGE_SIZE = 224
 _CACHE = 6
 #: Seconds the profile runs on its worker thread before it waits for the GUI's event loop.
 PACE_SLICE_S = 0.005
+#: Seconds it waits at most: a GUI thread blocked for longer (e.g. on a lock the profile holds) only slows it.
+PACE_MAX_PAUSE_S = 0.1
 
 Key = tuple[Any, ...]
 
@@ -198,7 +200,7 @@ class ActivationEstimator(QObject):
         key = self._key(cfg) if cfg is not None else None
         if key is not None and key not in self._cache and self._task is None and not self._closed:
             self._task_key = key
-            pacer = Pacer(PACE_SLICE_S, on_pause=lambda: self._paused.emit(pacer))
+            pacer = Pacer(PACE_SLICE_S, on_pause=lambda: self._paused.emit(pacer), max_pause_s=PACE_MAX_PAUSE_S)
             self._pacer = pacer
             self._task = BackgroundTask(self._compute(key, pacer), self)
             self._task.done.connect(self._done)
