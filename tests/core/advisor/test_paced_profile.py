@@ -28,7 +28,7 @@ class _Run:
         def run() -> None:
             try:
                 self.result = profile_activations(model, 2, 16, checkpoint=pacer)
-            except BaseException as e:  # noqa: BLE001 - the test reads it
+            except BaseException as e:  # the test reads it
                 self.error = e
 
         self.thread = threading.Thread(target=run, daemon=True)
