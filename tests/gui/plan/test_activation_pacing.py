@@ -83,3 +83,21 @@ def test_closing_the_window_stops_a_paced_profile(
     pacer = est._pacer
     est.shutdown()
     assert pacer is not None and pacer.cancelled and not est._task.is_running()  # type: ignore[union-attr]
+
+
+def test_row_notes_are_made_when_read_not_when_the_plan_changes(
+    window: MainWindow, qtbot: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    w = window
+    est = w.activations
+    qtbot.waitUntil(lambda: w.controller.model is not None, timeout=ms(GUI_WORKER_S))
+    w.controller.set_loaded(loaded_from_model(_convs(), "convs"))
+    label = w.cost_panel.activation_label
+    qtbot.waitUntil(lambda: not est.busy and "activations <b>" in label.text(), timeout=ms(GUI_WORKER_S))
+    made: list[tuple[int, ...]] = []
+    real = activation_estimate.shape_text
+    monkeypatch.setattr(activation_estimate, "shape_text", lambda s: made.append(s) or real(s))
+    notes = est.row_notes()
+    assert len(notes) == 111 and made == []  # the root, 10 blocks and 100 convolutions ran
+    assert notes["3.4"].startswith("Output 4×3×32×32") and len(made) == 1
+    assert notes.get("no.such") is None

@@ -20,7 +20,7 @@ input never queues behind the profile; it only makes the estimate arrive later.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
@@ -288,18 +288,39 @@ class ActivationEstimator(QObject):
         pred = predict_step(act, self._trainable(), optimizer=self._c.optimizer, amp=cfg.amp, device_type=device_type)
         return Estimate(pred, device)
 
-    def row_notes(self) -> dict[str, str]:
-        """Per module: its output shape and what it keeps for backward under the plan (tooltips)."""
+    def row_notes(self) -> Mapping[str, str]:
+        """Per module: its output shape and what it keeps for backward under the plan (tooltips).
+
+        Each text is made when it is read (a tooltip shows): on a 50,000-module model a plan
+        change makes none.
+        """
         cfg = self._settings()
         act = self.profile(cfg) if cfg is not None else None
         if not isinstance(act, ActivationProfile) or self._c.state is None or self._c.loaded is None:
             return {}
-        kept = module_activation_bytes(act, self._trainable())
-        notes: dict[str, str] = {}
-        for path, shapes in act.shapes.items():
-            shown = ", ".join(shape_text(s) for s in shapes[:3]) + (" …" if len(shapes) > 3 else "")
-            text = f"Output {shown} ({fmt_bytes(act.out_bytes.get(path, 0))}) at batch {act.batch_size}, {act.input_text}"
-            k = kept.get(path, 0)
-            text += f"; keeps {fmt_bytes(k)} for backward" if k else "; keeps nothing for backward under this plan"
-            notes[path] = text
-        return notes
+        return _RowNotes(act, self._trainable())
+
+
+class _RowNotes(Mapping[str, str]):
+    """``{module path: tooltip line}`` for a profile and a plan's trainable parameters, made on demand."""
+
+    def __init__(self, act: ActivationProfile, trainable: set[str]) -> None:
+        self._act = act
+        self._trainable = trainable
+        self._kept: dict[str, int] | None = None
+
+    def __getitem__(self, path: str) -> str:
+        act = self._act
+        shapes = act.shapes[path]
+        if self._kept is None:
+            self._kept = module_activation_bytes(act, self._trainable)
+        shown = ", ".join(shape_text(s) for s in shapes[:3]) + (" …" if len(shapes) > 3 else "")
+        text = f"Output {shown} ({fmt_bytes(act.out_bytes.get(path, 0))}) at batch {act.batch_size}, {act.input_text}"
+        k = self._kept.get(path, 0)
+        return text + (f"; keeps {fmt_bytes(k)} for backward" if k else "; keeps nothing for backward under this plan")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._act.shapes)
+
+    def __len__(self) -> int:
+        return len(self._act.shapes)

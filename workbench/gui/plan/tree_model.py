@@ -24,7 +24,7 @@ heat colour's range (the values in view).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -106,7 +106,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._has_pending = False
         self._heat: dict[int, tuple[float, float]] = {}  # live column -> log10 range in view
         self._is_expanded: Callable[[str], bool] | None = None
-        self._notes: dict[str, str] = {}
+        self._notes: Mapping[str, str] = {}
         self._live_timer = QTimer(self)
         self._live_timer.setSingleShot(True)
         self._live_timer.setInterval(LIVE_INTERVAL_MS)
@@ -316,13 +316,14 @@ class ModuleTreeModel(QAbstractItemModel):
             return col.set_data(self._c, node.path, value)
         return False
 
-    def set_row_notes(self, notes: dict[str, str]) -> None:
+    def set_row_notes(self, notes: Mapping[str, str]) -> None:
         """Add a line per module to the Module column's tooltip (output shapes, activations).
 
         Args:
-            notes: ``{module path: text}``; an empty dict removes them.
+            notes: ``{module path: text}``, read when a tooltip shows (a mapping that makes
+                each text on demand is kept as it is); an empty mapping removes them.
         """
-        self._notes = dict(notes)
+        self._notes = notes
 
     # ------------------------------------------------------------------ live columns
     @property
