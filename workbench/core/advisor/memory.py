@@ -22,6 +22,7 @@ training engine does), so the two phases never overlap.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
 
@@ -96,23 +97,32 @@ class _Arrays:
         self.t_last = np.fromiter((t[1] for t in tr), dtype=np.int64, count=len(tr))
         self.t_nbytes = np.fromiter((t[2] for t in tr), dtype=np.int64, count=len(tr))
         self.t_last_save = np.fromiter((max(t[3], default=-1) for t in tr), dtype=np.int64, count=len(tr))
+        self._last: tuple[Collection[str], np.ndarray] | None = None
 
     def trainable(self, trainable: Collection[str]) -> np.ndarray:
-        return np.fromiter((name in trainable for name in self.names), dtype=bool, count=len(self.names))
+        """A flag per parameter: its name is in ``trainable`` (the last collection asked is remembered:
+        one prediction asks for the same set several times; it is not changed meanwhile)."""
+        last = self._last
+        if last is not None and last[0] is trainable:
+            return last[1]
+        mask = np.fromiter((name in trainable for name in self.names), dtype=bool, count=len(self.names))
+        self._last = (trainable, mask)
+        return mask
 
 
-_ARRAYS: dict[int, tuple[ModelProfile, _Arrays]] = {}
+_ARRAYS: dict[int, tuple[weakref.ref[ModelProfile], _Arrays]] = {}
 
 
 def _arrays(profile: ModelProfile) -> _Arrays:
-    """The arrays of ``profile`` (a few profiles kept; a profile is not changed once made)."""
+    """The arrays of ``profile`` (kept for a few profiles while they live; a profile is not
+    changed once made)."""
     hit = _ARRAYS.get(id(profile))
-    if hit is not None and hit[0] is profile and len(hit[0].ops) == hit[1].n:
+    if hit is not None and hit[0]() is profile and len(profile.ops) == hit[1].n:
         return hit[1]
     arr = _Arrays(profile)
     if len(_ARRAYS) >= 4:
         _ARRAYS.clear()
-    _ARRAYS[id(profile)] = (profile, arr)
+    _ARRAYS[id(profile)] = (weakref.ref(profile), arr)
     return arr
 
 
