@@ -96,7 +96,12 @@ def test_row_notes_are_made_when_read_not_when_the_plan_changes(
     qtbot.waitUntil(lambda: not est.busy and "activations <b>" in label.text(), timeout=ms(GUI_WORKER_S))
     made: list[tuple[int, ...]] = []
     real = activation_estimate.shape_text
-    monkeypatch.setattr(activation_estimate, "shape_text", lambda s: made.append(s) or real(s))
+
+    def counting(shape: tuple[int, ...]) -> str:
+        made.append(shape)
+        return real(shape)
+
+    monkeypatch.setattr(activation_estimate, "shape_text", counting)
     notes = est.row_notes()
     assert len(notes) == 111 and made == []  # the root, 10 blocks and 100 convolutions ran
     assert notes["3.4"].startswith("Output 4×3×32×32") and len(made) == 1
