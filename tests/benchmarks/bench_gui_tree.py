@@ -29,7 +29,14 @@ Measured (median of ``--repeat`` runs), as the user experiences them:
 - ``live stats``: one update of the live columns (gradient norm, update/weight ratio) with a
   value for every module: its ``dataChanged`` per parent, the heat range over the rows in view
   and a repaint, with the tree expanded to the top level (target < 100 ms; it happens at most
-  once a second while training).
+  once a second while training);
+- ``estimate``: from the load until the cost panel shows the next run's step memory (or why
+  there is none). The activation profile behind it starts right after the load and runs while
+  every step above is clicked, as a user would click; it runs in slices that wait for the GUI's
+  event loop, so the clicks do not wait for it. The ``nested`` models are fed 4 px images (a
+  ``Linear(4, 4)`` takes them), so their profile runs the whole forward pass; the MoE's routing
+  reads token values, which a shape-only pass does not have, so its panel says why there is no
+  estimate.
 
 It prints the median and best time, the median's ratio to the target and to resnet18; it
 asserts nothing. On a machine shared with other work, the best time is the steadier figure.
@@ -46,6 +53,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -60,7 +68,7 @@ from torch import nn
 TARGETS = {"populate": 0.3, "freeze root": 0.1, "unfreeze root": 0.1, "freeze leaf": 0.1, "live stats": 0.1,
            "filter key": 0.05}
 MEASURES = ("load", "populate", "freeze root", "unfreeze root", "freeze leaf", "findings", "expand all",
-            "filter key", "filter", "live stats")
+            "filter key", "filter", "live stats", "estimate")
 MOE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moe_model.py")
 
 
@@ -126,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
 
-    from PySide6.QtCore import QSettings
+    from PySide6.QtCore import QEventLoop, QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
     from workbench.gui.app import create_application
@@ -149,18 +157,20 @@ def main(argv: list[str] | None = None) -> int:
 
     def drain(seconds: float = 0.5) -> None:
         """Let the work a step leaves for later (the plan's lint, the idle-time garbage
-        collector freeze after a load) run before the next step is timed."""
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            app.processEvents()
-            time.sleep(0.01)
+        collector freeze after a load) run before the next step is timed: the app's own event
+        loop, idle as between a user's clicks (the activation profile runs its slices then)."""
+        loop = QEventLoop()
+        QTimer.singleShot(int(seconds * 1000), loop.quit)
+        loop.exec()
 
     def timed_step(fn: Callable[[], object]) -> float:
         drain()
         return timed(fn)
 
     results: dict[str, dict[str, float | int]] = {}
+    notes: dict[str, str] = {}
     for name in args.models:
+        window.training.panel.set_values(image_size=4 if name.startswith("nested") else None)
         model = MODELS[name]()
         runs: dict[str, list[float]] = {k: [] for k in MEASURES}
         ranges = 0
@@ -174,6 +184,14 @@ def main(argv: list[str] | None = None) -> int:
             runs["load"].append(timed(load))
             assert loaded is not None
             c.tree = None  # a different model each time: a full reset and a new plan
+            est, label = window.activations, window.cost_panel.activation_label
+            loaded_at, arrived = time.perf_counter(), [0.0]
+
+            def estimated() -> None:
+                if not arrived[0] and not est.busy and "estimating" not in label.text():
+                    arrived[0] = time.perf_counter()
+
+            est.changed.connect(estimated)
             runs["populate"].append(timed(lambda: (c.set_loaded(loaded), settle())))
             emitted = [0]
             conn = window.tree_model.dataChanged.connect(lambda *a: emitted.__setitem__(0, emitted[0] + 1))
@@ -197,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
             window.tree_model._live_timer.stop()
             runs["live stats"].append(timed_step(lambda: (window.tree_model.set_module_stats(stats), view.update_heat(), settle())))
             window.tree_model._live_timer.stop()
+            while not arrived[0]:
+                drain(0.05)
+            est.changed.disconnect(estimated)
+            runs["estimate"].append(arrived[0] - loaded_at)
+            notes[name] = label.text()
             c.undo_stack.setClean()
         res: dict[str, float | int] = {k: statistics.median(v) for k, v in runs.items()}
         res.update({f"{k} (best)": min(v) for k, v in runs.items()})
@@ -222,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
             vs_b = f"{t / float(base[key]):.1f}×" if base and float(base[key]) > 0 else "—"
             print(f"{name:<16}{int(res['modules']):>8}  {key:<14}{t * 1000:>8.1f}ms{best * 1000:>8.1f}ms  {vs_t:>10}  {vs_b:>11}")
         print(f"{'':<24}  dataChanged ranges for freeze root: {res['ranges (freeze root)']}")
+        print(f"{'':<24}  cost panel: {re.sub(r'<[^>]+>', '', notes.get(name, ''))[:150]}")
     if args.json:
         from workbench.core.atomic import atomic_write
 

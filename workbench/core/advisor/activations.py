@@ -8,7 +8,12 @@ is computed or allocated) and keeps
 - the advisor's :class:`~workbench.core.advisor.profile.ModelProfile` (ops, the tensors
   autograd saves for backward), from which :func:`predict_step` gives the activations kept for
   backward under any plan (a frozen prefix keeps none) and the step's predicted peak;
-- each module's output shapes and bytes (forward hooks on the meta copy).
+- each module's output shapes and bytes (recorded in the same pass).
+
+A model of 50,000 modules takes seconds of Python work to profile. Run on a worker thread,
+that work would hold the interpreter lock against the thread that drives a user interface;
+a :class:`Pacer` passed as ``checkpoint`` makes the pass run in short slices and pause
+between them until the other thread says it may go on (or stop it altogether).
 
 :func:`device_memory` says how much the training device has (CUDA: the GPU's total memory;
 CPU: the RAM available now, from psutil) and :func:`fit_verdict` whether the predicted step
@@ -18,7 +23,9 @@ fits it.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,11 +34,20 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from workbench.core.advisor.memory import MemoryEstimate, estimate_memory, first_trainable_op
-from workbench.core.advisor.profile import AdvisorError, ModelProfile, meta_batch, meta_copy, profile_model
+from workbench.core.advisor.profile import (
+    AdvisorError,
+    Checkpoint,
+    ModelProfile,
+    meta_batch,
+    meta_copy,
+    profile_model,
+)
 
 __all__ = [
     "ActivationProfile",
     "DeviceMemory",
+    "Pacer",
+    "ProfileCancelledError",
     "StepPrediction",
     "device_memory",
     "fit_verdict",
@@ -126,12 +142,109 @@ class DeviceMemory:
     what: str
 
 
+class ProfileCancelledError(AdvisorError):
+    """A profile was stopped before it finished (:meth:`Pacer.cancel`)."""
+
+
+class Pacer:
+    """Runs a long pass in short slices: between slices the pass waits until it is resumed.
+
+    The pass (on a worker thread) calls the pacer (it is a ``checkpoint``) between small
+    steps. Once a slice of ``slice_s`` seconds is used up it calls ``on_pause`` and waits
+    until another thread calls :meth:`resume` (or ``max_pause_s`` passes), so that thread
+    holds the interpreter lock alone meanwhile: a user interface resumes the pass from its
+    event loop when it has nothing else to do, and a click never queues behind the pass.
+
+    Args:
+        slice_s: seconds the pass may run before it pauses.
+        on_pause: called on the pass's thread when it pauses (asks for :meth:`resume`).
+        max_pause_s: the longest pause without a resume (a thread that never resumes the
+            pass, e.g. one blocked on a lock the pass holds, only slows it down).
+
+    Attributes:
+        steps: checkpoints passed.
+        pauses: pauses made.
+    """
+
+    def __init__(self, slice_s: float = 0.005, on_pause: Callable[[], None] | None = None,
+                 max_pause_s: float = 0.1) -> None:
+        self.slice_s = slice_s
+        self.max_pause_s = max_pause_s
+        self._on_pause = on_pause
+        self._go = threading.Event()
+        self._deadline: float | None = None
+        self._free = False
+        self._cancelled = False
+        self.steps = 0
+        self.pauses = 0
+
+    def __call__(self) -> None:
+        """A checkpoint of the pass: returns at once, pauses, or raises.
+
+        Raises:
+            ProfileCancelledError: :meth:`cancel` was called.
+        """
+        self.steps += 1
+        if self._cancelled:
+            raise ProfileCancelledError("the profile was cancelled")
+        if self._free:
+            return
+        now = time.perf_counter()
+        if self._deadline is None:
+            self._deadline = now + self.slice_s
+        if now < self._deadline:
+            return
+        self._go.clear()
+        self.pauses += 1
+        if self._on_pause is not None:
+            self._on_pause()
+        self._go.wait(self.max_pause_s)
+        if self._cancelled:
+            raise ProfileCancelledError("the profile was cancelled")
+        self._deadline = time.perf_counter() + self.slice_s
+
+    @property
+    def cancelled(self) -> bool:
+        """:meth:`cancel` was called."""
+        return self._cancelled
+
+    def resume(self) -> None:
+        """Let the paused pass run its next slice."""
+        self._go.set()
+
+    def release(self) -> None:
+        """Let the pass run to its end without pausing again (someone waits for it)."""
+        self._free = True
+        self._go.set()
+
+    def cancel(self) -> None:
+        """Stop the pass at its next checkpoint (it raises :class:`ProfileCancelledError`)."""
+        self._cancelled = True
+        self._go.set()
+
+
 def shape_text(shape: tuple[int, ...]) -> str:
     """``16×64×56×56`` (``scalar`` for a 0-d tensor)."""
     return "×".join(str(d) for d in shape) if shape else "scalar"
 
 
-def output_shapes(model: nn.Module, input_shape: tuple[int, ...], *, dtype: torch.dtype | None = None) -> tuple[
+class _Outputs:
+    """Each module's output shapes and bytes, from its first call."""
+
+    def __init__(self) -> None:
+        self.shapes: dict[str, tuple[tuple[int, ...], ...]] = {}
+        self.nbytes: dict[str, int] = {}
+
+    def __call__(self, path: str, out: Any) -> None:
+        if path in self.shapes:  # a module called twice: its first call
+            return
+        tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        self.shapes[path] = tuple(tuple(t.shape) for t in tensors)
+        self.nbytes[path] = sum(t.numel() * t.element_size() for t in tensors)
+
+
+def output_shapes(model: nn.Module, input_shape: tuple[int, ...], *, dtype: torch.dtype | None = None,
+                  checkpoint: Checkpoint | None = None) -> tuple[
     dict[str, tuple[tuple[int, ...], ...]], dict[str, int]
 ]:
     """The output shapes and bytes of every module for one batch, on a meta copy.
@@ -141,6 +254,7 @@ def output_shapes(model: nn.Module, input_shape: tuple[int, ...], *, dtype: torc
         input_shape: shape of the input batch, e.g. ``(16, 3, 224, 224)``; ``(batch, seq_len)``
             for a text model (fed a token batch with labels, as the advisor profiles it).
         dtype: dtype of an image input (default: the first floating parameter's).
+        checkpoint: called between modules (see :class:`Pacer`).
 
     Returns:
         ``({path: shapes}, {path: output bytes})`` for the modules that ran.
@@ -148,21 +262,19 @@ def output_shapes(model: nn.Module, input_shape: tuple[int, ...], *, dtype: torc
     Raises:
         AdvisorError: the model cannot run on the meta device with that input.
     """
-    meta = meta_copy(model)
+    tick = checkpoint if checkpoint is not None else _nothing
+    meta = meta_copy(model, checkpoint)
     meta.train()
     if dtype is None:
         dtype = next((p.dtype for p in meta.parameters() if p.is_floating_point()), torch.float32)
-    shapes: dict[str, tuple[tuple[int, ...], ...]] = {}
-    nbytes: dict[str, int] = {}
+    record = _Outputs()
     hooks = []
     for path, mod in meta.named_modules():
+        tick()
 
         def post(_m: nn.Module, _a: Any, out: Any, path: str = path) -> None:
-            if path in shapes:  # a module called twice: its first call
-                return
-            tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-            shapes[path] = tuple(tuple(t.shape) for t in tensors)
-            nbytes[path] = sum(t.numel() * t.element_size() for t in tensors)
+            tick()
+            record(path, out)
 
         hooks.append(mod.register_forward_hook(post))
     try:
@@ -182,14 +294,20 @@ def output_shapes(model: nn.Module, input_shape: tuple[int, ...], *, dtype: torc
     finally:
         for h in hooks:
             h.remove()
-    return shapes, nbytes
+    return record.shapes, record.nbytes
+
+
+def _nothing() -> None:
+    return None
 
 
 def profile_activations(
     model: nn.Module, batch_size: int, image_size: int, *, channels: int = 3, bn_eval: bool = False,
-    seq_len: int | None = None,
+    seq_len: int | None = None, checkpoint: Checkpoint | None = None, in_place: bool = False,
 ) -> ActivationProfile:
     """Profile one training batch: activations saved for backward and output shapes.
+
+    One meta copy, one forward pass: the advisor's record and every module's outputs.
 
     Args:
         model: the model (not changed; runs as a meta copy).
@@ -199,18 +317,22 @@ def profile_activations(
         bn_eval: BatchNorm runs on running statistics (it then saves less).
         seq_len: tokens per sample: a text model's token batch ``(batch_size, seq_len)`` with
             labels, as ``advise --seq-len`` profiles it (None: an image batch).
+        checkpoint: called between small steps of the copy and the pass (a :class:`Pacer`).
+        in_place: ``model`` is already a copy on the ``meta`` device (:func:`meta_copy`):
+            profile it without copying it again (it is changed: train mode, hooks run).
 
     Returns:
         The profile.
 
     Raises:
         AdvisorError: the model does not take such a batch (or cannot run on meta).
+        ProfileCancelledError: ``checkpoint`` stopped the pass.
     """
     shape = (batch_size, seq_len) if seq_len is not None else (batch_size, channels, image_size, image_size)
-    profile = profile_model(model, shape, bn_eval=bn_eval)
-    shapes, out_bytes = output_shapes(model, shape)
-    return ActivationProfile(batch_size, 0 if seq_len is not None else image_size, profile, shapes, out_bytes,
-                             seq_len=seq_len)
+    record = _Outputs()
+    profile = profile_model(model, shape, bn_eval=bn_eval, outputs=record, checkpoint=checkpoint, in_place=in_place)
+    return ActivationProfile(batch_size, 0 if seq_len is not None else image_size, profile, record.shapes,
+                             record.nbytes, seq_len=seq_len)
 
 
 def trainable_names(param_names: Iterable[str], frozen: Mapping[str, bool]) -> set[str]:

@@ -22,8 +22,11 @@ training engine does), so the two phases never overlap.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
+
+import numpy as np
 
 from workbench.core.advisor.profile import AdvisorError, ModelProfile
 from workbench.core.optimizers import CHOICES, OPTIMIZERS
@@ -68,6 +71,66 @@ class MemoryEstimate:
         return asdict(self)
 
 
+class _Arrays:
+    """A profile's records as numpy arrays, made once per profile: a prediction for any set of
+    trainable parameters is then a few array operations (a 50,000-module model's profile has
+    200,000 ops; walking them in Python took half a second per plan)."""
+
+    def __init__(self, profile: ModelProfile) -> None:
+        self.n = n = len(profile.ops)
+        self.out_bytes = np.fromiter((op.out_bytes for op in profile.ops), dtype=np.int64, count=n)
+        params = profile.params
+        self.names = [p.name for p in params]
+        self.p_nbytes = np.fromiter((p.nbytes for p in params), dtype=np.int64, count=len(params))
+        self.p_numel = np.fromiter((p.numel for p in params), dtype=np.int64, count=len(params))
+        self.p_first = np.fromiter((-1 if p.first_use is None else p.first_use for p in params), dtype=np.int64,
+                                   count=len(params))
+        self.p_last = np.fromiter((-1 if p.last_use is None else p.last_use for p in params), dtype=np.int64,
+                                  count=len(params))
+        saved = profile.saved
+        self.s_nbytes = np.fromiter((st.nbytes for st in saved), dtype=np.int64, count=len(saved))
+        counts = np.fromiter((len(st.saves) for st in saved), dtype=np.int64, count=len(saved))
+        self.s_owner = np.repeat(np.arange(len(saved), dtype=np.int64), counts)
+        self.s_saves = np.fromiter((s for st in saved for s in st.saves), dtype=np.int64, count=int(counts.sum()))
+        tr = profile.transients
+        self.t_created = np.fromiter((t[0] for t in tr), dtype=np.int64, count=len(tr))
+        self.t_last = np.fromiter((t[1] for t in tr), dtype=np.int64, count=len(tr))
+        self.t_nbytes = np.fromiter((t[2] for t in tr), dtype=np.int64, count=len(tr))
+        self.t_last_save = np.fromiter((max(t[3], default=-1) for t in tr), dtype=np.int64, count=len(tr))
+        self._last: tuple[Collection[str], np.ndarray] | None = None
+
+    def trainable(self, trainable: Collection[str]) -> np.ndarray:
+        """A flag per parameter: its name is in ``trainable`` (the last collection asked is remembered:
+        one prediction asks for the same set several times; it is not changed meanwhile)."""
+        last = self._last
+        if last is not None and last[0] is trainable:
+            return last[1]
+        mask = np.fromiter((name in trainable for name in self.names), dtype=bool, count=len(self.names))
+        self._last = (trainable, mask)
+        return mask
+
+
+_ARRAYS: dict[int, tuple[weakref.ref[ModelProfile], _Arrays]] = {}
+
+
+def _arrays(profile: ModelProfile) -> _Arrays:
+    """The arrays of ``profile`` (kept for a few profiles while they live; a profile is not
+    changed once made)."""
+    hit = _ARRAYS.get(id(profile))
+    if hit is not None and hit[0]() is profile and len(profile.ops) == hit[1].n:
+        return hit[1]
+    arr = _Arrays(profile)
+    if len(_ARRAYS) >= 4:
+        _ARRAYS.clear()
+    _ARRAYS[id(profile)] = (weakref.ref(profile), arr)
+    return arr
+
+
+def _scaled(nbytes: np.ndarray, scale: float) -> np.ndarray:
+    """``int(nbytes * scale)`` element by element."""
+    return nbytes if scale == 1.0 else np.floor(nbytes * scale).astype(np.int64)
+
+
 def first_trainable_op(profile: ModelProfile, trainable: Collection[str]) -> int | None:
     """Position of the first op that reads a trainable parameter (None: nothing trains).
 
@@ -82,65 +145,67 @@ def first_trainable_op(profile: ModelProfile, trainable: Collection[str]) -> int
     return min(uses) if uses else None
 
 
+def _first_trainable(arr: _Arrays, mask: np.ndarray) -> int | None:
+    uses = arr.p_first[mask & (arr.p_first >= 0)]
+    return int(uses.min()) if uses.size else None
+
+
 def _activation_peak(profile: ModelProfile, trainable: Collection[str], scale: float) -> tuple[int, int, int]:
     """(saved bytes at the end of forward, peak of saved + grads + temporaries, largest temporary)."""
-    start = first_trainable_op(profile, trainable)
+    arr = _arrays(profile)
+    mask = arr.trainable(trainable)
+    start = _first_trainable(arr, mask)
     if start is None:
         return 0, 0, 0
-    n = len(profile.ops)
+    n = arr.n
     # a storage is kept from its first save (at or after start) until backward passes the
     # earliest op that saved it
-    freed_at = [0] * (n + 1)
-    saved_total = 0
-    for st in profile.saved:
-        kept = [s for s in st.saves if s >= start]
-        if kept:
-            nbytes = int(st.nbytes * scale)
-            saved_total += nbytes
-            freed_at[min(kept[0], n)] += nbytes
-    grad_at = [0] * (n + 1)
-    for p in profile.params:
-        if p.name in trainable and p.last_use is not None:
-            grad_at[p.last_use] += p.nbytes
-    # walk backward from the last op: the op at position s is being differentiated
-    alive = saved_total
-    grads = 0
-    peak = 0
-    largest_temp = 0
-    for s in range(n - 1, start - 1, -1):
-        grads += grad_at[s]
-        temp = int(_BACKWARD_TEMP_OUTPUTS * profile.ops[s].out_bytes * scale)
-        largest_temp = max(largest_temp, temp)
-        peak = max(peak, alive + grads + temp)
-        alive -= freed_at[s]
-    return saved_total, peak, largest_temp
+    big = np.iinfo(np.int64).max
+    first = np.full(arr.s_nbytes.size, big, dtype=np.int64)
+    at = arr.s_saves >= start
+    np.minimum.at(first, arr.s_owner[at], arr.s_saves[at])
+    kept = first != big
+    nbytes = _scaled(arr.s_nbytes[kept], scale)
+    saved_total = int(nbytes.sum())
+    freed_at = np.zeros(n + 1, dtype=np.int64)
+    np.add.at(freed_at, np.minimum(first[kept], n), nbytes)
+    grad_at = np.zeros(n + 1, dtype=np.int64)
+    g = mask & (arr.p_last >= 0)
+    np.add.at(grad_at, arr.p_last[g], arr.p_nbytes[g])
+    if start > n - 1:
+        return saved_total, 0, 0
+    # backward walks from the last op to ``start``: at op s the gradients of ops >= s exist and
+    # the storages first saved after s are freed
+    steps = np.arange(start, n)
+    grads = np.cumsum(grad_at[:n][::-1])[::-1][steps]
+    freed_after = np.concatenate([np.cumsum(freed_at[:n][::-1])[::-1], [0]])[steps + 1]
+    temp = _scaled(_BACKWARD_TEMP_OUTPUTS * arr.out_bytes[steps], scale)
+    peak = int((saved_total - freed_after + grads + temp).max())
+    return saved_total, max(peak, 0), int(temp.max())
 
 
 def _forward_peak(profile: ModelProfile, start: int | None, scale: float) -> int:
     """The most bytes of forward-made storages alive at once: each from the op that made it to
     the last op that reads it, or to the end of forward when backward keeps it."""
-    n = len(profile.ops)
-    if not profile.transients or not n:
+    arr = _arrays(profile)
+    n = arr.n
+    if not arr.t_created.size or not n:
         return 0
-    delta = [0] * (n + 2)
-    for created, last_use, nbytes, saves in profile.transients:
-        kept = start is not None and any(s >= start for s in saves)
-        end = n if kept else last_use
-        b = int(nbytes * scale)
-        delta[created] += b
-        delta[min(end, n) + 1] -= b
-    alive = peak = 0
-    for d in delta:
-        alive += d
-        peak = max(peak, alive)
-    return peak
+    kept = (arr.t_last_save >= start) if start is not None else np.zeros(arr.t_created.size, dtype=bool)
+    end = np.where(kept, n, arr.t_last)
+    b = _scaled(arr.t_nbytes, scale)
+    delta = np.zeros(n + 2, dtype=np.int64)
+    np.add.at(delta, arr.t_created, b)
+    np.add.at(delta, np.minimum(end, n) + 1, -b)
+    return max(int(np.cumsum(delta).max()), 0)
 
 
 def _optimizer_temp(profile: ModelProfile, trainable: Collection[str], optimizer: str, foreach: bool) -> int:
-    sizes = [p.nbytes for p in profile.params if p.name in trainable]
-    if not sizes or optimizer not in ("adam", "adamw"):
+    arr = _arrays(profile)
+    sizes = arr.p_nbytes[arr.trainable(trainable)]
+    if not sizes.size or optimizer not in ("adam", "adamw"):
         return 0  # SGD (with or without momentum) updates in place
-    return sum(sizes) if foreach else 2 * max(sizes)
+    return int(sizes.sum()) if foreach else 2 * int(sizes.max())
 
 
 def estimate_memory(
@@ -173,16 +238,18 @@ def estimate_memory(
     if amp not in ("off", "bf16", "fp16"):
         raise AdvisorError(f"amp mode {amp!r} is unknown; use off, bf16 or fp16")
     trainable = set(trainable)
+    arr = _arrays(profile)
+    mask = arr.trainable(trainable)
     # autocast halves activations and adds 16-bit weight copies only over 32-bit weights
-    full_width = any(p.nbytes >= 4 * p.numel for p in profile.params)
+    full_width = bool((arr.p_nbytes >= 4 * arr.p_numel).any())
     scale = 1.0 if amp == "off" or not full_width else _AMP_ACTIVATION_SCALE
-    grads = sum(p.nbytes for p in profile.params if p.name in trainable)
+    grads = int(arr.p_nbytes[mask].sum())
     state = OPTIMIZER_STATE_COPIES[optimizer] * grads
     casts = 0 if amp == "off" or not full_width else grads // 2
     saved, act_peak, bw_temp = _activation_peak(profile, trainable, scale)
     opt_temp = _optimizer_temp(profile, trainable, optimizer, foreach=device_type != "cpu")
-    fwd_temp = int(_BACKWARD_TEMP_OUTPUTS * max((op.out_bytes for op in profile.ops), default=0) * scale)
-    fwd_temp = max(fwd_temp, _forward_peak(profile, first_trainable_op(profile, trainable), scale))
+    fwd_temp = int(_BACKWARD_TEMP_OUTPUTS * (int(arr.out_bytes.max()) if arr.n else 0) * scale)
+    fwd_temp = max(fwd_temp, _forward_peak(profile, _first_trainable(arr, mask), scale))
     fixed = profile.param_bytes + profile.buffer_bytes + profile.input_bytes + state
     phase = max(act_peak + casts, grads + opt_temp, fwd_temp)
     return MemoryEstimate(

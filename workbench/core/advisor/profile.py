@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -157,7 +157,28 @@ class ModelProfile:
         return [p for p in self.params if p.owner in modules]
 
 
-def meta_copy(model: nn.Module) -> nn.Module:
+#: Called often (between ops, modules, copied objects) by a long pass; it may pause the calling
+#: thread or raise to stop the pass (see :class:`workbench.core.advisor.activations.Pacer`).
+Checkpoint = Callable[[], None]
+
+
+def _nothing() -> None:
+    return None
+
+
+class _PacedMemo(dict[int, Any]):  # copy.deepcopy's memo: {id: copy}
+    """A ``copy.deepcopy`` memo that calls a checkpoint on every object the copy visits."""
+
+    def __init__(self, checkpoint: Checkpoint) -> None:
+        super().__init__()
+        self._checkpoint = checkpoint
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._checkpoint()
+        return super().get(key, default)
+
+
+def meta_copy(model: nn.Module, checkpoint: Checkpoint | None = None) -> nn.Module:
     """A copy of ``model`` whose parameters and buffers live on the ``meta`` device.
 
     Tensors are replaced before copying, so a large model is never duplicated in memory;
@@ -165,11 +186,12 @@ def meta_copy(model: nn.Module) -> nn.Module:
 
     Args:
         model: any module, on any device.
+        checkpoint: called for every object copied (a long copy can pause or stop there).
 
     Returns:
         The copy (``model`` itself is not changed).
     """
-    memo: dict[int, Any] = {}
+    memo: dict[int, Any] = _PacedMemo(checkpoint) if checkpoint is not None else {}
     for t in itertools.chain(model.parameters(), model.buffers()):
         if id(t) in memo:
             continue
@@ -269,7 +291,7 @@ _FLOP_ALIASES = {
 
 
 @contextlib.contextmanager
-def _no_value_checks(model: nn.Module) -> Iterator[None]:
+def _no_value_checks(model: nn.Module, checkpoint: Checkpoint = _nothing) -> Iterator[None]:
     """Skip checks that read token values (meta tensors have none) for the shape-only pass.
 
     transformers warns when a pad token appears without an attention mask
@@ -278,6 +300,7 @@ def _no_value_checks(model: nn.Module) -> Iterator[None]:
     """
     patched = []
     for m in model.modules():
+        checkpoint()
         if callable(getattr(m, "warn_if_padding_and_no_attention_mask", None)):
             m.warn_if_padding_and_no_attention_mask = lambda *_a, **_k: None  # type: ignore[assignment]
             patched.append(m)
@@ -315,9 +338,10 @@ def _output_storages(out: Any, depth: int = 0, seen: set[int] | None = None) -> 
 class _Recorder(TorchDispatchMode):
     """Counts ops, their FLOPs and the parameters they read, and which module ran them."""
 
-    def __init__(self, param_storages: dict[int, str]) -> None:
+    def __init__(self, param_storages: dict[int, str], checkpoint: Checkpoint = _nothing) -> None:
         super().__init__()
         self.param_storages = param_storages
+        self.checkpoint = checkpoint
         self.stack: list[str] = [""]
         self.ops: list[OpRecord] = []
         #: storage key -> [created op, last op that read it, bytes]; storages kept referenced
@@ -326,6 +350,7 @@ class _Recorder(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        self.checkpoint()
         out = func(*args, **kwargs)
         flat_in = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
         in_storages = {_key(a) for a in flat_in}
@@ -412,6 +437,8 @@ def profile_model(
     trainable: Collection[str] | None = None,
     in_place: bool = False,
     device_type: str = "cpu",
+    outputs: Callable[[str, Any], None] | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> ModelProfile:
     """Run one forward pass of a meta copy of ``model`` and record what training would store.
 
@@ -435,6 +462,9 @@ def profile_model(
             and it is changed (train mode, ``requires_grad``).
         device_type: the device the prediction is for: attention with dropout runs fused on
             accelerators but as the math path (keeping the attention matrix) on ``cpu``.
+        outputs: called with each module's path and output each time the module runs.
+        checkpoint: called between ops, modules and records (the pass can pause or stop
+            there: a worker thread that lets another thread run alone between calls).
 
     Returns:
         The profile.
@@ -447,12 +477,14 @@ def profile_model(
             raise AdvisorError("profile_model(in_place=True) needs a model on the meta device")
         meta = model
     else:
-        meta = meta_copy(model)
+        meta = meta_copy(model, checkpoint)
+    tick = checkpoint if checkpoint is not None else _nothing
     if param_dtype is not None:
         meta.to(param_dtype)
     meta.train()
     names: dict[int, str] = {}
     for name, p in meta.named_parameters():
+        tick()
         p.requires_grad_(trainable is None or name in trainable)
         names.setdefault(_key(p), name)
     buffers = {_key(b): b for b in meta.buffers()}
@@ -460,7 +492,7 @@ def profile_model(
         dtype = next((p.dtype for p in meta.parameters() if p.is_floating_point()), torch.float32)
     x = meta_batch(meta, tuple(input_shape), dtype)
     batch = list(x.values()) if isinstance(x, dict) else [x]
-    recorder = _Recorder(names)
+    recorder = _Recorder(names, tick)
     first_seen: dict[str, int] = {}
     saved: dict[int, tuple[int, list[int]]] = {}
     keep: list[Any] = []  # storages stay referenced so their ids are not reused during the pass
@@ -478,21 +510,26 @@ def profile_model(
 
     hooks = []
     for path, mod in meta.named_modules():
+        tick()
         if bn_eval and is_batchnorm(mod):
             mod.eval()
 
         def pre(_m: nn.Module, _a: Any, path: str = path) -> None:
+            tick()
             first_seen.setdefault(path, len(recorder.ops))
             recorder.stack.append(path)
 
-        def post(_m: nn.Module, _a: Any, _o: Any) -> None:
+        def post(_m: nn.Module, _a: Any, o: Any, path: str = path) -> None:
+            tick()
             recorder.stack.pop()
+            if outputs is not None:
+                outputs(path, o)
 
         hooks.append(mod.register_forward_pre_hook(pre))
         hooks.append(mod.register_forward_hook(post))
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention_on_meta(device_type), \
-                _no_value_checks(meta), recorder:
+                _no_value_checks(meta, tick), recorder:
             out = meta(**x) if isinstance(x, dict) else meta(x)
             # what the model returns (logits, and e.g. GPT-2's key/value cache) lives to the
             # end of its forward, although no later op reads it
@@ -515,10 +552,13 @@ def profile_model(
             h.remove()
     uses: dict[str, list[int]] = {}
     for i, op in enumerate(recorder.ops):
+        if op.params:
+            tick()
         for n in op.params:
             uses.setdefault(n, []).append(i)
     params = []
     for name in names.values():
+        tick()
         p = meta.get_parameter(name)
         u = uses.get(name)
         params.append(ParamRecord(name, name.rpartition(".")[0], p.numel(), _nbytes(p),

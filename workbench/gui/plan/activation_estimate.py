@@ -8,19 +8,27 @@ positions)
 and predicts the step's peak for the current plan, optimizer and precision in milliseconds
 from it. The cost panel shows the prediction and the Start path asks :meth:`preflight` whether
 the batch fits the device.
+
+On a large model the profile is seconds of Python work; on a worker thread that would hold
+the interpreter lock against every Python call the GUI thread makes (a click on a 50,000-module
+tree waited for it, 1–2 s). The profile therefore runs paced
+(:class:`~workbench.core.advisor.activations.Pacer`): a slice of a few milliseconds, then a
+pause until the GUI thread's event loop has handled what was waiting and resumes it, so user
+input never queues behind the profile; it only makes the estimate arrive later.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
 from workbench.core.advisor.activations import (
     ActivationProfile,
     DeviceMemory,
+    Pacer,
     StepPrediction,
     device_memory,
     fit_verdict,
@@ -31,6 +39,7 @@ from workbench.core.advisor.activations import (
     shape_text,
     trainable_names,
 )
+from workbench.core.advisor.profile import meta_copy
 from workbench.core.formatting import fmt_bytes
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import run_seq_len
@@ -42,6 +51,10 @@ __all__ = ["ActivationEstimator", "Estimate", "FALLBACK_IMAGE_SIZE"]
 #: Image side assumed when the run uses the model's own size ("model" in the panel).
 FALLBACK_IMAGE_SIZE = 224
 _CACHE = 6
+#: Seconds the profile runs on its worker thread before it waits for the GUI's event loop.
+PACE_SLICE_S = 0.005
+#: Seconds it waits at most: a GUI thread blocked for longer (e.g. on a lock the profile holds) only slows it.
+PACE_MAX_PAUSE_S = 0.1
 
 Key = tuple[Any, ...]
 
@@ -99,6 +112,7 @@ class ActivationEstimator(QObject):
     """
 
     changed = Signal()
+    _paused = Signal(object)  # from the worker thread: its Pacer waits to be resumed
 
     def __init__(self, controller: Controller, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -107,6 +121,10 @@ class ActivationEstimator(QObject):
         self._cache: OrderedDict[Key, ActivationProfile | str] = OrderedDict()
         self._task: BackgroundTask | None = None
         self._task_key: Key | None = None
+        self._pacer: Pacer | None = None
+        #: Pauses the profile made for the GUI thread (tests read it).
+        self.pauses = 0
+        self._paused.connect(self._resume, Qt.ConnectionType.QueuedConnection)
         self._timer = QTimer(self)
         self._timer.setSingleShot(True)
         self._timer.setInterval(250)
@@ -126,14 +144,23 @@ class ActivationEstimator(QObject):
             self._timer.start()
 
     def shutdown(self) -> None:
-        """Stop updating and wait for a profile being computed (the window is closing)."""
+        """Stop updating, stop a profile being computed and wait for its thread (the window is closing)."""
         self._closed = True
         self._timer.stop()
+        if self._pacer is not None:
+            self._pacer.cancel()
         self.wait()
 
     def _model_changed(self, *_: Any) -> None:
         self._cache.clear()
+        if self._pacer is not None:  # profiling a model that is gone
+            self._pacer.cancel()
         self.request()
+
+    def _resume(self, pacer: Pacer) -> None:
+        """The event loop reached the profile's request: it may run its next slice."""
+        self.pauses += 1
+        pacer.resume()
 
     # ------------------------------------------------------------ keys and profiles
     def _key(self, cfg: TrainConfig) -> Key | None:
@@ -146,7 +173,7 @@ class ActivationEstimator(QObject):
         size = tokens if tokens is not None else cfg.image_size or FALLBACK_IMAGE_SIZE
         return (id(c.model), c.tree.fingerprint, cfg.batch_size, size, bn_eval, tokens is not None)
 
-    def _compute(self, key: Key) -> Callable[[], ActivationProfile]:
+    def _compute(self, key: Key, pacer: Pacer | None = None) -> Callable[[], ActivationProfile]:
         model = self._c.model
         assert model is not None
         lock = self._c.model_lock
@@ -154,9 +181,11 @@ class ActivationEstimator(QObject):
 
         def run() -> ActivationProfile:
             with lock:  # the meta copy reads the module tree
-                if text:
-                    return profile_activations(model, batch, 0, bn_eval=bn_eval, seq_len=size)
-                return profile_activations(model, batch, size, bn_eval=bn_eval)
+                meta = meta_copy(model, pacer)
+            if text:
+                return profile_activations(meta, batch, 0, bn_eval=bn_eval, seq_len=size, checkpoint=pacer,
+                                           in_place=True)
+            return profile_activations(meta, batch, size, bn_eval=bn_eval, checkpoint=pacer, in_place=True)
 
         return run
 
@@ -171,16 +200,19 @@ class ActivationEstimator(QObject):
         key = self._key(cfg) if cfg is not None else None
         if key is not None and key not in self._cache and self._task is None and not self._closed:
             self._task_key = key
-            self._task = BackgroundTask(self._compute(key), self)
+            pacer = Pacer(PACE_SLICE_S, on_pause=lambda: self._paused.emit(pacer), max_pause_s=PACE_MAX_PAUSE_S)
+            self._pacer = pacer
+            self._task = BackgroundTask(self._compute(key, pacer), self)
             self._task.done.connect(self._done)
             self._task.start()
         self.changed.emit()
 
     def _done(self, result: Any, error: str, details: str) -> None:
         key, self._task_key, task, self._task = self._task_key, None, self._task, None
+        pacer, self._pacer = self._pacer, None
         if task is not None:
             task.deleteLater()
-        if key is not None:
+        if key is not None and not (pacer is not None and pacer.cancelled):
             self._store(key, result if result is not None else (error or "the model could not be profiled"))
         self._refresh()  # the settings may have moved on meanwhile
 
@@ -190,7 +222,9 @@ class ActivationEstimator(QObject):
         return self._task is not None
 
     def wait(self) -> None:
-        """Block until the profile being computed is ready (tests, shutdown)."""
+        """Block until the profile being computed is ready (tests, shutdown); it runs unpaced meanwhile."""
+        if self._pacer is not None:
+            self._pacer.release()  # it must not wait for this thread's event loop
         if self._task is not None:
             self._task.wait()
 
@@ -211,6 +245,8 @@ class ActivationEstimator(QObject):
             return None
         hit = self._cache.get(key)
         if hit is None and compute:
+            if self._pacer is not None:  # it may hold the model's lock, which this thread takes next
+                self._pacer.release()
             try:
                 hit = self._compute(key)()
             except Exception as e:
@@ -252,18 +288,39 @@ class ActivationEstimator(QObject):
         pred = predict_step(act, self._trainable(), optimizer=self._c.optimizer, amp=cfg.amp, device_type=device_type)
         return Estimate(pred, device)
 
-    def row_notes(self) -> dict[str, str]:
-        """Per module: its output shape and what it keeps for backward under the plan (tooltips)."""
+    def row_notes(self) -> Mapping[str, str]:
+        """Per module: its output shape and what it keeps for backward under the plan (tooltips).
+
+        Each text is made when it is read (a tooltip shows): on a 50,000-module model a plan
+        change makes none.
+        """
         cfg = self._settings()
         act = self.profile(cfg) if cfg is not None else None
         if not isinstance(act, ActivationProfile) or self._c.state is None or self._c.loaded is None:
             return {}
-        kept = module_activation_bytes(act, self._trainable())
-        notes: dict[str, str] = {}
-        for path, shapes in act.shapes.items():
-            shown = ", ".join(shape_text(s) for s in shapes[:3]) + (" …" if len(shapes) > 3 else "")
-            text = f"Output {shown} ({fmt_bytes(act.out_bytes.get(path, 0))}) at batch {act.batch_size}, {act.input_text}"
-            k = kept.get(path, 0)
-            text += f"; keeps {fmt_bytes(k)} for backward" if k else "; keeps nothing for backward under this plan"
-            notes[path] = text
-        return notes
+        return _RowNotes(act, self._trainable())
+
+
+class _RowNotes(Mapping[str, str]):
+    """``{module path: tooltip line}`` for a profile and a plan's trainable parameters, made on demand."""
+
+    def __init__(self, act: ActivationProfile, trainable: set[str]) -> None:
+        self._act = act
+        self._trainable = trainable
+        self._kept: dict[str, int] | None = None
+
+    def __getitem__(self, path: str) -> str:
+        act = self._act
+        shapes = act.shapes[path]
+        if self._kept is None:
+            self._kept = module_activation_bytes(act, self._trainable)
+        shown = ", ".join(shape_text(s) for s in shapes[:3]) + (" …" if len(shapes) > 3 else "")
+        text = f"Output {shown} ({fmt_bytes(act.out_bytes.get(path, 0))}) at batch {act.batch_size}, {act.input_text}"
+        k = self._kept.get(path, 0)
+        return text + (f"; keeps {fmt_bytes(k)} for backward" if k else "; keeps nothing for backward under this plan")
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._act.shapes)
+
+    def __len__(self) -> int:
+        return len(self._act.shapes)
