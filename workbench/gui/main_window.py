@@ -585,9 +585,11 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         if not self._maybe_save():
             event.ignore()
             return
+        # the activation profile first: it is cancelled at its next slice and lets go of the model
+        # lock, which a run that is starting may be waiting for
+        self.activations.shutdown()
         self.training.shutdown()  # stops a run within one step and joins its thread
         self.save_settings()
         self.source_bar.wait()
         self.controller.wait()
-        self.activations.shutdown()
         event.accept()

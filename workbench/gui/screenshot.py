@@ -210,10 +210,10 @@ def render(
 
 def _stop_threads(window: Any) -> None:
     """Stop the window's training run and background work, and join their threads."""
+    window.activations.shutdown()  # first: it lets go of the model lock a starting run may wait for
     window.training.shutdown()
     window.source_bar.wait()
     window.controller.wait()
-    window.activations.shutdown()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
