@@ -19,7 +19,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
@@ -116,22 +116,34 @@ def _run_doc(doc: Path, folder: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def doc_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[Path, Future]]:
-    """Every selected document started at once, ``DOCS_TEST_WORKERS`` (default: the CPU count, at most 4)
-    at a time: documents are independent (a folder each), the blocks of one run in order."""
-    wanted = [d for d in DOCS if any(f"test_doc_blocks_run[{d.relative_to(ROOT).as_posix()}]" in i.nodeid
-                                     for i in request.session.items)]
-    workers = int(os.environ.get("DOCS_TEST_WORKERS") or min(4, os.cpu_count() or 1))
+def doc_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[Path], Future]]:
+    """A document's run, by document. In one process every selected document starts at once,
+    ``DOCS_TEST_WORKERS`` (default: the CPU count, at most 4) at a time: documents are
+    independent (a folder each), the blocks of one run in order. Under pytest-xdist the workers
+    share the documents out, so each runs a document only when its test asks for it (starting
+    them all would run every document once per worker)."""
+    spread = "PYTEST_XDIST_WORKER" in os.environ
+    wanted = [] if spread else [
+        d for d in DOCS if any(f"test_doc_blocks_run[{d.relative_to(ROOT).as_posix()}]" in i.nodeid
+                               for i in request.session.items)
+    ]
+    workers = 1 if spread else int(os.environ.get("DOCS_TEST_WORKERS") or min(4, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
         futures = {d: pool.submit(_run_doc, d, tmp_path_factory.mktemp(d.stem)) for d in wanted}
-        yield futures
+
+        def run(doc: Path) -> Future:
+            if doc not in futures:
+                futures[doc] = pool.submit(_run_doc, doc, tmp_path_factory.mktemp(doc.stem))
+            return futures[doc]
+
+        yield run
         for f in futures.values():
             f.cancel()
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[d.relative_to(ROOT).as_posix() for d in DOCS])
-def test_doc_blocks_run(doc: Path, doc_runs: dict[Path, Future]) -> None:
-    for line in doc_runs[doc].result():  # a failed block raises here, in the test of its document
+def test_doc_blocks_run(doc: Path, doc_runs: Callable[[Path], Future]) -> None:
+    for line in doc_runs(doc).result():  # a failed block raises here, in the test of its document
         print(line)
 
 
