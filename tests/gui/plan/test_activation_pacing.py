@@ -9,7 +9,7 @@ import pytest
 from torch import nn
 
 from tests.timeouts import GUI_WORKER_S, ms
-from workbench.core.advisor.activations import profile_activations
+from workbench.core.advisor.activations import Pacer, profile_activations
 from workbench.gui.main_window import MainWindow
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.plan import activation_estimate
@@ -20,19 +20,26 @@ def _convs() -> nn.Module:
     return nn.Sequential(*[nn.Sequential(*[nn.Conv2d(3, 3, 1) for _ in range(10)]) for _ in range(10)])
 
 
+def _paced_profile(w: MainWindow, qtbot: Any, monkeypatch: pytest.MonkeyPatch, model: nn.Module) -> Pacer:
+    """Load ``model`` with a pause at every checkpoint that only the event loop (or a cancel)
+    ends; the profile's pacer once it has paused three times."""
+    est = w.activations
+    qtbot.waitUntil(lambda: w.controller.model is not None, timeout=ms(GUI_WORKER_S))
+    monkeypatch.setattr(activation_estimate, "PACE_SLICE_S", 0.0)  # a pause at every checkpoint
+    monkeypatch.setattr(activation_estimate, "PACE_MAX_PAUSE_S", 600.0)  # and only the event loop resumes it
+    w.controller.set_loaded(loaded_from_model(model, "convs"))
+    qtbot.waitUntil(lambda: est._pacer is not None and est._pacer.pauses >= 3, timeout=ms(GUI_WORKER_S))
+    assert est._pacer is not None
+    return est._pacer
+
+
 def test_the_profile_holds_still_while_the_gui_thread_works_and_still_arrives(
     window: MainWindow, qtbot: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     w = window
     est = w.activations
-    qtbot.waitUntil(lambda: w.controller.model is not None, timeout=ms(GUI_WORKER_S))
-    monkeypatch.setattr(activation_estimate, "PACE_SLICE_S", 0.0)  # a pause at every checkpoint
-    monkeypatch.setattr(activation_estimate, "PACE_MAX_PAUSE_S", 600.0)  # and only the event loop resumes it
     model = _convs()
-    w.controller.set_loaded(loaded_from_model(model, "convs"))
-    qtbot.waitUntil(lambda: est._pacer is not None and est._pacer.pauses >= 3, timeout=ms(GUI_WORKER_S))
-    pacer = est._pacer
-    assert pacer is not None
+    pacer = _paced_profile(w, qtbot, monkeypatch, model)
     steps = pacer.steps
     time.sleep(0.1)  # the GUI thread is busy (no event loop): at most the slice it last granted runs
     held = pacer.steps
@@ -54,13 +61,7 @@ def test_a_new_model_cancels_the_profile_of_the_last_one(
 ) -> None:
     w = window
     est = w.activations
-    qtbot.waitUntil(lambda: w.controller.model is not None, timeout=ms(GUI_WORKER_S))
-    monkeypatch.setattr(activation_estimate, "PACE_SLICE_S", 0.0)
-    monkeypatch.setattr(activation_estimate, "PACE_MAX_PAUSE_S", 600.0)
-    w.controller.set_loaded(loaded_from_model(_convs(), "convs"))
-    qtbot.waitUntil(lambda: est._pacer is not None and est._pacer.pauses >= 3, timeout=ms(GUI_WORKER_S))
-    first = est._pacer
-    assert first is not None
+    first = _paced_profile(w, qtbot, monkeypatch, _convs())
     monkeypatch.setattr(activation_estimate, "PACE_SLICE_S", 0.005)
     w.controller.set_loaded(loaded_from_model(nn.Sequential(nn.Conv2d(3, 3, 1), nn.Flatten()), "small"))
     assert first.cancelled
@@ -75,14 +76,9 @@ def test_closing_the_window_stops_a_paced_profile(
 ) -> None:
     w = window
     est = w.activations
-    qtbot.waitUntil(lambda: w.controller.model is not None, timeout=ms(GUI_WORKER_S))
-    monkeypatch.setattr(activation_estimate, "PACE_SLICE_S", 0.0)
-    monkeypatch.setattr(activation_estimate, "PACE_MAX_PAUSE_S", 600.0)  # only a cancel can end it soon
-    w.controller.set_loaded(loaded_from_model(_convs(), "convs"))
-    qtbot.waitUntil(lambda: est._pacer is not None and est._pacer.pauses >= 3, timeout=ms(GUI_WORKER_S))
-    pacer = est._pacer
+    pacer = _paced_profile(w, qtbot, monkeypatch, _convs())  # only a cancel can end it soon
     est.shutdown()
-    assert pacer is not None and pacer.cancelled and not est._task.is_running()  # type: ignore[union-attr]
+    assert pacer.cancelled and not est._task.is_running()  # type: ignore[union-attr]
 
 
 def test_row_notes_are_made_when_read_not_when_the_plan_changes(
