@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import runpy
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import torchvision
 from safetensors.torch import save_file
 from torch import nn
 
+from tests.fixtures.exported import run_exported_script
 from workbench.cli import main
 from workbench.core.export import ExportError, export_script, render_script
 from workbench.core.models.spec import ModelSpec
@@ -52,15 +52,6 @@ def _workbench_state(plan: FreezePlan, spec: ModelSpec, lr: float, wd: float, ba
         "groups": [{k: g[k] for k in KEYS if k in g} for g in groups],
     }
     return model, applied, state
-
-
-def _run_script_in_process(path: Path) -> dict:
-    """Execute the script's definitions with ``import workbench`` made impossible meanwhile."""
-    with pytest.MonkeyPatch.context() as mp:
-        for name in [m for m in sys.modules if m == "workbench" or m.startswith("workbench.")]:
-            mp.delitem(sys.modules, name)
-        mp.setitem(sys.modules, "workbench", None)
-        return runpy.run_path(str(path), run_name="exported_plan")
 
 
 def test_script_in_subprocess_equals_workbench(tmp_path):
@@ -105,7 +96,7 @@ def test_script_in_process_has_identical_tensors(tmp_path):
     model, applied, want = _workbench_state(plan, SPEC, 1e-3, 0.01, base_dir=tmp_path)
     script = export_script(plan, SPEC, tmp_path / "s.py", base_dir=tmp_path)
     assert "'a.safetensors'" in script.read_text()  # relative to the script's folder
-    ns = _run_script_in_process(script)
+    ns = run_exported_script(script)
     torch.manual_seed(0)
     mine = ns["build_model"]()
     ns["apply_freeze_plan"](mine)
@@ -131,7 +122,7 @@ def test_script_trains_with_stages(tmp_path, monkeypatch, capsys):
         }
     )
     script = export_script(plan, spec, tmp_path / "m.py", optimizer="sgd")
-    ns = _run_script_in_process(script)
+    ns = run_exported_script(script)
     monkeypatch.setattr(sys, "argv", [str(script), "--steps", "4", "--image-size", "32", "--batch-size", "2"])
     ns["main"]()
     out = capsys.readouterr().out
@@ -150,7 +141,7 @@ def test_stage_settings_follow_the_plan(tmp_path):
         }
     )
     script = export_script(plan, SPEC, tmp_path / "s.py")
-    ns = _run_script_in_process(script)
+    ns = run_exported_script(script)
     for step, epoch in ((0, 0), (5, 0), (3, 1), (9, 2)):
         torch.manual_seed(0)
         model = ns["build_model"]()
@@ -175,7 +166,7 @@ def test_checkpoint_model_is_rebuilt_the_same(tmp_path):
     plan = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True}, {"select": "fc", "frozen": False}]})
     script = export_script(plan, spec, tmp_path / "c.py")
     assert "CHECKPOINT = 'ft.pt'" in script.read_text()
-    ns = _run_script_in_process(script)
+    ns = run_exported_script(script)
     mine = ns["build_model"]()
     assert mine.fc.out_features == 3
     assert torch.equal(mine.layer4[1].conv2.weight, trained.layer4[1].conv2.weight)
@@ -224,7 +215,7 @@ def test_cli_export_script_and_plan(tmp_path, capsys):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_script_trains_on_cuda(tmp_path, monkeypatch, capsys):
     script = export_script(FreezePlan.from_dict(PLAN), SPEC, tmp_path / "s.py")
-    ns = _run_script_in_process(script)
+    ns = run_exported_script(script)
     monkeypatch.setattr(sys, "argv", [str(script), "--steps", "3", "--image-size", "64", "--batch-size", "4", "--device", "cuda"])
     ns["main"]()
     assert "step 2: loss" in capsys.readouterr().out

@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from tests.core.models.hf_fixtures import save_folder, tiny_bert, tiny_gpt2
+from tests.fixtures.exported import run_exported_script
 from tests.timeouts import SUBPROCESS_LONG_S
 from workbench.cli import main
 from workbench.core.export import ExportError, export_script, render_script
@@ -212,7 +213,7 @@ def test_hf_folder_with_weights_loads_them(tmp_path):
     plan = FreezePlan.from_dict({"rules": [{"select": "bert.embeddings", "frozen": True}]})
     script = export_script(plan, ModelSpec(source="hf", name=str(folder)), tmp_path / "b.py")
     assert "LOAD_WEIGHTS = True" in script.read_text()
-    ns = _namespace(script)
+    ns = run_exported_script(script)
     mine = ns["build_model"]()
     assert torch.equal(mine.bert.encoder.layer[1].output.dense.weight, ref.bert.encoder.layer[1].output.dense.weight)
 
@@ -258,18 +259,8 @@ def test_base_text_model_without_head_is_refused(tmp_path):
 
 
 # ------------------------------------------------------------------ plan language in the script
-def _namespace(script: Path) -> dict:
-    import runpy
-
-    with pytest.MonkeyPatch.context() as mp:
-        for name in [m for m in sys.modules if m == "workbench" or m.startswith("workbench.")]:
-            mp.delitem(sys.modules, name)
-        mp.setitem(sys.modules, "workbench", None)
-        return runpy.run_path(str(script), run_name="exported_plan")
-
-
 def _script_state(script: Path, settings_key: tuple[int, int] | None = None, lr: float = 1e-3, wd: float = 0.01) -> dict:
-    ns = _namespace(script)
+    ns = run_exported_script(script)
     torch.manual_seed(0)
     model = ns["build_model"]()
     ns["apply_freeze_plan"](model)
@@ -369,6 +360,6 @@ def test_timm_checkpoint_is_loaded_by_the_script(tmp_path):
     script = export_script(plan, spec, tmp_path / "c.py")
     assert "CHECKPOINT = 'ft.safetensors'" in script.read_text()
     assert _imports(script) - STDLIB == {"torch", "timm", "safetensors"}
-    mine = _namespace(script)["build_model"]()
+    mine = run_exported_script(script)["build_model"]()
     assert mine.fc.out_features == 3
     assert torch.equal(mine.layer4[0].conv1.weight, trained.layer4[0].conv1.weight)
