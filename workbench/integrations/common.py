@@ -337,3 +337,21 @@ def callback_class(impl: type, base: Callable[[], type], module: str) -> type:
         ``FreezePlanCallback``, a subclass of ``impl`` and of the framework's base.
     """
     return type("FreezePlanCallback", (impl, base()), {"__doc__": impl.__doc__, "__module__": module})
+
+
+def lazy_callback(impl: type, base: Callable[[], type], module: str) -> Callable[[str], Any]:
+    """The module ``__getattr__`` of an integration: ``FreezePlanCallback`` made on first access.
+
+    Args:
+        impl / base / module: as for :func:`callback_class`.
+
+    Returns:
+        A function to assign to the module's ``__getattr__``.
+    """
+
+    def getattr_(name: str) -> Any:
+        if name == "FreezePlanCallback":
+            return callback_class(impl, base, module)
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+
+    return getattr_

@@ -65,9 +65,9 @@ from workbench.core.models.tree import ModelTree
 from workbench.core.models.zoo import ModelSourceError
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.integrations.common import (
-    callback_class,
     check_same_plan,
     groups_from_layout,
+    lazy_callback,
     load_plan,
     optimizer_layout,
     plan_for,
@@ -417,11 +417,4 @@ def _callback_base() -> type:
     return Callback
 
 
-def _make_class() -> type:
-    return callback_class(_FreezePlanCallbackImpl, _callback_base, __name__)
-
-
-def __getattr__(name: str) -> Any:
-    if name == "FreezePlanCallback":
-        return _make_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_callback(_FreezePlanCallbackImpl, _callback_base, __name__)

@@ -57,10 +57,10 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.freezing.apply import AppliedPlan, apply_plan
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.integrations.common import (
-    callback_class,
     check_same_plan,
     extend_scheduler,
     groups_from_layout,
+    lazy_callback,
     load_plan,
     optimizer_layout,
     plan_for,
@@ -427,11 +427,4 @@ def _callback_base() -> type:
     return TrainerCallback
 
 
-def _make_class() -> type:
-    return callback_class(_FreezePlanCallbackImpl, _callback_base, __name__)
-
-
-def __getattr__(name: str) -> Any:
-    if name == "FreezePlanCallback":
-        return _make_class()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_callback(_FreezePlanCallbackImpl, _callback_base, __name__)
