@@ -1,4 +1,4 @@
-"""FreezePlanCallback under torchrun with the Trainer's DDP (2 gloo processes on CPU): after a
+"""FreezePlanCallback under DDP (ranks as torchrun starts them) with the Trainer's DDP (2 gloo processes on CPU): after a
 stage unfreezes a layer, and after a second one that unfreezes another and freezes part of the
 first, the replicas stay identical (and drift apart without the rebuild)."""
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.fixtures.torchrun import torchrun
+from tests.fixtures.ranks import run_ranks
 
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
@@ -63,8 +63,8 @@ def _run(tmp_path: Path, mode: str) -> tuple[dict, dict]:
     out = tmp_path / mode
     out.mkdir()
     root = str(Path(__file__).resolve().parents[2])
-    proc = torchrun([str(script), str(out), mode, root], cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+    proc = run_ranks(script, [str(out), mode, root], tmp_path)
+    assert proc.returncode == 0, proc.stdout[-4000:]
     return json.loads((out / "rank0.json").read_text()), json.loads((out / "rank1.json").read_text())
 
 

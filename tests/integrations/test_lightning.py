@@ -13,7 +13,7 @@ from torch import nn
 
 L = pytest.importorskip("lightning")
 
-from tests.fixtures.torchrun import torchrun
+from tests.fixtures.ranks import run_ranks
 from workbench.core.checks import doctor
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.integrations.lightning import FreezePlanCallback, sync_param_groups
@@ -263,7 +263,7 @@ def test_ddp_stage_keeps_ranks_identical(tmp_path):
     """
     script = tmp_path / "worker.py"
     script.write_text(DDP_WORKER)
-    proc = torchrun([str(script), str(tmp_path), "stage"], tmp_path)
+    proc = run_ranks(script, [str(tmp_path), "stage"], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = [json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2)]
     w0, w1 = (torch.load(tmp_path / f"rank{i}.pt") for i in range(2))

@@ -1,4 +1,5 @@
-"""DDP on CPU: 2 gloo processes launched by torchrun, through the Trainer and through the CLI."""
+"""DDP on CPU: 2 gloo processes, through the Trainer (ranks forked from a preloaded server) and
+through the CLI (launched by torchrun)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.fixtures.ranks import run_ranks
 from tests.fixtures.torchrun import torchrun as _torchrun
 from workbench.core.plan.rules import FreezePlan, Rule
 from workbench.core.training.distributed import DistInfo, env_info
@@ -99,7 +101,7 @@ def test_env_info_defaults_to_one_process(monkeypatch: pytest.MonkeyPatch):
 def test_two_process_gloo_ddp_with_a_live_plan_change(tmp_path: Path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    proc = _torchrun([str(script), str(tmp_path)], tmp_path)
+    proc = run_ranks(script, [str(tmp_path)], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r0, r1 = (json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2))
     for r in (r0, r1):
@@ -124,32 +126,24 @@ def test_two_process_gloo_ddp_with_a_live_plan_change(tmp_path: Path):
 
 
 def test_torchrun_cli(tmp_path: Path):
+    """One torchrun job through the CLI: plan, schedule, validation, metrics and save."""
     plan = tmp_path / "plan.json"
     FreezePlan([Rule("*", frozen=True), Rule("fc", frozen=False)]).save(plan)
     proc = _torchrun(
         ["-m", "workbench", "train", "--model", "resnet18", "--num-classes", "10", "--image-size", "32",
-         "--batch-size", "2", "--steps", "2", "--data", "synthetic:16", "--plan", str(plan), "--device", "cpu",
-         "--metrics", str(tmp_path / "m.csv"), "--save", str(tmp_path / "run"), "--no-progress"],
+         "--batch-size", "2", "--steps", "2", "--data", "synthetic:20", "--plan", str(plan), "--device", "cpu",
+         "--scheduler", "cosine", "--val-every", "1", "--val-fraction", "0.2",
+         "--metrics", str(tmp_path / "m.jsonl"), "--save", str(tmp_path / "run"), "--no-progress"],
         tmp_path,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("verify OK") == 1  # the summary is printed by rank 0 only
     assert "x2" in proc.stdout  # world size in the device line
-    assert [m.trainable_params for m in load_metrics(tmp_path / "m.csv")] == [5130, 5130]
-    assert (tmp_path / "run" / "trainable.safetensors").exists()
-    assert FreezePlan.load(tmp_path / "run" / "plan.json").to_dict()["rules"] == FreezePlan.load(plan).to_dict()["rules"]
-
-
-def test_torchrun_cli_with_a_schedule_and_validation(tmp_path: Path):
-    proc = _torchrun(
-        ["-m", "workbench", "train", "--model", "resnet18", "--image-size", "32", "--batch-size", "2", "--steps", "2",
-         "--data", "synthetic:20", "--device", "cpu", "--scheduler", "cosine", "--val-every", "1",
-         "--val-fraction", "0.2", "--metrics", str(tmp_path / "m.jsonl"), "--no-progress", "--json"],
-        tmp_path,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    summary = json.loads(proc.stdout)["summary"]  # rank 0 alone prints
-    assert summary["world_size"] == 2 and summary["val_step"] == 1 and summary["val_samples"] == 4
     metrics = load_metrics(tmp_path / "m.jsonl")
+    assert [m.trainable_params for m in metrics] == [5130, 5130]
     assert all(m.val_loss is not None and m.val_acc is not None for m in metrics)
     assert metrics[0].lr[0] == pytest.approx(1e-3) and metrics[1].lr[0] == pytest.approx(0.5e-3)
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())["summary"]  # the RunResult, saved
+    assert summary["world_size"] == 2 and summary["val_step"] == 1 and summary["val_samples"] == 4
+    assert (tmp_path / "run" / "trainable.safetensors").exists()
+    assert FreezePlan.load(tmp_path / "run" / "plan.json").to_dict()["rules"] == FreezePlan.load(plan).to_dict()["rules"]

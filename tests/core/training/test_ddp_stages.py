@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.fixtures.torchrun import torchrun
+from tests.fixtures.ranks import run_ranks
 
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
 
@@ -73,7 +73,7 @@ WORKER = textwrap.dedent(
 def test_two_process_gloo_ddp_with_stages_keeps_ranks_identical(tmp_path: Path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    proc = torchrun([str(script), str(tmp_path)], tmp_path)
+    proc = run_ranks(script, [str(tmp_path)], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     w0, w1 = (torch.load(tmp_path / f"rank{i}.pt") for i in range(2))
     drift = {n: (w0[n] - w1[n]).abs().max().item() for n in w0}

@@ -12,6 +12,7 @@ import pytest
 import torch
 from torch import nn
 
+from tests.fixtures.ranks import run_ranks
 from tests.fixtures.torchrun import torchrun
 from tests.timeouts import SUBPROCESS_LONG_S
 from workbench.core.training.config import ConfigError, TrainConfig
@@ -274,7 +275,7 @@ def test_two_process_gloo_fsdp(tmp_path: Path):
 
     (tmp_path / "tiny_model.py").write_text(MODEL)
     (tmp_path / "worker.py").write_text(WORKER)
-    proc = torchrun([str(tmp_path / "worker.py"), str(tmp_path)], tmp_path, timeout_s=SUBPROCESS_LONG_S)
+    proc = run_ranks(tmp_path / "worker.py", [str(tmp_path)], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     r0, r1 = (json.loads((tmp_path / f"rank{i}.json").read_text()) for i in range(2))
     start = _tiny(tmp_path).state_dict()  # rank 0's initial weights
@@ -362,17 +363,17 @@ FAILING_WORKER = textwrap.dedent(
 @pytest.mark.slow
 def test_a_step_failing_on_one_rank_ends_the_job(tmp_path: Path):
     """The failing rank skips the end's collectives and leaves the group; the rank waiting for it
-    fails too (or torchrun stops it): the job ends, nothing hangs, nothing half-gathered is saved."""
+    fails too (or the launcher stops it, as torchrun does): the job ends, nothing hangs, nothing half-gathered is saved."""
     (tmp_path / "tiny_model.py").write_text(MODEL)
     (tmp_path / "worker.py").write_text(FAILING_WORKER)
-    proc = torchrun([str(tmp_path / "worker.py"), str(tmp_path)], tmp_path, timeout_s=SUBPROCESS_LONG_S)
+    proc = run_ranks(tmp_path / "worker.py", [str(tmp_path)], tmp_path)
     assert proc.returncode != 0
     r1 = json.loads((tmp_path / "rank1.json").read_text())
     assert r1["status"] == "failed" and "this rank's step fails" in r1["message"]
     assert "verify and saving skipped" in r1["message"] and not r1["verify"]
     # rank 1's 40 samples make 5 steps of 4 per rank, rank 0's 48 would make 6: both run 5
     assert r1["total"] == 5
-    if (tmp_path / "rank0.json").exists():  # else torchrun stopped rank 0 in its collective
+    if (tmp_path / "rank0.json").exists():  # else the launcher stopped rank 0 in its collective
         r0 = json.loads((tmp_path / "rank0.json").read_text())
         assert r0["status"] == "failed" and r0["total"] == 5 and "verify and saving skipped" in r0["message"]
     assert not (tmp_path / "run" / "model.safetensors").exists()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.fixtures.ranks import run_ranks
 from tests.fixtures.torchrun import torchrun
 from tests.timeouts import SUBPROCESS_LONG_S
 from workbench.core.training.fsdp import FsdpError
@@ -103,7 +104,7 @@ def test_meta_build_shard_then_read_each_ranks_slice(tmp_path: Path):
     with torch.no_grad():
         want = ref(ids).logits
     (tmp_path / "worker.py").write_text(WORKER)
-    proc = torchrun([str(tmp_path / "worker.py"), str(tmp_path), json.dumps(CONFIG)], tmp_path, timeout_s=SUBPROCESS_LONG_S)
+    proc = run_ranks(tmp_path / "worker.py", [str(tmp_path), json.dumps(CONFIG)], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     start = ref.state_dict()
     for rank in range(2):

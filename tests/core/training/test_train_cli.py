@@ -32,6 +32,7 @@ QUICK = ["--model", "resnet18", "--num-classes", "10", "--image-size", "32", "--
 
 def test_train_prints_progress_and_summary(tmp_path: Path, fc_plan: Path, capsys: pytest.CaptureFixture[str]):
     metrics = tmp_path / "m.jsonl"
+    handler = signal.getsignal(signal.SIGINT)  # not always Python's default: a background job ignores SIGINT
     rc = main(["train", *QUICK, "--steps", "3", "--plan", str(fc_plan), "--metrics", str(metrics)])
     out, err = capsys.readouterr()
     assert rc == 0, err
@@ -41,7 +42,7 @@ def test_train_prints_progress_and_summary(tmp_path: Path, fc_plan: Path, capsys
     assert "peak memory" in out and "peak RSS growth" in out and "median step" in out
     assert "verify       verify OK: 60 frozen tensors" in out
     assert [m.step for m in load_metrics(metrics)] == [0, 1, 2]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handler restored
+    assert signal.getsignal(signal.SIGINT) is handler  # handler restored
 
 
 def test_config_file_with_flag_overrides(tmp_path: Path, fc_plan: Path, capsys: pytest.CaptureFixture[str]):
@@ -92,12 +93,13 @@ def test_ctrl_c_stops_cleanly_with_exit_130(fc_plan: Path, monkeypatch: pytest.M
             self.step_hook = lambda step: signal.raise_signal(signal.SIGINT) if step == 1 else None
 
     monkeypatch.setattr(train_cmd, "Trainer", Interrupted)
+    handler = signal.getsignal(signal.SIGINT)
     rc = main(["train", *QUICK, "--steps", "50", "--plan", str(fc_plan)])
     out, err = capsys.readouterr()
     assert rc == 130
     assert "status       stopped: stopped at step 2 of 50" in out  # step 1 finished, then it stopped
     assert "verify OK" in out and "stopping after the current step" in err
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is handler
 
 
 def test_python_dash_m_workbench_train_help():
