@@ -83,7 +83,7 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
         row = ["→" if i == advice.chosen else "", a.candidate.name, fmt_bytes(a.memory.peak),
                "yes" if a.fits else "no", fmt_count(a.trainable_params), f"{a.step_ratio:.2f}",
                f"{a.cached_step_ratio:.2f}" if a.cached_step_ratio is not None else "-"]
-        if measured and a.measured is not None:
+        if a.measured is not None:
             err = (a.memory.peak - a.measured.peak_bytes) / a.measured.peak_bytes
             row += [fmt_bytes(a.measured.peak_bytes), f"{err:+.0%}", f"{a.measured.step_ratio:.2f}"]
         rows.append(row)
@@ -93,6 +93,7 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
         rows.append(["", af.name, fmt_bytes(af.peak_bytes), "yes" if af.fits else "no",
                      f"{fmt_count(af.trainable_start)} → {fmt_count(af.trainable_end)}",
                      f"{af.step_ratio_start:.2f} → {af.step_ratio_end:.2f}", cached])
+    rows = [row + ["-"] * (len(head) - len(row)) for row in rows]  # not measured (auto-freeze is never)
     shape = "x".join(str(s) for s in advice.input_shape)
     print(f"{args.model}, input {shape}, {args.optimizer}, amp {args.amp}, budget {fmt_bytes(advice.budget_bytes)}; "
           f"Pareto front: {len(advice.front)} of {len(advice.assessed)} candidates "

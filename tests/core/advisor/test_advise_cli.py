@@ -62,6 +62,27 @@ def test_measure_adds_measured_cost(capsys):
         assert 0.5 * m["peak_bytes"] <= c["predicted"]["peak_bytes"] <= 2 * m["peak_bytes"], c["name"]
 
 
+def test_measured_table_has_every_column_on_every_row(capsys, monkeypatch):
+    """--measure without --json: a measured row, rows not measured and the auto-freeze row share the columns."""
+    from workbench.core.advisor import measure
+    from workbench.core.advisor.advice import Measured
+
+    def first_only(advice, config, steps, **kwargs):  # a real measurement is test_measure_adds_measured_cost's
+        advice.assessed[advice.front[0]].measured = Measured(50 * 10**6, 1.0, 10.0, "peak RSS growth", (0.9, 1.1), steps)
+        return 1
+
+    monkeypatch.setattr(measure, "measure_front", first_only)
+    rc, out, _ = _advise(capsys, "--memory", "1GB", "--optimizer", "sgd", "--measure", "2")
+    assert rc == 0
+    lines = out.splitlines()
+    head = next(line for line in lines if "measured peak" in line)
+    rows = lines[lines.index(head) + 2:]
+    rows = rows[:next(i for i, r in enumerate(rows) if r.startswith("  measured peak:"))]
+    assert len(rows) >= 3 and any("auto-freeze" in r for r in rows)
+    assert sum(" 50 MB " in r for r in rows) == 1
+    assert all(r.rstrip().endswith(("-", "1.00")) for r in rows)
+
+
 def test_budget_below_the_weights_is_one_line_with_the_smallest_that_works(capsys):
     rc, out, err = _advise(capsys, "--memory", "10MB")
     assert rc == 2 and out == ""
