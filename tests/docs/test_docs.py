@@ -161,7 +161,8 @@ def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert README_TEST_COMMAND in readme
     assert README_TEST_COMMAND in ci
-    assert "pip install -e '.[test]'" in readme and "pip install -q -e '.[test]'" in ci
+    assert "python3 -m venv --upgrade-deps .venv && .venv/bin/pip install -e '.[test]'" in readme
+    assert "python3 -m venv --upgrade-deps .venv && .venv/bin/pip install -q -e '.[test]'" in ci
 
 
 def test_a_directive_that_matches_nothing_is_an_error(tmp_path: Path) -> None:

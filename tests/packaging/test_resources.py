@@ -186,7 +186,7 @@ def test_metainfo_essential_elements():
     assert root.tag == "component" and root.get("type") == "desktop-application"
     assert root.findtext("id") == APP_ID
     assert root.findtext("metadata_license") == "CC0-1.0"
-    assert root.findtext("project_license") == PYPROJECT["project"]["license"]["text"]
+    assert root.findtext("project_license") == PYPROJECT["project"]["license"]
     assert root.findtext("name") == "Freeze Workbench" and root.findtext("summary")
     assert len(root.findall("description/p")) >= 1
     launchable = root.find("launchable")

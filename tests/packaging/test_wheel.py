@@ -88,9 +88,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         shutil.copytree(ROOT / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     out = tmp_path / "wheelhouse"
     setuptools_version = tuple(int(x) for x in metadata.version("setuptools").split(".")[:2])
-    # setuptools >= 70.1 builds wheels by itself: build with it, offline. Older ones need the
-    # `wheel` package, which pip's isolated build environment fetches (network).
-    isolation = ["--no-build-isolation"] if setuptools_version >= (70, 1) else []
+    # pyproject.toml asks for setuptools >= 77 (an SPDX license string): build with this one,
+    # offline, when it is that new; else pip's isolated build environment fetches one (network).
+    isolation = ["--no-build-isolation"] if setuptools_version >= (77, 0) else []
     r = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", *isolation, str(src), "-w", str(out)],
         capture_output=True,
