@@ -274,7 +274,7 @@ def test_stages_show_as_markers_and_x_axis_switches(window: MainWindow, qtbot: A
     path = tmp_path / "staged.json"
     plan.save(path)
     assert window.open_plan(str(path))
-    t.panel.set_values(steps=40)
+    t.panel.set_values(steps=10)
     with qtbot.waitSignal(t.runs.prepared, timeout=ms(GUI_WORKER_S)):
         assert t.panel.start()
     assert any(m.kind == "planned" and "stage 0" in m.label for m in t.plots.markers)
@@ -300,7 +300,7 @@ def test_stages_show_as_markers_and_x_axis_switches(window: MainWindow, qtbot: A
     dialogs.script("save_file", str(tmp_path / "metrics"))
     t.plots.csv_button.click()
     rows = load_metrics(tmp_path / "metrics.csv")
-    assert len(rows) == record.steps() == 40
+    assert len(rows) == record.steps() == 10
 
 
 # ---------------------------------------------------------------- runs
