@@ -4,6 +4,8 @@ step_ratio_noise: a spread wider than the gap between rows is named."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from torchvision.models import resnet18
 
@@ -51,6 +53,18 @@ def test_stop_ends_between_steps(advice_and_config):
     count = measure_front(advice, config, 2, on_result=lambda i, m: seen.append(i), stop=lambda: len(seen) >= 1)
     assert count == 1 == len(seen)
     assert sum(a.measured is not None for a in advice.front_assessed) == 1
+    assert gc.get_freeze_count() == 0  # the objects frozen for the measurement's collections are thawed
+
+
+def test_a_failing_candidate_thaws_the_frozen_objects(advice_and_config):
+    advice, config = advice_and_config
+
+    def fail(i: int, m: Measured) -> None:
+        raise RuntimeError("caller's callback failed")
+
+    with pytest.raises(RuntimeError, match="callback failed"):
+        measure_front(advice, config, 1, on_result=fail)
+    assert gc.get_freeze_count() == 0
 
 
 def test_peak_meter_sees_memory_freed_before_the_block_ends():
