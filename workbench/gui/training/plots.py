@@ -501,6 +501,22 @@ class PlotsPanel(PlotAxes, QWidget):
         for key in ("mem_alloc", "mem_peak", "mem_reserved", "state_mb"):
             if key not in ("mem_reserved", "state_mb") or self.buffer.has_values(key):
                 self._legend_mem.addItem(self.curves[key], self.curves[key].opts.get("name") or key)
+        self._fit_legends()
+
+    @property
+    def legends(self) -> dict[str, pg.LegendItem]:
+        """The legends, by the key of the plot they sit in."""
+        return {"step_time": self._legend_step, "memory": self._legend_mem, "loss": self._legend_loss,
+                "lr": self._legend_lr}
+
+    def _fit_legends(self) -> None:
+        """A legend shows while legends are on (View ▸ Legends) and it fits across its plot's data
+        area. In a narrow cell (three columns on a 1280-px screen) a long one would run past the
+        plot's edge, clipped, over the curves; the read-out below names the same series."""
+        width = self.graphics.ci.layout.columnMinimumWidth(0) if self.columns else 0.0
+        for key, legend in self.legends.items():
+            room = width - self.plots[key].getAxis("left").width() - 8
+            legend.setVisible(self.legends_shown and (width <= 0 or legend.boundingRect().width() <= room))
 
     # ------------------------------------------------------------ drawing
     def _y(self, buffer: SeriesBuffer, column: str) -> np.ndarray:
@@ -570,6 +586,7 @@ class PlotsPanel(PlotAxes, QWidget):
         width = max(40.0, (w - 4 - 4 * (self.columns - 1)) / self.columns)
         for c in range(3):
             grid.setColumnFixedWidth(c, width if c < self.columns else 0.0)
+        self._fit_legends()
 
     def set_plot_shown(self, key: str, on: bool) -> None:
         """Show or hide one plot (the View ▸ Plots list); the others fill the grid.
@@ -604,7 +621,7 @@ class PlotsPanel(PlotAxes, QWidget):
             self.set_plot_shown(key, key in wanted)
 
     def set_legends_shown(self, on: bool) -> None:
-        """Show or hide the legends (View ▸ Legends).
+        """Show or hide the legends (View ▸ Legends); shown, a legend too wide for its plot stays hidden.
 
         Args:
             on: show them.
@@ -617,8 +634,7 @@ class PlotsPanel(PlotAxes, QWidget):
         if on == self.legends_shown:
             return
         self.legends_shown = on
-        for legend in (self._legend_step, self._legend_mem, self._legend_loss, self._legend_lr):
-            legend.setVisible(on)
+        self._fit_legends()
         self.viewChanged.emit()
 
     def _draw_bands(self) -> None:
