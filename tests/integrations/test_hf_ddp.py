@@ -1,4 +1,4 @@
-"""FreezePlanCallback under DDP (ranks as torchrun starts them) with the Trainer's DDP (2 gloo processes on CPU): after a
+"""FreezePlanCallback with the Trainer's DDP (2 gloo processes on CPU, started as torchrun starts them): after a
 stage unfreezes a layer, and after a second one that unfreezes another and freezes part of the
 first, the replicas stay identical (and drift apart without the rebuild)."""
 
