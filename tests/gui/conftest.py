@@ -17,7 +17,7 @@ import os
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
 from collections import defaultdict, deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +27,7 @@ from torch import nn
 
 if TYPE_CHECKING:
     from workbench.gui.main_window import MainWindow
+    from workbench.gui.training.plots import PlotsPanel
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -234,4 +235,22 @@ def window(qtbot: Any) -> MainWindow:
     qtbot.waitExposed(w)
     w.training.panel.set_values(batch_size=4, image_size=32, device="cpu", data="synthetic")
     return w
+
+
+@pytest.fixture
+def shown_plots(qtbot: Any) -> Callable[..., PlotsPanel]:
+    """A factory of plots panels on their own: ``shown_plots(width, height)`` (or its default
+    size) makes one, resized, shown and exposed."""
+    from workbench.gui.training.plots import PlotsPanel
+
+    def make(width: int | None = None, height: int | None = None) -> PlotsPanel:
+        panel = PlotsPanel()
+        qtbot.addWidget(panel)
+        if width is not None and height is not None:
+            panel.resize(width, height)
+        panel.show()
+        qtbot.waitExposed(panel)
+        return panel
+
+    return make
 

@@ -34,12 +34,8 @@ def _labels_inside(p: PlotsPanel) -> list[tuple[str, str, float, float, float, f
     return out
 
 
-def test_marker_labels_flip_left_near_the_right_edge_and_elide_in_narrow_plots(qtbot: Any) -> None:
-    p = PlotsPanel()
-    qtbot.addWidget(p)
-    p.resize(1000, 600)
-    p.show()
-    qtbot.waitExposed(p)
+def test_marker_labels_flip_left_near_the_right_edge_and_elide_in_narrow_plots(qtbot: Any, shown_plots: Any) -> None:
+    p = shown_plots(1000, 600)
     p.start_run(RunRecord(id="a", name="#1 a"))
     p.append(_records(200))
     p.redraw()

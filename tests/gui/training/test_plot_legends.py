@@ -9,11 +9,8 @@ from workbench.gui.training.plots import PlotsPanel
 from workbench.gui.training.run_store import RunRecord
 
 
-def _panel(qtbot: Any) -> PlotsPanel:
-    panel = PlotsPanel()
-    qtbot.addWidget(panel)
-    panel.show()
-    qtbot.waitExposed(panel)
+def _panel(shown_plots: Any) -> PlotsPanel:
+    panel = shown_plots()
     panel.start_run(RunRecord(id="r", name="#1 test"), total_params=2_000_000)
     panel.timer.stop()
     panel.append([{"step": i, "wall_time": 0.1 * (i + 1), "step_time_s": 0.01, "trainable_params": 2_000_000,
@@ -29,8 +26,8 @@ def _resize(qtbot: Any, panel: PlotsPanel, width: int) -> None:
     panel._canvas_resized()
 
 
-def test_a_legend_wider_than_its_plot_is_hidden_and_returns_when_there_is_room(qtbot: Any) -> None:
-    panel = _panel(qtbot)
+def test_a_legend_wider_than_its_plot_is_hidden_and_returns_when_there_is_room(qtbot: Any, shown_plots: Any) -> None:
+    panel = _panel(shown_plots)
     memory, step = panel.legends["memory"], panel.legends["step_time"]
     _resize(qtbot, panel, 700)
     assert panel.columns == 3
@@ -41,8 +38,8 @@ def test_a_legend_wider_than_its_plot_is_hidden_and_returns_when_there_is_room(q
     assert panel.columns == 3 and memory.isVisible() and step.isVisible()
 
 
-def test_view_legends_off_hides_every_legend_whatever_the_room(qtbot: Any) -> None:
-    panel = _panel(qtbot)
+def test_view_legends_off_hides_every_legend_whatever_the_room(qtbot: Any, shown_plots: Any) -> None:
+    panel = _panel(shown_plots)
     _resize(qtbot, panel, 1100)
     panel.set_legends_shown(False)
     assert not any(legend.isVisible() for legend in panel.legends.values())

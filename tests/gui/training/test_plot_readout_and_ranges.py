@@ -9,7 +9,7 @@ import numpy as np
 from PySide6.QtCore import QEvent
 from PySide6.QtGui import QColor, QPalette
 
-from workbench.gui.training.plots import PlotsPanel, is_dark, robust_bounds
+from workbench.gui.training.plots import is_dark, robust_bounds
 from workbench.gui.training.run_store import RunRecord
 
 
@@ -22,17 +22,8 @@ def records(n: int, ms: float = 100.0, rss: float = 500e6, start: int = 0) -> li
     ]
 
 
-def panel(qtbot: Any) -> PlotsPanel:
-    p = PlotsPanel()
-    qtbot.addWidget(p)
-    p.resize(900, 600)
-    p.show()
-    qtbot.waitExposed(p)
-    return p
-
-
-def test_readout_is_cleared_on_leave_on_run_start_and_on_overlay_change(qtbot: Any) -> None:
-    p = panel(qtbot)
+def test_readout_is_cleared_on_leave_on_run_start_and_on_overlay_change(shown_plots: Any) -> None:
+    p = shown_plots(900, 600)
     p.start_run(RunRecord(id="a", name="#1 a"))
     p.append(records(20))
     p.redraw()
@@ -50,8 +41,8 @@ def test_readout_is_cleared_on_leave_on_run_start_and_on_overlay_change(qtbot: A
     p.timer.stop()
 
 
-def test_close_markers_share_one_label_and_lie_under_the_curves(qtbot: Any) -> None:
-    p = panel(qtbot)
+def test_close_markers_share_one_label_and_lie_under_the_curves(shown_plots: Any) -> None:
+    p = shown_plots(900, 600)
     p.start_run(RunRecord(id="a", name="#1 a"))
     p.append(records(200))
     p.redraw()
@@ -78,8 +69,8 @@ def test_robust_bounds_leave_a_single_slow_step_out() -> None:
     assert robust_bounds(np.array([np.nan])) is None
 
 
-def test_step_time_range_ignores_outliers_and_log_scale_toggles(qtbot: Any) -> None:
-    p = panel(qtbot)
+def test_step_time_range_ignores_outliers_and_log_scale_toggles(shown_plots: Any) -> None:
+    p = shown_plots(900, 600)
     p.start_run(RunRecord(id="a", name="#1 a"))
     p.set_ema(0.0)
     p.append(records(100, ms=150.0) + [dict(records(1, ms=3800.0, start=100)[0])] + records(100, ms=120.0, start=101))
@@ -98,8 +89,8 @@ def test_step_time_range_ignores_outliers_and_log_scale_toggles(qtbot: Any) -> N
     assert p.y_range("step_time")[1] >= 3800.0
 
 
-def test_readout_shows_every_overlaid_run_and_memory_is_the_runs_own(qtbot: Any) -> None:
-    p = panel(qtbot)
+def test_readout_shows_every_overlaid_run_and_memory_is_the_runs_own(shown_plots: Any) -> None:
+    p = shown_plots(900, 600)
     p.start_run(RunRecord(id="b", name="#2 b"))
     p.append(records(30, rss=90e6))  # the engine's CPU figures are growth since the run began
     p.redraw()
@@ -118,8 +109,8 @@ def test_readout_shows_every_overlaid_run_and_memory_is_the_runs_own(qtbot: Any)
     assert p.curves["mem_alloc"].opts["name"] == "RSS growth"
 
 
-def test_plots_follow_a_dark_palette(qtbot: Any) -> None:
-    p = panel(qtbot)
+def test_plots_follow_a_dark_palette(shown_plots: Any) -> None:
+    p = shown_plots(900, 600)
     assert not p.dark
     dark = QPalette()
     dark.setColor(QPalette.ColorRole.Window, QColor(30, 30, 30))
@@ -132,8 +123,8 @@ def test_plots_follow_a_dark_palette(qtbot: Any) -> None:
     assert not p.dark and p.graphics.backgroundBrush().color().lightness() > 200
 
 
-def test_title_says_paused_while_paused(qtbot: Any) -> None:
-    p = panel(qtbot)
+def test_title_says_paused_while_paused(shown_plots: Any) -> None:
+    p = shown_plots(900, 600)
     p.start_run(RunRecord(id="a", name="#1 a"))
     p.set_state("paused")
     assert "paused" in p.title.text()

@@ -13,7 +13,6 @@ from PySide6.QtCore import QRect
 
 from workbench.gui.main_window import MainWindow
 from workbench.gui.training.plot_ranges import pause_intervals
-from workbench.gui.training.plots import PlotsPanel
 from workbench.gui.training.run_store import RunRecord
 
 
@@ -85,12 +84,8 @@ def test_pause_intervals_tell_pauses_from_validation() -> None:
     assert pause_intervals(step, 0.1 * (step + 1), ms, np.zeros(6)) == []  # steady steps: no band
 
 
-def test_marker_labels_never_overlap_and_keep_their_full_text(qtbot: Any) -> None:
-    p = PlotsPanel()
-    qtbot.addWidget(p)
-    p.resize(700, 500)
-    p.show()
-    qtbot.waitExposed(p)
+def test_marker_labels_never_overlap_and_keep_their_full_text(qtbot: Any, shown_plots: Any) -> None:
+    p = shown_plots(700, 500)
     p.start_run(RunRecord(id="a", name="#1 a"))
     p.append([{"step": i, "wall_time": 0.1 * i, "step_time_s": 0.1, "loss": 1.0} for i in range(300)])
     p.redraw()

@@ -381,14 +381,11 @@ def test_verify_panel_shows_a_failure_in_red(qtbot: Any) -> None:
     assert seen == ["layer1"]
 
 
-def test_plots_keep_to_their_drawing_budget_and_label_markers(qtbot: Any) -> None:
-    from workbench.gui.training.plots import PlotsPanel, marker_text
+def test_plots_keep_to_their_drawing_budget_and_label_markers(qtbot: Any, shown_plots: Any) -> None:
+    from workbench.gui.training.plots import marker_text
     from workbench.gui.training.run_store import RunRecord
 
-    panel = PlotsPanel()
-    qtbot.addWidget(panel)
-    panel.show()
-    qtbot.waitExposed(panel)
+    panel = shown_plots()
     panel.start_run(RunRecord(id="r", name="#1 test"), total_params=2_000_000)
     panel.timer.stop()  # ticks by hand below
     qtbot.wait(50)
@@ -444,15 +441,10 @@ def test_coarse_range_keeps_its_range_until_the_data_leave_or_shrink_in_it() -> 
     assert flat[0] < 11.2 < flat[1]
 
 
-def test_plot_y_ranges_move_in_coarse_steps_and_stop_following_a_zoom(qtbot: Any) -> None:
-    from workbench.gui.training.plots import PlotsPanel
+def test_plot_y_ranges_move_in_coarse_steps_and_stop_following_a_zoom(qtbot: Any, shown_plots: Any) -> None:
     from workbench.gui.training.run_store import RunRecord
 
-    panel = PlotsPanel()
-    qtbot.addWidget(panel)
-    panel.resize(900, 600)
-    panel.show()
-    qtbot.waitExposed(panel)
+    panel = shown_plots(900, 600)
     panel.start_run(RunRecord(id="r", name="#1 test"))
     panel.timer.stop()
     view = panel.plots["step_time"].vb

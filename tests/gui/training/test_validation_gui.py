@@ -18,7 +18,7 @@ from tests.timeouts import GUI_RUN_S, ms
 from workbench.core.training.tensorboard import tensorboard_available
 from workbench.gui.main_window import MainWindow
 from workbench.gui.training.plot_ranges import grid_columns
-from workbench.gui.training.plots import GRID_ORDER, PLOT_KEYS, PlotsPanel
+from workbench.gui.training.plots import GRID_ORDER, PLOT_KEYS
 from workbench.gui.training.run_store import RunRecord, validation_text
 from workbench.gui.training.runs_tab import COLUMNS, RunsPanel, compare_text
 from workbench.gui.training.series import SeriesBuffer, lr_group_name
@@ -151,12 +151,9 @@ def test_runs_tab_compares_validation_between_runs(qtbot: Any) -> None:
     assert "val loss <b>0.4500</b>" in lines[1] and "val acc" not in lines[1]
 
 
-def test_plot_grid_has_every_plot_once_and_goes_to_three_columns_when_wide(qtbot: Any) -> None:
+def test_plot_grid_has_every_plot_once_and_goes_to_three_columns_when_wide(qtbot: Any, shown_plots: Any) -> None:
     assert sorted(GRID_ORDER) == sorted(k for k, _t in PLOT_KEYS)
-    panel = PlotsPanel()
-    qtbot.addWidget(panel)
-    panel.resize(1200, 400)
-    panel.show()
+    panel = shown_plots(1200, 400)
     qtbot.waitUntil(lambda: panel.columns == 3)
     assert grid_columns(590, 7, 3) == 3 and grid_columns(560, 7, 3) == 2  # 20 px of hysteresis
     assert grid_columns(300, 7) == 1 and grid_columns(1000, 1) == 2  # never more columns than cells

@@ -463,7 +463,7 @@ class PlotsPanel(PlotAxes, QWidget):
                 p.getAxis(ax).setTextPen(t["text"])
                 p.getAxis(ax).setPen(t["axis"])
             self._set_plot_title(key, self._titles.get(key, dict(PLOT_KEYS)[key]))
-        for legend in (self._legend_step, self._legend_mem, self._legend_loss, self._legend_lr):
+        for legend in self.legends.values():
             legend.setBrush(pg.mkBrush(*t["legend"]))
             legend.setLabelTextColor(t["text"])
         self.readout.opts["color"] = t["readout"]
@@ -482,10 +482,8 @@ class PlotsPanel(PlotAxes, QWidget):
             self.apply_theme()
 
     def _rebuild_legends(self) -> None:
-        self._legend_step.clear()
-        self._legend_mem.clear()
-        self._legend_loss.clear()
-        self._legend_lr.clear()
+        for legend in self.legends.values():
+            legend.clear()
         if self.curves["val_loss"].isVisible() and self.buffer.has_values("val_loss"):
             for key in ("loss_ema", "val_loss"):
                 self._legend_loss.addItem(self.curves[key], self.curves[key].opts.get("name") or key)
