@@ -104,6 +104,21 @@ def test_compare_uses_medians_per_plan_segment_not_the_final_count() -> None:
     assert "step time <b>0.80×</b>" in html and "trainable <b>0.50×</b>" in html and "segment" not in html
 
 
+def test_compare_shows_a_measured_zero_peak_without_a_ratio() -> None:
+    # peak memory is growth over the run's start: a short CPU run can measure 0, which is a
+    # number to show (not "no measurement"), but no ratio can be taken against it
+    def rec(name: str, peak: int) -> RunRecord:
+        return RunRecord(id=name, name=name, metrics=_metrics([50] * 3, [5] * 3), summary={"peak_memory_bytes": peak})
+
+    html, _ = compare_text(rec("#1", 0), [rec("#2", 2_000_000)])
+    assert "peak memory (2 MB vs 0 MB)" in html and "×</b> (2 MB" not in html
+    html, _ = compare_text(rec("#1", 1_000_000), [rec("#2", 0)])
+    assert "peak memory <b>0.00×</b> (0 MB vs 1 MB)" in html
+    unmeasured = RunRecord(id="u", name="#3", summary={"median_step_time_s": 0.05})
+    html, _ = compare_text(unmeasured, [rec("#2", 0)])
+    assert "peak memory" not in html
+
+
 _OWNERS: list[QWidget] = []  # keeps the panels' parent alive for the test (closed by the leak check)
 
 

@@ -236,8 +236,9 @@ def compare_text(base: RunRecord, others: list[RunRecord]) -> tuple[str, str]:
             if ratio:
                 bits.append(f"{what} <b>{ratio}</b>")
         a, b = base.peak_memory(), r.peak_memory()
-        if a and b:
-            bits.insert(1 if bits else 0, f"peak memory <b>{b / a:.2f}×</b> ({fmt_memory(b)} vs {fmt_memory(a)})")
+        if a is not None and b is not None:  # a measured 0 (no growth) is a number too
+            ratio = f"<b>{b / a:.2f}×</b> " if a > 0 else ""
+            bits.insert(1 if bits else 0, f"peak memory {ratio}({fmt_memory(b)} vs {fmt_memory(a)})")
         if len(segs) > 1 or len(base_segs) > 1:
             bits.append(f"per plan segment ({len(segs)} vs {len(base_segs)})")
         bits.extend(_val_compare(base, r))
