@@ -6,6 +6,8 @@ import csv
 import json
 import math
 import mmap
+import platform
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,8 @@ from workbench.core.training.metrics import (
     grad_bytes,
     load_metrics,
     optimizer_state_bytes,
+    process_rss,
+    release_freed_heap,
 )
 
 
@@ -100,6 +104,34 @@ def test_cpu_probe_reads_rss_growth_and_tracks_peak():
 
     probe.sample()
     assert probe.rss is not None and abs(probe.rss - psutil.Process().memory_info().rss) < 50_000_000
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc",
+                    reason="malloc_trim is glibc's")
+def test_freed_heap_is_handed_back_so_the_next_run_grows_again():
+    release_freed_heap()
+    before = process_rss()
+    chunks = [torch.ones(16_000) for _ in range(4000)]  # 64 kB each, under malloc's mmap threshold: the heap
+    keep = chunks[-1]  # the heap's top stays in use: only malloc_trim returns the pages below it
+    del chunks
+    freed = process_rss()
+    release_freed_heap()
+    after = process_rss()
+    assert before is not None and freed is not None and after is not None
+    assert freed - before > 200_000_000  # freed, but still resident: a new run would reuse it unseen
+    assert after - before < 50_000_000
+    del keep
+
+
+def test_a_run_reads_its_memory_baseline_after_handing_freed_heap_back(monkeypatch: pytest.MonkeyPatch):
+    from workbench.core.training import engine
+    from workbench.core.training.config import TrainConfig
+
+    calls: list[str] = []
+    monkeypatch.setattr(engine, "release_freed_heap", lambda: calls.append("release"))
+    monkeypatch.setattr(engine, "process_rss", lambda: calls.append("baseline") or 1)
+    engine.Trainer(TrainConfig(model="resnet18", device="cpu", steps=1)).setup()
+    assert calls[:2] == ["release", "baseline"]
 
 
 def test_optimizer_state_bytes_counts_real_state():

@@ -19,9 +19,6 @@ keeps their spread, which :func:`step_ratio_noise` compares with the difference 
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
 import functools
 import gc
 import statistics
@@ -38,7 +35,7 @@ from workbench.core.models.spec import ModelSpec
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import synthetic_for_model
 from workbench.core.training.engine import Trainer
-from workbench.core.training.metrics import MEMORY_SOURCES, StepMetrics, process_rss
+from workbench.core.training.metrics import MEMORY_SOURCES, StepMetrics, process_rss, release_freed_heap
 
 __all__ = ["PeakMeter", "measure_front", "measure_peak", "step_ratio_noise"]
 
@@ -87,18 +84,10 @@ def measure_peak(trainer: Trainer, gen: Iterator[StepMetrics], steps: int, label
     return live.peak
 
 
-@functools.cache
-def _libc() -> str | None:
-    return ctypes.util.find_library("c")  # runs ldconfig: once
-
-
 def _trim() -> None:
     """Collect garbage and hand freed heap memory back to the system (glibc), so RSS falls."""
     gc.collect()
-    name = _libc()
-    if name:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(name).malloc_trim(0)
+    release_freed_heap()
 
 
 def _status_kb(field: str) -> int | None:

@@ -58,7 +58,14 @@ from workbench.core.training.data import dataset_num_classes, dataset_seq_len, m
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
 from workbench.core.training.frozen_cache import CacheRefusedError, FrozenPrefixCache, build_cache
 from workbench.core.training.loop_state import LoopState
-from workbench.core.training.metrics import MemoryProbe, MetricsWriter, StepMetrics, optimizer_state_bytes, process_rss
+from workbench.core.training.metrics import (
+    MemoryProbe,
+    MetricsWriter,
+    StepMetrics,
+    optimizer_state_bytes,
+    process_rss,
+    release_freed_heap,
+)
 from workbench.core.training.module_stats import ModuleStatsProbe
 from workbench.core.training.optim import sync_optimizer
 from workbench.core.training.run_folder import RunOutputs
@@ -281,6 +288,7 @@ class Trainer:
         """
         if self._ready:
             return
+        release_freed_heap()  # an earlier run's freed memory is not reused unseen (core.training.metrics)
         self._setup_rss = process_rss()  # the baseline of CPU peak memory: before the model is built
         cfg = self.config
         if cfg.torch_threads:

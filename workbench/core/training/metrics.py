@@ -13,11 +13,16 @@ naming the measure); :func:`fmt_memory` writes it the same way everywhere:
   allocator's reserve, which is ``mem_reserved``);
 - MPS: the largest ``torch.mps.current_allocated_memory`` sampled (driver memory as reserved);
 - CPU: **peak RSS growth**: the largest process resident set size sampled during the run,
-  minus the RSS when the run's setup began (before the model was built). Its limits: RSS
-  counts every allocation of the process (data loading, Python objects, libraries loaded
-  late), so it is not tensor bytes; memory the process freed earlier (an earlier run in the
-  app) is reused without growing RSS, so growth is a lower bound there; and it is sampled at
-  reported steps, so a peak between two samples is missed. The exact tensor figures beside
+  minus the RSS when the run's setup began (before the model was built). Before that
+  baseline is read, heap memory the process has freed is handed back to the system
+  (:func:`release_freed_heap`, glibc's ``malloc_trim``), so a second run in the same process
+  (the app) grows as the first did instead of reusing the first run's freed memory unseen.
+  Its limits: RSS counts every allocation of the process (data loading, Python objects,
+  libraries loaded late), so it is not tensor bytes; memory still held by garbage in
+  reference cycles is not freed first (a full collection costs a quarter of a second in a
+  large process), nor is it handed back where the C library has no ``malloc_trim`` (macOS,
+  musl), so growth is a lower bound there; and it is sampled at reported steps, so a peak
+  between two samples is missed. The exact tensor figures beside
   it are ``grad_bytes`` and ``optimizer_state_bytes``.
 
 The absolute process RSS is a second quantity with its own name everywhere: ``mem_rss``
@@ -34,6 +39,9 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import ctypes
+import ctypes.util
+import functools
 import itertools
 import json
 import math
@@ -62,6 +70,7 @@ __all__ = [
     "load_metrics",
     "optimizer_state_bytes",
     "process_rss",
+    "release_freed_heap",
     "tensor_bytes",
 ]
 
@@ -505,6 +514,23 @@ def process_rss() -> int | None:
         return int(psutil.Process().memory_info().rss)
     except Exception:  # no psutil, or a platform without the figure
         return None
+
+
+@functools.cache
+def _libc() -> str | None:
+    return ctypes.util.find_library("c")  # runs ldconfig: once
+
+
+def release_freed_heap() -> None:
+    """Hand heap memory this process has freed back to the system (glibc's ``malloc_trim``),
+    so the RSS falls to what is in use; a no-op where the C library has no such call.
+
+    A few milliseconds; it does not collect garbage (``gc.collect()`` first for that).
+    """
+    name = _libc()
+    if name:
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(name).malloc_trim(0)
 
 
 class MemoryProbe:
