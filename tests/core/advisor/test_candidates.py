@@ -8,6 +8,7 @@ from workbench.core.advisor.candidates import block_sequence, generate_candidate
 from workbench.core.advisor.memory import estimate_memory
 from workbench.core.advisor.predict import step_ratio
 from workbench.core.advisor.profile import AdvisorError, profile_model
+from workbench.core.models.tree import ModelTree
 from workbench.core.plan import FreezePlan
 
 
@@ -77,6 +78,8 @@ def test_resnet_candidates_train_what_their_name_says(r18):
     assert head == {"fc.weight", "fc.bias"}
     last1 = trainable_names(cands["last 1 block (layer4) + head"], model)
     assert last1 == {n for n, _ in model.named_parameters() if n.startswith(("layer4.", "fc."))}
+    tree = ModelTree.from_model(model)  # a caller's tree gives the same names as the model's own
+    assert all(trainable_names(c, model, tree) == trainable_names(c, model) for c in cands.values())
     bn = cands["last 1 block (layer4) + head · BN eval"]
     eff = bn.plan.resolve(model)
     assert eff["layer4.0.bn1"].bn_eval and not eff["layer4.0.bn1"].frozen

@@ -23,6 +23,7 @@ from workbench.core.advisor.memory import MemoryEstimate, estimate_memory
 from workbench.core.advisor.predict import cache_row_bytes, cached_step_flops, step_flops
 from workbench.core.advisor.profile import AdvisorError, ModelProfile, meta_copy, profile_model
 from workbench.core.formatting import fmt_bytes
+from workbench.core.models.tree import ModelTree
 from workbench.core.plan import FreezePlan
 
 __all__ = ["Advice", "Assessment", "Measured", "advise", "predict_plan", "step_ratio_noise"]
@@ -157,14 +158,14 @@ class Advice:
 _EXACT_KINDS = ("low_rank", "top_k")
 
 
-def _exact_profile(model: nn.Module, candidate: Candidate, input_shape: tuple[int, ...],
+def _exact_profile(model: nn.Module, tree: ModelTree, candidate: Candidate, input_shape: tuple[int, ...],
                    param_dtype: torch.dtype | None, device_type: str) -> tuple[ModelProfile, set[str]]:
     """Profile a meta copy of ``model`` with ``candidate`` applied and only its parameters training."""
     if candidate.kind == "low_rank":
         meta, names = adapted_meta_copy(model, candidate)
     else:
         meta = meta_copy(model)
-        names = trainable_names(candidate, model)
+        names = trainable_names(candidate, model, tree)
     prof = profile_model(meta, input_shape, bn_eval=candidate.bn_eval, param_dtype=param_dtype,
                          trainable=names, in_place=True, device_type=device_type)
     return prof, names
@@ -210,13 +211,14 @@ def advise(
     bn_profile = (profile_model(model, input_shape, bn_eval=True, param_dtype=param_dtype, device_type=device_type)
                   if any(c.bn_eval for c in candidates) else None)
     full_flops = step_flops(profile, [p.name for p in profile.params], optimizer)
+    tree = ModelTree.from_model(model)  # one tree for every candidate's plan
     assessed: list[Assessment] = []
     for c in candidates:
         if c.kind in _EXACT_KINDS:
-            prof, names = _exact_profile(model, c, input_shape, param_dtype, device_type)
+            prof, names = _exact_profile(model, tree, c, input_shape, param_dtype, device_type)
         else:
             prof = bn_profile if c.bn_eval and bn_profile is not None else profile
-            names = trainable_names(c, model)
+            names = trainable_names(c, model, tree)
         mem = estimate_memory(prof, names, optimizer=optimizer, amp=amp, device_type=device_type)
         count = sum(p.numel for p in prof.params if p.name in names)
         ratio = step_flops(prof, names, optimizer) / full_flops if full_flops else 1.0

@@ -256,7 +256,7 @@ def generate_candidates(
             kind = "top_k"
         rules = [Rule("*", frozen=True)] + [Rule(p, frozen=False) for p in train]
         cand = Candidate(label, FreezePlan(rules), kind, k)
-        if trainable_names(cand, model) != everything:  # else it is full fine-tuning
+        if trainable_names(cand, model, tree) != everything:  # else it is full fine-tuning
             out.append(cand)
     targets = low_rank_targets(model, blocks) if blocks else []
     limit = _max_rank(model, blocks) if targets else 0
@@ -276,12 +276,14 @@ def generate_candidates(
     return out
 
 
-def trainable_names(candidate: Candidate, model: nn.Module) -> set[str]:
+def trainable_names(candidate: Candidate, model: nn.Module, tree: ModelTree | None = None) -> set[str]:
     """Names of the parameters ``candidate`` trains on ``model``.
 
     Args:
         candidate: the candidate.
         model: the model it was generated for.
+        tree: the model's tree, when the caller has one (building it is most of the cost
+            on a large model, and every candidate needs the same one).
 
     Returns:
         Dotted parameter names (for low-rank A+B: the adapters' ``U`` and ``V`` and the
@@ -291,5 +293,5 @@ def trainable_names(candidate: Candidate, model: nn.Module) -> set[str]:
         meta = meta_copy(model)
         candidate.plan.apply(meta)
         return {n for n, p in meta.named_parameters() if p.requires_grad}
-    eff = candidate.plan.resolve(model)
+    eff = candidate.plan.resolve(tree if tree is not None else model)
     return {n for n, _ in model.named_parameters() if not eff[n.rpartition(".")[0]].frozen}
