@@ -16,7 +16,7 @@ from workbench.core.advisor.activations import (
     predict_step,
     profile_activations,
     shape_text,
-    trainable_names,
+    unfrozen_param_names,
 )
 from workbench.core.advisor.profile import AdvisorError
 
@@ -46,7 +46,7 @@ def test_a_frozen_prefix_keeps_no_activations_and_the_batch_scales_them() -> Non
     act = profile_activations(model, 4, 32)
     names = [n for n, _ in model.named_parameters()]
     everything = predict_step(act, names, optimizer="sgd")
-    head_only = trainable_names(names, {"0": True, "2": True})
+    head_only = unfrozen_param_names(names, {"0": True, "2": True})
     assert head_only == {"6.weight", "6.bias"}
     head = predict_step(act, head_only, optimizer="sgd")
     assert 0 < head.activations < everything.activations

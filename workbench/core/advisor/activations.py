@@ -57,7 +57,7 @@ __all__ = [
     "predict_step",
     "profile_activations",
     "shape_text",
-    "trainable_names",
+    "unfrozen_param_names",
 ]
 
 
@@ -335,7 +335,7 @@ def profile_activations(
                              record.nbytes, seq_len=seq_len)
 
 
-def trainable_names(param_names: Iterable[str], frozen: Mapping[str, bool]) -> set[str]:
+def unfrozen_param_names(param_names: Iterable[str], frozen: Mapping[str, bool]) -> set[str]:
     """The parameters that train, given whether each module's own parameters are frozen.
 
     Args:

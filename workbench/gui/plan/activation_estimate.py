@@ -37,7 +37,7 @@ from workbench.core.advisor.activations import (
     predict_step,
     profile_activations,
     shape_text,
-    trainable_names,
+    unfrozen_param_names,
 )
 from workbench.core.advisor.profile import meta_copy
 from workbench.core.formatting import fmt_bytes
@@ -258,7 +258,7 @@ class ActivationEstimator(QObject):
         c = self._c
         assert c.loaded is not None and c.state is not None
         frozen = {p: e.frozen for p, e in c.state.effective.items()}
-        return trainable_names(c.loaded.param_shapes, frozen)
+        return unfrozen_param_names(c.loaded.param_shapes, frozen)
 
     def estimate(self, cfg: TrainConfig | None = None, *, compute: bool = False) -> Estimate:
         """The next run's predicted step memory against its device.
