@@ -32,6 +32,8 @@ SUBPROCESS_S = _s(900)
 SUBPROCESS_LONG_S = _s(1800)
 #: one documentation block of tests/docs (a fresh interpreter or shell): seconds
 DOC_BLOCK_S = _s(900)
+#: a download on a machine without network must fail by then, not hang: seconds
+OFFLINE_FAILURE_S = _s(120)
 
 
 def ms(seconds: float) -> int:
