@@ -61,15 +61,17 @@ def test_a_paced_profile_equals_an_unpaced_one_and_pauses_at_every_module_and_op
 
 def test_one_step_per_resume_and_none_without() -> None:
     pacer = Pacer(slice_s=0.0, max_pause_s=600)
+    assert not pacer.waiting
     run = _Run(_net(), pacer)
     _wait_for(lambda: pacer.pauses == 1)
     time.sleep(0.2)  # the other thread holds still meanwhile
-    assert pacer.steps == 1
+    assert pacer.steps == 1 and pacer.waiting
     for n in (2, 3, 4):
         pacer.resume()
         _wait_for(lambda n=n: pacer.pauses == n)
         assert pacer.steps == n
     pacer.release()
+    assert not pacer.waiting
     run.thread.join()
     assert run.error is None and run.result is not None
     assert pacer.pauses == 4  # released: no more pauses

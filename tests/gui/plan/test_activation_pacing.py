@@ -41,11 +41,15 @@ def test_the_profile_holds_still_while_the_gui_thread_works_and_still_arrives(
     model = _convs()
     pacer = _paced_profile(w, qtbot, monkeypatch, model)
     steps = pacer.steps
-    time.sleep(0.1)  # the GUI thread is busy (no event loop): at most the slice it last granted runs
+    # the GUI thread is busy (no event loop from here on): at most the slice it last granted runs
+    deadline = time.monotonic() + GUI_WORKER_S
+    while not pacer.waiting:
+        assert time.monotonic() < deadline, "the profile never paused"
+        time.sleep(0.01)
     held = pacer.steps
     assert held <= steps + 1
     time.sleep(0.3)
-    assert pacer.steps == held
+    assert pacer.steps == held and pacer.waiting
     label = w.cost_panel.activation_label
     qtbot.waitUntil(lambda: not est.busy and "activations <b>" in label.text(), timeout=ms(GUI_WORKER_S))
     assert est.pauses >= pacer.pauses > 111  # every module took a round through the event loop

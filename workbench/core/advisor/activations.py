@@ -208,6 +208,11 @@ class Pacer:
         """:meth:`cancel` was called."""
         return self._cancelled
 
+    @property
+    def waiting(self) -> bool:
+        """The pass has paused and no :meth:`resume` has come since: :attr:`steps` holds still."""
+        return self.pauses > 0 and not self._go.is_set()
+
     def resume(self) -> None:
         """Let the paused pass run its next slice."""
         self._go.set()
