@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.timeouts import GUI_WORKER_S, ms
 from workbench.core.plan.rules import FreezePlan
 from workbench.gui.main_window import MainWindow
 from workbench.gui.model_loading import LoadRequest, load_model, request_for_plan
@@ -60,7 +61,7 @@ def test_opening_a_plan_with_code_runs_it_after_run(
 ) -> None:
     code, marker = evil
     dialogs.script("ask", "Run")
-    with qtbot.waitSignal(window.controller.loadFinished, timeout=120_000) as blocker:
+    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
         assert window.open_plan(str(_plan(tmp_path, code)))
     assert blocker.args[0] and marker.exists()
     assert window.controller.spec["source"] == "py" and window.controller.plan.rules[0].select == "0"
@@ -73,7 +74,7 @@ def test_controller_alone_refuses_the_plans_code(
     code, marker = evil
     errors: list[str] = []
     window.controller.errorOccurred.connect(lambda title, text, details: errors.append(text))
-    with qtbot.waitSignal(window.controller.loadFinished, timeout=120_000) as blocker:
+    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
         assert window.controller.open_plan(FreezePlan.load(_plan(tmp_path, code)), _plan(tmp_path, code))
     assert not blocker.args[0] and not marker.exists()
     assert errors and "names model code" in errors[0] and f"--model py:{code}:make" in errors[0]

@@ -72,10 +72,10 @@ def test_a_missing_model_folder_says_so_and_opens_the_default(qtbot: Any, dialog
         title, message = dialogs.kinds("error")[-1][1:3]
         assert title == "Cannot load model" and f"{missing} does not exist" in message
         assert "cache" not in message and "resnet18" in message
-        qtbot.waitUntil(lambda: c.tree is not None, timeout=120_000)  # the default, not an empty window
+        qtbot.waitUntil(lambda: c.tree is not None, timeout=ms(GUI_WORKER_S))  # the default, not an empty window
         assert c.loaded is not None and c.loaded.label.startswith("resnet18")
     finally:
-        qtbot.waitUntil(lambda: not c.busy and not c.checking, timeout=120_000)
+        qtbot.waitUntil(lambda: not c.busy and not c.checking, timeout=ms(GUI_WORKER_S))
         window.close()
 
 
@@ -86,5 +86,5 @@ def test_the_start_up_placeholder_spans_the_empty_tree(qtbot: Any) -> None:
     shell.show()
     qtbot.waitExposed(shell)
     label, viewport = shell.loading_label, shell.tree.viewport()
-    qtbot.waitUntil(lambda: label.width() >= viewport.width() - 24, timeout=5_000)
+    qtbot.waitUntil(lambda: label.width() >= viewport.width() - 24, timeout=ms(GUI_EVENT_S))
     assert label.fontMetrics().horizontalAdvance(label.text()) < label.width()  # the whole text, not cut

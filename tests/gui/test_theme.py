@@ -8,6 +8,7 @@ import pytest
 from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import QApplication
 
+from tests.timeouts import GUI_EVENT_S, ms
 from workbench.gui import settings as app_settings
 from workbench.gui.main_window import MainWindow
 from workbench.gui.theme import apply_theme, saved_theme
@@ -21,11 +22,11 @@ def test_the_theme_menu_switches_the_window_and_the_plots(window: MainWindow, qt
     try:
         window.theme_actions["dark"].trigger()
         assert is_dark(app.palette())
-        qtbot.waitUntil(lambda: window.training.plots.dark, timeout=5_000)
+        qtbot.waitUntil(lambda: window.training.plots.dark, timeout=ms(GUI_EVENT_S))
         assert saved_theme(app_settings.settings()) == "dark"
         window.theme_actions["light"].trigger()
         assert not is_dark(app.palette())
-        qtbot.waitUntil(lambda: not window.training.plots.dark, timeout=5_000)
+        qtbot.waitUntil(lambda: not window.training.plots.dark, timeout=ms(GUI_EVENT_S))
         assert saved_theme(app_settings.settings()) == "light"
     finally:
         app_settings.settings().remove("view/theme")

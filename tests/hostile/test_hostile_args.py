@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.hostile.makers import one_line_exit_2 as _one_line
+from tests.timeouts import SUBPROCESS_S
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +38,7 @@ def test_image_size_preflight_runs_before_allocating() -> None:
         sys.exit(main(["train", "--model", "resnet18", "--image-size", "100000", "--batch-size", "1",
                        "--steps", "1", "--device", "cpu"]))
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=SUBPROCESS_S)
     assert r.returncode == 2 and "for one batch of inputs alone" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
@@ -80,7 +81,7 @@ def test_second_ctrl_c_aborts_train_at_once(tmp_path: Path) -> None:
         read_until(b"Ctrl+C again to abort")
         p.send_signal(signal.SIGINT)
         rest = p.stderr.read().decode(errors="replace")
-        rc = p.wait(timeout=300)
+        rc = p.wait(timeout=SUBPROCESS_S)
     finally:
         if p.poll() is None:
             p.kill()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from torch import nn
 
+from tests.timeouts import SUBPROCESS_S
 from workbench.cli import main
 from workbench.core.models.sources import CodeFromFileError, check_code_origin
 from workbench.core.models.spec import ModelSpec
@@ -141,7 +142,7 @@ def test_gui_refuses_a_plans_code_without_the_confirmation(tmp_path: Path, evil:
     env = {"XDG_CONFIG_HOME": str(tmp_path / "cfg"), "XDG_DATA_HOME": str(tmp_path / "data"),
            "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-m", "workbench", str(plan), "--screenshot", str(tmp_path / "s.png")],
-                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+                       capture_output=True, text=True, cwd=tmp_path, env=env, timeout=SUBPROCESS_S)
     assert "Run model code?" in r.stderr and f"{code}" in r.stderr and "-> Cancel" in r.stderr, r.stderr
     assert "Path(" in r.stderr  # the first lines of the function were shown
     assert not _ran(marker)
@@ -164,7 +165,7 @@ def test_hf_folder_with_auto_map_never_runs_its_code(tmp_path: Path) -> None:
                                                   "AutoModel": "modeling_evil.EvilModel"})))
     (folder / "modeling_evil.py").write_text(f"from pathlib import Path\nPath({str(marker)!r}).touch()\n")
     r = subprocess.run([sys.executable, "-m", "workbench", "inspect", f"hf:{folder}"], input="y\ny\n",
-                       capture_output=True, text=True, cwd=tmp_path, timeout=600,
+                       capture_output=True, text=True, cwd=tmp_path, timeout=SUBPROCESS_S,
                        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"})
     _one_line(r.returncode, r.stderr, "auto_map", "never runs")
     assert not marker.exists()

@@ -19,6 +19,7 @@ import pytest
 from torch import nn
 
 from tests.core.models.hf_fixtures import save_folder, tiny_bert
+from tests.timeouts import SUBPROCESS_S
 from workbench.cli import main
 from workbench.core.freezing.reparam import ReparamError
 from workbench.core.plan.problems import PlanError
@@ -62,7 +63,7 @@ def test_adapter_config_fifo_is_refused_at_once(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-c", "import sys\nfrom workbench.core.plan.rules import FreezePlan\n"
                         "from workbench.core.plan.problems import PlanError\ntry:\n FreezePlan.from_peft(sys.argv[1])\n"
                         "except PlanError as e:\n print(e)\n", str(folder)],
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+                       capture_output=True, text=True, cwd=ROOT, timeout=SUBPROCESS_S)
     assert r.returncode == 0 and "not a regular file" in r.stdout, r.stdout + r.stderr
 
 
@@ -175,7 +176,7 @@ def test_text_fifo_and_device_are_refused_at_once(tmp_path: Path, tok_folder: Pa
     r = subprocess.run([sys.executable, "-c", "import sys\nfrom workbench.core.training.text_jsonl import open_text_dataset\n"
                         "from workbench.core.training.data_common import DataError\ntry:\n"
                         " open_text_dataset('text:' + sys.argv[1], sys.argv[2])\nexcept DataError as e:\n print(e)\n",
-                        str(fifo), str(tok_folder)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+                        str(fifo), str(tok_folder)], capture_output=True, text=True, cwd=ROOT, timeout=SUBPROCESS_S)
     assert "not a regular file" in r.stdout, r.stdout + r.stderr
     if os.path.exists("/dev/zero"):
         with pytest.raises(DataError, match="not a regular file"):

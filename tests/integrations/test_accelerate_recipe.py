@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from tests.fixtures.ranks import run_ranks
+from tests.timeouts import SUBPROCESS_LONG_S
 
 pytest.importorskip("accelerate")
 pytestmark = pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed not built")
@@ -44,7 +45,7 @@ def _launch(script: Path) -> subprocess.CompletedProcess[str]:
            str(script)]
     if torch.cuda.is_available():  # the recipe picks the GPU when there is one; this test is about CPU processes
         env["CUDA_VISIBLE_DEVICES"] = ""
-    return subprocess.run(cmd, cwd=script.parent, env=env, capture_output=True, text=True, timeout=600, check=False)
+    return subprocess.run(cmd, cwd=script.parent, env=env, capture_output=True, text=True, timeout=SUBPROCESS_LONG_S, check=False)
 
 
 def test_recipe_keeps_replicas_identical_and_needs_the_rebuild(tmp_path):

@@ -14,7 +14,6 @@ from torch import nn
 
 from tests.fixtures.ranks import run_ranks
 from tests.fixtures.torchrun import torchrun
-from tests.timeouts import SUBPROCESS_LONG_S
 from workbench.core.training.config import ConfigError, TrainConfig
 from workbench.core.training.engine import Trainer
 from workbench.core.training.fsdp import FsdpError, block_paths, plain_state_dict, resolve_blocks
@@ -391,7 +390,7 @@ def test_torchrun_cli_fsdp_saves_a_model_torchvision_loads_and_resumes_from_it(t
     common = ["-m", "workbench", "train", "--model", "resnet18", "--num-classes", "10", "--image-size", "32",
               "--batch-size", "2", "--data", "synthetic:16", "--plan", str(plan), "--device", "cpu",
               "--strategy", "fsdp", "--no-progress"]
-    proc = torchrun([*common, "--steps", "2", "--save", str(tmp_path / "run")], tmp_path, timeout_s=SUBPROCESS_LONG_S)
+    proc = torchrun([*common, "--steps", "2", "--save", str(tmp_path / "run")], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("verify OK") == 1 and "x2" in proc.stdout  # rank 0 reports, once
     saved = load_file(str(tmp_path / "run" / "model.safetensors"))
@@ -402,7 +401,7 @@ def test_torchrun_cli_fsdp_saves_a_model_torchvision_loads_and_resumes_from_it(t
     assert all(torch.equal(trainable[k], saved[k]) for k in trainable)
     # resume: the saved model is the checkpoint of the next run (lr 0: it must come back bit for bit)
     proc = torchrun([*common, "--steps", "1", "--lr", "0", "--checkpoint", str(tmp_path / "run" / "model.safetensors"),
-                     "--save", str(tmp_path / "again")], tmp_path, timeout_s=SUBPROCESS_LONG_S)
+                     "--save", str(tmp_path / "again")], tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     again = load_file(str(tmp_path / "again" / "model.safetensors"))
     assert again.keys() == saved.keys()

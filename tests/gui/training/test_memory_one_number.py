@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.timeouts import GUI_RUN_S, ms
 from workbench.core.training.metrics import MEMORY_SOURCES, fmt_memory
 from workbench.gui.main_window import MainWindow
 
@@ -17,7 +18,7 @@ from workbench.gui.main_window import MainWindow
 def _run(qtbot: Any, w: MainWindow, steps: int) -> Any:
     t = w.training
     t.panel.set_values(steps=steps)
-    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000) as blocker:
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_RUN_S)) as blocker:
         assert t.panel.start()
     return blocker.args[0]
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from PySide6.QtCore import QRect
 
+from tests.timeouts import GUI_EVENT_S, GUI_RUN_S, GUI_WORKER_S, ms
 from workbench.gui.main_window import MainWindow
 from workbench.gui.training.plot_ranges import pause_intervals
 from workbench.gui.training.run_store import RunRecord
@@ -20,7 +21,7 @@ def test_a_refused_start_leaves_the_plots_as_they_were(window: MainWindow, qtbot
                                                        tmp_path: Path) -> None:
     t = window.training
     t.panel.set_values(steps=3)
-    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000):
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_RUN_S)):
         assert t.panel.start()
     qtbot.wait(100)  # the x range fits the finished run when the plots paint
     t.plots.graphics.scene().prepareForPaint()
@@ -32,7 +33,7 @@ def test_a_refused_start_leaves_the_plots_as_they_were(window: MainWindow, qtbot
     last_run = window.cost_panel.activation_label.text()
     assert shown is not None and len(x)
     t.panel.set_values(data=f"imagefolder:{tmp_path / 'nowhere'}")
-    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000) as blocker:
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_RUN_S)) as blocker:
         assert t.panel.start()
     assert blocker.args[0].status == "refused"
     qtbot.wait(100)
@@ -50,25 +51,26 @@ def test_a_refused_start_leaves_the_plots_as_they_were(window: MainWindow, qtbot
 def test_pause_bands_exist_after_pause_and_resume(window: MainWindow, qtbot: Any) -> None:
     t = window.training
     t.panel.set_values(steps=100_000)
-    with qtbot.waitSignal(t.runs.metricsReceived, timeout=120_000):
+    with qtbot.waitSignal(t.runs.metricsReceived, timeout=ms(GUI_WORKER_S)):
         assert t.panel.start()
     trainer = t.runs.session._control.trainer
-    qtbot.waitUntil(lambda: trainer.step >= 3, timeout=60_000)
+    qtbot.waitUntil(lambda: trainer.step >= 3, timeout=ms(GUI_WORKER_S))
     t.panel.act_pause.trigger()
-    qtbot.waitUntil(lambda: trainer.paused, timeout=30_000)
+    qtbot.waitUntil(lambda: trainer.paused, timeout=ms(GUI_EVENT_S))
     time.sleep(2.0)  # a pause of seconds: far longer than a step of this run
     held = trainer.step
     t.panel.act_pause.trigger()
-    qtbot.waitUntil(lambda: trainer.step >= held + 3, timeout=60_000)
-    qtbot.waitUntil(lambda: len(t.runs.current.metrics) >= held + 3, timeout=10_000)
-    with qtbot.waitSignal(t.runs.runEnded, timeout=120_000):
+    qtbot.waitUntil(lambda: trainer.step >= held + 3, timeout=ms(GUI_WORKER_S))
+    qtbot.waitUntil(lambda: len(t.runs.current.metrics) >= held + 3, timeout=ms(GUI_EVENT_S))
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_RUN_S)):
         t.panel.act_stop.trigger()
     plots = t.plots
     plots.set_x_mode("wall")
-    bands = [b for b in plots.bands if b[2] == "paused"]
+    # the pause is one band of its length (a loaded machine may add short stalls, also shown)
+    bands = [b for b in plots.bands if b[2] == "paused" and b[1] - b[0] >= 1.5]
     assert len(bands) == 1, plots.bands
     start, end, _kind = bands[0]
-    assert 1.5 <= end - start <= 30.0
+    assert end - start <= 30.0
     assert all(len(items) == len(plots.bands) for items in plots._bands.bands.values())
     plots.set_x_mode("step")
     assert plots.bands == []  # a pause takes no steps

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.timeouts import GUI_RUN_S, ms
+from tests.timeouts import GUI_EVENT_S, GUI_RUN_S, ms
 from workbench.core.training.tensorboard import tensorboard_available
 from workbench.gui.main_window import MainWindow
 from workbench.gui.training.plot_ranges import grid_columns
@@ -169,7 +169,7 @@ def test_plot_grid_has_every_plot_once_and_goes_to_three_columns_when_wide(qtbot
     qtbot.waitUntil(lambda: panel.graphics.height() < 250)
     assert panel.columns == 3
     # the plots the user hides leave the grid; the choice is announced (the window keeps it)
-    with qtbot.waitSignal(panel.viewChanged, timeout=5_000):
+    with qtbot.waitSignal(panel.viewChanged, timeout=ms(GUI_EVENT_S)):
         panel.show_actions["throughput"].trigger()
     shown = [grid.itemAt(i) for i in range(grid.count())]
     assert panel.plots["throughput"] not in shown and not panel.plots["throughput"].isVisible()
