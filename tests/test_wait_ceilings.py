@@ -1,7 +1,8 @@
 """Every wait of the suite takes its ceiling from tests/timeouts.py, never a number of its own.
 
-A literal ``timeout=120_000`` in one test is a ceiling nobody scales for a slow machine
-(``WORKBENCH_TEST_TIMEOUT_SCALE``) and nobody finds when the suite's ceilings are reviewed.
+A literal ``timeout=120_000`` in one test (or pytest-qt's unnamed default of 5 s) is a ceiling
+nobody scales for a slow machine (``WORKBENCH_TEST_TIMEOUT_SCALE``) and nobody finds when the
+suite's ceilings are reviewed.
 Poll intervals (a second or less) are not ceilings and may stay literal.
 """
 
@@ -11,8 +12,8 @@ import ast
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent
-#: pytest-qt's waits, whose timeouts are milliseconds
-QT_WAITS = {"waitSignal", "waitSignals", "waitUntil", "waitCallback"}
+#: pytest-qt's waits, whose timeouts are milliseconds (5,000 when none is given: a ceiling too)
+QT_WAITS = {"waitSignal", "waitSignals", "waitUntil", "waitCallback", "waitExposed", "waitActive"}
 #: waits whose timeouts are seconds: subprocess and process waits, futures, the launch fixtures
 WAITS = {"run", "Popen", "check_output", "check_call", "wait", "communicate", "join", "result", "torchrun",
          "run_ranks"}
@@ -37,6 +38,8 @@ def _literal_ceilings(source: str) -> list[tuple[int, str]]:
         name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
         if name not in QT_WAITS | WAITS:
             continue
+        if name in QT_WAITS and not any(kw.arg == "timeout" for kw in node.keywords):
+            found.append((node.lineno, f"{name}(...) with pytest-qt's default of 5 s"))
         for kw in node.keywords:
             if kw.arg in ("timeout", "timeout_s"):
                 seconds = _literal_seconds(kw.value, 1e-3 if name in QT_WAITS else 1.0)
@@ -60,9 +63,10 @@ def test_the_check_finds_literal_ceilings() -> None:
         "qtbot.waitSignal(sig, timeout=120_000)\n"
         "subprocess.run(cmd,\n    timeout=600)\n"
         "qtbot.waitUntil(done, timeout=500)\n"
+        "qtbot.waitExposed(widget)\n"
         "qtbot.waitUntil(done, timeout=ms(30))\n"
         "qtbot.waitUntil(done, timeout=ms(GUI_EVENT_S))\n"
         "connection.wait(sentinels, timeout=0.1)\n"
         "socket.create_connection(addr, timeout=3)\n"
     )
-    assert [line for line, _ in _literal_ceilings(source)] == [1, 2, 5]  # 4: a poll of 0.5 s
+    assert [line for line, _ in _literal_ceilings(source)] == [1, 2, 5, 6]  # 4: a poll of 0.5 s

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 
+from tests.timeouts import GUI_EVENT_S, ms
+
 os.environ["QT_QPA_PLATFORM"] = "offscreen"
 
 from collections import defaultdict, deque
@@ -232,7 +234,7 @@ def window(qtbot: Any) -> MainWindow:
     qtbot.addWidget(w)
     w.resize(1200, 800)
     w.show()
-    qtbot.waitExposed(w)
+    qtbot.waitExposed(w, timeout=ms(GUI_EVENT_S))
     w.training.panel.set_values(batch_size=4, image_size=32, device="cpu", data="synthetic")
     return w
 
@@ -249,7 +251,7 @@ def shown_plots(qtbot: Any) -> Callable[..., PlotsPanel]:
         if width is not None and height is not None:
             panel.resize(width, height)
         panel.show()
-        qtbot.waitExposed(panel)
+        qtbot.waitExposed(panel, timeout=ms(GUI_EVENT_S))
         return panel
 
     return make

@@ -17,7 +17,7 @@ from workbench.gui.wording import sentence
 
 def test_window_fits_a_1280x720_screen(window: MainWindow, qtbot: Any) -> None:
     window.show()
-    qtbot.waitExposed(window)
+    qtbot.waitExposed(window, timeout=ms(GUI_EVENT_S))
     assert window.minimumSizeHint().width() <= 1280
     assert window.minimumSizeHint().height() <= 720
 

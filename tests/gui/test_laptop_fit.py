@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from PySide6.QtCore import QPoint, QRect
 
+from tests.timeouts import GUI_EVENT_S, ms
 from workbench.gui import settings as app_settings
 from workbench.gui import window_geometry
 from workbench.gui.main_window import MainWindow
@@ -28,7 +29,7 @@ def _open(qtbot: Any) -> MainWindow:
     w = MainWindow()
     qtbot.addWidget(w)
     w.show()
-    qtbot.waitExposed(w)
+    qtbot.waitExposed(w, timeout=ms(GUI_EVENT_S))
     return w
 
 

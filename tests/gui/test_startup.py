@@ -84,7 +84,7 @@ def test_the_start_up_placeholder_spans_the_empty_tree(qtbot: Any) -> None:
     qtbot.addWidget(shell)
     shell.resize(1280, 720)
     shell.show()
-    qtbot.waitExposed(shell)
+    qtbot.waitExposed(shell, timeout=ms(GUI_EVENT_S))
     label, viewport = shell.loading_label, shell.tree.viewport()
     qtbot.waitUntil(lambda: label.width() >= viewport.width() - 24, timeout=ms(GUI_EVENT_S))
     assert label.fontMetrics().horizontalAdvance(label.text()) < label.width()  # the whole text, not cut

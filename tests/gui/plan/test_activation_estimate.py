@@ -92,3 +92,14 @@ def test_a_run_that_fits_starts_without_asking_and_shows_predicted_against_measu
     assert record.summary["predicted_peak_bytes"] > 0 and record.summary["peak_memory_bytes"] > 0
     text = w.cost_panel.activation_label.text()
     assert "Last run: predicted peak" in text and "measured" in text and "peak RSS growth" in text
+
+
+def test_a_measured_zero_is_shown_not_dropped(window: MainWindow) -> None:
+    panel = window.cost_panel
+    panel.show_run_memory({"predicted_peak_bytes": 100_000_000, "peak_memory_bytes": 0,
+                           "memory_source": "peak RSS growth", "peak_rss_bytes": 900_000_000})
+    text = panel.activation_label.text()
+    assert "Last run: predicted peak 100 MB · measured 0 MB (peak RSS growth; 0.00×)" in text
+    assert "peak RSS 900 MB (process, absolute)" in text
+    panel.show_run_memory({"predicted_peak_bytes": 100_000_000, "memory_source": "peak RSS growth"})
+    assert "Last run" not in panel.activation_label.text()  # no measurement: no line

@@ -1,10 +1,12 @@
-"""Legends fit their plots: one too wide for its cell (three narrow columns on a 1280-px
-screen) is hidden instead of running past the plot's edge; View ▸ Legends still rules."""
+"""Legends and titles fit their plots: a legend too wide for its cell (three narrow columns
+on a 1280-px screen) is hidden instead of running past the plot's edge (View ▸ Legends still
+rules); a title too long for it is cut with "…" and whole in its tooltip."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from tests.timeouts import GUI_EVENT_S, ms
 from workbench.gui.training.plots import PlotsPanel
 from workbench.gui.training.run_store import RunRecord
 
@@ -22,7 +24,7 @@ def _panel(shown_plots: Any) -> PlotsPanel:
 
 def _resize(qtbot: Any, panel: PlotsPanel, width: int) -> None:
     panel.resize(width, 420)
-    qtbot.waitUntil(lambda: panel.graphics.width() >= width - 20)
+    qtbot.waitUntil(lambda: panel.graphics.width() >= width - 20, timeout=ms(GUI_EVENT_S))
     panel._canvas_resized()
 
 
@@ -47,3 +49,22 @@ def test_view_legends_off_hides_every_legend_whatever_the_room(qtbot: Any, shown
     assert not any(legend.isVisible() for legend in panel.legends.values())
     panel.set_legends_shown(True)
     assert panel.legends["memory"].isVisible() and panel.legends["step_time"].isVisible()
+
+
+def test_a_long_title_is_cut_with_an_ellipsis_and_whole_in_its_tooltip(qtbot: Any, shown_plots: Any) -> None:
+    panel = _panel(shown_plots)
+    label = panel.plots["trainable"].titleLabel
+    whole = "Trainable parameters (M)"
+    _resize(qtbot, panel, 640)
+    assert panel.columns == 3 and panel.title_text("trainable") == whole
+    qtbot.waitUntil(lambda: label.text.endswith("…"), timeout=ms(GUI_EVENT_S))  # once the layout has its widths
+    assert whole.startswith(label.text[:-1]) and label.toolTip() == whole
+    assert label.item.boundingRect().width() <= label.width()  # the text fits its plot
+    # the memory title's tooltip says what it measures
+    assert "RSS growth" in panel.plots["memory"].titleLabel.toolTip()
+    panel.set_log("trainable", True)  # " · log" is part of the whole title
+    assert label.text.endswith("…") and label.toolTip() == whole + " · log"
+    panel.set_log("trainable", False)
+    _resize(qtbot, panel, 1100)
+    qtbot.waitUntil(lambda: label.text == whole, timeout=ms(GUI_EVENT_S))
+    assert label.toolTip() == ""

@@ -11,6 +11,7 @@ import torchvision
 from PySide6.QtWidgets import QTableWidgetItem, QWidget
 from torch import nn
 
+from tests.timeouts import GUI_EVENT_S, ms
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.engine import Trainer
 from workbench.gui.controller import Controller
@@ -77,5 +78,5 @@ def test_runs_tab_setup_shows_a_real_runs_cache(qtbot: Any, runs_dir: Path) -> N
     assert "cache" not in item(other, COLUMNS.index("Setup")).text()
     if os.environ.get("WORKBENCH_SHOTS"):
         panel.show()
-        qtbot.waitExposed(panel)
+        qtbot.waitExposed(panel, timeout=ms(GUI_EVENT_S))
         panel.grab().save(str(Path(os.environ["WORKBENCH_SHOTS"]) / "runs_cache.png"))

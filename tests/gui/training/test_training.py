@@ -414,7 +414,7 @@ def test_plots_keep_to_their_drawing_budget_and_label_markers(qtbot: Any, shown_
     panel.timer.stop()
     _x, y = panel.curves["trainable"].getData()
     assert list(y) == [2.0, 1.0, 1.0]  # in millions, as the title says
-    assert panel.plots["trainable"].titleLabel.text.endswith("(M)")
+    assert panel.title_text("trainable").endswith("(M)")
     panel.timer.stop()
     assert marker_text("plan change: froze layer1, layer2; BN eval layer1, layer2") == ("froze layer1, layer2 …", "change")
     assert marker_text("plan change: no change") == ("", "")

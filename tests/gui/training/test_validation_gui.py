@@ -126,7 +126,7 @@ def test_a_run_with_validation_and_lr_groups_reaches_the_plots_runs_tab_and_summ
         assert t.panel.start()
     plain: RunRecord = blocker.args[0]
     assert plain.validation() is None and not plots.curves["val_loss"].isVisible()
-    assert "not measured" in plots._titles["accuracy"]
+    assert "not measured" in plots.title_text("accuracy")
     table = t.runs_panel.table
     loss_col, acc_col = COLUMNS.index("Val loss"), COLUMNS.index("Val acc")
     assert table.item(0, 0).text() == plain.name and table.item(0, loss_col).text() == "–" == table.item(0, acc_col).text()
@@ -137,7 +137,7 @@ def test_a_run_with_validation_and_lr_groups_reaches_the_plots_runs_tab_and_summ
     assert f"validation: not in {plain.name}" in t.runs_panel.compare.text()
     # the validated run overlaid: its validation curves are drawn with the run's colour
     assert {"val_loss", "val_acc"} <= set(plots.overlays[val_run.id].curves)
-    assert plots._titles["accuracy"] == "Validation accuracy (%)"
+    assert plots.title_text("accuracy") == "Validation accuracy (%)"
 
 
 def test_runs_tab_compares_validation_between_runs(qtbot: Any) -> None:
@@ -154,7 +154,7 @@ def test_runs_tab_compares_validation_between_runs(qtbot: Any) -> None:
 def test_plot_grid_has_every_plot_once_and_goes_to_three_columns_when_wide(qtbot: Any, shown_plots: Any) -> None:
     assert sorted(GRID_ORDER) == sorted(k for k, _t in PLOT_KEYS)
     panel = shown_plots(1200, 400)
-    qtbot.waitUntil(lambda: panel.columns == 3)
+    qtbot.waitUntil(lambda: panel.columns == 3, timeout=ms(GUI_EVENT_S))
     assert grid_columns(590, 7, 3) == 3 and grid_columns(560, 7, 3) == 2  # 20 px of hysteresis
     assert grid_columns(300, 7) == 1 and grid_columns(1000, 1) == 2  # never more columns than cells
     grid = panel.graphics.ci.layout
@@ -166,7 +166,7 @@ def test_plot_grid_has_every_plot_once_and_goes_to_three_columns_when_wide(qtbot
                 places[key] = i
     assert set(places) == set(panel.plots)
     panel.resize(1200, 250)  # a neighbour grew: the canvas is lower, the grid stays
-    qtbot.waitUntil(lambda: panel.graphics.height() < 250)
+    qtbot.waitUntil(lambda: panel.graphics.height() < 250, timeout=ms(GUI_EVENT_S))
     assert panel.columns == 3
     # the plots the user hides leave the grid; the choice is announced (the window keeps it)
     with qtbot.waitSignal(panel.viewChanged, timeout=ms(GUI_EVENT_S)):

@@ -358,11 +358,10 @@ class CostPanel(QFrame):
         measured = summary.get("peak_memory_bytes")  # the run's one peak number (core.training.metrics)
         source = summary.get("memory_source") or ""
         self._last_run = ""
-        if predicted and measured:
-            what = source + (", a lower bound: memory freed by earlier runs is reused" if "RSS growth" in source else "")
+        if predicted and measured is not None:  # a measured 0 (no growth) is a reading too
             self._last_run = (
                 f"Last run: predicted peak {fmt_memory(int(predicted))} · measured {fmt_memory(int(measured))} "
-                f"({what}; {int(measured) / int(predicted):.2f}×)"
+                f"({source}; {int(measured) / int(predicted):.2f}×)"
             )
             if summary.get("peak_rss_bytes"):
                 self._last_run += f" · peak RSS {fmt_memory(int(summary['peak_rss_bytes']))} (process, absolute)"

@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtGui import QColor, QFont, QFontMetricsF
 from PySide6.QtWidgets import (
     QApplication,
     QGraphicsItem,
@@ -159,6 +159,7 @@ class PlotsPanel(PlotAxes, QWidget):
         self.ignore_outliers = True
         self._log: dict[str, bool] = {key: False for key, _t in PLOT_KEYS}
         self._titles: dict[str, str] = dict(PLOT_KEYS)
+        self._title_tips: dict[str, str] = {}  # what a plot measures, in its title's tooltip
 
         bar = self.toolbar = PlotsToolbar(PLOT_KEYS, self.buffer.ema, self)
         self.x_box, self.ema_box, self.view_button = bar.x_box, bar.ema_box, bar.view_button
@@ -188,6 +189,7 @@ class PlotsPanel(PlotAxes, QWidget):
         for i, (key, _title) in enumerate(PLOT_KEYS):
             p = pg.PlotItem(axisItems={"left": ShortTicks("left")} if key == "lr" else None)
             clip_label(p.titleLabel)
+            p.titleLabel.geometryChanged.connect(lambda key=key: self._show_title(key, force=False))
             p.setClipToView(True)
             p.setDownsampling(auto=True, mode="peak")
             p.showGrid(x=True, y=True, alpha=0.15)
@@ -438,17 +440,43 @@ class PlotsPanel(PlotAxes, QWidget):
         # On the CPU the process RSS holds every earlier run and the app itself: the engine
         # records the run's own growth since its setup began (core.training.metrics), and the
         # bytes of gradients and optimizer state are exact (torch tensors, counted by the engine).
-        self._set_plot_title("memory", f"Memory (MB, {'CPU' if kind not in ('cuda', 'mps') else kind.upper()})")
-        self.plots["memory"].titleLabel.setToolTip(
-            "RSS growth: the process's resident memory since the run began (a lower bound: memory "
-            "freed by earlier runs is reused)" if kind not in ("cuda", "mps") else
+        self._title_tips["memory"] = (
+            "RSS growth: the process's resident memory since the run began, after memory freed by "
+            "earlier runs was handed back (every allocation counts, not only tensors)" if kind not in ("cuda", "mps") else
             "Memory the framework allocated on the device (peak: the highest since the run began)"
         )
+        self._set_plot_title("memory", f"Memory (MB, {'CPU' if kind not in ('cuda', 'mps') else kind.upper()})")
         self._rebuild_legends()
 
     def _set_plot_title(self, key: str, text: str) -> None:
         self._titles[key] = text
-        self.plots[key].setTitle(text + (" · log" if self._log[key] else ""), size="9pt", color=self._theme["title"])
+        self._show_title(key)
+
+    def title_text(self, key: str) -> str:
+        """A plot's whole title (its unit, `` · log``), however much of it its cell shows."""
+        return self._titles[key] + (" · log" if self._log[key] else "")
+
+    def _show_title(self, key: str, force: bool = True) -> None:
+        """The title, cut with "…" where it is wider than the plot (three columns on a 1280-px
+        screen); the whole title is then in its tooltip, above what the plot measures.
+
+        Args:
+            key: the plot.
+            force: set it even when the text shown stays the same (a new colour).
+        """
+        full = self.title_text(key)
+        label = self.plots[key].titleLabel
+        width = label.width()  # the plot's width over its axis: clip_label lets it be narrower than the text
+        shown = full
+        if width > 0:
+            font = QFont(self.font())
+            font.setPointSizeF(9)
+            margins = 2 * label.item.document().documentMargin()  # the text item's own margins
+            shown = QFontMetricsF(font).elidedText(full, Qt.TextElideMode.ElideRight, width - margins - 1)
+        if force or shown != label.text:
+            self.plots[key].setTitle(shown, size="9pt", color=self._theme["title"])
+        tip = [full] if shown != full else []
+        label.setToolTip("\n".join(tip + ([self._title_tips[key]] if key in self._title_tips else [])))
 
     def apply_theme(self, dark: bool | None = None) -> None:
         """Colour the plots for a light or dark palette (the panel follows palette changes).
