@@ -38,7 +38,8 @@ def test_train_writes_every_metric_to_tensorboard(tmp_path: Path, capsys: pytest
     acc = _read(logs)
     tags = set(acc.Tags()["scalars"])
     for tag in ("loss/train", "time/step_s", "time/samples_per_s", "params/trainable", "params/frozen",
-                "memory/grad_bytes", "memory/optimizer_state_bytes", "lr/group0"):
+                "memory/grad_bytes", "memory/optimizer_state_bytes", "memory/peak_bytes",
+                "memory/process_rss_bytes", "lr/group0"):
         assert tag in tags, (tag, sorted(tags))
     assert [e.step for e in acc.Scalars("loss/train")] == [0, 1, 2, 3]
     trainable = [e.value for e in acc.Scalars("params/trainable")]
@@ -48,6 +49,9 @@ def test_train_writes_every_metric_to_tensorboard(tmp_path: Path, capsys: pytest
     events = list(acc.Tensors("events/text_summary"))
     assert events and events[0].step == 2
     assert b"layer4" in events[0].tensor_proto.string_val[0]
+    # the peak (RSS growth on the CPU) and the absolute process RSS keep their own names
+    peak, rss = acc.Scalars("memory/peak_bytes")[-1].value, acc.Scalars("memory/process_rss_bytes")[-1].value
+    assert 0 <= peak < rss
 
 
 def test_scalars_of_writes_new_numeric_fields_and_skips_missing_probes():

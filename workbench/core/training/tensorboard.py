@@ -41,6 +41,7 @@ SCALAR_TAGS: dict[str, str] = {
     "mem_allocated": "memory/allocated_bytes",
     "mem_peak": "memory/peak_bytes",
     "mem_reserved": "memory/reserved_bytes",
+    "mem_rss": "memory/process_rss_bytes",
     "grad_bytes": "memory/grad_bytes",
     "optimizer_state_bytes": "memory/optimizer_state_bytes",
     "trainable_params": "params/trainable",
