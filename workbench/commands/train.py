@@ -20,7 +20,6 @@ from typing import Any
 
 from workbench.commands.common import CommandError, add_model_arguments, checkpoint_key_policy
 from workbench.core.checks.lint import lint_plan
-from workbench.core.formatting import fmt_bytes
 from workbench.core.training.config import (
     AMP_MODES,
     CACHE_MODES,
@@ -31,6 +30,7 @@ from workbench.core.training.config import (
     TrainConfig,
 )
 from workbench.core.training.engine import RunResult, Trainer
+from workbench.core.training.frozen_cache import cache_line
 from workbench.core.training.metrics import fmt_memory
 from workbench.core.training.run_folder import check_save_folder
 
@@ -294,10 +294,7 @@ def print_summary(result: RunResult) -> None:
         rows.append(("auto-freeze", f"{auto.get('frozen_blocks', 0)} of {auto.get('blocks', 0)} blocks frozen ({steps})"))
     cache = s.get("frozen_cache")
     if isinstance(cache, dict) and cache.get("cut"):
-        rate = cache.get("hit_rate")
-        rows.append(("cache", f"input of '{cache['cut']}', {cache.get('rows', 0)} samples, "
-                     f"{fmt_bytes(cache.get('bytes_memory') or 0)} in memory + {fmt_bytes(cache.get('bytes_disk') or 0)} "
-                     f"on disk, hit rate {rate:.0%}" if isinstance(rate, float) else "no steps"))
+        rows.append(("cache", cache_line(cache)))
     elif s.get("frozen_cache_note"):
         rows.append(("cache", str(s["frozen_cache_note"]).removeprefix("frozen-prefix cache ")))
     if s.get("nonfinite_skipped"):

@@ -147,13 +147,34 @@ class SyntheticImageDataset(Dataset[tuple[torch.Tensor, int]]):
     def __len__(self) -> int:
         return self.length
 
-    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+    def _generator(self, index: int) -> torch.Generator:
+        """Sample ``index``'s generator: its label is the first draw, its noise the next."""
         if index < 0:
             index += self.length
         if not 0 <= index < self.length:
             raise IndexError(f"index {index} out of range for {self.length} synthetic samples")
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.index_offset + index)
-        label = int(torch.randint(self.num_classes, (1,), generator=gen))
+        return torch.Generator().manual_seed(self.seed * 1_000_003 + self.index_offset + index)
+
+    def _label(self, gen: torch.Generator) -> int:
+        return int(torch.randint(self.num_classes, (1,), generator=gen))
+
+    def label(self, index: int) -> int:
+        """Sample ``index``'s label, without making its image.
+
+        Args:
+            index: the sample.
+
+        Returns:
+            The label ``self[index][1]`` has.
+
+        Raises:
+            IndexError: no such sample.
+        """
+        return self._label(self._generator(index))
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        gen = self._generator(index)
+        label = self._label(gen)
         pattern = F.interpolate(
             self._patterns[label : label + 1], size=self.image_size, mode="nearest"
         )[0]

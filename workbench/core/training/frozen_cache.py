@@ -21,7 +21,8 @@ How the cut is found (on the first batch, with the global RNG and the buffers re
   model on that batch (a skip connection around the cut would not).
 
 The sample index comes from the loader's batch sampler (:func:`index_recording_loader`), in
-order, so worker processes and prefetching are fine. A plan change that makes any part of
+order, so worker processes and prefetching are fine. A batch the cache will serve is fetched
+as labels only, its inputs never loaded (:mod:`~workbench.core.training.cache_inputs`). A plan change that makes any part of
 the prefix trainable (or freezes more) drops the cache at the next step and finds a new cut.
 """
 
@@ -42,11 +43,13 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.training.cache_inputs import LabelOnly, LabelOnlyInputs, reads_labels_alone
 from workbench.core.training.cache_store import RowStore
 from workbench.core.training.config import CACHE_MODES
 
 __all__ = [
     "CACHE_MODES",
+    "cache_line",
     "CacheRefusedError",
     "CacheStats",
     "FrozenPrefixCache",
@@ -88,6 +91,10 @@ class CacheStats:
         hits: steps served from the cache.
         misses: steps that ran the whole model.
         invalidations: times a plan change dropped the cache.
+        inputs_skipped: served batches whose inputs were never loaded (their labels only:
+            :mod:`~workbench.core.training.cache_inputs`).
+        reloads: such batches the cache could not serve after all (a plan change dropped it
+            after they were fetched): their inputs were loaded then.
     """
 
     cut: str | None = None
@@ -97,6 +104,8 @@ class CacheStats:
     hits: int = 0
     misses: int = 0
     invalidations: int = 0
+    inputs_skipped: int = 0
+    reloads: int = 0
 
     @property
     def hit_rate(self) -> float | None:
@@ -109,22 +118,64 @@ class CacheStats:
         return {
             "cut": self.cut, "rows": self.rows, "bytes_memory": self.bytes_memory, "bytes_disk": self.bytes_disk,
             "hits": self.hits, "misses": self.misses, "hit_rate": self.hit_rate, "invalidations": self.invalidations,
+            "inputs_skipped": self.inputs_skipped, "reloads": self.reloads,
         }
+
+
+def cache_line(stats: Mapping[str, Any]) -> str:
+    """A run's frozen-prefix cache in one line, as the CLI summary and the app's Runs tab show it.
+
+    Args:
+        stats: :meth:`CacheStats.to_dict` of a run (read back from a run's JSON: a value of
+            the wrong type counts as 0).
+
+    Returns:
+        ``input of 'fc', 32 samples, 66 kB in memory + 0 B on disk, hit rate 67% (8 of 12
+        steps), inputs of 8 steps not loaded`` (the last part only when some were not).
+    """
+    from workbench.core.formatting import fmt_bytes
+
+    def num(key: str) -> int:
+        v = stats.get(key)
+        return v if isinstance(v, int) and not isinstance(v, bool) else 0
+
+    rate = stats.get("hit_rate")
+    rate_text = f"{rate:.0%}" if isinstance(rate, (int, float)) and not isinstance(rate, bool) else "–"
+    line = (f"input of '{stats.get('cut')}', {num('rows')} samples, {fmt_bytes(num('bytes_memory'))} in memory + "
+            f"{fmt_bytes(num('bytes_disk'))} on disk, hit rate {rate_text} ({num('hits')} of "
+            f"{num('hits') + num('misses')} steps)")
+    if num("inputs_skipped"):
+        line += f", inputs of {num('inputs_skipped')} steps not loaded"
+    if num("reloads"):
+        line += f", {num('reloads')} loaded late after a plan change"
+    return line
 
 
 # ---------------------------------------------------------------- sample indices
 class IndexQueue:
-    """The index lists a batch sampler handed out, in order (one per batch the loader yields)."""
+    """The index lists a batch sampler handed out, in order (one per batch the loader yields).
+
+    Attributes:
+        serves: set by the cache when batches it will serve may load their labels only:
+            called with a batch's indices as the sampler hands them out.
+    """
 
     def __init__(self) -> None:
-        self._q: collections.deque[list[int]] = collections.deque()
+        self._q: collections.deque[tuple[list[int], bool]] = collections.deque()
+        self.serves: Callable[[list[int]], bool] | None = None
 
-    def push(self, idx: list[int]) -> None:
-        """Record a batch's indices (called by the sampler wrapper)."""
-        self._q.append(idx)
+    def push(self, idx: list[int], label_only: bool = False) -> None:
+        """Record a batch's indices (called by the sampler wrapper), and whether its inputs
+        were left out."""
+        self._q.append((idx, label_only))
 
     def pop(self) -> list[int] | None:
         """The indices of the next batch the loader yields, or None when unknown."""
+        entry = self.pop_entry()
+        return entry[0] if entry is not None else None
+
+    def pop_entry(self) -> tuple[list[int], bool] | None:
+        """The next batch's indices and whether it was fetched without its inputs, or None."""
         return self._q.popleft() if self._q else None
 
     def clear(self) -> None:
@@ -136,22 +187,29 @@ class _RecordingBatchSampler:
     def __init__(self, inner: Any, queue: IndexQueue) -> None:
         self.inner, self.queue = inner, queue
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[list[Any]]:
         self.queue.clear()
         for idx in self.inner:
             idx = [int(i) for i in idx]
-            self.queue.push(idx)
-            yield idx
+            serves = self.queue.serves
+            if serves is not None and serves(idx):  # the cache serves it: its labels only
+                self.queue.push(idx, label_only=True)
+                yield [LabelOnly(i) for i in idx]
+            else:
+                self.queue.push(idx)
+                yield idx
 
     def __len__(self) -> int:
         return len(self.inner)
 
 
-def index_recording_loader(loader: DataLoader[Any]) -> tuple[DataLoader[Any], IndexQueue]:
+def index_recording_loader(loader: DataLoader[Any], *, label_only: bool = False) -> tuple[DataLoader[Any], IndexQueue]:
     """The same loader (same sampler, generator and workers) that also records sample indices.
 
     Args:
         loader: a map-style loader with a batch sampler.
+        label_only: batches may be fetched as labels only, when the queue's ``serves`` says so
+            (the dataset is wrapped in :class:`~workbench.core.training.cache_inputs.LabelOnlyInputs`).
 
     Returns:
         The new loader and the queue of its batches' indices.
@@ -162,7 +220,8 @@ def index_recording_loader(loader: DataLoader[Any]) -> tuple[DataLoader[Any], In
         kwargs.update(persistent_workers=loader.persistent_workers, worker_init_fn=loader.worker_init_fn,
                       prefetch_factor=loader.prefetch_factor)
     new = DataLoader(
-        loader.dataset, batch_sampler=_RecordingBatchSampler(loader.batch_sampler, queue),
+        LabelOnlyInputs(loader.dataset) if label_only else loader.dataset,
+        batch_sampler=_RecordingBatchSampler(loader.batch_sampler, queue),
         num_workers=loader.num_workers, collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
         generator=loader.generator, **kwargs,
     )
@@ -379,6 +438,21 @@ class FrozenPrefixCache:
         self._zeros = _Zeros()
         self._tmp: Path | None = None
         self._signature: tuple[tuple[bool, ...], tuple[bool, ...]] | None = None
+        #: the training dataset and its loader's collate function, when batches the cache
+        #: serves load their labels only (:meth:`label_only_batches`); None otherwise
+        self.dataset: Dataset[Any] | None = None
+        self.collate: Callable[[list[Any]], Any] | None = None
+
+    def label_only_batches(self, dataset: Dataset[Any], collate: Callable[[list[Any]], Any]) -> None:
+        """Let the loader fetch the batches this cache will serve as labels only.
+
+        Args:
+            dataset: the training dataset (its real inputs, for a batch the cache cannot
+                serve after all).
+            collate: the loader's collate function.
+        """
+        self.dataset, self.collate = dataset, collate
+        self.queue.serves = self.serves
 
     # ------------------------------------------------------------ engine hooks
     def take_events(self) -> list[str]:
@@ -408,9 +482,30 @@ class FrozenPrefixCache:
         """Free the rows and remove the spill file."""
         self._drop()
 
+    def serves(self, idx: list[int]) -> bool:
+        """Whether the next step would serve a batch of these samples from kept rows (so the
+        batch need not load its inputs)."""
+        return self.refused is None and self._store is not None and self._store.has_all(torch.tensor(idx, dtype=torch.long))
+
+    def _reload(self, idx: list[int], placeholder: torch.Tensor) -> torch.Tensor:
+        """The real inputs of a batch fetched as labels only, placed as its placeholder is."""
+        assert self.collate is not None and self.dataset is not None
+        x = self.collate([self.dataset[i] for i in idx])[0]
+        fmt = (torch.channels_last if placeholder.dim() == 4 and not placeholder.is_contiguous()
+               and placeholder.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format)
+        return x.to(placeholder.device).contiguous(memory_format=fmt)
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run one training batch (called as the model would be)."""
-        idx_list = self.queue.pop()
+        entry = self.queue.pop_entry()
+        idx_list, label_only = entry if entry is not None else (None, False)
+        if label_only:
+            assert idx_list is not None
+            if self.serves(idx_list):
+                self.stats.inputs_skipped += 1
+            else:  # a plan change dropped the rows after the batch was fetched: its inputs now
+                args = (self._reload(idx_list, args[0]), *args[1:])
+                self.stats.reloads += 1
         if self.refused is not None or idx_list is None:
             return self.forward(*args, **kwargs)
         idx = torch.tensor(idx_list, dtype=torch.long)
@@ -435,15 +530,6 @@ class FrozenPrefixCache:
             return self._run_cut(self._cut, rows, args, kwargs)
         self.stats.misses += 1
         return self._run_capture(self._cut, store, idx, args, kwargs)
-
-    def describe(self) -> str:
-        """One line: the cut, size held and hit rate."""
-        from workbench.core.formatting import fmt_bytes
-
-        self._refresh()
-        s = self.stats
-        rate = f"{s.hit_rate:.0%}" if s.hit_rate is not None else "-"
-        return f"cut at '{s.cut}', {s.rows} samples, {fmt_bytes(s.bytes_memory)} in memory + {fmt_bytes(s.bytes_disk)} on disk, hit rate {rate}"
 
     def _spill_folder(self) -> Path | None:
         """The run folder, or a private temporary folder when the run saves nothing."""
@@ -768,6 +854,10 @@ def build_cache(
     budget = parse_budget(config.cache_budget)
     if budget is None:
         budget = default_budget(device)
-    new_loader, queue = index_recording_loader(loader)
+    label_only = reads_labels_alone(loader.dataset)
+    new_loader, queue = index_recording_loader(loader, label_only=label_only)
     n = len(loader.dataset)  # type: ignore[arg-type]
-    return CacheSetup(FrozenPrefixCache(model, forward, queue, n, device, budget, None), new_loader)
+    cache = FrozenPrefixCache(model, forward, queue, n, device, budget, None)
+    if label_only:
+        cache.label_only_batches(loader.dataset, loader.collate_fn)
+    return CacheSetup(cache, new_loader)

@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.core.formatting import fmt_bytes, fmt_count, fmt_percent
+from workbench.core.training.frozen_cache import cache_line
 from workbench.core.training.metrics import fmt_memory
 from workbench.gui import dialogs
 from workbench.gui.training.plots import run_color
@@ -167,17 +168,7 @@ def cache_text(frozen_cache: Any) -> str:
 def _cache_tip(frozen_cache: Any, note: Any) -> str:
     """The tooltip line of a run's frozen-prefix cache (cut, rows, memory and disk, hits)."""
     if isinstance(frozen_cache, dict) and frozen_cache.get("cut"):
-        c = frozen_cache
-
-        def num(key: str) -> int:
-            v = c.get(key)
-            return v if isinstance(v, int) and not isinstance(v, bool) else 0
-
-        rate = c.get("hit_rate")
-        rate_text = f"{rate:.0%}" if isinstance(rate, (int, float)) and not isinstance(rate, bool) else "–"
-        return (f"\nfrozen-prefix cache: input of '{c['cut']}', {num('rows')} samples, "
-                f"{fmt_bytes(num('bytes_memory'))} in memory + {fmt_bytes(num('bytes_disk'))} on disk, "
-                f"hit rate {rate_text} ({num('hits')} of {num('hits') + num('misses')} steps)")
+        return f"\nfrozen-prefix cache: {cache_line(frozen_cache)}"
     if isinstance(note, str) and note:
         return f"\n{note}"
     return ""
