@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import csv
 import ctypes
-import ctypes.util
 import functools
 import itertools
 import json
@@ -517,8 +516,13 @@ def process_rss() -> int | None:
 
 
 @functools.cache
-def _libc() -> str | None:
-    return ctypes.util.find_library("c")  # runs ldconfig: once
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim`` from the symbols the process already has loaded (no library
+    search, no ``ldconfig``), or None where the C library has none (macOS, musl, Windows)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
 
 
 def release_freed_heap() -> None:
@@ -527,10 +531,9 @@ def release_freed_heap() -> None:
 
     A few milliseconds; it does not collect garbage (``gc.collect()`` first for that).
     """
-    name = _libc()
-    if name:
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL(name).malloc_trim(0)
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
 
 
 class MemoryProbe:
