@@ -74,11 +74,13 @@ def test_served_batches_decode_no_image_and_train_the_same(tmp_path: Path) -> No
     assert stats["hits"] == 8 and stats["inputs_skipped"] == 8 and stats["reloads"] == 0
 
 
-def test_a_batch_fetched_as_labels_gets_its_inputs_when_a_plan_change_drops_the_rows(tmp_path: Path) -> None:
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_a_batch_fetched_as_labels_gets_its_inputs_when_a_plan_change_drops_the_rows(tmp_path: Path,
+                                                                                     channels_last: bool) -> None:
     root = _folder(tmp_path / "imgs")
     plan = {**HEAD, "stages": [{"at_step": 6, "rules": [{"select": "layer4", "frozen": False}]}]}
-    _t, off = _run(_images(root), "off", plan=plan)
-    t, on = _run(_images(root), "on", plan=plan)
+    _t, off = _run(_images(root), "off", plan=plan, channels_last=channels_last)
+    t, on = _run(_images(root), "on", plan=plan, channels_last=channels_last)
     _same(off, on)  # step 6's batch was fetched as labels, then the stage dropped the rows
     stats = t.result.summary["frozen_cache"]
     assert stats["reloads"] == 1 and stats["invalidations"] == 1 and stats["inputs_skipped"] == 2

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.utils.data import Dataset, Subset
 
-__all__ = ["LabelOnly", "LabelOnlyInputs", "reads_labels_alone", "sample_label"]
+__all__ = ["LabelOnly", "LabelOnlyInputs", "reads_labels_alone", "sample_label", "unwrap_subsets"]
 
 
 class LabelOnly(NamedTuple):
@@ -36,6 +36,13 @@ def _folder_types() -> tuple[type, ...]:
     return (DatasetFolder,)
 
 
+def unwrap_subsets(dataset: Dataset[Any]) -> Dataset[Any]:
+    """The dataset under any ``Subset`` wrappers (a train/validation split)."""
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return dataset
+
+
 def reads_labels_alone(dataset: Dataset[Any]) -> bool:
     """Whether :func:`sample_label` can read this dataset's labels without loading inputs.
 
@@ -48,9 +55,7 @@ def reads_labels_alone(dataset: Dataset[Any]) -> bool:
     """
     from workbench.core.training.data import SyntheticImageDataset
 
-    while isinstance(dataset, Subset):
-        dataset = dataset.dataset
-    return isinstance(dataset, (SyntheticImageDataset, *_folder_types()))
+    return isinstance(unwrap_subsets(dataset), (SyntheticImageDataset, *_folder_types()))
 
 
 def sample_label(dataset: Dataset[Any], index: int) -> Any:

@@ -40,10 +40,10 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset, Subset
+from torch.utils.data import DataLoader, Dataset
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.training.cache_inputs import LabelOnly, LabelOnlyInputs, reads_labels_alone
+from workbench.core.training.cache_inputs import LabelOnly, LabelOnlyInputs, reads_labels_alone, unwrap_subsets
 from workbench.core.training.cache_store import RowStore
 from workbench.core.training.config import CACHE_MODES
 
@@ -169,13 +169,9 @@ class IndexQueue:
         were left out."""
         self._q.append((idx, label_only))
 
-    def pop(self) -> list[int] | None:
-        """The indices of the next batch the loader yields, or None when unknown."""
-        entry = self.pop_entry()
-        return entry[0] if entry is not None else None
-
-    def pop_entry(self) -> tuple[list[int], bool] | None:
-        """The next batch's indices and whether it was fetched without its inputs, or None."""
+    def pop(self) -> tuple[list[int], bool] | None:
+        """The next batch's indices and whether it was fetched without its inputs, or None
+        when unknown."""
         return self._q.popleft() if self._q else None
 
     def clear(self) -> None:
@@ -229,12 +225,6 @@ def index_recording_loader(loader: DataLoader[Any], *, label_only: bool = False)
 
 
 # ---------------------------------------------------------------- static checks
-def _unwrap(ds: Dataset[Any]) -> Dataset[Any]:
-    while isinstance(ds, Subset):
-        ds = ds.dataset
-    return ds
-
-
 def _transform_ok(t: Any) -> bool:
     if t is None:
         return True
@@ -257,7 +247,7 @@ def data_determinism(dataset: Dataset[Any]) -> str | None:
     from workbench.core.training.data import SyntheticImageDataset, SyntheticTextDataset
     from workbench.core.training.text_jsonl import JsonlTextDataset
 
-    ds = _unwrap(dataset)
+    ds = unwrap_subsets(dataset)
     if isinstance(ds, (SyntheticTextDataset, JsonlTextDataset)):
         return None
     if isinstance(ds, SyntheticImageDataset):
@@ -491,13 +481,11 @@ class FrozenPrefixCache:
         """The real inputs of a batch fetched as labels only, placed as its placeholder is."""
         assert self.collate is not None and self.dataset is not None
         x = self.collate([self.dataset[i] for i in idx])[0]
-        fmt = (torch.channels_last if placeholder.dim() == 4 and not placeholder.is_contiguous()
-               and placeholder.is_contiguous(memory_format=torch.channels_last) else torch.contiguous_format)
-        return x.to(placeholder.device).contiguous(memory_format=fmt)
+        return torch.empty_like(placeholder).copy_(x)  # its device, dtype and memory format
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run one training batch (called as the model would be)."""
-        entry = self.queue.pop_entry()
+        entry = self.queue.pop()
         idx_list, label_only = entry if entry is not None else (None, False)
         if label_only:
             assert idx_list is not None
