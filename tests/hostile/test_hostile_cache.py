@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -114,3 +115,51 @@ def test_spill_fifo_is_never_opened(tmp_path: Path) -> None:
     assert store.capacity == 0 and "cannot be created" in store.note
     store.close()
     assert fifo.exists()
+
+
+def _label_only_run(tmp_path: Path, spoil: Any, plan: dict[str, Any]) -> Any:
+    """An image-folder run whose cached steps load labels only; ``spoil(root)`` after step 4."""
+    import torchvision
+
+    from tests.core.training.test_cache_inputs import _folder, _images
+    from workbench.core.training.config import TrainConfig
+    from workbench.core.training.engine import Trainer
+
+    root = _folder(tmp_path / "imgs")
+    cfg = TrainConfig(plan=plan, cache_frozen="on", batch_size=4, steps=12, device="cpu", seed=0, num_classes=2)
+    t = Trainer(cfg, model=torchvision.models.resnet18(num_classes=2), dataset=_images(root))
+    for m in t.steps():
+        if m.step == 4:
+            spoil(root)
+    return t.result
+
+
+HEAD_PLAN = {"rules": [{"select": "*", "frozen": True}, {"select": "fc", "frozen": False}]}
+
+
+def _garbage(root: Path) -> None:
+    for p in root.rglob("*.png"):
+        p.write_bytes(b"not a png")
+
+
+def test_images_spoiled_after_the_first_epoch_are_never_read_by_served_steps(tmp_path: Path) -> None:
+    result = _label_only_run(tmp_path, _garbage, HEAD_PLAN)
+    assert result.ok and result.summary["frozen_cache"]["inputs_skipped"] == 8
+
+
+def test_a_reload_of_spoiled_images_fails_the_run_with_one_line_naming_the_file(tmp_path: Path) -> None:
+    # the stage drops the rows after step 6's batch was fetched as labels: its images are read then
+    plan = {**HEAD_PLAN, "stages": [{"at_step": 6, "rules": [{"select": "layer4", "frozen": False}]}]}
+    result = _label_only_run(tmp_path, _garbage, plan)
+    assert result.status == "failed" and "\n" not in result.message
+    assert result.message.startswith("step 6 failed: UnidentifiedImageError") and ".png" in result.message
+
+
+def test_images_removed_after_the_first_epoch_fail_a_reload_clearly(tmp_path: Path) -> None:
+    def remove(root: Path) -> None:
+        for p in root.rglob("*.png"):
+            p.unlink()
+
+    plan = {**HEAD_PLAN, "stages": [{"at_step": 6, "rules": [{"select": "layer4", "frozen": False}]}]}
+    result = _label_only_run(tmp_path, remove, plan)
+    assert result.status == "failed" and "FileNotFoundError" in result.message and "\n" not in result.message
