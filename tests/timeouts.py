@@ -32,6 +32,11 @@ SUBPROCESS_S = _s(900)
 SUBPROCESS_LONG_S = _s(1800)
 #: one documentation block of tests/docs (a fresh interpreter or shell): seconds
 DOC_BLOCK_S = _s(900)
+#: a family of catastrophic regular expressions matched against 200 module paths (a backtracking
+#: matcher takes hours; the linear-time one, well under a second): seconds
+REGEX_FAMILY_S = _s(120)
+#: a save-folder recovery reading a hostile journal (a FIFO, /dev/zero): seconds
+RECOVERY_S = _s(120)
 #: a download on a machine without network must fail by then, not hang: seconds
 OFFLINE_FAILURE_S = _s(120)
 

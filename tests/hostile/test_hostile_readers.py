@@ -99,7 +99,7 @@ def test_adapter_config_huge_file_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("pattern, needle", [
-    ("(.*.*)*X", "exponential"), ("(a+)+$", "exponential"), ("(0|0)*X", "exponential"), (r"(0)\1", "backreference"),
+    (r"(0)\1", "backreference"),  # the catastrophic family: test_hostile_regex.py
     ("[", "not a valid regular expression"), ("(", "not a valid regular expression"),
     ("x" * 5000, "characters"),
 ])

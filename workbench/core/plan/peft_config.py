@@ -19,8 +19,7 @@ from __future__ import annotations
 
 import json
 import os
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +28,7 @@ from torch import nn
 from workbench.core import safe_json
 from workbench.core.plan.lora_variants import VARIANTS
 from workbench.core.plan.problems import PlanError, PlanProblem
+from workbench.core.plan.safe_regex import RegexRefusedError, linear_fullmatch
 
 __all__ = ["CONFIG_FILE", "SUPPORTED_LAYERS", "peft_plan_dict", "read_peft_config", "target_paths"]
 
@@ -108,7 +108,7 @@ def target_paths(model: nn.Module, targets: Any) -> list[str]:
         if targets == "all-linear":
             hit = type(module).__name__ in ("Linear", "Conv1D")
         elif pattern is not None:
-            hit = pattern.fullmatch(path) is not None
+            hit = pattern(path)
         else:
             hit = any(path == t or path.endswith("." + t) for t in targets)
         if hit:
@@ -116,86 +116,32 @@ def target_paths(model: nn.Module, targets: Any) -> list[str]:
     return out
 
 
-#: Longest ``target_modules`` regular expression accepted, and most quantifiers in it.
-MAX_REGEX_CHARS = 1000
-MAX_REGEX_REPEATS = 8
+def bounded_regex(pattern: str, field: str = "target_modules") -> Callable[[str], bool]:
+    """A whole-path matcher for a ``target_modules`` regular expression, in time linear in the path.
 
-
-def _regex_hazard(items: Any, inside_repeat: bool) -> str | None:
-    """What makes a parsed regex slow to match (nested quantifier, repeated alternation,
-    backreference), or None. ``items`` is a ``re._parser`` subpattern."""
-    from re import _constants as c  # type: ignore[attr-defined]
-
-    repeats = (c.MAX_REPEAT, c.MIN_REPEAT, getattr(c, "POSSESSIVE_REPEAT", c.MAX_REPEAT))
-    for op, av in items:
-        if op in repeats:
-            lo, hi, body = av
-            if inside_repeat and hi != lo:
-                return "a quantifier inside a quantified group, e.g. (.*)* or (a+)+"
-            found = _regex_hazard(body, inside_repeat or hi != lo)
-            if found:
-                return found
-        elif op == c.SUBPATTERN:
-            found = _regex_hazard(av[-1], inside_repeat)
-            if found:
-                return found
-        elif op == c.BRANCH:
-            if inside_repeat:
-                return "an alternation under a quantifier, e.g. (a|ab)*"
-            for branch in av[1]:
-                found = _regex_hazard(branch, inside_repeat)
-                if found:
-                    return found
-        elif op in (c.ASSERT, c.ASSERT_NOT):
-            found = _regex_hazard(av[1], inside_repeat)
-            if found:
-                return found
-        elif op in (c.GROUPREF, c.GROUPREF_EXISTS):
-            return "a backreference"
-    return None
-
-
-def bounded_regex(pattern: str, field: str = "target_modules") -> re.Pattern[str]:
-    """Compile a ``target_modules`` regular expression whose matching time has a small bound.
-
-    Python's ``re`` backtracks: a quantifier nested in a quantified group (``(.*.*)*X``), an
-    alternation under a quantifier (``(a|ab)*``) or a backreference can take exponential
-    time on a short module path. Those are refused, as are patterns longer than
-    :data:`MAX_REGEX_CHARS` or with more than :data:`MAX_REGEX_REPEATS` quantifiers; what is
-    left matches a path of length ``n`` in at most ``O(n ** (k + 1))`` steps for ``k``
-    quantifiers (module paths are a few dozen characters).
+    The match is RE2's (:func:`workbench.core.plan.safe_regex.linear_fullmatch`): no
+    pattern can make it backtrack, whatever its quantifiers, groups or ``{n}`` repeats.
 
     Args:
-        pattern: The regular expression (matched against whole module paths).
+        pattern: The regular expression (matched against whole module paths, as PEFT does).
         field: The config key, for the message.
 
     Returns:
-        The compiled pattern.
+        ``match(path) -> bool``.
 
     Raises:
-        PlanError: an invalid expression, or one of the hazards above (one line).
+        PlanError: an invalid expression, one with no linear-time match (backreference,
+            lookaround, atomic group, possessive quantifier), or one too large (one line).
     """
-    from re import _parser  # type: ignore[attr-defined]
-
-    if len(pattern) > MAX_REGEX_CHARS:
-        raise _problem(field, f"'{field}' is a regular expression of {len(pattern):,} characters; "
-                              f"at most {MAX_REGEX_CHARS} are accepted")
     try:
-        compiled = re.compile(pattern)
-        parsed = _parser.parse(pattern)
-    except (re.error, RecursionError, OverflowError) as e:
-        raise _problem(field, f"{pattern!r} is not a valid regular expression ({e}); fix it or list the module names") from None
-    hazard = _regex_hazard(list(parsed), False)
-    repeats = sum(pattern.count(q) for q in "*+?{")
-    if hazard is None and repeats > MAX_REGEX_REPEATS:
-        hazard = f"more than {MAX_REGEX_REPEATS} quantifiers"
-    if hazard:
-        raise _problem(
-            field,
-            f"the regular expression {pattern!r} has {hazard}, which can make matching take exponential time; "
-            "write it without nesting (e.g. '.*\\.(q|v)_proj' is fine) or list the module names",
-        )
-    return compiled
+        return linear_fullmatch(pattern)
+    except RegexRefusedError as e:
+        raise _problem(field, f"'{field}' {_shown(pattern)} {e}; write it more simply (e.g. '.*\\.(q|v)_proj') "
+                              "or list the module names") from None
+
+
+def _shown(pattern: str) -> str:
+    return repr(pattern) if len(pattern) <= 80 else repr(pattern[:60]) + f"... ({len(pattern):,} characters)"
 
 
 def _selectors(targets: Any, model: nn.Module | None, field: str) -> list[str]:
