@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from workbench.core.checks.adapters import lint_low_rank
+from workbench.core.checks.bn_stats import fixed_stats_finding
 from workbench.core.checks.checkpoint_lint import checkpoint_findings
 from workbench.core.checks.findings import Finding
 from workbench.core.models.tree import ModelTree
@@ -59,9 +60,12 @@ def lint_plan(
                 "unfreeze at least the head (for example `fc` or `classifier`)",
             )
         )
+    fixed_stats: list[str] = []  # BatchNorm whose statistics never move, in train mode
     for path, node in nodes.items():
         e = eff[path]
-        if node.is_bn and e.frozen and e.bn_eval_explicit and not e.bn_eval:
+        if node.bn_stats_fixed and not (e.bn_eval or e.eval):
+            fixed_stats.append(path)
+        elif node.is_bn and e.frozen and e.bn_eval_explicit and not e.bn_eval:
             out.append(
                 Finding(
                     "bn-frozen-train-mode",
@@ -72,6 +76,8 @@ def lint_plan(
                     "remove bn_eval: false (frozen BatchNorm then runs in eval mode)",
                 )
             )
+    if fixed_stats:
+        out.append(fixed_stats_finding(tree, fixed_stats))
     # A+B on frozen modules: one finding per frozen A+B subtree, at its top
     wasted = [p for p, node in nodes.items() if eff[p].reparam and eff[p].frozen and node.own_params]
     tops: dict[str, int] = {}

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from workbench.core.checks import bn_stats
 from workbench.core.checks.adapters import adapter_findings
 from workbench.core.checks.findings import Finding
 from workbench.core.checks.grouping import (
@@ -33,7 +34,7 @@ from workbench.core.freezing.capture import (
     fixed_parameter_ids,
     partial_spec,
 )
-from workbench.core.models.tree import ModelTree
+from workbench.core.models.tree import ModelTree, bn_stats_fixed
 from workbench.core.plan.rules import FreezePlan
 
 __all__ = ["check"]
@@ -79,7 +80,10 @@ def check(
     owner = {name: tree.owner_of(name) for name, _ in params}
     out: list[Finding] = []
     if plan is not None:
-        out += lint_plan(plan, tree, _opt_name(optimizer))
+        linted = lint_plan(plan, tree, _opt_name(optimizer))
+        if model.training:  # the model's own BatchNorm modes say it (below), not the plan's
+            linted = [f for f in linted if f.code != bn_stats.CODE]
+        out += linted
         out += _plan_mismatch(model, tree, plan, params, owner)
     out += _non_leaf(tree, params, owner)
     if optimizer is not None:
@@ -235,6 +239,7 @@ def _bn_findings(model: nn.Module, tree: ModelTree, explicit_train: set[str]) ->
         return []
     frozen_train: list[str] = []
     unlocked: list[str] = []
+    fixed_stats: list[str] = []
     for path, node in tree.nodes.items():
         if not node.is_bn:
             continue
@@ -243,7 +248,9 @@ def _bn_findings(model: nn.Module, tree: ModelTree, explicit_train: set[str]) ->
             continue
         own = own_parameters(m)
         frozen = bool(own) and not any(p.requires_grad for p in own)
-        if m.training and frozen:
+        if m.training and bn_stats_fixed(m):  # batch statistics in training, stored ones never move
+            fixed_stats.append(path)
+        elif m.training and frozen:
             if path not in explicit_train:
                 frozen_train.append(path)
         elif not m.training and not bn_eval_locked(m):
@@ -264,6 +271,8 @@ def _bn_findings(model: nn.Module, tree: ModelTree, explicit_train: set[str]) ->
                 "workbench.apply_plan), or lock them as the exported script's keep_bn_eval() does",
             )
         )
+    if fixed_stats:
+        out.append(bn_stats.fixed_stats_finding(tree, fixed_stats))
     if unlocked:
         where = cover_paths(tree, unlocked, [p for p in bns if p not in set(unlocked)])
         out.append(

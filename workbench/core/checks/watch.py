@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from workbench.core.checks import bn_stats
 from workbench.core.checks.findings import Finding
 from workbench.core.checks.grouping import (
     common_path,
@@ -30,7 +31,7 @@ from workbench.core.freezing.capture import (
     bn_eval_locked,
     cover_paths,
 )
-from workbench.core.models.tree import ModelTree
+from workbench.core.models.tree import ModelTree, bn_stats_fixed
 from workbench.core.training.metrics import MemoryProbe
 
 __all__ = ["Watch", "watch"]
@@ -127,6 +128,8 @@ class Watch:
         self._frozen_start: dict[str, str] = {}
         self._bn_start: dict[str, dict[str, str]] = {}
         self._bn_frozen_start: dict[str, dict[str, str]] = {}
+        self._bn_fixed_train: set[str] = set()
+        self._bn_fixed_sampled = False
         self._names: dict[int, str] = {}
         self._running = False
         self._finished = False
@@ -167,6 +170,7 @@ class Watch:
             own = own_parameters(m)
             if own and not any(p.requires_grad for p in own):
                 self._bn_frozen_start[path] = stats
+        self._sample_fixed_stats()
         if self.optimizer is not None:
             self._handle = self.optimizer.register_step_post_hook(lambda opt, args, kwargs: self.step())
         self._t_last = self._now()
@@ -228,6 +232,9 @@ class Watch:
             self.step_ms.append((t - self._t_last) * 1000.0)
         if not self._grads_seen_this_step:
             self._record_grads()
+        if not self._bn_fixed_sampled:  # the modes the loop trains in, after its model.train()
+            self._sample_fixed_stats()
+            self._bn_fixed_sampled = True
         self._grads_seen_this_step = False
         self.memory.append(self._memory_now())
         roots = [p.grad_fn for p in self.model.parameters() if p.grad_fn is not None]
@@ -237,6 +244,12 @@ class Watch:
             self._handle.remove()
             self._handle = None
         self._t_last = self._now()
+
+    def _sample_fixed_stats(self) -> None:
+        """Note BatchNorm modules with fixed statistics (momentum 0) that are in train mode now."""
+        for path, m in self.model.named_modules():
+            if m.training and bn_stats_fixed(m) and not bn_eval_locked(m):
+                self._bn_fixed_train.add(path)
 
     def _record_grads(self) -> None:
         self._grads_seen_this_step = True
@@ -397,20 +410,26 @@ class Watch:
                     "lock them in eval mode with a plan (bn_eval) so model.train() cannot undo it",
                 )
             )
-        if self._bn_frozen_changed:
-            where = bn_cover(self._bn_frozen_changed)
+        # num_batches_tracked counts in a BatchNorm with fixed statistics: its own finding says it
+        frozen_moved = [p for p in self._bn_frozen_changed if p not in self._bn_fixed_train]
+        if frozen_moved:
+            where = bn_cover(frozen_moved)
             out.append(
                 Finding(
                     "bn-frozen-train-mode",
                     "warning",
                     common_path(where),
-                    f"running statistics of {len(self._bn_frozen_changed)} frozen BatchNorm modules changed: "
+                    f"running statistics of {len(frozen_moved)} frozen BatchNorm modules changed: "
                     f"{names_text(where)}",
                     "their weights are frozen but their statistics follow your data: the frozen part of the "
                     "model changes anyway",
                     "keep frozen BatchNorm in eval mode (plan: bn_eval follows frozen by default)",
                 )
             )
+        if self._bn_fixed_train and n_steps:
+            fixed = [p for p in tree.nodes if p in self._bn_fixed_train]
+            if fixed:
+                out.append(bn_stats.fixed_stats_finding(tree, fixed))
         if n_steps:
             kept = self._trainable_start & self._trainable_end
             never = [n for n in kept if self._grads[n].steps_with_grad == 0]

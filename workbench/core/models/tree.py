@@ -9,6 +9,7 @@ from __future__ import annotations
 from workbench.core.plan.tree import (
     ModelTree,
     ModuleNode,
+    bn_stats_fixed,
     canonical_parameters,
     fingerprint,
     is_batchnorm,
@@ -16,4 +17,13 @@ from workbench.core.plan.tree import (
     visible_path,
 )
 
-__all__ = ["ModelTree", "ModuleNode", "canonical_parameters", "fingerprint", "is_batchnorm", "tensor_bytes", "visible_path"]
+__all__ = [
+    "ModelTree",
+    "ModuleNode",
+    "bn_stats_fixed",
+    "canonical_parameters",
+    "fingerprint",
+    "is_batchnorm",
+    "tensor_bytes",
+    "visible_path",
+]

@@ -27,6 +27,7 @@ from workbench.core.plan.layers import parameter_layers
 __all__ = [
     "ModuleNode",
     "ModelTree",
+    "bn_stats_fixed",
     "canonical_parameters",
     "fingerprint",
     "is_batchnorm",
@@ -49,6 +50,25 @@ def is_batchnorm(module: nn.Module) -> bool:
         (such as timm's ``BatchNormAct2d``).
     """
     return isinstance(module, _BatchNorm)
+
+
+def bn_stats_fixed(module: nn.Module) -> bool:
+    """Whether a BatchNorm keeps running statistics that train mode never updates.
+
+    ``momentum=0`` (CREPE's, converted from Keras) or ``track_running_stats`` switched off with
+    the buffers kept: in train mode such a module normalises with each batch's statistics, in
+    eval mode with stored ones that training never moved.
+
+    Args:
+        module: any module.
+
+    Returns:
+        True for such a BatchNorm; False for other modules, for BatchNorm whose statistics follow
+        the batches, and for BatchNorm without running statistics (eval normalises by batch too).
+    """
+    if not isinstance(module, _BatchNorm) or getattr(module, "running_mean", None) is None:
+        return False
+    return not module.track_running_stats or module.momentum == 0
 
 
 def _split_internal(path: str) -> tuple[str, str]:
@@ -188,6 +208,8 @@ class ModuleNode:
         own_trainable: of those, elements with ``requires_grad``.
         param_names: short names of the parameters the module owns.
         is_bn: BatchNorm family with running statistics.
+        bn_stats_fixed: a BatchNorm whose running statistics train mode never updates
+            (:func:`bn_stats_fixed`: momentum 0, or ``track_running_stats`` off).
         training: the module's ``training`` flag when the tree was built.
         children: child nodes in registration order.
         parent: the parent node (None for the root).
@@ -203,6 +225,7 @@ class ModuleNode:
     own_trainable: int = 0
     param_names: tuple[str, ...] = ()
     is_bn: bool = False
+    bn_stats_fixed: bool = False
     training: bool = True
     children: list[ModuleNode] = field(default_factory=list)
     parent: ModuleNode | None = None
@@ -280,6 +303,7 @@ class ModelTree:
                 type_name=t.__name__,
                 type_names=names,
                 is_bn=isinstance(module, _BatchNorm),
+                bn_stats_fixed=bn_stats_fixed(module),
                 training=module.training,
                 order=order,
             )
