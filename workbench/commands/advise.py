@@ -23,7 +23,7 @@ from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.models.sources import default_input_size
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import current_num_classes
-from workbench.core.training.config import AMP_MODES, OPTIMIZERS, TrainConfig
+from workbench.core.training.config import AMP_MODES, OPTIMIZER_NAMES, TrainConfig
 from workbench.core.training.data import model_positions
 
 
@@ -35,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", type=int, help="input image side (default: the model's preset, 224 for most)")
     p.add_argument("--seq-len", type=int, help="tokens per sample (text models; required for them)")
     p.add_argument("--num-classes", type=int, help="replace the head for N classes")
-    p.add_argument("--optimizer", default="adamw", choices=OPTIMIZERS, help="optimizer (default adamw)")
+    p.add_argument("--optimizer", default="adamw", choices=OPTIMIZER_NAMES, help="optimizer (default adamw)")
     p.add_argument("--amp", default="off", choices=AMP_MODES, help="mixed precision (default off)")
     p.add_argument("--dtype", choices=sorted(_DTYPES), help="dtype the weights are stored in (default: the model's own)")
     p.add_argument("--rank-by", default="depth", choices=("depth", "grad-signal"),

@@ -24,7 +24,7 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import current_num_classes, replace_head
-from workbench.core.training.config import AMP_MODES, OPTIMIZERS, TrainConfig
+from workbench.core.training.config import AMP_MODES, OPTIMIZER_NAMES, TrainConfig
 from workbench.core.training.engine import Trainer
 
 
@@ -38,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps per variant, not measured (default 3)")
     p.add_argument("--batch-size", type=int, default=16, help="samples per step (default 16)")
     p.add_argument("--image-size", type=int, default=96, help="synthetic image side (default 96)")
-    p.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZERS)}")
+    p.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZER_NAMES)}")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps")
     p.add_argument("--amp", default="off", choices=AMP_MODES, help="mixed precision")
     p.add_argument("--json", action="store_true", help="print results as JSON")

@@ -146,12 +146,12 @@ def optimizer_from_arg(text: str) -> str:
     Raises:
         CommandError: an unknown optimizer.
     """
-    from workbench.core.training.config import OPTIMIZERS, ConfigError, TrainConfig
+    from workbench.core.training.config import OPTIMIZER_NAMES, ConfigError, TrainConfig
 
     try:
         return TrainConfig().replace(optimizer=text).optimizer
     except ConfigError:
-        raise CommandError(f"--optimizer {text!r} is unknown; use one of {', '.join(OPTIMIZERS)}") from None
+        raise CommandError(f"--optimizer {text!r} is unknown; use one of {', '.join(OPTIMIZER_NAMES)}") from None
 
 
 def model_spec_from_args(args: argparse.Namespace, plan: FreezePlan | None = None) -> ModelSpec:

@@ -18,8 +18,7 @@ from workbench.commands.common import (
 )
 from workbench.core.checks import doctor
 from workbench.core.checks.findings import SEVERITIES, Finding
-
-_OPTIMIZERS = {"adamw": torch.optim.AdamW, "adam": torch.optim.Adam, "sgd": torch.optim.SGD}
+from workbench.core.optimizers import CHOICES, optimizer_kind
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -28,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=8, help="synthetic batch size (default 8)")
     p.add_argument("--image-size", type=int, help="input side (default: the model's, e.g. 224)")
     p.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: cuda when available)")
-    p.add_argument("--optimizer", choices=sorted(_OPTIMIZERS), default="adamw", help="optimizer of the watched steps")
+    p.add_argument("--optimizer", choices=CHOICES, default="adamw", help="optimizer of the watched steps")
     p.add_argument("--lr", type=float, default=1e-3, help="base learning rate (default 1e-3)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -51,8 +50,8 @@ def _optimizer(name: str, model: nn.Module, applied: Any, lr: float) -> torch.op
         groups = [p for p in model.parameters() if p.requires_grad]
         if not groups:
             return None
-    extra = {"momentum": 0.9} if name == "sgd" else {}
-    return _OPTIMIZERS[name](groups, lr=lr, **extra)
+    optimizer: torch.optim.Optimizer = optimizer_kind(name).build(groups, {"lr": lr})
+    return optimizer
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,8 +8,9 @@ import os
 from pathlib import Path
 
 from workbench.commands.common import add_meta_argument, add_model_arguments, model_spec_from_args, wants_meta
-from workbench.core.export import OPTIMIZERS, ExportError, export_script, structure_model
+from workbench.core.export import ExportError, export_script, structure_model
 from workbench.core.models.spec import ModelSpec
+from workbench.core.optimizers import CHOICES
 from workbench.core.plan.rules import FreezePlan
 
 
@@ -28,7 +29,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--no-decay", choices=("auto", "none"), default=None,
         help="auto: no weight decay for biases, 1-D parameters and the model's no_weight_decay() names",
     )
-    p.add_argument("--optimizer", choices=sorted(OPTIMIZERS), default="adamw", help="optimizer of the script")
+    p.add_argument("--optimizer", choices=CHOICES, default="adamw", help="optimizer of the script (sgd: plain SGD, momentum 0)")
     p.add_argument("--batch-size", type=int, default=32, help="default batch size of the script")
     p.add_argument("--image-size", type=int, help="default input side of the script (default: the model's)")
 

@@ -24,7 +24,7 @@ from workbench.core.training.config import (
     AMP_MODES,
     CACHE_MODES,
     NONFINITE_MODES,
-    OPTIMIZERS,
+    OPTIMIZER_NAMES,
     SCHEDULERS,
     STRATEGIES,
     TrainConfig,
@@ -60,7 +60,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", type=int, help="input side in pixels (default: the weights' crop size, 224)")
     p.add_argument("--seq-len", type=int, help="text models: tokens per sample of the data (default 32 for synthetic "
                    "tokens, 128 for text files), capped at the model's position embeddings")
-    p.add_argument("--optimizer", help=f"one of {', '.join(OPTIMIZERS)} (default adamw)")
+    p.add_argument("--optimizer", help=f"one of {', '.join(OPTIMIZER_NAMES)} (default adamw)")
     p.add_argument("--lr", type=float, help="base learning rate (default 1e-3); groups get lr x lr_scale")
     p.add_argument("--weight-decay", type=float, help="weight decay (default 0)")
     p.add_argument("--no-decay", choices=("auto", "none"),

@@ -21,8 +21,7 @@ from torch import nn
 
 from workbench.core.freezing.apply import Counts
 from workbench.core.models.tree import ModelTree
-from workbench.core.optimizers import CHOICES
-from workbench.core.optimizers import OPTIMIZERS as KINDS
+from workbench.core.optimizers import CHOICES, OPTIMIZER_TABLE
 from workbench.core.plan.keys import rule_key
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.gui.background import BackgroundTask
@@ -30,13 +29,13 @@ from workbench.gui.model_loading import LoadedModel, LoadRequest, load_model, re
 from workbench.gui.plan import edits as plan_edits
 from workbench.gui.plan.state import PlanState
 
-__all__ = ["Controller", "OPTIMIZERS", "PlanEditCommand"]
+__all__ = ["Controller", "OPTIMIZER_LABELS", "PlanEditCommand"]
 
 #: How long after a model loads its objects leave the garbage collector's sight (see
 #: ``Controller._freeze_objects``).
 FREEZE_OBJECTS_AFTER_MS = 300
 #: Optimizers the cost panel can count state for: ``{name: label}``.
-OPTIMIZERS: dict[str, str] = {name: KINDS[name].label for name in CHOICES}
+OPTIMIZER_LABELS: dict[str, str] = {name: OPTIMIZER_TABLE[name].label for name in CHOICES}
 
 
 class PlanEditCommand(QUndoCommand):
@@ -415,7 +414,7 @@ class Controller(QObject):
         return True
 
     def set_optimizer(self, name: str) -> None:
-        """Count optimizer state for ``name`` (a key of :data:`OPTIMIZERS`).
+        """Count optimizer state for ``name`` (a key of :data:`OPTIMIZER_LABELS`).
 
         Args:
             name: optimizer name.
@@ -423,8 +422,8 @@ class Controller(QObject):
         Raises:
             ValueError: unknown name.
         """
-        if name not in OPTIMIZERS:
-            raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZERS)}")
+        if name not in OPTIMIZER_LABELS:
+            raise ValueError(f"unknown optimizer {name!r}; use one of {', '.join(OPTIMIZER_LABELS)}")
         if name == self.optimizer:
             return
         self.optimizer = name

@@ -325,7 +325,8 @@ class DocumentActions(_Window):
         return ok
 
     def export_script(self) -> bool:
-        """Export the plan as a standalone plain-PyTorch script (``workbench.core.export``)."""
+        """Export the run the training panel sets up (its plan, data, optimizer, schedule ...) as a
+        standalone plain-PyTorch script (``workbench.core.export``)."""
         c = self.controller
         stem = c.path.stem if c.path else (c.loaded.label if c.loaded else "plan")
         path = dialogs.save_file(self, "Export plan as script", str(Path(self._start_dir()) / f"{stem}.py"),
@@ -336,12 +337,9 @@ class DocumentActions(_Window):
             path += ".py"
         try:
             spec = ModelSpec.from_dict({**c.spec, **c.plan.model})
-            optimizer = {"sgd_momentum": "sgd"}.get(c.optimizer, c.optimizer)  # the script's SGD has momentum 0.9
-            optimizer = optimizer if optimizer in export.OPTIMIZERS else "adamw"
-            export.export_script(
-                c.plan, spec, path, model=c.model, optimizer=optimizer,
-                base_dir=c.path.parent if c.path else None, **self.training.panel.export_options(),
-            )
+            config = self.training.panel.config()  # the run the Train button would start
+            export.export_script(c.plan, spec, path, model=c.model, config=config, provided=True,
+                                 base_dir=c.path.parent if c.path else None)
         except (WorkbenchError, OSError) as e:
             dialogs.error(self, "Cannot export script", str(e))
             return False

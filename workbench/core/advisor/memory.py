@@ -29,12 +29,12 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from workbench.core.advisor.profile import AdvisorError, ModelProfile
-from workbench.core.optimizers import CHOICES, OPTIMIZERS
+from workbench.core.optimizers import CHOICES, OPTIMIZER_TABLE
 
 __all__ = ["OPTIMIZER_STATE_COPIES", "MemoryEstimate", "estimate_memory"]
 
 #: Copies of the trainable parameters each optimizer keeps as state.
-OPTIMIZER_STATE_COPIES = {name: OPTIMIZERS[name].state_copies for name in CHOICES}
+OPTIMIZER_STATE_COPIES = {name: OPTIMIZER_TABLE[name].state_copies for name in CHOICES}
 #: Gradient buffers alive around the op being differentiated, in units of its output:
 #: the gradient of its output, of its input, and of a residual branch waiting to be summed.
 _BACKWARD_TEMP_OUTPUTS = 2

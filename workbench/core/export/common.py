@@ -1,4 +1,4 @@
-"""What the parts of the script exporter share: its error, its optimizers, literals and paths."""
+"""What the parts of the script exporter share: its error, literals and paths."""
 
 from __future__ import annotations
 
@@ -7,14 +7,7 @@ from typing import Any
 from workbench.core.errors import WorkbenchError
 from workbench.core.models.script_code import script_path  # the model sources name files the same way
 
-__all__ = ["OPTIMIZERS", "ExportError", "literal", "script_path"]
-
-#: Optimizer names the training skeleton can create, and the constructor it writes.
-OPTIMIZERS = {
-    "adamw": "torch.optim.AdamW(groups)",
-    "adam": "torch.optim.Adam(groups)",
-    "sgd": "torch.optim.SGD(groups, momentum=0.9)",
-}
+__all__ = ["ExportError", "literal", "script_path"]
 
 
 class ExportError(WorkbenchError):

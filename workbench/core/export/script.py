@@ -1,27 +1,26 @@
-"""Render and write the plain-PyTorch script of a plan.
+"""Render and write the plain-PyTorch script of a training run: model, data, plan, optimizer, loop.
 
 The script imports ``torch`` and the model's own library only (torchvision, timm,
 transformers, or your module for ``py:`` models; ``safetensors`` when a checkpoint or an A+B
-tensor file is a ``.safetensors`` file), never the workbench. On the same model it reproduces
-what :func:`workbench.core.freezing.apply.apply_plan` and
-:meth:`~workbench.core.freezing.plan_handle.AppliedPlan.param_groups` do, from settings
-tables the workbench's resolver computed at export time (:mod:`workbench.core.export.tables`):
+tensor file is a ``.safetensors`` file), never the workbench. It trains the run a
+:class:`~workbench.core.training.config.TrainConfig` describes, as
+:class:`~workbench.core.training.engine.Trainer` would, step for step (the differential test
+in ``tests/core/export`` compares their losses):
 
-- ``requires_grad`` per parameter (module prefixes, then single parameters for ``param:``
-  rules), ``"unselected": "keep"`` included;
-- modules kept in eval mode across ``model.train()`` (``eval``; ``bn_eval`` for BatchNorm) by
-  overriding ``train`` on the instance, exactly as the workbench's lock does;
-- ``W = A + B`` with :mod:`torch.nn.utils.parametrize` (exact mode) or the fused mode;
-- optimizer param groups with only trainable parameters, grouped by ``lr_scale`` (``lr_decay``
-  included) and weight decay (``weight_decay`` rules, ``no_decay="auto"``), in the same order
-  and with the same keys as ``AppliedPlan.param_groups``;
-- a short training loop on random data of the model's kind (images, or token ids within the
-  vocabulary as ``model(**batch)``), with progressive unfreezing when the plan has stages.
+- the model, built the same way (:mod:`workbench.core.export.model_code`), and the plan's
+  applied state from settings tables the workbench's resolver computed at export time
+  (:mod:`workbench.core.export.tables`): ``requires_grad`` per parameter, modules kept in
+  eval mode across ``model.train()``, ``W = A + B`` with :mod:`torch.nn.utils.parametrize`
+  (exact mode) or the fused mode, param groups by ``lr_scale`` (``lr_decay`` included) and
+  weight decay (``weight_decay`` rules, ``no_decay="auto"``);
+- the run's data (:mod:`workbench.core.export.run_section`), seed, batch size, steps or
+  epochs, the optimizer with every hyperparameter (:data:`workbench.core.optimizers.OPTIMIZER_TABLE`),
+  the schedule and warm-up, AMP, the plan's stages (flags change, the optimizer keeps the
+  state of what still trains) and validation (:mod:`workbench.core.export.run_code`).
 
+Every plan key and config field has an export rule (:mod:`workbench.core.export.export_rules`);
+what the script cannot carry is refused with :class:`ExportError` naming it.
 ``python script.py --describe state.json`` writes the applied state without training.
-Refused with :class:`ExportError`: sub-tensor freezing (``partial``), low-rank A+B, stages that
-change A+B. Activation checkpointing (``checkpoint``) changes memory only and is not in the
-script; its docstring says so.
 """
 
 from __future__ import annotations
@@ -34,7 +33,8 @@ from typing import Any
 from torch import nn
 
 from workbench.core.atomic import atomic_write
-from workbench.core.export.common import OPTIMIZERS, ExportError, literal
+from workbench.core.export.common import ExportError, literal
+from workbench.core.export.export_rules import check_exportable, ignored_fields, memory_only_keys
 from workbench.core.export.model_code import ModelSection, model_section
 from workbench.core.export.plan_code import (
     APLUSB_CODE,
@@ -48,6 +48,8 @@ from workbench.core.export.plan_code import (
     RANDOM_BRANCH,
     SOURCE_CODE,
 )
+from workbench.core.export.run_code import LOOP_CODE, schedule_code, sync_code
+from workbench.core.export.run_section import RunSection, run_section
 from workbench.core.export.tables import (
     ModelFacts,
     counts,
@@ -57,9 +59,12 @@ from workbench.core.export.tables import (
     stage_tables,
     uses,
 )
+from workbench.core.models.script_code import HEAD_CODE, heads_line
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.tree import ModelTree
+from workbench.core.optimizers import CHOICES
 from workbench.core.plan.rules import FreezePlan
+from workbench.core.training.config import ConfigError, TrainConfig
 
 __all__ = ["export_script", "render_script", "structure_model"]
 
@@ -98,99 +103,27 @@ def structure_model(spec: ModelSpec, *, meta: bool = False) -> tuple[nn.Module, 
 _HEADER_IMPORTS = '''from __future__ import annotations
 
 import argparse
+import contextlib
 import fnmatch
 import json
+import math
+import random
 import types
-{extra_imports}from pathlib import Path
+{extra_imports}from collections.abc import Mapping, Sized
+from pathlib import Path
+from typing import Any
 
 import torch
+import torch.nn.functional as F
 {model_imports}from torch import nn
-{parametrize_import}
+{parametrize_import}from torch.utils.data import DataLoader, Dataset, Subset
+
 HERE = Path(__file__).resolve().parent
-'''
-
-
-def _main_code(optimizer: str, has_stages: bool, has_fused: bool, section: ModelSection) -> str:
-    make_opt = OPTIMIZERS[optimizer]
-    hook = "    if any(g.get(\"reparam_decay\") for g in groups):\n        optimizer.register_step_pre_hook(fused_decay)\n" if has_fused else ""
-    stage_fn = ""
-    stage_loop = ""
-    if has_stages:
-        stage_fn = '''
-
-def stage_key(step: int, epoch: int) -> tuple[int, int]:
-    """How many step stages and epoch stages are reached."""
-    return sum(step >= s for s in STAGE_STEPS), sum(epoch >= e for e in STAGE_EPOCHS)
-'''
-        stage_loop = '''        key = stage_key(step, epoch)
-        if key != current:  # progressive unfreezing: new flags, optimizer rebuilt keeping its state
-            current = key
-            settings = STAGES.get(key, BASE)
-            apply_settings(model, settings)
-            old, optimizer = optimizer, make_optimizer(model, args.lr, args.weight_decay, settings)
-            optimizer.state.update({p: s for p, s in old.state.items() if p.requires_grad})
-            print(f"step {step}: stage {settings.get('label', 'base')}")
-'''
-    size_dest = section.size_arg.lstrip("-").replace("-", "_")
-    return f'''
-
-def make_optimizer(model: nn.Module, lr: float, weight_decay: float, settings: dict) -> torch.optim.Optimizer:
-    """The optimizer over trainable parameters only, one group per (learning-rate multiplier, weight decay)."""
-    groups = param_groups(model, lr, weight_decay, settings)
-    optimizer = {make_opt}
-{hook}    return optimizer
-{stage_fn}
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=20, help="training steps on random data")
-    parser.add_argument("--steps-per-epoch", type=int, default=100, help="for stages given in epochs")
-    parser.add_argument("--batch-size", type=int, default=BATCH_SIZE)
-    parser.add_argument("{section.size_arg}", type=int, default={section.size_default})
-    parser.add_argument("--lr", type=float, default=LR)
-    parser.add_argument("--weight-decay", type=float, default=WEIGHT_DECAY, help="of parameters no rule sets")
-    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    parser.add_argument("--describe", metavar="JSON", help="write the applied state to this file and exit")
-    args = parser.parse_args()
-
-    torch.manual_seed(0)
-    model = build_model()
-    apply_freeze_plan(model)
-    model.to(args.device)
-    optimizer = make_optimizer(model, args.lr, args.weight_decay, BASE)
-    state = describe(model, optimizer.param_groups)
-    print(f"trainable {{state['trainable_count']:,}} of {{state['total_count']:,}} parameters; "
-          f"{{len(state['eval'])}} modules kept in eval; {{len(optimizer.param_groups)}} param groups")
-    if args.describe:
-        Path(args.describe).write_text(json.dumps(state, indent=1))
-        return
-
-    model.train()  # modules kept in eval stay in eval
-    current = (0, 0)
-    for step, batch in enumerate(make_batches(args.steps, args.batch_size, args.{size_dest}, args.device)):
-        epoch = step // args.steps_per_epoch
-{stage_loop}        optimizer.zero_grad(set_to_none=True)
-        loss = batch_loss(model, batch)
-        loss.backward()
-        optimizer.step()
-        if step % 10 == 0 or step == args.steps - 1:
-            print(f"step {{step}}: loss {{loss.item():.4f}}")
-
-
-if __name__ == "__main__":
-    main()
 '''
 
 
 def _refuse_unexportable(plan: FreezePlan, tree: ModelTree) -> None:
     eff = plan.resolve(tree)
-    partial = [p for p, e in eff.items() if e.partial]
-    if partial or any(r.partial for st in plan.stages for r in st.rules):
-        where = ", ".join(partial[:3]) or "a stage"
-        raise ExportError(
-            f"sub-tensor freezing ('partial' on {where}) cannot be exported as a plain script; "
-            "apply the plan with workbench.apply_plan(model, plan) in your script, or remove 'partial'"
-        )
     low_rank = [p for p, e in eff.items() if e.reparam is not None and e.reparam.low_rank is not None]
     if low_rank or any(r.reparam is not None and r.reparam.low_rank is not None for st in plan.stages for r in st.rules):
         where = ", ".join(p or "(root)" for p in low_rank[:3]) or "a stage"
@@ -201,12 +134,15 @@ def _refuse_unexportable(plan: FreezePlan, tree: ModelTree) -> None:
 
 
 def _docstring(plan: FreezePlan, name: str, section: ModelSection, c: dict[str, int], has_reparam: bool,
-               no_decay: str | None) -> list[str]:
+               config: TrainConfig, run: RunSection) -> list[str]:
     desc = f" ({plan.description})" if plan.description else ""
     desc = desc.replace("\\", "/").replace('"' * 3, "'" * 3)  # cannot end the docstring
-    lines = [f'"""Freeze plan for {name} in plain PyTorch{desc}.', ""]
-    lines.append(f"Exported by Freeze Workbench on {_dt.date.today().isoformat()}; needs only {section.needs}")
-    lines.append("(and safetensors for .safetensors files). What it does to the model:")
+    needs = section.needs + "".join(f" and {n}" for n in run.needs if n not in section.needs)
+    lines = [f'"""Training run of {name} in plain PyTorch{desc}.', ""]
+    lines.append(f"Exported by Freeze Workbench on {_dt.date.today().isoformat()}; needs only {needs}")
+    lines.append("(and safetensors for .safetensors files). It trains the run the workbench trains, with the same")
+    lines.append("seed, data, batch order, optimizer, schedule and plan:")
+    lines += [f"  - {line}" for line in run.summary]
     lines.append(f"  - trainable: {c['trainable']:,} of {c['total']:,} parameters "
                  f"({100.0 * c['trainable'] / max(c['total'], 1):.1f}%)")
     if c["bn"]:
@@ -217,15 +153,19 @@ def _docstring(plan: FreezePlan, name: str, section: ModelSection, c: dict[str, 
         lines.append(f"  - W = A + B (A fixed, B trained) on {c['reparam']} modules")
     lines.append("  - optimizer param groups: trainable parameters only, one group per learning-rate multiplier"
                  " and weight decay")
-    if no_decay == "auto":
+    if config.no_decay == "auto":
         lines.append("  - no weight decay for biases, 1-D parameters and the model's no_weight_decay() names")
     if plan.stages:
         n = len(plan.stages)
-        lines.append(f"  - {n} stage{'s' if n > 1 else ''} of progressive unfreezing")
-    if any(r.checkpoint for r in plan.rules) or any(r.checkpoint for st in plan.stages for r in st.rules):
-        lines.append("  Not in this script: activation checkpointing (the plan's 'checkpoint'; it saves memory only).")
+        lines.append(f"  - {n} stage{'s' if n > 1 else ''} of the plan: flags and eval locks change, the optimizer"
+                     " keeps the state of what still trains")
+    for k in memory_only_keys(plan):
+        lines.append(f"  Not in this script: {k.label.lower()} (the plan's '{k.name}'; it saves memory only).")
+    for f in ignored_fields(config):
+        lines.append(f"  Not in this script: the run's '{f}' (where files go and what is cached, not the numbers).")
     lines.append("")
-    lines.append("Run:  python THIS.py --steps 100             (trains on random data: replace make_batches)")
+    lines.append("Run:  python THIS.py                         (the run; --steps N, --device cuda ... change it)")
+    lines.append("      python THIS.py --losses losses.json    (also writes every step's loss)")
     lines.append("      python THIS.py --describe state.json   (writes the applied state, no training)")
     lines.append('"""')
     return lines
@@ -241,17 +181,28 @@ def _tables_lines(base: dict[str, Any], plan: FreezePlan, facts: ModelFacts) -> 
     lines.append(f"EVAL = {literal(base['eval'])}")
     lines.append("# (module path or parameter name, learning-rate multiplier).")
     lines.append(f"LR_SCALES = {literal(base['lr_scales'])}")
-    lines.append("# (module path or parameter name, weight decay); None: --weight-decay.")
+    lines.append("# (module path or parameter name, weight decay); None: WEIGHT_DECAY.")
     lines.append(f"WEIGHT_DECAYS = {literal(base['weight_decays'])}")
     lines.append('BASE = {"label": "base", "requires_grad": REQUIRES_GRAD, "bn_eval": BN_EVAL, "eval": EVAL,\n'
                  '        "lr_scales": LR_SCALES, "weight_decays": WEIGHT_DECAYS}')
-    if plan.stages:
-        steps, epochs, stages = stage_tables(plan, facts)
-        lines.append("# Progressive unfreezing: settings in force once (step stages, epoch stages) are reached.")
-        lines.append(f"STAGE_STEPS = {steps!r}")
-        lines.append(f"STAGE_EPOCHS = {epochs!r}")
-        lines.append(f"STAGES = {literal(stages)}")
+    steps, epochs, stages = stage_tables(plan, facts) if plan.stages else ([], [], {})
+    lines.append("# The plan's stages: settings in force once (step stages, epoch stages) are reached.")
+    lines.append(f"STAGE_STEPS = {steps!r}")
+    lines.append(f"STAGE_EPOCHS = {epochs!r}")
+    lines.append(f"STAGES = {literal(stages)}")
     return lines
+
+
+def _legacy_config(optimizer: str, lr: float, weight_decay: float, no_decay: str | None, batch_size: int,
+                   image_size: int | None) -> TrainConfig:
+    """The run of a script exported from a plan alone: 20 steps on synthetic data."""
+    if optimizer not in CHOICES:
+        raise ExportError(f"optimizer {optimizer!r} is not supported by the exported script; use one of {', '.join(CHOICES)}")
+    try:
+        return TrainConfig(data="synthetic", steps=20, optimizer=optimizer, lr=lr, weight_decay=weight_decay,
+                           no_decay=no_decay, batch_size=batch_size, image_size=image_size).validate()
+    except ConfigError as e:
+        raise ExportError(str(e)) from None
 
 
 def render_script(
@@ -259,6 +210,8 @@ def render_script(
     model_spec: ModelSpec,
     *,
     model: nn.Module | None = None,
+    config: TrainConfig | None = None,
+    provided: bool = False,
     lr: float = 1e-3,
     weight_decay: float = 0.01,
     no_decay: str | None = None,
@@ -268,7 +221,7 @@ def render_script(
     base_dir: str | os.PathLike[str] | None = None,
     script_dir: str | os.PathLike[str] | None = None,
 ) -> str:
-    """The plain-PyTorch script for a plan, as text.
+    """The plain-PyTorch script of a training run, as text.
 
     Args:
         plan: the plan (validated against the model).
@@ -278,13 +231,18 @@ def render_script(
         model: the model, when already built (only its structure is read); otherwise it is
             built from ``model_spec`` with random weights (timm and Hugging Face models on the
             meta device; nothing is downloaded).
-        lr: base learning rate of the training skeleton.
-        weight_decay: weight decay of the parameters no ``weight_decay`` rule reaches.
+        config: the run (data, seed, length, optimizer, schedule ...); None: 20 steps on
+            synthetic data with the settings below.
+        provided: the run trains ``model`` as handed to it (the app's runs): synthetic data
+            keeps its head, as the engine does for a model it did not build.
+        lr: base learning rate (without ``config``).
+        weight_decay: weight decay of the parameters no ``weight_decay`` rule reaches (without ``config``).
         no_decay: ``"auto"``: no weight decay for biases, 1-D parameters and the model's
-            ``no_weight_decay()`` names, as ``AppliedPlan.param_groups(no_decay="auto")``.
-        optimizer: ``"adamw"``, ``"adam"`` or ``"sgd"`` (momentum 0.9).
-        batch_size: default batch size of the skeleton.
-        image_size: default input side of a vision model (default: the model's, e.g. 224).
+            ``no_weight_decay()`` names (without ``config``).
+        optimizer: a name of :data:`workbench.core.optimizers.CHOICES` (without ``config``;
+            ``"sgd"`` is plain SGD, momentum 0).
+        batch_size: batch size (without ``config``).
+        image_size: input side of a vision model (without ``config``; default: the model's).
         base_dir: folder for relative A+B file paths in the plan (default: working directory).
         script_dir: folder the script will live in: files inside it (A+B tensors, checkpoint,
             Hugging Face folder, model code) are written relative to it.
@@ -293,13 +251,15 @@ def render_script(
         The script's source code.
 
     Raises:
-        ExportError: sub-tensor freezing, low-rank A+B, a stage that changes A+B, an unknown
-            optimizer, a model the script cannot rebuild or feed, a missing A+B file.
+        ExportError: a plan key or config field without a plain-script form (named), low-rank
+            A+B, a stage that changes A+B, an unknown optimizer, data the script cannot open,
+            a model the script cannot rebuild or feed, a missing A+B file.
         PlanError: the plan does not fit the model.
         ModelSourceError: the model cannot be built from the spec.
     """
-    if optimizer not in OPTIMIZERS:
-        raise ExportError(f"optimizer {optimizer!r} is not supported by the exported script; use one of {', '.join(OPTIMIZERS)}")
+    if config is None:
+        config = _legacy_config(optimizer, lr, weight_decay, no_decay, batch_size, image_size)
+    check_exportable(plan, config)
     if model is None:
         model, arch = structure_model(model_spec, meta=True)
     else:
@@ -309,9 +269,10 @@ def render_script(
     tree = ModelTree.from_model(model)
     plan.validate(tree)
     _refuse_unexportable(plan, tree)
-    facts = ModelFacts(model, tree, no_decay)
+    facts = ModelFacts(model, tree, config.no_decay)
     sdir = Path(script_dir) if script_dir is not None else None
-    section = model_section(model_spec, arch, model, sdir, image_size)
+    section = model_section(model_spec, arch, model, sdir, config.image_size)
+    run = run_section(config, model_spec, model, provided=provided)
     base = plan_tables(plan, facts)
     reparam = reparam_table(tree, plan.resolve(tree))
     relocate_files(reparam, Path(base_dir) if base_dir is not None else Path.cwd(), sdir)
@@ -320,7 +281,7 @@ def render_script(
     name = (f"{model_spec.source}:{model_spec.name}" if model_spec.source not in ("torchvision", "checkpoint")
             else arch or "the model")
     lines = ["#!/usr/bin/env python3"]
-    lines += _docstring(plan, name, section, counts(plan, facts, base), bool(reparam), no_decay)
+    lines += _docstring(plan, name, section, counts(plan, facts, base), bool(reparam), config, run)
     lines.append(_HEADER_IMPORTS.format(
         extra_imports="import zlib\n" if has_random else "",
         model_imports="".join(line + "\n" for line in section.imports),
@@ -329,12 +290,20 @@ def render_script(
     lines.append("")
     lines.append("# ---------------------------------------------------------------- the model")
     lines += section.constants
+    needs_head = (run.head_classes is not None or run.fit_to_data) and "def replace_head(" not in section.code
+    if needs_head and not any(c.startswith("HEADS = ") for c in section.constants):
+        lines.append(heads_line(model))
     lines.append(section.code.rstrip("\n"))
+    if needs_head:
+        lines.append(HEAD_CODE.rstrip("\n"))
+    elif "def replace_head(" not in section.code:
+        lines += ["", "", "def replace_head(model: nn.Module, num_classes: int) -> None:",
+                  '    """The run keeps the model\'s head."""']
     lines.append("")
     lines.append("")
-    lines.append("# ---------------------------------------------------------------- the data (replace with yours)")
-    lines += section.data_constants
-    lines.append(section.data_code.rstrip("\n"))
+    lines.append("# ---------------------------------------------------------------- the data")
+    lines += run.constants
+    lines.append(run.data_code.rstrip("\n"))
     lines.append("")
     lines.append("")
     lines.append("# ---------------------------------------------------------------- the freeze plan")
@@ -342,9 +311,6 @@ def render_script(
     if reparam:
         lines.append("# W = A + B on every parameter (or the listed ones) of the modules under each prefix.")
         lines.append(f"A_PLUS_B = {literal(reparam)}")
-    lines.append(f"LR = {lr!r}")
-    lines.append(f"WEIGHT_DECAY = {weight_decay!r}")
-    lines.append(f"BATCH_SIZE = {batch_size!r}")
     if has_file:
         lines.append("_FILES: dict[str, dict[str, torch.Tensor]] = {}")
     adjust = "    out = split_fused_groups(out, weight_decay)\n" if has_fused else ""
@@ -363,7 +329,18 @@ def render_script(
     apply_lines.append("    apply_settings(model, BASE)")
     lines.append("\n".join(apply_lines))
     lines.append(DESCRIBE_CODE.rstrip("\n"))
-    lines.append(_main_code(optimizer, bool(plan.stages), has_fused, section).rstrip("\n"))
+    lines.append("")
+    lines.append("")
+    lines.append("# ---------------------------------------------------------------- the training run")
+    lines.append(schedule_code().rstrip("\n"))
+    lines.append(sync_code().rstrip("\n"))
+    hook = ("    if any(g.get(\"reparam_decay\") for g in optimizer.param_groups):\n"
+            "        optimizer.register_step_pre_hook(fused_decay)\n") if has_fused else ""
+    loop = LOOP_CODE.replace("{optimizer_call}", run.optimizer_call).replace("{fused_hook}", hook)
+    if run.fit_to_data:
+        loop = loop.replace("    if HEAD_CLASSES is not None:\n        replace_head(model, HEAD_CLASSES)",
+                            "    replace_head(model, HEAD_CLASSES or len(dataset.classes))")
+    lines.append(loop.rstrip("\n"))
     return "\n".join(lines) + "\n"
 
 
@@ -373,20 +350,21 @@ def export_script(
     path: str | os.PathLike[str],
     **kwargs: Any,
 ) -> Path:
-    """Write the plain-PyTorch script for a plan (atomically).
+    """Write the plain-PyTorch script of a run (atomically).
 
     Args:
         plan: the plan.
         model_spec: where the model comes from.
         path: destination ``.py`` file.
-        **kwargs: options of :func:`render_script` (``model``, ``lr``, ``weight_decay``,
-            ``no_decay``, ``optimizer``, ``batch_size``, ``image_size``, ``base_dir``).
+        **kwargs: options of :func:`render_script` (``model``, ``config``, ``provided``, ``lr``,
+            ``weight_decay``, ``no_decay``, ``optimizer``, ``batch_size``, ``image_size``,
+            ``base_dir``).
 
     Returns:
         The path written.
 
     Raises:
-        ExportError: the plan cannot be exported as a plain script (see :func:`render_script`).
+        ExportError: the run cannot be exported as a plain script (see :func:`render_script`).
         PlanError: the plan does not fit the model.
         ModelSourceError: the model cannot be built from the spec.
         OSError: the folder is not writable.

@@ -10,7 +10,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.core.optimizers import OPTIMIZERS, state_copies
+from workbench.core.optimizers import OPTIMIZER_TABLE, state_copies
 
 __all__ = ["Counts", "count_parameters", "no_decay_names", "optimizer_state_factor", "tied_parameters"]
 
@@ -71,7 +71,7 @@ def optimizer_state_factor(optimizer: str | torch.optim.Optimizer) -> int:
         d = optimizer.defaults
         if name == "sgd":
             return 1 if d.get("momentum", 0) else 0
-        base = OPTIMIZERS[name].state_copies if name in OPTIMIZERS else 2
+        base = OPTIMIZER_TABLE[name].state_copies if name in OPTIMIZER_TABLE else 2
         return base + (1 if d.get("amsgrad") else 0)
     return state_copies(optimizer)
 

@@ -30,6 +30,7 @@ from workbench.core.plan.spec_base import ExtensionSpec
 __all__ = [
     "CHECKPOINT_KEY",
     "DIRECT_KEYS",
+    "EXPORT_RULES",
     "INHERITED_KEYS",
     "PARAM_KEYS",
     "PLAN_KEYS",
@@ -128,6 +129,9 @@ class PlanKey:
         text_prefix: characters a typed number may start with (``"×"`` for ``LR ×``).
         hint: what a typed value must be, for the message when it is not (``"a learning-rate
             multiplier; enter a number >= 0 ..."``); empty: from ``json_type``.
+        export: how the exported plain-PyTorch script carries the key (one of
+            :data:`EXPORT_RULES`); ``"refuse"`` (the default): a plan that sets it is not
+            exported, and the message names the key.
     """
 
     name: str
@@ -149,6 +153,7 @@ class PlanKey:
     verbs: tuple[str, str] | None = None
     text_prefix: str = ""
     hint: str = ""
+    export: str = "refuse"
 
     def __post_init__(self) -> None:
         """An empty label is the JSON name."""
@@ -251,13 +256,13 @@ _LANGUAGE_KEYS: tuple[PlanKey, ...] = (
         "eval", "boolean", _parse_bool, True, False,
         "the modules stay in eval mode across `model.train()` (Dropout, DropPath, BatchNorm, anything "
         "with train/eval behaviour)",
-        label="Eval mode", switch=True,
+        label="Eval mode", switch=True, export="tables",
     ),
     PlanKey(
         "weight_decay", "number >= 0", _parse_weight_decay, True, None,
         "absolute weight decay of the parameters; absent: the optimizer's", per_param=True,
         label="Weight decay", numeric=True,
-        hint="a weight decay; enter a number >= 0 (the absolute decay, e.g. 0.05; 0 for none)",
+        hint="a weight decay; enter a number >= 0 (the absolute decay, e.g. 0.05; 0 for none)", export="tables",
     ),
 )
 # ---- activation checkpointing (its own block: a plain boolean, not inherited)
@@ -267,9 +272,16 @@ CHECKPOINT_KEY = PlanKey(
     "activation checkpointing: the selected modules keep no activations and run their forward again "
     "in backward (less memory, about one more forward of them per step); the root uses the model's own "
     "`set_grad_checkpointing`/`gradient_checkpointing_enable` when it has one (see docs/scaling.md)",
-    label="Checkpointing", switch=True,
+    label="Checkpointing", switch=True, export="memory_only",
 )
 # ---- end of activation checkpointing
+
+#: How the exported script carries a key (:attr:`PlanKey.export`): ``tables`` (the resolved
+#: settings tables: requires_grad, eval locks, learning-rate multipliers, weight decays),
+#: ``a_plus_b`` (W = A + B, full-rank or low-rank, as plain code), ``partial`` (sub-tensor
+#: freezing as gradient masks), ``memory_only`` (changes memory, not the numbers: named in
+#: the script's docstring, not applied), ``none`` (not a setting), ``refuse`` (not exported).
+EXPORT_RULES: tuple[str, ...] = ("tables", "a_plus_b", "partial", "memory_only", "none", "refuse")
 
 #: Every rule key, in schema (and JSON output) order.
 RULE_KEYS: tuple[PlanKey, ...] = (
@@ -278,22 +290,23 @@ RULE_KEYS: tuple[PlanKey, ...] = (
         '`"*"` (whole model), a dotted module path, an fnmatch glob on paths, `"type:ClassName"`, or '
         '`"param:GLOB"` (an fnmatch glob on dotted parameter names; sets `frozen`, `lr_scale` and '
         '`weight_decay` per parameter: `"param:*.bias"` is BitFit); required',
-        setting=False, label="Select",
+        setting=False, label="Select", export="tables",
     ),
     PlanKey(
         "frozen", "boolean", _parse_bool, True, False, "the modules' own parameters do not train", per_param=True,
-        label="Frozen", switch=True, verbs=("Freeze", "Unfreeze"),
+        label="Frozen", switch=True, verbs=("Freeze", "Unfreeze"), export="tables",
     ),
     PlanKey(
         "bn_eval", "boolean", _parse_bool, True, False,
         "BatchNorm runs on its running statistics (eval mode) while the model trains; absent: follows `frozen`",
-        follows="frozen", label="BN eval", switch=True, batchnorm_only=True,
+        follows="frozen", label="BN eval", switch=True, batchnorm_only=True, export="tables",
     ),
     PlanKey(
         "lr_scale", "number >= 0", _parse_lr_scale, True, 1.0,
         "multiplier of the base learning rate; absent: the plan's `lr_decay` for the layer, else 1",
         per_param=True, label="LR ×", numeric=True, text_prefix="×x*",
         hint="a learning-rate multiplier; enter a number >= 0 (1 = base rate, 0.1 = ten times slower)",
+        export="tables",
     ),
     *_LANGUAGE_KEYS,
     PlanKey(
@@ -302,7 +315,7 @@ RULE_KEYS: tuple[PlanKey, ...] = (
         "`false` switches it off; `rank`, `alpha`, `dropout`, `init` make B = (alpha/rank) U V low-rank "
         "(LoRA) on Linear, Conv1d/2d, Conv1D and Embedding layers; `\"dora\": true` (with `rank`) adds "
         "DoRA's trained magnitude per output channel (not on Embedding)",
-        can_switch_off=True, spec=ReparamSpec, show=_show_spec, label="A+B", switch=True,
+        can_switch_off=True, spec=ReparamSpec, show=_show_spec, label="A+B", switch=True, export="a_plus_b",
     ),
     PlanKey(
         "partial", "object", _parse_partial, False, None,
@@ -312,7 +325,7 @@ RULE_KEYS: tuple[PlanKey, ...] = (
     CHECKPOINT_KEY,
     PlanKey(
         "comment", "string", _parse_comment, False, None, "free text, kept with the rule", setting=False,
-        label="Comment",
+        label="Comment", export="none",
     ),
 )
 RULE_KEY_NAMES: tuple[str, ...] = tuple(k.name for k in RULE_KEYS)

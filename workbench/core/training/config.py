@@ -26,17 +26,19 @@ __all__ = [
     "AMP_MODES",
     "CACHE_MODES",
     "DEFAULT_STEPS",
+    "FIELD_EXPORT",
     "MAX_SEED",
     "NONFINITE_MODES",
-    "OPTIMIZERS",
+    "OPTIMIZER_NAMES",
     "SCHEDULERS",
     "STRATEGIES",
     "ConfigError",
     "TrainConfig",
+    "field_export",
 ]
 
 #: Optimizer names: plain SGD, SGD with momentum, Adam, AdamW.
-OPTIMIZERS: tuple[str, ...] = tuple(reversed(CHOICES))  # from the simplest: sgd, sgd_momentum, adam, adamw
+OPTIMIZER_NAMES: tuple[str, ...] = tuple(reversed(CHOICES))  # from the simplest: sgd, sgd_momentum, adam, adamw
 #: Mixed precision: off, bfloat16 autocast (CPU, CUDA, MPS), float16 autocast + GradScaler.
 AMP_MODES: tuple[str, ...] = ("off", "bf16", "fp16")
 #: What a non-finite loss does: end the run, or skip that step and count it.
@@ -272,7 +274,7 @@ class TrainConfig:
                 raise bad(name, f"must be an integer >= 0, got {v!r}")
         if self.seed > MAX_SEED:  # torch.manual_seed takes a 64-bit integer
             raise bad("seed", f"must be at most {MAX_SEED} (2**63 - 1), got {self.seed}")
-        self.optimizer = _choice(self, "optimizer", OPTIMIZERS, bad, aliases={"sgdm": "sgd_momentum", "momentum": "sgd_momentum"})
+        self.optimizer = _choice(self, "optimizer", OPTIMIZER_NAMES, bad, aliases={"sgdm": "sgd_momentum", "momentum": "sgd_momentum"})
         self.amp = _choice(self, "amp", AMP_MODES, bad, aliases={"none": "off", "no": "off", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"})
         self.on_nonfinite = _choice(self, "on_nonfinite", NONFINITE_MODES, bad, aliases={})
         self.strategy = _choice(self, "strategy", STRATEGIES, bad, aliases={"fsdp2": "fsdp"})
@@ -462,3 +464,32 @@ def _choice(cfg: TrainConfig, name: str, choices: tuple[str, ...], bad: Any, ali
         hint = f"; {question}" if question else ""
         raise bad(name, f"{v!r} is not one of {', '.join(choices)}{hint}")
     return key
+
+
+# ---- how the exported plain-PyTorch script carries each field (see docs/export.md)
+#: Export rules of the fields: ``script`` (the script reproduces it), ``ignored`` (it does not
+#: change what is trained: where files go, how fast, what is logged; the script's docstring
+#: lists them), ``refuse`` (a value other than the default is not exported; the message names
+#: the field). A field missing here is ``refuse``.
+FIELD_EXPORT: dict[str, str] = {
+    **dict.fromkeys(("model", "weights", "checkpoint", "num_classes", "plan", "data", "image_size", "seq_len",
+                     "batch_size", "optimizer", "lr", "weight_decay", "no_decay", "momentum", "scheduler",
+                     "warmup_steps", "steps", "epochs", "device", "amp", "channels_last", "compile", "num_workers",
+                     "pin_memory", "seed", "on_nonfinite", "torch_threads", "log_every", "val", "val_every",
+                     "val_fraction", "text_column", "label_column", "image_column"), "script"),
+    **dict.fromkeys(("save_dir", "metrics_path", "tensorboard_dir", "allow_download", "cache_frozen", "cache_budget",
+                     "auto_freeze_every", "auto_freeze_threshold", "auto_freeze_max"), "ignored"),
+    **dict.fromkeys(("strategy", "fsdp_blocks", "auto_freeze"), "refuse"),
+}
+
+
+def field_export(name: str) -> str:
+    """How the exported script carries a config field (:data:`FIELD_EXPORT`; ``refuse`` when absent).
+
+    Args:
+        name: a :class:`TrainConfig` field.
+
+    Returns:
+        ``script``, ``ignored`` or ``refuse``.
+    """
+    return FIELD_EXPORT.get(name, "refuse")

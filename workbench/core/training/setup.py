@@ -19,6 +19,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.optimizers import optimizer_kind
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.training import distributed as wdist
 from workbench.core.training.config import DEFAULT_STEPS, TrainConfig
@@ -413,15 +414,11 @@ def make_optimizer(config: TrainConfig, groups: list[dict[str, Any]]) -> torch.o
         groups: param groups (see :meth:`AppliedPlan.param_groups`).
 
     Returns:
-        SGD, SGD with momentum, Adam or AdamW.
+        The optimizer of :data:`workbench.core.optimizers.OPTIMIZER_TABLE` with the config's
+        hyperparameters (plain SGD has momentum 0).
     """
-    if config.optimizer == "sgd":
-        return torch.optim.SGD(groups, lr=config.lr, momentum=0.0, weight_decay=config.weight_decay)
-    if config.optimizer == "sgd_momentum":
-        return torch.optim.SGD(groups, lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay)
-    if config.optimizer == "adam":
-        return torch.optim.Adam(groups, lr=config.lr, weight_decay=config.weight_decay)
-    return torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
+    optimizer: torch.optim.Optimizer = optimizer_kind(config.optimizer).build(groups, config)
+    return optimizer
 
 
 def make_amp(config: TrainConfig, device: torch.device) -> tuple[torch.dtype | None, Any]:

@@ -40,7 +40,7 @@ from workbench.core.formatting import fmt_bytes, fmt_count, fmt_percent
 from workbench.core.freezing.apply import Counts
 from workbench.core.models.memory import DTYPE_BYTES, GPU_SIZES, ParamMemory
 from workbench.core.training.metrics import fmt_memory
-from workbench.gui.controller import OPTIMIZERS, Controller
+from workbench.gui.controller import OPTIMIZER_LABELS, Controller
 from workbench.gui.plan.state import finding_line
 
 __all__ = ["CostPanel", "MemoryBar", "fit_text"]
@@ -179,7 +179,7 @@ class CostPanel(QFrame):
         self.legend_label.setTextFormat(Qt.TextFormat.RichText)
         self.bar = MemoryBar(stats)
         self.optimizer_box = QComboBox(stats)
-        for key, label in OPTIMIZERS.items():
+        for key, label in OPTIMIZER_LABELS.items():
             self.optimizer_box.addItem(label, key)
         self.optimizer_box.setToolTip("Optimizer whose state is counted (AdamW/Adam: 2 tensors per parameter)")
         self.dtype_box = QComboBox(stats)
@@ -258,7 +258,7 @@ class CostPanel(QFrame):
             self.findings_title.clear()
             return
         c = state.counts
-        opt = OPTIMIZERS.get(c.optimizer, c.optimizer)
+        opt = OPTIMIZER_LABELS.get(c.optimizer, c.optimizer)
         self.params_label.setText(
             f"<b>Trainable {fmt_count(c.trainable)}</b> of {fmt_count(c.total)} parameters "
             f"(<b>{fmt_percent(c.trainable, c.total)}</b>) · frozen {fmt_count(c.frozen)} "
@@ -387,7 +387,7 @@ class CostPanel(QFrame):
         self.dtype_box.setCurrentIndex(i)
 
     def _show_fit(self, est: ParamMemory) -> None:
-        opt = OPTIMIZERS.get(est.optimizer, est.optimizer)
+        opt = OPTIMIZER_LABELS.get(est.optimizer, est.optimizer)
         self.fit_label.setText(fit_text(est))
         state = f"{opt} state ({est.state_dtype})"
         self.fit_label.setToolTip(

@@ -13,7 +13,6 @@ training thread.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import math
 from typing import Any
@@ -38,7 +37,7 @@ from PySide6.QtWidgets import (
 
 from workbench.core.training.config import MAX_SEQ_LEN, ConfigError, TrainConfig
 from workbench.gui import dialogs
-from workbench.gui.controller import OPTIMIZERS, Controller
+from workbench.gui.controller import OPTIMIZER_LABELS, Controller
 from workbench.gui.elided_label import ElidedLabel
 from workbench.gui.training.options_dialog import (
     COLUMN_ROLES,
@@ -210,7 +209,7 @@ class TrainingPanel(QWidget):
         self.batch_size.setRange(1, 65536)
         self.batch_size.setToolTip("Samples per step")
         self.optimizer_box = QComboBox(self)
-        for key, label in OPTIMIZERS.items():
+        for key, label in OPTIMIZER_LABELS.items():
             self.optimizer_box.addItem(label, key)
         self.optimizer_box.setToolTip("Optimizer (the cost panel counts its state)")
         self.optimizer_box.currentIndexChanged.connect(self._optimizer_chosen)
@@ -569,17 +568,6 @@ class TrainingPanel(QWidget):
         else:
             o.val_percent = max(1, min(50, round(float(v) * 100)))
         return o
-
-    def export_options(self) -> dict[str, Any]:
-        """The settings an exported script takes as defaults (``lr``, ``weight_decay``,
-        ``batch_size``, ``image_size``); fields that do not parse are left out."""
-        out: dict[str, Any] = {"batch_size": self.batch_size.value()}
-        if self.image_size.value():
-            out["image_size"] = self.image_size.value()
-        for key, edit in (("lr", self.lr), ("weight_decay", self.wd)):
-            with contextlib.suppress(ConfigError):
-                out[key] = _float(edit.text(), key, "0")
-        return out
 
     # ------------------------------------------------------------ actions
     def start(self, watch_steps: int | None = None) -> bool:

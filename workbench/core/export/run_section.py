@@ -1,0 +1,208 @@
+"""The run part of the exported script: the run's data, sizes, seed, length, optimizer and schedule.
+
+:func:`run_section` turns a :class:`~workbench.core.training.config.TrainConfig` and the
+model's structure into the script's constants and data code, with the values the engine
+computes for the same run (image size, synthetic classes, tokens per sample, the head's
+classes). What the script cannot reproduce is refused in one line naming the setting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from torch import nn
+
+from workbench.core.export.common import ExportError
+from workbench.core.export.run_code import FILE_DATA_CODE, SYNTHETIC_IMAGE_CODE, SYNTHETIC_TEXT_CODE
+from workbench.core.models.spec import ModelSpec
+from workbench.core.models.zoo import crop_size, current_num_classes, model_input_size, weights_member
+from workbench.core.optimizers import optimizer_kind
+from workbench.core.training.config import DEFAULT_STEPS, TrainConfig
+from workbench.core.training.data import (
+    SYNTHETIC_DEFAULT_CLASSES,
+    SYNTHETIC_DEFAULT_LENGTH,
+    DataError,
+    run_seq_len,
+    text_task_of,
+)
+
+__all__ = ["DATA_KINDS", "RunSection", "run_section"]
+
+#: Data spec kinds the script opens as the workbench does.
+DATA_KINDS: tuple[str, ...] = ("synthetic", "imagefolder", "cifar10", "cifar100", "mnist", "fashionmnist", "svhn", "stl10")
+
+
+@dataclass
+class RunSection:
+    """The script's run: constants and the data code.
+
+    Attributes:
+        constants: lines of ``NAME = value``.
+        data_code: ``make_dataset`` (and what it needs) for the run's data.
+        optimizer_call: the optimizer's constructor call, every hyperparameter written out.
+        head_classes: classes the script gives the head after building the model (None: kept).
+        fit_to_data: the head takes the data's class count (file data without ``num_classes``).
+        needs: extra libraries (``torchvision`` for image files).
+        summary: lines for the script's docstring (what it trains).
+    """
+
+    constants: list[str] = field(default_factory=list)
+    data_code: str = ""
+    optimizer_call: str = ""
+    head_classes: int | None = None
+    fit_to_data: bool = False
+    needs: list[str] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)
+
+
+def _kind(spec: str) -> str:
+    return spec.strip().partition(":")[0].strip().lower()
+
+
+def _image_size(config: TrainConfig, spec: ModelSpec, model: nn.Module) -> int:
+    """The engine's image size: the config's, the weights preset's crop, the model's input size, 224."""
+    if config.image_size:
+        return config.image_size
+    member = weights_member(spec.name, spec.weights) if spec.source in ("torchvision", "checkpoint") else None
+    size = crop_size(member)
+    if size:
+        return size
+    if spec.source in ("torchvision", "checkpoint") and spec.name:
+        try:
+            return model_input_size(spec.name)
+        except Exception:  # an architecture without a known input size
+            return 224
+    side = getattr(getattr(model, "config", None), "image_size", None)
+    return side if isinstance(side, int) else 224
+
+
+def _weights_code(config: TrainConfig, spec: ModelSpec) -> str:
+    """``weights_transforms(image_size)``: the weights' preset transforms, or None."""
+    member = weights_member(spec.name, spec.weights) if spec.source in ("torchvision", "checkpoint") else None
+    if member is None:
+        return '''
+
+def weights_transforms(image_size: int):
+    """No pretrained weights' preset: the default transforms."""
+    return None
+'''
+    sized = config.image_size is not None
+    return f'''
+
+def weights_transforms(image_size: int):
+    """The preset transforms of the weights the run used ({member})."""
+    import torchvision
+
+    member = torchvision.models.get_weight({str(member)!r})
+    if not {sized!r}:
+        return member.transforms()
+    try:
+        return member.transforms(crop_size=image_size, resize_size=max(image_size, round(image_size / 0.875)))
+    except TypeError:  # a preset without size arguments
+        return member.transforms()
+'''
+
+
+def run_section(config: TrainConfig, spec: ModelSpec, model: nn.Module, *, provided: bool = False) -> RunSection:
+    """The run's constants and data code for the script.
+
+    Args:
+        config: the run's settings (validated).
+        spec: where the model comes from (its ``num_classes`` is the head the script builds).
+        model: the model's structure (meta tensors are fine).
+        provided: the run trains a model handed to it (the app's): synthetic data keeps its
+            head, as :func:`workbench.core.training.setup.fit_head` does.
+
+    Returns:
+        The section.
+
+    Raises:
+        ExportError: data the script cannot open as the workbench does (named), a text model
+            without a task head.
+    """
+    out = RunSection()
+    kind = _kind(config.data)
+    if kind not in DATA_KINDS:
+        raise ExportError(
+            f"config field 'data' = {config.data!r}: the exported script opens {', '.join(DATA_KINDS)} data; "
+            f"{kind!r} data is not exported yet (train with the workbench, or export with synthetic data and replace make_dataset)"
+        )
+    if config.val is not None and (_kind(config.val) == "synthetic") != (kind == "synthetic"):
+        raise ExportError(f"config field 'val' = {config.val!r}: the exported script validates on data of the training data's kind")
+    try:
+        task = text_task_of(model)
+    except DataError as e:
+        raise ExportError(f"{e}; the script's training loop needs a task head") from None
+    if task is not None and kind != "synthetic":
+        raise ExportError(f"config field 'data' = {config.data!r}: a text model's data is exported as synthetic tokens only")
+    image_size = _image_size(config, spec, model)
+    seq_len = run_seq_len(model, config.seq_len, config.data)
+    head_now = spec.num_classes or current_num_classes(model)
+    if kind == "synthetic":
+        arg = config.data.strip().partition(":")[2].strip()
+        length = int(arg) if arg else SYNTHETIC_DEFAULT_LENGTH
+        given = config.num_classes or spec.num_classes
+        if given:
+            classes = given
+        elif provided and head_now:
+            classes = min(head_now, SYNTHETIC_DEFAULT_CLASSES)
+        else:
+            classes = SYNTHETIC_DEFAULT_CLASSES
+        target = given if task is not None or provided else classes
+        out.data_code = SYNTHETIC_TEXT_CODE if task is not None else SYNTHETIC_IMAGE_CODE
+        out.constants += [f"DATA = {config.data!r}  # the workbench's generated data (see make_dataset)",
+                          f"DATA_LENGTH = {length!r}  # samples", f"DATA_CLASSES = {classes!r}"]
+        out.summary.append(f"data: {config.data} (the workbench's generated {'tokens' if task else 'images'}, same samples)")
+    else:
+        target = config.num_classes or spec.num_classes
+        out.fit_to_data = target is None
+        out.data_code = FILE_DATA_CODE + _weights_code(config, spec)
+        out.constants.append(f"DATA = {config.data!r}  # {kind}: opened from disk, nothing downloaded")
+        out.needs.append("torchvision")
+        out.summary.append(f"data: {config.data}, with the run's transforms")
+    if target is not None and target != head_now:
+        out.head_classes = target
+    kind_row = optimizer_kind(config.optimizer)
+    out.optimizer_call = kind_row.source(config, expressions={"lr": "LR"})
+    steps = config.steps if config.steps is not None or config.epochs is not None else DEFAULT_STEPS
+    device = ('"cuda" if torch.cuda.is_available() else "cpu"  # the run: auto' if config.device == "auto"
+              else repr(config.device))
+    out.constants += [
+        f"VAL = {config.val!r}  # None: a held-out share of the training data when validating",
+        f"VALIDATES = {config.validates!r}",
+        f"VAL_EVERY = {config.val_every!r}  # validate every N steps and after the last",
+        f"VAL_FRACTION = {config.val_fraction!r}",
+        f"TASK = {task!r}",
+        f"IMAGE_SIZE = {image_size!r}",
+        f"SEQ_LEN = {seq_len!r}  # tokens per sample of a text model",
+        f"HEAD_CLASSES = {out.head_classes!r}  # classes the head gets after build_model (None: kept)",
+        f"SEED = {config.seed!r}",
+        f"STEPS = {steps!r}",
+        f"EPOCHS = {config.epochs!r}",
+        f"BATCH_SIZE = {config.batch_size!r}",
+        f"LR = {config.lr!r}",
+        f"WEIGHT_DECAY = {config.weight_decay!r}  # of the parameters no rule sets",
+        f"SCHEDULER = {config.scheduler!r}",
+        f"WARMUP_STEPS = {config.warmup_steps!r}",
+        f"AMP = {config.amp!r}  # off, bf16 (autocast) or fp16 (autocast + GradScaler)",
+        f"CHANNELS_LAST = {config.channels_last and task is None!r}",
+        f"COMPILE = {config.compile_backend!r}  # torch.compile backend, or None",
+        f"DEVICE = {device}",
+        f"NUM_WORKERS = {config.num_workers!r}",
+        "PIN_MEMORY = " + (repr(config.pin_memory) if config.pin_memory is not None else 'str(DEVICE).startswith("cuda")'),
+        f"TORCH_THREADS = {config.torch_threads!r}",
+        f"ON_NONFINITE = {config.on_nonfinite!r}  # stop, or skip the step",
+        f"LOG_EVERY = {config.log_every!r}",
+    ]
+    length_text = f"{config.epochs} epochs" + (f" (at most {config.steps} steps)" if config.steps else "") if config.epochs else f"{steps} steps"
+    out.summary += [
+        f"{length_text} of batch {config.batch_size}, seed {config.seed}",
+        f"optimizer: {kind_row.source(config, groups='param groups')}",
+        f"schedule: {config.scheduler}" + (f" after {config.warmup_steps} warm-up steps" if config.warmup_steps else ""),
+        f"mixed precision: {config.amp}; gradient clipping: none (the workbench does not clip)",
+    ]
+    if config.validates:
+        where = config.val if config.val is not None else f"{config.val_fraction:g} of the training data held out"
+        every = f"every {config.val_every} steps and " if config.val_every else ""
+        out.summary.append(f"validation on {where}, {every}after the last step")
+    return out
