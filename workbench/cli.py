@@ -38,6 +38,7 @@ COMMANDS: dict[str, Command] = {
     "export": Command("workbench.commands.export", "export a plan as a plain PyTorch script (--to x.py, needs only torch and the model's library), as plan JSON (--to x.json) or as a PEFT adapter (--peft DIR)"),
     "bench": Command("workbench.commands.bench", "measure step time and memory of freeze plans against full fine-tuning, side by side"),
     "advise": Command("workbench.commands.advise", "propose the freeze plans that fit a memory budget and choose the one that trains the most (--measure to check them)"),
+    "sweep": Command("workbench.commands.sweep", "train candidate plans for one budget, stop the weak ones early, and recommend the cheapest within a share of the best metric (Pareto fronts of metric vs time and memory)"),
     "models": Command("workbench.commands.models", "list torchvision classification models with their weights and whether they are cached"),
 }
 

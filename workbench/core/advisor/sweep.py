@@ -265,8 +265,10 @@ class Sweep:
     # ------------------------------------------------------------ the study
     @property
     def maximize(self) -> bool:
-        """A larger objective is better (the metric; not the loss)."""
-        return self.settings.objective == "metric"
+        """A larger objective is better (the metric, unless it is one where lower is better; not the loss)."""
+        from workbench.core.training.task_metrics import higher_is_better
+
+        return self.settings.objective == "metric" and higher_is_better(self.config.metric)
 
     @property
     def study(self) -> Any:
@@ -477,8 +479,10 @@ class Sweep:
                 trainable=o.get("trainable"), retention=o.get("retention"), reason=str(t.user_attrs.get("reason", "")),
                 run_dir=o.get("run_dir") or "",
             ))
+        from workbench.core.training.task_metrics import metric_label
+
         s = self.settings
-        name = "validation loss" if s.objective == "loss" else str(getattr(self.config, "metric", None) or "accuracy")
+        name = "validation loss" if s.objective == "loss" else metric_label(self.config.metric)
         return SweepReport.build(rows, objective=name, maximize=self.maximize, within=s.within,
                                  min_retention=s.min_retention, by=s.by, retention_before=retention_before)
 

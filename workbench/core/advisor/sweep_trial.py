@@ -108,7 +108,7 @@ def open_retain(spec: str, config: TrainConfig, *, image_size: int = 224, num_cl
     """
     try:
         ds = make_dataset(spec, image_size=image_size, num_classes=num_classes, train=False, seed=config.seed,
-                          model=model, seq_len=config.seq_len)
+                          model=model, seq_len=config.seq_len, input_shape=config.input_shape)
         n = len(ds)  # type: ignore[arg-type]
         if n < 1:
             raise WorkbenchError(f"--retain {spec}: the dataset is empty; give one with samples of the original task")
@@ -127,8 +127,8 @@ def _retention(trainer: Trainer, retain: str | Dataset[Any], loss_objective: boo
     ds = retain if not isinstance(retain, str) else open_retain(
         retain, cfg, image_size=trainer.image_size or 224, num_classes=trainer.num_classes or 10, model=trainer.model)
     loader: DataLoader[Any] = DataLoader(ds, batch_size=cfg.batch_size, shuffle=False)
-    v = evaluate(trainer.model, loader, trainer.loss_fn, trainer.device)
-    return metric_of(v, False) if not loss_objective else metric_of(v, True)
+    v = evaluate(trainer.model, loader, trainer.loss_fn, trainer.device, metric=trainer.metric)
+    return metric_of(v, loss_objective)
 
 
 def train_candidate(
@@ -225,7 +225,8 @@ def train_candidate(
         outcome.status = "stopped"
         return outcome
     if out_of_time.is_set() and trainer.val_loader is not None and trainer.model is not None:
-        v = evaluate(trainer.model, trainer.val_loader, trainer.loss_fn, trainer.device)  # the end of the time budget
+        # the time budget ended between validations: measure where it ended
+        v = evaluate(trainer.model, trainer.val_loader, trainer.loss_fn, trainer.device, metric=trainer.metric)
         outcome.metric, outcome.val_loss = metric_of(v, loss_objective), v.loss
         if outcome.metric is not None:
             outcome.curve.append((result.steps, outcome.metric))

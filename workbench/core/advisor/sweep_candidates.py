@@ -1,0 +1,103 @@
+"""The advisor's candidates for a sweep: the plans that fit a memory budget, for the model and data of a run.
+
+:func:`advised_plans` builds the run's model and data as training would (head fitted to the
+data), takes the input shape from one sample, asks the advisor (:func:`~workbench.core.advisor.advice.advise`)
+and returns the plans that fit the budget (the Pareto front of predicted cost, or all), and
+auto-freeze when it fits, as ``(name, plan, config overrides)`` for
+:func:`~workbench.core.advisor.sweep.cross_learning_rates`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from workbench.core.advisor.advice import Advice, advise
+from workbench.core.advisor.sweep_study import SweepError
+from workbench.core.formatting import fmt_bytes
+from workbench.core.plan import FreezePlan
+from workbench.core.training.config import TrainConfig
+
+__all__ = ["advice_plans", "advised_plans", "sample_input_shape"]
+
+PlanChoice = tuple[str, FreezePlan, dict[str, Any]]
+
+
+def sample_input_shape(sample: Any, batch_size: int) -> tuple[int, ...]:
+    """The batch shape of a dataset item's input: ``(batch, *x.shape)``; for token dicts ``(batch, seq_len)``.
+
+    Raises:
+        SweepError: the item has no tensor input.
+    """
+    x = sample[0] if isinstance(sample, (tuple, list)) else sample
+    if isinstance(x, Mapping):
+        x = x.get("input_ids")
+        if isinstance(x, torch.Tensor):
+            return (batch_size, int(x.shape[-1]))
+    if isinstance(x, torch.Tensor):
+        return (batch_size, *(int(d) for d in x.shape))
+    raise SweepError(f"the data's first sample has no tensor input ({type(x).__name__}); give --plans FILE ... instead")
+
+
+def advice_plans(advice: Advice, *, front_only: bool = True) -> list[PlanChoice]:
+    """The plans of an advice that fit its budget: the front (or every candidate), then auto-freeze.
+
+    Args:
+        advice: the advisor's answer.
+        front_only: only the Pareto front of predicted cost (else every candidate that fits).
+
+    Returns:
+        ``(name, plan, config overrides)`` per plan, least trained first.
+
+    Raises:
+        SweepError: nothing fits the budget.
+    """
+    pool = advice.front_assessed if front_only else advice.assessed
+    out: list[PlanChoice] = [(a.candidate.name, a.candidate.plan, {}) for a in pool if a.fits]
+    af = advice.auto_freeze
+    if af is not None and af.fits:
+        out.append((af.name, FreezePlan.from_dict({"format": "freeze-plan", "version": 1, "rules": [
+            {"select": "*", "frozen": False}]}), {"auto_freeze": True}))
+    if not out:
+        raise SweepError(f"no candidate plan fits in {fmt_bytes(advice.budget_bytes)}; the smallest needs about "
+                         f"{fmt_bytes(advice.smallest_peak)}: raise --memory or lower --batch-size")
+    return out
+
+
+def advised_plans(config: TrainConfig, budget_bytes: int, *, front_only: bool = True, trust_pickle: bool = False,
+                  model: torch.nn.Module | None = None, dataset: Any = None) -> tuple[Advice, list[PlanChoice]]:
+    """Ask the advisor for the plans of ``config``'s model and data that fit ``budget_bytes``.
+
+    Args:
+        config: the sweep's base config (model, data, batch size, optimizer, amp, device).
+        budget_bytes: the memory budget.
+        front_only: as :func:`advice_plans`.
+        trust_pickle: allow pickled checkpoints.
+        model / dataset: a model and data to use instead of the config's.
+
+    Returns:
+        The advice and its plans.
+
+    Raises:
+        WorkbenchError: the model or data cannot be built; nothing fits the budget.
+    """
+    from workbench.core.training.engine import Trainer
+
+    kwargs: dict[str, Any] = {"trust_pickle": trust_pickle}
+    if model is not None:
+        kwargs["model"] = model
+    if dataset is not None:
+        kwargs["dataset"] = dataset
+    trainer = Trainer(config.replace(steps=1, save_dir=None, metrics_path=None, tensorboard_dir=None,
+                                     auto_freeze=False, cache_frozen="off"), **kwargs)
+    trainer.setup()  # the model as training builds it: the data's head, on the run's device
+    assert trainer.model is not None and trainer.dataset is not None
+    shape = sample_input_shape(trainer.dataset[0], config.batch_size)
+    device_type = trainer.device.type
+    if trainer.applied is not None:
+        trainer.applied.remove(merge=False)
+    advice = advise(trainer.model, budget_bytes, shape, optimizer=config.optimizer, amp=config.amp,
+                    device_type=device_type)
+    return advice, advice_plans(advice, front_only=front_only)
