@@ -99,6 +99,10 @@ class CheckpointHandle:
         """Checkpointing adds no tensors."""
         return []
 
+    def acts_in(self) -> list[str]:
+        """Checkpointing adds no trainable tensors: they act nowhere."""
+        return []
+
     def remove(self, merge: bool = True) -> None:
         """Switch checkpointing off again (``merge`` is ignored: no tensor changed)."""
         if self.via == "timm":

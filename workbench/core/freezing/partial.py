@@ -462,6 +462,10 @@ class PartialHandle:
             return []
         return [(self._name("weight_frozen"), self.module.weight_frozen)]
 
+    def acts_in(self) -> list[str]:
+        """Where the trainable slice and the bias act: the module's own forward."""
+        return [self.path]
+
     def trainable_fraction(self) -> float:
         """Share of the weight's elements that train."""
         return self.module._partial.n_trainable / self.module._partial.size

@@ -98,6 +98,16 @@ class Installed(Protocol):
         """Tensors (full dotted names) that never train and must stay bit-identical."""
         ...
 
+    def acts_in(self) -> list[str]:
+        """Dotted paths of the modules whose forward uses the :meth:`trainable` tensors.
+
+        The frozen-prefix cache cuts before the first of them to run, so a technique whose
+        tensors live in a module that is never called (a fused adapter read by a forward
+        hook) still trains on every step. A handle without this method is treated as
+        acting anywhere: the cache stays off (see :meth:`AppliedPlan.acting_sites`).
+        """
+        ...
+
     def remove(self, merge: bool = True) -> None:
         """Undo the installation. ``merge``: keep the trained values in plain parameters."""
         ...
@@ -317,6 +327,39 @@ class AppliedPlan:
     def named_trainable(self) -> list[tuple[str, nn.Parameter]]:
         """Trainable parameters with their names, each once, in model order."""
         return [(n, p) for n, p in self.model.named_parameters() if p.requires_grad]
+
+    def acting_sites(self) -> dict[str, list[str] | None]:
+        """Where each trainable tensor acts: the modules whose forward uses it.
+
+        A plain parameter acts in the module that holds it (each of them, for a tied one); a
+        tensor an extension installed acts where its handle says (:meth:`Installed.acts_in`).
+
+        Returns:
+            ``{tensor name: [module paths]}`` for every trainable tensor (by its first name
+            in ``model.named_parameters()``); None for the tensors of a handle that does not
+            declare where they act (anywhere, as far as a caller can tell).
+        """
+        self._check_alive()
+        held: dict[int, list[str] | None] = {}
+        for h in self._installed.values():
+            declare = getattr(h, "acts_in", None)
+            sites = list(declare()) if callable(declare) else None
+            for _, p in h.trainable():
+                known = held.get(id(p), [])
+                held[id(p)] = None if sites is None or known is None else known + sites
+        out: dict[str, list[str] | None] = {}
+        first: dict[int, str] = {}
+        for name, p in self.model.named_parameters(remove_duplicate=False):
+            if not p.requires_grad:
+                continue
+            key = first.setdefault(id(p), name)
+            if id(p) in held:
+                out[key] = held[id(p)]
+                continue
+            sites_now = out.setdefault(key, [])
+            assert sites_now is not None
+            sites_now.append(name.rpartition(".")[0])
+        return out
 
     def trainable_parameters(self) -> list[nn.Parameter]:
         """Trainable parameters, each once, in model order."""

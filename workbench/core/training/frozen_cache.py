@@ -8,8 +8,11 @@ whole model, and from then on runs only the trainable suffix on the kept activat
 
 How the cut is found (on the first batch, with the global RNG and the buffers restored after):
 
-* one forward records the order of module calls; **F** is the first module called that owns a
-  trainable parameter; the **cut** is the outermost module **C** on F's call chain that F is
+* one forward records the order of module calls; **F** is the first call whose forward involves
+  a trainable tensor, wherever the technique put it: each tensor acts in the modules its plan
+  declares (:meth:`~workbench.core.freezing.plan_handle.AppliedPlan.acting_sites`: the module
+  holding a plain parameter, the layer a fused adapter hooks; a module never called stands for
+  its nearest called ancestor; a technique that declares nothing keeps the cache off); the **cut** is the outermost module **C** on F's call chain that F is
   the first call of (``layer3`` when ``layer3.0.conv1`` trains, ``encoder.layer.10`` when a
   BERT layer trains, ``fc`` for a head only). Its input (the first argument) is what is kept.
 * the **skipped** modules are the outermost ones called before C that are not its callers;
@@ -18,7 +21,9 @@ How the cut is found (on the first batch, with the global RNG and the buffers re
 * checks (each refusal is one line naming the module): nothing skipped is in train mode with
   BatchNorm statistics or dropout, nothing skipped is called after C, C runs once, the frozen
   part gives the same C input twice, and the cached path gives the same output as the whole
-  model on that batch (a skip connection around the cut would not).
+  model on that batch (a skip connection around the cut would not), and its autograd graph
+  reaches every trainable tensor the whole model's graph reaches (equal outputs do not prove
+  that: an adapter whose B starts at zero changes nothing yet).
 
 The sample index comes from the loader's batch sampler (:func:`index_recording_loader`), in
 order, so worker processes and prefetching are fine. A batch the cache will serve is fetched
@@ -56,6 +61,7 @@ __all__ = [
     "IndexQueue",
     "data_determinism",
     "index_recording_loader",
+    "owner_sites",
     "static_refusal",
 ]
 
@@ -248,8 +254,8 @@ def data_determinism(dataset: Dataset[Any]) -> str | None:
     from workbench.core.training.text_jsonl import JsonlTextDataset
 
     ds = unwrap_subsets(dataset)
-    if isinstance(ds, (SyntheticTextDataset, JsonlTextDataset)):
-        return None
+    if isinstance(ds, (SyntheticTextDataset, JsonlTextDataset)) or getattr(ds, "deterministic", False) is True:
+        return None  # (a py: dataset of tensors says so itself: UserDataset.deterministic)
     if isinstance(ds, SyntheticImageDataset):
         t = getattr(ds, "transform", None)
         return None if _transform_ok(t) else f"its transform {type(t).__name__} may be random"
@@ -402,6 +408,9 @@ class FrozenPrefixCache:
         budget: bytes of memory the rows may use (beyond it: the spill file).
         spill_dir: folder of the spill file, or None (rows beyond the budget stay uncached).
         atol: tolerance of the first-batch check that the cut is clean.
+        sites: ``sites() -> {tensor name: [module paths] or None}``, where each trainable
+            tensor acts (:meth:`~workbench.core.freezing.plan_handle.AppliedPlan.acting_sites`);
+            None: each parameter acts in the module that holds it (:func:`owner_sites`).
 
     Attributes:
         stats: :class:`CacheStats`.
@@ -411,8 +420,10 @@ class FrozenPrefixCache:
     def __init__(
         self, model: nn.Module, forward: Callable[..., Any], queue: IndexQueue, n_samples: int,
         device: torch.device, budget: int, spill_dir: Path | None, *, atol: float = 1e-4,
+        sites: Callable[[], Mapping[str, list[str] | None]] | None = None,
     ) -> None:
         self.model = model
+        self.sites = sites
         self.forward = forward
         self.queue = queue
         self.n = n_samples
@@ -428,6 +439,7 @@ class FrozenPrefixCache:
         self._zeros = _Zeros()
         self._tmp: Path | None = None
         self._signature: tuple[tuple[bool, ...], tuple[bool, ...]] | None = None
+        self._full_reach: set[int] | None = None  # trainable tensors the whole model's graph reaches
         #: the training dataset and its loader's collate function, when batches the cache
         #: serves load their labels only (:meth:`label_only_batches`); None otherwise
         self.dataset: Dataset[Any] | None = None
@@ -620,6 +632,7 @@ class FrozenPrefixCache:
         return calls, inputs, outputs, out
 
     def _find_cut(self, args: Any, kwargs: Any) -> _Cut:
+        self._full_reach = None
         rng = (torch.get_rng_state(), torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None)
         with _kept_state(self.model, self.device):
             try:
@@ -636,12 +649,7 @@ class FrozenPrefixCache:
     ) -> _Cut:
         if not calls:
             raise CacheRefusedError("the model ran no modules")
-        f = next((i for i, c in enumerate(calls) if any(p.requires_grad for p in c.module.parameters(recurse=False))), None)
-        if f is None:
-            raise CacheRefusedError("no module that trains was called", quiet=True)
-        if calls[f].parent is None:
-            raise CacheRefusedError(f"the model's root trains parameters of its own ({calls[f].path or 'root'}); nothing runs before it",
-                                    quiet=True)
+        f = self._first_acting(calls)
         c = f
         while True:
             p = calls[c].parent
@@ -662,6 +670,46 @@ class FrozenPrefixCache:
                 first = first or e
         assert first is not None
         raise first
+
+    def _first_acting(self, calls: list[_Call]) -> int:
+        """The first call whose forward involves a trainable tensor, however it is installed.
+
+        Each trainable tensor acts where its plan says (:meth:`AppliedPlan.acting_sites`: the
+        module holding a plain parameter, the module an extension declares); a module that
+        never runs as a call (a fused adapter's child) stands for its nearest called ancestor,
+        whose forward must then be what uses it.
+        """
+        sites = self.sites() if self.sites is not None else owner_sites(self.model)
+        first_call: dict[str, int] = {}
+        for i, call in enumerate(calls):
+            first_call.setdefault(call.path, i)
+        best: tuple[int, str, str] | None = None
+        for name, paths in sites.items():
+            if paths is None:
+                raise CacheRefusedError(
+                    f"'{name}' trains through a technique that does not say which modules use it "
+                    "(its handle has no acts_in); the cut cannot be placed safely"
+                )
+            for path in paths:
+                q = path
+                while q not in first_call and q:
+                    q = q.rpartition(".")[0]
+                at = first_call.get(q)
+                if at is None:
+                    raise CacheRefusedError(f"'{name}' trains in '{path}', and nothing that holds it runs as a module")
+                if best is None or at < best[0]:
+                    best = (at, name, path)
+        if best is None:
+            raise CacheRefusedError("no module that trains was called", quiet=True)
+        f, name, path = best
+        if calls[f].parent is None:
+            if path == calls[f].path:
+                raise CacheRefusedError(
+                    f"the model's root trains parameters of its own ({name}); nothing runs before it", quiet=True)
+            raise CacheRefusedError(
+                f"'{name}' trains in '{path}', which never runs as a module: only the model's root uses it, "
+                "so nothing can run before it")
+        return f
 
     def _try_cut(
         self, c: int, calls: list[_Call], inputs: list[Any], outputs: dict[int, Any], ref: Any, args: Any,
@@ -738,7 +786,66 @@ class FrozenPrefixCache:
                 f"no clean cut at '{name}': the model uses values from before it besides its input "
                 "(a skip connection around it?)"
             )
+        self._check_reach(cut_obj, x, args, kwargs)
         return cut_obj
+
+    def _check_reach(self, cut: _Cut, x: torch.Tensor, args: Any, kwargs: Any) -> None:
+        """The suffix alone reaches every trainable tensor the whole model reaches.
+
+        Equal outputs do not prove it: an adapter whose B starts at zero changes nothing yet.
+        A trainable tensor that acts before the cut (whatever installed it, declared or not)
+        would be cut out of the graph of every cached step, and silently stop training.
+        """
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices), torch.enable_grad():
+            if self._full_reach is None:
+                self._full_reach = _reached(self.forward(*args, **kwargs))
+            part = _reached(self._run_cut(cut, x.detach().clone(), args, kwargs))
+        lost = self._full_reach - part
+        if lost:
+            names = [n for n, p in self.model.named_parameters() if id(p) in lost]
+            more = f" and {len(names) - 1} more" if len(names) > 1 else ""
+            raise CacheRefusedError(
+                f"no clean cut at '{cut.path}': trainable tensor '{names[0] if names else '?'}'{more} "
+                "acts before it and would stop training on cached steps"
+            )
+
+
+def owner_sites(model: nn.Module) -> dict[str, list[str] | None]:
+    """Where each trainable parameter acts when no plan says: in every module that holds it.
+
+    Args:
+        model: the model.
+
+    Returns:
+        ``{parameter name: [module paths]}`` for the parameters that require a gradient.
+    """
+    out: dict[str, list[str] | None] = {}
+    first: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if p.requires_grad:
+            sites = out.setdefault(first.setdefault(id(p), name), [])
+            assert sites is not None
+            sites.append(name.rpartition(".")[0])
+    return out
+
+
+def _reached(out: Any) -> set[int]:
+    """Ids of the leaf tensors (parameters) whose gradient the output's graph would reach."""
+    found: set[int] = set()
+    seen: set[Any] = set()
+    stack = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
+    found.update(id(t) for t in _tensors(out) if t.is_leaf and t.requires_grad)
+    while stack:
+        fn = stack.pop()
+        if fn in seen:
+            continue
+        seen.add(fn)
+        var = getattr(fn, "variable", None)
+        if isinstance(var, torch.Tensor):
+            found.add(id(var))
+        stack.extend(nxt for nxt, _ in fn.next_functions if nxt is not None and nxt not in seen)
+    return found
 
 
 def _tensors(out: Any) -> list[torch.Tensor]:
@@ -845,7 +952,8 @@ def build_cache(
     label_only = reads_labels_alone(loader.dataset)
     new_loader, queue = index_recording_loader(loader, label_only=label_only)
     n = len(loader.dataset)  # type: ignore[arg-type]
-    cache = FrozenPrefixCache(model, forward, queue, n, device, budget, None)
+    cache = FrozenPrefixCache(model, forward, queue, n, device, budget, None,
+                              sites=applied.acting_sites if applied is not None else None)
     if label_only:
         cache.label_only_batches(loader.dataset, loader.collate_fn)
     return CacheSetup(cache, new_loader)

@@ -201,6 +201,11 @@ class DeltaHandle:
         """Tensors (full dotted names) that never train and must stay bit-identical."""
         raise NotImplementedError
 
+    def acts_in(self) -> list[str]:
+        """Where the trainable tensors act: the module A+B is on (exact mode computes its weight
+        there; fused mode's forward hook on it adds B's path, its ``wb_lowrank`` child never runs)."""
+        return [self.path]
+
     def _uninstall(self, module: nn.Module, name: str, merge: bool) -> Tensor:
         """Take this variant's machinery off parameter ``name``.
 
