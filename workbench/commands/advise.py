@@ -14,7 +14,13 @@ import sys
 import torch
 from torch import nn
 
-from workbench.commands.common import CommandError, device_from_arg, print_table
+from workbench.commands.common import (
+    CommandError,
+    add_task_arguments,
+    device_from_arg,
+    input_shape_from_arg,
+    print_table,
+)
 from workbench.core.advisor.advice import Advice, advise
 from workbench.core.advisor.profile import is_text_model
 from workbench.core.advisor.sizes import parse_size
@@ -35,6 +41,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", type=int, help="input image side (default: the model's preset, 224 for most)")
     p.add_argument("--seq-len", type=int, help="tokens per sample (text models; required for them)")
     p.add_argument("--num-classes", type=int, help="replace the head for N classes")
+    add_task_arguments(p, loss=False)
+    p.add_argument("--data", help="read the input shape from the first sample of this data (a --data spec of train, "
+                   "e.g. py:FILE.py:FUNC, which runs that code)")
     p.add_argument("--optimizer", default="adamw", choices=OPTIMIZER_NAMES, help="optimizer (default adamw)")
     p.add_argument("--amp", default="off", choices=AMP_MODES, help="mixed precision (default off)")
     p.add_argument("--dtype", choices=sorted(_DTYPES), help="dtype the weights are stored in (default: the model's own)")
@@ -117,8 +126,29 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
         print(f"chosen: {advice.assessed[advice.chosen].candidate.name} (the most trainable parameters within the budget)")
 
 
+def _data_shape(args: argparse.Namespace, model: nn.Module) -> tuple[int, ...] | None:
+    """One sample's input shape, read from the first sample of ``--data`` (None without it)."""
+    if not getattr(args, "data", None):
+        return None
+    from workbench.core.training.data import DataError, make_dataset
+    from workbench.core.training.setup import first_input_shape
+
+    try:
+        ds = make_dataset(args.data, image_size=args.image_size or 224, num_classes=args.num_classes or 10, length=None)
+    except DataError as e:
+        raise CommandError(f"--data: {e}") from None
+    shape = first_input_shape(ds)
+    if shape is None:
+        raise CommandError(f"--data {args.data}: its first sample is not (input tensor, target); give --input-shape")
+    if isinstance(shape, dict):
+        raise CommandError(f"--data {args.data} gives dict inputs ({', '.join(shape)}); the advisor predicts for one "
+                           "input tensor: give --input-shape of the main one")
+    return shape
+
+
 def _input_shape(args: argparse.Namespace, spec: ModelSpec, model: nn.Module) -> tuple[int, ...]:
-    """The batch shape the advice is for: ``(batch, seq_len)`` for text models, images otherwise."""
+    """The batch shape the advice is for: ``(batch, seq_len)`` for text models, ``--input-shape`` or the
+    first sample of ``--data``, else images of the model's size."""
     if args.batch_size < 1:
         raise WorkbenchError(f"--batch-size must be at least 1, got {args.batch_size}")
     if is_text_model(model):
@@ -135,6 +165,11 @@ def _input_shape(args: argparse.Namespace, spec: ModelSpec, model: nn.Module) ->
         return (args.batch_size, args.seq_len)
     if args.seq_len is not None:
         raise WorkbenchError(f"{args.model} is not a text model: give --image-size, not --seq-len")
+    sample = input_shape_from_arg(args.input_shape) or _data_shape(args, model)
+    if sample is not None:
+        if args.image_size is not None:
+            raise CommandError("give --image-size or the input shape (--input-shape, --data), not both")
+        return (args.batch_size, *sample)
     assert spec.name is not None
     size = args.image_size or default_input_size(spec.source, spec.name, model)
     return (args.batch_size, 3, size, size)
@@ -175,7 +210,9 @@ def run(args: argparse.Namespace) -> int:
 
         # the head the prediction assumed (the engine would otherwise give synthetic data a new 10-class head)
         classes = args.num_classes or current_num_classes(model)
-        config = TrainConfig(model=spec.to_dict(), num_classes=classes, data="synthetic", image_size=shape[-1] if len(shape) == 4 else None,
+        image = len(shape) == 4 and shape[-1] == shape[-2] and not (args.input_shape or args.data)
+        config = TrainConfig(model=spec.to_dict(), num_classes=classes, data="synthetic", image_size=shape[-1] if image else None,
+                             input_shape=None if image or len(shape) == 2 and is_text_model(model) else shape[1:],
                              batch_size=args.batch_size, optimizer=args.optimizer, amp=args.amp,
                              device=args.device, allow_download=False)
         measure_front(advice, config, args.measure, seq_len=shape[1] if len(shape) == 2 else None, param_dtype=dtype)

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.commands.common import print_table
+from workbench.commands.common import add_task_arguments, input_shape_from_arg, print_table
 from workbench.core.advisor.measure import measure_peak
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
@@ -38,6 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=3, help="warm-up steps per variant, not measured (default 3)")
     p.add_argument("--batch-size", type=int, default=16, help="samples per step (default 16)")
     p.add_argument("--image-size", type=int, default=96, help="synthetic image side (default 96)")
+    p.add_argument("--data", help="train on this data instead of synthetic images (a train --data spec, e.g. "
+                   "py:FILE.py:FUNC, which runs that code)")
+    add_task_arguments(p)
     p.add_argument("--optimizer", default="adamw", help=f"one of {', '.join(OPTIMIZER_NAMES)}")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N, mps")
     p.add_argument("--amp", default="off", choices=AMP_MODES, help="mixed precision")
@@ -65,7 +68,9 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     for label, plan in _variants(args):
         cfg = TrainConfig(
             model=args.model, weights=args.weights, num_classes=classes, plan=plan,
-            data="synthetic", image_size=args.image_size, batch_size=args.batch_size,
+            data=args.data or "synthetic", image_size=args.image_size, batch_size=args.batch_size,
+            input_shape=input_shape_from_arg(args.input_shape), loss=args.loss or "cross_entropy",
+            metric=args.metric or "accuracy",
             optimizer=args.optimizer, steps=total, device=args.device, amp=args.amp,
             allow_download=False,
         ).validate()
@@ -112,6 +117,8 @@ def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
                 "device": m.device,
                 "measured_peak_bytes": peaks[label],
                 "predicted_peak_bytes": _predicted_peak(trainer, args),
+                "input_shape": list(trainer.input_shape) if isinstance(trainer.input_shape, tuple)
+                and len(trainer.input_shape) != 3 else None,
             }
         )
     return rows
@@ -137,6 +144,8 @@ def _predicted_peak(trainer: Trainer, args: argparse.Namespace) -> int | None:
             if not trainer.seq_len:
                 return None
             shape: tuple[int, ...] = (args.batch_size, trainer.seq_len)
+        elif isinstance(trainer.input_shape, tuple):  # the shape of the data's first sample
+            shape = (args.batch_size, *trainer.input_shape)
         else:
             shape = (args.batch_size, 3, args.image_size, args.image_size)
         return predict_plan(meta, applied.plan, shape, optimizer=args.optimizer, amp=args.amp,
@@ -160,7 +169,9 @@ def run(args: argparse.Namespace) -> int:
          "ok" if r["verify_ok"] else "FAILED")
         for r in rows
     ]
-    print(f"{args.model}, batch {args.batch_size}, {args.image_size}px, {args.optimizer}, device {rows[0]['device']}; "
+    shape = rows[0].get("input_shape")
+    size = f"input {'x'.join(map(str, shape))}" if shape else f"{args.image_size}px"
+    print(f"{args.model}, batch {args.batch_size}, {size}, {args.optimizer}, device {rows[0]['device']}; "
           f"median of {args.steps} interleaved steps after {args.warmup} warm-up")
     print_table(head, table, left=1)
     return 0

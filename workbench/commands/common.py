@@ -78,6 +78,41 @@ def checkpoint_key_policy(args: argparse.Namespace, command: str) -> Iterator[No
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
+def add_task_arguments(p: argparse.ArgumentParser, *, loss: bool = True, metric: bool = True) -> None:
+    """``--loss``, ``--metric`` and ``--input-shape``: the task of your own data."""
+    if loss:
+        p.add_argument("--loss", help="cross_entropy (default; class labels), bce (multi-label, on logits), mse, l1, "
+                       "or py:FILE.py:FUNC (FUNC(output, target) -> scalar tensor: runs that code)")
+    if loss and metric:
+        p.add_argument("--metric", help="what validation reports: accuracy (default), top5, or py:FILE.py:FUNC "
+                       "(FUNC(output, target) -> a number per batch: runs that code)")
+    p.add_argument("--input-shape", metavar="SHAPE",
+                   help="one sample's input shape without the batch, e.g. 1024 (audio frames) or 3,224,224 "
+                        "(default: the data's first sample, else images)")
+
+
+def input_shape_from_arg(text: str | None) -> tuple[int, ...] | None:
+    """The shape an ``--input-shape`` value names (``1024``, ``3,224,224``, ``3x224x224``).
+
+    Args:
+        text: the value, or None (not given).
+
+    Returns:
+        The per-sample shape, or None.
+
+    Raises:
+        CommandError: not 1 to 8 positive integers.
+    """
+    from workbench.core.training.config import ConfigError, parse_input_shape
+
+    if text is None:
+        return None
+    try:
+        return parse_input_shape(text)
+    except ConfigError as e:
+        raise CommandError(f"--input-shape: {e}") from None
+
+
 def device_from_arg(text: str | None) -> torch.device:
     """The device a ``--device`` value names, available on this machine.
 

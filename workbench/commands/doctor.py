@@ -12,8 +12,10 @@ from torch import nn
 
 from workbench.commands.common import (
     add_model_arguments,
+    add_task_arguments,
     check_positive,
     device_from_arg,
+    input_shape_from_arg,
     load_model_and_plan,
 )
 from workbench.core.checks import doctor
@@ -29,14 +31,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", help="cpu, cuda, cuda:1, mps (default: cuda when available)")
     p.add_argument("--optimizer", choices=CHOICES, default="adamw", help="optimizer of the watched steps")
     p.add_argument("--lr", type=float, default=1e-3, help="base learning rate (default 1e-3)")
+    p.add_argument("--data", help="watch the steps on this data instead of synthetic images (a train --data spec, "
+                   "e.g. py:FILE.py:FUNC, which runs that code)")
+    add_task_arguments(p, metric=False)
     p.add_argument("--json", action="store_true", help="machine-readable output")
-
-
-def _logits(out: Any) -> torch.Tensor:
-    if isinstance(out, torch.Tensor):
-        return out
-    logits = getattr(out, "logits", None)  # inception / googlenet in train mode
-    return logits if isinstance(logits, torch.Tensor) else out[0]
 
 
 def _optimizer(name: str, model: nn.Module, applied: Any, lr: float) -> torch.optim.Optimizer | None:
@@ -55,9 +53,7 @@ def _optimizer(name: str, model: nn.Module, applied: Any, lr: float) -> torch.op
 
 
 def run(args: argparse.Namespace) -> int:
-    from workbench.core.models.sources import default_input_size
-    from workbench.core.models.zoo import current_num_classes
-    from workbench.core.training.data import SyntheticImageDataset, text_task_of
+    from workbench.core.training.data import text_task_of
 
     check_positive(args.lr, "--lr")
     check_positive(args.steps, "--steps", zero_ok=True)
@@ -77,20 +73,7 @@ def run(args: argparse.Namespace) -> int:
         watched = _watch_text_model(model, optimizer, args, device)
         findings = doctor.merge_findings(findings, watched.findings(), doctor.check(model, optimizer, plan))
     elif args.steps > 0 and optimizer is not None:
-        size = args.image_size or (default_input_size(spec.source, spec.name, model) if spec.name else 224)
-        classes = current_num_classes(model) or 1000
-        data = SyntheticImageDataset(length=args.steps * args.batch_size, image_size=size, num_classes=classes)
-        loss_fn = nn.CrossEntropyLoss()
-        with doctor.watch(model, optimizer, steps=args.steps) as watched:
-            for step in range(args.steps):
-                items = [data[step * args.batch_size + i] for i in range(args.batch_size)]
-                x = torch.stack([im for im, _ in items]).to(device)
-                y = torch.tensor([lbl for _, lbl in items], device=device)
-                optimizer.zero_grad(set_to_none=True)
-                loss = loss_fn(_logits(model(x)), y)
-                loss.backward()
-                watched.after_backward(loss)
-                optimizer.step()
+        watched = _watch(model, optimizer, args, spec, device)
         findings = doctor.merge_findings(findings, watched.findings(), doctor.check(model, optimizer, plan))
     errors = sum(f.severity == "error" for f in findings)
     if args.json:
@@ -106,6 +89,36 @@ def run(args: argparse.Namespace) -> int:
         return 1 if errors else 0
     _print(findings, watched)
     return 1 if errors else 0
+
+
+def _watch(model: nn.Module, optimizer: torch.optim.Optimizer, args: argparse.Namespace, spec: Any,
+           device: torch.device) -> doctor.Watch:
+    """Watch ``args.steps`` steps on ``--data``, synthetic ``--input-shape`` tensors, or synthetic images."""
+    from torch.utils.data import default_collate
+
+    from workbench.core.models.sources import default_input_size
+    from workbench.core.models.zoo import current_num_classes
+    from workbench.core.training.batches import batch_to_device, forward_loss
+    from workbench.core.training.data import make_dataset
+    from workbench.core.training.losses import make_loss
+
+    shape = input_shape_from_arg(args.input_shape)
+    size = args.image_size or (default_input_size(spec.source, spec.name, model) if spec.name else 224)
+    classes = current_num_classes(model) or 1000
+    n = args.steps * args.batch_size
+    data = make_dataset(args.data or f"synthetic:{n}", image_size=size, num_classes=min(classes, 1000), input_shape=shape,
+                        transform=None)
+    loss_fn = make_loss(args.loss or "cross_entropy")
+    with doctor.watch(model, optimizer, steps=args.steps) as watched:
+        for step in range(args.steps):
+            items = [data[(step * args.batch_size + i) % len(data)] for i in range(args.batch_size)]  # type: ignore[arg-type]
+            x, y = batch_to_device(default_collate(items), device)
+            optimizer.zero_grad(set_to_none=True)
+            loss, _ = forward_loss(model, (x, y), loss_fn)
+            loss.backward()
+            watched.after_backward(loss)
+            optimizer.step()
+    return watched
 
 
 def _watch_text_model(

@@ -18,7 +18,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-from workbench.commands.common import CommandError, add_model_arguments, checkpoint_key_policy
+from workbench.commands.common import CommandError, add_model_arguments, add_task_arguments, checkpoint_key_policy
 from workbench.core.checks.lint import lint_plan
 from workbench.core.training.config import (
     AMP_MODES,
@@ -43,6 +43,7 @@ _FIELDS = (
     "val_fraction", "tensorboard_dir", "strategy", "fsdp_blocks", "text_column", "label_column", "image_column",
     "cache_frozen", "cache_budget",
     "auto_freeze", "auto_freeze_every", "auto_freeze_threshold", "auto_freeze_max",
+    "loss", "metric", "input_shape", "input_column", "val_at_start",
 )
 
 
@@ -50,7 +51,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """Register the ``train`` flags (every one maps onto a :class:`TrainConfig` field)."""
     add_model_arguments(p, positional=False)
     p.add_argument("--config", help="TrainConfig JSON file; flags given on the command line override its fields")
-    p.add_argument("--data", help="dataset: synthetic (default), synthetic:N, imagefolder:PATH, cifar10:PATH, text:PATH.jsonl, hf-dataset:PATH, ...")
+    p.add_argument("--data", help="dataset: synthetic (default), synthetic:N, imagefolder:PATH, cifar10:PATH, text:PATH.jsonl, "
+                   "hf-dataset:PATH, py:FILE.py:FUNC (your (input, target) dataset or (train, val) pair: runs that code)")
+    add_task_arguments(p)
+    p.add_argument("--val-at-start", action="store_true", default=None,
+                   help="validate once before the first step too (the pretrained model's score)")
+    p.add_argument("--input-column", help="hf-dataset:PATH data: a column of arrays (audio, features) fed as float tensors")
     p.add_argument("--text-column", help="hf-dataset:PATH data: the column of the text (default text)")
     p.add_argument("--label-column", help="hf-dataset:PATH data: the column of the class (default label)")
     p.add_argument("--image-column", help="hf-dataset:PATH data: the column of the image (default image)")
@@ -157,7 +163,7 @@ def preflight(cfg: TrainConfig) -> None:
         if backend not in set(list_backends(exclude_tags=())) | {"inductor"}:
             common = sorted(set(list_backends()) | {"inductor", "eager", "aot_eager"})
             raise CommandError(f"--compile {backend!r} is not a torch.compile backend; use one of {', '.join(common)}")
-    if cfg.image_size is not None and not cfg.data.strip().lower().startswith("text:"):
+    if cfg.image_size is not None and cfg.input_shape is None and not cfg.data.strip().lower().startswith(("text:", "py:")):
         from workbench.core.advisor.activations import device_memory
 
         need = (cfg.batch_size + 1) * 3 * cfg.image_size**2 * 4
@@ -197,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
     if main and trainer.materialized_from is not None:
         print(f"workbench train: built on meta and sharded; each rank read only its shards from {trainer.materialized_from}",
               file=sys.stderr)
+    if main and trainer.head_note:
+        print(f"workbench train: {trainer.head_note}", file=sys.stderr)
     if main and trainer.cache_note:
         print(f"workbench train: {trainer.cache_note}", file=sys.stderr)
     if main and trainer.applied is not None:
@@ -282,6 +290,8 @@ def print_summary(result: RunResult) -> None:
         rows.append(("median step", f"{med * 1e3:.1f} ms ({1.0 / med:.1f} steps/s, {rate:.0f} samples/s; data {data * 1e3:.1f} ms)"))
     loss = s.get("final_loss")
     rows.append(("final loss", f"{loss:.4f}" if isinstance(loss, float) and loss == loss else "n/a"))
+    if s.get("start_val_loss") is not None:
+        rows.append(("before training", _validation_text(s, prefix="start_")))
     if s.get("val_step") is not None:
         rows.append(("validation", _validation_text(s)))
     if s.get("lr"):
@@ -311,7 +321,12 @@ def print_summary(result: RunResult) -> None:
 
 
 def _input_text(s: dict[str, Any]) -> str:
-    """The input size of a run: tokens per sample for text data, else the image side."""
+    """The input size of a run: tokens per sample for text data, the image side, or the sample's shape."""
+    shape = s.get("input_shape")
+    if not s.get("seq_len") and shape is not None and not (isinstance(shape, list) and len(shape) == 3):
+        if isinstance(shape, dict):
+            return "input " + ", ".join(f"{k} {'x'.join(map(str, v))}" for k, v in shape.items())
+        return "input " + "x".join(str(d) for d in shape)
     if not s.get("seq_len"):
         return f"{s.get('image_size')} px"
     capped = " (the model's limit: its position embeddings)" if s["seq_len"] == s.get("max_positions") else ""
@@ -325,12 +340,20 @@ def _classes_text(s: dict[str, Any]) -> str:
     return text + (f" (new head: {', '.join(heads)})" if heads else "")
 
 
-def _validation_text(s: dict[str, Any]) -> str:
-    loss = s.get("val_loss")
-    acc = s.get("val_acc")
+def _validation_text(s: dict[str, Any], prefix: str = "") -> str:
+    from workbench.core.training.task_metrics import metric_label
+
+    loss = s.get(f"{prefix}val_loss")
+    acc = s.get(f"{prefix}val_acc")
+    metric = s.get(f"{prefix}val_metric")
+    name = s.get("metric_name") or "accuracy"
     parts = [f"loss {loss:.4f}" if isinstance(loss, float) and loss == loss else "loss n/a"]
     if acc is not None:
         parts.append(f"acc {100.0 * acc:.1f}%")
+    if metric is not None and name != "accuracy":
+        parts.append(f"{metric_label(name)} {metric:.4g}")
+    if prefix:
+        return ", ".join(parts)
     text = ", ".join(parts) + f" (after step {s['val_step']}, {s.get('val_samples', 0)} samples)"
     best = s.get("best_val_loss")
     if isinstance(best, float) and s.get("best_val_step") not in (None, s["val_step"]):

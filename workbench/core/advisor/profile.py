@@ -544,8 +544,10 @@ def profile_model(
     except Exception as e:
         raise AdvisorError(
             f"the model could not run a shape-only forward pass with input {tuple(input_shape)}: "
-            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; check --image-size/--batch-size "
-            "or --seq-len (the model must accept them)"
+            f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
+            + ("check --seq-len and --batch-size (the model must accept them)" if isinstance(x, dict) else
+               "give the shape of one sample the model takes with --input-shape (e.g. 1024 for audio frames, "
+               "3,224,224 for images) or --data to read it from the data")
         ) from None
     finally:
         for h in hooks:

@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import os
 import sys
+import warnings
 from pathlib import Path
 from types import ModuleType
 
@@ -158,7 +159,9 @@ def build_py(req: BuildRequest) -> nn.Module:
     if not callable(factory):
         raise ModelSourceError(f"{target!r} has no function {factory_name!r}; name a function that returns the model")
     try:
-        with device_context(req.meta):
+        with device_context(req.meta), warnings.catch_warnings():
+            if req.meta:  # a factory that loads its weights: on meta that is a no-op, one warning per tensor
+                warnings.filterwarnings("ignore", message=".*copying from a non-meta parameter")
             model = factory()
     except Exception as exc:
         raise ModelSourceError(

@@ -287,7 +287,8 @@ class CodeFromFileError(ModelSourceError):
     """A file (plan, config, run record) names model code; it is not run from there."""
 
 
-def check_code_origin(source: str, name: str | None, origin: str | None) -> None:
+def check_code_origin(source: str, name: str | None, origin: str | None, *, flag: str = "--model",
+                      what: str = "model code") -> None:
     """The one rule for specs that run code: only when the user named them.
 
     A spec of a source that runs code (``py:``) is built only when the user typed it (a
@@ -302,6 +303,8 @@ def check_code_origin(source: str, name: str | None, origin: str | None) -> None
         name: Name within the source.
         origin: ``None`` when the user named the spec; otherwise what named it, e.g.
             ``"plan file team.plan.json"``.
+        flag: The command-line flag that names such a spec (``--data`` for a data source).
+        what: What the code is, for the message (``"data code"``).
 
     Raises:
         CodeFromFileError: A spec that runs code, named by a file.
@@ -311,8 +314,8 @@ def check_code_origin(source: str, name: str | None, origin: str | None) -> None
         return
     spec = f"{source}:{name}"
     raise CodeFromFileError(
-        f"{origin} names model code ({spec}), which is never run because a file names it; "
-        f"to run it deliberately, name it yourself on the command line (e.g. --model {spec})"
+        f"{origin} names {what} ({spec}), which is never run because a file names it; "
+        f"to run it deliberately, name it yourself on the command line (e.g. {flag} {spec})"
     )
 
 

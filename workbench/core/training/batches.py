@@ -23,7 +23,7 @@ from torch import nn
 
 from workbench.core.errors import WorkbenchError
 
-__all__ = ["IGNORE_INDEX", "TASKS", "batch_size_of", "forward_loss", "move_batch", "task_loss"]
+__all__ = ["IGNORE_INDEX", "TASKS", "batch_size_of", "batch_to_device", "forward_loss", "move_batch", "task_loss"]
 
 #: Label value that token-level losses skip (the Hugging Face convention).
 IGNORE_INDEX = -100
@@ -67,6 +67,35 @@ def move_batch(batch: Any, device: torch.device | str, non_blocking: bool = Fals
     if isinstance(batch, (list, tuple)):
         return type(batch)(move_batch(v, device, non_blocking) for v in batch)
     return batch
+
+
+def batch_to_device(batch: Any, device: torch.device, *, channels_last: bool = False,
+                    non_blocking: bool = False) -> tuple[Any, Any]:
+    """A loader's batch on the device: ``(inputs, targets)``, or ``(inputs dict, None)`` for text models.
+
+    Args:
+        batch: a dict of model inputs (labels inside), or ``(inputs, targets)``: the inputs a
+            tensor or a dict of tensors.
+        device: the device.
+        channels_last: move 4-D input tensors in channels-last format.
+        non_blocking: passed to ``Tensor.to``.
+
+    Returns:
+        ``(inputs, targets or None)``.
+
+    Raises:
+        TypeError: a batch of another form.
+    """
+    if isinstance(batch, Mapping):  # model(**batch): input_ids, attention_mask, labels, ...
+        return move_batch(batch, device, non_blocking), None
+    if not isinstance(batch, (list, tuple)) or len(batch) < 2:
+        raise TypeError(f"expected batches of (inputs, targets) or dicts of model inputs, got {type(batch).__name__}")
+    x, y = batch[0], batch[1]
+    if isinstance(x, torch.Tensor) and channels_last and x.dim() == 4:
+        x = x.to(device, non_blocking=non_blocking, memory_format=torch.channels_last)
+    else:
+        x = move_batch(x, device, non_blocking)
+    return x, move_batch(y, device, non_blocking)
 
 
 def _logits(out: Any) -> torch.Tensor:
@@ -119,7 +148,8 @@ def forward_loss(
 
     A mapping batch is called as ``model(**batch)``; the output's ``.loss`` is used when
     present, else ``loss_fn(out, batch["labels"])`` (default: :func:`task_loss`). A
-    ``(x, y, ...)`` batch is called as ``model(x)`` and scored with ``loss_fn(out, y)``.
+    ``(x, y, ...)`` batch is called as ``model(x)`` (``model(**x)`` when ``x`` is a dict of
+    input tensors) and scored with ``loss_fn(out, y)``.
 
     Args:
         model: The model (or its forward callable).
@@ -147,7 +177,7 @@ def forward_loss(
             )
         return score(out, labels), out
     if isinstance(batch, (list, tuple)) and len(batch) >= 2:
-        out = model(batch[0])
+        out = model(**batch[0]) if isinstance(batch[0], Mapping) else model(batch[0])  # a dict input: keywords
         return score(out, batch[1]), out
     raise WorkbenchError(
         f"expected a batch of (inputs, labels) or a dict of model inputs, got {type(batch).__name__}"

@@ -25,6 +25,7 @@ from workbench.core.training.schedule import SCHEDULERS
 __all__ = [
     "AMP_MODES",
     "CACHE_MODES",
+    "CODE_FIELDS",
     "DEFAULT_STEPS",
     "FIELD_EXPORT",
     "MAX_SEED",
@@ -61,6 +62,12 @@ _METRICS_SUFFIXES = (".jsonl", ".json", ".csv")
 class ConfigError(WorkbenchError, ValueError):
     """A training configuration is invalid; the message names the field and the fix."""
 
+
+#: Fields whose ``py:`` value runs code: run only when the caller named them (:meth:`TrainConfig.origin_of`).
+CODE_FIELDS: tuple[str, ...] = ("model", "data", "val", "loss", "metric")
+#: Most dimensions, and most elements, of one sample's ``input_shape``.
+_MAX_INPUT_DIMS = 8
+_MAX_INPUT_ELEMENTS = 1 << 31
 
 #: Longest ``seq_len`` a config accepts (tokens per sample; a model's positions cap it further).
 MAX_SEQ_LEN = 1 << 20
@@ -145,6 +152,23 @@ class TrainConfig:
         auto_freeze_threshold: a block has flattened when its mean gradient norm changed by
             less than this share between the last two windows of N steps.
         auto_freeze_max: freeze at most this share of the model's blocks (0 < f <= 1).
+        loss: the training loss: ``cross_entropy`` (class labels; auxiliary heads included),
+            ``bce`` (multi-label binary cross-entropy on logits), ``mse``, ``l1``, or
+            ``py:FILE.py:FUNC`` / ``py:MODULE:FUNC`` (``FUNC(output, target)`` returns a scalar
+            tensor; see :mod:`workbench.core.training.losses`).
+        metric: what validation measures besides the loss: ``accuracy`` (top-1), ``top5``, or
+            ``py:FILE.py:FUNC`` (``FUNC(output, target)`` returns a number for a batch; see
+            :mod:`workbench.core.training.task_metrics`).
+        input_shape: the shape of one input sample, e.g. ``(1024,)`` for audio frames or
+            ``(3, 224, 224)``; synthetic data is made of that shape. None: images of
+            ``image_size`` (or tokens for text models), or the shape the data gives.
+        input_column: the ``hf-dataset:`` column of arrays (audio, features) fed to the model
+            as a float tensor, instead of an image or text column; None: not used.
+        val_at_start: validate once before the first step too (the pretrained model's score).
+
+    A ``py:`` spec (``model``, ``data``, ``val``, ``loss``, ``metric``) runs code: it runs
+    when the caller named it, never because a config file or a run record does
+    (:meth:`origin_of`).
     """
 
     model: str | dict[str, Any] | None = None
@@ -192,6 +216,20 @@ class TrainConfig:
         """What named :attr:`model` when a file did (``"config file cfg.json"``), else None."""
         return self._model_origin
 
+    def origin_of(self, name: str) -> str | None:
+        """What named field ``name`` when a file did (``"config file cfg.json"``), else None.
+
+        Args:
+            name: one of :data:`CODE_FIELDS`.
+
+        Returns:
+            The file that named it, or None when the caller did (then ``py:`` code runs).
+        """
+        if name == "model":
+            return self._model_origin
+        origins: dict[str, str] = self.__dict__.get("_code_origins", {})
+        return origins.get(name)
+
     @property
     def validates(self) -> bool:
         """Validation is on (``val`` or ``val_every`` given)."""
@@ -213,6 +251,12 @@ class TrainConfig:
     auto_freeze_every: int = 50
     auto_freeze_threshold: float = 0.1
     auto_freeze_max: float = 0.75
+    # ---- your own task: loss, metric, input shape (see losses.py, task_metrics.py, data_sources.py)
+    loss: str = "cross_entropy"
+    metric: str = "accuracy"
+    input_shape: tuple[int, ...] | None = None
+    input_column: str | None = None
+    val_at_start: bool = False
 
     # ------------------------------------------------------------ validation
     def validate(self) -> TrainConfig:  # noqa: C901 - one check per field, in the order of the fields
@@ -307,6 +351,7 @@ class TrainConfig:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
             raise bad("auto_freeze_max", f"must be a share of the blocks, 0 < f <= 1, got {v!r}")
         self.auto_freeze_max = float(v)
+        _validate_task(self, bad)
         if self.no_decay in ("none", ""):
             self.no_decay = None
         if self.no_decay not in (None, "auto"):
@@ -387,8 +432,10 @@ class TrainConfig:
         except ValueError as e:  # a number of thousands of digits, and the like
             raise ConfigError(f"{where}not a usable JSON config ({str(e).split(';')[0][:100]}); fix the file") from None
         cfg = cls.from_dict(data)
+        where = f"config file {source}" if source else "a config file"
         if cfg.model is not None:
-            cfg.__dict__["_model_origin"] = f"config file {source}" if source else "a config file"
+            cfg.__dict__["_model_origin"] = where
+        cfg.__dict__["_code_origins"] = {name: where for name in CODE_FIELDS[1:] if isinstance(data.get(name), str)}
         return cfg
 
     @classmethod
@@ -442,7 +489,71 @@ class TrainConfig:
         new = dataclasses.replace(self, **changes).validate()
         if "model" not in changes and self._model_origin is not None:
             new.__dict__["_model_origin"] = self._model_origin
+        origins = {k: v for k, v in self.__dict__.get("_code_origins", {}).items() if k not in changes}
+        if origins:
+            new.__dict__["_code_origins"] = origins
         return new
+
+
+def parse_input_shape(value: Any) -> tuple[int, ...]:
+    """One sample's input shape from ``"1024"``, ``"3,224,224"``, ``"3x224x224"`` or a list of ints.
+
+    Args:
+        value: the text or sequence.
+
+    Returns:
+        The shape as a tuple of positive integers.
+
+    Raises:
+        ConfigError: not a shape of 1 to 8 positive integers of at most 2**31 elements in all.
+    """
+    items: list[Any]
+    if isinstance(value, str):
+        items = [t.strip() for t in re.split(r"[,x×]", value.strip()) if t.strip()]
+        try:
+            dims = [int(t) for t in items]
+        except ValueError:
+            raise ConfigError(f"input shape {value[:60]!r} must be positive integers such as 1024 or 3,224,224") from None
+    elif isinstance(value, (list, tuple)):
+        dims = list(value)
+    else:
+        raise ConfigError(f"input shape must be a list of positive integers such as [3, 224, 224], got {type(value).__name__}")
+    if not 1 <= len(dims) <= _MAX_INPUT_DIMS or not all(
+        isinstance(d, int) and not isinstance(d, bool) and 0 < d < _MAX_INPUT_ELEMENTS for d in dims
+    ):
+        raise ConfigError(f"input shape {str(value)[:60]!r} must be 1 to {_MAX_INPUT_DIMS} positive integers "
+                          "(one sample, without the batch), such as 1024 or 3,224,224")
+    total = 1
+    for d in dims:
+        total *= d
+    if total > _MAX_INPUT_ELEMENTS:
+        raise ConfigError(f"input shape {tuple(dims)} has {total:,} elements per sample, more than {_MAX_INPUT_ELEMENTS:,}")
+    return tuple(dims)
+
+
+def _validate_task(cfg: TrainConfig, bad: Any) -> None:
+    """``loss``, ``metric``, ``input_shape``, ``input_column``, ``val_at_start``."""
+    from workbench.core.training.losses import LossSpecError, loss_name
+    from workbench.core.training.task_metrics import MetricSpecError, metric_name
+
+    try:
+        cfg.loss = loss_name(cfg.loss)
+    except LossSpecError as e:
+        raise bad("loss", str(e)) from None
+    try:
+        cfg.metric = metric_name(cfg.metric)
+    except MetricSpecError as e:
+        raise bad("metric", str(e)) from None
+    if cfg.input_shape is not None:
+        try:
+            cfg.input_shape = parse_input_shape(cfg.input_shape)
+        except ConfigError as e:
+            raise bad("input_shape", str(e)) from None
+    v = cfg.input_column
+    if v is not None and (not isinstance(v, str) or not v.strip()):
+        raise bad("input_column", f"must be a column name of the hf-dataset: data, or null, got {v!r}")
+    if not isinstance(cfg.val_at_start, bool):
+        raise bad("val_at_start", f"must be true or false, got {cfg.val_at_start!r}")
 
 
 def _positive_int(cfg: TrainConfig, name: str, *, optional: bool, bad: Any) -> None:

@@ -12,8 +12,10 @@ Spec strings accepted by :func:`make_dataset`::
     cifar10:PATH  cifar100:PATH  mnist:PATH  fashionmnist:PATH  svhn:PATH  stl10:PATH
     text:PATH.jsonl           {"text": ..., "label": ...} per line, tokenized with the tokenizer of
                               the Hugging Face model's folder (text models only)
-    hf-dataset:PATH           a folder written by datasets' save_to_disk (text or image columns;
-                              see :mod:`workbench.core.training.hf_dataset`)
+    hf-dataset:PATH           a folder written by datasets' save_to_disk (text, image or array
+                              columns; see :mod:`workbench.core.training.hf_dataset`)
+    py:FILE.py:FUNC           your own (input, target) dataset, or a (train, val) pair: runs
+                              that code (see :mod:`workbench.core.training.user_data`)
 
 Text models: :func:`synthetic_for_model` (token ids within the model's vocabulary), and
 ``text:PATH.jsonl`` (:mod:`workbench.core.training.text_jsonl`).
@@ -31,7 +33,6 @@ import torch.nn.functional as F
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
 from workbench.core.training.data_common import TEXT_TASKS, DataError
-from workbench.core.training.hf_dataset import open_hf_dataset
 from workbench.core.training.text_jsonl import TEXT_FILE_SEQ_LEN, open_text_dataset, tokenizer_folder
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "SYNTHETIC_DEFAULT_LENGTH",
     "DataError",
     "SyntheticImageDataset",
+    "SyntheticTensorDataset",
     "SyntheticTextDataset",
     "dataset_num_classes",
     "capped_seq_len",
@@ -68,7 +70,7 @@ _PATTERN_CELLS = 8
 
 _SPEC_FORMS = (
     "synthetic, synthetic:N, imagefolder:PATH, cifar10:PATH, cifar100:PATH, mnist:PATH, "
-    "fashionmnist:PATH, svhn:PATH, stl10:PATH, text:PATH.jsonl, hf-dataset:PATH"
+    "fashionmnist:PATH, svhn:PATH, stl10:PATH, text:PATH.jsonl, hf-dataset:PATH, py:FILE.py:FUNC"
 )
 
 
@@ -190,6 +192,52 @@ class SyntheticImageDataset(Dataset[tuple[torch.Tensor, int]]):
             f"SyntheticImageDataset(length={self.length}, image_size={self.image_size}, "
             f"num_classes={self.num_classes}, channels={self.channels}, seed={self.seed})"
         )
+
+
+class SyntheticTensorDataset(Dataset[tuple[torch.Tensor, int]]):
+    """Deterministic generated tensors of any per-sample shape (audio frames, features), with a
+    learnable class signal: ``signal * pattern[label] + noise * N(0, 1)``; no files.
+
+    Args:
+        length: Number of samples.
+        shape: One sample's shape, e.g. ``(1024,)``.
+        num_classes: Number of classes.
+        seed: Seed of the patterns and samples.
+        signal: Amplitude of the class pattern.
+        noise: Standard deviation of the noise.
+        index_offset: Added to the index when seeding a sample (another split).
+
+    Raises:
+        DataError: Non-positive sizes.
+    """
+
+    def __init__(self, length: int, shape: tuple[int, ...], num_classes: int = 10, *, seed: int = 0,
+                 signal: float = 1.0, noise: float = 1.0, index_offset: int = 0) -> None:
+        if not isinstance(length, int) or length < 1 or not isinstance(num_classes, int) or num_classes < 1:
+            raise DataError(f"synthetic dataset: length and num_classes must be positive integers, got {length!r}, {num_classes!r}")
+        if not shape or not all(isinstance(d, int) and d > 0 for d in shape):
+            raise DataError(f"synthetic dataset: the input shape must be positive integers, got {shape!r}")
+        self.length, self.shape, self.num_classes = length, tuple(shape), num_classes
+        self.seed, self.signal, self.noise, self.index_offset = seed, signal, noise, index_offset
+        self.classes = [f"class_{i}" for i in range(num_classes)]
+        self.transform = None  # no transform: the same index gives the same sample
+        self._seed = seed
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        if index < 0:
+            index += self.length
+        if not 0 <= index < self.length:
+            raise IndexError(f"index {index} out of range for {self.length} synthetic samples")
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self.index_offset + index)
+        label = int(torch.randint(self.num_classes, (1,), generator=gen))
+        pattern = torch.randn(self.shape, generator=torch.Generator().manual_seed(self._seed * 7919 + label))
+        return self.signal * pattern + self.noise * torch.randn(self.shape, generator=gen), label
+
+    def __repr__(self) -> str:
+        return f"SyntheticTensorDataset(length={self.length}, shape={self.shape}, num_classes={self.num_classes})"
 
 
 #: Default sequence length of synthetic text.
@@ -596,8 +644,12 @@ def make_dataset(
     model: Any = None,
     columns: dict[str, str | None] | None = None,
     seq_len: int | None = None,
+    input_shape: tuple[int, ...] | None = None,
+    origin: str | None = None,
 ) -> Dataset[Any]:
     """Open a dataset from a spec string (see the module docstring for the forms).
+
+    Each form is a row of :data:`workbench.core.training.data_sources.DATA_SOURCES`.
 
     Args:
         spec: ``"synthetic"``, ``"synthetic:N"``, ``"imagefolder:PATH"``,
@@ -619,8 +671,9 @@ def make_dataset(
         seq_len: tokens per sample for a text model (capped at its position embeddings);
             None: :data:`SYNTHETIC_SEQ_LEN` for synthetic tokens, ``TEXT_FILE_SEQ_LEN`` for
             ``text:`` and ``hf-dataset:`` data.
-
-    Returns:
+        input_shape: one sample's shape of synthetic data (``(1024,)`` audio frames,
+            ``(3, 64, 64)`` images); None: images of ``image_size``.
+        origin: what file named the spec: a ``py:`` spec is then refused (nothing runs).
         A map-style dataset yielding ``(image_tensor, label)``, or dicts of token tensors
         (synthetic data for a text model, ``text:`` data).
 
@@ -628,79 +681,18 @@ def make_dataset(
         DataError: Unknown spec, bad N, missing folder or dataset files; ``text:`` data
             for a model that is not a Hugging Face text model or has no tokenizer.
     """
+    from workbench.core.training.data_sources import DataRequest, open_data
+
     if not isinstance(spec, str) or not spec.strip():
         raise DataError(f"empty dataset spec; use one of: {_SPEC_FORMS}")
-    kind, sep, arg = spec.strip().partition(":")
-    kind = kind.strip().lower()
-    arg = arg.strip()
     if length is not None and (not isinstance(length, int) or length < 1):
         raise DataError(f"length must be a positive integer or None, got {length!r}")
-
-    if kind == "synthetic":
-        n = length if length is not None else SYNTHETIC_DEFAULT_LENGTH
-        if arg:
-            try:
-                n = int(arg)
-            except ValueError:
-                n = -1
-            if n < 1:
-                raise DataError(
-                    f"bad synthetic size in {spec!r}; use synthetic:N with N a positive integer"
-                )
-            if length is not None:
-                n = min(n, length)
-        offset = 0 if train else _VAL_INDEX_OFFSET
-        if model is not None and text_task_of(model) is not None:
-            return synthetic_for_model(model, n, seed=seed, index_offset=offset,
-                                       seq_len=seq_len if seq_len is not None else SYNTHETIC_SEQ_LEN)
-        return SyntheticImageDataset(
-            n,
-            image_size,
-            num_classes,
-            channels=channels,
-            seed=seed,
-            index_offset=offset,
-            transform=transform,
-        )
-
-    if kind == "imagefolder" or kind in _TV_DATASETS:
-        if not sep or not arg:
-            raise DataError(f"dataset spec {spec!r} needs a folder: use {kind}:PATH")
-        root = Path(arg).expanduser()
-        base = (
-            transform if transform is not None else default_transform(image_size, channels=channels)
-        )
-        if kind == "imagefolder":
-            # ImageFolder opens every image as RGB.
-            tf = _with_channels(base, source_channels=3, channels=channels)
-            dataset = _imagefolder(root, train=train, transform=tf)
-        else:
-            grayscale = _TV_DATASETS[kind][2]
-            tf = _with_channels(base, source_channels=1 if grayscale else 3, channels=channels)
-            dataset = _torchvision_dataset(kind, root, train=train, transform=tf)
-        return _limit(dataset, length, seed)
-
-    if kind == "text":
-        if not sep or not arg:
-            raise DataError(f"dataset spec {spec!r} needs a file: use text:PATH.jsonl")
-        return _limit(_text_file(spec, model, seq_len), length, seed)
-
-    if kind == "hf-dataset":
-        if not sep or not arg:
-            raise DataError(f"dataset spec {spec!r} needs a folder: use hf-dataset:PATH")
-        tf = _with_channels(
-            transform if transform is not None else default_transform(image_size, channels=channels),
-            source_channels=3, channels=channels,
-        )
-        unknown = sorted(set(columns or {}) - {"text_column", "label_column", "image_column"})
-        if unknown:
-            raise DataError(f"unknown column option(s) {', '.join(unknown)}; use text_column, label_column, image_column")
-        task = text_task_of(model) if model is not None else None
-        hf = open_hf_dataset(arg, task=task, model=model, train=train, transform=tf, seed=seed, seq_len=seq_len,
-                             **(columns or {}))
-        return _limit(hf, length, seed)
-
-    raise DataError(f"unknown dataset spec {spec!r}; valid forms: {_SPEC_FORMS}")
+    arg = spec.strip().partition(":")[2].strip()
+    return open_data(DataRequest(
+        spec=spec.strip(), arg=arg, image_size=image_size, num_classes=num_classes, train=train, transform=transform,
+        seed=seed, length=length, channels=channels, model=model, columns=dict(columns or {}), seq_len=seq_len,
+        input_shape=input_shape, origin=origin,
+    ))
 
 
 # --------------------------------------------------------------------------------------

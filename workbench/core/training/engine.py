@@ -52,7 +52,7 @@ from workbench.core.training import fsdp as wfsdp
 from workbench.core.training import setup as build
 from workbench.core.training.auto_freeze import PLAN_FILE as AUTO_FREEZE_PLAN
 from workbench.core.training.auto_freeze import AutoFreezer
-from workbench.core.training.batches import batch_size_of, move_batch
+from workbench.core.training.batches import batch_size_of, batch_to_device
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import dataset_num_classes, dataset_seq_len, model_positions
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
@@ -73,6 +73,7 @@ from workbench.core.training.run_result import STATUSES, RunResult
 from workbench.core.training.schedule import LrSchedule
 from workbench.core.training.setup import TrainError, resolve_device
 from workbench.core.training.step import ClassificationLoss, LossFn, StepFailure, TrainStep, clear_grads
+from workbench.core.training.task_metrics import higher_is_better, task_summary
 from workbench.core.training.tensorboard import TensorBoardWriter, open_tensorboard
 from workbench.core.training.trainable_state import write_trainable_state
 from workbench.core.training.validation import evaluate
@@ -94,8 +95,8 @@ class Trainer:
         model: use this model instead of building ``config.model`` (its head is still
             replaced when ``config.num_classes`` differs).
         plan: a :class:`FreezePlan` (or dict, or path) overriding ``config.plan``.
-        dataset: a map-style dataset of ``(image, label)`` overriding ``config.data``.
-        loss_fn: ``loss_fn(model_output, labels) -> loss``; default cross-entropy.
+        dataset: a map-style dataset of ``(input, target)`` overriding ``config.data``.
+        loss_fn: ``loss_fn(model_output, targets) -> loss``; default: ``config.loss``.
         step_hook: ``step_hook(step)`` called at the start of every step, in the training
             thread, inside the step's failure handling (tests inject failures with it).
         on_metrics: called with each reported :class:`StepMetrics`, in the training thread.
@@ -124,7 +125,9 @@ class Trainer:
         self._model_arg = model
         self._plan_arg = plan
         self._dataset_arg = dataset
-        self.loss_fn: LossFn = loss_fn or ClassificationLoss()
+        self._loss_arg = loss_fn
+        self.loss_fn: LossFn = loss_fn or ClassificationLoss()  # config.loss, from setup
+        self.metric: Any = None  # config.metric's accumulator, from setup
         self.step_hook = step_hook
         self.on_metrics = on_metrics
         self._trust_pickle = trust_pickle
@@ -163,6 +166,9 @@ class Trainer:
         self.seq_len: int | None = None  # tokens per sample of text data (then no image size)
         self.num_classes: int | None = None
         self.new_heads: list[str] = []
+        self.head_note = ""  # one line naming a head the run replaced, or ""
+        self.input_shape: tuple[int, ...] | dict[str, tuple[int, ...]] | None = None  # one sample's input
+        self.start_validation: Any = None  # the validation before the first step (config.val_at_start)
         self.val_loader: DataLoader[Any] | None = None
         self.schedule: LrSchedule | None = None
         self.full_plan = FreezePlan()
@@ -313,9 +319,15 @@ class Trainer:
             built = build.BuiltModel(self._model_arg, provided=True)
         else:
             built = build.build_model(cfg, plan, trust_pickle=self._trust_pickle)
+        self.loss_fn, self.metric = build.build_task(cfg, self._loss_arg)
         self.dataset, self.image_size = build.build_dataset(cfg, built, self._dataset_arg)
+        self.input_shape = build.first_input_shape(self.dataset)
         synthetic = self._dataset_arg is None and cfg.data.strip().lower().startswith("synthetic")
+        before = build.head_classes(built.model)
         self.new_heads = build.fit_head(cfg, built, self.dataset, synthetic=synthetic)
+        if self.new_heads:
+            self.head_note = (f"new head {', '.join(self.new_heads)}: {before} -> {build.head_classes(built.model)} outputs "
+                              "for the data's classes (the model's own head is kept when the counts agree)")
         self.dataset, self.val_loader = build.build_validation(cfg, built, self.dataset, self.image_size, self.device)
         model = built.model
         self.num_classes = dataset_num_classes(self.dataset) or build.head_classes(model)
@@ -574,6 +586,10 @@ class Trainer:
         st.it = iter(self.loader)
         st.reached = self._reached(st)
         st.t_start = time.perf_counter()
+        if cfg.val_at_start and self.val_loader is not None:
+            self._validate(st, -1)
+            if st.status != "completed":
+                return
         while st.step < self.total_steps:
             if self._held_or_stopped(st):
                 break
@@ -669,7 +685,7 @@ class Trainer:
                 wfsdp.sync_buffers(self.model)
             v = evaluate(
                 self.model, self.val_loader, self.loss_fn, self.device,
-                amp_dtype=self._amp_dtype, channels_last=self.config.channels_last,
+                amp_dtype=self._amp_dtype, channels_last=self.config.channels_last, metric=self.metric,
             )
             if self.shards is not None:
                 wfsdp.reshard(self.model)
@@ -678,6 +694,14 @@ class Trainer:
             return time.perf_counter() - t0
         st.window.val_loss = st.val_loss = v.loss
         st.window.val_acc = st.val_acc = v.acc
+        if step < 0:  # before the first step: the starting point, apart from the run's validations
+            st.window.val_loss = st.window.val_acc = st.val_loss = st.val_acc = None
+            self.start_validation = v
+            return time.perf_counter() - t0
+        st.window.val_metric = st.val_metric = v.metric
+        if v.metric is not None and math.isfinite(v.metric) and (
+                st.best_val_metric is None or (v.metric > st.best_val_metric) == higher_is_better(self.config.metric)):
+            st.best_val_metric = v.metric
         st.val_step, st.val_samples = step, v.samples
         if v.loss is not None and math.isfinite(v.loss) and (st.best_val_loss is None or v.loss < st.best_val_loss):
             st.best_val_loss, st.best_val_step = v.loss, step
@@ -738,16 +762,7 @@ class Trainer:
                 self._sampler.set_epoch(st.epoch)
             st.it = iter(self.loader)
             batch = next(st.it)
-        if isinstance(batch, Mapping):  # model(**batch): input_ids, attention_mask, labels, ...
-            return move_batch(batch, self.device, non_blocking), None
-        if not isinstance(batch, (list, tuple)) or len(batch) < 2:
-            raise TypeError(f"expected batches of (images, labels) or dicts of model inputs, got {type(batch).__name__}")
-        x, y = batch[0], batch[1]
-        if channels_last and x.dim() == 4:
-            x = x.to(self.device, non_blocking=non_blocking, memory_format=torch.channels_last)
-        else:
-            x = x.to(self.device, non_blocking=non_blocking)
-        return x, y.to(self.device, non_blocking=non_blocking)
+        return batch_to_device(batch, self.device, channels_last=channels_last, non_blocking=non_blocking)
 
     def _report(self, st: LoopState, events_pool: list[tuple[Any, Any]]) -> tuple[StepMetrics, float]:
         """The window's metrics, and the seconds spent waiting for the device (CUDA sync)."""
@@ -795,6 +810,8 @@ class Trainer:
             window=win.n,
             val_loss=win.val_loss,
             val_acc=win.val_acc,
+            val_metric=win.val_metric,
+            metric_name=self.config.metric,
             module_stats=self._train_step.stats.take() if self._train_step is not None and self._train_step.stats else None,
         )
         if self.auto_freezer is not None and m.module_stats is not None:
@@ -939,6 +956,8 @@ class Trainer:
             "best_val_loss": st.best_val_loss,
             "best_val_step": st.best_val_step,
             "best_val_acc": st.best_val_acc,
+            **task_summary(self.config, self._loss_arg is not None, st.val_metric, st.best_val_metric,
+                           self.start_validation, self.input_shape),
             "frozen_cache": self.cache.stats.to_dict() if self.cache is not None else None,
             "frozen_cache_note": self.cache_note or None,
             "auto_freeze": self.auto_freezer.summary() if self.auto_freezer is not None else None,

@@ -294,6 +294,28 @@ class _ImageEncoder:
         return (self.transform(img) if self.transform is not None else img), self.to_index(row[self.label_column])
 
 
+@dataclass
+class _ArrayEncoder:
+    """A row to ``(float tensor of the input column, target)`` (picklable for loader workers).
+
+    The target is the class index (``to_index``), or a float tensor of the label column
+    (regression, multi-label) when ``to_index`` is None.
+    """
+
+    column: str
+    label_column: str
+    to_index: Callable[[Any], int] | None
+
+    def __call__(self, row: dict[str, Any]) -> tuple[torch.Tensor, Any]:
+        try:
+            x = torch.as_tensor(row[self.column], dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise DataError(f"column {self.column!r} holds {type(row[self.column]).__name__}, not an array of numbers "
+                            f"({str(e)[:80]}); name a column of arrays with --input-column") from None
+        y = row[self.label_column]
+        return x, (self.to_index(y) if self.to_index is not None else torch.as_tensor(y, dtype=torch.float32))
+
+
 def _seq_len(model: Any, want: int | None = None) -> int:
     want = want if want is not None else TEXT_FILE_SEQ_LEN
     config = getattr(model, "config", None)
@@ -313,6 +335,7 @@ def open_hf_dataset(
     label_column: str | None = None,
     image_column: str | None = None,
     seq_len: int | None = None,
+    input_column: str | None = None,
 ) -> HfDiskDataset:
     """Open a dataset folder written by ``save_to_disk`` for a model.
 
@@ -327,6 +350,8 @@ def open_hf_dataset(
         text_column / label_column / image_column: column names (default ``text``,
             ``label``, ``image``).
         seq_len: tokens per sample of text (None: 128), capped at the model's positions.
+        input_column: a column of arrays (audio, features) given to the model as a float
+            tensor, instead of an image column (None: images).
 
     Returns:
         Dicts of ``input_ids``, ``attention_mask`` and ``labels`` (text), or
@@ -361,9 +386,19 @@ def open_hf_dataset(
         encode_text = _TextEncoder(tokenizer, text_column, label_column, seq_len, task == "classification", to_index)
         return HfDiskDataset(ds, indices, encode_text, classes)
 
+    if input_column is not None:
+        _column(ds, input_column, "input", "--input-column")
+        _column(ds, label_column, "label", "--label-column")
+        label = ds.features[label_column]
+        if type(label).__name__ in ("Sequence", "List", "Array2D") or str(getattr(label, "dtype", "")).startswith("float"):
+            return HfDiskDataset(ds, indices, _ArrayEncoder(input_column, label_column, None), [])
+        classes, to_index = _classes(every, label_column)
+        return HfDiskDataset(ds, indices, _ArrayEncoder(input_column, label_column, to_index), classes)
     feature = _column(ds, image_column, "image", "--image-column")
     if type(feature).__name__ != "Image":
         hint = " (a text column: train a Hugging Face text model on it, --model hf:FOLDER)" if text_column in ds.features else ""
+        if type(feature).__name__ in ("Sequence", "List", "Array2D", "Array3D"):
+            hint = " (a column of arrays: name it with --input-column instead)"
         raise DataError(f"column {image_column!r} is not an image column{hint}; name the image column with --image-column")
     _column(ds, label_column, "label", "--label-column")
     classes, to_index = _classes(every, label_column)

@@ -27,12 +27,13 @@ class ReportWindow:
     last_step: int = 0
     val_loss: float | None = None
     val_acc: float | None = None
+    val_metric: float | None = None
 
     def clear(self) -> None:
         self.n = self.loss_n = self.cuda_pairs = 0
         self.loss_sum = self.step_time = self.data_time = 0.0
         self.events = []
-        self.val_loss = self.val_acc = None
+        self.val_loss = self.val_acc = self.val_metric = None
 
 
 @dataclass
@@ -69,4 +70,6 @@ class LoopState:
     best_val_loss: float | None = None
     best_val_step: int | None = None
     best_val_acc: float | None = None
+    val_metric: float | None = None
+    best_val_metric: float | None = None
     window: ReportWindow = field(default_factory=ReportWindow)

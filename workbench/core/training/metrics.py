@@ -119,6 +119,9 @@ class StepMetrics:
         val_loss: mean validation loss measured after this step, None when not measured.
         val_acc: validation top-1 accuracy (0..1) after this step, None when not measured or
             the task is not classification.
+        val_metric: the run's metric (``metric_name``) on the validation data after this
+            step, None when not measured or it does not apply to the outputs.
+        metric_name: the run's metric (``TrainConfig.metric``: ``accuracy``, ``top5``, ``py:...``).
         module_stats: per-module gradient and update sums of squares
             (:class:`~workbench.core.training.module_stats.ModuleStats`) when a step of the
             window was measured, else None. Live only: not part of :meth:`to_dict`, JSON
@@ -150,6 +153,8 @@ class StepMetrics:
     val_loss: float | None = None
     val_acc: float | None = None
     mem_rss: int | None = None
+    val_metric: float | None = None
+    metric_name: str = "accuracy"
     module_stats: Any = field(default=None, repr=False, compare=False, metadata={"live": True})
 
     def to_dict(self) -> dict[str, Any]:
@@ -241,7 +246,7 @@ _INT_FIELDS = {
     "nonfinite_skipped", "window", "mem_rss",
 }
 _FLOAT_FIELDS = {"loss", "step_time_s", "data_time_s", "samples_per_s", "wall_time"}
-_OPTIONAL_FLOAT_FIELDS = {"val_loss", "val_acc"}
+_OPTIONAL_FLOAT_FIELDS = {"val_loss", "val_acc", "val_metric"}
 _LIST_FIELDS = {"lr", "lr_scales"}
 
 

@@ -31,6 +31,7 @@ from workbench.core.training.data import (
     make_loader,
     text_task_of,
 )
+from workbench.core.training.user_data import UserDataset, sample_shape
 from workbench.core.training.validation import ValidationError, holdout_split
 
 __all__ = [
@@ -41,6 +42,8 @@ __all__ = [
     "build_loader",
     "build_validation",
     "build_model",
+    "build_task",
+    "first_input_shape",
     "fit_head",
     "head_classes",
     "load_plan",
@@ -131,6 +134,9 @@ class BuiltModel:
         materialize_from: under ``strategy="fsdp"``, a Hugging Face model with safetensors
             weights is built on the meta device; this is the folder its shards are read from
             after sharding (see :mod:`workbench.core.training.fsdp_materialize`).
+        own_head: the model brings a trained head of its own (``py:`` code, a Hugging Face
+            folder, named weights or a checkpoint): synthetic data keeps it, as for a model
+            handed in; only data whose class count differs replaces it.
     """
 
     model: nn.Module
@@ -139,6 +145,7 @@ class BuiltModel:
     spec_classes: int | None = None
     provided: bool = False
     materialize_from: Path | None = None
+    own_head: bool = False
 
 
 def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = False) -> BuiltModel:
@@ -189,7 +196,8 @@ def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = F
             model = spec.build(allow_download=config.allow_download, trust_pickle=trust_pickle)
     except ModelSourceError as e:
         raise TrainError(str(e)) from e
-    return BuiltModel(model, spec.name, spec.weights, spec_classes, materialize_from=shards)
+    own = spec.source in ("py", "hf") or bool(spec.weights) or bool(spec.checkpoint)
+    return BuiltModel(model, spec.name, spec.weights, spec_classes, materialize_from=shards, own_head=own)
 
 
 def _unsaved_buffers(model: nn.Module) -> list[str]:
@@ -275,10 +283,13 @@ def _open_dataset(config: TrainConfig, built: BuiltModel, spec: str, size: int, 
     if not spec.strip().lower().startswith("synthetic") and member is not None:
         transform = weights_transform(member, config.image_size)
     try:
+        columns = {"text_column": config.text_column, "label_column": config.label_column, "image_column": config.image_column}
+        if config.input_column:
+            columns["input_column"] = config.input_column
         return make_dataset(
             spec, image_size=size, num_classes=classes, train=train, transform=transform, seed=config.seed, model=built.model,
-            columns={"text_column": config.text_column, "label_column": config.label_column, "image_column": config.image_column},
-            seq_len=config.seq_len,
+            columns=columns, seq_len=config.seq_len, input_shape=config.input_shape,
+            origin=config.origin_of("data" if train else "val"),
         )
     except DataError as e:
         raise TrainError(str(e)) from e
@@ -289,9 +300,11 @@ def build_validation(
 ) -> tuple[Dataset[Any], DataLoader[Any] | None]:
     """The run's training dataset and its validation loader.
 
-    Without validation (neither ``val`` nor ``val_every``) the dataset is returned as it is.
-    With ``val`` the validation data is that spec's validation/test split; without it a
-    held-out split of ``dataset`` (``val_fraction`` of it, seeded) is taken out of training.
+    Without validation (neither ``val`` nor ``val_every``, and no validation set from a
+    ``py:`` data function) the dataset is returned as it is. With ``val`` the validation data
+    is that spec's validation/test split; else the ``val`` set a ``py:`` data function returned
+    with the training set; else a held-out split of ``dataset`` (``val_fraction`` of it,
+    seeded) is taken out of training.
 
     Args:
         config: the run's settings (``val``, ``val_every``, ``val_fraction``, ``seed``,
@@ -307,10 +320,13 @@ def build_validation(
     Raises:
         TrainError: the validation data cannot be provided.
     """
-    if not config.validates:
+    paired = getattr(dataset, "val", None) if isinstance(dataset, UserDataset) else None
+    if not config.validates and paired is None:
         return dataset, None
     val: Dataset[Any]
-    if config.val is None:
+    if config.val is None and paired is not None:  # the data function returned (train, val)
+        val = paired
+    elif config.val is None:
         try:
             dataset, val = holdout_split(dataset, config.val_fraction, config.seed)
         except ValidationError as e:
@@ -350,7 +366,8 @@ def synthetic_classes(config: TrainConfig, built: BuiltModel, head_classes: int 
     :data:`~workbench.core.training.data.SYNTHETIC_DEFAULT_CLASSES` (10): a model the run
     builds gets a new head of that size (:func:`fit_head`), so the default demo learns
     instead of spreading 1024 images over ImageNet's 1000 classes; a model handed in keeps
-    its head and the data takes at most that many classes.
+    its head and the data takes at most that many classes, and so does a model that brings a
+    trained head of its own (:attr:`BuiltModel.own_head`).
 
     Args:
         config: the run's settings.
@@ -363,7 +380,7 @@ def synthetic_classes(config: TrainConfig, built: BuiltModel, head_classes: int 
     given = config.num_classes or built.spec_classes
     if given:
         return given
-    if built.provided and head_classes:
+    if (built.provided or built.own_head) and head_classes:
         return min(head_classes, SYNTHETIC_DEFAULT_CLASSES)
     return SYNTHETIC_DEFAULT_CLASSES
 
@@ -390,7 +407,8 @@ def fit_head(config: TrainConfig, built: BuiltModel, dataset: Dataset[Any], *, s
     if synthetic and text_task_of(model) is not None and not (config.num_classes or built.spec_classes):
         return []  # synthetic text follows the model's own head (num_labels, vocabulary)
     ds_classes = dataset_num_classes(dataset)
-    target = config.num_classes or built.spec_classes or (None if synthetic and built.provided else ds_classes)
+    keeps = built.provided or built.own_head
+    target = config.num_classes or built.spec_classes or (None if synthetic and keeps else ds_classes)
     new_heads: list[str] = []
     if target is not None and current_num_classes(model) != target:
         try:
@@ -501,3 +519,56 @@ def build_loader(
     else:
         total_steps = config.steps or DEFAULT_STEPS
     return Loader(loader, sampler, steps_per_epoch, total_steps)
+
+
+def build_task(config: TrainConfig, loss_fn: Any = None) -> tuple[Any, Any]:
+    """The run's loss function and validation metric (``config.loss``, ``config.metric``).
+
+    Args:
+        config: the run's settings.
+        loss_fn: a loss handed to the Trainer (wins over ``config.loss``), or None.
+
+    Returns:
+        ``(loss function, BatchMetric)``.
+
+    Raises:
+        WorkbenchError: an unknown loss or metric, or ``py:`` code that a file named or that
+            cannot be loaded (one line).
+    """
+    from workbench.core.training.losses import make_loss
+    from workbench.core.training.task_metrics import make_metric
+
+    loss = loss_fn if loss_fn is not None else make_loss(config.loss, origin=config.origin_of("loss"))
+    return loss, make_metric(config.metric, origin=config.origin_of("metric"))
+
+
+def first_input_shape(dataset: Dataset[Any]) -> tuple[int, ...] | dict[str, tuple[int, ...]] | None:
+    """The shape of the first sample's input (``(1024,)``, ``(3, 224, 224)``, ``{key: shape}``).
+
+    A ``py:`` dataset's bad first item is refused here, before anything trains; other data
+    that cannot be read now says so when its batch is loaded.
+
+    Args:
+        dataset: the training dataset.
+
+    Returns:
+        The shape, or None when the sample is not ``(tensor or dict of tensors, target)``
+        (text batches are dicts with their labels inside).
+
+    Raises:
+        TrainError: the first item of a ``py:`` dataset is bad (one line naming it).
+    """
+    try:
+        item = dataset[0]
+    except DataError as e:
+        if isinstance(dataset, UserDataset):
+            raise TrainError(str(e)) from None
+        return None
+    except Exception:
+        return None
+    if isinstance(item, Mapping) or not isinstance(item, (tuple, list)) or len(item) < 2:
+        return None
+    x = item[0]
+    if isinstance(x, torch.Tensor) or (isinstance(x, Mapping) and all(isinstance(v, torch.Tensor) for v in x.values())):
+        return sample_shape(x)
+    return None

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from workbench.core.training.batches import forward_loss
+from workbench.core.training.batches import batch_size_of, forward_loss
 from workbench.core.training.failure_text import oom_message, step_failed_message
 from workbench.core.training.module_stats import ModuleStatsProbe
 
@@ -215,7 +215,7 @@ class TrainStep:
                 torch.mps.synchronize()  # the optimizer step runs asynchronously on MPS
             te = time.perf_counter()
         except torch.OutOfMemoryError as e:
-            failure = StepFailure(oom_message(e, step, int(x.shape[0]), self.device), traceback.format_exc(), True)
+            failure = StepFailure(oom_message(e, step, batch_size_of(x), self.device), traceback.format_exc(), True)
         except Exception as e:
             failure = StepFailure(step_failed_message(e, step), traceback.format_exc(), False)
         else:

@@ -69,12 +69,15 @@ class Validation:
         acc: top-1 accuracy (0..1), None when the outputs are not class logits with labels.
         samples: samples evaluated.
         seconds: wall time of the pass.
+        metric: the run's metric (``metric`` of :func:`evaluate`) over the samples, None when
+            none was given or it does not apply to the outputs.
     """
 
     loss: float
     acc: float | None
     samples: int
     seconds: float
+    metric: float | None = None
 
 
 def _logits(out: Any) -> torch.Tensor | None:
@@ -92,6 +95,7 @@ def evaluate(
     *,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
+    metric: Any = None,
 ) -> Validation:
     """Evaluate ``model`` on every batch of ``loader``.
 
@@ -105,6 +109,8 @@ def evaluate(
         device: where the model is.
         amp_dtype: autocast dtype of the run, or None.
         channels_last: move 4-D inputs in channels-last format.
+        metric: a :class:`~workbench.core.training.task_metrics.BatchMetric` fed every batch
+            (reset first), or None.
 
     Returns:
         The :class:`Validation`.
@@ -121,6 +127,8 @@ def evaluate(
     n = 0
     classification = True
     autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else contextlib.nullcontext()
+    if metric is not None:
+        metric.reset()
     model.eval()
     try:
         with torch.no_grad(), autocast:
@@ -131,11 +139,16 @@ def evaluate(
                     loss, out = forward_loss(model, inputs, loss_fn)
                 else:
                     x, y = batch[0], batch[1]
-                    fmt = torch.channels_last if channels_last and x.dim() == 4 else torch.preserve_format
-                    inputs = x.to(device, memory_format=fmt)
-                    y = y.to(device)
+                    if isinstance(x, torch.Tensor):
+                        fmt = torch.channels_last if channels_last and x.dim() == 4 else torch.preserve_format
+                        inputs = x.to(device, memory_format=fmt)
+                    else:  # a dict of input tensors
+                        inputs = move_batch(x, device)
+                    y = move_batch(y, device)
                     loss, out = forward_loss(model, (inputs, y), loss_fn)
                 bs = batch_size_of(inputs)
+                if metric is not None:
+                    metric.update(out, y, bs)
                 loss_sum += float(loss) * bs
                 n += bs
                 logits = _logits(out)
@@ -157,4 +170,5 @@ def evaluate(
         acc=correct / classified if classification and classified else None,
         samples=n,
         seconds=time.perf_counter() - t0,
+        metric=metric.value() if metric is not None else None,
     )

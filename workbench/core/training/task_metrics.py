@@ -1,0 +1,254 @@
+"""What validation measures besides the loss: one row per metric; ``--metric`` and the app read the table.
+
+===============  ===============================================================
+name             measures
+===============  ===============================================================
+``accuracy``     top-1 accuracy of class logits against class labels (the default)
+``top5``         top-5 accuracy
+``py:FILE:FUNC`` your own: ``FUNC(output, target)`` returns a number for a batch;
+                 the run reports its mean over the validation samples
+===============  ===============================================================
+
+A new metric is one :class:`MetricKind` row and its builder. A ``py:`` metric runs code: it runs
+only when the caller named it (:mod:`workbench.core.training.py_code`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from workbench.core.errors import WorkbenchError
+from workbench.core.suggest import did_you_mean
+from workbench.core.training.py_code import is_py_spec, load_py_function
+
+__all__ = ["METRICS", "BatchMetric", "MetricKind", "MetricSpecError", "higher_is_better", "make_metric", "metric_label",
+           "metric_name", "task_summary"]
+
+
+class MetricSpecError(WorkbenchError, ValueError):
+    """A metric name that is neither a row of :data:`METRICS` nor ``py:FILE:FUNC``."""
+
+
+class BatchMetric:
+    """Accumulates a metric over the batches of one validation pass.
+
+    Attributes:
+        name: the metric's name (``accuracy``, ``py:pitch.py:raw_accuracy``).
+    """
+
+    name = ""
+
+    def reset(self) -> None:
+        """Start a new pass."""
+        self._sum = 0.0
+        self._n = 0
+        self._off = False
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def batch_value(self, out: Any, target: Any) -> float | None:
+        """The metric of one batch (None: it does not apply to such outputs)."""
+        raise NotImplementedError
+
+    def update(self, out: Any, target: Any, batch_size: int) -> None:
+        """Add one batch (weighted by its samples).
+
+        Args:
+            out: the model's output.
+            target: the batch's targets.
+            batch_size: samples in the batch.
+        """
+        if self._off:
+            return
+        v = self.batch_value(out, target)
+        if v is None:
+            self._off = True
+            return
+        self._sum += v * batch_size
+        self._n += batch_size
+
+    def value(self) -> float | None:
+        """The mean over the samples added, None when it did not apply or nothing was added."""
+        if self._off or not self._n:
+            return None
+        v = self._sum / self._n
+        return v if math.isfinite(v) else math.nan
+
+
+def _logits(out: Any) -> torch.Tensor | None:
+    if isinstance(out, torch.Tensor):
+        return out
+    logits = getattr(out, "logits", None)
+    return logits if isinstance(logits, torch.Tensor) else None
+
+
+class TopK(BatchMetric):
+    """Top-k accuracy of class logits ``(B, C)`` against labels ``(B,)``; does not apply otherwise."""
+
+    def __init__(self, k: int, name: str) -> None:
+        self.k = k
+        self.name = name
+        super().__init__()
+
+    def batch_value(self, out: Any, target: Any) -> float | None:
+        logits = _logits(out)
+        if (logits is None or not isinstance(target, torch.Tensor) or logits.dim() != 2 or target.dim() != 1
+                or target.is_floating_point()):
+            return None
+        k = min(self.k, logits.shape[1])
+        top = logits.topk(k, dim=1).indices
+        return float((top == target[:, None]).any(dim=1).float().mean())
+
+
+class UserMetric(BatchMetric):
+    """A ``py:`` metric, its result checked: a finite number per batch (one line otherwise)."""
+
+    def __init__(self, spec: str, fn: Callable[[Any, Any], Any]) -> None:
+        self.name = spec
+        self.fn = fn
+        super().__init__()
+
+    def batch_value(self, out: Any, target: Any) -> float | None:
+        """The user's metric of one batch.
+
+        Raises:
+            TypeError: the function returned something that is not a number.
+        """
+        v = self.fn(out, target)
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            v = v.item()
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"metric {self.name} returned {type(v).__name__}, not a number; return one number per batch")
+        return float(v)
+
+
+@dataclass(frozen=True)
+class MetricKind:
+    """One built-in metric.
+
+    Attributes:
+        name: the config value (``TrainConfig.metric``, ``--metric``).
+        label: what the app shows (the validation plot's title).
+        higher_is_better: whether a larger value is better (accuracy: yes).
+        builder: makes a fresh :class:`BatchMetric`.
+    """
+
+    name: str
+    label: str
+    higher_is_better: bool
+    builder: Callable[[], BatchMetric]
+
+
+METRICS: dict[str, MetricKind] = {k.name: k for k in (
+    MetricKind("accuracy", "Accuracy", True, lambda: TopK(1, "accuracy")),
+    MetricKind("top5", "Top-5 accuracy", True, lambda: TopK(5, "top5")),
+)}
+
+_ALIASES = {"acc": "accuracy", "top1": "accuracy", "top_1": "accuracy", "top_5": "top5"}
+
+
+def metric_name(text: Any) -> str:
+    """The canonical name of a metric setting (aliases accepted, ``py:`` specs kept).
+
+    Args:
+        text: ``accuracy``, ``top5`` or ``py:FILE:FUNC``.
+
+    Returns:
+        The name.
+
+    Raises:
+        MetricSpecError: anything else.
+    """
+    if not isinstance(text, str) or not text.strip():
+        raise MetricSpecError(f"must be one of {', '.join(METRICS)} or py:FILE.py:FUNC, got {text!r}")
+    if is_py_spec(text):
+        return "py:" + text.strip()[3:].strip()
+    key = text.strip().lower().replace("-", "_")
+    key = _ALIASES.get(key, key)
+    if key not in METRICS:
+        hint = did_you_mean(key, tuple(METRICS))
+        raise MetricSpecError(f"{text!r} is not one of {', '.join(METRICS)} or py:FILE.py:FUNC" + (f"; {hint}" if hint else ""))
+    return key
+
+
+def metric_label(name: str) -> str:
+    """What the app and the summary call a metric: the row's label, or the function's name.
+
+    Args:
+        name: a metric setting.
+
+    Returns:
+        ``"Accuracy"``, or ``"pitch_accuracy"`` for ``py:crepe_pitch.py:pitch_accuracy``.
+    """
+    if is_py_spec(name):
+        return name.rpartition(":")[2] or name
+    kind = METRICS.get(name)
+    return kind.label if kind is not None else name
+
+
+def make_metric(name: str, *, origin: str | None = None) -> BatchMetric:
+    """A fresh accumulator of the metric a setting names.
+
+    Args:
+        name: a row of :data:`METRICS` or ``py:FILE.py:FUNC``.
+        origin: what file named it (a ``py:`` metric is then refused); None: the caller did.
+
+    Returns:
+        The accumulator.
+
+    Raises:
+        MetricSpecError: an unknown name.
+        CodeFromFileError: a ``py:`` metric named by a file.
+        PyCodeError: a ``py:`` metric that cannot be loaded.
+    """
+    name = metric_name(name)
+    if is_py_spec(name):
+        return UserMetric(name, load_py_function(name, what="metric", flag="--metric", origin=origin))
+    return METRICS[name].builder()
+
+
+def higher_is_better(name: str) -> bool:
+    """Whether a larger value of the metric is better (``py:`` metrics: assumed so).
+
+    Args:
+        name: a metric setting.
+
+    Returns:
+        The row's ``higher_is_better``; True for ``py:`` metrics.
+    """
+    kind = METRICS.get(name)
+    return kind.higher_is_better if kind is not None else True
+
+
+def task_summary(config: Any, custom_loss: bool, val_metric: float | None, best_val_metric: float | None,
+                 start: Any, input_shape: Any) -> dict[str, Any]:
+    """The run summary's entries of the task: loss, metric (last, best, before training), input shape.
+
+    Args:
+        config: the run's :class:`~workbench.core.training.config.TrainConfig`.
+        custom_loss: a ``loss_fn`` was handed to the Trainer (then ``loss_name`` is ``"loss_fn"``).
+        val_metric / best_val_metric: the metric of the last validation, and the best one.
+        start: the :class:`~workbench.core.training.validation.Validation` before the first
+            step, or None.
+        input_shape: one sample's input shape, ``{key: shape}``, or None.
+
+    Returns:
+        ``loss_name``, ``metric_name``, ``val_metric``, ``best_val_metric``,
+        ``start_val_loss``, ``start_val_acc``, ``start_val_metric`` and ``input_shape``.
+    """
+    shape = ({k: list(s) for k, s in input_shape.items()} if isinstance(input_shape, dict)
+             else list(input_shape) if input_shape is not None else None)
+    return {
+        "loss_name": "loss_fn" if custom_loss else config.loss, "metric_name": config.metric,
+        "val_metric": val_metric, "best_val_metric": best_val_metric,
+        "start_val_loss": start.loss if start is not None else None,
+        "start_val_acc": start.acc if start is not None else None,
+        "start_val_metric": start.metric if start is not None else None,
+        "input_shape": shape,
+    }
