@@ -83,6 +83,29 @@ def stage_key(plan: FreezePlan, step: int, epoch: int) -> tuple[bool, ...]:
     return tuple(st.reached(step, epoch) for st in plan.stages)
 
 
+def check_stage(applied: AppliedPlan, plan: FreezePlan, before: tuple[bool, ...], key: tuple[bool, ...]) -> None:
+    """Refuse a stage whose plan leaves nothing trainable, before it touches the model.
+
+    The message is the line ``workbench train`` prints when it refuses the same stage.
+
+    Args:
+        applied: the applied plan.
+        plan: the plan with its stages.
+        before: the stages in force until now (:func:`stage_key`).
+        key: the stages in force from now.
+
+    Raises:
+        PlanError: the plan in force from now leaves nothing trainable.
+    """
+    from workbench.core.plan.readiness import NOTHING_TRAINABLE, check_plan
+
+    if check_plan(plan_for(plan, key), applied.tree).trainable is not False:
+        return
+    new = [i for i, (was, now) in enumerate(zip(before, key, strict=True)) if now and not was]
+    label = ", ".join(f"stage {i}" + (f" '{plan.stages[i].label}'" if plan.stages[i].label else "") for i in new)
+    raise PlanError(f"{label or 'stage change'} refused: {NOTHING_TRAINABLE}")
+
+
 def plan_for(plan: FreezePlan, key: tuple[bool, ...]) -> FreezePlan:
     """The plan in force with the stages marked in ``key``: the base rules, then each stage's.
 

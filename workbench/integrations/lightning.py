@@ -66,6 +66,7 @@ from workbench.core.models.zoo import ModelSourceError
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.integrations.common import (
     check_same_plan,
+    check_stage,
     groups_from_layout,
     lazy_callback,
     load_plan,
@@ -330,6 +331,7 @@ class _FreezePlanCallbackImpl:
         if key == self._stage:
             return
         trainable = trainable_ids(pl_module)
+        check_stage(self.applied, self.plan, self._stage, key)
         self.applied.update(self._plan_for(key), strict=self.strict)
         self._stage = key
         opt = self._optimizer(trainer)

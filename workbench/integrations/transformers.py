@@ -58,6 +58,7 @@ from workbench.core.freezing.apply import AppliedPlan, apply_plan
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.integrations.common import (
     check_same_plan,
+    check_stage,
     extend_scheduler,
     groups_from_layout,
     lazy_callback,
@@ -325,6 +326,7 @@ class _FreezePlanCallbackImpl:
         trainer = self._trainer
         applied = self.applied
         trainable = trainable_ids(applied.model)
+        check_stage(applied, self.plan, self._stage, key)
         diff = applied.update(plan_for(self.plan, key), strict=self.strict)
         self._stage = key
         self._steps_since_update = 0

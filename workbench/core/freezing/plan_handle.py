@@ -51,6 +51,7 @@ from workbench.core.freezing.snapshot import Snapshot, VerifyReport, compare_in_
 from workbench.core.plan.checkpoint_fit import outermost_fitting
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
+from workbench.core.plan.readiness import NOTHING_TRAINABLE
 from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.core.plan.specs import SPECS, check_extensions, rule_index_for
 from workbench.core.plan.tree import ModelTree
@@ -403,8 +404,8 @@ class AppliedPlan:
             A list for ``torch.optim.X(groups)``.
 
         Raises:
-            ValueError: nothing is trainable (the optimizer would have no parameters), or
-                ``no_decay`` is not None or ``"auto"``.
+            PlanError: nothing is trainable (the optimizer would have no parameters).
+            ValueError: ``no_decay`` is not None or ``"auto"``.
         """
         self._check_alive()
         if no_decay not in (None, "auto"):
@@ -431,10 +432,7 @@ class AppliedPlan:
             g["params"].append(p)
             g["param_names"].append(name)
         if not groups:
-            raise ValueError(
-                "the plan leaves no parameter trainable; unfreeze at least one module "
-                "(e.g. a rule {\"select\": \"fc\", \"frozen\": false})"
-            )
+            raise PlanError(NOTHING_TRAINABLE)
         out = [groups[k] for k in sorted(groups, key=lambda k: (-k[0], -k[1]))]
         for installer in INSTALLERS:
             handles = self.installed(installer.key)
