@@ -12,6 +12,9 @@ The script API::
 
     wb.apply_plan(model, "plan.json")   # one-line form
 
+    result = wb.Trainer(wb.TrainConfig(model="py:net.py:build", data="py:net.py:data", loss="bce",
+                                       plan="plan.json", steps=100)).run()   # a training run
+
 ``import workbench`` never imports Qt, and imports torch only when a name below is first
 used (so ``workbench --help`` starts instantly).
 """
@@ -40,6 +43,10 @@ _EXPORTS: dict[str, str] = {
     "fingerprint": "workbench.core.plan.tree",
     "VerifyReport": "workbench.core.checks.verify",
     "WorkbenchError": "workbench.core.errors",
+    "Trainer": "workbench.core.training.engine",
+    "RunResult": "workbench.core.training.engine",
+    "TrainConfig": "workbench.core.training.config",
+    "StepMetrics": "workbench.core.training.metrics",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
@@ -50,6 +57,9 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from workbench.core.freezing.apply import AppliedPlan, Counts, PlanDiff, apply_plan
     from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanWarning, Rule, Stage
     from workbench.core.plan.tree import ModelTree, ModuleNode, fingerprint
+    from workbench.core.training.config import TrainConfig
+    from workbench.core.training.engine import RunResult, Trainer
+    from workbench.core.training.metrics import StepMetrics
 
 
 def __getattr__(name: str) -> Any:
