@@ -6,6 +6,12 @@ memory-mapped file there (``torch.from_file``, so bfloat16 rows stay bfloat16). 
 created fresh (``O_EXCL | O_NOFOLLOW``: never through a symbolic link, never over an existing
 file) and removed by :meth:`RowStore.close`.
 
+A mapped file whose blocks the disk cannot supply kills the process with SIGBUS at the first
+write past the free space, with no message. So the file's whole size is reserved before it is
+mapped (``posix_fallocate``, or zeros written through where the file system cannot reserve),
+after a check that the disk has it free with :data:`SPILL_HEADROOM` to spare; when it has
+not, those rows stay uncached and :attr:`RowStore.note` says so in one line.
+
 :func:`parse_budget` reads a ``--cache-budget`` value; :func:`default_budget` is the default
 (a quarter of the free device memory, or of the available RAM on the CPU).
 """
@@ -13,20 +19,32 @@ file) and removed by :meth:`RowStore.close`.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
+import shutil
 from pathlib import Path
 
 import torch
 
 from workbench.core.errors import WorkbenchError
 
-__all__ = ["BUDGET_FRACTION", "CacheBudgetError", "RowStore", "SPILL_NAME", "default_budget", "parse_budget"]
+__all__ = [
+    "BUDGET_FRACTION", "CacheBudgetError", "RowStore", "SPILL_HEADROOM", "SPILL_NAME", "SpillSpaceError",
+    "create_spill_file", "default_budget", "parse_budget",
+]
 
 #: Share of the free device memory (or available RAM) the cache may hold by default.
 BUDGET_FRACTION = 0.25
 #: Name of the spill file in the run folder.
 SPILL_NAME = "frozen_cache.bin"
+#: Bytes a spill file leaves free on its disk (the run's metrics and summary still need room).
+SPILL_HEADROOM = 16 << 20
+#: Bytes of zeros written at a time where the file system cannot reserve space itself.
+_ZERO_CHUNK = 1 << 20
+#: ``posix_fallocate`` errors that mean "not supported here" (then zeros are written through).
+_NO_FALLOCATE = frozenset(e for e in (errno.EOPNOTSUPP, getattr(errno, "ENOTSUP", errno.EOPNOTSUPP), errno.EINVAL,
+                                      errno.ENOSYS) if e is not None)
 #: Largest budget accepted (1 PiB): anything above is a typo, not a machine.
 _MAX_BUDGET = 1 << 50
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
@@ -95,19 +113,56 @@ def default_budget(device: torch.device) -> int:
         return 1 << 30
 
 
+class SpillSpaceError(OSError):
+    """The disk has not the room a spill file needs; ``strerror`` says how much it needs and has."""
+
+
+def _reserve(fd: int, nbytes: int) -> None:
+    """Make every block of the file's first ``nbytes`` bytes exist on the disk (not a sparse hole)."""
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is not None:
+        try:
+            fallocate(fd, 0, nbytes)
+            return
+        except OSError as e:
+            if e.errno not in _NO_FALLOCATE:
+                raise
+    zeros = bytes(min(nbytes, _ZERO_CHUNK))  # write-through: a full disk fails here, as ENOSPC
+    done = 0
+    while done < nbytes:
+        done += os.write(fd, zeros[: min(len(zeros), nbytes - done)])
+
+
 def create_spill_file(path: Path, nbytes: int) -> None:
-    """Create a new file of ``nbytes`` bytes, never through a link or over an existing file.
+    """Create a new file of ``nbytes`` bytes, its space reserved, never through a link or over an
+    existing file.
 
     Args:
         path: the file to create.
         nbytes: its size.
 
     Raises:
-        OSError: it exists (a link included), or the folder is not writable or full.
+        SpillSpaceError: the disk has less than ``nbytes`` plus :data:`SPILL_HEADROOM` free.
+        OSError: it exists (a link included), the folder is not writable, or the space could
+            not be reserved (``ENOSPC``); nothing is left behind.
     """
+    from workbench.core.formatting import fmt_bytes
+
+    try:
+        free: int | None = shutil.disk_usage(Path(path).parent).free
+    except OSError:
+        free = None  # not a folder, gone ...: os.open says what
+    if free is not None and nbytes + SPILL_HEADROOM > free:
+        raise SpillSpaceError(
+            errno.ENOSPC,
+            f"no room: it needs {fmt_bytes(nbytes)} plus {fmt_bytes(SPILL_HEADROOM)} to spare, "
+            f"and {fmt_bytes(free)} are free on that disk",
+        )
     flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = os.open(path, flags, 0o600)
     try:
+        if nbytes:
+            _reserve(fd, nbytes)
         os.ftruncate(fd, nbytes)
     except OSError:
         os.close(fd)
