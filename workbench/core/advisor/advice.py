@@ -141,12 +141,13 @@ class Advice:
         """The JSON contract: the front candidates and the index of the chosen one among them.
 
         Returns:
-            ``{"budget_bytes", "candidates": [...], "chosen": i or None, "auto_freeze": {...} or
-            None}``.
+            ``{"budget_bytes", "input_shape", "candidates": [...], "chosen": i or None,
+            "auto_freeze": {...} or None}``.
         """
         chosen = self.front.index(self.chosen) if self.chosen is not None else None
         return {
             "budget_bytes": self.budget_bytes,
+            "input_shape": list(self.input_shape),
             "candidates": [a.to_dict() for a in self.front_assessed],
             "chosen": chosen,
             "auto_freeze": self.auto_freeze.to_dict() if self.auto_freeze is not None else None,

@@ -397,9 +397,10 @@ def open_hf_dataset(
     feature = _column(ds, image_column, "image", "--image-column")
     if type(feature).__name__ != "Image":
         hint = " (a text column: train a Hugging Face text model on it, --model hf:FOLDER)" if text_column in ds.features else ""
+        fix = "name the image column with --image-column"
         if type(feature).__name__ in ("Sequence", "List", "Array2D", "Array3D"):
-            hint = " (a column of arrays: name it with --input-column instead)"
-        raise DataError(f"column {image_column!r} is not an image column{hint}; name the image column with --image-column")
+            hint, fix = " but a column of arrays", f"give it to the model with --input-column {image_column}"
+        raise DataError(f"column {image_column!r} is not an image column{hint}; {fix}")
     _column(ds, label_column, "label", "--label-column")
     classes, to_index = _classes(every, label_column)
     return HfDiskDataset(ds, indices, _ImageEncoder(image_column, label_column, transform, to_index), classes)
