@@ -16,7 +16,10 @@ from __future__ import annotations
 from workbench.core.freezing.snapshot import (
     DIGEST_CHUNK_BYTES,
     GUARDED,
+    MIN_STEPS_FOR_ERROR,
     MIN_STEPS_FOR_UNCHANGED,
+    GradSeen,
+    GradWatch,
     Place,
     Snapshot,
     VerifyReport,
@@ -33,7 +36,10 @@ from workbench.core.freezing.snapshot import (
 __all__ = [
     "DIGEST_CHUNK_BYTES",
     "GUARDED",
+    "MIN_STEPS_FOR_ERROR",
     "MIN_STEPS_FOR_UNCHANGED",
+    "GradSeen",
+    "GradWatch",
     "Place",
     "Snapshot",
     "VerifyReport",

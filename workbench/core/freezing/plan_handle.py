@@ -47,7 +47,7 @@ from workbench.core.freezing.reparam import peft as peft_io
 from workbench.core.freezing.reparam.base import DeltaHandle, tied_scope
 from workbench.core.freezing.reparam.full import FullRankHandle
 from workbench.core.freezing.reparam.low_rank import install_a_plus_b
-from workbench.core.freezing.snapshot import Snapshot, VerifyReport, compare_in_force, model_tensors
+from workbench.core.freezing.snapshot import GradSeen, Snapshot, VerifyReport, compare_in_force, model_tensors
 from workbench.core.plan.checkpoint_fit import outermost_fitting
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
@@ -512,17 +512,20 @@ class AppliedPlan:
         self._check_alive()
         self._snap(fresh=True)
 
-    def verify(self, steps: int | None = None) -> VerifyReport:
+    def verify(self, steps: int | None = None, grads: GradSeen | None = None) -> VerifyReport:
         """Prove the plan held: frozen tensors bit-identical, eval-BN stats unchanged.
 
         Trainable tensors that did not change are reported as warnings, except BatchNorm
         affine parameters and, when ``steps`` says so, after too few steps to tell (see
-        :func:`workbench.core.freezing.snapshot.compare`). Tensors are checked in the categories
-        of the snapshot taken at apply/update time; a ``requires_grad`` changed since then is
-        a ``plan_not_in_force`` error.
+        :func:`workbench.core.freezing.snapshot.compare`). With ``grads`` (what a
+        :class:`~workbench.core.freezing.snapshot.GradWatch` saw over the run), each trainable
+        tensor is also checked for receiving a gradient to the end, and a long run's findings
+        are errors. Tensors are checked in the categories of the snapshot taken at
+        apply/update time; a ``requires_grad`` changed since then is a ``plan_not_in_force`` error.
 
         Args:
             steps: optimizer steps since the plan was applied or last updated, when known.
+            grads: the run's gradients as a ``GradWatch`` saw them (its steps are the steps).
 
         Returns:
             The report (``report.ok`` is False on any frozen change).
@@ -543,7 +546,7 @@ class AppliedPlan:
         fixed = {n: t for h in self._installed.values() for n, t in h.fixed()}
         # the plan's snapshot, not requires_grad as it is now
         return compare_in_force(
-            self._snapshot, model_tensors(self.model, fixed), quiet=quiet, steps=steps, model=self.model
+            self._snapshot, model_tensors(self.model, fixed), quiet=quiet, steps=steps, model=self.model, grads=grads
         )
 
     def remove(self, merge: bool = True) -> None:

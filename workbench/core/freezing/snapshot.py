@@ -9,6 +9,14 @@ every trainable tensor. :func:`compare` checks them again after training: frozen
 be bit-identical (a hash, not ``allclose``), eval-mode BatchNorm statistics must not have
 moved, and each trainable tensor should have changed.
 
+The other half is that what should train did. A :class:`GradWatch` looks after each optimizer
+step at which trainable tensors hold a gradient (``grad is not None``: no copy, no sync) and
+which an optimizer with a learning rate above 0 holds; :func:`compare` then reports, by name,
+a trainable tensor that never received a gradient, stopped receiving them, or never changed
+(its digest at the start and at the end): a warning after a short run, an error from
+:data:`MIN_STEPS_FOR_ERROR` optimizer steps on when an optimizer should have moved it. A report
+of a run that took no optimizer step says that nothing trained, never "OK".
+
 The snapshot also records, per tensor, whether the plan left it trainable. Verification uses
 the snapshot's categories, not the model's ``requires_grad`` at check time, so a tensor the
 plan froze that was switched back on (by hand, or by a second plan) and changed is still an
@@ -38,8 +46,11 @@ from torch import nn
 
 __all__ = [
     "DIGEST_CHUNK_BYTES",
+    "MIN_STEPS_FOR_ERROR",
     "MIN_STEPS_FOR_UNCHANGED",
     "GUARDED",
+    "GradSeen",
+    "GradWatch",
     "Place",
     "check_places",
     "model_places",
@@ -120,7 +131,9 @@ class Violation:
         name: dotted name of the tensor (parameter or buffer).
         module: dotted path of the module it belongs to (as shown in the tree).
         kind: ``frozen_changed``, ``bn_stats_changed``, ``fixed_changed`` (A of A+B),
-            ``trainable_unchanged``, ``plan_not_in_force`` (``requires_grad`` no longer
+            ``trainable_unchanged``, ``trainable_no_grad`` (never received a gradient),
+            ``trainable_grad_stopped`` (received gradients, then none for the rest of the run),
+            ``plan_not_in_force`` (``requires_grad`` no longer
             what the plan set), or a change of place (:func:`check_places`):
             ``frozen_missing``, ``frozen_replaced``, ``frozen_tied``, ``module_replaced``,
             ``kind_changed``.
@@ -144,16 +157,23 @@ class VerifyReport:
         checked: counts of tensors checked per category.
         module_status: ``{module path: "ok" | "error" | "warning"}`` for every module that
             owns a checked tensor (the GUI colours rows from it).
+        steps: optimizer steps the run took, when known (0: nothing trained).
     """
 
     violations: list[Violation] = field(default_factory=list)
     checked: dict[str, int] = field(default_factory=dict)
     module_status: dict[str, str] = field(default_factory=dict)
+    steps: int | None = None
 
     @property
     def ok(self) -> bool:
-        """No error-level violation (unchanged trainable tensors are warnings)."""
+        """No error-level violation: the plan held (see :attr:`trained` for whether anything trained)."""
         return not self.errors
+
+    @property
+    def trained(self) -> bool:
+        """The run took an optimizer step (True when unknown: a report made outside a run)."""
+        return self.steps is None or self.steps > 0
 
     @property
     def errors(self) -> list[Violation]:
@@ -169,6 +189,8 @@ class VerifyReport:
         """JSON-ready form."""
         return {
             "ok": self.ok,
+            "steps": self.steps,
+            "trained": self.trained,
             "checked": dict(self.checked),
             "violations": [v.__dict__ for v in self.violations],
             "module_status": dict(self.module_status),
@@ -181,6 +203,10 @@ class VerifyReport:
             f"{c.get('frozen', 0)} frozen tensors, {c.get('fixed', 0)} fixed tensors (A of A+B, frozen slices), "
             f"{c.get('bn_stats', 0)} eval-BN buffers, {c.get('trainable', 0)} trainable tensors checked"
         )
+        if not self.trained:  # never "OK": a run that took no step proves nothing trained
+            state = "FAILED" if not self.ok else "nothing trained"
+            return (f"verify {state}: the run took no optimizer step, so nothing trained; "
+                    f"{len(self.errors)} errors; {head}")
         if self.ok and not self.violations:
             return f"verify OK: {head}"
         return f"verify {'OK' if self.ok else 'FAILED'}: {len(self.errors)} errors, {len(self.warnings)} warnings; {head}"
@@ -409,6 +435,109 @@ def check_places(snapshot: Snapshot, model: nn.Module) -> list[Violation]:
 
 #: Below this many optimizer steps an unchanged trainable tensor is no evidence of a problem.
 MIN_STEPS_FOR_UNCHANGED = 10
+#: From this many optimizer steps on, a trainable tensor that an optimizer with a learning rate
+#: above 0 holds, and that never received a gradient, stopped receiving them for the rest of
+#: the run, or never changed, is an error rather than a warning: after this long it is no
+#: accident of a short run (a few steps of a tiny learning rate can round away in float32;
+#: a hundred cannot, and a tensor cut out of the graph never comes back by itself).
+MIN_STEPS_FOR_ERROR = 100
+
+
+@dataclass(frozen=True)
+class GradSeen:
+    """What a :class:`GradWatch` saw of the trainable tensors' gradients over a run.
+
+    Attributes:
+        steps: optimizer steps looked at.
+        last_step: the step number of the last one (-1 before any).
+        first: per tensor name, the first step it held a gradient.
+        last: per tensor name, the last step it held a gradient.
+        moving: names an optimizer held with a learning rate above 0 at some look.
+    """
+
+    steps: int = 0
+    last_step: int = -1
+    first: Mapping[str, int] = field(default_factory=dict)
+    last: Mapping[str, int] = field(default_factory=dict)
+    moving: frozenset[str] = frozenset()
+
+
+class GradWatch:
+    """Which trainable tensors receive a gradient during a run: looked at after each optimizer step.
+
+    A look reads ``grad is not None`` of each parameter that requires a gradient (no copy, no
+    device sync) and the learning rates of the optimizer's groups; nothing is stored per step.
+
+    Args:
+        model: the model (its parameters by their first name, as the snapshot names them).
+        optimizer: the run's optimizer, or None (then no tensor counts as one it should move).
+    """
+
+    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer | None = None) -> None:
+        self._params = list(model.named_parameters())
+        self._optimizer = optimizer
+        self._first: dict[str, int] = {}
+        self._last: dict[str, int] = {}
+        self._moving_groups: dict[int, dict[str, Any]] = {}
+        self.steps = 0
+        self.last_step = -1
+
+    def look(self, step: int) -> None:
+        """Note which trainable tensors hold a gradient after optimizer step ``step``.
+
+        Args:
+            step: the step number (call it after the optimizer stepped, before the next
+                step drops the gradients).
+        """
+        self.steps += 1
+        self.last_step = step
+        first, last = self._first, self._last
+        for name, p in self._params:
+            if p.grad is not None and p.requires_grad:
+                if name not in first:
+                    first[name] = step
+                last[name] = step
+        if self._optimizer is not None:
+            for g in self._optimizer.param_groups:
+                lr = g.get("lr", 0.0)
+                if isinstance(lr, torch.Tensor):
+                    lr = float(lr)
+                if isinstance(lr, (int, float)) and lr > 0:
+                    self._moving_groups[id(g)] = g
+
+    def seen(self) -> GradSeen:
+        """What was seen so far.
+
+        Returns:
+            The gradients' record, for :func:`compare`.
+        """
+        ids = {id(p) for g in self._moving_groups.values() for p in g.get("params", [])}
+        moving = frozenset(n for n, p in self._params if id(p) in ids)
+        return GradSeen(self.steps, self.last_step, dict(self._first), dict(self._last), moving)
+
+
+def _trainable_finding(name: str, same: bool, grads: GradSeen, quiet: bool) -> tuple[str, str, str] | None:
+    """What is wrong with one trainable tensor after a watched run: ``(kind, severity, message)``."""
+    n = grads.steps
+    if n == 0:
+        return None  # nothing trained: the report says so once
+    should_move = name in grads.moving
+    severity = "error" if n >= MIN_STEPS_FOR_ERROR and should_move else "warning"
+    why = "" if should_move else " (no optimizer with a learning rate above 0 holds it)"
+    if name not in grads.last:
+        return ("trainable_no_grad", severity,
+                f"trainable tensor received no gradient in any of the run's {n} optimizer steps: it does not "
+                f"reach the loss (unused, or cut out of the graph){why}")
+    tail = grads.last_step - grads.last[name]
+    if tail >= MIN_STEPS_FOR_UNCHANGED and 2 * tail >= n:
+        return ("trainable_grad_stopped", severity,
+                f"trainable tensor received gradients up to step {grads.last[name]}, then none in the last "
+                f"{tail} steps: something cut it out of the graph (a cache, a hook, a plan change){why}")
+    if same and not quiet and n >= MIN_STEPS_FOR_UNCHANGED:
+        return ("trainable_unchanged", severity,
+                f"trainable tensor received gradients but did not change in {n} optimizer steps "
+                f"(lr 0, or the optimizer does not hold it){why}")
+    return None
 
 
 def compare(
@@ -417,24 +546,31 @@ def compare(
     *,
     quiet: Collection[str] = (),
     steps: int | None = None,
+    grads: GradSeen | None = None,
 ) -> VerifyReport:
     """Compare a snapshot with the tensors as they are now.
 
     ``trainable_unchanged`` is a hint, not a proof, so it stays silent where it is noise: for
     the ``quiet`` tensors (BatchNorm affine parameters: a weight initialised at 1.0 in float32
     has a spacing of 1.2e-7 there, so the small updates of a few steps round away) and after
-    fewer than :data:`MIN_STEPS_FOR_UNCHANGED` steps.
+    fewer than :data:`MIN_STEPS_FOR_UNCHANGED` steps. With ``grads`` (a watched run), a
+    trainable tensor is also checked for having received a gradient, and for still receiving
+    them at the end (``trainable_no_grad``, ``trainable_grad_stopped``); each finding is an
+    error from :data:`MIN_STEPS_FOR_ERROR` steps on when an optimizer should have moved it.
 
     Args:
         snapshot: digests taken when the plan was applied (or last updated).
         current: ``{category: {tensor name: tensor}}`` for the same categories.
         quiet: trainable tensor names never reported as unchanged.
-        steps: optimizer steps since the snapshot, when known.
+        steps: optimizer steps since the snapshot, when known (``grads.steps`` when given).
+        grads: what a :class:`GradWatch` saw over the run, or None.
 
     Returns:
         The report. Tensors that vanished from the model are skipped.
     """
-    report = VerifyReport()
+    if grads is not None:
+        steps = grads.steps
+    report = VerifyReport(steps=steps)
     hush_all = steps is not None and steps < MIN_STEPS_FOR_UNCHANGED
     for category, bucket in snapshot.entries.items():
         kind, severity, msg = _MESSAGES[category]
@@ -446,12 +582,18 @@ def compare(
                 continue
             n += 1
             same = tensor_digest(t) == digest
-            bad = (not same) if category != "trainable" else same and not (hush_all or name in quiet)
+            found: tuple[str, str, str] | None
+            if category != "trainable":
+                found = None if same else (kind, severity, msg)
+            elif grads is not None:
+                found = _trainable_finding(name, same, grads, name in quiet)
+            else:
+                found = (kind, severity, msg) if same and not (hush_all or name in quiet) else None
             status = report.module_status.get(module, "ok")
-            if bad:
-                report.violations.append(Violation(name, module, kind, severity, msg))
-                if severity == "error" or status == "ok":
-                    status = severity
+            if found is not None:
+                report.violations.append(Violation(name, module, *found))
+                if found[1] == "error" or status == "ok":
+                    status = found[1]
             report.module_status[module] = status
         report.checked[category] = n
     return report
@@ -480,6 +622,7 @@ def compare_in_force(
     quiet: Collection[str] = (),
     steps: int | None = None,
     model: nn.Module | None = None,
+    grads: GradSeen | None = None,
 ) -> VerifyReport:
     """Compare against the plan's own snapshot, whatever the model says is trainable now.
 
@@ -494,12 +637,13 @@ def compare_in_force(
         quiet: trainable tensor names never reported as unchanged (see :func:`compare`).
         steps: optimizer steps since the snapshot, when known (see :func:`compare`).
         model: the model as it is now, for the identity and place checks.
+        grads: what a :class:`GradWatch` saw over the run (see :func:`compare`).
 
     Returns:
         The report. A guarded tensor that left the model is an error when ``model`` is given.
     """
     current = {c: {n: tensors[n] for n in bucket if n in tensors} for c, bucket in snapshot.entries.items()}
-    report = compare(snapshot, current, quiet=quiet, steps=steps)
+    report = compare(snapshot, current, quiet=quiet, steps=steps, grads=grads)
     module_of = {n: m for bucket in snapshot.entries.values() for n, (m, _) in bucket.items()}
     for name, expected in snapshot.requires_grad.items():
         t = tensors.get(name)

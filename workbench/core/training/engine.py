@@ -44,6 +44,7 @@ from torch.utils.data import DataLoader, Dataset
 from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.freezing.apply import AppliedPlan, PlanDiff, apply_plan
+from workbench.core.freezing.snapshot import GradWatch
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.readiness import check_plan
 from workbench.core.plan.rules import FreezePlan, PlanError
@@ -140,6 +141,7 @@ class Trainer:
         self._pending: FreezePlan | None = None  # the requested plan, handed over under _lock
         self._tree: ModelTree | None = None  # the model's tree, set once by setup
         self._train_step: TrainStep | None = None
+        self._grads: GradWatch | None = None  # which trainable tensors got gradients, for verify
         self._ready = False
         self._started = False
         self._finished = False
@@ -577,6 +579,7 @@ class Trainer:
             ) if self._probe_every() else None,
         )
         win = st.window
+        self._grads = GradWatch(self.model, self.optimizer) if self.shards is None else None
         schedule = self.schedule if self.schedule is not None and self.schedule.active else None
         assert self._probe is not None
         self._probe.reset()
@@ -614,6 +617,8 @@ class Trainer:
                 schedule.apply(self.optimizer, step)
             # ---- the step
             out = train_step(step, x, y, events_pool[win.cuda_pairs] if cuda else None)
+            if out.stepped and self._grads is not None:
+                self._grads.look(step)
             if out.failure is not None:
                 del x, y  # the batch too, before the cache is emptied
                 self._step_failed(st, out.failure, step, bs)
@@ -865,7 +870,7 @@ class Trainer:
                 elif self.shards is not None:
                     st.message += "; verify and saving skipped (under FSDP they need every rank)"
                 else:
-                    verify = self.applied.verify()
+                    verify = self.applied.verify(steps=st.step, grads=self._grads.seen() if self._grads else None)
             except Exception as e:
                 st.message = (st.message + "; " if st.message else "") + f"verify failed: {first_line(e)}"
         if st.status == "completed" and not st.message:
