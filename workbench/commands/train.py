@@ -315,9 +315,12 @@ def print_summary(result: RunResult) -> None:
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
-    if result.verify is not None:
-        for v in result.verify.errors[:10]:
-            print(f"{'':<{width}}  error: {v.name}: {v.message}")
+    if result.verify is not None:  # errors, then what should have trained and did not, by name
+        shown = [*result.verify.errors, *(v for v in result.verify.warnings if v.kind.startswith("trainable_"))]
+        for v in shown[:10]:
+            print(f"{'':<{width}}  {v.severity}: {v.name}: {v.message}")
+        if len(shown) > 10:
+            print(f"{'':<{width}}  ... and {len(shown) - 10} more (--json lists them all)")
 
 
 def _input_text(s: dict[str, Any]) -> str:

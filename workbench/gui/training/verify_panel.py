@@ -4,8 +4,11 @@ After a run, :meth:`AppliedPlan.verify` (run by the engine) has hashed every fro
 every fixed ``A`` of A+B and the running statistics of BatchNorm kept in eval, before and
 after training. This panel shows its report: a green or red line, then the model's modules
 as a tree, each green (all its tensors as the plan says), orange (a trainable tensor that did
-not change) or red (a frozen tensor or eval-BatchNorm statistics that changed), with what
-went wrong. Clicking a module selects it in the module tree.
+not change or got no gradient, after a short run) or red (a frozen tensor or eval-BatchNorm
+statistics that changed; after a long run, a trainable tensor that never got a gradient,
+stopped getting them or never changed), with what went wrong, by tensor name. A run that took
+no optimizer step says that nothing trained, never "OK". Clicking a module selects it in the
+module tree.
 """
 
 from __future__ import annotations
@@ -26,6 +29,15 @@ __all__ = ["STATUS_COLORS", "VerifyPanel", "status_icon"]
 STATUS_COLORS = {"ok": QColor(46, 160, 67), "warning": QColor(230, 140, 0), "error": QColor(210, 40, 40)}
 _RANK = {"ok": 0, "warning": 1, "error": 2}
 _WORDS = {"ok": "as planned", "warning": "did not change", "error": "changed"}
+#: What a module's worst finding says in its Result column, by the finding's kind.
+_KIND_WORDS = {
+    "trainable_unchanged": "did not change",
+    "trainable_no_grad": "no gradient",
+    "trainable_grad_stopped": "stopped training",
+    "plan_not_in_force": "plan not in force",
+    "bn_stats_changed": "statistics moved",
+}
+_TRAINABLE_KINDS = ("trainable_unchanged", "trainable_no_grad", "trainable_grad_stopped")
 
 
 def status_icon(status: str) -> QIcon:
@@ -72,6 +84,7 @@ class VerifyPanel(QWidget):
         layout.addWidget(self.banner)
         layout.addWidget(self.tree, 1)
         self.status: dict[str, str] = {}
+        #: the report passed (True), failed (False), or there is none or nothing trained (None)
         self.ok: bool | None = None
 
     def show_run(self, record: RunRecord) -> None:
@@ -101,26 +114,44 @@ class VerifyPanel(QWidget):
             return
         self.ok = bool(report.get("ok"))
         checked = report.get("checked") or {}
-        violations = list(report.get("violations") or [])
+        violations = [v for v in (report.get("violations") or []) if isinstance(v, Mapping)]
         errors = [v for v in violations if v.get("severity") == "error"]
         warnings = [v for v in violations if v.get("severity") != "error"]
+        untrained_errors = [v for v in errors if v.get("kind") in _TRAINABLE_KINDS]
         what = (
             f"{checked.get('frozen', 0)} frozen tensors, {checked.get('fixed', 0)} fixed tensors (A of A+B, frozen slices), "
             f"{checked.get('bn_stats', 0)} eval-BatchNorm buffers and {checked.get('trainable', 0)} trainable tensors checked"
         )
-        if self.ok:
+        if report.get("trained") is False and self.ok:  # never "OK": nothing trained
+            self.ok = None
+            head = "⚠ Nothing trained: the run took no optimizer step (frozen tensors as planned)"
+            style = "background:#fff4e5; color:#7a4a00; border-radius:4px"
+        elif self.ok:
             head = "✔ Verify OK: frozen tensors bit-identical, eval-BatchNorm statistics unchanged"
             if warnings:
-                head += f" ({len(warnings)} trainable tensor{'s' if len(warnings) != 1 else ''} did not change)"
+                head += (f" ({len(warnings)} trainable tensor{'s' if len(warnings) != 1 else ''} "
+                         "did not train as expected: see below)")
             style = "background:#e6f4ea; color:#1a5e2a; border-radius:4px"
         else:
-            head = f"✘ Verify FAILED: {len(errors)} tensor{'s' if len(errors) != 1 else ''} changed that the plan keeps fixed"
+            parts = []
+            if len(errors) > len(untrained_errors):
+                n = len(errors) - len(untrained_errors)
+                parts.append(f"{n} tensor{'s' if n != 1 else ''} changed that the plan keeps fixed")
+            if untrained_errors:
+                n = len(untrained_errors)
+                parts.append(f"{n} trainable tensor{'s' if n != 1 else ''} did not train")
+            head = f"✘ Verify FAILED: {', '.join(parts)}"
             style = "background:#fdecea; color:#8a1c1c; border-radius:4px"
         self.banner.setText(f"<b>{head}</b><br>{title + ': ' if title else ''}{what}.")
         self.banner.setStyleSheet(style)
         details: dict[str, list[str]] = {}
+        worst: dict[str, tuple[int, str]] = {}  # per module: its worst finding's rank and kind
         for v in violations:
-            details.setdefault(str(v.get("module", "")), []).append(f"{v.get('name')}: {v.get('message')}")
+            module = str(v.get("module", ""))
+            details.setdefault(module, []).append(f"{v.get('name')}: {v.get('message')}")
+            rank = _RANK.get(str(v.get("severity")), 0)
+            if module not in worst or rank > worst[module][0]:
+                worst[module] = (rank, str(v.get("kind", "")))
         status = {str(k): str(s) for k, s in (report.get("module_status") or {}).items()}
         # ancestors take the worst status below them
         full: dict[str, str] = {}
@@ -144,7 +175,11 @@ class VerifyPanel(QWidget):
                 item = QTreeWidgetItem(parent if parent is not None else self.tree)
                 item.setText(0, path.rpartition(".")[2] or path)
             item.setIcon(0, status_icon(s))
-            item.setText(1, _WORDS.get(s, s) if path in status else ("ok" if s == "ok" else "see below"))
+            if path in status:
+                word = _KIND_WORDS.get(worst[path][1], _WORDS.get(s, s)) if path in worst else _WORDS.get(s, s)
+            else:
+                word = "ok" if s == "ok" else "see below"
+            item.setText(1, word)
             item.setForeground(1, STATUS_COLORS.get(s, QColor(0, 0, 0)))
             item.setData(0, Qt.ItemDataRole.UserRole, path)
             item.setToolTip(0, path or "(model)")
