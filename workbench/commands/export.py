@@ -1,5 +1,6 @@
-"""``workbench export``: a plan as a standalone plain-PyTorch script (``.py``), as plan JSON, or
-(``--peft DIR``) as a PEFT LoRA adapter folder."""
+"""``workbench export``: a run (``--run FOLDER``) or a plan as a standalone plain-PyTorch script
+(``.py``) that trains what the workbench trains, a plan as plan JSON, or (``--peft DIR``) a PEFT
+LoRA adapter folder."""
 
 from __future__ import annotations
 
@@ -19,6 +20,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_meta_argument(p)
     p.add_argument("--to", help="destination: a .py script or a .json plan")
     p.add_argument(
+        "--run", metavar="FOLDER",
+        help="export this saved run (workbench train --save FOLDER, or a folder of the app's runs): the script "
+        "trains it again, same data, seed, optimizer, schedule and stages (see docs/export.md)",
+    )
+    p.add_argument(
         "--peft", metavar="DIR",
         help="write the plan's low-rank A+B as a PEFT LoRA adapter folder (adapter_config.json + "
         "adapter_model.safetensors at their initial values) that peft.PeftModel.from_pretrained loads",
@@ -35,8 +41,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.run:
+        return _export_run(args)
     if not args.plan:
-        raise ExportError("give the plan to export with --plan PLAN.json")
+        raise ExportError("give the run to export with --run FOLDER, or the plan with --plan PLAN.json")
     if not args.to and not args.peft:
         raise ExportError("give a destination: --to FILE.py / FILE.json, or --peft DIR")
     plan = FreezePlan.load(args.plan)
@@ -58,6 +66,23 @@ def run(args: argparse.Namespace) -> int:
         return _write(args, plan, spec, dest)
     except OSError as e:
         raise ExportError(f"cannot write {dest} ({e.strerror or e}); choose a writable folder for --to") from None
+
+
+def _export_run(args: argparse.Namespace) -> int:
+    from workbench.core.export.from_run import load_run
+
+    if not args.to or Path(args.to).suffix != ".py" or args.peft:
+        raise ExportError("--run exports a script: give --to FILE.py (and no --peft)")
+    dest = Path(args.to)
+    check_destination(dest)
+    saved = load_run(args.run, plan=FreezePlan.load(args.plan) if args.plan else None)
+    spec = model_spec_from_args(args, saved.plan) if args.model else saved.spec  # a model typed here may run code
+    try:
+        export_script(saved.plan, spec, dest, config=saved.config, base_dir=saved.base_dir)
+    except OSError as e:
+        raise ExportError(f"cannot write {dest} ({e.strerror or e}); choose a writable folder for --to") from None
+    print(f"wrote {dest}: `python {dest}` trains the run of {args.run} again (it does not need the workbench)")
+    return 0
 
 
 def check_destination(dest: Path) -> None:
@@ -108,5 +133,5 @@ def _write(args: argparse.Namespace, plan: FreezePlan, spec: ModelSpec, dest: Pa
         image_size=args.image_size,
         base_dir=Path(args.plan).resolve().parent,
     )
-    print(f"wrote {dest}: run it with `python {dest} --steps 100` (it does not need the workbench)")
+    print(f"wrote {dest}: run it with `python {dest}` (20 steps on synthetic data; it does not need the workbench)")
     return 0

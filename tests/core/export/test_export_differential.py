@@ -117,6 +117,15 @@ def test_image_run_and_its_script_agree_step_for_step(cell: str, net_file: Path,
     _compare(tmp_path, plan, ModelSpec(source="py", name=name), cfg)
 
 
+def test_a_torchvision_model_with_a_new_head_starts_from_the_runs_weights(tmp_path: Path):
+    """The engine builds the architecture, then a head of the run's classes: the script too (same draws)."""
+    plan = FreezePlan.from_dict({"rules": [{"select": "layer1", "frozen": True}]})
+    spec = {"source": "torchvision", "name": "resnet18", "num_classes": 10}
+    cfg = TrainConfig(model=spec, plan=plan.to_dict(), data="synthetic:32", image_size=16, batch_size=4, steps=4,
+                      device="cpu", log_every=1)
+    _compare(tmp_path, plan, ModelSpec(**spec), cfg)
+
+
 @pytest.mark.parametrize("kind", ["text_classifier", "causal_lm"])
 def test_text_run_and_its_script_agree_step_for_step(kind: str, tmp_path: Path):
     pytest.importorskip("transformers")

@@ -103,7 +103,9 @@ def weights_transforms(image_size: int):
 '''
 
 
-def run_section(config: TrainConfig, spec: ModelSpec, model: nn.Module, *, provided: bool = False) -> RunSection:
+def run_section(
+    config: TrainConfig, spec: ModelSpec, model: nn.Module, *, provided: bool = False, fit_always: bool = False
+) -> RunSection:
     """The run's constants and data code for the script.
 
     Args:
@@ -112,6 +114,8 @@ def run_section(config: TrainConfig, spec: ModelSpec, model: nn.Module, *, provi
         model: the model's structure (meta tensors are fine).
         provided: the run trains a model handed to it (the app's): synthetic data keeps its
             head, as :func:`workbench.core.training.setup.fit_head` does.
+        fit_always: the script builds the model without ``spec.num_classes`` (as the engine
+            does) and gives the head the run's classes after it (a no-op when they agree).
 
     Returns:
         The section.
@@ -160,7 +164,7 @@ def run_section(config: TrainConfig, spec: ModelSpec, model: nn.Module, *, provi
         out.constants.append(f"DATA = {config.data!r}  # {kind}: opened from disk, nothing downloaded")
         out.needs.append("torchvision")
         out.summary.append(f"data: {config.data}, with the run's transforms")
-    if target is not None and target != head_now:
+    if target is not None and (fit_always or target != head_now):
         out.head_classes = target
     kind_row = optimizer_kind(config.optimizer)
     out.optimizer_call = kind_row.source(config, expressions={"lr": "LR"})

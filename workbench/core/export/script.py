@@ -160,7 +160,7 @@ def _docstring(plan: FreezePlan, name: str, section: ModelSection, c: dict[str, 
         lines.append(f"  - {n} stage{'s' if n > 1 else ''} of the plan: flags and eval locks change, the optimizer"
                      " keeps the state of what still trains")
     for k in memory_only_keys(plan):
-        lines.append(f"  Not in this script: {k.label.lower()} (the plan's '{k.name}'; it saves memory only).")
+        lines.append(f"  Not in this script: {k.label} (the plan's '{k.name}'; it changes memory, not the numbers).")
     for f in ignored_fields(config):
         lines.append(f"  Not in this script: the run's '{f}' (where files go and what is cached, not the numbers).")
     lines.append("")
@@ -257,6 +257,7 @@ def render_script(
         PlanError: the plan does not fit the model.
         ModelSourceError: the model cannot be built from the spec.
     """
+    as_engine = config is not None and not provided  # build the model as the engine does, then fit its head
     if config is None:
         config = _legacy_config(optimizer, lr, weight_decay, no_decay, batch_size, image_size)
     check_exportable(plan, config)
@@ -271,8 +272,10 @@ def render_script(
     _refuse_unexportable(plan, tree)
     facts = ModelFacts(model, tree, config.no_decay)
     sdir = Path(script_dir) if script_dir is not None else None
-    section = model_section(model_spec, arch, model, sdir, config.image_size)
-    run = run_section(config, model_spec, model, provided=provided)
+    base_spec = ModelSpec(source=model_spec.source, name=model_spec.name, weights=model_spec.weights,
+                          checkpoint=model_spec.checkpoint, num_classes=None, origin=model_spec.origin)
+    section = model_section(base_spec if as_engine else model_spec, arch, model, sdir, config.image_size)
+    run = run_section(config, model_spec, model, provided=provided, fit_always=as_engine)
     base = plan_tables(plan, facts)
     reparam = reparam_table(tree, plan.resolve(tree))
     relocate_files(reparam, Path(base_dir) if base_dir is not None else Path.cwd(), sdir)
