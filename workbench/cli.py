@@ -18,6 +18,7 @@ import warnings
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from workbench.commands.arguments import WorkbenchParser
 from workbench.core.errors import WorkbenchError
 
 
@@ -79,7 +80,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """
     from workbench import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = WorkbenchParser(
         prog="workbench",
         description="Freeze Workbench: decide which parts of a pretrained PyTorch model train, "
         "and measure what each choice costs. With no command, the desktop app opens.",

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from workbench.commands.common import add_task_arguments, input_shape_from_arg, print_table
+from workbench.commands.common import add_task_arguments, check_positive, input_shape_from_arg, print_table
 from workbench.core.advisor.measure import measure_peak
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
@@ -156,6 +156,9 @@ def _predicted_peak(trainer: Trainer, args: argparse.Namespace) -> int | None:
 
 def run(args: argparse.Namespace) -> int:
     """Measure and print the comparison table."""
+    for flag, value in (("--steps", args.steps), ("--batch-size", args.batch_size), ("--image-size", args.image_size)):
+        check_positive(value, flag)  # before the model is built: one line for a negative or zero
+    check_positive(args.warmup, "--warmup", zero_ok=True)
     rows = measure(args)
     if args.json:
         json.dump(rows, sys.stdout, indent=1)

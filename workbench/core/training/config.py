@@ -28,7 +28,9 @@ __all__ = [
     "CODE_FIELDS",
     "DEFAULT_STEPS",
     "FIELD_EXPORT",
+    "MAX_EPOCHS",
     "MAX_SEED",
+    "MAX_STEPS",
     "NONFINITE_MODES",
     "OPTIMIZER_NAMES",
     "SCHEDULERS",
@@ -54,6 +56,10 @@ MAX_SEED = 2**63 - 1
 CACHE_MODES: tuple[str, ...] = ("auto", "on", "off")
 #: Steps run when neither ``steps`` nor ``epochs`` is given.
 DEFAULT_STEPS = 200
+#: Most optimizer steps and most epochs a run may ask for (a billion steps is decades of
+#: training; ``--steps 10**26`` is a typo, refused in one line).
+MAX_STEPS = 10**9
+MAX_EPOCHS = 10**6
 
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 _METRICS_SUFFIXES = (".jsonl", ".json", ".csv")
@@ -302,6 +308,10 @@ class TrainConfig:
         _positive_int(self, "batch_size", optional=False, bad=bad)
         _positive_int(self, "steps", optional=True, bad=bad)
         _positive_int(self, "epochs", optional=True, bad=bad)
+        for name, cap in (("steps", MAX_STEPS), ("epochs", MAX_EPOCHS)):
+            n = getattr(self, name)
+            if n is not None and n > cap:
+                raise bad(name, f"must be at most {cap:,}, got {n:,}" if n < 10**30 else f"must be at most {cap:,}")
         _positive_int(self, "log_every", optional=False, bad=bad)
         _positive_int(self, "torch_threads", optional=True, bad=bad)
         _positive_int(self, "val_every", optional=True, bad=bad)
