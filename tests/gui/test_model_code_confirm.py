@@ -56,6 +56,21 @@ def test_opening_a_plan_with_code_asks_and_cancel_runs_nothing(
     assert not marker.exists() and window.controller.spec == before and not window.controller.busy
 
 
+def test_the_dialog_shows_what_importing_the_file_runs(
+    window: MainWindow, dialogs: Any, tmp_path: Path, evil: tuple[Path, Path]
+) -> None:
+    """Importing runs the file's top level before make(): the dialog lists it, and says so."""
+    code, marker = evil
+    at_import = tmp_path / "ran-at-import"
+    code.write_text(code.read_text() + f"\n\nPath({str(at_import)!r}).touch()  # runs on import\n")
+    assert not window.open_plan(str(_plan(tmp_path, code)))  # Cancel
+    (_kind, _title, question), = dialogs.kinds("ask")
+    assert "runs this file, then <b>make()</b>" in question
+    assert "from pathlib import Path" in question and "touch()  # runs on import" in question
+    assert question.index("ran-at-import") < question.index("Then <b>make()</b>")
+    assert not at_import.exists() and not marker.exists()
+
+
 def test_opening_a_plan_with_code_runs_it_after_run(
     window: MainWindow, dialogs: Any, qtbot: Any, tmp_path: Path, evil: tuple[Path, Path]
 ) -> None:

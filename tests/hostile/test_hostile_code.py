@@ -190,3 +190,52 @@ def test_hf_config_json_is_read_bounded(tmp_path: Path, content: str, capsys: py
     (folder / "config.json").write_text(content)
     rc = main(["inspect", f"hf:{folder}"])
     _one_line(rc, capsys.readouterr().err, "config.json")
+
+
+# ---------------------------------------------------------------- what the "Run model code?" dialog shows
+def test_the_outline_lists_every_top_level_statement_and_runs_none(tmp_path: Path) -> None:
+    """Importing runs imports, calls, decorators and class bodies: each is listed, none is run."""
+    from workbench.core.models.code_outline import top_level_statements
+
+    marker = tmp_path / "ran"
+    code = tmp_path / "net.py"
+    code.write_text(
+        "import os\n"
+        f"os.system('touch {marker}')\n"
+        "@print\n"
+        "def build():\n    return None\n"
+        "class Net:\n    x = open('/etc/hostname').read()\n"
+        "X = [\n    1,\n]\n"
+    )
+    text = top_level_statements(code)
+    for needle in ("1  import os", "2  os.system(", "3  @print …", "6  class Net: …", "8  X = [ …"):
+        assert needle in text, text
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("content, needle", [
+    (b"\xff\xfe not utf-8", "cannot read the file"),
+    (b"def (:\n", "cannot read the file"),
+    (b"x = " + b"(" * 200_000 + b")" * 200_000, "cannot read the file"),
+])
+def test_the_outline_of_a_hostile_file_is_one_line(tmp_path: Path, content: bytes, needle: str) -> None:
+    from workbench.core.models.code_outline import top_level_statements
+
+    code = tmp_path / "net.py"
+    code.write_bytes(content)
+    text = top_level_statements(code, max_bytes=10_000_000)
+    assert needle in text and "\n" not in text
+
+
+def test_the_outline_of_a_huge_file_or_a_fifo_reads_nothing(tmp_path: Path) -> None:
+    import os
+
+    from workbench.core.models.code_outline import top_level_statements
+
+    big = tmp_path / "big.py"
+    with big.open("wb") as f:
+        f.truncate(50 * 1024 * 1024)  # sparse
+    assert "not shown" in top_level_statements(big)
+    fifo = tmp_path / "pipe.py"
+    os.mkfifo(fifo)
+    assert "not a file" in top_level_statements(fifo)  # never opened: no wait for a writer

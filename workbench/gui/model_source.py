@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 
 from workbench.core.formatting import fmt_count
 from workbench.core.models import zoo
+from workbench.core.models.code_outline import top_level_statements
 from workbench.core.models.py_models import code_preview
 from workbench.core.models.sources import DEFAULT_SOURCE, SOURCES, parse_model_spec, search_models, source_of
 from workbench.gui import dialogs
@@ -411,7 +412,7 @@ RUN_CODE_TITLE = "Run model code?"
 
 
 def confirm_code(parent: QWidget | None, request: LoadRequest) -> LoadRequest | None:
-    """Ask before a request runs code (``py:``): the file path and the first lines of the function.
+    """Ask before a request runs code (``py:``): the file, its top-level statements and the function.
 
     The one place the window turns a code request named by a plan, the model bar or a file
     dialog into one the user confirmed; without it, :func:`~workbench.gui.model_loading.load_model`
@@ -431,11 +432,14 @@ def confirm_code(parent: QWidget | None, request: LoadRequest) -> LoadRequest | 
     if request.origin is None or not SOURCES[request.source].runs_code or not request.name:
         return request
     path, lines = code_preview(request.name)
-    factory = request.name.rpartition(":")[2]
+    factory = escape(request.name.rpartition(":")[2])
     named_by = f"<p>Named by {escape(request.origin, quote=False)}.</p>" if request.origin not in APP_ORIGINS else ""
     question = (
-        f"{named_by}<p>Loading this model runs <b>{escape(factory)}()</b> from<br><tt>{escape(path, quote=False)}</tt><br>"
-        f"with your rights. Only run code you trust.</p><pre>{escape(lines, quote=False)}</pre>"
+        f"{named_by}<p>Loading this model runs this file, then <b>{factory}()</b>:<br><tt>{escape(path, quote=False)}"
+        "</tt><br>with your rights. Only run code you trust.</p>"
+        "<p>The file's top-level statements (importing it runs them, decorators and class bodies included):</p>"
+        f"<pre>{escape(top_level_statements(path), quote=False)}</pre>"
+        f"<p>Then <b>{factory}()</b>:</p><pre>{escape(lines, quote=False)}</pre>"
     )
     answer = dialogs.ask(parent, RUN_CODE_TITLE, question, ("Run", "Cancel"), "Cancel")
     return dataclasses.replace(request, origin=None) if answer == "Run" else None

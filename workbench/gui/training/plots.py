@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
 
 from workbench.core.formatting import fmt_count
 from workbench.core.training.metrics import fmt_memory
+from workbench.core.training.task_metrics import metric_label
 from workbench.gui.qt_compat import protect_none_refcount
 from workbench.gui.training.plot_axes import PlotAxes
 from workbench.gui.training.plot_bands import PauseBands
@@ -576,7 +577,9 @@ class PlotsPanel(PlotAxes, QWidget):
     def _set_accuracy_title(self) -> None:
         """"not measured" on the accuracy plot while neither the shown run nor an overlay has any."""
         measured = self.buffer.has_values("val_acc") or any(ov.buffer.has_values("val_acc") for ov in self.overlays.values())
-        self._set_plot_title("accuracy", "Validation accuracy (%)" + ("" if measured else " · not measured"))
+        name = self.buffer.metric_name
+        title = "Validation accuracy (%)" if name == "accuracy" else f"Validation {metric_label(name)}"
+        self._set_plot_title("accuracy", title + ("" if measured else " · not measured"))
 
     def _arrange(self, columns: int, force: bool = False) -> None:
         """Place the shown plots in :data:`GRID_ORDER` on ``columns`` columns, the read-out in
