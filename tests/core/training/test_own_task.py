@@ -190,3 +190,14 @@ def test_a_run_record_keeps_what_named_its_code(task: Path, tmp_path: Path) -> N
     assert all(cfg.origin_of(f) == f"config file {record}" for f in ("data", "loss", "metric"))
     assert cfg.origin_of("val") is None and cfg.replace(loss="bce").origin_of("loss") is None
     assert json.loads(record.read_text())["loss"] == f"py:{task}:half_mse"
+
+
+def test_the_activation_profile_takes_one_samples_shape() -> None:
+    """The cost panel's estimate (profile_activations) for audio frames: no image batch assumed."""
+    from workbench.core.advisor.activations import predict_step, profile_activations
+
+    model = Audio()
+    act = profile_activations(model, 4, 0, input_shape=(64,))
+    assert act.input_text == "input 64" and act.profile.input_shape == (4, 64) and act.shapes["head"] == ((4, 8),)
+    pred = predict_step(act, {n for n, _ in model.named_parameters()})
+    assert pred.input_text == "input 64" and pred.activations > 0

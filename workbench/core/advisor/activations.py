@@ -72,6 +72,8 @@ class ActivationProfile:
         shapes: ``{module path: output shapes}`` (one shape per output tensor, in order).
         out_bytes: ``{module path: bytes of its output tensors}``.
         seq_len: tokens per sample of a text model's batch (None: an image batch).
+        input_shape: one sample's shape when it is not an image of ``image_size`` (audio
+            frames ``(1024,)``, features), else None.
     """
 
     batch_size: int
@@ -80,11 +82,12 @@ class ActivationProfile:
     shapes: dict[str, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
     out_bytes: dict[str, int] = field(default_factory=dict)
     seq_len: int | None = None
+    input_shape: tuple[int, ...] | None = None
 
     @property
     def input_text(self) -> str:
-        """``64 px`` or ``128 tokens``: what a sample of the batch is."""
-        return f"{self.seq_len} tokens" if self.seq_len is not None else f"{self.image_size} px"
+        """``64 px``, ``128 tokens`` or ``input 1024``: what a sample of the batch is."""
+        return _input_text(self.seq_len, self.image_size, self.input_shape)
 
 
 @dataclass(frozen=True)
@@ -96,17 +99,19 @@ class StepPrediction:
             activations kept for backward, temporaries, peak).
         batch_size / image_size: the batch it is for.
         seq_len: tokens per sample of a text model's batch (None: images).
+        input_shape: one sample's shape when it is not an image (see :class:`ActivationProfile`).
     """
 
     estimate: MemoryEstimate
     batch_size: int
     image_size: int
     seq_len: int | None = None
+    input_shape: tuple[int, ...] | None = None
 
     @property
     def input_text(self) -> str:
-        """``64 px`` or ``128 tokens``: what a sample of the batch is."""
-        return f"{self.seq_len} tokens" if self.seq_len is not None else f"{self.image_size} px"
+        """``64 px``, ``128 tokens`` or ``input 1024``: what a sample of the batch is."""
+        return _input_text(self.seq_len, self.image_size, self.input_shape)
 
     @property
     def peak(self) -> int:
@@ -228,6 +233,14 @@ class Pacer:
         self._go.set()
 
 
+def _input_text(seq_len: int | None, image_size: int, input_shape: tuple[int, ...] | None) -> str:
+    if seq_len is not None:
+        return f"{seq_len} tokens"
+    if input_shape is not None:
+        return "input " + "×".join(str(d) for d in input_shape)
+    return f"{image_size} px"
+
+
 def shape_text(shape: tuple[int, ...]) -> str:
     """``16×64×56×56`` (``scalar`` for a 0-d tensor)."""
     return "×".join(str(d) for d in shape) if shape else "scalar"
@@ -309,6 +322,7 @@ def _nothing() -> None:
 def profile_activations(
     model: nn.Module, batch_size: int, image_size: int, *, channels: int = 3, bn_eval: bool = False,
     seq_len: int | None = None, checkpoint: Checkpoint | None = None, in_place: bool = False,
+    input_shape: tuple[int, ...] | None = None,
 ) -> ActivationProfile:
     """Profile one training batch: activations saved for backward and output shapes.
 
@@ -325,6 +339,8 @@ def profile_activations(
         checkpoint: called between small steps of the copy and the pass (a :class:`Pacer`).
         in_place: ``model`` is already a copy on the ``meta`` device (:func:`meta_copy`):
             profile it without copying it again (it is changed: train mode, hooks run).
+        input_shape: one sample's shape (``(1024,)`` audio frames, ``(5,)`` features): a batch
+            ``(batch_size, *input_shape)`` instead of images (ignored with ``seq_len``).
 
     Returns:
         The profile.
@@ -333,11 +349,13 @@ def profile_activations(
         AdvisorError: the model does not take such a batch (or cannot run on meta).
         ProfileCancelledError: ``checkpoint`` stopped the pass.
     """
-    shape = (batch_size, seq_len) if seq_len is not None else (batch_size, channels, image_size, image_size)
+    sample = None if seq_len is not None else input_shape
+    shape = ((batch_size, seq_len) if seq_len is not None else (batch_size, *sample) if sample is not None
+             else (batch_size, channels, image_size, image_size))
     record = _Outputs()
     profile = profile_model(model, shape, bn_eval=bn_eval, outputs=record, checkpoint=checkpoint, in_place=in_place)
-    return ActivationProfile(batch_size, 0 if seq_len is not None else image_size, profile, record.shapes,
-                             record.nbytes, seq_len=seq_len)
+    return ActivationProfile(batch_size, 0 if seq_len is not None or sample is not None else image_size, profile,
+                             record.shapes, record.nbytes, seq_len=seq_len, input_shape=sample)
 
 
 def unfrozen_param_names(param_names: Iterable[str], frozen: Mapping[str, bool]) -> set[str]:
@@ -377,7 +395,7 @@ def predict_step(
         AdvisorError: an unknown optimizer or amp mode.
     """
     est = estimate_memory(act.profile, trainable, optimizer=optimizer, amp=amp, device_type=device_type)
-    return StepPrediction(est, act.batch_size, act.image_size, act.seq_len)
+    return StepPrediction(est, act.batch_size, act.image_size, act.seq_len, act.input_shape)
 
 
 def module_activation_bytes(act: ActivationProfile, trainable: Collection[str]) -> dict[str, int]:

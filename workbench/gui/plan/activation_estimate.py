@@ -171,6 +171,8 @@ class ActivationEstimator(QObject):
         bn_eval = st.bn_modules > 0 and st.bn_eval_modules == st.bn_modules
         tokens = run_seq_len(c.model, cfg.seq_len, cfg.data)  # a text model: a token batch of that length
         size = tokens if tokens is not None else cfg.image_size or FALLBACK_IMAGE_SIZE
+        if tokens is None and cfg.input_shape is not None:  # one sample's shape (Options…: audio frames, features)
+            return (id(c.model), c.tree.fingerprint, cfg.batch_size, cfg.input_shape, bn_eval, False)
         return (id(c.model), c.tree.fingerprint, cfg.batch_size, size, bn_eval, tokens is not None)
 
     def _compute(self, key: Key, pacer: Pacer | None = None) -> Callable[[], ActivationProfile]:
@@ -185,6 +187,9 @@ class ActivationEstimator(QObject):
             if text:
                 return profile_activations(meta, batch, 0, bn_eval=bn_eval, seq_len=size, checkpoint=pacer,
                                            in_place=True)
+            if isinstance(size, tuple):
+                return profile_activations(meta, batch, 0, bn_eval=bn_eval, checkpoint=pacer, in_place=True,
+                                           input_shape=size)
             return profile_activations(meta, batch, size, bn_eval=bn_eval, checkpoint=pacer, in_place=True)
 
         return run

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -31,13 +32,18 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.core.training.config import ConfigError
+from workbench.core.training.losses import LOSSES
+from workbench.core.training.task_metrics import METRICS, metric_label
 from workbench.core.training.tensorboard import INSTALL_HINT, tensorboard_available
 from workbench.gui import dialogs
 
 __all__ = ["COLUMN_ROLES", "HELD_OUT", "TENSORBOARD_IN_RUN", "TrainingOptions", "TrainingOptionsDialog", "options_tooltip"]
 
-#: The columns of ``hf-dataset:`` data a run reads, each ``TrainConfig.<role>_column``.
-COLUMN_ROLES: tuple[str, ...] = ("text", "label", "image")
+#: The columns of ``hf-dataset:`` data a run reads, each ``TrainConfig.<role>_column`` (``input``: a
+#: column of arrays, audio or features, fed as a float tensor).
+COLUMN_ROLES: tuple[str, ...] = ("text", "label", "image", "input")
+#: The loss and metric combos' entry for your own code (``py:FILE.py:FUNC``, typed beside it).
+PY_CHOICE = "py"
 
 #: ``TrainingOptions.val_kind`` of a held-out split of the training data (the default source).
 HELD_OUT = "heldout"
@@ -69,8 +75,14 @@ class TrainingOptions:
         auto_freeze: freeze the front blocks whose gradient norm flattened, while training
             (``TrainConfig.auto_freeze``).
         auto_freeze_every: decide every N steps (``TrainConfig.auto_freeze_every``).
-        columns: the ``hf-dataset:`` data's text, label and image columns, ``""`` for the
-            default name (``TrainConfig.text_column``, ``label_column``, ``image_column``).
+        columns: the ``hf-dataset:`` data's text, label, image and input columns, ``""`` for
+            the default name (``TrainConfig.text_column``, ``label_column``, ``image_column``,
+            ``input_column``).
+        loss: ``TrainConfig.loss`` (a row of the loss table, or ``py:FILE.py:FUNC``).
+        metric: ``TrainConfig.metric`` (a row of the metric table, or ``py:FILE.py:FUNC``).
+        val_at_start: validate once before the first step too (``TrainConfig.val_at_start``).
+        input_shape: one sample's shape, ``"1024"`` or ``"3,224,224"`` (``TrainConfig.input_shape``;
+            the cost panel predicts for it); ``""``: images, or the data's own.
     """
 
     warmup_steps: int = 0
@@ -85,6 +97,10 @@ class TrainingOptions:
     auto_freeze: bool = False
     auto_freeze_every: int = 50
     columns: dict[str, str] = dataclasses.field(default_factory=dict)
+    loss: str = "cross_entropy"
+    metric: str = "accuracy"
+    val_at_start: bool = False
+    input_shape: str = ""
 
     def config_fields(self) -> dict[str, Any]:
         """The :class:`~workbench.core.training.config.TrainConfig` fields these options set.
@@ -108,6 +124,10 @@ class TrainingOptions:
             "auto_freeze": bool(self.auto_freeze),
             "auto_freeze_every": max(1, int(self.auto_freeze_every)),
             **{f"{role}_column": self.columns.get(role, "").strip() or None for role in COLUMN_ROLES},
+            "loss": self.loss.strip() or "cross_entropy",
+            "metric": self.metric.strip() or "accuracy",
+            "val_at_start": bool(self.val_at_start and self.validate),
+            "input_shape": self.input_shape.strip() or None,
         }
         if not self.validate:
             return out
@@ -142,6 +162,12 @@ class TrainingOptions:
             parts.append(f"auto-freeze every {self.auto_freeze_every}")
         if named := self.named_columns():
             parts.append("columns " + ", ".join(f"{r}={c}" for r, c in named.items()))
+        if self.loss.strip() not in ("", "cross_entropy"):
+            parts.append(f"loss {_short(self.loss)}")
+        if self.metric.strip() not in ("", "accuracy"):
+            parts.append(f"metric {_short(self.metric)}")
+        if self.input_shape.strip():
+            parts.append(f"input {self.input_shape.strip()}")
         return " · ".join(parts)
 
     def named_columns(self) -> dict[str, str]:
@@ -226,6 +252,8 @@ class TrainingOptionsDialog(QDialog):
         self.every.setPrefix("every ")
         self.every.setSuffix(" steps")
         self.every.setToolTip("Validate every N steps and after the last step")
+        self.val_at_start = QCheckBox("Also before the first step (the pretrained score)", self.validate)
+        self.val_at_start.setToolTip("One validation pass before training starts (--val-at-start)")
         path_row = QHBoxLayout()
         path_row.setContentsMargins(0, 0, 0, 0)
         path_row.addWidget(self.path, 1)
@@ -235,6 +263,7 @@ class TrainingOptionsDialog(QDialog):
         form.addRow("Held out", self.percent)
         form.addRow("Folder", path_row)
         form.addRow("When", self.every)
+        form.addRow("", self.val_at_start)
         self.source.currentIndexChanged.connect(self._source_changed)
 
         self.data_columns = QGroupBox("Hugging Face dataset columns (hf-dataset: data)", self)
@@ -248,6 +277,20 @@ class TrainingOptionsDialog(QDialog):
             edit.setToolTip(f"The column that holds the {role} (--{role}-column); blank: '{role}'")
             self.column_edits[role] = edit
             columns_form.addRow(role.capitalize(), edit)
+
+        self.task = QGroupBox("Loss, metric and input", self)
+        self.task.setToolTip("What the run minimises, and what validation reports under its name (the validation "
+                             "plot's title); py: runs your function (FUNC(output, target)) after you confirm the file")
+        task_form = QFormLayout(self.task)
+        self.loss_box, self.loss_code = self._task_row(task_form, "Loss", [(k.label, k.name, k.tooltip) for k in LOSSES.values()])
+        self.input_shape = QLineEdit(self.task)
+        self.input_shape.setPlaceholderText("images, or the data's (e.g. 1024)")
+        self.input_shape.setToolTip("One sample's input shape without the batch (--input-shape): 1024 for audio frames, "
+                                    "3,224,224 for images; synthetic data and the cost panel's estimate take it")
+        self.metric_box, self.metric_code = self._task_row(
+            task_form, "Metric", [(k.label, k.name, "higher is better" if k.higher_is_better else "lower is better")
+                                  for k in METRICS.values()])
+        task_form.addRow("Input shape", self.input_shape)
 
         top = QFormLayout()
         top.addRow("Warm-up", self.warmup)
@@ -265,6 +308,7 @@ class TrainingOptionsDialog(QDialog):
         buttons.rejected.connect(self.reject)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
+        layout.addWidget(self.task)
         layout.addWidget(self.validate)
         layout.addWidget(self.data_columns)
         layout.addWidget(buttons)
@@ -292,6 +336,44 @@ class TrainingOptionsDialog(QDialog):
         self.every.setValue(int(o.val_every))
         for role, edit in self.column_edits.items():
             edit.setText(o.columns.get(role, ""))
+        self._set_task(self.loss_box, self.loss_code, o.loss or "cross_entropy")
+        self._set_task(self.metric_box, self.metric_code, o.metric or "accuracy")
+        self.val_at_start.setChecked(bool(o.val_at_start))
+        self.input_shape.setText(o.input_shape)
+
+    @staticmethod
+    def _task_row(form: QFormLayout, label: str, rows: list[tuple[str, str, str]]) -> tuple[QComboBox, QLineEdit]:
+        box = QComboBox(form.parentWidget())
+        for i, (text, name, tip) in enumerate(rows):
+            box.addItem(text, name)
+            box.setItemData(i, tip, Qt.ItemDataRole.ToolTipRole)
+        box.addItem("Python (py:)…", PY_CHOICE)
+        code = QLineEdit(form.parentWidget())
+        code.setPlaceholderText("py:file.py:FUNCTION")
+        code.setToolTip(f"Your {label.lower()} function: py:FILE.py:FUNC or py:MODULE:FUNC, called as FUNC(output, target)")
+        code.setMinimumWidth(code.fontMetrics().horizontalAdvance("x" * 28))
+        box.currentIndexChanged.connect(lambda *_: code.setVisible(box.currentData() == PY_CHOICE))
+        row = QHBoxLayout()
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(box)
+        row.addWidget(code, 1)
+        form.addRow(label, row)
+        return box, code
+
+    @staticmethod
+    def _set_task(box: QComboBox, code: QLineEdit, value: str) -> None:
+        py = value.strip().lower().startswith("py:")
+        i = box.findData(PY_CHOICE if py else value)
+        box.setCurrentIndex(max(i, 0))
+        code.setText(value if py else "")
+        code.setVisible(py)
+
+    @staticmethod
+    def _task_value(box: QComboBox, code: QLineEdit) -> str:
+        if box.currentData() != PY_CHOICE:
+            return str(box.currentData())
+        text = code.text().strip()
+        return text if not text or text.lower().startswith("py:") else f"py:{text}"
 
     def options(self) -> TrainingOptions:
         """The values in the fields.
@@ -312,6 +394,10 @@ class TrainingOptionsDialog(QDialog):
             auto_freeze=self.auto_freeze.isChecked(),
             auto_freeze_every=self.auto_every.value(),
             columns={role: text for role, edit in self.column_edits.items() if (text := edit.text().strip())},
+            loss=self._task_value(self.loss_box, self.loss_code) or "cross_entropy",
+            metric=self._task_value(self.metric_box, self.metric_code) or "accuracy",
+            val_at_start=self.val_at_start.isChecked(),
+            input_shape=self.input_shape.text().strip(),
         )
 
     def _source_changed(self, *_: Any) -> None:
@@ -353,5 +439,12 @@ def options_tooltip(o: TrainingOptions) -> str:
     lines.append("auto-freeze: " + (f"every {o.auto_freeze_every} steps" if o.auto_freeze else "off"))
     named = o.named_columns()
     lines.append("hf-dataset columns: " + (", ".join(f"{r} = {c}" for r, c in named.items()) if named else "text, label, image"))
+    lines.append(f"loss: {o.loss or 'cross_entropy'}; metric: {o.metric or 'accuracy'}"
+                 + ("; validated before the first step too" if o.val_at_start and o.validate else ""))
     return "\n".join(lines)
+
+
+def _short(spec: str) -> str:
+    """``pitch_accuracy`` for ``py:examples/crepe_pitch.py:pitch_accuracy``; table names as they are."""
+    return metric_label(spec) if spec.strip().lower().startswith("py:") else spec.strip()
 

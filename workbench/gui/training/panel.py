@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any
 
 import torch
@@ -36,9 +37,11 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.core.training.config import MAX_SEQ_LEN, ConfigError, TrainConfig
+from workbench.core.training.data_sources import DATA_SOURCES
 from workbench.gui import dialogs
 from workbench.gui.controller import OPTIMIZER_LABELS, Controller
 from workbench.gui.elided_label import ElidedLabel
+from workbench.gui.training.code_confirm import confirm_task_code
 from workbench.gui.training.options_dialog import (
     COLUMN_ROLES,
     HELD_OUT,
@@ -61,18 +64,9 @@ __all__ = [
 #: Shortest time between two updates of the progress bar and the rate label during a run (ms).
 PROGRESS_INTERVAL_MS = 500
 
-#: Dataset choices: ``(label, spec kind)``; all but synthetic need a local folder.
-DATASETS: tuple[tuple[str, str], ...] = (
-    ("Synthetic", "synthetic"),
-    ("Image folder", "imagefolder"),
-    ("CIFAR-10", "cifar10"),
-    ("CIFAR-100", "cifar100"),
-    ("MNIST", "mnist"),
-    ("Fashion-MNIST", "fashionmnist"),
-    ("SVHN", "svhn"),
-    ("STL-10", "stl10"),
-    ("HF dataset (save_to_disk)", "hf-dataset"),
-)
+#: Dataset choices: ``(label, spec kind)``, the rows of the data-source table the app offers; all but
+#: synthetic need a folder, a file or (``py:``) a function of a file.
+DATASETS: tuple[tuple[str, str], ...] = tuple((s.label, s.key) for s in DATA_SOURCES.values() if s.in_combo)
 
 #: The Data list for a text model (a Hugging Face model with a task head): token ids.
 TEXT_DATASETS: tuple[tuple[str, str], ...] = (
@@ -390,6 +384,9 @@ class TrainingPanel(QWidget):
                 auto_freeze=get("auto_freeze", d.auto_freeze, bool),
                 auto_freeze_every=max(1, get("auto_freeze_every", d.auto_freeze_every, int)),
                 columns={r: c for r in COLUMN_ROLES if (c := get(f"{r}_column", "", str).strip())},
+                loss=get("loss", d.loss, str), metric=get("metric", d.metric, str),
+                val_at_start=get("val_at_start", d.val_at_start, bool),
+                input_shape=get("input_shape", d.input_shape, str),
             )
         )
 
@@ -424,6 +421,10 @@ class TrainingPanel(QWidget):
             ("auto_freeze", self.options.auto_freeze),
             ("auto_freeze_every", self.options.auto_freeze_every),
             *((f"{r}_column", self.options.columns.get(r, "")) for r in COLUMN_ROLES),
+            ("loss", self.options.loss),
+            ("metric", self.options.metric),
+            ("val_at_start", self.options.val_at_start),
+            ("input_shape", self.options.input_shape),
         ):
             s.setValue(f"training/{key}", value)
         s.sync()
@@ -480,6 +481,11 @@ class TrainingPanel(QWidget):
                 self.set_options(dataclasses.replace(self.options, no_decay=v in (True, "auto")))
             elif key in ("val", "val_every", "val_fraction"):
                 self.set_options(self._with_validation(key, v))
+            elif key in ("loss", "metric", "val_at_start"):
+                self.set_options(dataclasses.replace(self.options, **{key: v}))
+            elif key == "input_shape":
+                shape = ",".join(str(d) for d in v) if isinstance(v, (list, tuple)) else str(v or "")
+                self.set_options(dataclasses.replace(self.options, input_shape=shape))
             elif key.endswith("_column") and (role := key.removesuffix("_column")) in COLUMN_ROLES:
                 columns = {r: c for r, c in self.options.columns.items() if r != role} | ({role: str(v)} if v else {})
                 self.set_options(dataclasses.replace(self.options, columns=columns))
@@ -501,7 +507,8 @@ class TrainingPanel(QWidget):
         else:
             path = self.data_path.text().strip()
             if not path:
-                raise ConfigError(f"choose the folder of the {self.data_box.currentText()} data (the … button), or use Synthetic")
+                what = "file and function" if kind == "py" else "folder"
+                raise ConfigError(f"choose the {what} of the {self.data_box.currentText()} data (the … button), or use Synthetic")
             data = f"{kind}:{path}"
         steps = epochs = None
         if self.length_kind.currentData() == "epochs":
@@ -587,6 +594,8 @@ class TrainingPanel(QWidget):
         except ConfigError as e:
             dialogs.error(self, "Cannot start training", str(e))
             return False
+        if not confirm_task_code(self, cfg):  # py: data, loss or metric run only after the file was shown
+            return False
         self.save_settings()
         return self.runs.start(cfg, watch_steps=watch_steps)
 
@@ -602,6 +611,10 @@ class TrainingPanel(QWidget):
         if self.data_box.currentData() == "text":
             path = dialogs.open_file(self, "Choose the text file (one JSON object per line)", start,
                                      "JSON lines (*.jsonl);;All files (*)")
+        elif self.data_box.currentData() == "py":  # the function is typed after FILE.py: (it runs only after Train)
+            path = dialogs.open_file(self, "Choose the Python file whose function returns the data",
+                                     start.rpartition(":")[0] or start, DATA_SOURCES["py"].file_filter)
+            path = f"{path}:{_first_function(path)}" if path else path
         else:
             path = dialogs.open_dir(self, f"Choose the {self.data_box.currentText()} folder", start)
         if path:
@@ -679,9 +692,12 @@ class TrainingPanel(QWidget):
         self.seq_label.setToolTip(tip)
 
     def _data_changed(self, *_: Any) -> None:
+        source = DATA_SOURCES.get(str(self.data_box.currentData()))
         files = self.data_box.currentData() != "synthetic"
         self.data_path.setVisible(files)
         self.browse.setVisible(files)
+        if source is not None and not self._text:
+            self.data_path.setPlaceholderText(source.placeholder or "folder…")
         if self._text:
             self._show_sequence(self._c.model)
 
@@ -787,3 +803,17 @@ class TrainingPanel(QWidget):
             self.progress.setRange(0, 1)
             self.progress.setValue(0)
         self.rate_label.setText(record.status)
+
+
+def _first_function(path: str) -> str:
+    """The first top-level function of a Python file, read without running it ("" when none)."""
+    import ast
+
+    try:
+        if os.path.getsize(path) > 2_000_000:
+            return ""
+        with open(path, encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+        return ""
+    return next((n.name for n in tree.body if isinstance(n, ast.FunctionDef) and not n.name.startswith("_")), "")

@@ -135,6 +135,9 @@ class SeriesBuffer:
         self._lr_scales: list[float] = []  # one column of _lr per scale, in the order first seen
         self._lr = np.full((2 * self.capacity, 0), np.nan, dtype=np.float64)
         self.version = 0  # bumped on every change (plots redraw when it moved)
+        #: the run's validation metric (``StepMetrics.metric_name``): the ``val_acc`` column holds
+        #: the accuracy in percent for ``accuracy``, else that metric's own value
+        self.metric_name = "accuracy"
 
     @staticmethod
     def _check_ema(ema: float) -> float:
@@ -181,8 +184,16 @@ class SeriesBuffer:
             self._smooth("loss", loss),
             _num(m.get("samples_per_s")),
             _num(m.get("val_loss")),
-            _num(m.get("val_acc"), 100.0),
+            self._metric(m),
         ]
+
+    def _metric(self, m: Mapping[str, Any]) -> float:
+        name = m.get("metric_name")
+        if isinstance(name, str) and name:
+            self.metric_name = name
+        if self.metric_name == "accuracy":
+            return _num(m.get("val_acc"), 100.0)
+        return _num(m.get("val_metric"))
 
     def append(self, metrics: Iterable[Mapping[str, Any]]) -> int:
         """Add metric records (``StepMetrics.to_dict()`` form).
