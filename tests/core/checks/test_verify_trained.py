@@ -14,7 +14,8 @@ import torch
 from torch import nn
 
 import workbench as wb
-from workbench.core.checks.verify import MIN_STEPS_FOR_ERROR, GradWatch
+from workbench.core.checks.verify import MIN_STEPS_FOR_ERROR, MIN_STEPS_FOR_UNCHANGED, GradWatch
+from workbench.core.freezing.snapshot import DENSE_LOOKS, LOOK_EVERY
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.engine import Trainer
 
@@ -73,7 +74,8 @@ def test_after_many_steps_with_a_learning_rate_it_is_an_error() -> None:
     assert found["unused.weight"] == ("trainable_no_grad", "error")
     # trained for 3 steps, then cut out of the graph: it changed, yet stopped training
     assert found["late.weight"] == ("trainable_grad_stopped", "error")
-    assert "up to step 2, then none in the last 97 steps" in next(v.message for v in report.violations if v.name == "late.weight")
+    # the gradients are read after steps 0-15, then every LOOK_EVERY steps: the last read is after step 95
+    assert "up to step 2, then none in the last 93 steps" in next(v.message for v in report.violations if v.name == "late.weight")
     assert not report.ok and "FAILED" in report.summary()
     assert report.module_status["late"] == "error" and report.module_status["used"] == "ok"
 
@@ -103,6 +105,16 @@ def test_a_tensor_with_gradients_that_never_changes_is_an_error_in_a_long_run() 
     applied = wb.apply_plan(net, {"rules": []})
     found = _findings(applied.verify(grads=_train(net, applied, MIN_STEPS_FOR_ERROR).seen()))
     assert found["b.weight"] == ("trainable_unchanged", "error") and "a.weight" not in found
+
+
+def test_sparse_looks_never_take_a_tensor_still_training_for_one_that_stopped() -> None:
+    assert LOOK_EVERY < MIN_STEPS_FOR_UNCHANGED
+    net = _Net(late_steps=10**9)
+    applied = wb.apply_plan(net, {"rules": []})
+    for steps in (DENSE_LOOKS + 1, DENSE_LOOKS + LOOK_EVERY - 1, MIN_STEPS_FOR_ERROR + 3):
+        net.calls = 0
+        found = _findings(applied.verify(grads=_train(net, applied, steps).seen()))
+        assert "late.weight" not in found and found["unused.weight"][0] == "trainable_no_grad", (steps, found)
 
 
 def test_a_report_without_steps_is_never_ok() -> None:
