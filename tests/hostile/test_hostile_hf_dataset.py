@@ -171,3 +171,76 @@ def test_a_loading_script_never_runs(tmp_path):
     (saved / "pets.py").write_text(SCRIPT.format(marker=str(marker)))
     assert len(_open(saved)) == 5
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------- the limits text: data has (row_limits)
+def _text_rows(folder: Path, texts: list[str], labels: list[int]) -> Path:
+    import datasets
+
+    datasets.Dataset.from_dict({"text": texts, "label": labels}).save_to_disk(str(folder))
+    return folder
+
+
+@pytest.mark.parametrize("label", [300_000_000, 2**62])
+def test_a_huge_label_is_one_line_exit_2_naming_the_row(tmp_path, label, capsys):
+    """Never a class list built up to the label: one line, exit 2, the row named."""
+    from tests.hostile.makers import one_line_exit_2
+    from tests.integrations.hf_data import bert_folder
+
+    model = bert_folder(tmp_path / "bert")
+    data = _text_rows(tmp_path / "d", ["good", "bad", "fine", "great"], [0, 1, label, 1])
+    capsys.readouterr()  # the makers' progress bars
+    one_line_exit_2(["train", "--model", f"hf:{model}", "--data", f"hf-dataset:{data}", "--steps", "1",
+                     "--device", "cpu"], capsys, "hf-dataset row 2", f"label {label:,} is out of range", "0..99,999")
+
+
+def test_a_huge_text_is_cut_before_tokenizing_and_said_once(tmp_path, monkeypatch):
+    """A 20-million-character row reaches the tokenizer as seq_len x 64 characters, the same rule as text:."""
+    import warnings
+
+    from tests.integrations.hf_data import bert_folder
+    from transformers import BertForSequenceClassification
+
+    from workbench.core.training.hf_dataset import open_hf_dataset
+    from workbench.core.training.row_limits import TextCutWarning, text_char_limit
+
+    model = BertForSequenceClassification.from_pretrained(bert_folder(tmp_path / "bert"))
+    huge = "good " * 4_000_000
+    data = _text_rows(tmp_path / "d", [huge, "bad", huge, "fine"], [0, 1, 0, 1])
+    ds = open_hf_dataset(data, task="classification", model=model, seq_len=16, train=False)
+    ds = type(ds)(ds._ds, None, ds._encode, ds.classes)  # every row, in order
+    seen: list[int] = []
+    real = ds._encode.tokenizer.__class__.__call__
+    monkeypatch.setattr(ds._encode.tokenizer.__class__, "__call__",
+                        lambda self, text, **kw: (seen.append(len(text)), real(self, text, **kw))[1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        samples = [ds[i] for i in range(4)]
+    assert max(seen) == text_char_limit(16) == 16 * 64
+    cut = [w for w in caught if issubclass(w.category, TextCutWarning)]
+    assert len(cut) == 1 and "hf-dataset row 0" in str(cut[0].message) and "\n" not in str(cut[0].message)
+    assert all(s["input_ids"].shape == (16,) for s in samples)
+
+
+def test_text_files_cut_their_texts_by_the_same_rule(tmp_path, monkeypatch):
+    """text:PATH.jsonl meets the same limits: one reader of rows (row_limits) for both formats."""
+    import warnings
+
+    from tests.integrations.hf_data import bert_folder
+
+    from workbench.core.training.row_limits import TextCutWarning, text_char_limit
+    from workbench.core.training.text_jsonl import JsonlTextDataset, load_tokenizer
+
+    tok = load_tokenizer(bert_folder(tmp_path / "bert"))
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"text": "good " * 150_000, "label": 0}) + "\n" + json.dumps({"text": "bad", "label": 1}) + "\n")
+    ds = JsonlTextDataset(path, tok, seq_len=16)
+    seen: list[int] = []
+    real = tok.__class__.__call__
+    monkeypatch.setattr(tok.__class__, "__call__", lambda self, text, **kw: (seen.append(len(text)), real(self, text, **kw))[1])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ds[0], ds[1], ds[0]
+    assert max(seen) == text_char_limit(16)
+    cut = [w for w in caught if issubclass(w.category, TextCutWarning)]
+    assert len(cut) == 1 and f"{path}:1: text of 750,000 characters cut" in str(cut[0].message)

@@ -31,7 +31,7 @@ import os
 import re
 import stat
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,7 @@ from workbench.core.safe_json import JsonInputError
 from workbench.core.safe_json import load as load_json
 from workbench.core.training.batches import IGNORE_INDEX
 from workbench.core.training.data_common import TEXT_TASKS, DataError
+from workbench.core.training.row_limits import MAX_TEXT_CLASSES, check_class_count, check_label, tokenize_text
 from workbench.core.training.text_jsonl import TEXT_FILE_SEQ_LEN, load_tokenizer, tokenizer_folder
 
 __all__ = [
@@ -196,6 +197,7 @@ def _classes(splits: list[Any], name: str) -> tuple[list[str], Callable[[Any], i
     feature = splits[0].features[name]
     names = getattr(feature, "names", None)
     if names:
+        check_class_count(len(names), f"label column {name!r} (a ClassLabel)")
         return [str(n) for n in names], int
     dtype = str(getattr(feature, "dtype", ""))
     values: set[Any] = set()
@@ -204,14 +206,33 @@ def _classes(splits: list[Any], name: str) -> tuple[list[str], Callable[[Any], i
     if dtype.startswith(("int", "uint")):
         if any(v is None or v < 0 for v in values):
             raise DataError(f"label column {name!r} holds negative or missing labels; labels are 0..C-1")
-        return [str(i) for i in range(max(values) + 1)], int
+        top = max(values)
+        if top >= MAX_TEXT_CLASSES:  # never a class list built up to it
+            check_label(top, _row_of(splits, name, top))
+        return [str(i) for i in range(top + 1)], int
     if dtype in ("string", "large_string"):
         if None in values:
             raise DataError(f"label column {name!r} has missing labels")
+        check_class_count(len(values), f"label column {name!r}")
         classes = sorted(values)
         index = {c: i for i, c in enumerate(classes)}
         return classes, index.__getitem__
     raise DataError(f"label column {name!r} is {dtype or type(feature).__name__}; labels must be integers, strings or a ClassLabel")
+
+
+def _row_of(splits: list[Any], name: str, value: Any) -> str:
+    """Where ``value`` first stands in column ``name``: ``"row R of split 'S'"`` (for messages)."""
+    import pyarrow.compute as pc
+
+    for ds in splits:
+        try:
+            row = pc.index(ds.data.column(name), value).as_py()
+        except Exception:  # an index only names the row: the message stands without it
+            row = -1
+        if row is not None and row >= 0:
+            split = getattr(ds, "split", None)
+            return f"hf-dataset row {row}" + (f" of split '{split}'" if split else "") + f", column {name!r}"
+    return f"hf-dataset column {name!r}"
 
 
 class HfDiskDataset(Dataset[Any]):
@@ -248,6 +269,8 @@ class HfDiskDataset(Dataset[Any]):
             row = self._ds[i]
         except Exception as e:  # a damaged Arrow record or an image that does not decode
             raise DataError(f"sample {i} of the dataset could not be read ({type(e).__name__}: {str(e)[:120]})") from None
+        if isinstance(self._encode, _TextEncoder):
+            return self._encode(row, i)  # the row's index names it if its text is cut
         return self._encode(row)
 
     def __repr__(self) -> str:
@@ -264,11 +287,12 @@ class _TextEncoder:
     seq_len: int
     classification: bool
     to_index: Callable[[Any], int]
+    cut_said: list[bool] = field(default_factory=lambda: [False])  # the first row cut is said once
 
-    def __call__(self, row: dict[str, Any]) -> dict[str, torch.Tensor]:
+    def __call__(self, row: dict[str, Any], index: int | None = None) -> dict[str, torch.Tensor]:
         text = row[self.column]
-        enc = self.tokenizer(text if isinstance(text, str) else "", truncation=True, max_length=self.seq_len,
-                             padding="max_length", return_tensors="pt")
+        where = f"hf-dataset row {index}, column {self.column!r}" if index is not None else f"hf-dataset column {self.column!r}"
+        enc = tokenize_text(self.tokenizer, text if isinstance(text, str) else "", self.seq_len, where, self.cut_said)
         ids, mask = enc["input_ids"][0], enc["attention_mask"][0]
         if self.classification:
             labels = torch.tensor(self.to_index(row[self.label_column]))

@@ -9,7 +9,9 @@ the tokenizer saved in the model's folder (``tokenizer.json`` / ``tokenizer_conf
 
 The file is streamed: one pass checks every line (UTF-8, JSON, labels in range, at most
 :data:`MAX_LINE_BYTES` per line) and keeps 16 bytes per line; samples are tokenized when a
-batch asks for them (``tests/benchmarks/bench_text_jsonl_memory.py`` measures the memory).
+batch asks for them (``tests/benchmarks/bench_text_jsonl_memory.py`` measures the memory),
+each text cut first to ``seq_len`` x 64 characters. Labels and texts meet the limits of
+:mod:`workbench.core.training.row_limits`, shared with ``hf-dataset:``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from torch.utils.data import Dataset
 from workbench.core import safe_json
 from workbench.core.training.batches import IGNORE_INDEX
 from workbench.core.training.data_common import TEXT_TASKS, DataError
+from workbench.core.training.row_limits import MAX_TEXT_CLASSES, check_class_count, check_label, tokenize_text
 
 __all__ = ["MAX_LINE_BYTES", "MAX_TEXT_CLASSES", "TEXT_FILE_SEQ_LEN", "TOKENIZER_FILES", "JsonlTextDataset", "load_tokenizer", "open_text_dataset", "tokenizer_folder"]
 
@@ -34,8 +37,6 @@ __all__ = ["MAX_LINE_BYTES", "MAX_TEXT_CLASSES", "TEXT_FILE_SEQ_LEN", "TOKENIZER
 TEXT_FILE_SEQ_LEN = 128
 #: Longest line of a ``text:`` file, in bytes (a longer one is refused, naming the line).
 MAX_LINE_BYTES = 1 << 20
-#: Most classes a ``text:`` file may have (integer labels are ids below it).
-MAX_TEXT_CLASSES = 100_000
 #: Files that show a folder holds a tokenizer.
 TOKENIZER_FILES: tuple[str, ...] = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json")
 
@@ -124,10 +125,8 @@ def _parse_line(raw: bytes, where: str, task: str) -> tuple[str, Any]:
         return row["text"], None
     if isinstance(label, bool) or not isinstance(label, (int, str)):
         raise DataError(f"{where}: classification needs a 'label' (an integer or a string), got {json.dumps(label)[:40]}")
-    if isinstance(label, int) and not 0 <= label < MAX_TEXT_CLASSES:
-        raise DataError(
-            f"{where}: label {label} is out of range; integer labels are class ids 0..{MAX_TEXT_CLASSES - 1:,}"
-        )
+    if isinstance(label, int):
+        check_label(label, where)
     return row["text"], label
 
 
@@ -174,6 +173,7 @@ class JsonlTextDataset(Dataset[dict[str, torch.Tensor]]):
         self.tokenizer = tokenizer
         self._file: BinaryIO | None = None
         self._file_pid: int | None = None
+        self._cut_said = [False]  # the first row cut before tokenizing is said once
 
     def _scan(self) -> torch.Tensor:
         """One bounded pass: offsets, line numbers and label ids; the classes."""
@@ -200,8 +200,7 @@ class JsonlTextDataset(Dataset[dict[str, torch.Tensor]]):
                 self._lines.append(lineno)
                 if isinstance(label, str):
                     if label not in strings:
-                        if len(strings) >= MAX_TEXT_CLASSES:
-                            raise DataError(f"{where}: more than {MAX_TEXT_CLASSES:,} distinct labels; is 'label' a class?")
+                        check_class_count(len(strings) + 1, where)
                         strings[label] = len(strings)
                     raw_ids.append(-1 - strings[label])
                 elif label is not None:
@@ -216,8 +215,7 @@ class JsonlTextDataset(Dataset[dict[str, torch.Tensor]]):
             return ids
         ints = sorted(int(v) for v in ids[ids >= 0].unique().tolist())
         self.classes = sorted({str(v) for v in ints} | set(strings))
-        if len(self.classes) > MAX_TEXT_CLASSES:
-            raise DataError(f"{self.path}: more than {MAX_TEXT_CLASSES:,} distinct labels; is 'label' a class?")
+        check_class_count(len(self.classes), str(self.path))
         index = {c: i for i, c in enumerate(self.classes)}
         by_string = torch.tensor([index[s] for s in strings], dtype=torch.long)
         by_int = torch.zeros((ints[-1] + 1) if ints else 1, dtype=torch.long)  # ints < MAX_TEXT_CLASSES
@@ -251,8 +249,8 @@ class JsonlTextDataset(Dataset[dict[str, torch.Tensor]]):
         if not -len(self) <= index < len(self):
             raise IndexError(f"sample {index} of {len(self)}")
         index %= len(self)
-        enc = self.tokenizer(self._read(index), truncation=True, max_length=self.seq_len,
-                             padding="max_length", return_tensors="pt")
+        enc = tokenize_text(self.tokenizer, self._read(index), self.seq_len, f"{self.path}:{self._lines[index]}",
+                            self._cut_said)
         input_ids, mask = enc["input_ids"][0], enc["attention_mask"][0]
         labels = self.labels[index] if self.task == "classification" else input_ids.masked_fill(mask == 0, IGNORE_INDEX)
         return {"input_ids": input_ids, "attention_mask": mask, "labels": labels}
