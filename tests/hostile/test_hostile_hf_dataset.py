@@ -13,7 +13,8 @@ pytest.importorskip("datasets")
 
 from tests.hostile.makers import nested_json
 from tests.integrations.hf_data import image_dataset, text_dataset
-from workbench.core.training.data import DataError, make_dataset
+from workbench.core.training.data import DataError
+from workbench.core.training.data_sources import make_dataset
 
 ARROW = "data-00000-of-00001.arrow"
 
@@ -198,9 +199,9 @@ def test_a_huge_text_is_cut_before_tokenizing_and_said_once(tmp_path, monkeypatc
     """A 20-million-character row reaches the tokenizer as seq_len x 64 characters, the same rule as text:."""
     import warnings
 
-    from tests.integrations.hf_data import bert_folder
     from transformers import BertForSequenceClassification
 
+    from tests.integrations.hf_data import bert_folder
     from workbench.core.training.hf_dataset import open_hf_dataset
     from workbench.core.training.row_limits import TextCutWarning, text_char_limit
 
@@ -227,7 +228,6 @@ def test_text_files_cut_their_texts_by_the_same_rule(tmp_path, monkeypatch):
     import warnings
 
     from tests.integrations.hf_data import bert_folder
-
     from workbench.core.training.row_limits import TextCutWarning, text_char_limit
     from workbench.core.training.text_jsonl import JsonlTextDataset, load_tokenizer
 

@@ -48,7 +48,7 @@ def _options() -> list[tuple[str, str, str]]:
     return [o for o in out if o[:2] not in SIGNED]
 
 
-class Built(WorkbenchError):
+class BuiltError(WorkbenchError):
     """The model was built: the option was not checked first."""
 
 
@@ -68,7 +68,7 @@ def test_a_negative_value_is_one_line_exit_2(command: str, flag: str, value: str
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"rules": [{"select": "*", "frozen": True}, {"select": "fc", "frozen": False}]}))
     if (command, flag) not in AFTER_BUILD:
-        monkeypatch.setattr(ModelSpec, "build", lambda *a, **k: (_ for _ in ()).throw(Built("built")))
+        monkeypatch.setattr(ModelSpec, "build", lambda *a, **k: (_ for _ in ()).throw(BuiltError("built")))
     base = [a.format(plan=plan, out=tmp_path / "out.py" if command == "export" else tmp_path / "sw") for a in BASE[command]]
     rc, lines = _run([command, *base, flag, value])
     assert rc == 2 and len(lines) == 1, lines

@@ -4,6 +4,7 @@ new one at the save folder."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -105,10 +106,8 @@ def test_an_exception_at_every_step_keeps_a_whole_run(tmp_path: Path, monkeypatc
             raise Killed
 
     monkeypatch.setattr(run_folder, "commit_fault_hook", hook)
-    try:
+    with contextlib.suppress(Killed):
         out.commit()
-    except Killed:
-        pass
     monkeypatch.setattr(run_folder, "commit_fault_hook", None)
     assert (step in reached) == (step != "swap-in" or (not exchange and earlier)), reached
     for lock in out._locks:  # what a kill leaves: no close(); the OS drops the locks

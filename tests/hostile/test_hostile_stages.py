@@ -41,12 +41,12 @@ def test_cli_refuses_the_stage_with_the_line(tmp_path: Path, capsys: pytest.Capt
 
 
 def test_lightning_callback_raises_the_same_plan_error(tmp_path: Path) -> None:
-    L = pytest.importorskip("lightning")
+    lightning = pytest.importorskip("lightning")
     from workbench.integrations.lightning import FreezePlanCallback
 
     cb = FreezePlanCallback(_plan("fc"))
 
-    class Lit(L.LightningModule):
+    class Lit(lightning.LightningModule):
         def __init__(self) -> None:
             super().__init__()
             self.model = Tiny()
@@ -60,7 +60,7 @@ def test_lightning_callback_raises_the_same_plan_error(tmp_path: Path) -> None:
 
     data = torch.utils.data.TensorDataset(torch.randn(8, 3, 8, 8), torch.randint(0, 3, (8,)))
     lit = Lit()
-    trainer = L.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
+    trainer = lightning.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False, enable_model_summary=False,
                         enable_checkpointing=False, default_root_dir=str(tmp_path), max_steps=4, callbacks=[cb])
     with pytest.raises(PlanError) as info:
         trainer.fit(lit, torch.utils.data.DataLoader(data, batch_size=2))
