@@ -201,7 +201,7 @@ def _train(args: argparse.Namespace, *, join: bool) -> tuple[Any, SweepReport | 
     with opened(sweep, join=join) as queued:
         launch = args.join or f"{time.time_ns():x}"
         if not join:
-            done = len(cands) - len(queued)
+            done = sum(r.status in ("completed", "pruned", "failed") for r in sweep.report().rows)
             if done and not args.json:
                 print(f"sweep: resuming {args.out}: {done} of {len(cands)} candidates already done", file=sys.stderr)
             if args.workers > 1 and queued:

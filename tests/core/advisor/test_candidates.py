@@ -60,7 +60,8 @@ def test_candidates_are_valid_plans_for_the_model(fixture, request):
     model, prof = request.getfixturevalue(fixture)
     cands = generate_candidates(model, prof)
     kinds = [c.kind for c in cands if not c.bn_eval]
-    low_rank = ["low_rank"] * 3 if fixture == "vit" else []  # ViT blocks hold linear layers, ResNet stages none
+    # ViT blocks hold linear layers, ResNet stages convolutions: low rank adapts both
+    low_rank = ["low_rank"] * 3
     # the stem makes k = n differ from full fine-tuning
     assert kinds == ["head"] + ["last_k"] * len(block_sequence(model, prof)) + low_rank + ["full"]
     for c in cands:

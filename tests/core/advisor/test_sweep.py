@@ -12,9 +12,9 @@ from torch.utils.data import TensorDataset
 
 pytest.importorskip("optuna")
 
-from workbench.core.advisor.sweep import Sweep, SweepError, SweepSettings, cross_learning_rates, opened  # noqa: E402
-from workbench.core.plan import FreezePlan, Rule  # noqa: E402
-from workbench.core.training.config import TrainConfig  # noqa: E402
+from workbench.core.advisor.sweep import Sweep, SweepError, SweepSettings, cross_learning_rates, opened
+from workbench.core.plan import FreezePlan, Rule
+from workbench.core.training.config import TrainConfig
 
 
 class Net(nn.Module):
@@ -97,7 +97,7 @@ def test_a_study_of_other_candidates_is_refused_and_kept(tmp_path: Path) -> None
         sweep.work()
     other = Sweep(tmp_path / "sw", _candidates()[:2], TrainConfig(device="cpu"),
                   SweepSettings(steps=1, eval_every=1), model_factory=_net, dataset=_data())
-    with pytest.raises(SweepError, match="a sweep of other candidates"), opened(other):
+    with pytest.raises(SweepError, match="is another sweep .its candidates differ"), opened(other):
         pass
     with opened(_sweep(tmp_path / "sw", prune=False, steps=1, eval_every=1)) as queued:
         assert queued == []

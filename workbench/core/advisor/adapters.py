@@ -59,8 +59,9 @@ def adapted_meta_copy(model: nn.Module, candidate: Candidate) -> tuple[nn.Module
                 module = meta.get_submodule(path)
                 kind = layer_kind(module)
                 variant = VARIANTS[lr.variant]
-                if kind not in ("linear", "conv1d_hf") or kind not in variant.kinds:
-                    raise AdvisorError(f"low-rank target {path} is a {type(module).__name__}, not a linear layer")
+                if kind not in ("linear", "conv1d_hf", "conv") or kind not in variant.kinds:
+                    raise AdvisorError(f"low-rank target {path} is a {type(module).__name__}, "
+                                       "not a linear or convolution layer")
                 w = module.weight
                 assert isinstance(w, Tensor)
                 g = geometry(module, kind, w, f"{path}.weight")

@@ -4,14 +4,17 @@ The model's *block sequence* is the ordered list of its top-level children that 
 parameters and have submodules of their own, in execution order (torchvision ResNets:
 ``layer1`` .. ``layer4``). When one child holds nearly all parameters (a ViT's ``encoder``,
 its ``layers``; the ``features`` of a ConvNeXt or an EfficientNet), the sequence is taken
-inside it. Leaf children (a stem convolution, a final norm) are not blocks. Transformer
+inside it. Leaf children (a stem convolution, a final norm) are not blocks; a model with no blocks at all
+(CREPE: six convolutions, each with its BatchNorm, then a classifier) has *layers* instead:
+its top-level children that hold weights, in execution order, a norm layer going with the
+layer before it, the head left out (:func:`layer_sequence`). Transformer
 stacks that keep their layers in a ``ModuleList`` holding at least half the parameters
 (Hugging Face ``bert.encoder.layer``, ``transformer.h``, ``model.layers``) use those layers.
 
 From it: head only; the last k blocks for k = 1..n (n: unless that trains everything), each with everything that runs after
 them (final norm, head) — or, given a block order from the gradient-signal probe
 (:mod:`~workbench.core.advisor.grad_signal`), the top k blocks of that order instead; low-rank
-A+B (fused, ``alpha = 2 r``) on every linear layer of the blocks at the ranks of
+A+B (fused, ``alpha = 2 r``) on every linear and convolution layer of the blocks at the ranks of
 :data:`LOW_RANKS`, with the head training fully; full fine-tuning; and, for models with
 BatchNorm, each of those with BatchNorm kept in eval mode (running statistics, affine
 parameters still training).
@@ -33,7 +36,18 @@ from workbench.core.models.zoo import find_head
 from workbench.core.plan import FreezePlan, Rule
 from workbench.core.plan.reparam_spec import parse_spec
 
-__all__ = ["LOW_RANKS", "Candidate", "block_sequence", "generate_candidates", "low_rank_targets", "trainable_names"]
+__all__ = [
+    "LOW_RANKS",
+    "Candidate",
+    "block_sequence",
+    "generate_candidates",
+    "layer_sequence",
+    "low_rank_targets",
+    "trainable_names",
+]
+
+#: Layer kinds low-rank A+B adapts (see :func:`~workbench.core.freezing.reparam.low_rank.layer_kind`).
+_LOW_RANK_KINDS = ("linear", "conv1d_hf", "conv")
 
 #: Ranks of the low-rank A+B candidates (those larger than a target layer allows are left out).
 LOW_RANKS = (4, 16, 64)
@@ -119,6 +133,32 @@ def block_sequence(model: nn.Module, profile: ModelProfile) -> list[str]:
     return next((lv for lv in reversed(levels) if len(lv) >= 2), levels[0])
 
 
+def layer_sequence(model: nn.Module, profile: ModelProfile, head: Sequence[str] = ()) -> list[str]:
+    """The top-level layers of a model with no blocks, in execution order, the head left out.
+
+    A layer is a top-level child that holds parameters and is not a norm layer (a norm trains
+    with the layer before it: everything after a layer's start runs after it).
+
+    Args:
+        model: the model.
+        profile: its profile (gives the execution order).
+        head: the head's module paths, left out.
+
+    Returns:
+        Dotted paths of the layers; empty when there are fewer than two.
+    """
+    order = {p: i for i, p in enumerate(profile.module_order)}
+    kids = _children_in_order(model, "", order)
+    out = [p for p, m in kids if p in order and p not in head and not _is_norm(m)
+           and not any(p == h or p.startswith(h + ".") for h in head)]
+    return out if len(out) >= 2 else []
+
+
+def _is_norm(module: nn.Module) -> bool:
+    return is_batchnorm(module) or isinstance(module, (nn.LayerNorm, nn.GroupNorm, nn.InstanceNorm1d,
+                                                        nn.InstanceNorm2d, nn.InstanceNorm3d))
+
+
 def _after(path: str, profile: ModelProfile, tree: ModelTree) -> list[str]:
     """Top-most param-holding modules that first run after ``path`` and are not inside it."""
     order = {p: i for i, p in enumerate(profile.module_order)}
@@ -146,7 +186,7 @@ def _span(blocks: list[str]) -> str:
 
 
 def low_rank_targets(model: nn.Module, blocks: list[str]) -> list[str]:
-    """Selectors of the linear layers in ``blocks`` that low-rank A+B adapts.
+    """Selectors of the linear and convolution layers in ``blocks`` that low-rank A+B adapts.
 
     Layers at the same place in every block of one list become one glob
     (``bert.encoder.layer.*.attention.self.query``). The output projection of
@@ -164,8 +204,13 @@ def low_rank_targets(model: nn.Module, blocks: list[str]) -> list[str]:
     for b in blocks:
         mod = model.get_submodule(b)
         mha = {f"{n}.out_proj" for n, m in mod.named_modules() if isinstance(m, nn.MultiheadAttention)}
+        if layer_kind(mod) in _LOW_RANK_KINDS:  # a layer of a model without blocks: itself
+            per_block.append([""])
+            continue
         per_block.append([n for n, m in mod.named_modules()
-                          if n and n not in mha and layer_kind(m) in ("linear", "conv1d_hf")])
+                          if n and n not in mha and layer_kind(m) in _LOW_RANK_KINDS])
+    if any(rels == [""] for rels in per_block):
+        return [f"{b}.{rel}" if rel else b for b, rels in zip(blocks, per_block) for rel in rels]
     parents = {b.rpartition(".")[0] for b in blocks}
     if not (len(parents) == 1 and per_block and all(rel == per_block[0] for rel in per_block)):
         return [f"{b}.{rel}" for b, rels in zip(blocks, per_block) for rel in rels]
@@ -183,8 +228,13 @@ def low_rank_targets(model: nn.Module, blocks: list[str]) -> list[str]:
 
 
 def _max_rank(model: nn.Module, blocks: list[str]) -> int:
-    dims = [min(m.weight.shape) for b in blocks for _, m in model.get_submodule(b).named_modules()
-            if layer_kind(m) in ("linear", "conv1d_hf") and hasattr(m, "weight")]
+    """The largest rank every adapted layer allows: a convolution's weight is out x (in x kernel)."""
+    dims = []
+    for b in blocks:
+        for _, m in model.get_submodule(b).named_modules():
+            w = getattr(m, "weight", None)
+            if layer_kind(m) in _LOW_RANK_KINDS and w is not None:
+                dims.append(min(int(w.shape[0]), int(w[0].numel())) if layer_kind(m) == "conv" else min(w.shape))
     return min(dims, default=0)
 
 
@@ -235,6 +285,9 @@ def generate_candidates(
     tree = ModelTree.from_model(model)
     head = _head_modules(model, tree)
     blocks = block_sequence(model, profile)
+    unit = "block"
+    if not blocks:  # no repeated blocks: the last k top-level layers instead
+        blocks, unit = layer_sequence(model, profile, head), "layer"
     out: list[Candidate] = []
     if head:
         rules = [Rule("*", frozen=True)] + [Rule(h, frozen=False) for h in head]
@@ -245,8 +298,9 @@ def generate_candidates(
     for k in range(1, len(blocks) + 1):
         if block_order is None:
             last = blocks[-k:]
-            train = _trains(last + [p for p in _after(last[-1], profile, tree) if p not in last], head)
-            label = f"last {k} block{'s' if k > 1 else ''} ({_span(last)}) + head"
+            after = last[0] if unit == "layer" else last[-1]  # a layer's norm runs after it, before the next layer
+            train = _trains(last + [p for p in _after(after, profile, tree) if p not in last], head)
+            label = f"last {k} {unit}{'s' if k > 1 else ''} ({_span(last)}) + head"
             kind = "last_k"
         else:
             top = sorted(block_order[:k], key=blocks.index)
@@ -268,12 +322,20 @@ def generate_candidates(
         rules = [Rule("*", frozen=True)] + [Rule(t, frozen=False, reparam=spec) for t in targets]
         rules += [Rule(h, frozen=False) for h in head]
         what = "DoRA" if dora else "low-rank A+B"
-        out.append(Candidate(f"{what} r={r} on the linear layers of {len(blocks)} blocks + head",
+        kinds = {layer_kind(model.get_submodule(m)) for t in targets for m in _matching(model, t)}
+        layers = " and ".join(w for w, k in (("linear", {"linear", "conv1d_hf"}), ("conv", {"conv"})) if kinds & k)
+        where = f"{len(blocks)} blocks" if unit == "block" else f"{len(blocks)} layers"
+        out.append(Candidate(f"{what} r={r} on the {layers} layers of {where} + head",
                              FreezePlan(rules), "low_rank", r))
     out.append(Candidate("full fine-tuning", FreezePlan([Rule("*", frozen=False)]), "full", len(blocks)))
     if any(is_batchnorm(m) for m in model.modules()):
         out += [_with_bn_eval(c) for c in out if c.kind not in ("head", "low_rank")]
     return out
+
+
+def _matching(model: nn.Module, selector: str) -> list[str]:
+    paths = [p for p, _ in model.named_modules()]
+    return [p for p in paths if fnmatch.fnmatchcase(p, selector)] if "*" in selector else [selector]
 
 
 def trainable_names(candidate: Candidate, model: nn.Module, tree: ModelTree | None = None) -> set[str]:

@@ -20,6 +20,7 @@ database) take candidates from one queue. One candidate's run is
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import os
@@ -290,8 +291,22 @@ class Sweep:
 
     def _open(self, url: str) -> Any:
         s = self.settings
-        return open_study(url, s.study, maximize=self.maximize, candidate_ids=[c.id for c in self.candidates],
+        return open_study(url, s.study, maximize=self.maximize, identity=self.identity(),
                           reduction_factor=s.reduction_factor, min_resource=s.eval_every, prune=s.prune)
+
+    def identity(self) -> dict[str, Any]:
+        """What makes a rerun the same sweep: candidates (plan, lr, overrides), budget, objective and the run's settings."""
+        def digest(c: SweepCandidate) -> str:
+            text = json.dumps([c.plan, c.overrides], sort_keys=True, default=str)
+            return f"{c.id} {c.name} lr={c.lr:g} {hashlib.sha256(text.encode()).hexdigest()[:12]}"
+
+        s = self.settings
+        run = {k: v for k, v in self.config.to_dict().items()
+               if k not in ("plan", "lr", "save_dir", "metrics_path", "steps", "val_every", "torch_threads")}
+        return {"candidates": [digest(c) for c in self.candidates], "steps": s.steps, "seconds": s.seconds,
+                "eval_every": s.eval_every, "objective": s.objective, "prune": s.prune,
+                "reduction_factor": s.reduction_factor, "run": json.loads(json.dumps(run, default=str)),
+                "retain": self.retain if isinstance(self.retain, str) or self.retain is None else "a dataset"}
 
     def prepare(self) -> list[str]:
         """Open (or create) the study, fail trials a killed process left running, and queue what is left.

@@ -119,7 +119,7 @@ def _check_sqlite_file(path: Path) -> None:
                          "it is left as it is: move it away or give another sweep folder")
 
 
-def open_study(url: str, name: str, *, maximize: bool, candidate_ids: Sequence[str], reduction_factor: int,
+def open_study(url: str, name: str, *, maximize: bool, identity: dict[str, Any], reduction_factor: int,
                min_resource: int, prune: bool) -> optuna.Study:
     """Create the study, or load it when it exists, and check it is this sweep's.
 
@@ -127,7 +127,8 @@ def open_study(url: str, name: str, *, maximize: bool, candidate_ids: Sequence[s
         url: the storage URL (:func:`storage_url`).
         name: the study's name.
         maximize: a larger objective is better.
-        candidate_ids: the candidates' ids; a study made for other candidates is refused.
+        identity: what makes two runs of a sweep the same sweep (its candidates, budget, data,
+            model ...), kept in the study; a study made with another is refused, untouched.
         reduction_factor: the pruner's eta (keep the best 1/eta at each rung).
         min_resource: steps of the first rung.
         prune: stop candidates early (successive halving); False: train every one to the end.
@@ -137,7 +138,7 @@ def open_study(url: str, name: str, *, maximize: bool, candidate_ids: Sequence[s
 
     Raises:
         SweepError: Optuna is missing; the storage cannot be opened or is damaged; the study
-            holds other candidates or the other direction.
+            is another sweep's.
     """
     optuna = import_optuna()
     pruner = (optuna.pruners.SuccessiveHalvingPruner(min_resource=min_resource, reduction_factor=reduction_factor)
@@ -153,21 +154,22 @@ def open_study(url: str, name: str, *, maximize: bool, candidate_ids: Sequence[s
             study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True, pruner=pruner,
                                         sampler=optuna.samplers.RandomSampler(seed=0),
                                         direction="maximize" if maximize else "minimize")
+            held = study.user_attrs.get("sweep")
+            if held is None:
+                study.set_user_attr("sweep", identity)
     except Exception as e:  # SQLAlchemy's errors: a damaged file, a locked or unreachable database
         raise SweepError(f"cannot open the study at {url}: {_one_line(e)}; the file is left as it is") from None
-    ids = list(candidate_ids)
-    held = study.user_attrs.get("candidates")
-    if held is None:
-        study.set_user_attr("candidates", ids)
-    elif held != ids:
-        raise SweepError(f"the study {name!r} at {url} is a sweep of other candidates ({len(held)}: "
-                         f"{', '.join(map(str, held[:6]))}{' ...' if len(held) > 6 else ''}); give another folder "
-                         "(or --study NAME), or the same candidates to resume it")
-    direction = study.direction.name.lower()
-    if direction != ("maximize" if maximize else "minimize"):
-        raise SweepError(f"the study {name!r} at {url} was made to {direction} its objective; give another folder "
-                         "or the same objective")
+    if held is not None and held != identity:
+        key = next((k for k in sorted(set(held) | set(identity)) if held.get(k) != identity.get(k)), "?")
+        raise SweepError(f"the study {name!r} at {url} is another sweep (its {key} differs: {_short(held.get(key))} "
+                         f"there, {_short(identity.get(key))} here); it is left as it is: give another folder "
+                         "(or --study NAME), or the same command to resume it")
     return study
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _one_line(e: BaseException) -> str:

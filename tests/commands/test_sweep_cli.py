@@ -1,0 +1,87 @@
+"""``workbench sweep`` end to end: the table and chart, resuming after a kill, two worker processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+from tests.commands.sweep_fixtures import command, sweep_argv
+from tests.timeouts import SUBPROCESS_LONG_S
+from workbench.cli import main
+
+
+def _trials(folder: Path) -> list:
+    study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{folder / 'study.db'}")
+    return study.get_trials(deepcopy=False)
+
+
+def test_table_fronts_recommendation_report_and_chart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "sw"
+    argv = [a for a in sweep_argv(tmp_path, folder, "--no-prune", steps=2) if a != "--no-chart"]
+    code = main(argv)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "3 candidates, 2 steps each" in out and "no pruning" in out
+    for name in ("head", "block", "full"):
+        assert f"  {name}  " in out
+    assert "recommended: " in out and f"chart: {folder / 'sweep.png'}" in out
+    assert (folder / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    report = json.loads((folder / "report.json").read_text())
+    assert [r["status"] for r in report["rows"]] == ["completed"] * 3
+    assert any(r["on_time_front"] for r in report["rows"]) and any(r["on_memory_front"] for r in report["rows"])
+    assert report["recommended"] is not None
+    runs = sorted(p.name for p in (folder / "runs").iterdir() if not p.name.startswith("."))
+    assert runs == ["c00-head", "c01-block", "c02-full"]
+    assert all((folder / "runs" / r / "summary.json").is_file() for r in runs)
+
+
+def test_a_killed_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
+    folder = tmp_path / "sw"
+    argv = sweep_argv(tmp_path, folder, "--no-prune", steps=6)
+    proc = subprocess.Popen(command(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + SUBPROCESS_LONG_S
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if (folder / "study.db").exists():
+                try:
+                    states = [t.state for t in _trials(folder)]
+                except KeyError:  # the file is there, the study not yet
+                    states = []
+                if optuna.trial.TrialState.COMPLETE in states:
+                    break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    first = _trials(folder)
+    done = [t for t in first if t.state == optuna.trial.TrialState.COMPLETE]
+    assert len(done) == 1 and any(t.state == optuna.trial.TrialState.RUNNING for t in first)
+    again = subprocess.run(command(argv), capture_output=True, text=True, timeout=SUBPROCESS_LONG_S)
+    assert again.returncode == 0, again.stderr
+    assert "1 of 3 candidates already done" in again.stderr
+    trials = _trials(folder)
+    finished = [t.params["candidate"] for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert sorted(finished) == ["c00", "c01", "c02"]  # each candidate once: the done one is not trained again
+    assert done[0].params["candidate"] in finished
+    assert [t.state for t in trials].count(optuna.trial.TrialState.FAIL) == 1  # the killed one's trial
+
+
+def test_two_worker_processes_share_one_study(tmp_path: Path) -> None:
+    folder = tmp_path / "sw"
+    argv = sweep_argv(tmp_path, folder, "--no-prune", "--workers", "2", steps=4)
+    done = subprocess.run(command(argv), capture_output=True, text=True, timeout=SUBPROCESS_LONG_S)
+    assert done.returncode == 0, done.stderr
+    trials = _trials(folder)
+    finished = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    seen = [(t.params.get("candidate"), t.state.name, t.user_attrs) for t in trials]
+    assert sorted(t.params["candidate"] for t in finished) == ["c00", "c01", "c02"], (seen, done.stderr)
+    assert len({t.user_attrs["worker"] for t in finished}) == 2
