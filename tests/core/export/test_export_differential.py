@@ -76,6 +76,7 @@ IMAGE_CELLS: dict[str, tuple[dict[str, Any] | None, dict[str, Any]]] = {
     "full_rank_a_plus_b": (A_PLUS_B, {"optimizer": "adamw", "lr": 1e-2, "weight_decay": 0.01}),
     "epochs_and_validation": (None, {"optimizer": "sgd_momentum", "lr": 0.02, "epochs": 2, "steps": None,
                                      "val_every": 7, "val_fraction": 0.25}),
+    "bce_loss": (None, {"optimizer": "adam", "lr": 1e-3, "loss": "bce"}),
 }
 
 

@@ -61,3 +61,9 @@ def test_a_config_field_without_an_export_rule_is_refused_naming_it():
 def test_data_the_script_cannot_open_is_refused_naming_the_field(tmp_path):
     with pytest.raises(ExportError, match="config field 'data' = 'text:"):
         render_script(FreezePlan(), SPEC, config=TrainConfig(data=f"text:{tmp_path / 'a.jsonl'}", steps=2))
+
+
+def test_a_py_loss_is_refused_naming_the_field(tmp_path):
+    (tmp_path / "my_loss.py").write_text("def loss(out, y):\n    return out.sum()\n")
+    with pytest.raises(ExportError, match="config field 'loss' = 'py:"):
+        render_script(FreezePlan(), SPEC, config=TrainConfig(loss=f"py:{tmp_path / 'my_loss.py'}:loss", steps=2))

@@ -22,6 +22,7 @@ from workbench.core.training import validation as wvalidation
 __all__ = [
     "FILE_DATA_CODE",
     "LOOP_CODE",
+    "loss_code",
     "SYNTHETIC_IMAGE_CODE",
     "SYNTHETIC_TEXT_CODE",
     "schedule_code",
@@ -51,6 +52,24 @@ def sync_code() -> str:
         Its functions, as source.
     """
     return _source(woptim._group_signature, woptim._hashable, woptim.sync_optimizer)
+
+
+def loss_code(name: str) -> str:
+    """``LOSS_FN``: the run's loss of (inputs, targets) batches, the workbench's own code for it.
+
+    Args:
+        name: a built-in loss of :data:`workbench.core.training.losses.LOSSES`.
+
+    Returns:
+        Source defining ``LOSS_FN`` (None for cross-entropy: ``batch_loss`` has it).
+    """
+    if name == "cross_entropy":
+        return "\n\nLOSS_FN = None  # cross-entropy (see batch_loss)\n"
+    from workbench.core.training import losses as wlosses
+
+    fn = {"bce": "F.binary_cross_entropy_with_logits", "mse": "F.mse_loss", "l1": "F.l1_loss"}[name]
+    return (_source(wlosses._logits, wlosses._same_shape, wlosses._ElementLoss)
+            + f"\n\nLOSS_FN = _ElementLoss({name!r}, {fn})  # the run's loss: {name}\n")
 
 
 def _holdout() -> str:
@@ -135,6 +154,8 @@ def batch_loss(model, batch) -> torch.Tensor:
         return F.cross_entropy(logits.float(), labels, ignore_index=-100)
     x, y = batch
     out = model(x)
+    if LOSS_FN is not None:
+        return LOSS_FN(out, y)
     if isinstance(out, torch.Tensor):
         return F.cross_entropy(out, y)
     loss = F.cross_entropy(out.logits if hasattr(out, "logits") else out[0], y)

@@ -26,10 +26,14 @@ from workbench.core.training.data import (
     text_task_of,
 )
 
-__all__ = ["DATA_KINDS", "RunSection", "run_section"]
+__all__ = ["DATA_KINDS", "EXPORTED_LOSSES", "RunSection", "run_section"]
 
 #: Data spec kinds the script opens as the workbench does.
 DATA_KINDS: tuple[str, ...] = ("synthetic", "imagefolder", "cifar10", "cifar100", "mnist", "fashionmnist", "svhn", "stl10")
+
+
+#: Losses the script computes with the workbench's own code (``TrainConfig.loss``).
+EXPORTED_LOSSES: tuple[str, ...] = ("cross_entropy", "bce", "mse", "l1")
 
 
 @dataclass
@@ -44,6 +48,7 @@ class RunSection:
         fit_to_data: the head takes the data's class count (file data without ``num_classes``).
         needs: extra libraries (``torchvision`` for image files).
         summary: lines for the script's docstring (what it trains).
+        loss: the run's loss (a name of :data:`EXPORTED_LOSSES`).
     """
 
     constants: list[str] = field(default_factory=list)
@@ -53,6 +58,7 @@ class RunSection:
     fit_to_data: bool = False
     needs: list[str] = field(default_factory=list)
     summary: list[str] = field(default_factory=list)
+    loss: str = "cross_entropy"
 
 
 def _kind(spec: str) -> str:
@@ -166,6 +172,16 @@ def run_section(
         out.summary.append(f"data: {config.data}, with the run's transforms")
     if target is not None and (fit_always or target != head_now):
         out.head_classes = target
+    loss = getattr(config, "loss", "cross_entropy")
+    if loss not in EXPORTED_LOSSES:
+        raise ExportError(f"config field 'loss' = {loss!r}: the exported script writes the built-in losses "
+                          f"({', '.join(EXPORTED_LOSSES)}); a py: loss is not exported yet")
+    metric = getattr(config, "metric", "accuracy")
+    if metric != "accuracy" and config.validates:
+        raise ExportError(f"config field 'metric' = {metric!r}: the exported script's validation measures accuracy only")
+    out.loss = loss
+    if loss != "cross_entropy":
+        out.summary.append(f"loss: {loss}")
     kind_row = optimizer_kind(config.optimizer)
     out.optimizer_call = kind_row.source(config, expressions={"lr": "LR"})
     steps = config.steps if config.steps is not None or config.epochs is not None else DEFAULT_STEPS

@@ -48,7 +48,7 @@ from workbench.core.export.plan_code import (
     RANDOM_BRANCH,
     SOURCE_CODE,
 )
-from workbench.core.export.run_code import LOOP_CODE, schedule_code, sync_code
+from workbench.core.export.run_code import LOOP_CODE, loss_code, schedule_code, sync_code
 from workbench.core.export.run_section import RunSection, run_section
 from workbench.core.export.tables import (
     ModelFacts,
@@ -335,6 +335,7 @@ def render_script(
     lines.append("")
     lines.append("")
     lines.append("# ---------------------------------------------------------------- the training run")
+    lines.append(loss_code(run.loss).rstrip("\n"))
     lines.append(schedule_code().rstrip("\n"))
     lines.append(sync_code().rstrip("\n"))
     hook = ("    if any(g.get(\"reparam_decay\") for g in optimizer.param_groups):\n"

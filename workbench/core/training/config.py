@@ -597,7 +597,7 @@ FIELD_EXPORT: dict[str, str] = {
                      "batch_size", "optimizer", "lr", "weight_decay", "no_decay", "momentum", "scheduler",
                      "warmup_steps", "steps", "epochs", "device", "amp", "channels_last", "compile", "num_workers",
                      "pin_memory", "seed", "on_nonfinite", "torch_threads", "log_every", "val", "val_every",
-                     "val_fraction", "text_column", "label_column", "image_column"), "script"),
+                     "val_fraction", "text_column", "label_column", "image_column", "loss", "metric"), "script"),
     **dict.fromkeys(("save_dir", "metrics_path", "tensorboard_dir", "allow_download", "cache_frozen", "cache_budget",
                      "auto_freeze_every", "auto_freeze_threshold", "auto_freeze_max"), "ignored"),
     **dict.fromkeys(("strategy", "fsdp_blocks", "auto_freeze"), "refuse"),
