@@ -6,7 +6,7 @@ Layout::
     ┌ filter / expand ─────────────┬ right_panel (tabs: Plan, Plots, Runs, Verify, Diagnostics) ┐
     │ module tree                  │                                                            │
     ├──────────────────────────────┴────────────────────────────────────────────────────────────┤
-    │ cost panel                                                                                 │
+    │ cost panel (hidden while a run goes: the plots get its height)                             │
     │ bottom_panel: training controls (data, batch, optimizer, device · Start Pause Stop)       │
     └ status bar: model · device · parameters ───────────────────────────────────────────────────┘
 
@@ -166,6 +166,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         t = self.training
         t.statusMessage.connect(self.statusBar().showMessage)
         t.runStarted.connect(self._run_started)
+        t.runs.stateChanged.connect(self._collapse_cost_panel)
         t.verifyResult.connect(self._show_verify_result)
         t.moduleActivated.connect(self.select_path)
         t.runs.moduleStatsReceived.connect(self.tree_model.set_module_stats)
@@ -534,6 +535,11 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         """Bring the plots forward when a run starts (unless the Diagnostics tab is in use)."""
         if self.right_panel.currentWidget() is not self.diagnostics:
             self.right_panel.setCurrentWidget(self.training.plots)
+
+    def _collapse_cost_panel(self, state: str) -> None:
+        """While a run goes the cost panel steps aside, so the plots get its height; it is back
+        when the run ends (with the run's measured peak beside the prediction)."""
+        self.cost_panel.setVisible(state == "idle")
 
     def _show_verify_result(self, ok: bool | None) -> None:
         index = self.right_panel.indexOf(self.training.verify)

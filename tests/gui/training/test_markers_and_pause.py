@@ -64,6 +64,7 @@ def test_marker_labels_flip_left_near_the_right_edge_and_elide_in_narrow_plots(q
 
 def test_wall_time_throughput_is_drawn_after_a_pause(window: MainWindow, qtbot: Any) -> None:
     t = window.training
+    t.plots.set_plot_shown("throughput", True)  # not in a narrow panel's default set
     t.panel.set_values(steps=100_000)
     with qtbot.waitSignal(t.runs.metricsReceived, timeout=ms(GUI_WORKER_S)):
         assert t.panel.start()

@@ -205,6 +205,13 @@ class CostPanel(QFrame):
         self.activation_label = QLabel(stats)
         self.activation_label.setTextFormat(Qt.TextFormat.RichText)
         self.activation_label.setWordWrap(True)
+        # three lines, always: the prediction and a finished run's line never grow the panel
+        # (and shrink the plots beside it); hidden, it keeps its room
+        self.activation_label.setFixedHeight(3 * self.activation_label.fontMetrics().lineSpacing() + 2)
+        self.activation_label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignTop)
+        keep = self.activation_label.sizePolicy()
+        keep.setRetainSizeWhenHidden(True)
+        self.activation_label.setSizePolicy(keep)
         self.activation_label.hide()
         grid.addWidget(self.activation_label, 5, 0, 1, 2)
         grid.setColumnStretch(0, 1)

@@ -32,6 +32,8 @@ class PlotsToolbar(QWidget):
         act_outliers: "Ignore Outliers".
         act_legends: "Legends" (shown or hidden).
         show_actions: ``{key: QAction}``, one checkable "show this plot" per plot.
+        act_auto_plots: "Fit the Width" (the default set for the panel's width: all plots when
+            wide, loss, step time, memory and trainable when narrow).
         log_actions: ``{key: QAction}``, one checkable "log scale" per plot.
         save_button / csv_button: Save PNG… and Export CSV….
     """
@@ -58,6 +60,13 @@ class PlotsToolbar(QWidget):
         self.view_button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
         menu = QMenu(self.view_button)
         plots_menu = menu.addMenu("Plots")
+        self.act_auto_plots = QAction("Fit the Width (Default)", plots_menu)
+        self.act_auto_plots.setCheckable(True)
+        self.act_auto_plots.setChecked(True)
+        self.act_auto_plots.setToolTip("Show the plots that fit the panel's width: all of them when wide; loss, "
+                                       "step time, memory and trainable when narrow")
+        plots_menu.addAction(self.act_auto_plots)
+        plots_menu.addSeparator()
         self.show_actions: dict[str, QAction] = {}
         for key, title in plot_keys:
             act = QAction(title, plots_menu)

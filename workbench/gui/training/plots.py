@@ -42,10 +42,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.core.formatting import fmt_count
-from workbench.core.training.metrics import fmt_memory
 from workbench.core.training.task_metrics import metric_label
 from workbench.gui.qt_compat import protect_none_refcount
+from workbench.gui.training import plot_grid
 from workbench.gui.training.plot_axes import PlotAxes
 from workbench.gui.training.plot_bands import PauseBands
 from workbench.gui.training.plot_canvas import ShortTicks, TimedGraphics
@@ -53,10 +52,10 @@ from workbench.gui.training.plot_markers import STAGE_RE, Marker, MarkerLayer, m
 from workbench.gui.training.plot_ranges import (
     coarse_range,
     drawing_budget,
-    grid_columns,
     pause_intervals,
     robust_bounds,
 )
+from workbench.gui.training.plot_readout import VAL_COLOR, readout_lines, save_plots_png, shown_run_curves
 from workbench.gui.training.plot_style import clip_label, is_dark, pen, plot_theme, run_color
 from workbench.gui.training.plot_toolbar import PlotsToolbar
 from workbench.gui.training.run_store import RunRecord, validation_text
@@ -80,6 +79,8 @@ PLOT_KEYS: tuple[tuple[str, str], ...] = (
 )
 #: The plots in grid order (row by row): loss and validation accuracy side by side.
 GRID_ORDER: tuple[str, ...] = ("step_time", "memory", "trainable", "throughput", "loss", "accuracy", "lr")
+#: Height of a plot's title row (pixels): one 9-pt line, the rest goes to the data.
+TITLE_ROW_PX = 18
 #: Most redraws per second while a run is shown live (the timer's rate).
 REDRAW_HZ = 15
 #: Longest wait between two redraws of a live run, whatever the budget.
@@ -88,18 +89,12 @@ MAX_FRAME_INTERVAL_S = 1.0
 
 #: Columns with values only at the steps that validated: drawn point to point, with dots.
 _SPARSE = frozenset({"val_loss", "val_acc"})
-#: The shown run's validation colour (its training loss is red).
-_VAL_COLOR = (31, 119, 180)
+_VAL_COLOR = VAL_COLOR
 #: Colours of the learning-rate curves, one per param group scale, in the order they appear.
 _LR_COLORS = (
     (31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14),
     (23, 170, 190), (188, 189, 34), (227, 119, 194), (127, 127, 127), (140, 86, 75),
 )
-
-
-def _mb(v: float | None) -> str:
-    """A memory figure of the buffer (MB) as every read-out writes it (core's :func:`fmt_memory`)."""
-    return fmt_memory(None if v is None else v * 1e6)
 
 
 @dataclass
@@ -178,6 +173,7 @@ class PlotsPanel(PlotAxes, QWidget):
             act.toggled.connect(lambda on, key=key: self.set_log(key, on))
         for key, act in self.show_actions.items():
             act.toggled.connect(lambda on, key=key: self.set_plot_shown(key, on))
+        bar.act_auto_plots.toggled.connect(self.set_auto_plots)
 
         before = set(QApplication.topLevelWidgets())
         self.graphics = TimedGraphics(self)
@@ -224,7 +220,10 @@ class PlotsPanel(PlotAxes, QWidget):
         self.readout = pg.LabelItem(justify="left", size="9pt")
         clip_label(self.readout, shrink_height=True)  # a short screen: the plots keep their rows
         self.columns = 0
-        self._arrange(2)
+        self._chosen: list[str] | None = None  # the user's View ▸ Plots choice (None: fit the width)
+        self.enlarged: str | None = None
+        self._layout: tuple[Any, ...] = ()
+        self.columns = plot_grid.place(self.graphics.ci.layout, self.plots, self.readout, self.shown_keys, 600, 0, None)
         # legends bottom-left: before a freeze, step time and memory are high there
         self._legend_step = self.plots["step_time"].addLegend(offset=(4, -4), labelTextSize="8pt", verSpacing=-6)
         self._legend_mem = self.plots["memory"].addLegend(offset=(4, -4), labelTextSize="8pt", verSpacing=-6)
@@ -233,25 +232,7 @@ class PlotsPanel(PlotAxes, QWidget):
         self._legend_lr = self.plots["lr"].addLegend(offset=(-4, 4), labelTextSize="8pt", verSpacing=-6)
         self.lr_curves: dict[float, pg.PlotDataItem] = {}
 
-        blue, red, green, purple, grey = (31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (120, 120, 120)
-        sp, mp, tp, lp, hp, ap = (self.plots[k] for k in ("step_time", "memory", "trainable", "loss", "throughput", "accuracy"))
-        # antialiasing only where it shows (smooth and step curves): it costs a third of a repaint
-        self.curves: dict[str, pg.PlotDataItem] = {
-            "step_ms": sp.plot(pen=pen(blue, 1, alpha=90), name="raw"),
-            "step_ms_ema": sp.plot(pen=pen(blue, 2), name="this run (EMA)", antialias=True),
-            "mem_alloc": mp.plot(pen=pen(blue, 2), name="RSS", antialias=True),
-            "mem_peak": mp.plot(pen=pen(red, 1.5, Qt.PenStyle.DashLine), name="peak RSS"),
-            "mem_reserved": mp.plot(pen=pen(grey, 1.5, Qt.PenStyle.DotLine), name="reserved"),
-            "state_mb": mp.plot(pen=pen(green, 1.5, Qt.PenStyle.DashDotLine), name="grads + optimizer state"),
-            "trainable": tp.plot(pen=pen(green, 2), antialias=True),
-            "loss": lp.plot(pen=pen(red, 1, alpha=90)),
-            "loss_ema": lp.plot(pen=pen(red, 2), name="training (EMA)", antialias=True),
-            "throughput": hp.plot(pen=pen(purple, 1.5)),
-            "val_loss": lp.plot(pen=pen(_VAL_COLOR, 2), name="validation", antialias=True,
-                                symbol="o", symbolSize=5, symbolPen=None, symbolBrush=QColor(*_VAL_COLOR)),
-            "val_acc": ap.plot(pen=pen(_VAL_COLOR, 2), antialias=True,
-                               symbol="o", symbolSize=5, symbolPen=None, symbolBrush=QColor(*_VAL_COLOR)),
-        }
+        self.curves: dict[str, pg.PlotDataItem] = shown_run_curves(self.plots)
         self.apply_theme()
         self._set_memory_names("rss")
 
@@ -476,6 +457,7 @@ class PlotsPanel(PlotAxes, QWidget):
             shown = QFontMetricsF(font).elidedText(full, Qt.TextElideMode.ElideRight, width - margins - 1)
         if force or shown != label.text:
             self.plots[key].setTitle(shown, size="9pt", color=self._theme["title"])
+            self.plots[key].layout.setRowFixedHeight(0, TITLE_ROW_PX)  # pyqtgraph's 30 px: a 9-pt line needs less
         tip = [full] if shown != full else []
         label.setToolTip("\n".join(tip + ([self._title_tips[key]] if key in self._title_tips else [])))
 
@@ -581,41 +563,58 @@ class PlotsPanel(PlotAxes, QWidget):
         title = "Validation accuracy (%)" if name == "accuracy" else f"Validation {metric_label(name)}"
         self._set_plot_title("accuracy", title + ("" if measured else " · not measured"))
 
-    def _arrange(self, columns: int, force: bool = False) -> None:
-        """Place the shown plots in :data:`GRID_ORDER` on ``columns`` columns, the read-out in
-        the cells left on the last row; hidden plots leave the grid."""
-        if columns == self.columns and not force:
-            return
-        grid = self.graphics.ci.layout
-        for item in [*self.plots.values(), self.readout]:
-            for i in range(grid.count()):
-                if grid.itemAt(i) is item:
-                    grid.removeAt(i)
-                    break
-        items = [self.plots[key] for key in GRID_ORDER if key in self.shown_keys] + [self.readout]
-        for key, plot in self.plots.items():
-            plot.setVisible(key in self.shown_keys)
-        for i, item in enumerate(items):
-            span = columns - i % columns if item is self.readout else 1
-            grid.addItem(item, i // columns, i % columns, 1, span)
-        rows = (len(items) + columns - 1) // columns
-        for r in range(len(GRID_ORDER) + 1):
-            grid.setRowStretchFactor(r, 1 if r < rows else 0)
-        for c in range(3):
-            grid.setColumnStretchFactor(c, 1 if c < columns else 0)
-        self.columns = columns
-
     def _canvas_resized(self, force: bool = False) -> None:
-        """Columns by the canvas's width only (:func:`grid_columns`: a neighbour growing in
-        height never makes the grid jump), of equal widths (a long plot title must not take a
-        column's width from the others)."""
+        """Columns by the canvas's width only (a neighbour growing in height never makes the grid
+        jump), of equal widths (a long plot title must not take a column's width from the
+        others); by default the plots that fit the width (:mod:`~workbench.gui.training.plot_grid`)."""
         w = self.graphics.width()
-        self._arrange(grid_columns(w, len(self.shown_keys), self.columns), force)
+        if self._chosen is None:
+            auto = plot_grid.auto_keys(w, GRID_ORDER)
+            if auto != self.shown_keys:
+                self.shown_keys = auto
+                self._check_shown_actions()
+                force = True
         grid = self.graphics.ci.layout
-        width = max(40.0, (w - 4 - 4 * (self.columns - 1)) / self.columns)
-        for c in range(3):
-            grid.setColumnFixedWidth(c, width if c < self.columns else 0.0)
+        layout = (w, tuple(self.shown_keys), self.enlarged)
+        if force or layout != self._layout:
+            self._layout = layout
+            self.columns = plot_grid.place(grid, self.plots, self.readout, self.shown_keys, w, self.columns,
+                                           self.enlarged)
         self._fit_legends()
+
+    def _check_shown_actions(self) -> None:
+        for key, act in self.show_actions.items():
+            act.blockSignals(True)
+            act.setChecked(key in self.shown_keys)
+            act.blockSignals(False)
+        self.toolbar.act_auto_plots.blockSignals(True)
+        self.toolbar.act_auto_plots.setChecked(self._chosen is None)
+        self.toolbar.act_auto_plots.blockSignals(False)
+
+    @property
+    def chosen_keys(self) -> list[str] | None:
+        """The plots the user chose to show (View ▸ Plots), or None: the default set for the width."""
+        return None if self._chosen is None else list(self._chosen)
+
+    def set_auto_plots(self, on: bool = True) -> None:
+        """Show the default set for the width (View ▸ Plots ▸ Fit the Width), or keep what shows now.
+
+        Args:
+            on: the default set (False: the plots shown now become the user's choice).
+        """
+        self._chosen = None if on else list(self.shown_keys)
+        self._check_shown_actions()
+        self._canvas_resized(force=True)
+        self.viewChanged.emit()
+
+    def set_enlarged(self, key: str | None) -> None:
+        """Enlarge one plot over the grid's width, the others as small multiples below (None: the grid).
+
+        Args:
+            key: a shown plot's key, or None.
+        """
+        self.enlarged = key if key in self.shown_keys else None
+        self._canvas_resized(force=True)
 
     def set_plot_shown(self, key: str, on: bool) -> None:
         """Show or hide one plot (the View ▸ Plots list); the others fill the grid.
@@ -633,21 +632,31 @@ class PlotsPanel(PlotAxes, QWidget):
             act.setChecked(bool(on))
             act.blockSignals(False)
         shown = [k for k in GRID_ORDER if (k == key and on) or (k != key and k in self.shown_keys)]
-        if shown == self.shown_keys:
+        chosen_before = self._chosen
+        self._chosen = shown
+        if shown == self.shown_keys and chosen_before is not None:
             return
         self.shown_keys = shown
+        self._check_shown_actions()
         self._canvas_resized(force=True)
         self.viewChanged.emit()
 
     def set_shown_plots(self, keys: Iterable[str]) -> None:
-        """Show exactly these plots (unknown keys are skipped; none known: all show).
+        """Show exactly these plots (unknown keys are skipped); none known, or every plot (the
+        default of earlier versions): the default set for the width.
 
         Args:
             keys: plot keys.
         """
-        wanted = {k for k in keys if k in self.plots} or set(GRID_ORDER)
-        for key in GRID_ORDER:
-            self.set_plot_shown(key, key in wanted)
+        wanted = [k for k in GRID_ORDER if k in set(keys)]
+        if not wanted or wanted == list(GRID_ORDER):
+            self.set_auto_plots(True)
+            return
+        self._chosen = wanted
+        self.shown_keys = wanted
+        self._check_shown_actions()
+        self._canvas_resized(force=True)
+        self.viewChanged.emit()
 
     def set_legends_shown(self, on: bool) -> None:
         """Show or hide the legends (View ▸ Legends); shown, a legend too wide for its plot stays hidden.
@@ -759,8 +768,14 @@ class PlotsPanel(PlotAxes, QWidget):
         self.redraw()
 
     def _mouse_clicked(self, event: Any) -> None:
+        """A double click fits the plots to their data and enlarges the plot under it (the
+        others as small multiples), or puts an enlarged plot back in the grid."""
         if event.double():
             self.fit_view()
+            pos = event.scenePos()
+            key = next((k for k in self.shown_keys if self.plots[k].sceneBoundingRect().contains(pos)), None)
+            if key is not None:
+                self.set_enlarged(None if key == self.enlarged else key)
 
     def set_x_mode(self, mode: str) -> None:
         """Plot against ``"step"`` or ``"wall"`` time (seconds since the run started).
@@ -950,55 +965,7 @@ class PlotsPanel(PlotAxes, QWidget):
         Returns:
             The text (``""`` without data).
         """
-        buf = self.buffer
-        row = buf.nearest(self._x, x) if x is not None else None
-        if row is None:
-            if not buf.total:
-                return ""
-            row = {name: buf.last(name) for name in ("step", "wall", "step_ms", "step_ms_ema", "mem_alloc", "mem_peak",
-                                                    "mem_reserved", "state_mb", "trainable", "loss", "loss_ema",
-                                                    "throughput")}
-            x = None
-
-        def f(v: float, fmt: str) -> str:
-            return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
-
-        names = {"cuda": ("allocated", "peak"), "mps": ("allocated", "peak")}.get(self._memory_kind, ("RSS growth", "peak"))
-        lines = [
-            f"step {f(row['step'], '.0f')} · {f(row['wall'], '.1f')} s",
-            f"step time {f(row['step_ms'], '.1f')} ms (EMA {f(row['step_ms_ema'], '.1f')})",
-            f"{names[0]} {_mb(row['mem_alloc'])} · {names[1]} {_mb(row['mem_peak'])}"
-            + (f" · reserved {f(row['mem_reserved'], ',.0f')} MB" if not math.isnan(row["mem_reserved"]) else ""),
-            f"grads + optimizer state {f(row['state_mb'], ',.1f')} MB",
-            f"trainable {fmt_count(int(row['trainable'])) if not math.isnan(row['trainable']) else '–'}"
-            f" · {f(row['throughput'], ',.1f')} samples/s",
-            f"loss {f(row['loss'], '.4f')} (EMA {f(row['loss_ema'], '.4f')})",
-        ]
-        val = buf.latest("val_loss", self._x, x)
-        if val is not None:
-            acc = buf.latest("val_acc", self._x, x)
-            where = f"step {val[0]:.0f}" if self._x == "step" else f"{val[0]:.1f} s"
-            lines.append(f"val loss {val[1]:.4f}" + (f" · acc {acc[1]:.1f} %" if acc is not None else "") + f" ({where})")
-        lrs = buf.lr_near(self._x, x)
-        if lrs:  # each group's lr is the run's lr times its scale: the plot has the curves
-            top, lo, hi = lrs[max(lrs)], min(lrs), max(lrs)
-            lines.append(f"lr {top:.3g}" + (f" · {len(lrs)} groups ×{lo:.3g}–{hi:.3g}" if len(lrs) > 1 else ""))
-        near = self._marker_near(row["step"] if self._x == "step" else row["wall"])
-        if near is not None:
-            lines.append(f"⟂ {near.full}")
-        if x is not None:
-            for ov in self.overlays.values():
-                orow = ov.buffer.nearest(self._x, x)
-                if orow is None:
-                    continue
-                mem_v = orow["mem_alloc"]
-                oval = ov.buffer.latest("val_loss", self._x, x)
-                lines.append(
-                    f"{ov.record.name} @ {f(orow['step'], '.0f')}: {f(orow['step_ms_ema'], '.1f')} ms · "
-                    f"loss {f(orow['loss_ema'], '.3f')}" + (f" · val {oval[1]:.3f}" if oval is not None else "")
-                    + f" · {f(mem_v, ',.0f')} MB"
-                )
-        return "\n".join(lines)
+        return readout_lines(self.buffer, self._x, x, self._memory_kind, self._marker_near, self.overlays.values())
 
     def _marker_near(self, x: float) -> Marker | None:
         return self._markers.near(x, max(1.0, (self.buffer.last(self._x) or 1.0) * 0.02))
@@ -1022,24 +989,5 @@ class PlotsPanel(PlotAxes, QWidget):
         Returns:
             The path written, or None when cancelled or it failed.
         """
-        from workbench.core.atomic import atomic_path
-        from workbench.gui import dialogs
-
-        if path is None:
-            ask = self._save_file or dialogs.save_file
-            stem = (self.record.name if self.record else "plots").replace("#", "run").replace(" ", "_").replace("·", "")
-            path = ask(self, "Save plots as PNG", f"{stem}.png", "PNG images (*.png)")
-            if not path:
-                return None
-            if not path.lower().endswith(".png"):
-                path += ".png"
-        self.redraw()
-        image = self.graphics.grab()
-        try:
-            with atomic_path(path) as tmp:
-                if not image.save(str(tmp), "PNG"):
-                    raise OSError("the image could not be encoded")
-        except OSError as e:
-            dialogs.error(self, "Cannot save plots", f"{path}: {e}; choose another folder or file name")
-            return None
-        return str(path)
+        return save_plots_png(self, self.graphics, self.record.name if self.record else "plots", self._save_file,
+                              self.redraw, path)

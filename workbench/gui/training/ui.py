@@ -223,7 +223,8 @@ class TrainingUI(QObject):
         s = self._settings
         if s is None:
             return
-        s.setValue("plots/shown", ",".join(self.plots.shown_keys))
+        chosen = self.plots.chosen_keys  # None: the default set for the width, saved as ""
+        s.setValue("plots/shown", ",".join(chosen or []))
         s.setValue("plots/legends", self.plots.legends_shown)
 
     # ------------------------------------------------------------ the end
