@@ -227,3 +227,42 @@ def test_no_cycle_between_packages_even_through_type_only_imports():
                 units.setdefault(_unit(src), set()).add(_unit(dst))
     cycle = _find_cycle(units)
     assert cycle is None, "import cycle through type-only imports: " + " -> ".join(cycle)
+
+
+#: The most lines a module of workbench/ may have (one concept per file).
+MAX_LINES = 1000
+
+
+def test_no_module_is_over_the_line_limit():
+    long = [f"{p.relative_to(ROOT.parent)}: {n} lines" for p in sorted(ROOT.rglob("*.py"))
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_LINES]
+    assert not long, f"modules over {MAX_LINES} lines (split them by concept):\n" + "\n".join(long)
+
+
+def _private_imports(tree: ast.AST, name: str) -> list[str]:
+    """Private names (``_x``, not dunders) a module imports by name from another workbench module."""
+    return [f"{node.lineno}: {alias.name} from {node.module}" for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("workbench") and node.module != name
+            for alias in node.names if alias.name.startswith("_") and not alias.name.startswith("__")]
+
+
+def test_no_private_name_is_imported_across_modules():
+    found = [f"{path.relative_to(ROOT.parent)}:{hit}" for name, path in sorted(_modules().items())
+             for hit in _private_imports(ast.parse(path.read_text(encoding="utf-8")), name)]
+    assert not found, "private names used across modules (make them public, or move them):\n" + "\n".join(found)
+
+
+def test_the_size_and_private_checks_can_fail():
+    tree = ast.parse("from workbench.a import _x, y, __version__\nfrom workbench.c import _own\n")
+    assert _private_imports(tree, "workbench.c") == ["1: _x from workbench.a"]
+    assert "test_no_module_is_over_the_line_limit" in globals() and MAX_LINES == 1000
+
+
+def test_no_cycle_inside_the_plan_even_through_type_only_imports():
+    """The plan's checkers are typed with protocols (``specs.ResolvedPlan``,
+    ``checkpoint_fit.StagedRules``, ``fast.resolve.RulePlan``), not with the plan class that
+    imports them."""
+    plan = {src: {d for d in dsts if d.startswith("workbench.core.plan")}
+            for src, dsts in _graph(typing=True).items() if src.startswith("workbench.core.plan")}
+    cycle = _find_cycle(plan)
+    assert cycle is None, "type-only import cycle in core/plan: " + " -> ".join(cycle)

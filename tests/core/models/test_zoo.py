@@ -217,7 +217,7 @@ def test_download_checks_the_hash_in_the_file_name_and_leaves_no_partial_file(
 ) -> None:
     from types import SimpleNamespace
 
-    from workbench.core.models.zoo import _download_weights
+    from workbench.core.models.torchvision_models import _download_weights
 
     url, payload = served
     good = hashlib.sha256(payload).hexdigest()[:8]

@@ -38,14 +38,17 @@ def test_summary_and_readiness_count_param_level_freezing():
     assert check_plan(frozen_all, tree).trainable is False
 
 
-def test_gui_state_counts_param_level_freezing():
-    from workbench.gui.plan.state import PlanState
+def test_fast_counts_count_param_level_freezing():
+    from workbench.core.plan.fast.counts import Own, count_plan
+    from workbench.core.plan.fast.layout import layout
 
     tree = ModelTree.from_model(_mlp())
     plan = FreezePlan.from_dict({"rules": [{"select": "*", "frozen": True}, {"select": "param:*.bias", "frozen": False}]})
-    state = PlanState.compute(tree, plan)
-    assert state.counts.trainable == 110
-    assert state.node("0").trainable == 100 and state.node("0").frozen == "mixed"
+    rows = count_plan(plan, tree)
+    assert rows.totals(tree).trainable == 110
+    lay = layout(tree)
+    i = lay.index["0"]
+    assert int(lay.total[i] - rows.sums[i, Own.FROZEN]) == 100
 
 
 def test_schema_documents_param_selectors_eval_weight_decay_and_lr_decay():

@@ -12,12 +12,12 @@ from hypothesis import strategies as st
 from torch import nn
 
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.fast.layout import layout
+from workbench.core.plan.fast.resolve import edit_region, resolve_groups, supported
 from workbench.core.plan.readiness import check_plan
 from workbench.core.plan.rules import FreezePlan, Rule
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.plan import edits as plan_edits
-from workbench.gui.plan import flat
-from workbench.gui.plan.incremental import edit_region, supported
 from workbench.gui.plan.state import PlanState
 
 
@@ -98,10 +98,10 @@ def test_incremental_state_equals_a_full_recount(steps: list[tuple[str, str, str
         assert state.effective == resolved
         assert state.readiness == check_plan(plan, TREE)
         if supported(plan):  # any subtree resolved alone gets what the whole plan gives it
-            lay = flat.layout(TREE)
+            lay = layout(TREE)
             for top in ("0", "1.1", "1.1.0.1"):
                 rows = np.arange(lay.index[top], lay.end[lay.index[top]])
-                group, effs = flat.resolve_groups(plan, TREE, rows)
+                group, effs = resolve_groups(plan, TREE, rows)
                 assert [effs[g] for g in group] == [resolved[lay.paths[i]] for i in rows]
         if state.changed is not None:  # the rows left out of the recount kept their state
             assert state.base is before
@@ -126,8 +126,8 @@ def test_plans_outside_module_rules_resolve_in_full() -> None:
     plan = FreezePlan(rules=[Rule("param:*.bias", frozen=True)])
     assert not supported(plan)
     assert edit_region(FreezePlan(), plan, TREE) is None
-    lay = flat.layout(TREE)
-    group, effs = flat.resolve_groups(FreezePlan(rules=[Rule("0", frozen=True)]), TREE, np.array([lay.index["0.0.0"]]))
+    lay = layout(TREE)
+    group, effs = resolve_groups(FreezePlan(rules=[Rule("0", frozen=True)]), TREE, np.array([lay.index["0.0.0"]]))
     assert effs[group[0]].frozen
 
 
@@ -193,9 +193,9 @@ def test_many_rows_changed_announce_the_expanded_rows_whole(window: Any) -> None
 def test_a_rule_per_module_resolves_like_the_plan() -> None:
     """Many groups (one per module, codes past a bit per rule): the sort-based grouping."""
     plan = FreezePlan(rules=[Rule(p, lr_scale=1.0 + i) for i, p in enumerate(PATHS)] + [Rule("type:Conv2d", frozen=True)])
-    lay = flat.layout(TREE)
+    lay = layout(TREE)
     rows = np.arange(len(PATHS))
-    group, effs = flat.resolve_groups(plan, TREE, rows)
+    group, effs = resolve_groups(plan, TREE, rows)
     resolved = plan.resolve(TREE)
     assert len(effs) == len(PATHS)
     assert [effs[g] for g in group] == [resolved[lay.paths[i]] for i in rows]

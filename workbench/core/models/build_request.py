@@ -17,7 +17,7 @@ from types import ModuleType
 
 import torch
 
-from workbench.core.models.zoo import ModelSourceError
+from workbench.core.models.source_errors import ModelSourceError
 
 __all__ = ["BuildRequest", "device_context", "did_you_mean", "first_line", "missing_extra_message", "require_extra"]
 

@@ -28,7 +28,7 @@ from workbench.core.models.build_request import (
     first_line,
     require_extra,
 )
-from workbench.core.models.zoo import ModelSourceError
+from workbench.core.models.source_errors import ModelSourceError
 
 __all__ = [
     "auto_class_name",

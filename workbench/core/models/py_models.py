@@ -21,7 +21,8 @@ from types import ModuleType
 from torch import nn
 
 from workbench.core.models.build_request import BuildRequest, device_context, first_line
-from workbench.core.models.zoo import ModelSourceError, replace_head
+from workbench.core.models.heads import replace_head
+from workbench.core.models.source_errors import ModelSourceError
 
 __all__ = ["build_py", "code_preview", "split_py_name"]
 

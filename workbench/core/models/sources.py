@@ -55,11 +55,11 @@ from workbench.core.models.script_code import (
     timm_script,
     torchvision_script,
 )
-from workbench.core.models.zoo import (
-    ModelSourceError,
-    _check_model_name,
-    _classification_names,
+from workbench.core.models.source_errors import ModelSourceError
+from workbench.core.models.torchvision_models import (
     build_model,
+    check_model_name,
+    classification_names,
     model_input_size,
     weights_cached,
 )
@@ -202,14 +202,14 @@ class ModelSource:
 def _build_torchvision(req: BuildRequest) -> nn.Module:
     if not req.meta:
         return build_model(req.name, req.weights, req.num_classes, allow_download=req.allow_download)
-    name = _check_model_name(req.name)
+    name = check_model_name(req.name)
     kwargs = {"num_classes": req.num_classes} if req.num_classes is not None else {}
     with device_context(True):
         return torchvision.models.get_model(name, weights=None, **kwargs)
 
 
 def _torchvision_names(pattern: str) -> list[str]:
-    return [n for n in _classification_names() if fnmatch.fnmatch(n, pattern or "*")]
+    return [n for n in classification_names() if fnmatch.fnmatch(n, pattern or "*")]
 
 
 def _torchvision_cached(name: str, weights: str | None) -> bool:

@@ -13,6 +13,9 @@ from typing import Any, Literal
 
 from torch import nn
 
+from workbench.core.models.checkpoints import load_checkpoint, load_weights_into
+from workbench.core.models.heads import current_num_classes, replace_head
+from workbench.core.models.source_errors import ModelSourceError
 from workbench.core.models.sources import (
     DEFAULT_SOURCE,
     SOURCES,
@@ -20,14 +23,7 @@ from workbench.core.models.sources import (
     check_code_origin,
     parse_model_spec,
 )
-from workbench.core.models.zoo import (
-    ModelSourceError,
-    build_model,
-    current_num_classes,
-    load_checkpoint,
-    load_weights_into,
-    replace_head,
-)
+from workbench.core.models.torchvision_models import build_model
 
 __all__ = ["FROM_A_FILE", "ModelSpec"]
 

@@ -11,16 +11,27 @@ so it is skipped too.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import Protocol
 
 from workbench.core.plan.problems import PlanProblem
+from workbench.core.plan.rule import Rule, Stage
 from workbench.core.plan.selectors import is_pattern, matcher
 from workbench.core.plan.tree import ModelTree
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from workbench.core.plan.rules import FreezePlan, Rule
+__all__ = ["CONTAINER_TYPES", "StagedRules", "checkpoint_problems", "outermost_fitting", "unfit_reason"]
 
-__all__ = ["CONTAINER_TYPES", "checkpoint_problems", "outermost_fitting", "unfit_reason"]
+
+class StagedRules(Protocol):
+    """What the checkpointing check reads of a plan (a :class:`~workbench.core.plan.rules.FreezePlan`)."""
+
+    @property
+    def rules(self) -> Sequence[Rule]:
+        """The base rules, in order."""
+
+    @property
+    def stages(self) -> Sequence[Stage]:
+        """The stages, in the order they are reached."""
 
 #: Module classes without a forward of their own (calling them raises).
 CONTAINER_TYPES: frozenset[str] = frozenset({"ModuleList", "ModuleDict", "ParameterList", "ParameterDict"})
@@ -69,7 +80,7 @@ def outermost_fitting(paths: list[str], tree: ModelTree) -> list[str]:
     return out
 
 
-def checkpoint_problems(plan: FreezePlan, tree: ModelTree) -> list[PlanProblem]:
+def checkpoint_problems(plan: StagedRules, tree: ModelTree) -> list[PlanProblem]:
     """Rules (stages included) that ask for checkpointing of a module that cannot use it.
 
     A plain path must name a module that fits; a glob or ``type:`` selector must reach at
@@ -85,7 +96,7 @@ def checkpoint_problems(plan: FreezePlan, tree: ModelTree) -> list[PlanProblem]:
     m = matcher(tree)
     problems: list[PlanProblem] = []
 
-    def check(rules: list[Rule], stage: int | None) -> None:
+    def check(rules: Sequence[Rule], stage: int | None) -> None:
         for i, r in enumerate(rules):
             if not r.checkpoint:
                 continue

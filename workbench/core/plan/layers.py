@@ -51,7 +51,9 @@ def _block_layers(model: nn.Module, names: list[str]) -> dict[str, int]:
     out: dict[str, int] = {}
     seen_blocks = False
     for n in names:
-        hit = next((i for p, i in index.items() if n.startswith(p + ".")), None)
+        # the block is the segment after the prefix (a child's name holds no dot): one lookup
+        head, dot, _rest = n[len(prefix):].partition(".") if n.startswith(prefix) else ("", "", "")
+        hit = index.get(f"{prefix}{head}") if dot else None
         if hit is not None:
             seen_blocks = True
             out[n] = hit

@@ -28,6 +28,7 @@ from torch import nn
 from workbench.core import safe_json
 from workbench.core.plan.lora_variants import VARIANTS
 from workbench.core.plan.problems import PlanError, PlanProblem
+from workbench.core.plan.reparam_spec import LOW_RANK_LAYERS
 from workbench.core.plan.safe_regex import RegexRefusedError, linear_fullmatch
 
 __all__ = ["CONFIG_FILE", "SUPPORTED_LAYERS", "peft_plan_dict", "read_peft_config", "target_paths"]
@@ -35,7 +36,7 @@ __all__ = ["CONFIG_FILE", "SUPPORTED_LAYERS", "peft_plan_dict", "read_peft_confi
 #: The adapter config file of a PEFT adapter folder.
 CONFIG_FILE = "adapter_config.json"
 #: Class names of the layers a LoRA target may be (what low-rank A+B supports).
-SUPPORTED_LAYERS = ("Linear", "Conv1d", "Conv2d", "Conv1D", "Embedding")
+SUPPORTED_LAYERS = LOW_RANK_LAYERS
 
 
 def _problem(field: str, msg: str) -> PlanError:

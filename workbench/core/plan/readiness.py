@@ -15,10 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanProblem
+from workbench.core.plan.keys import Effective
+from workbench.core.plan.problems import PlanError, PlanProblem
 from workbench.core.plan.selectors import is_param_selector
 from workbench.core.plan.tree import ModelTree
+
+if TYPE_CHECKING:  # pragma: no cover - typing only (the freezing layer imports this module)
+    from workbench.core.plan.rules import FreezePlan
 
 __all__ = ["NOTHING_TRAINABLE", "PlanReadiness", "check_plan", "leaves_trainable", "plan_leaves_trainable"]
 

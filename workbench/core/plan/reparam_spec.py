@@ -29,14 +29,21 @@ from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.core.suggest import did_you_mean
 
 __all__ = [
-    "DISTS", "INITS", "KIND", "LowRank", "MODES", "ReparamError", "ReparamSpec", "Source", "SpecInput",
-    "changes_function", "describe", "parse_spec",
+    "DISTS", "INITS", "KIND", "LOW_RANK_LAYERS", "LowRank", "MODES", "ReparamError", "ReparamSpec", "Source",
+    "SpecInput", "WEIGHT_IN_OUT", "changes_function", "describe", "parse_spec",
 ]
 
 KIND = "a_plus_b"
 MODES = ("exact", "fused")
 DISTS = ("uniform", "normal")
 INITS = ("kaiming", "gaussian")
+#: Layer types low-rank A+B adapts, by the class name the tree shows (others in a rule's reach
+#: keep plain parameters): the one list the plan's counts, PEFT configs, the checks and the
+#: freezing layer read.
+LOW_RANK_LAYERS: tuple[str, ...] = ("Linear", "Conv1d", "Conv2d", "Conv1D", "Embedding")
+#: Those of :data:`LOW_RANK_LAYERS` whose weight is stored ``in x out`` (transformers' ``Conv1D``,
+#: ``Embedding``: rows are inputs); the others store ``out x in``.
+WEIGHT_IN_OUT: tuple[str, ...] = ("Conv1D", "Embedding")
 _BASE_KEYS = ("kind", "a", "b_init", "mode", "params", "rank", "alpha", "dropout", "init")
 _RANDOM_KEYS = ("seed", "dist", "scale")
 

@@ -6,13 +6,18 @@ from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 from typing import Any
 
+from workbench.core.plan.fast.resolve import resolve_rules, rules_supported
 from workbench.core.plan.keys import INHERITED_KEYS, PARAM_KEYS, SETTING_KEYS, Effective, cache_key, effective_from
 from workbench.core.plan.layer_decay import module_scales, parameter_scales
 from workbench.core.plan.rule import Rule
 from workbench.core.plan.selectors import is_param_selector, matcher
 from workbench.core.plan.tree import ModelTree
 
-__all__ = ["effectives", "kept_paths", "resolve_modules", "resolve_params", "rule_state"]
+__all__ = ["FAST_MODULES", "effectives", "kept_paths", "resolve_modules", "resolve_params", "rule_state"]
+
+#: Trees with at least this many modules resolve a plan of module rules alone with the fast
+#: engine (:func:`~workbench.core.plan.fast.resolve.resolve_rules`; equal results, property-tested).
+FAST_MODULES = 1000
 
 
 def rule_state(rules: Sequence[Rule], tree: ModelTree) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
@@ -74,6 +79,8 @@ def resolve_modules(rules: Sequence[Rule], unselected: str, lr_decay: float | No
     Returns:
         ``{path: Effective}`` for every module of the tree.
     """
+    if len(tree) >= FAST_MODULES and rules_supported(rules, unselected, lr_decay):
+        return resolve_rules(rules, tree)
     state, _ = rule_state(rules, tree)
     if lr_decay is not None:
         for p, scale in module_scales(tree, lr_decay).items():

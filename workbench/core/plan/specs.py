@@ -7,18 +7,30 @@ in :data:`SPECS`, a row in :data:`workbench.core.plan.keys.RULE_KEYS`, and its i
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
+from workbench.core.plan.keys import Effective
 from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.problems import PlanProblem
 from workbench.core.plan.reparam_spec import ReparamSpec
+from workbench.core.plan.rule import Rule
 from workbench.core.plan.spec_base import ExtensionSpec
 from workbench.core.plan.tree import ModelTree
 
-if TYPE_CHECKING:  # pragma: no cover - typing only
-    from workbench.core.plan.rules import FreezePlan
+__all__ = ["SPECS", "ResolvedPlan", "check_extensions", "rule_index_for", "spec_class"]
 
-__all__ = ["SPECS", "check_extensions", "rule_index_for", "spec_class"]
+
+class ResolvedPlan(Protocol):
+    """What the extension checks read of a plan (a :class:`~workbench.core.plan.rules.FreezePlan`):
+    its rules and its resolution on a tree."""
+
+    @property
+    def rules(self) -> Sequence[Rule]:
+        """The base rules, in order."""
+
+    def resolve(self, model_or_tree: ModelTree) -> Mapping[str, Effective]:
+        """Settings in force per module."""
 
 #: Extension spec classes, in the order they are installed on a module.
 SPECS: tuple[type[ExtensionSpec], ...] = (PartialSpec, ReparamSpec)
@@ -42,7 +54,7 @@ def spec_class(key: str) -> type[ExtensionSpec]:
     raise KeyError(key)
 
 
-def rule_index_for(plan: FreezePlan, key: str, spec: Any) -> int | None:
+def rule_index_for(plan: ResolvedPlan, key: str, spec: Any) -> int | None:
     """The index of the rule whose ``key`` holds ``spec`` (by identity).
 
     Args:
@@ -59,7 +71,7 @@ def rule_index_for(plan: FreezePlan, key: str, spec: Any) -> int | None:
     return None
 
 
-def check_extensions(plan: FreezePlan, tree: ModelTree) -> list[PlanProblem]:
+def check_extensions(plan: ResolvedPlan, tree: ModelTree) -> list[PlanProblem]:
     """Problems with extension settings that only the model can reveal.
 
     For example sub-tensor freezing on a module type that does not support it, or two

@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.fast.layout import layout
+from workbench.core.plan.fast.resolve import resolve_groups, supported
 from workbench.core.plan.keys import INHERITED_KEYS, Effective, PlanKey, rule_key
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.plan.selectors import is_pattern
-from workbench.gui.plan import flat
-from workbench.gui.plan.incremental import supported
 
 __all__ = [
     "A_PLUS_B",
@@ -60,10 +60,10 @@ def _holds(plan: FreezePlan, tree: ModelTree, path: str, key: str, value: Any) -
     BatchNorm modules for a key that acts on those only)."""
     row = rule_key(key)
     if supported(plan):  # the subtree only, one check per group of rows with the same settings
-        lay = flat.layout(tree)
+        lay = layout(tree)
         start = lay.index[path]
         rows = np.arange(start, lay.end[start], dtype=np.int64)
-        group, effectives = flat.resolve_groups(plan, tree, rows)
+        group, effectives = resolve_groups(plan, tree, rows)
         if row.batchnorm_only:
             group = group[lay.is_bn[rows]]
         return all(_agrees(effectives[int(g)], row, value) for g in np.unique(group))

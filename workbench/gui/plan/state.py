@@ -2,9 +2,10 @@
 
 :class:`PlanState` is derived from a :class:`~workbench.core.models.tree.ModelTree` and a
 :class:`~workbench.core.plan.rules.FreezePlan` only. Over the tree's flat pre-order arrays
-(:mod:`workbench.gui.plan.flat`) the plan is resolved with numpy (groups of rows with the same
-settings), each row's own counts are array operations and the subtree sums one cumulative sum;
-they give every tree row its checkbox states and trainable count (made when a row is read),
+the core's plan engine for large trees (:mod:`workbench.core.plan.fast`) resolves the plan with
+numpy (groups of rows with the same settings) and counts each row and subtree in named columns;
+this module turns those into every tree row's checkbox states and trainable count (made when a
+row is read),
 the cost panel its :class:`~workbench.core.freezing.apply.Counts`, and the lint findings. The
 model itself is never touched, so a click on the root of a 50,000-module tree costs tens of
 milliseconds.
@@ -12,11 +13,9 @@ milliseconds.
 
 from __future__ import annotations
 
-import math
 import warnings
 import weakref
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 import numpy as np
@@ -26,13 +25,14 @@ from workbench.core.checks.lint import lint_plan
 from workbench.core.freezing.apply import Counts, optimizer_state_factor
 from workbench.core.models.memory import ParamMemory, estimate_memory
 from workbench.core.models.tree import ModelTree, ModuleNode
-from workbench.core.plan.keys import INHERITED_KEYS, SETTING_KEYS, PlanKey, rule_key
-from workbench.core.plan.param_counts import frozen_elements
+from workbench.core.plan.fast import counts as fast_counts
+from workbench.core.plan.fast.counts import SUMMED, Own, PlanRows
+from workbench.core.plan.fast.layout import Layout, LazyMap, layout
+from workbench.core.plan.fast.resolve import supported
+from workbench.core.plan.keys import INHERITED_KEYS, PlanKey, rule_key
 from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.readiness import PlanReadiness, check_plan
-from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.plan.rules import Effective, FreezePlan, PlanProblem, Rule, select_paths
-from workbench.gui.plan import flat, incremental
 
 __all__ = [
     "NodeState",
@@ -146,45 +146,6 @@ class NodeState(NamedTuple):
         return spec.short() if spec else ""
 
 
-def _reparam_bytes(
-    path: str, spec: ReparamSpec, own: int, own_bytes: int, shapes: Mapping[str, tuple[int, ...]]
-) -> int:
-    """Bytes of the fixed tensors A that A+B adds to a module (``own_bytes`` when ``spec``
-    names no parameters, or their shapes are not known)."""
-    names = spec.params
-    if not names or own <= 0:
-        return own_bytes
-    numel = 0
-    for name in names:
-        shape = shapes.get(f"{path}.{name}" if path else str(name))
-        if shape is None:
-            return own_bytes
-        numel += math.prod(shape)
-    return own_bytes * min(numel, own) // own
-
-
-#: Layer types low-rank A+B adapts (others in a rule's reach keep plain parameters).
-_LOW_RANK_TYPES = ("Linear", "Conv1d", "Conv2d", "Conv1D", "Embedding")
-
-
-def _low_rank_elements(node: ModuleNode, spec: ReparamSpec, shapes: Mapping[str, tuple[int, ...]]) -> int | None:
-    """Elements (U, V and a variant's own, such as DoRA's magnitude) that low-rank A+B adds to a
-    layer, or None when the spec is full rank, the layer is not adapted, or its weight's shape is not known."""
-    if spec.low_rank is None or node.type_name not in _LOW_RANK_TYPES:
-        return None
-    shape = shapes.get(f"{node.path}.weight" if node.path else "weight")
-    if not shape or len(shape) < 2:
-        return None
-    if node.type_name in ("Conv1D", "Embedding"):  # weight is in x out
-        return spec.low_rank.added_elements(shape[1], shape[0])
-    return spec.low_rank.added_elements(shape[0], math.prod(shape[1:]))
-
-
-def _layout(tree: ModelTree) -> flat.Layout:
-    """The flat layout of ``tree`` (built once per tree)."""
-    return flat.layout(tree)
-
-
 def _tri(part: int, whole: int) -> Tri:
     if part <= 0:
         return "off"
@@ -269,9 +230,11 @@ def finding_line(finding: Finding) -> str:
     return f"{finding.path or '(model)'}: {finding.message}{tail}"
 
 
-def _node_state(lay: flat.Layout, i: int, e: Effective, sums: np.ndarray, tallied: Sequence[PlanKey]) -> NodeState:
-    """One row's state from its effective settings and subtree sums."""
-    fz, rp, ad, be, ba, pa = (int(v) for v in sums[i, :_SUMS])
+def _node_state(lay: Layout, i: int, e: Effective, sums: np.ndarray, tallied: Sequence[PlanKey]) -> NodeState:
+    """One row's state from its effective settings and subtree sums (:class:`Own` columns)."""
+    row = sums[i]
+    fz, rp, ad = int(row[Own.FROZEN]), int(row[Own.REPARAM]), int(row[Own.ADDED])
+    be, ba, pa = int(row[Own.BN_EVAL]), int(row[Own.BN_FOLLOWS]), int(row[Own.PARTIAL])
     params, bn = int(lay.total[i]) + ad, int(lay.bn_total[i])
     if params == 0:
         ftri: Tri = "on" if e.frozen else "off"
@@ -290,11 +253,11 @@ def _node_state(lay: flat.Layout, i: int, e: Effective, sums: np.ndarray, tallie
         e,
         params,
         bool(pa),
-        tuple((key.name, _switch_tri(lay, i, e, key, int(sums[i, _SUMS + j]))) for j, key in enumerate(tallied)),
+        tuple((key.name, _switch_tri(lay, i, e, key, int(row[SUMMED + j]))) for j, key in enumerate(tallied)),
     )
 
 
-def _switch_tri(lay: flat.Layout, i: int, e: Effective, key: PlanKey, count: int) -> Tri | None:
+def _switch_tri(lay: Layout, i: int, e: Effective, key: PlanKey, count: int) -> Tri | None:
     """A tallied switch key over row ``i``'s subtree, from how many of its modules have it on.
 
     An inherited key: on / off / mixed over the subtree's modules (its BatchNorm modules for a
@@ -311,150 +274,10 @@ def _switch_tri(lay: flat.Layout, i: int, e: Effective, key: PlanKey, count: int
     return "mixed" if count else "off"
 
 
-def _counts(tree: ModelTree, lay: flat.Layout, rows: _Rows, optimizer: str) -> Counts:
+def _counts(tree: ModelTree, rows: PlanRows, optimizer: str) -> Counts:
     """Parameters and training memory from the rows' totals."""
-    t = [int(v) for v in rows.totals]
-    n = len(lay.paths)
-    total_bytes = int(rows.obytes.sum()) + t[7]
-    added = int(rows.sums[0, 2]) if n else 0
-    total = tree.total_params + added
-    trainable = (int(lay.total[0]) + added - int(rows.sums[0, 0])) if n else 0
-    return Counts.from_totals(total, trainable, total_bytes, total_bytes - t[6], t[8], optimizer)
-
-
-#: Per-row own contributions: frozen, A+B and added elements, BN in eval, BN following
-#: frozen, partial; bytes frozen, added, fixed; fixed elements; A+B module (0/1).
-_OWN_FIELDS = 11
-#: Groups of effective settings a state keeps before dropping those no row uses.
-_MAX_GROUPS = 256
-#: Subtree sums kept per row: the first six own contributions (then one per tallied switch key).
-_SUMS = 6
-#: Switch keys with an accumulator of their own (above); every other switch key is tallied
-#: over modules: one own column per key after :data:`_OWN_FIELDS`, summed over the subtree.
-_OWN_TALLY = ("frozen", "reparam", "bn_eval")
-
-
-def _tallied() -> tuple[PlanKey, ...]:
-    """The switch keys counted over modules, in table order."""
-    return tuple(k for k in SETTING_KEYS if k.switch and k.name not in _OWN_TALLY)
-
-
-def _sum_columns(tallied: Sequence[PlanKey]) -> list[int]:
-    """The own columns whose subtree sums a state keeps."""
-    return [*range(_SUMS), *range(_OWN_FIELDS, _OWN_FIELDS + len(tallied))]
-
-
-def _own_frozen(tree: ModelTree, node: ModuleNode, e: Effective) -> int:
-    """Frozen elements of a module's own parameters from its own settings (plans without
-    ``param:`` rules: :func:`~workbench.core.plan.param_counts.frozen_elements` gives the same)."""
-    if e.frozen:
-        return node.own_params
-    spec = e.partial
-    if spec is None:
-        return 0
-    from workbench.core.plan.partial_spec import PartialError, trainable_fraction
-
-    out = 0
-    for short in node.param_names:
-        if short != spec.param:
-            continue
-        shape = tree.param_shapes.get(f"{node.path}.{short}" if node.path else short)
-        if shape is None:
-            continue
-        try:
-            out += round(math.prod(shape) * (1.0 - trainable_fraction(spec, shape)))
-        except PartialError:
-            continue  # does not fit the tensor: reported as a plan problem
-    return min(node.own_params, out)
-
-
-def _own(
-    tree: ModelTree, node: ModuleNode, e: Effective, own: int, obytes: int, is_bn: bool, frozen_own: int,
-    shapes: Mapping[str, tuple[int, ...]],
-) -> tuple[int, ...]:
-    """A row's own contributions (see :data:`_OWN_FIELDS`)."""
-    fz = rp = ad = fb = abytes = fixb = fixp = rmod = 0
-    if own:
-        low = _low_rank_elements(node, e.reparam, shapes) if e.reparam else None
-        if low is not None:
-            # A is the layer's own weight, held fixed with its bias; U and V follow "frozen"
-            per = obytes // own
-            ad = low
-            abytes = low * per
-            fz = own + (low if e.frozen else 0)
-            fb = obytes + (low * per if e.frozen else 0)
-        elif e.kept:  # "unselected": "keep": as the model has it
-            fz = own - node.own_trainable
-            fb = obytes * fz // own
-        else:  # frozen, param: rules and partial freezing, element by element
-            fz = frozen_own
-            fb = obytes * fz // own
-        if e.reparam and (e.reparam.low_rank is None or node.type_name in _LOW_RANK_TYPES):
-            rp = own
-            rmod = 1
-            if e.reparam.low_rank is None:
-                # A, the fixed copy of the pretrained weights (of the named ones only)
-                fixb = _reparam_bytes(node.path, e.reparam, own, obytes, shapes)
-                fixp = _reparam_bytes(node.path, e.reparam, own, own, shapes)  # elements
-    be = int(e.bn_eval) if is_bn else 0
-    ba = int(not e.bn_eval_explicit) if is_bn else 0
-    pa = 1 if e.partial else 0
-    return (fz, rp, ad, be, ba, pa, fb, abytes, fixb, fixp, rmod)
-
-
-@dataclass
-class _Rows:
-    """Per-row numbers of a state, kept so that the next edit recounts only what it reaches."""
-
-    own: np.ndarray  # (rows, _OWN_FIELDS + tallied) own contributions
-    sums: np.ndarray  # (rows, _SUMS + tallied) subtree sums of fz, rp, ad, be, ba, pa and the tallied keys
-    totals: np.ndarray  # sums over every row of the own fields
-    obytes: np.ndarray
-    own_bytes: Mapping[str, int] | None
-    group: np.ndarray  # group of effective settings per row
-    effectives: list[Effective]  # settings per group
-    codes: np.ndarray  # flat.effective_code per group
-
-
-def _own_rows(
-    tree: ModelTree, lay: flat.Layout, rows: np.ndarray, group: np.ndarray, effectives: Sequence[Effective],
-    obytes: np.ndarray, shapes: Mapping[str, tuple[int, ...]], own_frozen: Mapping[str, int] | None,
-) -> np.ndarray:
-    """Own contributions (:data:`_OWN_FIELDS`) of ``rows`` whose settings are ``effectives[group]``.
-
-    Rows whose settings are plain (frozen or not, BN eval) are counted with array operations;
-    A+B, sub-tensor freezing, kept modules and ``own_frozen`` (``param:`` rules) row by row;
-    then one column per tallied switch key (:func:`_tallied`): the module has it on.
-    """
-    tallied = _tallied()
-    out = np.zeros((len(rows), _OWN_FIELDS + len(tallied)), dtype=np.int64)
-    if not len(rows):
-        return out
-    ng = len(effectives)
-    g_frozen = np.fromiter((e.frozen for e in effectives), dtype=bool, count=ng)
-    g_bn_eval = np.fromiter((e.bn_eval for e in effectives), dtype=bool, count=ng)
-    g_bn_auto = np.fromiter((not e.bn_eval_explicit for e in effectives), dtype=bool, count=ng)
-    g_slow = np.fromiter((bool(e.reparam or e.partial or e.kept) for e in effectives), dtype=bool, count=ng)
-    own, ob, is_bn = lay.own[rows], obytes[rows], lay.is_bn[rows]
-    fr = g_frozen[group] & (own > 0)
-    out[:, 0] = np.where(fr, own, 0)
-    out[:, 6] = np.where(fr, ob, 0)
-    out[:, 3] = is_bn & g_bn_eval[group]
-    out[:, 4] = is_bn & g_bn_auto[group]
-    for j, key in enumerate(tallied):
-        g_on = np.fromiter((key.is_on(getattr(e, key.name)) for e in effectives), dtype=bool, count=ng)
-        out[:, _OWN_FIELDS + j] = g_on[group] & is_bn if key.batchnorm_only else g_on[group]
-    slow = np.nonzero(g_slow[group] | (own_frozen is not None))[0]
-    for k in slow:
-        i = int(rows[k])
-        e = effectives[group[k]]
-        if not own[k] and not is_bn[k] and not e.partial:
-            out[k, :_OWN_FIELDS] = 0
-            continue
-        node = lay.nodes[i]
-        f = _own_frozen(tree, node, e) if own_frozen is None else own_frozen.get(node.path, 0)
-        out[k, :_OWN_FIELDS] = _own(tree, node, e, int(own[k]), int(ob[k]), bool(is_bn[k]), f, shapes)
-    return out
+    t = rows.totals(tree)
+    return Counts.from_totals(t.total, t.trainable, t.param_bytes, t.trainable_bytes, t.fixed_bytes, optimizer)
 
 
 class PlanState:
@@ -485,16 +308,16 @@ class PlanState:
     """
 
     def __init__(
-        self, tree: ModelTree, plan: FreezePlan, counts: Counts, optimizer: str, rows: _Rows,
+        self, tree: ModelTree, plan: FreezePlan, counts: Counts, optimizer: str, rows: PlanRows,
         changed: list[int] | None = None, base: PlanState | None = None,
     ) -> None:
         self.tree = tree
         self.plan = plan
-        lay = _layout(tree)
+        lay = layout(tree)
         self._lay = lay
-        tallied = _tallied()
+        tallied = fast_counts.tallied()
         self._effective: dict[str, Effective] | None = None
-        self.nodes: flat.LazyMap[NodeState] = flat.LazyMap(
+        self.nodes: LazyMap[NodeState] = LazyMap(
             lay, lambda i: _node_state(lay, i, rows.effectives[rows.group[i]], rows.sums, tallied)
         )
         self.counts = counts
@@ -502,11 +325,11 @@ class PlanState:
         self.changed = changed
         self._base = weakref.ref(base) if base is not None else None
         self._rows = rows
-        n = len(lay.paths)
-        self.bn_modules = int(lay.bn_total[0]) if n else 0
-        self.bn_eval_modules = int(rows.sums[0, 3]) if n else 0
-        self.reparam_modules = int(rows.totals[10])
-        self.fixed_params = int(rows.totals[9])
+        totals = rows.totals(tree)
+        self.bn_modules = totals.bn_modules
+        self.bn_eval_modules = totals.bn_eval_modules
+        self.reparam_modules = totals.reparam_modules
+        self.fixed_params = totals.fixed_elements
         self.notes: list[str] = []
         fp = plan.model.get("fingerprint")
         if fp and fp != tree.fingerprint:
@@ -522,8 +345,7 @@ class PlanState:
     def effective(self) -> dict[str, Effective]:
         """``plan.resolve(tree)``: ``{path: Effective}`` (built on first read from the rows' groups)."""
         if self._effective is None:
-            r = self._rows
-            self._effective = dict(zip(self._lay.paths, map(r.effectives.__getitem__, r.group.tolist())))
+            self._effective = self._rows.effective(self.tree)
         return self._effective
 
     @property
@@ -540,7 +362,7 @@ class PlanState:
         checks it equals :func:`check_plan`.
         """
         if self._readiness is None:
-            if not self.plan.stages and incremental.supported(self.plan):
+            if not self.plan.stages and supported(self.plan):
                 r = self._rows
                 frozen = np.fromiter((e.frozen for e in r.effectives), dtype=bool, count=len(r.effectives))
                 trainable = bool(np.any((self._lay.own > 0) & ~frozen[r.group]))
@@ -578,7 +400,7 @@ class PlanState:
         """Resolve ``plan`` on ``tree`` and aggregate every row bottom-up.
 
         With ``previous`` (the state of the plan before an edit, on the same tree), only
-        the rows the edit can reach (:func:`~workbench.gui.plan.incremental.edit_region`)
+        the rows the edit can reach (:func:`~workbench.core.plan.fast.counts.recount`)
         and their ancestors are recounted; the result is the same as without it.
 
         Args:
@@ -599,80 +421,15 @@ class PlanState:
         """
         optimizer_state_factor(optimizer)  # unknown names fail before any work
         shapes = param_shapes or {}
-        lay = _layout(tree)
         prev_rows = previous._rows if previous is not None else None
-        region = None
         if (previous is not None and prev_rows is not None and previous.tree is tree
                 and prev_rows.own_bytes is own_bytes and (shapes or None) is (param_shapes or None)):
-            region = incremental.edit_region(previous.plan, plan, tree)
-            if region is not None and len(region) > len(lay.paths) // 2:
-                region = None  # most rows: a full count costs no more
-        if region is None or previous is None or prev_rows is None:
-            return cls._full(tree, plan, own_bytes, optimizer, shapes, lay)
-        return cls._update(previous, prev_rows, plan, optimizer, shapes, lay, region)
-
-    @classmethod
-    def _full(
-        cls, tree: ModelTree, plan: FreezePlan, own_bytes: Mapping[str, int] | None, optimizer: str,
-        shapes: Mapping[str, tuple[int, ...]], lay: flat.Layout,
-    ) -> PlanState:
-        n = len(lay.paths)
-        every = np.arange(n, dtype=np.int64)
-        own_frozen: Mapping[str, int] | None = None
-        if incremental.supported(plan):
-            group, effectives = flat.resolve_groups(plan, tree, every)
-        else:  # param: rules, lr_decay, "unselected": "keep": the plan's own resolve
-            eff = plan.resolve(tree)
-            own_frozen = frozen_elements(tree, eff, plan.resolve_params(tree))
-            ids: dict[int, int] = {}
-            effectives = []
-            seen: dict[Any, int] = {}
-            group = np.empty(n, dtype=np.int64)
-            for i, p in enumerate(lay.paths):
-                e = eff[p]
-                g = ids.get(id(e))
-                if g is None:
-                    code = flat.effective_code(e)
-                    g = seen.get(code)
-                    if g is None:
-                        g = seen[code] = len(effectives)
-                        effectives.append(e)
-                    ids[id(e)] = g
-                group[i] = g
-        obytes = lay.own_bytes(own_bytes)
-        own_rows = _own_rows(tree, lay, every, group, effectives, obytes, shapes, own_frozen)
-        sums = flat.subtree_sums(own_rows[:, _sum_columns(_tallied())], lay.end)
-        codes = np.fromiter((flat.effective_code(e) for e in effectives), dtype=np.int64, count=len(effectives))
-        rows = _Rows(own_rows, sums, own_rows.sum(axis=0), obytes, own_bytes, group, effectives, codes)
-        return cls(tree, plan, _counts(tree, lay, rows, optimizer), optimizer, rows, None)
-
-    @classmethod
-    def _update(
-        cls, previous: PlanState, prev: _Rows, plan: FreezePlan, optimizer: str,
-        shapes: Mapping[str, tuple[int, ...]], lay: flat.Layout, region: set[str],
-    ) -> PlanState:
-        tree = previous.tree
-        index = lay.index
-        idx = np.fromiter(sorted(index[p] for p in region), dtype=np.int64, count=len(region))
-        local, new_effs = flat.resolve_groups(plan, tree, idx)
-        effectives = [*prev.effectives, *new_effs]
-        group = prev.group.copy()
-        group[idx] = local + len(prev.effectives)
-        codes = np.concatenate([prev.codes, np.fromiter(
-            (flat.effective_code(e) for e in new_effs), dtype=np.int64, count=len(new_effs))])
-        if len(effectives) > _MAX_GROUPS:  # many edits: keep the groups some row uses
-            used, inverse = np.unique(group, return_inverse=True)
-            group = inverse.astype(np.int64).reshape(-1)
-            effectives = [effectives[int(u)] for u in used]
-            codes = codes[used]
-        own_rows = prev.own.copy()
-        own_rows[idx] = _own_rows(tree, lay, idx, group[idx], effectives, prev.obytes, shapes, None)
-        sums = flat.subtree_sums(own_rows[:, _sum_columns(_tallied())], lay.end)
-        touched_mask = (sums != prev.sums).any(axis=1)
-        touched_mask[idx] = True
-        touched = np.flatnonzero(touched_mask)
-        rows = _Rows(own_rows, sums, own_rows.sum(axis=0), prev.obytes, prev.own_bytes, group, effectives, codes)
-        return cls(tree, plan, _counts(tree, lay, rows, optimizer), optimizer, rows, touched.tolist(), previous)
+            hit = fast_counts.recount(prev_rows, previous.plan, plan, tree, shapes)
+            if hit is not None:
+                rows, touched = hit
+                return cls(tree, plan, _counts(tree, rows, optimizer), optimizer, rows, touched.tolist(), previous)
+        rows = fast_counts.count_plan(plan, tree, own_bytes, shapes)
+        return cls(tree, plan, _counts(tree, rows, optimizer), optimizer, rows, None)
 
     def rows_differing(self, other: PlanState) -> np.ndarray:
         """Pre-order rows whose :class:`NodeState` or effective settings may differ from ``other``'s.

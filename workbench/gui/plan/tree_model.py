@@ -41,8 +41,8 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QFont
 
 from workbench.core.models.tree import ModuleNode
+from workbench.core.plan.fast.layout import layout
 from workbench.gui.controller import Controller
-from workbench.gui.plan import flat
 from workbench.gui.plan.state import PlanState
 from workbench.gui.plan.tree_columns import COLUMNS, HEADERS, Column, check_value, heat_color, parse_lr
 
@@ -128,7 +128,7 @@ class ModuleTreeModel(QAbstractItemModel):
         """Rebuild all rows from the controller's tree (a new model was loaded)."""
         self.beginResetModel()
         tree = self._c.tree
-        lay = flat.layout(tree) if tree is not None else None
+        lay = layout(tree) if tree is not None else None
         self._nodes = lay.nodes if lay is not None else []
         self._ids = lay.index if lay is not None else {}
         self._parent = lay.parent if lay is not None else None

@@ -43,7 +43,7 @@ from workbench.core.freezing.reparam.variants import (
     geometry,
     low_rank_output,
 )
-from workbench.core.plan.reparam_spec import LowRank, ReparamError, ReparamSpec, SpecInput, parse_spec
+from workbench.core.plan.reparam_spec import LOW_RANK_LAYERS, LowRank, ReparamError, ReparamSpec, SpecInput, parse_spec
 
 __all__ = [
     "CHILD",
@@ -64,7 +64,7 @@ __all__ = [
 #: Name of the child module that holds U and V in fused mode (folded into the layer by the tree).
 CHILD = "wb_lowrank"
 #: Layer kinds low-rank A+B supports, by the class name the tree shows.
-LAYER_KINDS = ("Linear", "Conv1d", "Conv2d", "Conv1D", "Embedding")
+LAYER_KINDS = LOW_RANK_LAYERS
 
 
 def layer_kind(module: nn.Module) -> str | None:
