@@ -9,7 +9,8 @@ pytest.importorskip("datasets")
 pytest.importorskip("transformers")
 
 from tests.integrations.hf_data import bert_folder, image_dataset, text_dataset
-from workbench.core.training.data import DataError, dataset_num_classes, make_dataset
+from workbench.core.training.data import DataError, dataset_num_classes
+from workbench.core.training.data_sources import make_dataset
 from workbench.core.training.hf_dataset import HOLDOUT_FRACTION, HfDiskDataset
 
 

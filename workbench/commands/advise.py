@@ -53,6 +53,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", help="device the plans are for and --measure runs on: auto, cpu, cuda, cuda:N")
     p.add_argument("--measure", type=int, metavar="STEPS", help="train each front candidate STEPS steps and report measured peak and step time")
     p.add_argument("--json", action="store_true", help="print the advice as JSON")
+    p.add_argument("--sweep", type=int, metavar="STEPS",
+                   help="train the plans it proposes STEPS steps each, stopping weak ones early, and recommend the "
+                        "one that learns best for its cost (workbench sweep; needs the [sweep] extra)")
+    p.add_argument("--sweep-out", metavar="FOLDER", default="advise-sweep",
+                   help="with --sweep: the sweep folder (default advise-sweep; the same command resumes it)")
 
 
 _DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -130,7 +135,8 @@ def _data_shape(args: argparse.Namespace, model: nn.Module) -> tuple[int, ...] |
     """One sample's input shape, read from the first sample of ``--data`` (None without it)."""
     if not getattr(args, "data", None):
         return None
-    from workbench.core.training.data import DataError, make_dataset
+    from workbench.core.training.data import DataError
+    from workbench.core.training.data_sources import make_dataset
     from workbench.core.training.setup import first_input_shape
 
     try:
@@ -175,6 +181,25 @@ def _input_shape(args: argparse.Namespace, spec: ModelSpec, model: nn.Module) ->
     return (args.batch_size, 3, size, size)
 
 
+def _sweep(args: argparse.Namespace) -> int:
+    """``advise --sweep STEPS``: ``workbench sweep`` over the plans the advisor proposes (its front)."""
+    from workbench.commands import sweep
+
+    argv = ["--model", args.model, "--memory", args.memory, "--steps", str(args.sweep),
+            "--out", args.sweep_out, "--batch-size", str(args.batch_size), "--optimizer", args.optimizer,
+            "--amp", args.amp, "--device", args.device]
+    for flag, value in (("--image-size", args.image_size), ("--seq-len", args.seq_len),
+                        ("--num-classes", args.num_classes), ("--data", args.data),
+                        ("--input-shape", getattr(args, "input_shape", None))):
+        if value is not None:
+            argv += [flag, str(value)]
+    if args.json:
+        argv.append("--json")
+    parser = argparse.ArgumentParser(prog="workbench advise --sweep")
+    sweep.add_arguments(parser)
+    return sweep.run(parser.parse_args(argv))
+
+
 def run(args: argparse.Namespace) -> int:
     """Advise and print the front (table or ``--json``).
 
@@ -184,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
     Raises:
         WorkbenchError: a bad size, model or setting; a budget below the model's weights.
     """
+    if args.sweep is not None:
+        return _sweep(args)
     budget = parse_size(args.memory)
     for flag, value in (("--image-size", args.image_size), ("--seq-len", args.seq_len),
                         ("--batch-size", args.batch_size), ("--num-classes", args.num_classes),

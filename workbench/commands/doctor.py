@@ -99,7 +99,7 @@ def _watch(model: nn.Module, optimizer: torch.optim.Optimizer, args: argparse.Na
     from workbench.core.models.sources import default_input_size
     from workbench.core.models.zoo import current_num_classes
     from workbench.core.training.batches import batch_to_device, forward_loss
-    from workbench.core.training.data import make_dataset
+    from workbench.core.training.data_sources import make_dataset
     from workbench.core.training.losses import make_loss
 
     shape = input_shape_from_arg(args.input_shape)

@@ -14,9 +14,9 @@ from workbench.core.training.data import (
     SyntheticImageDataset,
     dataset_num_classes,
     default_transform,
-    make_dataset,
     make_loader,
 )
+from workbench.core.training.data_sources import make_dataset
 
 # ---------------------------------------------------------------------------- synthetic
 

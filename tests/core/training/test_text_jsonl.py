@@ -99,7 +99,7 @@ ROWS = [{"text": "good movie", "label": "pos"}, {"text": "awful", "label": "neg"
 
 def test_make_dataset_opens_text_with_the_model_folders_tokenizer(tmp_path):
     from workbench.core.models.spec import ModelSpec
-    from workbench.core.training.data import make_dataset
+    from workbench.core.training.data_sources import make_dataset
 
     folder = _tokenizer_into(save_folder(tiny_bert(num_labels=2), tmp_path / "bert", weights="none"), tmp_path)
     model = ModelSpec(source="hf", name=str(folder)).build(allow_download=False)

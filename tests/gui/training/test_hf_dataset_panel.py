@@ -20,7 +20,7 @@ from workbench.gui.training.run_store import RunStore
 def test_hf_dataset_in_the_data_list(qtbot: Any, runs_dir: Path, tmp_path: Path) -> None:
     pytest.importorskip("datasets")
     from tests.integrations.hf_data import image_dataset
-    from workbench.core.training.data import make_dataset
+    from workbench.core.training.data_sources import make_dataset
 
     owner = QWidget()
     qtbot.addWidget(owner)

@@ -46,6 +46,17 @@ def test_the_app_trains_crepe_with_bce_and_the_pitch_metric(window: MainWindow, 
         assert window.open_model_code(str(EXAMPLE), "build")
     assert loaded.args[0]
     t = window.training
+    try:
+        _train_crepe(window, qtbot, dialogs)
+    finally:  # the session's settings: the next test's window starts from the defaults again
+        t.panel.set_values(data="synthetic")
+        t.panel.data_path.clear()
+        t.panel.set_options(TrainingOptions())
+        t.panel.save_settings()
+
+
+def _train_crepe(window: MainWindow, qtbot: Any, dialogs: Any) -> None:
+    t = window.training
     t.panel.set_values(data=f"py:{EXAMPLE}:pitch_data_small", loss="bce", metric=f"py:{EXAMPLE}:pitch_accuracy",
                        steps=2, batch_size=16, val_every=2, val_at_start=True)
     asked = len(dialogs.kinds("ask"))

@@ -22,8 +22,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.training.config import TrainConfig
-from workbench.core.training.data import make_dataset
 from workbench.core.training.data_common import DataError
+from workbench.core.training.data_sources import make_dataset
 from workbench.core.training.engine import Trainer
 from workbench.core.training.metrics import StepMetrics
 from workbench.core.training.run_folder import check_save_folder

@@ -3,7 +3,8 @@
 Nothing here downloads anything: torchvision datasets are opened with ``download=False``
 and a missing dataset is a :class:`DataError` that names the folder layout expected.
 
-Spec strings accepted by :func:`make_dataset`::
+Spec strings accepted by :func:`workbench.core.training.data_sources.make_dataset` (one row
+of its table each)::
 
     synthetic                 1024 generated images (no files); for text models,
                               :func:`synthetic_for_model` gives token ids instead
@@ -49,7 +50,6 @@ __all__ = [
     "capped_seq_len",
     "dataset_seq_len",
     "default_transform",
-    "make_dataset",
     "make_loader",
     "model_positions",
     "synthetic_for_model",
@@ -629,70 +629,6 @@ def _limit(dataset: Dataset[Any], length: int | None, seed: int) -> Dataset[Any]
     gen = torch.Generator().manual_seed(seed)
     indices = torch.randperm(total, generator=gen)[:length].sort().values.tolist()
     return Subset(dataset, indices)
-
-
-def make_dataset(
-    spec: str,
-    *,
-    image_size: int,
-    num_classes: int,
-    train: bool = True,
-    transform: Callable[[Any], Any] | None = None,
-    seed: int = 0,
-    length: int | None = None,
-    channels: int = 3,
-    model: Any = None,
-    columns: dict[str, str | None] | None = None,
-    seq_len: int | None = None,
-    input_shape: tuple[int, ...] | None = None,
-    origin: str | None = None,
-) -> Dataset[Any]:
-    """Open a dataset from a spec string (see the module docstring for the forms).
-
-    Each form is a row of :data:`workbench.core.training.data_sources.DATA_SOURCES`.
-
-    Args:
-        spec: ``"synthetic"``, ``"synthetic:N"``, ``"imagefolder:PATH"``,
-            ``"<cifar10|cifar100|mnist|fashionmnist|svhn|stl10>:PATH"`` or ``"text:PATH.jsonl"``.
-        image_size: Square side of the images fed to the model.
-        num_classes: Classes of the synthetic data (file datasets have their own).
-        train: Training split (``False``: validation/test split).
-        transform: Transform for file datasets; defaults to :func:`default_transform`.
-            For synthetic data it is applied to the generated tensor when given.
-        seed: Seed of the synthetic data and of the subset chosen by ``length``.
-        length: Number of samples (synthetic), or a deterministic random subset of a file
-            dataset; ``None`` for all.
-        channels: Channels the model expects; grayscale datasets are converted to it.
-        model: The model to be fed: synthetic data for a text model is token ids within its
-            vocabulary (:func:`synthetic_for_model`) instead of images; ``text:`` data is
-            tokenized with the tokenizer of its folder.
-        columns: for ``hf-dataset:`` data, ``text_column`` / ``label_column`` /
-            ``image_column`` (None or absent: ``text``, ``label``, ``image``).
-        seq_len: tokens per sample for a text model (capped at its position embeddings);
-            None: :data:`SYNTHETIC_SEQ_LEN` for synthetic tokens, ``TEXT_FILE_SEQ_LEN`` for
-            ``text:`` and ``hf-dataset:`` data.
-        input_shape: one sample's shape of synthetic data (``(1024,)`` audio frames,
-            ``(3, 64, 64)`` images); None: images of ``image_size``.
-        origin: what file named the spec: a ``py:`` spec is then refused (nothing runs).
-        A map-style dataset yielding ``(image_tensor, label)``, or dicts of token tensors
-        (synthetic data for a text model, ``text:`` data).
-
-    Raises:
-        DataError: Unknown spec, bad N, missing folder or dataset files; ``text:`` data
-            for a model that is not a Hugging Face text model or has no tokenizer.
-    """
-    from workbench.core.training.data_sources import DataRequest, open_data
-
-    if not isinstance(spec, str) or not spec.strip():
-        raise DataError(f"empty dataset spec; use one of: {_SPEC_FORMS}")
-    if length is not None and (not isinstance(length, int) or length < 1):
-        raise DataError(f"length must be a positive integer or None, got {length!r}")
-    arg = spec.strip().partition(":")[2].strip()
-    return open_data(DataRequest(
-        spec=spec.strip(), arg=arg, image_size=image_size, num_classes=num_classes, train=train, transform=transform,
-        seed=seed, length=length, channels=channels, model=model, columns=dict(columns or {}), seq_len=seq_len,
-        input_shape=input_shape, origin=origin,
-    ))
 
 
 # --------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ from torch.utils.data import Dataset
 from workbench.core.training import data as wdata
 from workbench.core.training.data_common import DataError
 
-__all__ = ["DATA_SOURCES", "DataRequest", "DataSource", "data_source_of", "open_data"]
+__all__ = ["DATA_SOURCES", "DataRequest", "DataSource", "data_source_of", "make_dataset", "open_data"]
 
 
 @dataclass
@@ -243,3 +243,65 @@ def open_data(req: DataRequest) -> Dataset[Any]:
         example = "py:FILE.py:FUNC" if source.runs_code else f"{source.key}:PATH"
         raise DataError(f"dataset spec {req.spec!r} needs {what}: use {example}")
     return source.builder(req)
+
+
+def make_dataset(
+    spec: str,
+    *,
+    image_size: int,
+    num_classes: int,
+    train: bool = True,
+    transform: Callable[[Any], Any] | None = None,
+    seed: int = 0,
+    length: int | None = None,
+    channels: int = 3,
+    model: Any = None,
+    columns: dict[str, str | None] | None = None,
+    seq_len: int | None = None,
+    input_shape: tuple[int, ...] | None = None,
+    origin: str | None = None,
+) -> Dataset[Any]:
+    """Open a dataset from a spec string (see the module docstring for the forms).
+
+    Each form is a row of :data:`DATA_SOURCES`.
+
+    Args:
+        spec: ``"synthetic"``, ``"synthetic:N"``, ``"imagefolder:PATH"``,
+            ``"<cifar10|cifar100|mnist|fashionmnist|svhn|stl10>:PATH"`` or ``"text:PATH.jsonl"``.
+        image_size: Square side of the images fed to the model.
+        num_classes: Classes of the synthetic data (file datasets have their own).
+        train: Training split (``False``: validation/test split).
+        transform: Transform for file datasets; defaults to :func:`default_transform`.
+            For synthetic data it is applied to the generated tensor when given.
+        seed: Seed of the synthetic data and of the subset chosen by ``length``.
+        length: Number of samples (synthetic), or a deterministic random subset of a file
+            dataset; ``None`` for all.
+        channels: Channels the model expects; grayscale datasets are converted to it.
+        model: The model to be fed: synthetic data for a text model is token ids within its
+            vocabulary (:func:`synthetic_for_model`) instead of images; ``text:`` data is
+            tokenized with the tokenizer of its folder.
+        columns: for ``hf-dataset:`` data, ``text_column`` / ``label_column`` /
+            ``image_column`` (None or absent: ``text``, ``label``, ``image``).
+        seq_len: tokens per sample for a text model (capped at its position embeddings);
+            None: :data:`SYNTHETIC_SEQ_LEN` for synthetic tokens, ``TEXT_FILE_SEQ_LEN`` for
+            ``text:`` and ``hf-dataset:`` data.
+        input_shape: one sample's shape of synthetic data (``(1024,)`` audio frames,
+            ``(3, 64, 64)`` images); None: images of ``image_size``.
+        origin: what file named the spec: a ``py:`` spec is then refused (nothing runs).
+        A map-style dataset yielding ``(image_tensor, label)``, or dicts of token tensors
+        (synthetic data for a text model, ``text:`` data).
+
+    Raises:
+        DataError: Unknown spec, bad N, missing folder or dataset files; ``text:`` data
+            for a model that is not a Hugging Face text model or has no tokenizer.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise DataError(f"empty dataset spec; use one of: {_FORMS}")
+    if length is not None and (not isinstance(length, int) or length < 1):
+        raise DataError(f"length must be a positive integer or None, got {length!r}")
+    arg = spec.strip().partition(":")[2].strip()
+    return open_data(DataRequest(
+        spec=spec.strip(), arg=arg, image_size=image_size, num_classes=num_classes, train=train, transform=transform,
+        seed=seed, length=length, channels=channels, model=model, columns=dict(columns or {}), seq_len=seq_len,
+        input_shape=input_shape, origin=origin,
+    ))

@@ -325,11 +325,7 @@ class Trainer:
         self.dataset, self.image_size = build.build_dataset(cfg, built, self._dataset_arg)
         self.input_shape = build.first_input_shape(self.dataset)
         synthetic = self._dataset_arg is None and cfg.data.strip().lower().startswith("synthetic")
-        before = build.head_classes(built.model)
-        self.new_heads = build.fit_head(cfg, built, self.dataset, synthetic=synthetic)
-        if self.new_heads:
-            self.head_note = (f"new head {', '.join(self.new_heads)}: {before} -> {build.head_classes(built.model)} outputs "
-                              "for the data's classes (the model's own head is kept when the counts agree)")
+        self.new_heads, self.head_note = build.fit_head_noted(cfg, built, self.dataset, synthetic=synthetic)
         self.dataset, self.val_loader = build.build_validation(cfg, built, self.dataset, self.image_size, self.device)
         model = built.model
         self.num_classes = dataset_num_classes(self.dataset) or build.head_classes(model)
@@ -697,12 +693,11 @@ class Trainer:
         except Exception as e:
             self._fail(st, e, f"validation after step {step} failed: {type(e).__name__}: {first_line(e)}{hint(e)}")
             return time.perf_counter() - t0
-        st.window.val_loss = st.val_loss = v.loss
-        st.window.val_acc = st.val_acc = v.acc
         if step < 0:  # before the first step: the starting point, apart from the run's validations
-            st.window.val_loss = st.window.val_acc = st.val_loss = st.val_acc = None
             self.start_validation = v
             return time.perf_counter() - t0
+        st.window.val_loss = st.val_loss = v.loss
+        st.window.val_acc = st.val_acc = v.acc
         st.window.val_metric = st.val_metric = v.metric
         if v.metric is not None and math.isfinite(v.metric) and (
                 st.best_val_metric is None or (v.metric > st.best_val_metric) == higher_is_better(self.config.metric)):

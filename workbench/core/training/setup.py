@@ -27,10 +27,10 @@ from workbench.core.training.data import (
     SYNTHETIC_DEFAULT_CLASSES,
     DataError,
     dataset_num_classes,
-    make_dataset,
     make_loader,
     text_task_of,
 )
+from workbench.core.training.data_sources import make_dataset
 from workbench.core.training.user_data import UserDataset, sample_shape
 from workbench.core.training.validation import ValidationError, holdout_split
 
@@ -45,6 +45,7 @@ __all__ = [
     "build_task",
     "first_input_shape",
     "fit_head",
+    "fit_head_noted",
     "head_classes",
     "load_plan",
     "make_amp",
@@ -422,6 +423,30 @@ def fit_head(config: TrainConfig, built: BuiltModel, dataset: Dataset[Any], *, s
             f"pass num_classes={ds_classes} (--num-classes {ds_classes})"
         )
     return new_heads
+
+
+def fit_head_noted(config: TrainConfig, built: BuiltModel, dataset: Dataset[Any], *,
+                   synthetic: bool) -> tuple[list[str], str]:
+    """:func:`fit_head`, and one line naming a head it replaced ("" when it kept the model's own).
+
+    Args:
+        config: the run's settings.
+        built: the model; changed in place.
+        dataset: the run's dataset.
+        synthetic: the dataset is the config's synthetic one.
+
+    Returns:
+        ``(paths of the new heads, the line)``.
+
+    Raises:
+        TrainError: as :func:`fit_head`.
+    """
+    before = head_classes(built.model)
+    heads = fit_head(config, built, dataset, synthetic=synthetic)
+    if not heads:
+        return heads, ""
+    return heads, (f"new head {', '.join(heads)}: {before} -> {head_classes(built.model)} outputs for the data's "
+                   "classes (the model's own head is kept when the counts agree)")
 
 
 def make_optimizer(config: TrainConfig, groups: list[dict[str, Any]]) -> torch.optim.Optimizer:
