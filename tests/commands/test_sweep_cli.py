@@ -85,3 +85,19 @@ def test_two_worker_processes_share_one_study(tmp_path: Path) -> None:
     seen = [(t.params.get("candidate"), t.state.name, t.user_attrs) for t in trials]
     assert sorted(t.params["candidate"] for t in finished) == ["c00", "c01", "c02"], (seen, done.stderr)
     assert len({t.user_attrs["worker"] for t in finished}) == 2
+
+
+def test_advise_sweep_trains_the_plans_the_advisor_proposes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.commands.sweep_fixtures import setup_files
+
+    setup_files(tmp_path)
+    folder = tmp_path / "adv"
+    code = main(["advise", f"py:{tmp_path / 'tiny.py'}:build", "--memory", "1GB", "--sweep", "2", "--sweep-out",
+                 str(folder), "--batch-size", "4", "--image-size", "8", "--num-classes", "4", "--device", "cpu",
+                 "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code in (0, 1)
+    names = [r["name"] for r in report["rows"]]
+    assert names[0] == "head only" and "full fine-tuning" in names
+    assert all(r["status"] in ("completed", "pruned") for r in report["rows"])
+    assert (folder / "study.db").is_file() and (folder / "sweep.png").is_file()

@@ -51,6 +51,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     which.add_argument("--memory", metavar="SIZE", help="the advisor's plans that fit this memory budget (24GB, 512MiB)")
     which.add_argument("--candidates", choices=("front", "all"), default="front",
                        help="with --memory: the Pareto front of predicted cost (default) or every plan that fits")
+    which.add_argument("--limit", type=int, metavar="N",
+                       help="with --memory: at most N of the advisor's plans, spread from the least to the most trained")
     which.add_argument("--plans", nargs="+", metavar="FILE", help="plan files to compare (instead of --memory)")
     which.add_argument("--lr", type=float, nargs="+", metavar="LR", help="learning rates crossed with every plan (default 1e-3)")
     budget = p.add_argument_group("budget and data")
@@ -140,6 +142,12 @@ def _candidates(args: argparse.Namespace, cfg: Any) -> list[Any]:
 
     _advice, plans = advised_plans(cfg, parse_size(args.memory), front_only=args.candidates == "front",
                                    trust_pickle=args.trust_pickle)
+    if args.limit is not None:
+        if args.limit < 1:
+            raise CommandError(f"--limit must be a positive integer, got {args.limit}")
+        if args.limit < len(plans):  # evenly spread, the least and the most trained kept
+            step = (len(plans) - 1) / max(1, args.limit - 1)
+            plans = [plans[round(i * step)] for i in range(args.limit)] if args.limit > 1 else plans[:1]
     return cross_learning_rates(plans, lrs)
 
 
