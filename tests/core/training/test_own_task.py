@@ -201,3 +201,8 @@ def test_the_activation_profile_takes_one_samples_shape() -> None:
     assert act.input_text == "input 64" and act.profile.input_shape == (4, 64) and act.shapes["head"] == ((4, 8),)
     pred = predict_step(act, {n for n, _ in model.named_parameters()})
     assert pred.input_text == "input 64" and pred.activations > 0
+
+
+def test_a_model_fed_images_it_does_not_take_names_the_input_shape() -> None:
+    r = Trainer(TrainConfig(data="synthetic:8", image_size=8, steps=1, batch_size=4, device="cpu"), model=Audio()).run()
+    assert r.status == "failed" and "but got input of size" in r.message and "--input-shape" in r.message, r.message

@@ -14,6 +14,8 @@ _HINTS = (
     ("out of bounds", "does the model's head have as many outputs as the dataset has classes? (num_classes / --num-classes)"),
     ("shapes cannot be multiplied", "does the image size fit the model? (image_size / --image-size)"),
     ("size mismatch", "does the image size fit the model? (image_size / --image-size)"),
+    ("but got input of size", "does the input fit the model? give one sample's shape with --input-shape (e.g. 1024 "
+     "for audio frames) or train on --data"),
     ("does not require grad", "nothing that the loss depends on is trainable; unfreeze a module on the path to the loss"),
 )
 
