@@ -28,8 +28,13 @@ def test_a_short_run_fills_the_live_columns_and_frozen_rows_stay_blank(window: M
     qtbot.waitUntil(lambda: m.module_stats is not None, timeout=ms(GUI_EVENT_S))
     stats = m.module_stats
     assert stats.step in (0, 2)
-    header = w.view.header()  # the live columns sit next to the module names, in sight of them
-    assert [header.visualIndex(c) for c in (Column.MODULE, Column.GRAD, Column.UPDATE)] == [0, 1, 2]
+    header = w.view.header()  # the live columns come after the module names and the toggles, which keep their places
+    order = [Column.MODULE, Column.FROZEN, Column.AB, Column.BN, Column.GRAD, Column.UPDATE, Column.TYPE,
+             Column.PARAMS, Column.TRAINABLE, Column.LR]
+    assert [header.visualIndex(c) for c in order] == list(range(len(order)))
+    for c in (Column.MODULE, Column.FROZEN, Column.AB, Column.BN):  # in view in a 1280-px window's tree
+        left = header.sectionViewportPosition(c)
+        assert left >= 0 and left + header.sectionSize(c) <= w.view.viewport().width(), (c, left, w.view.width())
     fc = m.index_of("fc", Column.GRAD)
     layer4 = m.index_of("layer4", Column.GRAD)
     root = m.index_of("", Column.GRAD)

@@ -36,10 +36,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.gui.plan.tree_columns import COLUMNS, Editor
+from workbench.gui.plan.tree_columns import COLUMNS, Editor, column_index
 from workbench.gui.plan.tree_model import LIVE_COLUMNS, PATH_ROLE, VALUE_ROLE, ModuleTreeModel
 
-__all__ = ["CheckDelegate", "LrDelegate", "ModuleTreeView", "NumberDelegate"]
+__all__ = ["FIRST_COLUMNS", "CheckDelegate", "LrDelegate", "ModuleTreeView", "NumberDelegate"]
+
+#: The columns shown first, in this order, whatever the width of the tree (the live columns follow
+#: them while a run's numbers are shown).
+FIRST_COLUMNS = ("module", "frozen", "reparam", "bn_eval")
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -206,16 +210,21 @@ class ModuleTreeView(QTreeView):
             source.modelReset.connect(self._place_live_columns)
             source.set_expanded_test(self._path_expanded)
         self._size_columns()
+        self._place_live_columns()
 
     def _place_live_columns(self) -> None:
-        """While a run's numbers are shown, the live columns sit right after the module names
-        (a narrow view keeps both in sight); without numbers they go back to the end."""
+        """The module names and the toggles first (Module, Frozen, A+B, BN eval: a narrow view
+        keeps them in sight); while a run's numbers are shown the live columns come right after
+        the toggles, without numbers they go back to the end."""
         source = self._tree_model()
         live = source is not None and source.module_stats is not None
         header = self.header()
-        module = getattr(self, "_module_column", 0)
+        for n, key in enumerate(FIRST_COLUMNS):
+            column = column_index(key)
+            if header.visualIndex(column) != n:
+                header.moveSection(header.visualIndex(column), n)
         for n, column in enumerate(LIVE_COLUMNS):
-            target = header.visualIndex(module) + 1 + n if live else header.count() - len(LIVE_COLUMNS) + n
+            target = len(FIRST_COLUMNS) + n if live else header.count() - len(LIVE_COLUMNS) + n
             if header.visualIndex(column) != target:
                 header.moveSection(header.visualIndex(column), target)
 
