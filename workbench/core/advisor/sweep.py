@@ -445,6 +445,10 @@ class Sweep:
                 cid = candidate_of(frozen)
                 row = next((r for r in self.report().rows if r.id == cid), None)
                 on_event("finished", {"id": cid, "row": row})
+            if self.settings.storage is not None:  # a machine that went silent: its candidate back in the queue
+                with contextlib.suppress(Exception):
+                    import_optuna().storages.fail_stale_trials(st)
+                    enqueue_missing(st, [c.id for c in self.candidates])
             if (cancel is not None and cancel.is_set()) or waiting_count(st) == 0:
                 st.stop()
 
