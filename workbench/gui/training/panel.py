@@ -180,7 +180,9 @@ class TrainingPanel(QWidget):
                                  "written by save_to_disk (text/label or image/label columns); nothing is downloaded")
         self.data_path = QLineEdit(self)
         self.data_path.setPlaceholderText("folder…")
-        self.data_path.setMinimumWidth(self.data_path.fontMetrics().horizontalAdvance("x" * 16))
+        # narrow at least: a long path scrolls in the field (a wider minimum pushed a text model's row,
+        # Tokens and all, past a 1280-px screen)
+        self.data_path.setMinimumWidth(self.data_path.fontMetrics().horizontalAdvance("x" * 9))
         self.browse = QToolButton(self)
         self.browse.setText("…")
         self.browse.setToolTip("Choose the dataset folder")
