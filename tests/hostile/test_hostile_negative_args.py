@@ -26,9 +26,9 @@ BASE = {
     "inspect": ["resnet18"],
     "sweep": ["--model", "resnet18", "--memory", "4GB", "--out", "{out}"],
 }
-#: Options whose range is checked once the model is known (the sweep's learning rates are
-#: crossed with the advisor's plans), and options where a negative number is meaningful.
-AFTER_BUILD = {("sweep", "--lr")}
+#: Options whose range is checked once the model is known (the sweep's learning rates and its
+#: plan limit apply to the advisor's plans), and options where a negative number is meaningful.
+AFTER_BUILD = {("sweep", "--lr"), ("sweep", "--limit")}
 SIGNED = {("sweep", "--min-retention")}  # a threshold on the user's own retention metric
 
 
