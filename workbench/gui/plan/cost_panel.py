@@ -242,7 +242,7 @@ class CostPanel(QFrame):
         self.optimizer_box.currentIndexChanged.connect(self._optimizer_chosen)
         self.dtype_box.currentIndexChanged.connect(lambda _i: self.refresh())
         controller.planChanged.connect(self.refresh)
-        controller.modelChanged.connect(self.refresh)
+        controller.modelChanged.connect(self._model_changed)
         self.refresh()
 
     def refresh(self, *_: object) -> None:
@@ -352,6 +352,12 @@ class CostPanel(QFrame):
         if verdict in ("does not fit", "impossible"):
             return f'<span style="color:{FIT_COLORS[False].name()}">✗ does not fit</span>'
         return ""
+
+    def _model_changed(self) -> None:
+        """Another model: the last run's line was the old model's (the Runs tab keeps the run)."""
+        self._last_run = ""
+        self.refresh()
+        self.show_activations()
 
     def show_run_memory(self, summary: dict[str, Any]) -> None:
         """Show a finished run's predicted against measured peak memory.

@@ -633,6 +633,13 @@ class TrainingPanel(QWidget):
 
         model = self._c.model
         self.set_text_model(model is not None and text_task_of(model) is not None, model)
+        if self.runs.state == "idle":  # the last run was the old model's (the Runs tab keeps it)
+            self._progress_timer.stop()
+            self._progress_pending = None
+            self.progress.setRange(0, 1)
+            self.progress.setValue(0)
+            self.progress.setFormat("no run yet")
+            self.rate_label.setText("")
 
     def set_text_model(self, text: bool, model: Any = None) -> None:
         """Show the controls of a text model (synthetic tokens, a JSONL file, the sequence

@@ -1,0 +1,24 @@
+"""Nothing stale: loading another model clears what belonged to the old one (the cost panel's
+last-run line, the progress bar), while the old run stays in the Runs tab."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.timeouts import GUI_RUN_S, GUI_WORKER_S, ms
+from workbench.gui.main_window import MainWindow
+
+
+def test_a_new_model_clears_the_old_models_last_run_and_progress(qtbot: Any, window: MainWindow) -> None:
+    t = window.training
+    t.panel.set_values(steps=2)
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_RUN_S)):
+        assert t.panel.start()
+    qtbot.waitUntil(lambda: "Last run" in window.cost_panel.activation_label.text(), timeout=ms(GUI_WORKER_S))
+    assert "step 2 / 2" in t.panel.progress.text()
+    window.source_bar.set_current({"name": "resnet18"})
+    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)):
+        window.source_bar.load_button.click()
+    qtbot.waitUntil(lambda: "Last run" not in window.cost_panel.activation_label.text(), timeout=ms(GUI_WORKER_S))
+    assert t.panel.progress.text() == "no run yet" and t.panel.rate_label.text() == ""
+    assert len(t.runs.records) == 1  # the old run stays in the Runs tab
