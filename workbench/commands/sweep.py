@@ -226,6 +226,9 @@ def _train(args: argparse.Namespace, *, join: bool) -> tuple[Any, SweepReport | 
         finally:
             for proc in procs:
                 proc.join()
+        if procs and args.storage is None and sweep.requeue_orphans():  # a worker that died left its candidate
+            print("sweep: a worker process ended early; its candidates train here", file=sys.stderr)
+            sweep.work(cancel=stop, on_event=_progress(args, len(cands)))
         report = None if join else sweep.report()
         if report is not None:
             sweep.write_report(report)

@@ -337,6 +337,16 @@ class Sweep:
         self._lock.share()
         return queued
 
+    def requeue_orphans(self) -> list[str]:
+        """Fail the trials left running and queue their candidates again: call only when every other
+        process of this sweep has ended (the ``--workers`` processes this one started, joined).
+
+        Returns:
+            The ids queued again.
+        """
+        fail_orphans(self.study)
+        return enqueue_missing(self.study, [c.id for c in self.candidates])
+
     def join(self) -> None:
         """Open the study another process of this sweep prepared (a ``--workers`` process).
 
