@@ -22,3 +22,11 @@ def test_a_new_model_clears_the_old_models_last_run_and_progress(qtbot: Any, win
     qtbot.waitUntil(lambda: "Last run" not in window.cost_panel.activation_label.text(), timeout=ms(GUI_WORKER_S))
     assert t.panel.progress.text() == "no run yet" and t.panel.rate_label.text() == ""
     assert len(t.runs.records) == 1  # the old run stays in the Runs tab
+
+
+def test_view_expand_all_says_so_in_the_expand_box(window: MainWindow) -> None:
+    assert window.depth_box.currentData() == 0
+    window.act_expand_all.trigger()
+    assert window.depth_box.currentText() == "All"
+    window.act_expand_default.trigger()
+    assert window.depth_box.currentText() == "Top level"

@@ -61,7 +61,12 @@ class PlanActions(_Window):
 
     # ------------------------------------------------------------------ tree helpers
     def expand_to_depth(self, depth: int) -> None:
-        """Expand the tree: 0 shows the root's children, -1 everything."""
+        """Expand the tree: 0 shows the root's children, -1 everything (the Expand box says which)."""
+        box = getattr(self, "depth_box", None)
+        if box is not None:
+            i = box.findData(-1 if depth is None or depth < 0 else depth)
+            if i >= 0 and i != box.currentIndex():
+                box.setCurrentIndex(i)
         self.view.collapseAll()
         if depth is None or depth < 0:
             self.view.expandAll()
