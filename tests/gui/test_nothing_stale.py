@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.timeouts import GUI_RUN_S, GUI_WORKER_S, ms
+from tests.timeouts import GUI_EVENT_S, GUI_RUN_S, GUI_WORKER_S, ms
 from workbench.gui.main_window import MainWindow
 
 
@@ -30,3 +30,20 @@ def test_view_expand_all_says_so_in_the_expand_box(window: MainWindow) -> None:
     assert window.depth_box.currentText() == "All"
     window.act_expand_default.trigger()
     assert window.depth_box.currentText() == "Top level"
+
+
+def test_the_options_summary_is_cut_by_whole_items(qtbot: Any) -> None:
+    from workbench.gui.elided_label import ElidedLabel
+
+    label = ElidedLabel(separator=" · ")
+    qtbot.addWidget(label)
+    label.show()
+    qtbot.waitExposed(label, timeout=ms(GUI_EVENT_S))
+    full = "warm-up 4 · val every 10 (10 % held out) · auto-freeze every 20 steps"
+    label.resize(label.fontMetrics().horizontalAdvance("warm-up 4 · val every 10 (10 % held out) · auto"), 20)
+    label.set_full_text(full)
+    assert label.text() == "warm-up 4 · val every 10 (10 % held out) · …"
+    label.resize(label.fontMetrics().horizontalAdvance("warm-up 4 · val"), 20)
+    assert label.text() == "warm-up 4 · …"
+    label.resize(label.fontMetrics().horizontalAdvance(full) + 4, 20)
+    assert label.text() == full and label.full_text() == full

@@ -15,11 +15,15 @@ class ElidedLabel(QLabel):
 
     Args:
         parent: Qt parent.
+        separator: the text is a list of items joined by this (e.g. ``" · "``): it is cut by
+            whole items, ``…`` standing for those left out (one item too long is cut within);
+            None: cut anywhere.
     """
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, parent: QWidget | None = None, separator: str | None = None) -> None:
         super().__init__(parent)
         self._full = ""
+        self._separator = separator
         self.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
 
     def set_full_text(self, text: str) -> None:
@@ -40,4 +44,13 @@ class ElidedLabel(QLabel):
         self._elide()
 
     def _elide(self) -> None:
-        self.setText(self.fontMetrics().elidedText(self._full, Qt.TextElideMode.ElideRight, max(0, self.width())))
+        width, metrics = max(0, self.width()), self.fontMetrics()
+        sep = self._separator
+        if sep and metrics.horizontalAdvance(self._full) > width:
+            items = self._full.split(sep)
+            for keep in range(len(items) - 1, 0, -1):
+                text = sep.join(items[:keep]) + sep + "…"
+                if metrics.horizontalAdvance(text) <= width:
+                    self.setText(text)
+                    return
+        self.setText(metrics.elidedText(self._full, Qt.TextElideMode.ElideRight, width))

@@ -228,7 +228,7 @@ class TrainingPanel(QWidget):
         self.options_button = QToolButton(self)
         self.options_button.setText("Options…")
         self.options_button.clicked.connect(lambda _c=False: self.edit_options())
-        self.options_label = ElidedLabel(self)
+        self.options_label = ElidedLabel(self, separator=" · ")  # cut by whole items; all of them in its tooltip
         muted = self.options_label.palette()
         muted.setColor(QPalette.ColorRole.WindowText, muted.color(QPalette.ColorRole.PlaceholderText))
         self.options_label.setPalette(muted)
