@@ -9,6 +9,7 @@ from typing import Any
 
 import psutil
 import pytest
+from PySide6.QtCore import Qt
 
 from tests.timeouts import GUI_RUN_S, GUI_WORKER_S, ms
 from workbench.core.advisor.advice import Measured
@@ -16,7 +17,7 @@ from workbench.core.advisor.sizes import parse_size
 from workbench.core.plan import FreezePlan
 from workbench.core.training.metrics import fmt_memory
 from workbench.gui.advisor.budget import device_budget, format_budget
-from workbench.gui.advisor.dialog import COLUMNS, NOISE_MARK, SuggestDialog
+from workbench.gui.advisor.dialog import COLUMNS, NOISE_MARK, SKIPPED, SuggestDialog
 from workbench.gui.main_window import MainWindow
 
 
@@ -133,7 +134,7 @@ def _fake_measure(monkeypatch: Any, results: dict[int, Measured], *, hold: threa
     calls: list[int] = []
 
     def fake(advice: Any, config: Any, steps: int, *, seq_len: Any = None, progress: Any = None,
-             on_result: Any = None, stop: Any = None) -> int:
+             on_result: Any = None, stop: Any = None, reference: bool = True) -> int:
         done = 0
         for k, (i, m) in enumerate(results.items()):
             if stop():
@@ -229,3 +230,107 @@ def test_closing_while_computing_leaves_no_thread(qtbot: Any, window: MainWindow
     assert d.busy
     d.reject()  # waits for the worker; the leak fixture checks no thread is left
     assert not d.busy
+
+
+# ---------------------------------------------------------------- nothing can eat the machine
+def test_measure_is_off_for_a_structure_only_model(qtbot: Any, window: MainWindow) -> None:
+    window.source_bar.meta_box.setChecked(True)
+    window.source_bar.set_current({"name": "resnet18"})
+    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)):
+        window.source_bar.load_button.click()
+    assert window.controller.loaded is not None and window.controller.loaded.meta
+    d = _ready(qtbot, window, "80GB")
+    assert d.advice is not None and d.table.rowCount() > 0  # the advice itself works on meta
+    assert not d.measure_button.isEnabled()
+    assert "structure only" in d.measure_button.toolTip() and "Structure only" in d.measure_button.toolTip()
+    assert not d.measure() and "structure only" in d.status.text()
+
+
+def _memory(available: int) -> Any:
+    from workbench.core.advisor.activations import DeviceMemory
+
+    return lambda device: DeviceMemory("cpu", 2 * available, available, "available RAM")
+
+
+def test_measure_skips_candidates_predicted_above_the_memory_available(qtbot: Any, window: MainWindow,
+                                                                       monkeypatch: Any) -> None:
+    d = _ready(qtbot, window, "80GB")
+    advice = d.advice
+    assert advice is not None and len(advice.front) > 2
+    peaks = sorted(a.memory.peak for a in advice.front_assessed)
+    available = peaks[len(peaks) // 2]  # the smallest fit; the largest (full fine-tuning among them) do not
+    over = [i for i in advice.front if advice.assessed[i].memory.peak > available]
+    assert over and len(over) < len(advice.front)
+    monkeypatch.setattr("workbench.gui.advisor.dialog.device_memory", _memory(available))
+    seen: list[tuple[list[int], bool]] = []
+    results = {i: Measured(10**8, 0.5, 5.0, "peak RSS growth", (0.5, 0.5), 3) for i in advice.front}
+
+    def fake(subset: Any, config: Any, steps: int, **kw: Any) -> int:
+        seen.append((list(subset.front), kw["reference"]))
+        for i in subset.front:
+            subset.assessed[i].measured = results[i]
+            kw["on_result"](i, results[i])
+        return len(subset.front)
+
+    monkeypatch.setattr("workbench.core.advisor.measure.measure_front", fake)
+    assert d.measure()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    # never handed to the measurement; full fine-tuning does not fit, so it is not the reference either
+    assert seen == [([i for i in advice.front if i not in over], False)]
+    col = COLUMNS.index("measured peak")
+    for i in over:
+        item = d.table.item(advice.front.index(i), col)
+        assert item.text() == SKIPPED and "above the" in item.toolTip() and "available RAM" in item.toolTip()
+        assert advice.assessed[i].measured is None
+    assert d.measured_rows() == len(advice.front) - len(over)
+    assert f"{len(over)} skipped" in d.status.text()
+    first = advice.assessed[seen[0][0][0]].candidate.name
+    ratio = d.table.item(advice.front.index(seen[0][0][0]), COLUMNS.index("measured × full"))
+    assert f"× {first}" in ratio.toolTip()
+
+
+def test_nothing_is_measured_when_every_candidate_exceeds_the_memory(qtbot: Any, window: MainWindow,
+                                                                   monkeypatch: Any) -> None:
+    d = _ready(qtbot, window, "80GB")
+    advice = d.advice
+    assert advice is not None
+    monkeypatch.setattr("workbench.gui.advisor.dialog.device_memory", _memory(1000))
+    calls = _fake_measure(monkeypatch, {})
+    assert not d.measure() and not d.busy and calls == []
+    assert "Not measured: every candidate" in d.status.text() and "available RAM" in d.status.text()
+
+
+def test_cancel_during_a_slow_model_build_stops_once_it_is_built(qtbot: Any, window: MainWindow,
+                                                                 monkeypatch: Any) -> None:
+    """A candidate's build that lasts until Cancel is clicked (a model that takes seconds to build):
+    the measurement ends when that build is done, before any of its steps and before the next build."""
+    from workbench.core.training.engine import Trainer
+
+    d = _ready(qtbot, window, "60MB")
+    advice = d.advice
+    assert advice is not None and len(advice.front) > 1, d.status.text()
+    builds: list[int] = []
+    building = threading.Event()
+    real_setup = Trainer.setup
+    cancelled = d._cancel  # the dialog's own flag (the patched build must not keep the dialog alive)
+
+    def slow_setup(self: Trainer) -> None:
+        if self._ready:  # steps() asks again: nothing left to build
+            return
+        builds.append(1)
+        if len(builds) == 2:  # the first candidate after the warm-up: built while Cancel is clicked
+            building.set()
+            assert cancelled.wait(GUI_RUN_S)
+        real_setup(self)
+
+    monkeypatch.setattr(Trainer, "setup", slow_setup)
+    steps: list[int] = []
+    d._progress.changed.connect(lambda done, total: steps.append(done), Qt.ConnectionType.DirectConnection)
+    assert d.measure()
+    qtbot.waitUntil(building.is_set, timeout=ms(GUI_RUN_S))
+    before = len(steps)
+    d.cancel_button.click()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    assert len(builds) == 2  # no candidate built after the cancel
+    assert len(steps) == before  # and no step of the one being built
+    assert d.measured_rows() == 0 and "Cancelled: 0 of" in d.status.text()

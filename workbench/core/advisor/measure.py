@@ -214,7 +214,7 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
                   warmup: int = 1, seq_len: int | None = None, param_dtype: torch.dtype | None = None,
                   progress: Callable[[int, int], None] | None = None,
                   on_result: Callable[[int, Measured], None] | None = None,
-                  stop: Callable[[], bool] | None = None) -> int:
+                  stop: Callable[[], bool] | None = None, reference: bool = True) -> int:
     """Measure the front candidates of ``advice`` one after another; each result goes in its ``measured``.
 
     A warm-up run of full fine-tuning comes first (libraries load and kernels initialize once,
@@ -234,8 +234,11 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
         progress: called as ``progress(done, total)`` after every training step.
         on_result: called as ``on_result(index, measured)`` (index into ``advice.assessed``)
             as soon as a front candidate is measured, on the calling thread.
-        stop: checked before every step; when it returns True the measurement ends there
-            (the candidate in progress is dropped, the finished ones keep their results).
+        stop: checked before every model build and every step; when it returns True the
+            measurement ends there (the candidate in progress is dropped, the finished ones keep
+            their results): a stop asked during a build ends the measurement once that build is done.
+        reference: measure full fine-tuning first as the step ratio's reference; False (e.g.
+            full fine-tuning would not fit the memory) makes the first front candidate the reference.
 
     Returns:
         How many front candidates were measured (``len(advice.front)`` unless stopped).
@@ -247,7 +250,8 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
         raise WorkbenchError(f"--measure needs at least 1 step, got {steps}")
     memory_steps = max(2, memory_steps)
     total = memory_steps + warmup + steps
-    full = next((i for i, a in enumerate(advice.assessed) if a.candidate.kind == "full" and not a.candidate.bn_eval), None)
+    full = next((i for i, a in enumerate(advice.assessed) if a.candidate.kind == "full" and not a.candidate.bn_eval),
+                None) if reference else None
     order = ([full] if full is not None else []) + [i for i in advice.front if i != full]
     work, done = len(order) * total + _WARM_STEPS, 0
     base: float | None = None
@@ -260,7 +264,7 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
         if progress is not None:
             progress(done, work)
 
-    if order:  # libraries load and kernels initialize once: not in the first candidate's peak
+    if order and not stopped():  # libraries load and kernels initialize once: not in the first candidate's peak
         cfg = config.replace(plan=advice.assessed[order[0]].candidate.plan.to_dict(), steps=_WARM_STEPS).validate()
         warm = Trainer(cfg, **_candidate_inputs(cfg, seq_len, param_dtype, _WARM_STEPS * cfg.batch_size))
         warm.setup()
@@ -277,6 +281,8 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
             warm_gen.close()
             del warm, warm_gen
     for i in order:
+        if stopped():
+            return measured
         label = advice.assessed[i].candidate.name
         cfg = config.replace(plan=advice.assessed[i].candidate.plan.to_dict(), steps=total).validate()
         times: list[float] = []

@@ -7,13 +7,21 @@ candidate, the Pareto front and the budget line, the table lists the front with 
 plan selected. *Apply* puts the selected plan in force as one undoable edit, *Save…* writes it
 as a plan file, *Measure* trains each front candidate for a few steps on a worker thread: each
 row fills in as its candidate finishes (a progress bar counts the steps, *Cancel* stops at the
-next step), the measured peak is the device's reading (:mod:`workbench.core.training.metrics`:
+next step, or once the model being built is built), the measured peak is the device's reading (:mod:`workbench.core.training.metrics`:
 CUDA peak allocated, CPU peak RSS growth) and a step ratio whose steps spread wider than the
 gap to another row is marked ⚠ with the spread in its tooltip.
+
+Nothing *Measure* does can eat the machine: it is off for a model open structure only (it
+would build the real model, as *Start* would; the reason is its tooltip), and a candidate whose
+predicted peak exceeds the memory the device has available (the pre-flight *Start* uses,
+:func:`~workbench.core.advisor.activations.device_memory`) is skipped, its row saying so. When
+full fine-tuning, the step ratio's reference, exceeds it, the first candidate measured is the
+reference (the status line and the ratios' tooltips name it).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -36,6 +44,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from workbench.core.advisor.activations import DeviceMemory, device_memory
 from workbench.core.advisor.advice import Advice, Assessment, Measured, advise, step_ratio_noise
 from workbench.core.advisor.profile import is_text_model
 from workbench.core.advisor.sizes import parse_size
@@ -50,7 +59,7 @@ from workbench.gui.advisor.chart import FrontChart
 from workbench.gui.background import BackgroundTask
 from workbench.gui.controller import Controller
 
-__all__ = ["COLUMNS", "MEASURE_STEPS", "NOISE_MARK", "SuggestDialog"]
+__all__ = ["COLUMNS", "MEASURE_STEPS", "NOISE_MARK", "SKIPPED", "SuggestDialog"]
 
 #: Table columns; the last two fill in after *Measure*.
 COLUMNS = ("candidate", "predicted peak", "step × full", "trainable", "fits", "measured peak", "measured × full")
@@ -58,6 +67,8 @@ COLUMNS = ("candidate", "predicted peak", "step × full", "trainable", "fits", "
 MEASURE_STEPS = 3
 #: Appended to a measured step ratio whose spread is wider than the gap to another row.
 NOISE_MARK = " ⚠"
+#: The measured peak of a candidate *Measure* skipped (predicted above the memory available).
+SKIPPED = "skipped"
 #: Tokens per sample for text models when the training panel's Tokens is left at its default.
 DEFAULT_SEQ_LEN = 128
 
@@ -96,6 +107,8 @@ class SuggestDialog(QDialog):
         self._device = device
         self._amp = amp
         self._task: BackgroundTask | None = None
+        self._skipped = 0
+        self._reference = "full fine-tuning"
         self._cancel = threading.Event()
         self._progress = _Progress(self)
         self.advice: Advice | None = None
@@ -148,10 +161,13 @@ class SuggestDialog(QDialog):
         keep.setRetainSizeWhenHidden(True)  # the buttons keep their size when the bar hides
         self.progress.setSizePolicy(keep)
         self.measure_button = QPushButton("Measure", self)
-        self.measure_button.setToolTip(f"Train each front candidate {MEASURE_STEPS} steps and show the measured peak and step time")
+        self._measure_tip = (f"Train each front candidate {MEASURE_STEPS} steps and show the measured peak and step "
+                             "time (a candidate predicted above the memory available is skipped)")
+        self.measure_button.setToolTip(self.measure_off_reason() or self._measure_tip)
         self.measure_button.clicked.connect(self.measure)
         self.cancel_button = QPushButton("Cancel", self)
-        self.cancel_button.setToolTip("Stop measuring at the next training step; the rows measured so far stay")
+        self.cancel_button.setToolTip("Stop measuring at the next training step (or once the model being built is "
+                                      "built); the rows measured so far stay")
         self.cancel_button.setVisible(False)
         self.cancel_button.clicked.connect(self.cancel_measure)
         self.save_button = QPushButton("Save…", self)
@@ -306,7 +322,7 @@ class SuggestDialog(QDialog):
                 continue
             item.setText(f"{m.step_ratio:.2f}{NOISE_MARK if note else ''}")
             lo, hi = m.step_ratio_range or (m.step_ratio, m.step_ratio)
-            item.setToolTip(note or f"Median of {m.steps} timed steps ({lo:.2f}–{hi:.2f}× full); "
+            item.setToolTip(note or f"Median of {m.steps} timed steps ({lo:.2f}–{hi:.2f}× {self._reference}); "
                             f"{m.step_ms:.1f} ms per step")
 
     def _on_measured(self, index: int, measured: Measured) -> None:
@@ -327,12 +343,13 @@ class SuggestDialog(QDialog):
                             f"{fmt_memory(measured.peak_bytes)} measured, {fmt_memory(advice.assessed[index].memory.peak)} "
                             "predicted")
         self._mark_noise()
-        self.status.setText(f"Measured {self.measured_rows()} of {len(advice.front)} candidates …")
+        self.status.setText(f"Measured {self.measured_rows()} of {len(advice.front) - self._skipped} candidates …")
 
     def measured_rows(self) -> int:
         """Rows of the table whose measured columns are filled."""
         col = COLUMNS.index("measured peak")
-        return sum(1 for r in range(self.table.rowCount()) if (it := self.table.item(r, col)) is not None and it.text())
+        return sum(1 for r in range(self.table.rowCount()) if (it := self.table.item(r, col)) is not None
+                   and it.text() not in ("", SKIPPED))
 
     def selected_index(self) -> int | None:
         """Index into ``advice.assessed`` of the selected row (None: nothing selected)."""
@@ -356,7 +373,7 @@ class SuggestDialog(QDialog):
         have = self.selected() is not None and not self.busy
         self.apply_button.setEnabled(have and self._c.tree is not None)
         self.save_button.setEnabled(have)
-        self.measure_button.setEnabled(self.advice is not None and not self.busy)
+        self.measure_button.setEnabled(self.advice is not None and not self.busy and not self.measure_off_reason())
         self.budget.setEnabled(not self.busy)
         self.suggest_button.setEnabled(not self.busy)
 
@@ -421,6 +438,19 @@ class SuggestDialog(QDialog):
         advice, model = self.advice, self._c.model
         if advice is None or model is None or self.busy:
             return False
+        off = self.measure_off_reason()
+        if off:
+            self.status.setText(off)
+            return False
+        memory = device_memory(self._device)
+        full = next((a for a in advice.assessed if a.candidate.kind == "full" and not a.candidate.bn_eval), None)
+        reference = full is None or full.memory.peak <= memory.available
+        runnable = [i for i in advice.front if advice.assessed[i].memory.peak <= memory.available]
+        skipped = [i for i in advice.front if i not in runnable]
+        if not runnable:
+            self.status.setText(f"Not measured: every candidate is predicted above the {fmt_bytes(memory.available)} "
+                                f"of {memory.what} on {memory.device}.")
+            return False
         from workbench.core.advisor.measure import measure_front
         from workbench.core.models.zoo import current_num_classes
         from workbench.core.training.config import TrainConfig
@@ -436,25 +466,58 @@ class SuggestDialog(QDialog):
         for a in advice.front_assessed:  # a new measurement: the rows fill in again as candidates finish
             a.measured = None
         self._fill()
+        self._mark_skipped(skipped, memory)
+        self._skipped = len(skipped)
+        subset = dataclasses.replace(advice, front=runnable)  # the same assessments: results land in the rows
 
         def work() -> int:
-            return measure_front(advice, config, MEASURE_STEPS, seq_len=shape[1] if text else None,
-                                 progress=progress, on_result=result, stop=cancel.is_set)
+            return measure_front(subset, config, MEASURE_STEPS, seq_len=shape[1] if text else None,
+                                 progress=progress, on_result=result, stop=cancel.is_set, reference=reference)
 
         self.progress.setRange(0, 0)
         self.progress.setVisible(True)
         self.cancel_button.setVisible(True)
         self.cancel_button.setEnabled(True)
-        self.status.setText(f"Measuring {len(advice.front)} candidates (full fine-tuning first, the reference) …")
+        left_out = (f"; {len(skipped)} skipped, predicted above the {fmt_bytes(memory.available)} of "
+                    f"{memory.what}" if skipped else "")
+        self._reference = "full fine-tuning" if reference else advice.assessed[runnable[0]].candidate.name
+        first = ("full fine-tuning first, the reference" if reference else
+                 f"full fine-tuning does not fit: step ratios × {self._reference}")
+        self.status.setText(f"Measuring {len(runnable)} candidates ({first}){left_out} …")
         self._start(work, self._measure_done)
         return True
+
+    def measure_off_reason(self) -> str:
+        """Why *Measure* is off for the loaded model ("" when it is not).
+
+        Returns:
+            The reason (a structure-only model: measuring builds it for real), or "".
+        """
+        loaded = self._c.loaded
+        if loaded is not None and loaded.meta:
+            return (f"{loaded.label} is open structure only (on the meta device): measuring builds and trains every "
+                    "candidate for real. Open it again without 'Structure only' to measure.")
+        return ""
+
+    def _mark_skipped(self, skipped: list[int], memory: DeviceMemory) -> None:
+        """Say in each skipped row's measured peak why it was not measured."""
+        advice = self.advice
+        if advice is None:
+            return
+        col = COLUMNS.index("measured peak")
+        for i in skipped:
+            item = self.table.item(advice.front.index(i), col)
+            if item is not None:
+                item.setText(SKIPPED)
+                item.setToolTip(f"Not measured: predicted at {fmt_memory(advice.assessed[i].memory.peak)}, above the "
+                                f"{fmt_bytes(memory.available)} of {memory.what} on {memory.device}")
 
     def cancel_measure(self) -> None:
         """Stop a measurement at the next training step; the rows measured so far stay."""
         if self.busy:
             self._cancel.set()
             self.cancel_button.setEnabled(False)
-            self.status.setText("Cancelling at the next step …")
+            self.status.setText("Cancelling at the next step (a model being built is built first) …")
 
     def _on_progress(self, done: int, total: int) -> None:
         self.progress.setRange(0, total)
@@ -463,7 +526,7 @@ class SuggestDialog(QDialog):
     def _measure_done(self, count: int | None, error: str, details: str) -> None:
         cancelled = self._cancel.is_set()
         self._finish()
-        total = len(self.advice.front) if self.advice is not None else 0
+        total = (len(self.advice.front) if self.advice is not None else 0) - self._skipped
         if count is None:
             self.status.setText(f"Measuring failed after {self.measured_rows()} of {total} candidates: {error}")
             return
@@ -471,8 +534,9 @@ class SuggestDialog(QDialog):
             self.status.setText(f"Cancelled: {count} of {total} candidates measured.")
             return
         source = next((a.measured.memory_source for a in (self.advice.front_assessed if self.advice else []) if a.measured is not None), "")
+        skipped = f" {self._skipped} skipped: predicted above the memory available." if self._skipped else ""
         self.status.setText(f"Measured: {source} and median step time of {MEASURE_STEPS} real steps per candidate "
-                            "(⚠: steps spread wider than the gap to another row).")
+                            f"(⚠: steps spread wider than the gap to another row).{skipped}")
 
     # ------------------------------------------------------------------ closing
     def done(self, result: int) -> None:
