@@ -346,6 +346,72 @@ class DocumentActions(_Window):
         self.statusBar().showMessage(f"Exported {path}", 5000)
         return True
 
+    def export_plan(self) -> bool:
+        """Export the plan as plan JSON with the model it was made for (its spec and tree
+        fingerprint, as ``workbench export --to plan.json``); the document keeps its own file."""
+        c = self.controller
+        if c.tree is None:
+            return False
+        stem = c.path.name.removesuffix(".json").removesuffix(".plan") if c.path else (c.loaded.label if c.loaded else "plan")
+        path = dialogs.save_file(self, "Export plan as JSON", str(Path(self._start_dir()) / f"{stem}.plan.json"), PLAN_FILTER)
+        if not path:
+            return False
+        if not path.lower().endswith(".json"):
+            path += ".json"
+        out = c.plan.copy()
+        out.model = {**out.model, **{k: v for k, v in c.spec.items() if v is not None}, "fingerprint": c.tree.fingerprint}
+        try:
+            out.save(path)
+        except (WorkbenchError, OSError) as e:
+            dialogs.error(self, "Cannot export plan", f"cannot write {path} ({getattr(e, 'strerror', None) or e}); choose a writable folder")
+            return False
+        self.statusBar().showMessage(f"Exported plan {path}", 5000)
+        return True
+
+    def peft_refusal(self) -> str:
+        """Why File ▸ Export ▸ PEFT Adapter… is off, or "" when the plan has low-rank A+B."""
+        c = self.controller
+        state = c.state
+        if c.model is None or state is None:
+            return "Load a model first"
+        if not any(st.settings.reparam is not None and st.settings.reparam.low_rank is not None for st in state.nodes.values()):
+            return 'The plan has no low-rank A+B: give a rule a rank (A+B Settings…, or {"reparam": {"rank": 8}})'
+        if c.loaded is not None and c.loaded.meta:
+            return "The model is structure only (no weights): load it with its weights to export an adapter"
+        return ""
+
+    def export_peft(self) -> bool:
+        """Write the plan's low-rank A+B as a PEFT LoRA adapter folder (``adapter_config.json`` +
+        ``adapter_model.safetensors``), as ``workbench export --peft DIR``: the same refusals, in
+        one line (full-rank A+B, mixed variants or dropouts, an A that is not the loaded weights)."""
+        c = self.controller
+        reason = self.peft_refusal()
+        if reason:
+            dialogs.error(self, "Cannot export PEFT adapter", reason)
+            return False
+        stem = c.path.name.removesuffix(".json").removesuffix(".plan") if c.path else (c.loaded.label if c.loaded else "plan")
+        folder = dialogs.save_file(self, "Export PEFT adapter (a folder)", str(Path(self._start_dir()) / f"{stem}-adapter"),
+                                   "PEFT adapter folder (*)")
+        if not folder:
+            return False
+        model = c.model
+        assert model is not None  # peft_refusal checked
+        try:
+            with c.model_lock:  # a check may be applying the plan on a worker thread
+                applied = c.plan.apply(model, base_dir=c.path.parent if c.path else None)
+                try:
+                    out = applied.to_peft(folder)
+                finally:
+                    applied.remove(merge=False)
+        except (WorkbenchError, ValueError) as e:
+            dialogs.error(self, "Cannot export PEFT adapter", f"cannot write a PEFT adapter: {e}")
+            return False
+        except OSError as e:
+            dialogs.error(self, "Cannot export PEFT adapter", f"cannot write {folder} ({e.strerror or e}); choose a writable folder")
+            return False
+        self.statusBar().showMessage(f"Exported PEFT adapter {out}: load it with peft.PeftModel.from_pretrained(base_model, {str(out)!r})", 8000)
+        return True
+
     def _fill_recent(self) -> None:
         self.recent_menu.clear()
         files = app_settings.recent_files(self._settings)

@@ -182,6 +182,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         if load_default:
             self.controller.set_loaded(load_model(default_request()))
         self._update_actions()
+        self._update_export_actions()
         self._update_title()
 
     # ------------------------------------------------------------------ building
@@ -324,6 +325,10 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         self.act_export = self._action(
             "Plain PyTorch &Script…", self.export_script, None, "Write a standalone script that applies the plan"
         )
+        self.act_export_plan = self._action(
+            "&Plan (JSON)…", self.export_plan, None, "Write the plan with the model it was made for; the document keeps its file"
+        )
+        self.act_export_peft = self._action("PEFT &Adapter…", self.export_peft)
 
         stack = self.controller.undo_stack
         self.act_undo = self._action("&Undo", stack.undo, QKeySequence(K.Undo))
@@ -379,7 +384,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         f.addSeparator()
         f.addActions([self.act_save, self.act_save_as])
         export_menu = f.addMenu("&Export")
-        export_menu.addAction(self.act_export)
+        export_menu.addActions([self.act_export_plan, self.act_export, self.act_export_peft])
         f.addSeparator()
         f.addAction(self.act_quit)
         e = mb.addMenu("&Edit")
@@ -505,6 +510,15 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
                 f"{fmt_count(counts.total)} params · {fmt_count(counts.trainable)} trainable"
             )
         self._update_actions()
+        self._update_export_actions()
+
+    def _update_export_actions(self) -> None:
+        reason = self.peft_refusal()  # off, with the reason, for a plan without low-rank A+B
+        self.act_export_peft.setEnabled(not reason)
+        tip = reason or "Write the plan's low-rank A+B as a PEFT LoRA adapter folder (peft.PeftModel.from_pretrained loads it)"
+        self.act_export_peft.setToolTip(tip)
+        self.act_export_peft.setStatusTip(tip)
+        self.act_export_plan.setEnabled(self.controller.tree is not None)
 
     def _model_changed(self) -> None:
         c = self.controller
