@@ -54,6 +54,9 @@ def test_opening_a_plan_with_code_asks_and_cancel_runs_nothing(
     assert title == RUN_CODE_TITLE and str(code) in question and "def make():" in question
     assert "the plan's model block" in question
     assert not marker.exists() and window.controller.spec == before and not window.controller.busy
+    # nothing silent: the status bar says what was not opened
+    message = window.statusBar().currentMessage()
+    assert message == f"Plan team.plan.json not opened: its model code {code}:make was not run (cancelled)"
 
 
 def test_the_dialog_shows_what_importing_the_file_runs(

@@ -24,6 +24,25 @@ def test_a_new_model_clears_the_old_models_last_run_and_progress(qtbot: Any, win
     assert len(t.runs.records) == 1  # the old run stays in the Runs tab
 
 
+def test_a_new_model_clears_the_verify_tab(qtbot: Any, window: MainWindow) -> None:
+    from workbench.gui.training.verify_panel import EMPTY_TEXT
+
+    t = window.training
+    t.panel.set_values(steps=2)
+    with qtbot.waitSignal(t.runs.runEnded, timeout=ms(GUI_RUN_S)):
+        assert t.panel.start()
+    qtbot.waitUntil(lambda: t.verify.tree.topLevelItemCount() > 0, timeout=ms(GUI_WORKER_S))
+    index = window.right_panel.indexOf(t.verify)
+    assert not window.right_panel.tabIcon(index).isNull()  # the old run's dot
+    window.source_bar.set_current({"name": "resnet18"})
+    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)):
+        window.source_bar.load_button.click()
+    qtbot.waitUntil(lambda: t.verify.tree.topLevelItemCount() == 0, timeout=ms(GUI_WORKER_S))
+    assert t.verify.banner.text() == EMPTY_TEXT and t.verify.ok is None and t.verify.status == {}
+    assert window.right_panel.tabIcon(index).isNull()
+    assert len(t.runs.records) == 1  # the old run stays in the Runs tab, its report with it
+
+
 def test_view_expand_all_says_so_in_the_expand_box(window: MainWindow) -> None:
     assert window.depth_box.currentData() == 0
     window.act_expand_all.trigger()

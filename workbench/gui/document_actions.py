@@ -119,7 +119,7 @@ class DocumentActions(_Window):
             return False
         request = request_for_plan(plan, self.controller.spec, Path(path).parent)
         if request is not None:
-            request = self._confirm_download(request)
+            request = self._confirm_download(request, f"Plan {Path(path).name}")
             if request is None:
                 return False
             self.controller.load(request, plan, path)
@@ -273,10 +273,18 @@ class DocumentActions(_Window):
             return False
         return self.controller.load(confirmed)
 
-    def _confirm_download(self, request: LoadRequest) -> LoadRequest | None:
+    def _confirm_download(self, request: LoadRequest, what: str = "") -> LoadRequest | None:
+        """The request the user confirmed (code run, weights downloaded or not), or None.
+
+        Args:
+            request: what to load.
+            what: what is not opened when the user cancels the code dialog (the status bar says so).
+        """
         try:
             confirmed = confirm_code(self, request)  # model code runs only after "Run"
             if confirmed is None:
+                not_opened = f"{what} not opened: its model" if what else "Not loaded: model"
+                self.statusBar().showMessage(f"{not_opened} code {request.name} was not run (cancelled)", 15000)
                 return None
             request = confirmed
             needs = request.needs_download()

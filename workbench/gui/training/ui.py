@@ -108,6 +108,7 @@ class TrainingUI(QObject):
         self.runs_panel.exportRequested.connect(self._export)
         self.plots.exportCsvRequested.connect(self._export_shown)
         self.verify.moduleActivated.connect(self._select_module)
+        controller.modelChanged.connect(self._model_changed)
 
     # ------------------------------------------------------------ what the window places
     @property
@@ -162,6 +163,12 @@ class TrainingUI(QObject):
         self.verify.show_run(record)
         if self.verify.ok is not None:
             self.verifyResult.emit(self.verify.ok)
+
+    def _model_changed(self) -> None:
+        """A new model: the Verify tab no longer lists the old model's modules (the Runs tab keeps its runs)."""
+        if self.runs.state == "idle":
+            self.verify.clear()
+            self.verifyResult.emit(None)
 
     def _runs_selected(self, records: list[RunRecord]) -> None:
         overlays = []

@@ -23,7 +23,7 @@ from PySide6.QtWidgets import QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem,
 from workbench.gui.icons import dot_icon
 from workbench.gui.training.run_store import RunRecord
 
-__all__ = ["STATUS_COLORS", "VerifyPanel", "status_icon"]
+__all__ = ["EMPTY_TEXT", "STATUS_COLORS", "VerifyPanel", "status_icon"]
 
 #: Colours of module results.
 STATUS_COLORS = {"ok": QColor(46, 160, 67), "warning": QColor(230, 140, 0), "error": QColor(210, 40, 40)}
@@ -53,6 +53,10 @@ def status_icon(status: str) -> QIcon:
     return dot_icon(color, outline=color.darker(120))
 
 
+#: What the Verify tab says while it shows no report.
+EMPTY_TEXT = "Verification appears here when a run ends."
+
+
 class VerifyPanel(QWidget):
     """A run's verify report: a summary line and a module tree coloured by result.
 
@@ -67,7 +71,7 @@ class VerifyPanel(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.banner = QLabel("Verification appears here when a run ends.", self)
+        self.banner = QLabel(EMPTY_TEXT, self)
         self.banner.setWordWrap(True)
         self.banner.setTextFormat(Qt.TextFormat.RichText)
         self.banner.setMargin(6)
@@ -86,6 +90,10 @@ class VerifyPanel(QWidget):
         self.status: dict[str, str] = {}
         #: the report passed (True), failed (False), or there is none or nothing trained (None)
         self.ok: bool | None = None
+
+    def clear(self) -> None:
+        """Show no report (a new model: the old model's modules are not listed)."""
+        self.show_report(None, EMPTY_TEXT)
 
     def show_run(self, record: RunRecord) -> None:
         """Show the verify report of a run (or why there is none).
