@@ -24,8 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.suggest import did_you_mean
-from workbench.core.training.py_code import is_py_spec, load_py_function
+from workbench.core.training.py_code import is_py_spec, load_py_function, table_or_py_name
 from workbench.core.training.step import ClassificationLoss, LossFn
 
 __all__ = ["LOSSES", "LossKind", "LossSpecError", "loss_name", "make_loss"]
@@ -140,16 +139,7 @@ def loss_name(text: Any) -> str:
     Raises:
         LossSpecError: anything else.
     """
-    if not isinstance(text, str) or not text.strip():
-        raise LossSpecError(f"must be one of {', '.join(LOSSES)} or py:FILE.py:FUNC, got {text!r}")
-    if is_py_spec(text):
-        return "py:" + text.strip()[3:].strip()
-    key = text.strip().lower().replace("-", "_")
-    key = _ALIASES.get(key, key)
-    if key not in LOSSES:
-        hint = did_you_mean(key, tuple(LOSSES))
-        raise LossSpecError(f"{text!r} is not one of {', '.join(LOSSES)} or py:FILE.py:FUNC" + (f"; {hint}" if hint else ""))
-    return key
+    return table_or_py_name(text, LOSSES, _ALIASES, LossSpecError)
 
 
 def make_loss(name: str, *, origin: str | None = None) -> LossFn:

@@ -17,14 +17,15 @@ import importlib
 import os
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.suggest import did_you_mean
 
-__all__ = ["MAX_CODE_BYTES", "PyCodeError", "is_py_spec", "load_py_function", "py_target_file"]
+__all__ = ["MAX_CODE_BYTES", "PyCodeError", "is_py_spec", "load_py_function", "py_target_file", "table_or_py_name"]
 
 #: Largest code file a ``py:`` spec runs (a larger one is refused, not read).
 MAX_CODE_BYTES = 8 * 1024 * 1024
@@ -39,6 +40,37 @@ class PyCodeError(WorkbenchError):
 def is_py_spec(text: Any) -> bool:
     """Whether ``text`` is a ``py:`` spec (code)."""
     return isinstance(text, str) and text.strip().lower().startswith("py:")
+
+
+def table_or_py_name(
+    text: Any, names: Collection[str], aliases: Mapping[str, str], error: type[Exception]
+) -> str:
+    """The canonical name of a setting that is a row of a table or ``py:FILE:FUNC`` (a loss, a metric).
+
+    Args:
+        text: what the user gave: a row's name, one of its aliases (case and ``-``/``_`` folded),
+            or a ``py:`` spec (kept as given, trimmed).
+        names: the table's row names.
+        aliases: other spellings of those names.
+        error: the exception class to raise.
+
+    Returns:
+        The row's name, or the trimmed ``py:`` spec.
+
+    Raises:
+        error: anything else, with the table's names and the nearest one.
+    """
+    choices = ", ".join(names)
+    if not isinstance(text, str) or not text.strip():
+        raise error(f"must be one of {choices} or py:FILE.py:FUNC, got {text!r}")
+    if is_py_spec(text):
+        return "py:" + text.strip()[3:].strip()
+    key = text.strip().lower().replace("-", "_")
+    key = aliases.get(key, key)
+    if key not in names:
+        hint = did_you_mean(key, tuple(names))
+        raise error(f"{text!r} is not one of {choices} or py:FILE.py:FUNC" + (f"; {hint}" if hint else ""))
+    return key
 
 
 def _split(spec: str, what: str) -> tuple[str, str]:

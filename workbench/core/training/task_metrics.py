@@ -23,8 +23,7 @@ from typing import Any
 import torch
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.suggest import did_you_mean
-from workbench.core.training.py_code import is_py_spec, load_py_function
+from workbench.core.training.py_code import is_py_spec, load_py_function, table_or_py_name
 
 __all__ = ["METRICS", "BatchMetric", "MetricKind", "MetricSpecError", "higher_is_better", "make_metric", "metric_label",
            "metric_name", "task_summary"]
@@ -165,16 +164,7 @@ def metric_name(text: Any) -> str:
     Raises:
         MetricSpecError: anything else.
     """
-    if not isinstance(text, str) or not text.strip():
-        raise MetricSpecError(f"must be one of {', '.join(METRICS)} or py:FILE.py:FUNC, got {text!r}")
-    if is_py_spec(text):
-        return "py:" + text.strip()[3:].strip()
-    key = text.strip().lower().replace("-", "_")
-    key = _ALIASES.get(key, key)
-    if key not in METRICS:
-        hint = did_you_mean(key, tuple(METRICS))
-        raise MetricSpecError(f"{text!r} is not one of {', '.join(METRICS)} or py:FILE.py:FUNC" + (f"; {hint}" if hint else ""))
-    return key
+    return table_or_py_name(text, METRICS, _ALIASES, MetricSpecError)
 
 
 def metric_label(name: str) -> str:
