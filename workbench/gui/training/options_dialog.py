@@ -137,7 +137,8 @@ class TrainingOptions:
             return out
         path = self.val_path.strip()
         if not path:
-            raise ConfigError("choose the folder of the validation data (Options…), or validate on a held-out split")
+            what = {"py": "file and function", "text": "file"}.get(self.val_kind, "folder")  # JSONL is one file
+            raise ConfigError(f"choose the {what} of the validation data (Options…), or validate on a held-out split")
         out["val"] = f"{self.val_kind}:{path}"
         out["val_every"] = int(self.val_every) or None
         return out
@@ -410,7 +411,11 @@ class TrainingOptionsDialog(QDialog):
         self.adjustSize()
 
     def _browse(self) -> None:
-        path = dialogs.open_dir(self, "Choose the validation data's folder", self.path.text().strip())
+        if self.source.currentData() == "text":  # JSON lines: one file
+            path = dialogs.open_file(self, "Choose the validation text file (one JSON object per line)",
+                                     self.path.text().strip(), "JSON lines (*.jsonl);;All files (*)")
+        else:
+            path = dialogs.open_dir(self, "Choose the validation data's folder", self.path.text().strip())
         if path:
             self.path.setText(path)
 

@@ -509,7 +509,7 @@ class TrainingPanel(QWidget):
         else:
             path = self.data_path.text().strip()
             if not path:
-                what = "file and function" if kind == "py" else "folder"
+                what = {"py": "file and function", "text": "file"}.get(kind, "folder")  # JSONL is one file
                 raise ConfigError(f"choose the {what} of the {self.data_box.currentText()} data (the … button), or use Synthetic")
             data = f"{kind}:{path}"
         steps = epochs = None
