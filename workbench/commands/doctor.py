@@ -20,6 +20,8 @@ from workbench.commands.common import (
 )
 from workbench.core.checks import doctor
 from workbench.core.checks.findings import SEVERITIES, Finding
+from workbench.core.checks.lint import unfreeze_head_fix
+from workbench.core.models.tree import ModelTree
 from workbench.core.optimizers import CHOICES, optimizer_kind
 
 
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     optimizer = _optimizer(args.optimizer, model, applied, args.lr)
     findings: list[Finding] = doctor.check(model, optimizer, plan)
     if optimizer is None and not any(f.code == "nothing-trainable" for f in findings):  # the linter's, with a plan
-        findings = doctor.merge_findings(findings, [_nothing_trainable()])
+        findings = doctor.merge_findings(findings, [_nothing_trainable(ModelTree.from_model(model))])
     watched: doctor.Watch | None = None
     if args.steps > 0 and optimizer is not None and text_task_of(model) is not None:
         watched = _watch_text_model(model, optimizer, args, device)
@@ -143,14 +145,14 @@ def _watch_text_model(
     return watched
 
 
-def _nothing_trainable() -> Finding:
+def _nothing_trainable(tree: ModelTree) -> Finding:
     return Finding(
         "nothing-trainable",
         "error",
         "",
         "every parameter is frozen: no training step can run",
         "the optimizer would get no parameters",
-        "unfreeze at least the head (for example `fc` or `classifier`)",
+        unfreeze_head_fix(tree),
     )
 
 

@@ -13,12 +13,56 @@ from workbench.core.checks.adapters import lint_low_rank
 from workbench.core.checks.bn_stats import fixed_stats_finding
 from workbench.core.checks.checkpoint_lint import checkpoint_findings
 from workbench.core.checks.findings import Finding
-from workbench.core.models.tree import ModelTree
+from workbench.core.models.tree import ModelTree, ModuleNode
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.readiness import plan_leaves_trainable
 from workbench.core.plan.rules import FreezePlan, select_paths
 
-__all__ = ["lint_plan"]
+__all__ = ["head_path", "lint_plan", "unfreeze_head_fix"]
+
+
+#: Attribute names a classification head goes by, in the order :func:`~workbench.core.models.heads.find_head` tries them.
+_HEAD_NAMES = ("fc", "head", "classifier", "heads", "lm_head")
+
+
+def _last_linear(node: ModuleNode) -> str | None:
+    found = [n for n in node.walk() if n.type_name == "Linear" and n.own_params]
+    return max(found, key=lambda n: n.order).path if found else None
+
+
+def head_path(tree: ModelTree) -> str | None:
+    """The model's own head, read from its tree: a top-level ``fc`` / ``head`` / ``classifier`` /
+    ``heads`` / ``lm_head`` (its last Linear when it is a container), else the last Linear in
+    module order, else the last module that has parameters.
+
+    Args:
+        tree: the model's tree.
+
+    Returns:
+        The head's module path, or None when no module has parameters.
+    """
+    for name in _HEAD_NAMES:
+        node = tree.nodes.get(name)
+        if node is not None and node.total_params:
+            return node.path if node.own_params else (_last_linear(node) or node.path)
+    last = _last_linear(tree.root)
+    if last is not None:
+        return last
+    owners = [n for n in tree.nodes.values() if n.own_params]
+    return max(owners, key=lambda n: n.order).path if owners else None
+
+
+def unfreeze_head_fix(tree: ModelTree | None) -> str:
+    """What to do when every parameter is frozen, naming the model's own head.
+
+    Args:
+        tree: the model's tree (None: the head is not known).
+
+    Returns:
+        ``unfreeze at least the head (`classifier`)``, or a generic line without a tree.
+    """
+    head = head_path(tree) if tree is not None else None
+    return f"unfreeze at least the head (`{head}`)" if head else "unfreeze at least the model's head (its last layer)"
 
 
 def lint_plan(
@@ -57,7 +101,7 @@ def lint_plan(
                 "",
                 "every parameter is frozen",
                 "the optimizer would get no parameters and training cannot start",
-                "unfreeze at least the head (for example `fc` or `classifier`)",
+                unfreeze_head_fix(tree),
             )
         )
     fixed_stats: list[str] = []  # BatchNorm whose statistics never move, in train mode
