@@ -39,13 +39,34 @@ from PySide6.QtWidgets import (
 from workbench.gui.plan.tree_columns import COLUMNS, Editor, column_index
 from workbench.gui.plan.tree_model import LIVE_COLUMNS, PATH_ROLE, VALUE_ROLE, ModuleTreeModel
 
-__all__ = ["FIRST_COLUMNS", "CheckDelegate", "LrDelegate", "ModuleTreeView", "NumberDelegate"]
+__all__ = ["FIRST_COLUMNS", "CheckDelegate", "LrDelegate", "ModuleTreeView", "NumberDelegate", "outline_dark_box"]
 
 #: The columns shown first, in this order, whatever the width of the tree (the live columns follow
 #: them while a run's numbers are shown).
 FIRST_COLUMNS = ("module", "frozen", "reparam", "bn_eval")
 
 Index = QModelIndex | QPersistentModelIndex
+
+
+def outline_dark_box(painter: QPainter, box: QStyleOptionViewItem) -> None:
+    """Outline a check box drawn on a dark base: Fusion frames it with a shade of the window
+    colour, nearly black on a dark palette, so an empty box is nearly invisible.
+
+    Args:
+        painter: the painter the box was drawn with.
+        box: the box's option (its rect, palette and enabled state).
+    """
+    if box.palette.color(QPalette.ColorRole.Base).lightness() >= 128:
+        return  # light: the style's own frame shows
+    enabled = bool(box.state & QStyle.StateFlag.State_Enabled)
+    color = box.palette.color(QPalette.ColorRole.Text if enabled else QPalette.ColorRole.Mid)
+    color.setAlpha(170 if enabled else 255)
+    painter.save()
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+    painter.setPen(color)
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+    painter.drawRect(box.rect.adjusted(1, 1, -2, -2))
+    painter.restore()
 
 
 def _indicator_rect(option: QStyleOptionViewItem, widget: QWidget | None, centered: bool) -> QRect:
@@ -93,6 +114,7 @@ class CheckDelegate(QStyledItemDelegate):
         if not (index.flags() & Qt.ItemFlag.ItemIsEnabled):
             box.state &= ~QStyle.StateFlag.State_Enabled
         style.drawPrimitive(QStyle.PrimitiveElement.PE_IndicatorItemViewItemCheck, box, painter, widget)
+        outline_dark_box(painter, box)
         if text:
             r = QRect(opt.rect)
             r.setLeft(box.rect.right() + 6)
