@@ -57,3 +57,20 @@ def test_plan_json_export_names_the_model_and_keeps_the_document(window: MainWin
     plan = FreezePlan.load(tmp_path / "exported.json")
     assert plan.model["name"] == "resnet18" and plan.model["fingerprint"] == window.controller.tree.fingerprint
     assert plan.rules == window.controller.plan.rules and window.controller.path is None
+
+
+def test_peft_adapter_refuses_a_destination_that_cannot_be_a_folder(window: MainWindow, dialogs: Any, tmp_path: Path) -> None:
+    """Hostile destinations: an existing file, a path below a file, a folder whose config name is a folder."""
+    window.controller.set_value(["fc"], "reparam", {"rank": 4})
+    a_file = tmp_path / "taken"
+    a_file.write_text("keep me")
+    blocked = tmp_path / "blocked"
+    (blocked / "adapter_config.json").mkdir(parents=True)
+    for dest in (a_file, a_file / "adapter", blocked):
+        dialogs.calls.clear()
+        dialogs.script("save_file", str(dest))
+        assert not window.export_peft()
+        (_, title, message), = dialogs.kinds("error")
+        assert title == "Cannot export PEFT adapter" and "\n" not in message and "choose a writable folder" in message
+    assert a_file.read_text() == "keep me"
+    assert window.controller.model is not None and not hasattr(window.controller.model.fc, "parametrizations")
