@@ -24,6 +24,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="export this saved run (workbench train --save FOLDER, or a folder of the app's runs): the script "
         "trains it again, same data, seed, optimizer, schedule and stages (see docs/export.md)",
     )
+    for flag, what in (("--data", "data"), ("--val", "validation data"), ("--loss", "loss"), ("--metric", "metric")):
+        p.add_argument(flag, metavar="SPEC", help=f"with --run: the run's {what}, typed here (a py: {what} the run folder "
+                       "names is exported only when you name it yourself)")
     p.add_argument(
         "--peft", metavar="DIR",
         help="write the plan's low-rank A+B as a PEFT LoRA adapter folder (adapter_config.json + "
@@ -77,8 +80,10 @@ def _export_run(args: argparse.Namespace) -> int:
     check_destination(dest)
     saved = load_run(args.run, plan=FreezePlan.load(args.plan) if args.plan else None)
     spec = model_spec_from_args(args, saved.plan) if args.model else saved.spec  # a model typed here may run code
+    typed = {name: getattr(args, name) for name in ("data", "val", "loss", "metric") if getattr(args, name, None)}
+    config = saved.config.replace(**typed) if typed else saved.config  # typed here: py: code may be exported
     try:
-        export_script(saved.plan, spec, dest, config=saved.config, base_dir=saved.base_dir)
+        export_script(saved.plan, spec, dest, config=config, base_dir=saved.base_dir)
     except OSError as e:
         raise ExportError(f"cannot write {dest} ({e.strerror or e}); choose a writable folder for --to") from None
     print(f"wrote {dest}: `python {dest}` trains the run of {args.run} again (it does not need the workbench)")

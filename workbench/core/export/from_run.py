@@ -27,7 +27,7 @@ from workbench.core.export.common import ExportError
 from workbench.core.models.spec import ModelSpec
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.training.auto_freeze import PLAN_FILE as AUTO_FREEZE_PLAN
-from workbench.core.training.config import TrainConfig
+from workbench.core.training.config import CODE_FIELDS, TrainConfig
 
 __all__ = ["SavedRun", "load_run"]
 
@@ -126,6 +126,9 @@ def load_run(folder: str | os.PathLike[str], *, plan: FreezePlan | None = None) 
             config = TrainConfig.from_dict(record.get("config") or {})
         except WorkbenchError as e:
             raise ExportError(f"{p / 'run.json'}: {e}") from None
+        named: dict[str, Any] = record["config"] if isinstance(record.get("config"), dict) else {}
+        config.__dict__["_code_origins"] = {  # py: data, loss, metric the record names run only when typed
+            name: origin for name in CODE_FIELDS[1:] if isinstance(named.get(name), str)}
         raw_plan = record.get("plan")
         model = record.get("model")
         block = model.get("spec") if isinstance(model, dict) else None

@@ -73,7 +73,51 @@ def loss_code(name: str) -> str:
 
 
 def _holdout() -> str:
-    return _source(wvalidation.holdout_split).replace("ValidationError", "ValueError")
+    return _source(wvalidation.holdout_split).replace("ValidationError", "ValueError") + _NO_PAIR
+
+
+_NO_PAIR = '''
+
+def paired_validation() -> Dataset | None:
+    """The validation set the data came with: none (VAL, or a held-out share, validates)."""
+    return None
+'''
+
+#: Your code, loaded as the workbench loads it: a ``.py`` file run once, or a module imported.
+PY_LOADER_CODE = '''
+
+_PY_MODULES: dict[str, Any] = {}
+
+
+def load_py(target: str, func: str) -> Any:
+    """FUNC of your code: TARGET is a .py file (run once, with importlib) or a module name (imported)."""
+    import importlib
+    import importlib.util
+    import os
+    import sys
+
+    module = _PY_MODULES.get(target)
+    if module is None:
+        if target.endswith(".py"):
+            path = Path(target).expanduser().resolve()
+            name = f"user_code_{abs(hash(str(path)))}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"cannot load {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # dataclasses and pickling look the module up
+            spec.loader.exec_module(module)
+        else:
+            if os.getcwd() not in sys.path:
+                sys.path.insert(0, os.getcwd())
+            module = importlib.import_module(target)
+        _PY_MODULES[target] = module
+    fn = getattr(module, func, None)
+    if not callable(fn):
+        raise AttributeError(f"{target!r} has no function {func!r}")
+    return fn
+
+'''
 
 
 _DATA_PRELUDE = f'''
@@ -134,6 +178,96 @@ def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | 
     """The run's training data, or its validation data (VAL: that spec's validation/test split)."""
     return open_data(DATA if train else VAL, train, image_size)
 ''' + _holdout()
+
+#: ``py:`` data: your function's dataset, or its (train, val) pair, as the workbench takes them.
+PY_DATA_CODE = PY_LOADER_CODE + '''
+
+class DataError(ValueError):
+    """The data cannot be opened."""
+
+
+_PAIRED: list[Dataset] = []
+
+
+def _is_pair(out: Any) -> bool:
+    return isinstance(out, tuple) and len(out) == 2 and all(hasattr(d, "__getitem__") and isinstance(d, Sized) for d in out)
+
+
+def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | None) -> Dataset:
+    """Your data function's training set (its validation set, when it returned a pair, is kept for
+    paired_validation), or the validation set VAL names."""
+    target, func = PY_DATA[DATA if train else VAL]
+    out = load_py(target, func)()
+    if _is_pair(out):
+        if not train:
+            return out[1]
+        _PAIRED[:] = [out[1]]
+        out = out[0]
+    if train:
+        out[0]  # the workbench reads the first sample (its shape) before the head and the split
+    return out
+
+
+def paired_validation() -> Dataset | None:
+    """The validation set your data function returned with the training set, or None."""
+    return _PAIRED[0] if _PAIRED and VAL is None else None
+
+
+def data_classes(dataset: Dataset) -> int | None:
+    """The data's class count, when it says so (.classes or an int .num_classes); None otherwise."""
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    classes = getattr(dataset, "classes", None)
+    if classes is not None:
+        try:
+            return len(classes) or None
+        except TypeError:
+            pass
+    n = getattr(dataset, "num_classes", None)
+    return n or None if isinstance(n, int) and not isinstance(n, bool) else None
+''' + _source(wvalidation.holdout_split).replace("ValidationError", "ValueError")
+
+
+def task_code(loss: str, metric: str, loss_ref: tuple[str, str] | None, metric_ref: tuple[str, str] | None,
+              *, has_loader: bool = False) -> str:
+    """``load_task``: the run's loss (``LOSS_FN``) and validation metric (``METRIC_FN``), the workbench's code.
+
+    Args:
+        loss: a built-in loss of :data:`workbench.core.training.losses.LOSSES`, or a ``py:`` spec.
+        metric: ``accuracy``, ``top5`` or a ``py:`` spec.
+        loss_ref: ``(file or module, function)`` of a ``py:`` loss.
+        metric_ref: ``(file or module, function)`` of a ``py:`` metric.
+        has_loader: the script already has ``load_py`` (``py:`` data).
+
+    Returns:
+        Source defining ``LOSS_FN``, ``METRIC_FN``, ``METRIC_LABEL`` and ``load_task()``.
+    """
+    from workbench.core.training import losses as wlosses
+    from workbench.core.training import task_metrics as wmetrics
+
+    out = loss_code(loss) if loss_ref is None else "\n\nLOSS_FN = None  # your loss, set by load_task\n"
+    out += f"LOSS_REF = {loss_ref!r}  # (file or module, function) of your loss, or None\n"
+    out += f"METRIC_NAME = {metric!r}\nMETRIC_LABEL = {wmetrics.metric_label(metric)!r}\n"
+    out += f"METRIC_REF = {metric_ref!r}  # (file or module, function) of your metric, or None\n"
+    out += "METRIC_FN = None  # the validation's metric besides accuracy, set by load_task\n"
+    if loss_ref is not None:
+        out += _source(wlosses.UserLoss)
+    if metric != "accuracy":
+        metric_src = _source(wmetrics._logits, wmetrics.BatchMetric, wmetrics.TopK, wmetrics.UserMetric)
+        out += metric_src.replace("_logits(", "_metric_logits(")
+    if (loss_ref is not None or metric_ref is not None) and not has_loader:
+        out += PY_LOADER_CODE
+    body = ["    global LOSS_FN, METRIC_FN"]
+    if loss_ref is not None:
+        body.append("    LOSS_FN = UserLoss(\"py:\" + \":\".join(LOSS_REF), load_py(*LOSS_REF))")
+    if metric_ref is not None:
+        body.append("    METRIC_FN = UserMetric(METRIC_NAME, load_py(*METRIC_REF))")
+    elif metric == "top5":
+        body.append("    METRIC_FN = TopK(5, METRIC_NAME)")
+    out += ("\n\ndef load_task() -> None:\n    \"\"\"The run's loss and metric, loaded after the model as the workbench "
+            "loads them.\"\"\"\n" + "\n".join(body) + "\n")
+    return out
+
 
 #: The training loop: the engine's order of seeds, builds and steps.
 LOOP_CODE = '''
@@ -201,11 +335,14 @@ def make_optimizer(model: nn.Module, settings: dict) -> torch.optim.Optimizer:
 {fused_hook}    return optimizer
 
 
-def validate(model: nn.Module, loader: DataLoader, device: torch.device) -> tuple[float, float | None]:
-    """Mean loss per sample and top-1 accuracy (None when not classification) on the validation data."""
+def validate(model: nn.Module, loader: DataLoader, device: torch.device) -> tuple[float, float | None, float | None]:
+    """Mean loss per sample, top-1 accuracy (None when not classification) and the run's metric
+    (METRIC_FN; None when none or it does not apply) on the validation data."""
     was = model.training
     model.eval()
     total, correct, classified, n = 0.0, 0, 0, 0
+    if METRIC_FN is not None:
+        METRIC_FN.reset()
     try:
         with torch.no_grad(), autocast(device):
             for batch in loader:
@@ -218,15 +355,29 @@ def validate(model: nn.Module, loader: DataLoader, device: torch.device) -> tupl
                 else:
                     bs, y = batch[0].shape[0], batch[1]
                     out = model(batch[0])
+                    if METRIC_FN is not None:
+                        METRIC_FN.update(out, y, bs)
                     out = out if isinstance(out, torch.Tensor) else (out.logits if hasattr(out, "logits") else out[0])
                 total += float(loss) * bs
                 n += bs
-                if out is not None and out.dim() == 2 and y.dim() == 1:
+                if out is not None and out.dim() == 2 and y.dim() == 1 and not y.is_floating_point():
                     correct += int((out.argmax(1) == y).sum())
                     classified += bs
     finally:
         model.train(was)
-    return total / max(n, 1), (correct / classified if classified else None)
+    return (total / max(n, 1), (correct / classified if classified else None),
+            METRIC_FN.value() if METRIC_FN is not None else None)
+
+
+VALIDATIONS: list[tuple[int, float, float | None, float | None]] = []  # (step, loss, accuracy, metric) of this run
+
+
+def validation_text(step: int, val: tuple[float, float | None, float | None]) -> str:
+    """One validation's line: loss, accuracy, and the run's metric under its name (kept in VALIDATIONS)."""
+    val_loss, val_acc, val_metric = val
+    VALIDATIONS.append((step, val_loss, val_acc, val_metric))
+    return (f"step {step}: validation loss {val_loss:.6g}" + (f", accuracy {val_acc:.4f}" if val_acc is not None else "")
+            + (f", {METRIC_LABEL} {val_metric:.4g}" if val_metric is not None else ""))
 
 
 def autocast(device: torch.device):
@@ -260,12 +411,16 @@ def main(argv: list[str] | None = None) -> list[float]:
     torch.manual_seed(SEED)
     random.seed(SEED)
     model = build_model()
+    load_task()  # the loss and the metric (your code, if any) load after the model, as in the workbench
     dataset = make_dataset(model, True, args.image_size, args.seq_len)
     if HEAD_CLASSES is not None:
         replace_head(model, HEAD_CLASSES)  # the run's classes (no change when the head has them)
     val_loader = None
-    if VALIDATES:
-        if VAL is None:
+    paired = paired_validation()
+    if VALIDATES or paired is not None:
+        if paired is not None:
+            val_data = paired  # the validation set your data function returned
+        elif VAL is None:
             dataset, val_data = holdout_split(dataset, VAL_FRACTION, SEED)
         else:
             val_data = make_dataset(model, False, args.image_size, args.seq_len)
@@ -290,6 +445,8 @@ def main(argv: list[str] | None = None) -> list[float]:
     losses: list[float] = []
     current, epoch, step = (0, 0), 0, 0
     batches = iter(loader)
+    if VAL_AT_START and val_loader is not None:  # the starting point, before the first step
+        print(validation_text(-1, validate(model, val_loader, device)))
     while step < total:
         try:
             batch = next(batches)
@@ -333,8 +490,7 @@ def main(argv: list[str] | None = None) -> list[float]:
         if step % LOG_EVERY == 0 or step == total:
             print(f"step {step - 1}: loss {value:.6g}")
         if val_loader is not None and (step >= total or (VAL_EVERY is not None and step % VAL_EVERY == 0)):
-            val_loss, val_acc = validate(model, val_loader, device)
-            print(f"step {step - 1}: validation loss {val_loss:.6g}" + (f", accuracy {val_acc:.4f}" if val_acc is not None else ""))
+            print(validation_text(step - 1, validate(model, val_loader, device)))
     if args.losses:
         Path(args.losses).write_text(json.dumps(losses))
     if args.save_trainable:

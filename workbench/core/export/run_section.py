@@ -9,11 +9,13 @@ classes). What the script cannot reproduce is refused in one line naming the set
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from torch import nn
 
+from workbench.core.errors import WorkbenchError
 from workbench.core.export.common import ExportError
-from workbench.core.export.run_code import FILE_DATA_CODE, SYNTHETIC_IMAGE_CODE, SYNTHETIC_TEXT_CODE
+from workbench.core.export.run_code import FILE_DATA_CODE, PY_DATA_CODE, SYNTHETIC_IMAGE_CODE, SYNTHETIC_TEXT_CODE
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import crop_size, current_num_classes, model_input_size, weights_member
 from workbench.core.optimizers import optimizer_kind
@@ -29,7 +31,8 @@ from workbench.core.training.data import (
 __all__ = ["DATA_KINDS", "EXPORTED_LOSSES", "RunSection", "run_section"]
 
 #: Data spec kinds the script opens as the workbench does.
-DATA_KINDS: tuple[str, ...] = ("synthetic", "imagefolder", "cifar10", "cifar100", "mnist", "fashionmnist", "svhn", "stl10")
+DATA_KINDS: tuple[str, ...] = ("synthetic", "imagefolder", "cifar10", "cifar100", "mnist", "fashionmnist", "svhn", "stl10",
+                               "py")
 
 
 #: Losses the script computes with the workbench's own code (``TrainConfig.loss``).
@@ -48,7 +51,11 @@ class RunSection:
         fit_to_data: the head takes the data's class count (file data without ``num_classes``).
         needs: extra libraries (``torchvision`` for image files).
         summary: lines for the script's docstring (what it trains).
-        loss: the run's loss (a name of :data:`EXPORTED_LOSSES`).
+        loss: the run's loss (a name of :data:`EXPORTED_LOSSES`, or a ``py:`` spec).
+        loss_ref: ``(file or module, function)`` of a ``py:`` loss, else None.
+        metric: the run's validation metric (``accuracy``, ``top5`` or a ``py:`` spec).
+        metric_ref: ``(file or module, function)`` of a ``py:`` metric, else None.
+        py_data: the script loads ``py:`` data (it has ``load_py``).
     """
 
     constants: list[str] = field(default_factory=list)
@@ -59,6 +66,32 @@ class RunSection:
     needs: list[str] = field(default_factory=list)
     summary: list[str] = field(default_factory=list)
     loss: str = "cross_entropy"
+    loss_ref: tuple[str, str] | None = None
+    metric: str = "accuracy"
+    metric_ref: tuple[str, str] | None = None
+    py_data: bool = False
+
+
+def _py_ref(config: TrainConfig, name: str, spec: str) -> tuple[str, str]:
+    """``(file or module, function)`` of a ``py:`` spec the caller typed; refused when a file named it."""
+    from workbench.core.models.sources import check_code_origin
+
+    target, sep, func = spec.strip()[3:].strip().rpartition(":")
+    target = target.strip()
+    if not sep or not target or not func.isidentifier():
+        raise ExportError(f"config field '{name}' = {spec[:200]!r}: must be py:FILE.py:FUNC or py:MODULE:FUNC")
+    try:
+        check_code_origin("py", f"{target}:{func}", config.origin_of(name), flag=f"--{name}", what=f"{name} code")
+    except WorkbenchError as e:
+        raise ExportError(str(e)) from None
+    if target.endswith(".py"):
+        target = str(Path(target).expanduser().resolve())  # the file the workbench ran, wherever the script runs
+    return target, func
+
+
+def _needs(ref: tuple[str, str]) -> str:
+    target = ref[0]
+    return f"your {Path(target).name}" if target.endswith(".py") else f"your module {target}"
 
 
 def _kind(spec: str) -> str:
@@ -137,6 +170,8 @@ def run_section(
             f"config field 'data' = {config.data!r}: the exported script opens {', '.join(DATA_KINDS)} data; "
             f"{kind!r} data is not exported yet (train with the workbench, or export with synthetic data and replace make_dataset)"
         )
+    if config.val is not None and (_kind(config.val) == "py") != (kind == "py"):
+        raise ExportError(f"config field 'val' = {config.val!r}: the exported script validates on data of the training data's kind")
     if config.val is not None and (_kind(config.val) == "synthetic") != (kind == "synthetic"):
         raise ExportError(f"config field 'val' = {config.val!r}: the exported script validates on data of the training data's kind")
     try:
@@ -163,6 +198,19 @@ def run_section(
         out.constants += [f"DATA = {config.data!r}  # the workbench's generated data (see make_dataset)",
                           f"DATA_LENGTH = {length!r}  # samples", f"DATA_CLASSES = {classes!r}"]
         out.summary.append(f"data: {config.data} (the workbench's generated {'tokens' if task else 'images'}, same samples)")
+    elif kind == "py":
+        target = config.num_classes or spec.num_classes
+        out.fit_to_data = target is None
+        refs = {config.data: _py_ref(config, "data", config.data)}
+        if config.val is not None:
+            refs[config.val] = _py_ref(config, "val", config.val)
+        out.py_data = True
+        out.needs += [_needs(r) for r in refs.values()]
+        out.data_code = PY_DATA_CODE
+        out.constants += [f"DATA = {config.data!r}  # your data function (code: the script runs it)",
+                          "# spec -> (file or module, function) the script loads with importlib and calls",
+                          f"PY_DATA = {refs!r}"]
+        out.summary.append(f"data: {config.data} (runs that code: your function's dataset, or its (train, val) pair)")
     else:
         target = config.num_classes or spec.num_classes
         out.fit_to_data = target is None
@@ -172,16 +220,29 @@ def run_section(
         out.summary.append(f"data: {config.data}, with the run's transforms")
     if target is not None and (fit_always or target != head_now):
         out.head_classes = target
-    loss = getattr(config, "loss", "cross_entropy")
-    if loss not in EXPORTED_LOSSES:
+    loss = config.loss
+    if loss.startswith("py:"):
+        out.loss_ref = _py_ref(config, "loss", loss)
+        out.needs.append(_needs(out.loss_ref))
+        out.summary.append(f"loss: {loss} (runs that code: loss(output, target))")
+    elif loss not in EXPORTED_LOSSES:
         raise ExportError(f"config field 'loss' = {loss!r}: the exported script writes the built-in losses "
-                          f"({', '.join(EXPORTED_LOSSES)}); a py: loss is not exported yet")
-    metric = getattr(config, "metric", "accuracy")
-    if metric != "accuracy" and config.validates:
-        raise ExportError(f"config field 'metric' = {metric!r}: the exported script's validation measures accuracy only")
-    out.loss = loss
-    if loss != "cross_entropy":
+                          f"({', '.join(EXPORTED_LOSSES)}) and py: losses")
+    elif loss != "cross_entropy":
         out.summary.append(f"loss: {loss}")
+    out.loss = loss
+    metric = config.metric
+    if metric.startswith("py:"):
+        out.metric_ref = _py_ref(config, "metric", metric)
+        out.needs.append(_needs(out.metric_ref))
+    elif metric not in ("accuracy", "top5"):
+        raise ExportError(f"config field 'metric' = {metric!r}: the exported script measures accuracy, top5 and py: metrics")
+    out.metric = metric
+    if metric != "accuracy":
+        out.summary.append(f"validation metric: {metric}" + (" (runs that code: metric(output, target))" if out.metric_ref else ""))
+    if config.input_shape is not None and kind != "py":
+        raise ExportError(f"config field 'input_shape' = {config.input_shape!r}: the exported script generates images or "
+                          "tokens only; export with py: data of that shape, or train with the workbench")
     kind_row = optimizer_kind(config.optimizer)
     out.optimizer_call = kind_row.source(config, expressions={"lr": "LR"})
     steps = config.steps if config.steps is not None or config.epochs is not None else DEFAULT_STEPS
@@ -190,6 +251,7 @@ def run_section(
     out.constants += [
         f"VAL = {config.val!r}  # None: a held-out share of the training data when validating",
         f"VALIDATES = {config.validates!r}",
+        f"VAL_AT_START = {config.val_at_start!r}  # validate once before the first step too",
         f"VAL_EVERY = {config.val_every!r}  # validate every N steps and after the last",
         f"VAL_FRACTION = {config.val_fraction!r}",
         f"TASK = {task!r}",
@@ -221,7 +283,11 @@ def run_section(
         f"schedule: {config.scheduler}" + (f" after {config.warmup_steps} warm-up steps" if config.warmup_steps else ""),
         f"mixed precision: {config.amp}; gradient clipping: none (the workbench does not clip)",
     ]
-    if config.validates:
+    if out.py_data and config.val is None:
+        out.summary.append("validation on the data function's validation set when it returns (train, val)"
+                           + (f", else {config.val_fraction:g} of the training data held out" if config.validates else "")
+                           + (f", every {config.val_every} steps and" if config.val_every else ",") + " after the last step")
+    elif config.validates:
         where = config.val if config.val is not None else f"{config.val_fraction:g} of the training data held out"
         every = f"every {config.val_every} steps and " if config.val_every else ""
         out.summary.append(f"validation on {where}, {every}after the last step")

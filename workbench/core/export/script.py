@@ -48,7 +48,7 @@ from workbench.core.export.plan_code import (
     RANDOM_BRANCH,
     SOURCE_CODE,
 )
-from workbench.core.export.run_code import LOOP_CODE, loss_code, schedule_code, sync_code
+from workbench.core.export.run_code import LOOP_CODE, schedule_code, sync_code, task_code
 from workbench.core.export.run_section import RunSection, run_section
 from workbench.core.export.tables import (
     ModelFacts,
@@ -133,16 +133,21 @@ def _refuse_unexportable(plan: FreezePlan, tree: ModelTree) -> None:
         )
 
 
+def _docstring_safe(text: str) -> str:
+    """Text that cannot end the docstring or make an escape (a path, a spec, a description)."""
+    return text.replace("\\", "/").replace('"' * 3, "'" * 3)
+
+
 def _docstring(plan: FreezePlan, name: str, section: ModelSection, c: dict[str, int], has_reparam: bool,
                config: TrainConfig, run: RunSection) -> list[str]:
     desc = f" ({plan.description})" if plan.description else ""
-    desc = desc.replace("\\", "/").replace('"' * 3, "'" * 3)  # cannot end the docstring
-    needs = section.needs + "".join(f" and {n}" for n in run.needs if n not in section.needs)
-    lines = [f'"""Training run of {name} in plain PyTorch{desc}.', ""]
+    desc = _docstring_safe(desc)
+    needs = _docstring_safe(section.needs + "".join(f" and {n}" for n in dict.fromkeys(run.needs) if n not in section.needs))
+    lines = [f'"""Training run of {_docstring_safe(name)} in plain PyTorch{desc}.', ""]
     lines.append(f"Exported by Freeze Workbench on {_dt.date.today().isoformat()}; needs only {needs}")
     lines.append("(and safetensors for .safetensors files). It trains the run the workbench trains, with the same")
     lines.append("seed, data, batch order, optimizer, schedule and plan:")
-    lines += [f"  - {line}" for line in run.summary]
+    lines += [f"  - {_docstring_safe(line)}" for line in run.summary]
     lines.append(f"  - trainable: {c['trainable']:,} of {c['total']:,} parameters "
                  f"({100.0 * c['trainable'] / max(c['total'], 1):.1f}%)")
     if c["bn"]:
@@ -335,13 +340,17 @@ def render_script(
     lines.append("")
     lines.append("")
     lines.append("# ---------------------------------------------------------------- the training run")
-    lines.append(loss_code(run.loss).rstrip("\n"))
+    lines.append(task_code(run.loss, run.metric, run.loss_ref, run.metric_ref, has_loader=run.py_data).rstrip("\n"))
     lines.append(schedule_code().rstrip("\n"))
     lines.append(sync_code().rstrip("\n"))
     hook = ("    if any(g.get(\"reparam_decay\") for g in optimizer.param_groups):\n"
             "        optimizer.register_step_pre_hook(fused_decay)\n") if has_fused else ""
     loop = LOOP_CODE.replace("{optimizer_call}", run.optimizer_call).replace("{fused_hook}", hook)
-    if run.fit_to_data:
+    if run.fit_to_data and run.py_data:  # the data's classes when it says so, else the model's own head
+        loop = loop.replace("    if HEAD_CLASSES is not None:\n        replace_head(model, HEAD_CLASSES)",
+                            "    if (HEAD_CLASSES or data_classes(dataset)) is not None:\n"
+                            "        replace_head(model, HEAD_CLASSES or data_classes(dataset))")
+    elif run.fit_to_data:
         loop = loop.replace("    if HEAD_CLASSES is not None:\n        replace_head(model, HEAD_CLASSES)",
                             "    replace_head(model, HEAD_CLASSES or len(dataset.classes))")
     lines.append(loop.rstrip("\n"))

@@ -181,8 +181,11 @@ def _py(req: DataRequest) -> Dataset[Any]:
 def _py_script(arg: str) -> str:
     target, _, func = arg.rpartition(":")
     if target.endswith(".py"):
-        return f"import runpy\ndataset = runpy.run_path({target!r})[{func!r}]()  # a dataset, or (train, val)\n"
-    return f"import importlib\ndataset = importlib.import_module({target!r}).{func}()  # a dataset, or (train, val)\n"
+        return ("import importlib.util\n"
+                f"_spec = importlib.util.spec_from_file_location('user_data', {target!r})\n"
+                "_module = importlib.util.module_from_spec(_spec)\n_spec.loader.exec_module(_module)\n"
+                f"dataset = getattr(_module, {func!r})()  # a dataset, or (train, val)\n")
+    return f"import importlib\ndataset = getattr(importlib.import_module({target!r}), {func!r})()  # a dataset, or (train, val)\n"
 
 
 def _imagefolder_script(arg: str) -> str:
