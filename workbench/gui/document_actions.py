@@ -356,7 +356,11 @@ class DocumentActions(_Window):
 
     def export_plan(self) -> bool:
         """Export the plan as plan JSON with the model it was made for (its spec and tree
-        fingerprint, as ``workbench export --to plan.json``); the document keeps its own file."""
+        fingerprint, as ``workbench export --to plan.json``); the document keeps its own file.
+
+        Returns:
+            True when the file was written.
+        """
         c = self.controller
         if c.tree is None:
             return False
@@ -377,7 +381,11 @@ class DocumentActions(_Window):
         return True
 
     def peft_refusal(self) -> str:
-        """Why File ▸ Export ▸ PEFT Adapter… is off, or "" when the plan has low-rank A+B."""
+        """Why File ▸ Export ▸ PEFT Adapter… is off.
+
+        Returns:
+            One line (no model, no low-rank A+B, a structure-only model), or "" when it can export.
+        """
         c = self.controller
         state = c.state
         if c.model is None or state is None:
@@ -391,7 +399,11 @@ class DocumentActions(_Window):
     def export_peft(self) -> bool:
         """Write the plan's low-rank A+B as a PEFT LoRA adapter folder (``adapter_config.json`` +
         ``adapter_model.safetensors``), as ``workbench export --peft DIR``: the same refusals, in
-        one line (full-rank A+B, mixed variants or dropouts, an A that is not the loaded weights)."""
+        one line (full-rank A+B, mixed variants or dropouts, an A that is not the loaded weights).
+
+        Returns:
+            True when the adapter was written.
+        """
         c = self.controller
         reason = self.peft_refusal()
         if reason:
