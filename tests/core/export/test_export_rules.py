@@ -68,6 +68,6 @@ def test_a_py_loss_is_written_and_what_the_script_cannot_carry_is_refused_naming
     text = render_script(FreezePlan(), SPEC, config=TrainConfig(loss=f"py:{tmp_path / 'my_loss.py'}:loss", steps=2))
     assert f"LOSS_REF = {(str((tmp_path / 'my_loss.py').resolve()), 'loss')!r}" in text
     with pytest.raises(ExportError, match="config field 'input_shape' = "):
-        render_script(FreezePlan(), SPEC, config=TrainConfig(input_shape=(1024,), steps=2))
+        render_script(FreezePlan(), SPEC, config=TrainConfig(data=f"imagefolder:{tmp_path}", input_shape=(1024,), steps=2))
     with pytest.raises(ExportError, match="config field 'input_column' = 'audio'"):
         render_script(FreezePlan(), SPEC, config=TrainConfig(input_column="audio", steps=2))

@@ -24,6 +24,7 @@ __all__ = [
     "LOOP_CODE",
     "loss_code",
     "SYNTHETIC_IMAGE_CODE",
+    "SYNTHETIC_SHAPED_CODE",
     "SYNTHETIC_TEXT_CODE",
     "schedule_code",
     "sync_code",
@@ -140,6 +141,19 @@ def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | 
     """The run's generated images: the training split, or the validation split (other samples)."""
     return SyntheticImageDataset(DATA_LENGTH, image_size, DATA_CLASSES, channels=3, seed=SEED,
                                  index_offset=0 if train else _VAL_INDEX_OFFSET)
+''' + _holdout()
+
+#: The workbench's generated samples of the run's ``input_shape`` (audio frames, features, images of that shape).
+SYNTHETIC_SHAPED_CODE = _DATA_PRELUDE + _source(wdata.SyntheticImageDataset, wdata.SyntheticTensorDataset) + '''
+
+def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | None) -> Dataset:
+    """The run's generated samples of INPUT_SHAPE: tensors, or images when it has 3 dimensions (other samples
+    for validation)."""
+    offset = 0 if train else _VAL_INDEX_OFFSET
+    if len(INPUT_SHAPE) != 3:
+        return SyntheticTensorDataset(DATA_LENGTH, INPUT_SHAPE, DATA_CLASSES, seed=SEED, index_offset=offset)
+    return SyntheticImageDataset(DATA_LENGTH, (INPUT_SHAPE[1], INPUT_SHAPE[2]), DATA_CLASSES, channels=INPUT_SHAPE[0],
+                                 seed=SEED, index_offset=offset)
 ''' + _holdout()
 
 #: The workbench's generated token sequences (``synthetic`` data of a text model).

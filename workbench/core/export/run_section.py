@@ -15,7 +15,13 @@ from torch import nn
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.export.common import ExportError
-from workbench.core.export.run_code import FILE_DATA_CODE, PY_DATA_CODE, SYNTHETIC_IMAGE_CODE, SYNTHETIC_TEXT_CODE
+from workbench.core.export.run_code import (
+    FILE_DATA_CODE,
+    PY_DATA_CODE,
+    SYNTHETIC_IMAGE_CODE,
+    SYNTHETIC_SHAPED_CODE,
+    SYNTHETIC_TEXT_CODE,
+)
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import crop_size, current_num_classes, model_input_size, weights_member
 from workbench.core.optimizers import optimizer_kind
@@ -194,10 +200,14 @@ def run_section(
         else:
             classes = SYNTHETIC_DEFAULT_CLASSES
         target = given if task is not None or provided else classes
-        out.data_code = SYNTHETIC_TEXT_CODE if task is not None else SYNTHETIC_IMAGE_CODE
+        shaped = task is None and config.input_shape is not None
+        out.data_code = SYNTHETIC_TEXT_CODE if task is not None else SYNTHETIC_SHAPED_CODE if shaped else SYNTHETIC_IMAGE_CODE
         out.constants += [f"DATA = {config.data!r}  # the workbench's generated data (see make_dataset)",
                           f"DATA_LENGTH = {length!r}  # samples", f"DATA_CLASSES = {classes!r}"]
-        out.summary.append(f"data: {config.data} (the workbench's generated {'tokens' if task else 'images'}, same samples)")
+        if shaped:
+            out.constants.append(f"INPUT_SHAPE = {tuple(config.input_shape)!r}  # one sample's shape")  # type: ignore[arg-type]
+        what = "tokens" if task else f"samples of shape {tuple(config.input_shape)}" if shaped else "images"  # type: ignore[arg-type]
+        out.summary.append(f"data: {config.data} (the workbench's generated {what}, same samples)")
     elif kind == "py":
         target = config.num_classes or spec.num_classes
         out.fit_to_data = target is None
@@ -240,9 +250,9 @@ def run_section(
     out.metric = metric
     if metric != "accuracy":
         out.summary.append(f"validation metric: {metric}" + (" (runs that code: metric(output, target))" if out.metric_ref else ""))
-    if config.input_shape is not None and kind != "py":
-        raise ExportError(f"config field 'input_shape' = {config.input_shape!r}: the exported script generates images or "
-                          "tokens only; export with py: data of that shape, or train with the workbench")
+    if config.input_shape is not None and kind not in ("py", "synthetic"):
+        raise ExportError(f"config field 'input_shape' = {config.input_shape!r}: the shape of generated data; {kind} data "
+                          "has its own shape (leave input_shape unset to export)")
     kind_row = optimizer_kind(config.optimizer)
     out.optimizer_call = kind_row.source(config, expressions={"lr": "LR"})
     steps = config.steps if config.steps is not None or config.epochs is not None else DEFAULT_STEPS
