@@ -146,7 +146,7 @@ def _open(path: Path, folder: Path) -> object:
 @pytest.mark.parametrize("lines, needle", [
     ([b'{"text": "good", "label": 0}', b'{"text": "bad \xff\xfe", "label": 1}'], ":2: not UTF-8"),
     ([b'{"text": "good", "label": 0}', b"\x00\x01\x02\x89PNG\r\n\x1a"], ":2: not UTF-8"),
-    ([b'{"text": "good", "label": 300000000}'], ":1: label 300000000 is out of range"),
+    ([b'{"text": "good", "label": 300000000}'], ":1: label 300,000,000 is out of range"),
     ([b'{"text": "good", "label": 0}', b'{"text": "good", "label": -1}'], ":2: label -1 is out of range"),
     ([b'{"text": "good", "label": 1e30}'], ":1: classification needs a 'label'"),
     ([b'{"text": "good", "label": true}'], ":1: classification needs a 'label'"),

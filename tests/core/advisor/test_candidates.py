@@ -118,7 +118,7 @@ def test_profile_is_shape_only_and_leaves_the_model_alone(r18):
 
 
 def test_a_model_that_rejects_the_input_is_one_error():
-    with pytest.raises(AdvisorError, match="image-size"):
+    with pytest.raises(AdvisorError, match="--input-shape"):
         profile_model(torch.nn.Linear(4, 2), (2, 3, 8, 8))
 
 

@@ -110,7 +110,7 @@ def test_param_groups_tied_weights_once():
 
 def test_nothing_trainable_refused(resnet18):
     applied = wb.apply_plan(resnet18, {"rules": [{"select": "*", "frozen": True}]})
-    with pytest.raises(ValueError, match="no parameter trainable"):
+    with pytest.raises(ValueError, match="the plan leaves nothing trainable"):
         applied.param_groups(lr=1e-3)
 
 

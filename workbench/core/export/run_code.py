@@ -288,7 +288,7 @@ LOOP_CODE = '''
 
 def batch_loss(model, batch) -> torch.Tensor:
     """The run's loss of one batch: a dict batch is model(**batch) and its own .loss (else the task's
-    cross-entropy); (inputs, labels) is cross-entropy on the logits, plus torchvision's auxiliary heads."""
+    cross-entropy); (inputs, labels) is cross-entropy on the logits, plus auxiliary heads (aux_logits)."""
     if isinstance(batch, dict):
         out = model(**batch)
         loss = getattr(out, "loss", None)
