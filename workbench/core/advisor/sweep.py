@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -186,6 +187,10 @@ class SweepSettings:
         return self
 
 
+#: Whether the OS locks files (flock): then the folder lock, not heartbeats, tells a killed local sweep.
+_FOLDER_LOCKS = importlib.util.find_spec("fcntl") is not None
+
+
 class _FolderLock:
     """An OS lock on the sweep folder: exclusive while the study is prepared, shared while workers train."""
 
@@ -292,7 +297,8 @@ class Sweep:
     def _open(self, url: str) -> Any:
         s = self.settings
         return open_study(url, s.study, maximize=self.maximize, identity=self.identity(),
-                          reduction_factor=s.reduction_factor, min_resource=s.eval_every, prune=s.prune)
+                          reduction_factor=s.reduction_factor, min_resource=s.eval_every, prune=s.prune,
+                          heartbeat=s.storage is not None or not _FOLDER_LOCKS)
 
     def identity(self) -> dict[str, Any]:
         """What makes a rerun the same sweep: candidates (plan, lr, overrides), budget, objective and the run's settings."""

@@ -120,7 +120,7 @@ def _check_sqlite_file(path: Path) -> None:
 
 
 def open_study(url: str, name: str, *, maximize: bool, identity: dict[str, Any], reduction_factor: int,
-               min_resource: int, prune: bool) -> optuna.Study:
+               min_resource: int, prune: bool, heartbeat: bool = True) -> optuna.Study:
     """Create the study, or load it when it exists, and check it is this sweep's.
 
     Args:
@@ -132,6 +132,9 @@ def open_study(url: str, name: str, *, maximize: bool, identity: dict[str, Any],
         reduction_factor: the pruner's eta (keep the best 1/eta at each rung).
         min_resource: steps of the first rung.
         prune: stop candidates early (successive halving); False: train every one to the end.
+        heartbeat: running trials send heartbeats and a silent one is failed (machines sharing a
+            database); False for the sweep folder's own SQLite file, whose processes the folder
+            lock accounts for (a loaded machine must not fail a live worker's trial as stale).
 
     Returns:
         The study.
@@ -149,8 +152,9 @@ def open_study(url: str, name: str, *, maximize: bool, identity: dict[str, Any],
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # heartbeats are "experimental" in some Optuna versions
-            storage = optuna.storages.RDBStorage(url, heartbeat_interval=HEARTBEAT_S, grace_period=3 * HEARTBEAT_S,
-                                                 **kwargs)
+            if heartbeat:
+                kwargs.update(heartbeat_interval=HEARTBEAT_S, grace_period=3 * HEARTBEAT_S)
+            storage = optuna.storages.RDBStorage(url, **kwargs)
             study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True, pruner=pruner,
                                         sampler=optuna.samplers.RandomSampler(seed=0),
                                         direction="maximize" if maximize else "minimize")

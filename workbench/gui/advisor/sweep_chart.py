@@ -16,8 +16,8 @@ import os
 from pathlib import Path
 
 from PySide6.QtCore import QPointF, QRectF, Qt
-from PySide6.QtGui import QBrush, QColor, QGuiApplication, QImage, QPainter, QPen
-from PySide6.QtWidgets import QWidget
+from PySide6.QtGui import QBrush, QColor, QImage, QPainter, QPen
+from PySide6.QtWidgets import QApplication, QWidget
 
 from workbench.core.advisor.sweep_report import SweepReport, SweepRow
 
@@ -139,7 +139,9 @@ def write_chart(report: SweepReport, path: str | os.PathLike[str], size: tuple[i
     """
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
         os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    _app = QGuiApplication.instance() or QGuiApplication([])
+    # a QApplication, not a QGuiApplication: the process's one application must serve widgets too
+    # (the app, or a test run after this in the same process)
+    _app = QApplication.instance() or QApplication([])
     image = QImage(size[0], size[1], QImage.Format.Format_ARGB32)
     painter = QPainter(image)
     try:
