@@ -50,7 +50,9 @@ def test_a_killed_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
     deadline = time.monotonic() + SUBPROCESS_LONG_S
     try:
         while time.monotonic() < deadline and proc.poll() is None:
-            if (folder / "study.db").exists():
+            runs = folder / "runs"  # the study file is opened only once a candidate's run is saved: opening
+            # it while the sweep creates it races the sweep's own set-up
+            if runs.is_dir() and any(not p.name.startswith(".") for p in runs.iterdir()):
                 try:
                     states = [t.state for t in _trials(folder)]
                 except KeyError:  # the file is there, the study not yet
@@ -58,7 +60,9 @@ def test_a_killed_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
                 if optuna.trial.TrialState.COMPLETE in states:
                     break
             time.sleep(0.2)
-        assert proc.poll() is None, "the sweep ended before it could be killed"
+        if proc.poll() is not None:
+            err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
+            pytest.fail(f"the sweep ended (rc {proc.returncode}) before it could be killed: {err}")
         os.kill(proc.pid, signal.SIGKILL)
     finally:
         proc.wait()
