@@ -1,9 +1,10 @@
-"""What :meth:`AppliedPlan.update` changed: :class:`PlanDiff`, and the module names its text uses."""
+"""What :meth:`AppliedPlan.update` changed: :class:`PlanDiff` (iterating the key table), and the module names its text uses."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from workbench.core.plan import keys
 from workbench.core.plan.tree import ModelTree, ModuleNode
 
 __all__ = ["PlanDiff"]
@@ -11,49 +12,68 @@ __all__ = ["PlanDiff"]
 
 @dataclass
 class PlanDiff:
-    """What :meth:`AppliedPlan.update` changed.
+    """What :meth:`AppliedPlan.update` changed, key by key of the key table.
+
+    How a key's change shows is its row's :attr:`~workbench.core.plan.keys.PlanKey.diff`:
+    ``frozen`` as parameters whose ``requires_grad`` flipped, the extension keys as modules
+    re-installed, every other setting key in :attr:`changed` under its name.
 
     Attributes:
         newly_frozen / newly_trainable: parameter names whose ``requires_grad`` flipped.
-        lr_changed: trainable parameter names whose lr_scale changed.
         reinstalled: module paths whose extensions were removed or installed (their
             parameter objects may be new).
-        bn_changed: BatchNorm paths whose eval lock changed.
-        eval_changed: module paths whose ``eval`` setting changed.
+        changed: ``{key: names}`` for each other key whose value in force changed: trainable
+            parameter names (kept across the update) for a ``per_param`` key, BatchNorm paths
+            for a ``batchnorm_only`` key, module paths otherwise.
         tree: the model's tree, to name the modules in :meth:`describe` (None: parameter owners).
     """
 
     newly_frozen: list[str] = field(default_factory=list)
     newly_trainable: list[str] = field(default_factory=list)
-    lr_changed: list[str] = field(default_factory=list)
     reinstalled: list[str] = field(default_factory=list)
-    bn_changed: list[str] = field(default_factory=list)
-    eval_changed: list[str] = field(default_factory=list)
+    changed: dict[str, list[str]] = field(default_factory=dict)
     tree: ModelTree | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def lr_changed(self) -> list[str]:
+        """Trainable parameter names whose lr_scale changed (``changed["lr_scale"]``)."""
+        return self.changed.get("lr_scale", [])
+
+    @property
+    def bn_changed(self) -> list[str]:
+        """BatchNorm paths whose eval lock changed (``changed["bn_eval"]``)."""
+        return self.changed.get("bn_eval", [])
+
+    @property
+    def eval_changed(self) -> list[str]:
+        """Module paths whose ``eval`` setting changed (``changed["eval"]``)."""
+        return self.changed.get("eval", [])
 
     @property
     def empty(self) -> bool:
         """Nothing changed."""
-        return not (
-            self.newly_frozen or self.newly_trainable or self.lr_changed or self.reinstalled
-            or self.bn_changed or self.eval_changed
-        )
+        return not (self.newly_frozen or self.newly_trainable or self.reinstalled or any(self.changed.values()))
 
     def describe(self) -> str:
-        """Short text for plot markers and logs, naming the modules (``unfroze bert.encoder.layer.2``)."""
+        """Short text for plot markers and logs, naming the modules (``unfroze bert.encoder.layer.2``).
+
+        Parameters first (frozen, trainable, then the ``per_param`` keys), then re-installed
+        modules, then the other keys, each under its row's short text, in key-table order.
+        """
         parts = []
         if self.newly_frozen:
             parts.append(f"froze {self._params(self.newly_frozen)}")
         if self.newly_trainable:
             parts.append(f"unfroze {self._params(self.newly_trainable)}")
-        if self.lr_changed:
-            parts.append(f"lr× {self._params(self.lr_changed)}")
+        rows = [k for k in keys.SETTING_KEYS if k.diff == "value" and self.changed.get(k.name)]
+        parts += [f"{k.short} {self._params(self.changed[k.name])}" for k in rows if k.per_param]
         if self.reinstalled:
-            parts.append(f"A+B/partial {_compact(self.reinstalled)}")
-        if self.bn_changed:
-            parts.append(f"BN eval {_compact(self.bn_changed)}")
-        if self.eval_changed:
-            parts.append(f"eval {_compact(_outermost(self.eval_changed))}")
+            tensors = "/".join(k.short for k in keys.SETTING_KEYS if k.diff == "tensors")
+            parts.append(f"{tensors} {_compact(self.reinstalled)}")
+        for k in rows:
+            if not k.per_param:
+                paths = self.changed[k.name]
+                parts.append(f"{k.short} {_compact(paths if k.batchnorm_only else _outermost(paths))}")
         return "; ".join(parts) or "no change"
 
     def _params(self, names: list[str]) -> str:

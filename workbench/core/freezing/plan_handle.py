@@ -49,7 +49,7 @@ from workbench.core.freezing.reparam.full import FullRankHandle
 from workbench.core.freezing.reparam.low_rank import install_a_plus_b
 from workbench.core.freezing.snapshot import GradSeen, Snapshot, VerifyReport, compare_in_force, model_tensors
 from workbench.core.plan.checkpoint_fit import outermost_fitting
-from workbench.core.plan.keys import Effective
+from workbench.core.plan.keys import SETTING_KEYS, Effective, group_order, group_values
 from workbench.core.plan.problems import PlanError, PlanProblem, PlanWarning
 from workbench.core.plan.readiness import NOTHING_TRAINABLE
 from workbench.core.plan.spec_base import ExtensionSpec
@@ -366,6 +366,10 @@ class AppliedPlan:
         """Trainable parameters, each once, in model order."""
         return [p for _, p in self.named_trainable()]
 
+    def _param_values(self, raw_name: str, names: list[str]) -> tuple[Any, ...]:
+        settings = self._param_settings(raw_name)
+        return tuple(getattr(settings, name) for name in names)
+
     def lr_scale_of(self, param_name: str) -> float:
         """lr_scale in force for a parameter (by its name in ``model.named_parameters()``)."""
         return self._param_settings(param_name).lr_scale
@@ -386,11 +390,13 @@ class AppliedPlan:
     def param_groups(
         self, lr: float, weight_decay: float = 0.0, no_decay: str | None = None, **extra: Any
     ) -> list[dict[str, Any]]:
-        """Optimizer param groups with only trainable parameters, grouped by ``lr_scale`` and
-        weight decay.
+        """Optimizer param groups with only trainable parameters, grouped by the keys of the key
+        table whose row says ``group`` (``lr_scale`` and weight decay).
 
         Each parameter appears exactly once (by identity). Every group carries ``lr``
-        (= ``lr * lr_scale``), ``weight_decay``, ``lr_scale`` and ``param_names``.
+        (= ``lr * lr_scale``), ``param_names`` and the value of each ``group`` key under its
+        name (``lr_scale``, ``weight_decay``); a key whose value is None is left out of the
+        group, so that the optimizer's own setting of that name applies.
 
         Args:
             lr: base learning rate.
@@ -411,29 +417,28 @@ class AppliedPlan:
         if no_decay not in (None, "auto"):
             raise ValueError(f"no_decay must be None or \"auto\", got {no_decay!r}")
         skip = no_decay_names(self.model) if no_decay == "auto" else set()
-        groups: dict[tuple[float, float], dict[str, Any]] = {}
+        groups: dict[tuple[Any, ...], dict[str, Any]] = {}
         seen: set[int] = set()
         for name, p in self.model.named_parameters():
             if not p.requires_grad or id(p) in seen:
                 continue
             seen.add(id(p))
-            scale = self.lr_scale_of(name)
-            wd = 0.0 if name in skip else self.weight_decay_of(name, weight_decay)
-            g = groups.get((scale, wd))
+            values = group_values(self._param_settings(name), weight_decay=weight_decay, no_decay=name in skip)
+            sig = tuple(values.values())
+            g = groups.get(sig)
             if g is None:
-                g = groups[(scale, wd)] = {
+                g = groups[sig] = {
                     "params": [],
                     "param_names": [],
-                    "lr": lr * scale,
-                    "lr_scale": scale,
-                    "weight_decay": wd,
+                    "lr": lr * values.get("lr_scale", 1.0),
+                    **{k: v for k, v in values.items() if v is not None},  # None: the optimizer's
                     **extra,
                 }
             g["params"].append(p)
             g["param_names"].append(name)
         if not groups:
             raise PlanError(NOTHING_TRAINABLE)
-        out = [groups[k] for k in sorted(groups, key=lambda k: (-k[0], -k[1]))]
+        out = [groups[k] for k in sorted(groups, key=group_order)]
         for installer in INSTALLERS:
             handles = self.installed(installer.key)
             if handles and installer.adjust_param_groups is not None:
@@ -473,9 +478,12 @@ class AppliedPlan:
         self._check_alive()
         plan.validate(self.tree, strict=strict)
         new = plan.resolve(self.tree)
-        before = {n: (id(p), p.requires_grad, self.lr_scale_of(n)) for n, p in self.model.named_parameters()}
-        bn_before = {p: e.bn_eval for p, e in self._effective.items() if self.tree.nodes[p].is_bn}
-        eval_before = {p: e.eval for p, e in self._effective.items()}
+        value_keys = [k for k in SETTING_KEYS if k.diff == "value"]
+        param_keys = [k.name for k in value_keys if k.per_param]
+        before = {
+            n: (id(p), p.requires_grad, self._param_values(n, param_keys)) for n, p in self.model.named_parameters()
+        }
+        old = self._effective
         diff = PlanDiff(tree=self.tree)
         self._install_extensions(new, diff, plan)
         self._apply_flags(new, plan.resolve_params(self.tree))
@@ -489,10 +497,18 @@ class AppliedPlan:
                 diff.newly_frozen.append(n)
             elif not b[1] and p.requires_grad:
                 diff.newly_trainable.append(n)
-            elif p.requires_grad and b[2] != self.lr_scale_of(n):
-                diff.lr_changed.append(n)
-        diff.bn_changed = [p for p, was in bn_before.items() if was != new[p].bn_eval]
-        diff.eval_changed = [p for p, was in eval_before.items() if was != new[p].eval]
+            elif p.requires_grad:
+                now = self._param_values(n, param_keys)
+                for key, was, value in zip(param_keys, b[2], now):
+                    if was != value:
+                        diff.changed.setdefault(key, []).append(n)
+        for k in value_keys:
+            if k.per_param:
+                continue
+            paths = [p for p, e in old.items() if not k.batchnorm_only or self.tree.nodes[p].is_bn]
+            moved = [p for p in paths if getattr(old[p], k.name) != getattr(new[p], k.name)]
+            if moved:
+                diff.changed[k.name] = moved
         self.plan = plan
         for bucket in self._snapshot.entries.values():  # reinstalled modules: new tensors, new baseline
             for name in [n for n, (m, _) in bucket.items() if m in diff.reinstalled]:

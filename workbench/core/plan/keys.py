@@ -11,8 +11,15 @@ A row also carries what the window needs, so that no GUI module names a key: a h
 is read (:meth:`PlanKey.parse_text`), the undo text of an edit (:meth:`PlanKey.edit_text`), and
 whether the key is a number edited as text (:attr:`PlanKey.numeric`).
 
-Adding a key: a row in :data:`RULE_KEYS`, a field on ``Rule`` and ``Effective``, and its apply
-logic in :mod:`workbench.core.freezing.plan_handle`.
+A row also says what the effect layers need: whether parameters with different values train
+in separate optimizer param groups (:attr:`PlanKey.group`, :func:`group_values`), how
+:class:`~workbench.core.freezing.plan_diff.PlanDiff` reports a change (:attr:`PlanKey.diff`),
+the key in one-line summaries (:attr:`PlanKey.short`, :meth:`PlanKey.summary`), and how the
+exported script carries it (:attr:`PlanKey.export`, refused by default).
+
+Adding a key: a row in :data:`RULE_KEYS`, a field on ``Rule`` and ``Effective``, and, unless it
+acts through the optimizer's param groups, its apply logic in
+:mod:`workbench.core.freezing.plan_handle` (see docs/architecture.md, "How to add a plan key").
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from workbench.core.plan.spec_base import ExtensionSpec
 
 __all__ = [
     "CHECKPOINT_KEY",
+    "DIFF_KINDS",
     "DIRECT_KEYS",
     "EXPORT_RULES",
     "INHERITED_KEYS",
@@ -42,6 +50,8 @@ __all__ = [
     "Effective",
     "PlanKey",
     "effective_from",
+    "group_order",
+    "group_values",
     "rule_key",
     "schema_markdown",
 ]
@@ -132,6 +142,20 @@ class PlanKey:
         export: how the exported plain-PyTorch script carries the key (one of
             :data:`EXPORT_RULES`); ``"refuse"`` (the default): a plan that sets it is not
             exported, and the message names the key.
+        group: parameters whose values of the key differ go into separate optimizer param
+            groups, each carrying its value under the key's name
+            (:meth:`AppliedPlan.param_groups <workbench.core.freezing.plan_handle.AppliedPlan.param_groups>`;
+            ``lr_scale`` and ``weight_decay``).
+        diff: how :class:`~workbench.core.freezing.plan_diff.PlanDiff` reports a change of the
+            key (one of :data:`DIFF_KINDS`): ``"value"`` (the default: the parameters, for a
+            :attr:`per_param` key, or modules whose value in force changed, under
+            :attr:`short`), ``"requires_grad"`` (as parameters newly frozen or trainable:
+            ``frozen``), ``"tensors"`` (as modules whose tensors were re-installed: the
+            extension keys).
+        short: the key in one-line texts (a plan change's marker on the plots, a rule's
+            :meth:`summary`): ``"lr×"``; empty: the JSON name.
+        words: how :meth:`summary` reads an on and an off value (``("frozen", "trains")``);
+            None: by the value.
     """
 
     name: str
@@ -154,11 +178,39 @@ class PlanKey:
     text_prefix: str = ""
     hint: str = ""
     export: str = "refuse"
+    group: bool = False
+    diff: str = "value"
+    short: str = ""
+    words: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
-        """An empty label is the JSON name."""
+        """An empty label or short text is the JSON name; an unknown diff kind is refused."""
         if not self.label:
             object.__setattr__(self, "label", self.name)
+        if not self.short:
+            object.__setattr__(self, "short", self.name)
+        if self.diff not in DIFF_KINDS:
+            raise ValueError(f"plan key {self.name!r}: diff must be one of {', '.join(DIFF_KINDS)}, not {self.diff!r}")
+
+    def summary(self, value: Any) -> str:
+        """The key and a value of it in a few words, for one-line plan summaries (the runs table).
+
+        Args:
+            value: a value of the key as a plan file holds it (possibly hand-edited).
+
+        Returns:
+            ``"frozen"``/``"trains"`` (by :attr:`words`), ``"eval"`` for ``True``,
+            ``"lr×0.1"`` for a :attr:`numeric` key with a :attr:`short` text of its own,
+            else ``"name=value"``.
+        """
+        if self.words is not None:
+            return self.words[0] if self.is_on(value) else self.words[1]
+        if value is True:
+            return self.name
+        if self.numeric and self.short != self.name:
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            return f"{self.short}{value:g}" if number else f"{self.short}{value}"
+        return f"{self.name}={value}"
 
     def is_on(self, value: Any) -> bool:
         """Whether a value of the key reads as "on" (its truthiness: a spec is on, ``False``,
@@ -250,6 +302,10 @@ class PlanKey:
         return f"Set {self.name} on {what}"
 
 
+#: How :class:`~workbench.core.freezing.plan_diff.PlanDiff` reports a change of a key (:attr:`PlanKey.diff`).
+DIFF_KINDS: tuple[str, ...] = ("value", "requires_grad", "tensors")
+
+
 #: Keys of the plan language beyond freezing: train/eval behaviour and weight decay.
 _LANGUAGE_KEYS: tuple[PlanKey, ...] = (
     PlanKey(
@@ -263,6 +319,7 @@ _LANGUAGE_KEYS: tuple[PlanKey, ...] = (
         "absolute weight decay of the parameters; absent: the optimizer's", per_param=True,
         label="Weight decay", numeric=True,
         hint="a weight decay; enter a number >= 0 (the absolute decay, e.g. 0.05; 0 for none)", export="tables",
+        group=True,
     ),
 )
 # ---- activation checkpointing (its own block: a plain boolean, not inherited)
@@ -294,19 +351,20 @@ RULE_KEYS: tuple[PlanKey, ...] = (
     ),
     PlanKey(
         "frozen", "boolean", _parse_bool, True, False, "the modules' own parameters do not train", per_param=True,
-        label="Frozen", switch=True, verbs=("Freeze", "Unfreeze"), export="tables",
+        label="Frozen", switch=True, verbs=("Freeze", "Unfreeze"), export="tables", diff="requires_grad",
+        words=("frozen", "trains"),
     ),
     PlanKey(
         "bn_eval", "boolean", _parse_bool, True, False,
         "BatchNorm runs on its running statistics (eval mode) while the model trains; absent: follows `frozen`",
-        follows="frozen", label="BN eval", switch=True, batchnorm_only=True, export="tables",
+        follows="frozen", label="BN eval", switch=True, batchnorm_only=True, export="tables", short="BN eval",
     ),
     PlanKey(
         "lr_scale", "number >= 0", _parse_lr_scale, True, 1.0,
         "multiplier of the base learning rate; absent: the plan's `lr_decay` for the layer, else 1",
         per_param=True, label="LR ×", numeric=True, text_prefix="×x*",
         hint="a learning-rate multiplier; enter a number >= 0 (1 = base rate, 0.1 = ten times slower)",
-        export="tables",
+        export="tables", group=True, short="lr×",
     ),
     *_LANGUAGE_KEYS,
     PlanKey(
@@ -316,11 +374,12 @@ RULE_KEYS: tuple[PlanKey, ...] = (
         "(LoRA) on Linear, Conv1d/2d, Conv1D and Embedding layers; `\"dora\": true` (with `rank`) adds "
         "DoRA's trained magnitude per output channel (not on Embedding)",
         can_switch_off=True, spec=ReparamSpec, show=_show_spec, label="A+B", switch=True, export="a_plus_b",
+        diff="tensors", short="A+B", words=("A+B", "no A+B"),
     ),
     PlanKey(
         "partial", "object", _parse_partial, False, None,
         "sub-tensor freezing: the ranges of a weight that train (see docs/partial.md)",
-        spec=PartialSpec, show=_show_spec, label="Partial freezing",
+        spec=PartialSpec, show=_show_spec, label="Partial freezing", diff="tensors", export="partial",
     ),
     CHECKPOINT_KEY,
     PlanKey(
@@ -444,6 +503,47 @@ def cache_key(state: dict[str, Any]) -> tuple[Any, ...]:
     return tuple(
         id(v) if isinstance(v, ExtensionSpec) else v for v in (state.get(k.name) for k in SETTING_KEYS)
     )
+
+
+def group_values(settings: Effective, *, weight_decay: float, no_decay: bool = False) -> dict[str, Any]:
+    """What a parameter's optimizer param group carries: the value of each ``group`` key.
+
+    Args:
+        settings: the settings in force for the parameter.
+        weight_decay: the optimizer's weight decay, for a parameter no ``weight_decay`` rule reaches.
+        no_decay: the parameter takes no weight decay whatever the rules say (a bias, a norm).
+
+    Returns:
+        ``{key name: value}`` in key-table order (``lr_scale``, ``weight_decay``, then any
+        other ``group`` key); parameters with equal values share a group.
+    """
+    out: dict[str, Any] = {}
+    for k in SETTING_KEYS:
+        if not k.group:
+            continue
+        value = getattr(settings, k.name)
+        if k.name == "weight_decay":
+            value = 0.0 if no_decay else (weight_decay if value is None else value)
+        out[k.name] = value
+    return out
+
+
+def group_order(values: tuple[Any, ...]) -> tuple[tuple[int, Any], ...]:
+    """A sort key of param groups: larger numbers first (``lr_scale``, then weight decay), None
+    after the numbers, other values by their text.
+
+    Args:
+        values: the values of a group, as :func:`group_values` lists them.
+
+    Returns:
+        A key for ``sorted``.
+    """
+    def one(v: Any) -> tuple[int, Any]:
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return (0, -v)
+        return (1, "") if v is None else (2, repr(v))
+
+    return tuple(one(v) for v in values)
 
 
 def schema_markdown() -> str:

@@ -17,8 +17,13 @@ from torch import nn
 __all__ = ["sync_optimizer"]
 
 
-def _group_signature(group: Mapping[str, Any], keys: tuple[str, ...]) -> tuple[Any, ...]:
-    return tuple(_hashable(group.get(k)) for k in keys)
+def _group_signature(
+    group: Mapping[str, Any], keys: tuple[str, ...], defaults: Mapping[str, Any] | None = None
+) -> tuple[Any, ...]:
+    """The settings of a group that decide where a parameter belongs; a key the group leaves
+    out is the optimizer's default (an optimizer group has it filled in)."""
+    fallback = defaults or {}
+    return tuple(_hashable(group.get(k, fallback.get(k))) for k in keys)
 
 
 def _hashable(v: Any) -> Any:
@@ -34,8 +39,9 @@ def sync_optimizer(
 ) -> dict[str, int]:
     """Make an optimizer hold exactly the parameters of ``target`` groups, keeping state.
 
-    ``target`` is what :meth:`AppliedPlan.param_groups` returns for the plan now in force.
-    Parameters are matched by identity:
+    ``target`` is what :meth:`AppliedPlan.param_groups` returns for the plan now in force
+    (its groups carry the values of the key table's ``group`` keys; a key a target group
+    leaves out means the optimizer's default). Parameters are matched by identity:
 
     - a parameter no longer in ``target`` (newly frozen, or replaced when an extension was
       re-installed) leaves its group; its ``optimizer.state`` entry is deleted and its
@@ -63,7 +69,7 @@ def sync_optimizer(
     want: dict[int, tuple[nn.Parameter, str | None, tuple[Any, ...], dict[str, Any]]] = {}
     order: list[int] = []
     for g in target:
-        sig = _group_signature(g, keys)
+        sig = _group_signature(g, keys, optimizer.defaults)
         names = g.get("param_names") or [None] * len(g["params"])
         for p, n in zip(g["params"], names):
             want[id(p)] = (p, n, sig, g)
@@ -71,7 +77,7 @@ def sync_optimizer(
     stats = {"removed": 0, "added": 0, "moved": 0, "kept": 0}
     present: set[int] = set()
     for group in optimizer.param_groups:
-        sig = _group_signature(group, keys)
+        sig = _group_signature(group, keys, optimizer.defaults)
         keep_p: list[nn.Parameter] = []
         keep_n: list[str] = []
         names = group.get("param_names") or [None] * len(group["params"])
@@ -102,7 +108,7 @@ def sync_optimizer(
         p, n, sig, template = want[pid]
         if pid not in with_state:
             stats["added"] += 1
-        host = next((g for g in optimizer.param_groups if _group_signature(g, keys) == sig), None)
+        host = next((g for g in optimizer.param_groups if _group_signature(g, keys, optimizer.defaults) == sig), None)
         if host is not None:
             host["params"].append(p)
             if named:
