@@ -125,7 +125,7 @@ RANKS: dict[str, int] = {
     "core.models": 2,
     "core.freezing": 3,
     "core.training": 4,
-    "core.checks": 5, "core.advisor": 5, "core.export": 5,
+    "core.checks": 5, "core.advisor": 5, "core.export": 5, "core.runs": 5,
     "workbench": 6,  # the script API facade (lazy); the GUI reads its __version__
     "gui": 7, "integrations": 7,
     "commands": 8,  # the ``gui`` command starts the GUI
@@ -183,7 +183,7 @@ def test_the_order_check_can_fail():
 
 def test_architecture_doc_writes_the_order():
     text = (ROOT.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
-    assert "plan < models < freezing < training < {checks, advisor, export} < {commands, gui, integrations}" in text
+    assert "plan < models < freezing < training < {checks, advisor, export, runs} < {commands, gui, integrations}" in text
 
 
 def _string_imports(tree: ast.AST) -> list[tuple[int, str]]:

@@ -101,13 +101,13 @@ def test_settings_problem_none_when_fine(private_settings: Path) -> None:
 
 
 def test_unreadable_run_folder_is_listed_whoever_runs_the_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from workbench.gui.training import run_store
+    from workbench.core.runs import store as store_module
 
     store = RunStore(tmp_path)
     locked = tmp_path / "locked"
     locked.mkdir()
-    real = run_store.os.access
-    monkeypatch.setattr(run_store.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode))
+    real = store_module.os.access
+    monkeypatch.setattr(store_module.os, "access", lambda p, mode: False if Path(p) == locked else real(p, mode))
     _, problems = store.list()
     assert len(problems) == 1 and "unreadable run folder" in problems[0]
 

@@ -10,6 +10,10 @@ swatch); with two or more selected, a line compares them with the oldest selecte
 plan segment by plan segment (:meth:`RunRecord.segments`), and their validation results:
 the cost of a plan next to its quality.
 
+The tab is a view over :mod:`workbench.core.runs`: the numbers (:meth:`RunRecord.summarize`),
+their words (:mod:`workbench.core.runs.text`) and the comparison line
+(:func:`workbench.core.runs.compare.compare_runs`) are the ones ``workbench runs`` prints.
+
 A run is renamed in place (double-click or F2 on its name); the tags and notes of the
 selected run are edited below the table. Both are kept in the run's ``run.json``.
 
@@ -40,13 +44,26 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.core.formatting import fmt_bytes, fmt_count, fmt_percent
+from workbench.core.runs.compare import compare_runs
+from workbench.core.runs.compare import compare_text as core_compare_text
+from workbench.core.runs.record import RunRecord, RunStoreError, RunSummary, Validation
+from workbench.core.runs.store import RUNS_DIR_ENV
+from workbench.core.runs.text import (
+    NO_VALUE,
+    cache_text,
+    loss_text,
+    plan_text,
+    setup_text,
+    step_time_text,
+    trainable_text,
+    val_acc_text,
+    val_loss_text,
+)
 from workbench.core.training.frozen_cache import cache_line
 from workbench.core.training.metrics import fmt_memory
 from workbench.gui import dialogs
 from workbench.gui.training.plots import run_color
 from workbench.gui.training.run_controller import RunController
-from workbench.gui.training.run_store import RunRecord, RunStoreError, Segment, Validation, plan_text
 
 __all__ = [
     "COLUMNS",
@@ -59,8 +76,6 @@ __all__ = [
     "setup_text",
 ]
 
-#: Environment variable that overrides the runs folder (tests point it at a temporary folder).
-RUNS_DIR_ENV = "WORKBENCH_RUNS_DIR"
 #: Table columns.
 COLUMNS = (
     "Run", "Status", "Steps", "Step time", "Peak memory", "Trainable", "Final loss", "Val loss", "Val acc", "Setup",
@@ -87,82 +102,29 @@ def default_runs_dir() -> Path:
     return Path(base or Path.home() / ".freeze-workbench") / "runs"
 
 
-def setup_text(
-    config: dict[str, Any], *, num_classes: int | None = None, plan: dict[str, Any] | None = None,
-    seq_len: int | None = None, frozen_cache: dict[str, Any] | None = None,
-) -> str:
-    """A run's setup in a few words: ``adamw lr 0.001 bs16 64px 10 classes cpu · layer1 frozen``.
+def compare_text(base: RunRecord, others: list[RunRecord]) -> tuple[str, str]:
+    """The comparison line of runs against a base run (:func:`workbench.core.runs.compare.compare_text`).
 
     Args:
-        config: the run's ``TrainConfig`` dict.
-        num_classes: classes the run trained on (:meth:`RunRecord.num_classes`), if known.
-        seq_len: tokens per sample of a run on text data (its summary's ``seq_len``): shown
-            instead of the image size.
-        plan: the plan the run started with; summarised after a ``·`` when given.
-        frozen_cache: the frozen-prefix cache's read-out from the run's summary
-            (``frozen_cache``: ``cut``, ``bytes_memory``, ``bytes_disk``, ``hit_rate``): shown as
-            ``cache 26 MB hit 67%`` when the cache held rows.
+        base: the run the others are compared with.
+        others: the runs to compare.
 
     Returns:
-        The text.
+        ``(html, tooltip)``: one line per run with the ratios in bold, and each run's
+        segments spelled out.
     """
-    parts = [str(config.get("optimizer", "?"))]
-    lr = config.get("lr")
-    if isinstance(lr, (int, float)) and not isinstance(lr, bool):
-        parts.append(f"lr {lr:g}")
-    scheduler = config.get("scheduler")
-    if scheduler and scheduler != "constant":
-        parts.append(str(scheduler))
-    if config.get("warmup_steps"):
-        parts.append(f"warm-up {config['warmup_steps']}")
-    if config.get("no_decay"):
-        parts.append("no-decay")
-    if config.get("val") or config.get("val_every"):
-        every = config.get("val_every")
-        parts.append("val" + (f"/{every}" if every else ""))
-    parts.append(f"bs{config.get('batch_size', '?')}")
-    if seq_len:
-        parts.append(f"{seq_len} tokens")
-    elif config.get("image_size"):
-        parts.append(f"{config['image_size']}px")
-    if num_classes:
-        parts.append(f"{num_classes} classes")
-    parts.append(str(config.get("device", "auto")))
-    if config.get("amp") and config.get("amp") != "off":
-        parts.append(str(config["amp"]))
-    data = str(config.get("data", "synthetic"))
-    if not data.startswith("synthetic"):
-        parts.append(data.split(":", 1)[0])
-    cache = cache_text(frozen_cache)
-    if cache:
-        parts.append(cache)
-    text = " ".join(parts)
-    return text if plan is None else f"{text} · {plan_text(plan)}"
+    c = core_compare_text(base, others)
+    return c.text(as_html=True), "\n".join(c.segments)
 
 
-def cache_text(frozen_cache: Any) -> str:
-    """The frozen-prefix cache of a run in a few words: ``cache 26 MB hit 67%``.
-
-    Args:
-        frozen_cache: the ``frozen_cache`` entry of a run's summary (None, or a dict with
-            ``bytes_memory``, ``bytes_disk``, ``hit_rate``, ``cut``); anything else is ignored.
-
-    Returns:
-        The words, or "" when the run had no cache or it held nothing.
-    """
-    if not isinstance(frozen_cache, dict) or not frozen_cache.get("cut"):
-        return ""
-    held = 0
-    for key in ("bytes_memory", "bytes_disk"):
-        v = frozen_cache.get(key)
-        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-            held += v
-    rate = frozen_cache.get("hit_rate")
-    if not (isinstance(rate, (int, float)) and not isinstance(rate, bool) and 0 <= rate <= 1):
-        rate = None
-    if not held and rate is None:
-        return ""
-    return f"cache {fmt_bytes(held)}" + (f" hit {rate:.0%}" if rate is not None else "")
+def _peak_item(r: RunRecord, s: RunSummary) -> _Item:
+    """The Runs table's peak memory cell: the run's one peak number, its measure in the tooltip."""
+    item = _Item(fmt_memory(s.peak_memory), s.peak_memory)
+    tip = s.memory_source or "peak memory"
+    if s.peak_rss is not None:
+        tip += f"\npeak RSS {fmt_memory(s.peak_rss)} (process resident set, absolute)"
+    item.setToolTip(tip)
+    return item
 
 
 def _cache_tip(frozen_cache: Any, note: Any) -> str:
@@ -174,111 +136,19 @@ def _cache_tip(frozen_cache: Any, note: Any) -> str:
     return ""
 
 
-def _ratios(mine: list[float | None], base: list[float | None]) -> str | None:
-    """``0.95× → 0.80×``: each of ``mine`` over the base value of the same segment (the base's
-    last segment for segments it does not have); None when no ratio can be formed."""
-    out = []
-    for i, b in enumerate(mine):
-        a = base[min(i, len(base) - 1)] if base else None
-        if a and b:
-            out.append(f"{b / a:.2f}×")
-    return " → ".join(out) if out else None
-
-
-def _segments_line(r: RunRecord, segments: list[Segment]) -> str:
-    parts = []
-    for s in segments:
-        bits = [f"steps {s.start}–{s.end}"]
-        if s.label:
-            bits.append(f"after {s.label}")
-        if s.step_ms is not None:
-            bits.append(f"{s.step_ms:.1f} ms")
-        if s.trainable is not None:
-            bits.append(f"{fmt_count(int(s.trainable))} trainable")
-        parts.append(", ".join(bits))
-    return f"{r.name}: " + "; ".join(parts)
-
-
-def compare_text(base: RunRecord, others: list[RunRecord]) -> tuple[str, str]:
-    """The comparison line of runs against a base run, by medians per plan segment.
-
-    A run is split at its plan changes (:meth:`RunRecord.segments`); segment *i* of a run is
-    compared with segment *i* of the base (its last one where the base has fewer), so a run
-    that froze a block mid-way shows the step time and trainable count before and after
-    (``0.98× → 0.61×``), not only its final numbers. Peak memory is a whole-run number.
-
-    Args:
-        base: the run the others are compared with.
-        others: the runs to compare.
-
-    Returns:
-        ``(html, tooltip)``: one line per run, and each run's segments spelled out.
-    """
-    base_segs = base.segments()
-    lines, tips = [], [_segments_line(base, base_segs)]
-    for r in others:
-        segs = r.segments()
-        bits = []
-        for what, mine, theirs in (
-            ("step time", [s.step_ms for s in segs], [s.step_ms for s in base_segs]),
-            ("trainable", [s.trainable for s in segs], [s.trainable for s in base_segs]),
-        ):
-            ratio = _ratios(mine, theirs)
-            if ratio:
-                bits.append(f"{what} <b>{ratio}</b>")
-        a, b = base.peak_memory(), r.peak_memory()
-        if a is not None and b is not None:  # a measured 0 (no growth) is a number too
-            ratio = f"<b>{b / a:.2f}×</b> " if a > 0 else ""
-            bits.insert(1 if bits else 0, f"peak memory {ratio}({fmt_memory(b)} vs {fmt_memory(a)})")
-        if len(segs) > 1 or len(base_segs) > 1:
-            bits.append(f"per plan segment ({len(segs)} vs {len(base_segs)})")
-        bits.extend(_val_compare(base, r))
-        lines.append(f"{r.name} vs {base.name}: " + (", ".join(bits) if bits else "no numbers yet"))
-        tips.append(_segments_line(r, segs))
-    return "<br>".join(lines), "\n".join(tips)
-
-
-def _peak_item(r: RunRecord, peak: float | None) -> _Item:
-    """The Runs table's peak memory cell: the run's one peak number, its measure in the tooltip."""
-    item = _Item(fmt_memory(peak), peak)
-    rss = r.summary.get("peak_rss_bytes")
-    tip = r.memory_source() or "peak memory"
-    if isinstance(rss, (int, float)):
-        tip += f"\npeak RSS {fmt_memory(rss)} (process resident set, absolute)"
-    item.setToolTip(tip)
-    return item
-
-
 def _val_cells(v: Validation | None) -> tuple[tuple[str, float | None, str], tuple[str, float | None, str]]:
     """The loss and accuracy cells of a run's validation: ``(text, sort key, tooltip)`` each;
     a dash without validation (or without accuracy: not a classifier)."""
     if v is None:
-        none = ("–", None, "The run did not validate (Options… → Validate during training)")
+        none = (NO_VALUE, None, "The run did not validate (Options… → Validate during training)")
         return none, none
-    loss_text = f"{v.loss:.4f}" + (f" (best {v.best_loss:.4f})" if v.best_step != v.step else "")
     loss_tip = f"last: {v.loss:.4f} after step {v.step}\nbest: {v.best_loss:.4f} after step {v.best_step}"
     if v.acc is None:
-        acc: tuple[str, float | None, str] = ("–", None, "No accuracy: the outputs are not class logits")
+        acc: tuple[str, float | None, str] = (NO_VALUE, None, "No accuracy: the outputs are not class logits")
     else:
         best = v.best_acc if v.best_acc is not None else v.acc
-        acc = (
-            f"{100 * v.acc:.1f} %" + (f" (best {100 * best:.1f})" if best > v.acc else ""),
-            v.acc,
-            f"last: {100 * v.acc:.1f} % after step {v.step}\nbest: {100 * best:.1f} %",
-        )
-    return (loss_text, v.loss, loss_tip), acc
-
-
-def _val_compare(base: RunRecord, r: RunRecord) -> list[str]:
-    """``val loss 0.512 vs 0.498``, ``val acc 81.2 % vs 79.0 % (+2.2 pts)``: a run's last
-    validation against the base run's (nothing when either did not validate)."""
-    a, b = base.validation(), r.validation()
-    if a is None or b is None:
-        return [] if a is None and b is None else [f"validation: {'only ' + r.name if b is not None else 'not in ' + r.name}"]
-    bits = [f"val loss <b>{b.loss:.4f}</b> vs {a.loss:.4f}"]
-    if a.acc is not None and b.acc is not None:
-        bits.append(f"val acc <b>{100 * b.acc:.1f} %</b> vs {100 * a.acc:.1f} % ({100 * (b.acc - a.acc):+.1f} pts)")
-    return bits
+        acc = (val_acc_text(v), v.acc, f"last: {100 * v.acc:.1f} % after step {v.step}\nbest: {100 * best:.1f} %")
+    return (val_loss_text(v), v.loss, loss_tip), acc
 
 
 def _swatch(color: QColor) -> QIcon:
@@ -467,13 +337,9 @@ class RunsPanel(QWidget):
         return -1
 
     def _fill(self, row: int, r: RunRecord) -> None:
-        ms = r.median_step_ms()
-        peak = r.peak_memory()
-        trainable = r.trainable()
-        loss = r.final_loss()
-        total = r.summary.get("total_params")
+        s = r.summarize()
         val_items = []
-        for text, key, tip in _val_cells(r.validation()):
+        for text, key, tip in _val_cells(s.validation):
             item = _Item(text, key)
             item.setToolTip(tip)
             val_items.append(item)
@@ -495,18 +361,15 @@ class RunsPanel(QWidget):
             status.setText(f"{r.status} {'✓' if ok else '✗'}")
             status.setToolTip(f"{r.message or r.status}\nverify: {'OK' if ok else 'FAILED'}")
         total_steps = r.summary.get("total_steps")
-        steps_text = f"{r.steps()}" + (f" / {total_steps}" if r.running and total_steps else "")
+        steps_text = f"{s.steps}" + (f" / {total_steps}" if r.running and total_steps else "")
         cells = [
             name,
             status,
-            _Item(steps_text, r.steps()),
-            _Item(f"{ms:.1f} ms" if ms is not None else "–", ms),
-            _peak_item(r, peak),
-            _Item(
-                (fmt_count(trainable) + (f" ({fmt_percent(trainable, total)})" if total else "")) if trainable is not None else "–",
-                trainable,
-            ),
-            _Item(f"{loss:.4f}" if loss is not None else "–", loss),
+            _Item(steps_text, s.steps),
+            _Item(step_time_text(s), s.step_ms),
+            _peak_item(r, s),
+            _Item(trainable_text(s), s.trainable),
+            _Item(loss_text(s), s.final_loss),
             *val_items,
             _Item(setup_text(r.config, num_classes=r.num_classes(), plan=r.plan, seq_len=r.summary.get("seq_len"),
                              frozen_cache=r.summary.get("frozen_cache"))),
@@ -586,9 +449,9 @@ class RunsPanel(QWidget):
         for r in sel:  # the segments need the per-step metrics (read once, kept by the record)
             if not r.metrics_loaded:
                 self.runs.load_metrics(r)
-        html, tip = compare_text(sel[0], sel[1:])
-        self.compare.setText(html)
-        self.compare.setToolTip(tip)
+        c = compare_runs(sel)
+        self.compare.setText(c.text(as_html=True) if c else "")
+        self.compare.setToolTip("\n".join(c.segments) if c else "")
 
     # ------------------------------------------------------------ rename, tags, notes
     def _item_changed(self, item: QTableWidgetItem) -> None:

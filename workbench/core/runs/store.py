@@ -1,0 +1,444 @@
+"""Runs on disk: the app's run store, ``workbench train --save`` folders, and reading either.
+
+The app keeps one folder per run in its store (:class:`RunStore`):
+
+- ``run.json``: the :class:`~workbench.core.runs.record.RunRecord` without its metrics;
+- ``metrics.csv``: the :class:`~workbench.core.training.metrics.StepMetrics` records, written with
+  :class:`~workbench.core.training.metrics.MetricsWriter`.
+
+A ``workbench train --save DIR`` folder holds the engine's ``summary.json`` (the run's
+result), ``config.json``, ``plan.json`` (the plan in force at the end) and ``metrics.jsonl``;
+:func:`open_run` reads it into the same record, so ``workbench runs`` and the app compare
+both kinds. Every file is read bounded: JSON through :mod:`workbench.core.safe_json` (regular
+files only, size and depth capped), metrics streamed a line at a time with every k-th record
+kept past :data:`MAX_KEPT_METRICS_BYTES`; no file that links outside its run folder is read.
+
+A run that was still ``running`` when the app ended is listed as ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import datetime as _dt
+import json
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from workbench.core import safe_json
+from workbench.core.atomic import atomic_write
+from workbench.core.errors import WorkbenchError
+from workbench.core.runs.record import STATUSES, RunRecord, RunStoreError, clean_json, events_of
+from workbench.core.training.metrics import MetricsError, MetricsWriter, StepMetrics, iter_metrics
+
+__all__ = [
+    "APP_METRICS_FILE",
+    "MAX_KEPT_METRICS_BYTES",
+    "RUNS_DIR_ENV",
+    "RUN_FILE",
+    "SAVE_METRICS_FILE",
+    "RunStore",
+    "default_runs_dir",
+    "load_metrics",
+    "open_run",
+    "read_runs",
+]
+
+RUN_FILE = "run.json"
+APP_METRICS_FILE = "metrics.csv"
+#: The files of a ``workbench train --save`` folder read into a record.
+SAVE_SUMMARY_FILE, SAVE_CONFIG_FILE, SAVE_PLAN_FILE, SAVE_METRICS_FILE = (
+    "summary.json", "config.json", "plan.json", "metrics.jsonl")
+#: Bytes of a run's metrics file read in full; a larger file is read through, keeping every
+#: k-th record (and the last) so that about this many bytes of records stay in memory.
+MAX_KEPT_METRICS_BYTES = 32 * 2**20
+#: Environment variable that overrides the app's runs folder (tests point it at a temporary folder).
+RUNS_DIR_ENV = "WORKBENCH_RUNS_DIR"
+_ORGANIZATION, _APPLICATION = "FreezeWorkbench", "Freeze Workbench"
+
+
+def default_runs_dir() -> Path:
+    """The app's runs folder without Qt: ``$WORKBENCH_RUNS_DIR``, else the per-user data folder + ``runs``.
+
+    Returns:
+        ``~/.local/share/FreezeWorkbench/Freeze Workbench/runs`` on Linux (``$XDG_DATA_HOME``
+        when set), ``~/Library/Application Support/...`` on macOS, ``%APPDATA%\\...`` on Windows.
+    """
+    env = os.environ.get(RUNS_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("APPDATA") or Path.home() / "AppData" / "Roaming")
+    elif sys.platform == "darwin":
+        base = Path.home() / "Library" / "Application Support"
+    else:
+        base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return base / _ORGANIZATION / _APPLICATION / "runs"
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    """``path`` (after following its links) lies inside ``folder`` (after following its links)."""
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
+    except (OSError, RuntimeError):  # a link loop
+        return False
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
+def _read_json(path: Path, folder: Path, what: str) -> Any:
+    """A JSON file of a run folder, read bounded; a link out of the folder is refused."""
+    if os.path.lexists(path) and not _inside(path, folder):
+        raise RunStoreError(f"{path.name} links outside its run folder; not read")
+    return safe_json.load(path, what=what)
+
+
+def _write_metrics(metrics: Iterable[Mapping[str, Any]], path: Path) -> None:
+    with MetricsWriter(path) as w:
+        for m in metrics:
+            w.write(StepMetrics.from_dict(dict(m)))
+
+
+def load_metrics(record: RunRecord) -> builtins.list[dict[str, Any]]:
+    """Read a stored run's metrics into ``record.metrics`` (once), in bounded memory.
+
+    The file is streamed a line at a time; one larger than :data:`MAX_KEPT_METRICS_BYTES`
+    keeps every k-th record and the last. A metrics file that links outside the run folder
+    is not followed. A record without plan changes takes them from the metrics' ``events``
+    (a ``--save`` folder keeps them there).
+
+    Args:
+        record: the run (its :attr:`~RunRecord.folder` and :attr:`~RunRecord.metrics_file`).
+
+    Returns:
+        The records (an empty list when the run has no metrics file or no folder).
+
+    Raises:
+        RunStoreError: the metrics file is unreadable, not a regular file, has a line
+            that is too long or malformed, or links outside the run folder.
+    """
+    if record.metrics_loaded or record.folder is None:
+        record.metrics_loaded = True
+        return record.metrics
+    folder = record.folder
+    path = folder / record.metrics_file
+    if os.path.lexists(path):
+        if not _inside(path, folder):
+            raise RunStoreError(f"{path} links outside its run folder; not read (copy the file into the folder)")
+        events: builtins.list[dict[str, Any]] = []
+        try:
+            size = os.stat(path).st_size
+            stride = max(1, -(-size // MAX_KEPT_METRICS_BYTES))  # ceil: about MAX_KEPT_METRICS_BYTES kept
+            kept: builtins.list[dict[str, Any]] = []
+            last: StepMetrics | None = None
+            for i, m in enumerate(iter_metrics(path)):
+                last = m
+                if m.events:
+                    events.extend(events_of([{"step": m.step, "wall_time": m.wall_time, "events": m.events}]))
+                if i % stride == 0:
+                    kept.append(m.to_dict())
+            if last is not None and (not kept or kept[-1]["step"] != last.step):
+                kept.append(last.to_dict())
+        except OSError as e:
+            raise RunStoreError(f"cannot read {path} ({e.strerror or e}); check its permissions") from None
+        except MetricsError as e:
+            raise RunStoreError(str(e)) from None
+        record.metrics = kept
+        if not record.events:
+            record.events = events
+    record.metrics_loaded = True
+    return record.metrics
+
+
+def _from_save_folder(folder: Path) -> RunRecord:
+    """A ``workbench train --save`` folder as a record (metrics not loaded)."""
+    result = _read_json(folder / SAVE_SUMMARY_FILE, folder, "run summary")
+    if not isinstance(result, Mapping) or not isinstance(result.get("summary"), Mapping):
+        raise RunStoreError(f"{SAVE_SUMMARY_FILE} is not the summary of a `workbench train` run")
+    config: Any = {}
+    if os.path.lexists(folder / SAVE_CONFIG_FILE):
+        config = _read_json(folder / SAVE_CONFIG_FILE, folder, "run config")
+    summary = dict(result["summary"])
+    steps = result.get("steps")
+    if isinstance(steps, int) and not isinstance(steps, bool):
+        summary.setdefault("steps", steps)
+    status = result.get("status")
+    final_plan = result.get("plan")
+    start_plan = config.get("plan") if isinstance(config, Mapping) else None
+    verify = result.get("verify")
+    try:
+        created = _dt.datetime.fromtimestamp(os.stat(folder / SAVE_SUMMARY_FILE).st_mtime).astimezone()
+    except OSError:
+        created = None
+    return RunRecord(
+        id=folder.name,
+        name=folder.name,
+        created=created.isoformat(timespec="microseconds") if created else "",
+        finished=created.isoformat(timespec="seconds") if created else None,
+        status=status if isinstance(status, str) and status in STATUSES else "interrupted",
+        message=str(result.get("message") or ""),
+        config=dict(config) if isinstance(config, Mapping) else {},
+        plan=dict(start_plan) if isinstance(start_plan, Mapping) else (
+            dict(final_plan) if isinstance(final_plan, Mapping) else {}),
+        final_plan=dict(final_plan) if isinstance(final_plan, Mapping) else None,
+        model={"label": str(config.get("model") or "")} if isinstance(config, Mapping) else {},
+        summary=summary,
+        verify=dict(verify) if isinstance(verify, Mapping) else None,
+        error=result.get("error") if isinstance(result.get("error"), str) else None,
+        folder=folder,
+        metrics_loaded=False,
+        metrics_file=SAVE_METRICS_FILE,
+    )
+
+
+def open_run(path: str | os.PathLike[str]) -> RunRecord:
+    """Read one run folder of any kind: an app run (``run.json``) or a ``--save`` folder (``summary.json``).
+
+    Args:
+        path: the run's folder.
+
+    Returns:
+        The record (metrics not loaded: :func:`load_metrics`). A run left ``running`` by an
+        app that ended is ``interrupted``.
+
+    Raises:
+        RunStoreError: not a folder, not a run folder, or its run file is unreadable; one
+            line naming the folder.
+    """
+    folder = Path(path)
+    try:
+        if not folder.is_dir():
+            what = "does not exist" if not os.path.lexists(folder) else "is not a folder"
+            raise RunStoreError(f"{folder}: {what}; name a run folder (it holds run.json or summary.json)")
+        if os.path.lexists(folder / RUN_FILE):
+            rec = RunRecord.from_dict(_read_json(folder / RUN_FILE, folder, "run file"), folder)
+        elif os.path.lexists(folder / SAVE_SUMMARY_FILE):
+            rec = _from_save_folder(folder)
+        else:
+            raise RunStoreError(
+                f"{folder}: not a run folder (no run.json or summary.json); name a folder of the app's runs "
+                "or one `workbench train --save` wrote")
+    except RunStoreError as e:
+        text = str(e)
+        raise RunStoreError(text if text.startswith(str(folder)) else f"{folder}: unreadable run ({text})") from None
+    except (OSError, UnicodeDecodeError, ValueError, WorkbenchError, RecursionError) as e:
+        raise RunStoreError(f"{folder}: unreadable run ({_one_line(e)})") from None
+    if rec.status == "running":
+        rec.status = "interrupted"
+        rec.message = rec.message or "the app ended while this run was training"
+    return rec
+
+
+def _is_run_folder(p: Path) -> bool:
+    return os.path.lexists(p / RUN_FILE) or os.path.lexists(p / SAVE_SUMMARY_FILE)
+
+
+def read_runs(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[RunRecord], list[str]]:
+    """The runs named: each path is a run folder or a folder of runs (the app's store).
+
+    Args:
+        paths: run folders or folders holding run folders.
+
+    Returns:
+        ``(records, problems)``: the runs in the order named (a store's runs oldest first),
+        and one line per folder that could not be read.
+    """
+    records: list[RunRecord] = []
+    problems: list[str] = []
+    for raw in paths:
+        p = Path(raw)
+        try:
+            single = _is_run_folder(p) or not p.is_dir()
+        except OSError as e:
+            problems.append(f"{p}: cannot be read ({e.strerror or e})")
+            continue
+        if single:
+            try:
+                records.append(open_run(p))
+            except RunStoreError as e:
+                problems.append(str(e))
+            continue
+        found, trouble = RunStore(p).list(save_folders=True)
+        problems.extend(trouble)
+        if not found and not trouble:
+            problems.append(f"{p}: no runs in this folder; name a run folder or a folder of runs")
+        records.extend(found)
+    return records, problems
+
+
+class RunStore:
+    """Runs kept in a folder, one sub-folder per run.
+
+    Args:
+        folder: the store's folder (created on the first save).
+
+    Example:
+        >>> store = RunStore(tmp_path)                         # doctest: +SKIP
+        >>> rec = store.new_record("#1 resnet18", config={...}) # doctest: +SKIP
+        >>> store.save(rec)                                     # doctest: +SKIP
+        >>> [r.name for r in store.list()[0]]                   # doctest: +SKIP
+        ['#1 resnet18']
+    """
+
+    def __init__(self, folder: str | os.PathLike[str]) -> None:
+        self.folder = Path(folder)
+
+    def new_record(self, name: str, **fields: Any) -> RunRecord:
+        """A new record with a unique id and its folder assigned (nothing written yet).
+
+        Args:
+            name: the run's label.
+            **fields: other :class:`RunRecord` fields (``config``, ``plan``, ``model`` ...).
+
+        Returns:
+            The record, status ``running``.
+        """
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        while True:
+            rid = f"{stamp}-{secrets.token_hex(2)}"
+            if not (self.folder / rid).exists():
+                break
+        return RunRecord(id=rid, name=name, folder=self.folder / rid, **fields)
+
+    def save(self, record: RunRecord, *, metrics: bool = True) -> Path:
+        """Write ``run.json`` (and ``metrics.csv``) atomically.
+
+        Args:
+            record: the run.
+            metrics: also write the metrics (only when they are loaded).
+
+        Returns:
+            The run's folder.
+
+        Raises:
+            RunStoreError: the folder cannot be written (the message says which).
+        """
+        folder = record.folder or (self.folder / record.id)
+        record.folder = folder
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            if metrics and record.metrics_loaded:
+                _write_metrics(record.metrics, folder / record.metrics_file)
+            atomic_write(folder / RUN_FILE, json.dumps(clean_json(record.to_dict()), indent=1) + "\n")
+        except (OSError, MetricsError) as e:
+            raise RunStoreError(f"cannot save the run to {folder} ({e}); check that the folder is writable") from None
+        return folder
+
+    def list(self, *, save_folders: bool = False) -> tuple[builtins.list[RunRecord], builtins.list[str]]:
+        """Every run in the store, oldest first (metrics not loaded).
+
+        Args:
+            save_folders: also read ``workbench train --save`` folders among the sub-folders
+                (``workbench runs`` does; the app lists its own runs only).
+
+        Returns:
+            ``(records, problems)``: unreadable runs are skipped and described in
+            ``problems``; a run left ``running`` by an app that ended is ``interrupted``.
+        """
+        records: builtins.list[RunRecord] = []
+        problems: builtins.list[str] = []
+        store_problem = self.problem()
+        if store_problem:
+            return records, [store_problem]
+        if not self.folder.exists():
+            return records, problems
+        try:
+            subs = sorted(p for p in self.folder.iterdir() if p.is_dir())
+        except OSError as e:
+            return records, [f"{self.folder}: the run store cannot be read ({e.strerror or e}); check its permissions"]
+        for sub in subs:
+            f = sub / RUN_FILE
+            if not _inside(sub, self.folder) or (os.path.lexists(f) and not _inside(f, sub)):
+                problems.append(f"{sub}: links outside the run store; not read")
+                continue
+            try:
+                if not f.is_file() and not (save_folders and os.path.lexists(sub / SAVE_SUMMARY_FILE)):
+                    if not os.access(sub, os.R_OK | os.X_OK):
+                        problems.append(f"{sub}: unreadable run folder (permission denied); check its permissions")
+                    continue
+                rec = open_run(sub)
+            except RunStoreError as e:
+                problems.append(_one_line(e))
+                continue
+            except Exception as e:  # a hand-edited run.json must never stop the app from starting
+                problems.append(f"{f}: unreadable run ({type(e).__name__}: {_one_line(e)})")
+                continue
+            records.append(rec)
+        records.sort(key=lambda r: (r.created, r.id))
+        return records, problems
+
+    def problem(self) -> str | None:
+        """Why the store's folder cannot hold runs (it is a file, or not writable), if it cannot.
+
+        Returns:
+            One line for the window to show once, or None when the folder is usable (or does
+            not exist yet: it is created on the first save).
+        """
+        if self.folder.exists() and not self.folder.is_dir():
+            return f"the run store {self.folder} is a file, not a folder: runs are not kept; move the file away"
+        if self.folder.is_dir() and not os.access(self.folder, os.W_OK | os.X_OK):
+            return f"the run store {self.folder} is not writable: runs are not kept; check its permissions"
+        return None
+
+    def load_metrics(self, record: RunRecord) -> builtins.list[dict[str, Any]]:  # RunStore.list shadows list
+        """Read a stored run's metrics into ``record.metrics`` (once), in bounded memory (:func:`load_metrics`).
+
+        Args:
+            record: the run (a record without a folder is looked for in this store).
+
+        Returns:
+            The records (an empty list when the run has no metrics file).
+
+        Raises:
+            RunStoreError: see :func:`load_metrics`.
+        """
+        if record.folder is None:
+            record.folder = self.folder / record.id
+        return load_metrics(record)
+
+    def export_csv(self, record: RunRecord, path: str | os.PathLike[str]) -> Path:
+        """Write a run's metrics as CSV (atomically) to ``path``.
+
+        Args:
+            record: the run (its metrics are loaded when needed).
+            path: destination ``.csv``.
+
+        Returns:
+            The path written.
+
+        Raises:
+            RunStoreError: unreadable metrics, or the destination cannot be written.
+        """
+        dest = Path(path)
+        metrics = self.load_metrics(record)
+        try:
+            _write_metrics(metrics, dest)
+        except (OSError, MetricsError) as e:
+            raise RunStoreError(f"cannot write {dest} ({e}); choose another folder or file name") from None
+        return dest
+
+    def delete(self, record: RunRecord) -> None:
+        """Remove a run's folder.
+
+        Args:
+            record: the run.
+
+        Raises:
+            RunStoreError: the folder cannot be removed.
+        """
+        folder = record.folder or self.folder / record.id
+        if not folder.exists():
+            return
+        if folder.resolve().parent != self.folder.resolve():
+            raise RunStoreError(f"{folder} is not a run folder of {self.folder}; not deleting it")
+        try:
+            shutil.rmtree(folder)
+        except OSError as e:
+            raise RunStoreError(f"cannot delete {folder} ({e}); remove it by hand") from None
