@@ -172,11 +172,46 @@ def test_checkpoint_model_is_rebuilt_the_same(tmp_path):
     assert torch.equal(mine.layer4[1].conv2.weight, trained.layer4[1].conv2.weight)
 
 
-def test_partial_freezing_is_refused():
+def test_low_rank_and_partial_are_the_workbenchs_tensors_names_and_groups(tmp_path):
+    """LoRA (exact, random A), DoRA (fused) and sub-tensor freezing in plain PyTorch: the same
+    parameters under the same names, the same values, flags and param groups as the workbench."""
+    plan = FreezePlan.from_dict({"rules": [
+        {"select": "*", "frozen": True},
+        {"select": "layer4.1.conv2", "frozen": False, "reparam": {"rank": 4, "alpha": 8, "a": {"random": {"seed": 5}}}},
+        {"select": "layer4.0.conv1", "frozen": False, "reparam": {"rank": 2, "alpha": 2, "dora": True, "mode": "fused"}},
+        {"select": "layer3.1.conv1", "frozen": False, "partial": {"param": "weight", "dim": 0, "trainable": [[0, 8], [200, 256]]}},
+        {"select": "fc", "frozen": False, "partial": {"param": "weight", "dim": 1, "trainable": [[0, 100]]}},
+    ]})
+    model, applied, want = _workbench_state(plan, SPEC, 1e-3, 0.01)
+    script = export_script(plan, SPEC, tmp_path / "s.py", lr=1e-3, weight_decay=0.01)
+    text = script.read_text()
+    assert "import peft" not in text and "PARTIAL = [" in text and "'rank': 4" in text
+    assert f"trainable: {want['trainable_count']:,} of {want['total_count']:,} parameters" in text
+    ns = run_exported_script(script)
+    torch.manual_seed(0)
+    mine = ns["build_model"]()
+    ns["apply_freeze_plan"](mine)
+    mine.train()
+    got = dict(mine.named_parameters())
+    assert [(n, p.requires_grad) for n, p in got.items()] == [(n, p.requires_grad) for n, p in model.named_parameters()]
+    for n, p in model.named_parameters():
+        assert torch.equal(got[n], p), n
+    assert "layer4.0.conv1.wb_lowrank.weight.M" in want["trainable"] and "fc.weight_trainable" in want["trainable"]
+    groups = ns["param_groups"](mine, 1e-3, 0.01, ns["BASE"])
+    assert [{k: g[k] for k in KEYS if k in g} for g in groups] == want["groups"]
+    x = torch.randn(2, 3, 32, 32)
+    mine.eval()
+    model.eval()
+    torch.testing.assert_close(mine(x), model(x))
+
+
+def test_a_stage_changing_partial_freezing_is_refused():
     plan = FreezePlan.from_dict(
-        {"rules": [{"select": "fc", "partial": {"param": "weight", "dim": 1, "trainable": [[0, 10]]}}]}
+        {"rules": [{"select": "*", "frozen": True}],
+         "stages": [{"at_step": 1, "rules": [{"select": "fc", "frozen": False,
+                                              "partial": {"param": "weight", "dim": 1, "trainable": [[0, 10]]}}]}]}
     )
-    with pytest.raises(ExportError, match="plan key 'partial'"):
+    with pytest.raises(ExportError, match="a stage of this plan changes sub-tensor freezing"):
         render_script(plan, SPEC)
 
 

@@ -63,6 +63,21 @@ A_PLUS_B = {"rules": [{"select": "*", "frozen": True},
                       {"select": "fc1", "frozen": False, "reparam": {"kind": "a_plus_b"}},
                       {"select": "head", "frozen": False,
                        "reparam": {"kind": "a_plus_b", "b_init": {"random": {"seed": 2, "dist": "normal", "scale": 0.01}}}}]}
+#: LoRA (exact, kaiming and gaussian V) on a Linear and a Conv2d; a stage freezes one of them (U and V stop).
+LORA = {"rules": [{"select": "*", "frozen": True},
+                  {"select": "fc1", "frozen": False, "reparam": {"rank": 2, "alpha": 4}},
+                  {"select": "blocks.1.0", "frozen": False, "reparam": {"rank": 3, "alpha": 3, "init": "gaussian"}},
+                  {"select": "head", "frozen": False}],
+        "stages": [{"at_step": 12, "rules": [{"select": "blocks.1.0", "frozen": True}]}]}
+#: DoRA in fused mode with dropout on the low-rank path (a Linear) and exact on a Conv2d.
+DORA = {"rules": [{"select": "*", "frozen": True},
+                  {"select": "fc1", "frozen": False,
+                   "reparam": {"rank": 2, "alpha": 4, "dora": True, "mode": "fused", "dropout": 0.1}},
+                  {"select": "stem.0", "frozen": False, "reparam": {"rank": 2, "alpha": 2, "dora": True}}]}
+#: Sub-tensor freezing: input columns in two ranges, output rows, a convolution's input channels.
+PARTIAL = {"rules": [{"select": "fc1", "partial": {"param": "weight", "dim": 1, "trainable": [[0, 2], [4, 5]]}},
+                     {"select": "head", "partial": {"param": "weight", "dim": 0, "trainable": [[3, 7]]}},
+                     {"select": "blocks.0.0", "partial": {"param": "weight", "dim": 1, "trainable": [[1, 3]]}}]}
 
 #: name -> (plan, TrainConfig fields); every cell trains the image net on synthetic data.
 IMAGE_CELLS: dict[str, tuple[dict[str, Any] | None, dict[str, Any]]] = {
@@ -77,6 +92,9 @@ IMAGE_CELLS: dict[str, tuple[dict[str, Any] | None, dict[str, Any]]] = {
     "epochs_and_validation": (None, {"optimizer": "sgd_momentum", "lr": 0.02, "epochs": 2, "steps": None,
                                      "val_every": 7, "val_fraction": 0.25}),
     "bce_loss": (None, {"optimizer": "adam", "lr": 1e-3, "loss": "bce"}),
+    "lora_stages": (LORA, {"optimizer": "adamw", "lr": 1e-2, "weight_decay": 0.05, "no_decay": "auto"}),
+    "dora_fused_dropout": (DORA, {"optimizer": "adamw", "lr": 1e-2, "weight_decay": 0.05, "no_decay": "auto"}),
+    "partial_sgd_momentum_decay": (PARTIAL, {"optimizer": "sgd_momentum", "lr": 0.05, "weight_decay": 0.01}),
 }
 
 
@@ -96,6 +114,10 @@ def _compare(tmp_path: Path, plan: FreezePlan, spec: ModelSpec, cfg: TrainConfig
     assert trainer.model is not None
     trained = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     script = export_script(plan, spec, tmp_path / "run.py", config=cfg)
+    if not plan.stages:  # the docstring's count is the run's (with stages: the run's at its start)
+        total = sum(p.numel() for p in trainer.model.parameters())
+        count = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+        assert f"trainable: {count:,} of {total:,} parameters" in script.read_text()
     ns = run_exported_script(script)
     saved = tmp_path / "trained.pt"
     got = ns["main"](["--save-trainable", str(saved)])
@@ -127,17 +149,42 @@ def test_a_torchvision_model_with_a_new_head_starts_from_the_runs_weights(tmp_pa
     _compare(tmp_path, plan, ModelSpec(**spec), cfg)
 
 
-@pytest.mark.parametrize("kind", ["text_classifier", "causal_lm"])
-def test_text_run_and_its_script_agree_step_for_step(kind: str, tmp_path: Path):
+_BERT_LOW_RANK = [
+    {"select": "*", "frozen": True},
+    {"select": "bert.encoder.layer.*.attention.self.query", "frozen": False, "reparam": {"rank": 2, "alpha": 4}},
+    {"select": "bert.embeddings.position_embeddings", "frozen": False, "reparam": {"rank": 2, "alpha": 2}},
+    {"select": "bert.embeddings.word_embeddings", "frozen": False,  # rows, the padding row among them
+     "partial": {"param": "weight", "dim": 0, "trainable": [[0, 40], [60, 70]]}},
+    {"select": "classifier", "frozen": False},
+]
+_GPT2_LOW_RANK = [
+    {"select": "*", "frozen": True},
+    {"select": "transformer.h.*.attn.c_attn", "frozen": False, "reparam": {"rank": 2, "alpha": 4, "dora": True}},
+    {"select": "transformer.h.1.mlp.c_fc", "frozen": False,
+     "reparam": {"rank": 2, "alpha": 4, "mode": "fused", "dropout": 0.1}},
+    {"select": "transformer.ln_f", "frozen": False},
+]
+#: name -> (model, rules): plain plans, and low-rank A+B and sub-tensor freezing on transformers' layers
+#: (LoRA on Linear and Embedding, sub-tensor rows of an embedding, DoRA on GPT-2's Conv1D, fused LoRA).
+TEXT_CELLS: dict[str, tuple[str, list[dict[str, Any]]]] = {
+    "text_classifier": ("bert", [{"select": "bert.embeddings", "frozen": True},
+                                 {"select": "bert.encoder.layer.1", "lr_scale": 0.5}]),
+    "causal_lm": ("gpt2", [{"select": "transformer.h.0", "frozen": True}, {"select": "transformer.h.1", "lr_scale": 0.5}]),
+    "text_classifier_lora_partial": ("bert", _BERT_LOW_RANK),
+    "causal_lm_dora_lora": ("gpt2", _GPT2_LOW_RANK),
+}
+
+
+@pytest.mark.parametrize("cell", list(TEXT_CELLS))
+def test_text_run_and_its_script_agree_step_for_step(cell: str, tmp_path: Path):
     pytest.importorskip("transformers")
     from tests.core.models.hf_fixtures import save_folder, tiny_bert, tiny_gpt2
 
+    kind, rules = TEXT_CELLS[cell]
     torch.manual_seed(0)
-    folder = save_folder(tiny_bert(num_labels=3) if kind == "text_classifier" else tiny_gpt2(), tmp_path / kind)
-    top, block = ("bert", "bert.encoder.layer.1") if kind == "text_classifier" else ("transformer", "transformer.h.1")
-    first = f"{top}.embeddings" if kind == "text_classifier" else f"{top}.h.0"
-    plan = FreezePlan.from_dict({"rules": [{"select": first, "frozen": True}, {"select": block, "lr_scale": 0.5}]})
+    folder = save_folder(tiny_bert(num_labels=3) if kind == "bert" else tiny_gpt2(), tmp_path / kind)
+    plan = FreezePlan.from_dict({"rules": rules})
     cfg = TrainConfig(model={"source": "hf", "name": str(folder)}, plan=plan.to_dict(), data="synthetic:64", seq_len=8,
                       batch_size=4, steps=STEPS, optimizer="adamw", lr=1e-3, weight_decay=0.01, scheduler="cosine",
-                      warmup_steps=3, device="cpu", seed=1, log_every=1)
+                      warmup_steps=3, device="cpu", seed=1, log_every=1, no_decay="auto")
     _compare(tmp_path, plan, ModelSpec(source="hf", name=str(folder)), cfg)

@@ -21,7 +21,7 @@ from workbench.core.training.config import TrainConfig, field_export
 __all__ = ["check_exportable", "ignored_fields", "keys_in_use", "memory_only_keys"]
 
 #: Key export rules the exporter writes code for.
-_HANDLED_KEY_RULES = ("tables", "a_plus_b", "memory_only", "none")
+_HANDLED_KEY_RULES = ("tables", "a_plus_b", "partial", "memory_only", "none")
 
 
 def keys_in_use(plan: FreezePlan) -> list[keys.PlanKey]:

@@ -23,12 +23,20 @@ __all__ = [
 
 FREEZE_CODE = '''
 
+# ids of the tensors that never train: A of low-rank A+B and the other parameters of its layer, the frozen
+# part of a partly frozen weight (requires_grad stays False whatever the tables say)
+FIXED: set[int] = set()
+NO_DECAY_AUTO = {no_decay_auto}  # no weight decay for 1-D tensors (biases, norms, DoRA's magnitudes)
+
+
 def canonical(param_name: str) -> str:
-    """Name of a parameter in the plain model (``conv.parametrizations.weight.original`` -> ``conv.weight``)."""
-    head, sep, rest = ("." + param_name).partition(".parametrizations.")
-    if not sep:
-        return param_name
-    return (head[1:] + "." if head[1:] else "") + rest.split(".")[0]
+    """Name of a parameter in the plain model: ``conv.parametrizations.weight.original`` (A+B) and
+    ``fc.parametrizations.weight.0.U`` or ``fc.wb_lowrank.weight.U`` (low-rank A+B) -> ``conv.weight``, ``fc.weight``."""
+    parts = param_name.split(".")
+    for i, part in enumerate(parts[:-1]):
+        if part in ("parametrizations", "wb_lowrank"):
+            return ".".join(parts[:i] + [parts[i + 1]])
+    return param_name
 
 
 def under(name: str, prefix: str) -> bool:
@@ -51,7 +59,7 @@ def setting_of(name: str, table: list[tuple[str, object]], default):
 def set_requires_grad(model: nn.Module, table: list[tuple[str, bool]]) -> None:
     """``requires_grad`` of each parameter from the table (module prefixes, then single parameters)."""
     for name, param in model.named_parameters():
-        param.requires_grad_(setting_of(canonical(name), table, True))
+        param.requires_grad_(id(param) not in FIXED and setting_of(canonical(name), table, True))
 
 
 def _train_keeping_eval(self: nn.Module, mode: bool = True) -> nn.Module:
@@ -100,7 +108,7 @@ def param_groups(model: nn.Module, lr: float, weight_decay: float, settings: dic
         key = canonical(name)
         scale = setting_of(key, settings["lr_scales"], 1.0)
         decay = setting_of(key, settings["weight_decays"], None)
-        decay = weight_decay if decay is None else decay
+        decay = 0.0 if NO_DECAY_AUTO and param.ndim <= 1 else weight_decay if decay is None else decay
         group = groups.setdefault((scale, decay), {"params": [], "param_names": [], "lr": lr * scale,
                                                    "lr_scale": scale, "weight_decay": decay})
         group["params"].append(param)
@@ -186,9 +194,9 @@ def add_a_plus_b(model: nn.Module, entries: list[tuple[str, dict]]) -> None:
     """W = A + B on the parameters of every module under each prefix (A fixed, B trained)."""
     for prefix, spec in entries:
         for path, module in list(model.named_modules()):
-            if not under(path, prefix) or "parametrizations" in path.split("."):
+            if not under(path, prefix) or {"parametrizations", "wb_lowrank"} & set(path.split(".")):
                 continue
-            names = [n for n, _ in module.named_parameters(recurse=False) if not spec["params"] or n in spec["params"]]
+{low_rank_install}            names = [n for n, _ in module.named_parameters(recurse=False) if not spec["params"] or n in spec["params"]]
             for name in names:
                 weight = getattr(module, name)
                 key = f"{path}.{name}" if path else name

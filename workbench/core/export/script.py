@@ -35,6 +35,8 @@ from torch import nn
 from workbench.core.atomic import atomic_write
 from workbench.core.export.common import ExportError, literal
 from workbench.core.export.export_rules import check_exportable, ignored_fields, memory_only_keys
+from workbench.core.export.extension_code import LOW_RANK_CODE, LOW_RANK_INSTALL, PARTIAL_CODE
+from workbench.core.export.extension_tables import LowRankLayer, extension_counts, low_rank_layers, partial_table
 from workbench.core.export.model_code import ModelSection, model_section
 from workbench.core.export.plan_code import (
     APLUSB_CODE,
@@ -60,6 +62,7 @@ from workbench.core.export.tables import (
     uses,
 )
 from workbench.core.models.script_code import HEAD_CODE, heads_line
+from workbench.core.models.sources import source_of
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.tree import ModelTree
 from workbench.core.optimizers import CHOICES
@@ -68,17 +71,13 @@ from workbench.core.training.config import ConfigError, TrainConfig
 
 __all__ = ["export_script", "render_script", "structure_model"]
 
-#: Sources whose structure is built on the meta device for the export (nothing allocated).
-_META_SOURCES = ("timm", "hf")
-
-
 def structure_model(spec: ModelSpec, *, meta: bool = False) -> tuple[nn.Module, str | None]:
     """The model's architecture (random weights, nothing downloaded) and its torchvision name.
 
     Args:
         spec: where the model comes from.
-        meta: build timm and Hugging Face models on the meta device (shapes only) when no
-            checkpoint is given.
+        meta: build the models of a source whose row says ``export_on_meta`` (timm, Hugging
+            Face) on the meta device (shapes only) when no checkpoint is given.
 
     Returns:
         ``(model, torchvision architecture name or None)``.
@@ -96,7 +95,7 @@ def structure_model(spec: ModelSpec, *, meta: bool = False) -> tuple[nn.Module, 
         return model, spec.name or result.arch
     plain = ModelSpec(source=spec.source, name=spec.name, weights=None, checkpoint=spec.checkpoint,
                       num_classes=spec.num_classes, origin=spec.origin)
-    on_meta = meta and spec.source in _META_SOURCES and spec.checkpoint is None
+    on_meta = meta and source_of(spec.source).export_on_meta and spec.checkpoint is None
     return plain.build(allow_download=False, meta=on_meta), spec.name
 
 
@@ -122,24 +121,13 @@ HERE = Path(__file__).resolve().parent
 '''
 
 
-def _refuse_unexportable(plan: FreezePlan, tree: ModelTree) -> None:
-    eff = plan.resolve(tree)
-    low_rank = [p for p, e in eff.items() if e.reparam is not None and e.reparam.low_rank is not None]
-    if low_rank or any(r.reparam is not None and r.reparam.low_rank is not None for st in plan.stages for r in st.rules):
-        where = ", ".join(p or "(root)" for p in low_rank[:3]) or "a stage"
-        raise ExportError(
-            f"low-rank A+B ('reparam.rank' on {where}) has no plain-script form; write a PEFT adapter with "
-            "`workbench export --peft DIR`, or apply the plan with workbench.apply_plan(model, plan) in your script"
-        )
-
-
 def _docstring_safe(text: str) -> str:
     """Text that cannot end the docstring or make an escape (a path, a spec, a description)."""
     return text.replace("\\", "/").replace('"' * 3, "'" * 3)
 
 
 def _docstring(plan: FreezePlan, name: str, section: ModelSection, c: dict[str, int], has_reparam: bool,
-               config: TrainConfig, run: RunSection) -> list[str]:
+               config: TrainConfig, run: RunSection, layers: list[LowRankLayer], partial: list[Any]) -> list[str]:
     desc = f" ({plan.description})" if plan.description else ""
     desc = _docstring_safe(desc)
     needs = _docstring_safe(section.needs + "".join(f" and {n}" for n in dict.fromkeys(run.needs) if n not in section.needs))
@@ -154,8 +142,16 @@ def _docstring(plan: FreezePlan, name: str, section: ModelSection, c: dict[str, 
         lines.append(f"  - BatchNorm kept in eval mode (across model.train()): {c['bn_eval']} of {c['bn']} modules")
     if c["eval"]:
         lines.append(f"  - modules kept in eval mode (Dropout, DropPath, BatchNorm...): {c['eval']}")
-    if has_reparam:
+    if has_reparam and c["reparam"]:
         lines.append(f"  - W = A + B (A fixed, B trained) on {c['reparam']} modules")
+    if layers:
+        kinds = sorted({(lr.low_rank.variant, lr.low_rank.rank) for lr in layers})
+        what = ", ".join(f"{'DoRA' if v == 'dora' else 'LoRA'} rank {r}" for v, r in kinds)
+        lines.append(f"  - low-rank A+B ({what}) on {len(layers)} layers, in plain PyTorch (no PEFT): W = A + (alpha/rank) U V,")
+        lines.append("    A and the layer's bias fixed; U, V (and DoRA's magnitude M) train, under the workbench's names")
+    if partial:
+        lines.append(f"  - sub-tensor freezing on {len(partial)} weights: <name>.weight_trainable trains, "
+                     "<name>.weight_frozen never does (the workbench's names)")
     lines.append("  - optimizer param groups: trainable parameters only, one group per learning-rate multiplier"
                  " and weight decay")
     if config.no_decay == "auto":
@@ -257,7 +253,8 @@ def render_script(
 
     Raises:
         ExportError: a plan key or config field without a plain-script form (named), low-rank
-            A+B, a stage that changes A+B, an unknown optimizer, data the script cannot open,
+            A+B or sub-tensor freezing the run would refuse (named), a stage that changes A+B or
+            sub-tensor freezing, an unknown optimizer, data the script cannot open,
             a model the script cannot rebuild or feed, a missing A+B file.
         PlanError: the plan does not fit the model.
         ModelSourceError: the model cannot be built from the spec.
@@ -274,7 +271,8 @@ def render_script(
             raise ExportError("the model spec has no architecture name; give the torchvision model name")
     tree = ModelTree.from_model(model)
     plan.validate(tree)
-    _refuse_unexportable(plan, tree)
+    eff = plan.resolve(tree)
+    layers, partial = low_rank_layers(model, eff), partial_table(model, eff)
     facts = ModelFacts(model, tree, config.no_decay)
     sdir = Path(script_dir) if script_dir is not None else None
     base_spec = ModelSpec(source=model_spec.source, name=model_spec.name, weights=model_spec.weights,
@@ -282,16 +280,18 @@ def render_script(
     section = model_section(base_spec if as_engine else model_spec, arch, model, sdir, config.image_size)
     run = run_section(config, model_spec, model, provided=provided, fit_always=as_engine)
     base = plan_tables(plan, facts)
-    reparam = reparam_table(tree, plan.resolve(tree))
+    reparam = reparam_table(tree, eff)
     relocate_files(reparam, Path(base_dir) if base_dir is not None else Path.cwd(), sdir)
-    has_fused, has_random, has_file = uses(reparam, "fused"), uses(reparam, "random"), uses(reparam, "file")
+    full_rank = [e for e in reparam if "rank" not in e[1]]
+    has_fused, has_random, has_file = uses(full_rank, "fused"), uses(reparam, "random"), uses(reparam, "file")
 
     name = (f"{model_spec.source}:{model_spec.name}" if model_spec.source not in ("torchvision", "checkpoint")
             else arch or "the model")
     lines = ["#!/usr/bin/env python3"]
-    lines += _docstring(plan, name, section, counts(plan, facts, base), bool(reparam), config, run)
+    c = extension_counts(counts(plan, facts, base), tree, eff, base, layers)
+    lines += _docstring(plan, name, section, c, bool(reparam), config, run, layers, partial)
     lines.append(_HEADER_IMPORTS.format(
-        extra_imports="import zlib\n" if has_random else "",
+        extra_imports="import zlib\n" if has_random or layers else "",
         model_imports="".join(line + "\n" for line in section.imports),
         parametrize_import="from torch.nn.utils import parametrize\n" if reparam else "",
     ).rstrip("\n"))
@@ -317,21 +317,33 @@ def render_script(
     lines.append("# ---------------------------------------------------------------- the freeze plan")
     lines += _tables_lines(base, plan, facts)
     if reparam:
-        lines.append("# W = A + B on every parameter (or the listed ones) of the modules under each prefix.")
+        lines.append("# W = A + B on every parameter (or the listed ones) of the modules under each prefix; an entry with a")
+        lines.append("# rank: W = A + (alpha / rank) U V on the weight of each Linear, Conv1d/2d, Conv1D and Embedding under it.")
         lines.append(f"A_PLUS_B = {literal(reparam)}")
+    if partial:
+        lines.append("# Sub-tensor freezing: (module path, the ranges [start, stop) of the weight along dim that train).")
+        lines.append(f"PARTIAL = {literal(partial)}")
     if has_file:
         lines.append("_FILES: dict[str, dict[str, torch.Tensor]] = {}")
     adjust = "    out = split_fused_groups(out, weight_decay)\n" if has_fused else ""
-    lines.append(FREEZE_CODE.replace("{adjust_call}", adjust).rstrip("\n"))
+    freeze = FREEZE_CODE.replace("{adjust_call}", adjust).replace("{no_decay_auto}", repr(config.no_decay == "auto"))
+    lines.append(freeze.rstrip("\n"))
     if reparam:
         lines.append(APLUSB_CODE.rstrip("\n"))
         if has_fused:
             lines.append(FUSED_CODE.rstrip("\n"))
         lines.append(SOURCE_CODE.format(random_branch=RANDOM_BRANCH if has_random else "",
                                         file_branch=FILE_BRANCH if has_file else "").rstrip("\n"))
-        lines.append(INSTALL_CODE.replace("{install_modes}", INSTALL_WITH_FUSED if has_fused else INSTALL_EXACT_ONLY).rstrip("\n"))
+        install = INSTALL_CODE.replace("{install_modes}", INSTALL_WITH_FUSED if has_fused else INSTALL_EXACT_ONLY)
+        lines.append(install.replace("{low_rank_install}", LOW_RANK_INSTALL if layers else "").rstrip("\n"))
+        if layers:
+            lines.append(LOW_RANK_CODE.rstrip("\n"))
+    if partial:
+        lines.append(PARTIAL_CODE.rstrip("\n"))
     apply_lines = ['', '', 'def apply_freeze_plan(model: nn.Module) -> None:',
                    '    """Apply the plan: A+B first (it creates the B parameters), then flags and eval-mode locks."""']
+    if partial:
+        apply_lines.append("    add_partial(model, PARTIAL)")
     if reparam:
         apply_lines.append("    add_a_plus_b(model, A_PLUS_B)")
     apply_lines.append("    apply_settings(model, BASE)")

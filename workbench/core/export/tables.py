@@ -187,13 +187,18 @@ def plan_tables(plan: FreezePlan, facts: ModelFacts) -> dict[str, Any]:
     grad = {n: facts.initial_grad.get(n, True) if e.kept else not e.frozen for n, e in params.items()}
     trainable = [n for n, g in grad.items() if g]
     decays: dict[str, float | None] = {n: 0.0 if n in facts.no_decay else params[n].weight_decay for n in trainable}
-    return {
-        "requires_grad": param_table(tree, grad, True),
-        "bn_eval": _bn_table(tree, eff),
-        "eval": _eval_table(tree, eff),
-        "lr_scales": param_table(tree, {n: params[n].lr_scale for n in trainable}, 1.0),
-        "weight_decays": param_table(tree, decays, None),
-    }
+    requires_grad = param_table(tree, grad, True)
+    lr_scales = param_table(tree, {n: params[n].lr_scale for n in trainable}, 1.0)
+    weight_decays = param_table(tree, decays, None)
+    for path, e in eff.items():  # a partly frozen weight's trainable part follows its module, as in the workbench
+        if e.partial is not None:
+            name = f"{path}.{e.partial.param}_trainable" if path else f"{e.partial.param}_trainable"
+            requires_grad.append((name, not e.frozen))
+            if not e.frozen:
+                lr_scales.append((name, e.lr_scale))
+                weight_decays.append((name, e.weight_decay))
+    return {"requires_grad": requires_grad, "bn_eval": _bn_table(tree, eff), "eval": _eval_table(tree, eff),
+            "lr_scales": lr_scales, "weight_decays": weight_decays}
 
 
 def counts(plan: FreezePlan, facts: ModelFacts, table: Mapping[str, Any]) -> dict[str, int]:
@@ -205,7 +210,8 @@ def counts(plan: FreezePlan, facts: ModelFacts, table: Mapping[str, Any]) -> dic
         table: the plan's :func:`plan_tables`.
 
     Returns:
-        ``{"total", "trainable", "bn", "bn_eval", "eval", "reparam"}``.
+        ``{"total", "trainable", "bn", "bn_eval", "eval", "reparam"}`` (``reparam``: modules with
+        full-rank A+B).
     """
     tree = facts.tree
     eff = plan.resolve(tree)
@@ -216,7 +222,8 @@ def counts(plan: FreezePlan, facts: ModelFacts, table: Mapping[str, Any]) -> dic
         "bn": sum(1 for n in tree.nodes.values() if n.is_bn),
         "bn_eval": sum(1 for p, n in tree.nodes.items() if n.is_bn and eff[p].bn_eval and not eff[p].kept),
         "eval": sum(1 for p in tree.nodes if table_value(p, table["eval"], False)),
-        "reparam": sum(1 for p, n in tree.nodes.items() if n.own_params and eff[p].reparam),
+        "reparam": sum(1 for p, n in tree.nodes.items()  # full-rank A+B (low rank: export.extension_tables)
+                       if n.own_params and (spec := eff[p].reparam) is not None and spec.low_rank is None),
     }
 
 
@@ -246,13 +253,21 @@ def reparam_table(tree: ModelTree, eff: Mapping[str, Effective]) -> list[tuple[s
         blocked = [p for p in owners if eff[p].reparam != spec]
         for prefix in cover_paths(tree, members, blocked):
             data = spec.to_json()  # the script's literal: plain JSON values
-            out.append((prefix, {k: data[k] for k in ("params", "mode", "a", "b_init")}))
+            entry = {k: data[k] for k in ("params", "mode", "a", "b_init")}
+            if spec.low_rank is not None:  # B = (alpha / rank) U V on the supported layers under the prefix
+                lr = spec.low_rank
+                entry.update(rank=lr.rank, alpha=lr.alpha, dropout=lr.dropout, init=lr.init, variant=lr.variant)
+            out.append((prefix, entry))
     out.sort(key=lambda e: tree.nodes[e[0]].order)
     return out
 
 
 def _reparam_key(eff: Mapping[str, Effective]) -> frozenset[tuple[str, ReparamSpec]]:
     return frozenset((p, e.reparam) for p, e in eff.items() if e.reparam)
+
+
+def _partial_key(eff: Mapping[str, Effective]) -> frozenset[tuple[str, Any]]:
+    return frozenset((p, e.partial) for p, e in eff.items() if e.partial)
 
 
 def stage_tables(
@@ -280,17 +295,24 @@ def stage_tables(
             out.append((sum(1 for s in thresholds if s <= t), t))
         return out
 
-    base_reparam = _reparam_key(plan.resolve(tree))
+    base_eff = plan.resolve(tree)
+    base_reparam, base_partial = _reparam_key(base_eff), _partial_key(base_eff)
     table: dict[tuple[int, int], dict[str, Any]] = {}
     for i, step in reached(steps):
         for j, epoch in reached(epochs):
             if (i, j) == (0, 0):
                 continue
             at = plan.at(step, epoch)
-            if _reparam_key(at.resolve(tree)) != base_reparam:
+            at_eff = at.resolve(tree)
+            if _reparam_key(at_eff) != base_reparam:
                 raise ExportError(
                     "a stage of this plan switches A+B on or off; the exported script supports stages "
                     "that change frozen, lr_scale, weight_decay, eval and bn_eval only: set A+B in the base rules"
+                )
+            if _partial_key(at_eff) != base_partial:
+                raise ExportError(
+                    "a stage of this plan changes sub-tensor freezing ('partial'); the exported script supports stages "
+                    "that change frozen, lr_scale, weight_decay, eval and bn_eval only: set 'partial' in the base rules"
                 )
             labels = [st.describe() for st in plan.stages if st.reached(step, epoch)]
             table[(i, j)] = {"label": "; ".join(labels), **plan_tables(at, facts)}
