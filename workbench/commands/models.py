@@ -1,5 +1,5 @@
-"""``workbench models``: the models of a source (torchvision, timm, cached Hugging Face
-repos), their weights and cache state."""
+"""``workbench models``: the models of a searchable source of the source table (torchvision,
+timm, cached Hugging Face repos), their weights and cache state."""
 
 from __future__ import annotations
 
@@ -9,19 +9,21 @@ import json
 import sys
 
 from workbench.core.formatting import fmt_count
-from workbench.core.models.sources import SOURCES, search_models
+from workbench.core.models.sources import DEFAULT_SOURCE, SOURCES, search_models, source_of
 from workbench.core.models.zoo import list_models
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pattern", nargs="?", default="*", help="glob on model names, e.g. 'resnet*'")
-    p.add_argument("--source", choices=[k for k, s in SOURCES.items() if not s.runs_code], default="torchvision",
-                   help="registry to list: torchvision (default), timm, or hf (repos in the local Hugging Face cache)")
+    listed = [row for row in SOURCES.values() if row.searchable]
+    p.add_argument("--source", choices=[row.key for row in listed], default=DEFAULT_SOURCE,
+                   help="source to list: " + "; ".join(
+                       f"{row.key}{' (default)' if row.key == DEFAULT_SOURCE else ''}: {row.description}" for row in listed))
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.source != "torchvision":
+    if args.source != DEFAULT_SOURCE:  # the default source lists its weights and sizes too
         return _run_source(args)
     infos = [m for m in list_models() if fnmatch.fnmatch(m.name, args.pattern)]
     if args.json:
@@ -46,11 +48,9 @@ def _run_source(args: argparse.Namespace) -> int:
         print()
         return 0
     if not found:
-        if args.source == "hf" and not search_models("hf", "*"):  # nothing to match: not a bad pattern
-            from huggingface_hub import constants
-
-            print(f"the Hugging Face cache ({constants.HF_HUB_CACHE}) holds no model yet; models from folders open as "
-                  "--model hf:./FOLDER", file=sys.stderr)
+        empty = source_of(args.source).empty_names
+        if empty is not None and not search_models(args.source, "*"):  # nothing to match: not a bad pattern
+            print(empty(), file=sys.stderr)
             return 0
         print(f"no {args.source} model matches {args.pattern!r}", file=sys.stderr)
         return 1

@@ -165,7 +165,7 @@ def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> Main
     Returns:
         The window.
     """
-    from workbench.core.models.hf_models import hf_local_folder
+    from workbench.core.models.sources import SOURCES
     from workbench.core.training.cpu_threads import reserve_cores_for_workers
     from workbench.gui import dialogs
     from workbench.gui.main_window import MainWindow
@@ -180,7 +180,9 @@ def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> Main
     if model:
         window.source_bar.set_current({"name": model})  # picks cached weights, if any
         request = window.source_bar.request() if window.source_bar.current_name() == model else LoadRequest(name=model)
-        folder = hf_local_folder(request.name) if request.source == "hf" and request.name else None
+        row = SOURCES.get(request.source)
+        local = row.local_folder if row is not None else None
+        folder = local(request.name) if local is not None and request.name else None
         if folder is not None and not folder.is_dir():
             dialogs.error(window, "Cannot load model",
                           f"The model folder {folder} does not exist; the default model "

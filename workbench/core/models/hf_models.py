@@ -36,6 +36,7 @@ __all__ = [
     "check_hf_folder",
     "hf_cached",
     "hf_cached_repos",
+    "hf_empty_cache_text",
     "hf_local_folder",
     "hf_weight_files",
 ]
@@ -73,6 +74,18 @@ def hf_local_folder(name: str) -> Path | None:
         The folder (``~`` expanded), or ``None``.
     """
     return Path(name).expanduser() if _is_local(name) else None
+
+
+def hf_empty_cache_text() -> str:
+    """What ``workbench models --source hf`` says while the Hugging Face cache holds no model.
+
+    Returns:
+        One line naming the cache folder and how a folder opens instead.
+    """
+    from huggingface_hub import constants
+
+    return (f"the Hugging Face cache ({constants.HF_HUB_CACHE}) holds no model yet; models from folders open as "
+            "--model hf:./FOLDER")
 
 
 def _cache_lookup(repo: str, filename: str) -> Path | None:

@@ -66,8 +66,14 @@ from workbench.core.models.torchvision_models import (
 
 #: The source of a spec without a prefix (``resnet18``).
 DEFAULT_SOURCE = "torchvision"
+#: The :class:`~workbench.core.models.spec.ModelSpec` source of a checkpoint file (the
+#: architecture from the spec's name or the file's own ``arch`` entry, the weights from the
+#: file): built by the spec from its ``checkpoint`` path, so not a row of :data:`SOURCES`,
+#: which the app offers and command-line prefixes name.
+CHECKPOINT_SOURCE = "checkpoint"
 
 __all__ = [
+    "CHECKPOINT_SOURCE",
     "DEFAULT_SOURCE",
     "SOURCES",
     "Browse",
@@ -170,6 +176,13 @@ class ModelSource:
         short_name: ``short_name(name)``: the model's name in the title and status bar.
         structure_only: ``structure_only(name)``: whether the model has no weights to read
             (it then opens on the meta device); ``None``: always has weights.
+        export_on_meta: The exporter reads the model's structure from a build on the meta
+            device (nothing allocated or downloaded) when no checkpoint is given.
+        empty_names: ``empty_names()``: what ``workbench models`` says when the source lists
+            no model at all (an empty cache: not a bad pattern); ``None``: "no model matches".
+        local_folder: ``local_folder(name)``: the folder a name points to, which must exist
+            (the app checks it at start-up), or ``None`` for a name that is not a folder;
+            ``None``: names are never folders.
     """
 
     key: str
@@ -190,6 +203,9 @@ class ModelSource:
     input_size: Callable[[str], int] | None = None
     short_name: Callable[[str], str] = str
     structure_only: Callable[[str], bool] | None = None
+    export_on_meta: bool = False
+    empty_names: Callable[[], str] | None = None
+    local_folder: Callable[[str], Path | None] | None = None
 
     def __post_init__(self) -> None:
         if self.runs_code and self.browse is not None and self.browse.kind != "code":
@@ -255,7 +271,7 @@ SOURCES: dict[str, ModelSource] = {
             build=timm_models.build_timm, names=timm_models.timm_names,
             cached=lambda name, weights: weights is None or timm_models.timm_cached(name, weights),
             script=timm_script,
-            downloads=_timm_downloads,
+            downloads=_timm_downloads, export_on_meta=True,
         ),
         ModelSource(
             key="hf", description="Hugging Face transformers: a local folder or a cached repo id",
@@ -267,6 +283,7 @@ SOURCES: dict[str, ModelSource] = {
                           "Open Model &Folder…", "Open a Hugging Face model folder (config.json, with or without weights)"),
             own_weights=OwnWeights("From the folder", "weights from the folder"),
             cache_where="local Hugging Face cache", short_name=_folder_name, structure_only=_hf_structure_only,
+            export_on_meta=True, empty_names=hf_models.hf_empty_cache_text, local_folder=hf_models.hf_local_folder,
         ),
         ModelSource(
             key="py", description="your own code: py:MODULE:FACTORY or py:path/file.py:FACTORY (runs that code)",

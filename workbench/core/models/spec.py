@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from torch import nn
 
@@ -17,6 +17,7 @@ from workbench.core.models.checkpoints import load_checkpoint, load_weights_into
 from workbench.core.models.heads import current_num_classes, replace_head
 from workbench.core.models.source_errors import ModelSourceError
 from workbench.core.models.sources import (
+    CHECKPOINT_SOURCE,
     DEFAULT_SOURCE,
     SOURCES,
     build_from_source,
@@ -37,7 +38,7 @@ def _table_sources() -> tuple[str, ...]:
 
 
 def _spec_sources() -> tuple[str, ...]:
-    return (DEFAULT_SOURCE, "checkpoint", *_table_sources())
+    return (DEFAULT_SOURCE, CHECKPOINT_SOURCE, *_table_sources())
 
 
 @dataclass
@@ -61,7 +62,7 @@ class ModelSpec:
             :meth:`to_dict`, so no file can clear it.
     """
 
-    source: Literal["torchvision", "checkpoint", "timm", "hf", "py"] = "torchvision"
+    source: str = DEFAULT_SOURCE
     name: str | None = None
     weights: str | None = None
     checkpoint: str | None = None
@@ -69,8 +70,8 @@ class ModelSpec:
     origin: str | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.source == "torchvision" and isinstance(self.name, str) and ":" in self.name:
-            self.source, self.name = parse_model_spec(self.name)  # type: ignore[assignment]
+        if self.source == DEFAULT_SOURCE and isinstance(self.name, str) and ":" in self.name:
+            self.source, self.name = parse_model_spec(self.name)
         self.validate()
 
     def validate(self) -> None:
@@ -83,11 +84,11 @@ class ModelSpec:
             raise ModelSourceError(
                 f"model source {self.source!r} is unknown; use one of {', '.join(_spec_sources())}"
             )
-        if self.source == "torchvision" and not self.name:
-            raise ModelSourceError("a torchvision model spec needs a name, e.g. 'resnet18'")
+        if self.source == DEFAULT_SOURCE and not self.name:
+            raise ModelSourceError(f"a {DEFAULT_SOURCE} model spec needs a name, e.g. '{SOURCES[DEFAULT_SOURCE].placeholder}'")
         if self.source in _table_sources() and not self.name:
             raise ModelSourceError(f"a {self.source} model spec needs a name, e.g. {self.source}:NAME")
-        if self.source == "checkpoint" and not self.checkpoint:
+        if self.source == CHECKPOINT_SOURCE and not self.checkpoint:
             raise ModelSourceError("a checkpoint model spec needs the checkpoint file path")
         if self.num_classes is not None and (
             isinstance(self.num_classes, bool)
@@ -176,9 +177,9 @@ class ModelSpec:
                 or of the model source.
         """
         self.validate()
-        if self.source != "checkpoint":
+        if self.source != CHECKPOINT_SOURCE:
             check_code_origin(self.source, self.name, self.origin)
-        if self.source == "checkpoint":
+        if self.source == CHECKPOINT_SOURCE:
             assert self.checkpoint is not None
             model = load_checkpoint(
                 self.checkpoint, arch=self.name, trust_pickle=trust_pickle
