@@ -30,7 +30,7 @@ import torch
 from workbench.core.errors import WorkbenchError
 
 __all__ = [
-    "BUDGET_FRACTION", "CacheBudgetError", "RowStore", "SPILL_HEADROOM", "SPILL_NAME", "SpillSpaceError",
+    "BUDGET_FRACTION", "CacheBudgetError", "RowStore", "SPILL_HEADROOM", "SPILL_NAME", "SPILL_NAME_2", "SpillSpaceError",
     "create_spill_file", "default_budget", "parse_budget",
 ]
 
@@ -38,6 +38,8 @@ __all__ = [
 BUDGET_FRACTION = 0.25
 #: Name of the spill file in the run folder.
 SPILL_NAME = "frozen_cache.bin"
+#: Name of a second spill file, while rows move from one cut to the next (both open at once).
+SPILL_NAME_2 = "frozen_cache.next.bin"
 #: Bytes a spill file leaves free on its disk (the run's metrics and summary still need room).
 SPILL_HEADROOM = 16 << 20
 #: Bytes of zeros written at a time where the file system cannot reserve space itself.
@@ -182,6 +184,7 @@ class RowStore:
         device: the training device (memory rows live there).
         budget: bytes the memory part may use.
         spill_dir: folder of the spill file for the rows beyond the budget, or None.
+        name: the spill file's name in that folder.
 
     Attributes:
         mem_rows: rows held in memory (indices ``0 .. mem_rows-1``).
@@ -192,7 +195,7 @@ class RowStore:
 
     def __init__(
         self, n: int, row_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
-        budget: int, spill_dir: Path | None,
+        budget: int, spill_dir: Path | None, *, name: str = SPILL_NAME,
     ) -> None:
         self.n = n
         self.row_shape = tuple(row_shape)
@@ -217,7 +220,7 @@ class RowStore:
         self.spill_path: Path | None = None
         rest = n - self.mem_rows
         if rest > 0 and spill_dir is not None:
-            path = Path(spill_dir) / SPILL_NAME
+            path = Path(spill_dir) / name
             try:
                 create_spill_file(path, rest * self.row_bytes)
                 self.spill_path = path
@@ -270,6 +273,18 @@ class RowStore:
         if idx.numel() == 0 or int(idx.min()) < 0 or int(idx.max()) >= self.n:
             return False
         return bool(self.filled[idx].all())
+
+    def held(self, idx: torch.Tensor) -> torch.Tensor:
+        """Which of these sample indices hold a row (an index out of range holds none).
+
+        Args:
+            idx: sample indices (CPU, int64).
+
+        Returns:
+            A boolean tensor, one per index.
+        """
+        inside = (idx >= 0) & (idx < self.n)
+        return inside & self.filled[idx.clamp(0, max(self.n - 1, 0))]
 
     def put(self, idx: torch.Tensor, rows: torch.Tensor) -> None:
         """Store rows for sample indices that have none yet (others are kept).

@@ -27,13 +27,22 @@ How the cut is found (on the first batch, with the global RNG and the buffers re
 
 The sample index comes from the loader's batch sampler (:func:`index_recording_loader`), in
 order, so worker processes and prefetching are fine. A batch the cache will serve is fetched
-as labels only, its inputs never loaded (:mod:`~workbench.core.training.cache_inputs`). A plan change that makes any part of
-the prefix trainable (or freezes more) drops the cache at the next step and finds a new cut.
+as labels only, its inputs never loaded (:mod:`~workbench.core.training.cache_inputs`).
+
+Across plan changes and epochs:
+
+* a batch with some rows kept runs the prefix for the missing samples only (stopped at the
+  cut), then the suffix on all its rows (:mod:`~workbench.core.training.cache_cut`);
+* a change that only freezes more (auto-freeze's decisions, stages) **advances** the rows:
+  the next step finds the new cut, checks on its batch that the old cut's input run through
+  the newly frozen modules gives the new cut's input, carries every kept row through them and
+  frees the old rows;
+* a change that makes any part of the prefix trainable again (or takes a module out of eval
+  mode, or re-installs an extension) drops the rows at once and finds a new cut at the next step.
 """
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import math
 import shutil
@@ -48,8 +57,21 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.training.cache_inputs import LabelOnly, LabelOnlyInputs, reads_labels_alone, unwrap_subsets
-from workbench.core.training.cache_store import RowStore
+from workbench.core.training.batches import batch_size_of
+from workbench.core.training.cache_cut import (
+    Cut,
+    Placeholders,
+    SpecError,
+    batch_part,
+    out_spec,
+    reached_params,
+    rows_until,
+    run_from,
+    same_output,
+)
+from workbench.core.training.cache_inputs import reads_labels_alone, unwrap_subsets
+from workbench.core.training.cache_loader import IndexQueue, index_recording_loader
+from workbench.core.training.cache_store import SPILL_NAME, SPILL_NAME_2, RowStore
 from workbench.core.training.config import CACHE_MODES
 
 __all__ = [
@@ -101,6 +123,8 @@ class CacheStats:
             :mod:`~workbench.core.training.cache_inputs`).
         reloads: such batches the cache could not serve after all (a plan change dropped it
             after they were fetched): their inputs were loaded then.
+        partial: steps with some rows kept: the prefix ran for the other samples only.
+        advances: freezes that carried the kept rows to a later cut instead of dropping them.
     """
 
     cut: str | None = None
@@ -112,11 +136,13 @@ class CacheStats:
     invalidations: int = 0
     inputs_skipped: int = 0
     reloads: int = 0
+    partial: int = 0
+    advances: int = 0
 
     @property
     def hit_rate(self) -> float | None:
-        """Share of steps served from the cache (None before any step)."""
-        n = self.hits + self.misses
+        """Share of steps served wholly from the cache (None before any step)."""
+        n = self.hits + self.partial + self.misses
         return self.hits / n if n else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -124,7 +150,8 @@ class CacheStats:
         return {
             "cut": self.cut, "rows": self.rows, "bytes_memory": self.bytes_memory, "bytes_disk": self.bytes_disk,
             "hits": self.hits, "misses": self.misses, "hit_rate": self.hit_rate, "invalidations": self.invalidations,
-            "inputs_skipped": self.inputs_skipped, "reloads": self.reloads,
+            "inputs_skipped": self.inputs_skipped, "reloads": self.reloads, "partial": self.partial,
+            "advances": self.advances,
         }
 
 
@@ -149,85 +176,16 @@ def cache_line(stats: Mapping[str, Any]) -> str:
     rate_text = f"{rate:.0%}" if isinstance(rate, (int, float)) and not isinstance(rate, bool) else "–"
     line = (f"input of '{stats.get('cut')}', {num('rows')} samples, {fmt_bytes(num('bytes_memory'))} in memory + "
             f"{fmt_bytes(num('bytes_disk'))} on disk, hit rate {rate_text} ({num('hits')} of "
-            f"{num('hits') + num('misses')} steps)")
+            f"{num('hits') + num('partial') + num('misses')} steps)")
+    if num("partial"):
+        line += f", {num('partial')} partly (the prefix ran for the missing samples only)"
+    if num("advances"):
+        line += f", carried to a later cut {num('advances')} times"
     if num("inputs_skipped"):
         line += f", inputs of {num('inputs_skipped')} steps not loaded"
     if num("reloads"):
         line += f", {num('reloads')} loaded late after a plan change"
     return line
-
-
-# ---------------------------------------------------------------- sample indices
-class IndexQueue:
-    """The index lists a batch sampler handed out, in order (one per batch the loader yields).
-
-    Attributes:
-        serves: set by the cache when batches it will serve may load their labels only:
-            called with a batch's indices as the sampler hands them out.
-    """
-
-    def __init__(self) -> None:
-        self._q: collections.deque[tuple[list[int], bool]] = collections.deque()
-        self.serves: Callable[[list[int]], bool] | None = None
-
-    def push(self, idx: list[int], label_only: bool = False) -> None:
-        """Record a batch's indices (called by the sampler wrapper), and whether its inputs
-        were left out."""
-        self._q.append((idx, label_only))
-
-    def pop(self) -> tuple[list[int], bool] | None:
-        """The next batch's indices and whether it was fetched without its inputs, or None
-        when unknown."""
-        return self._q.popleft() if self._q else None
-
-    def clear(self) -> None:
-        """Forget everything (a new iterator over the loader)."""
-        self._q.clear()
-
-
-class _RecordingBatchSampler:
-    def __init__(self, inner: Any, queue: IndexQueue) -> None:
-        self.inner, self.queue = inner, queue
-
-    def __iter__(self) -> Iterator[list[Any]]:
-        self.queue.clear()
-        for idx in self.inner:
-            idx = [int(i) for i in idx]
-            serves = self.queue.serves
-            if serves is not None and serves(idx):  # the cache serves it: its labels only
-                self.queue.push(idx, label_only=True)
-                yield [LabelOnly(i) for i in idx]
-            else:
-                self.queue.push(idx)
-                yield idx
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-
-def index_recording_loader(loader: DataLoader[Any], *, label_only: bool = False) -> tuple[DataLoader[Any], IndexQueue]:
-    """The same loader (same sampler, generator and workers) that also records sample indices.
-
-    Args:
-        loader: a map-style loader with a batch sampler.
-        label_only: batches may be fetched as labels only, when the queue's ``serves`` says so
-            (the dataset is wrapped in :class:`~workbench.core.training.cache_inputs.LabelOnlyInputs`).
-
-    Returns:
-        The new loader and the queue of its batches' indices.
-    """
-    queue = IndexQueue()
-    kwargs: dict[str, Any] = {}
-    if loader.num_workers > 0:
-        kwargs.update(persistent_workers=loader.persistent_workers, worker_init_fn=loader.worker_init_fn,
-                      prefetch_factor=loader.prefetch_factor)
-    new = DataLoader(
-        LabelOnlyInputs(loader.dataset) if label_only else loader.dataset,
-        batch_sampler=_RecordingBatchSampler(loader.batch_sampler, queue),
-        num_workers=loader.num_workers, collate_fn=loader.collate_fn, pin_memory=loader.pin_memory,
-        generator=loader.generator, **kwargs,
-    )
-    return new, queue
 
 
 # ---------------------------------------------------------------- static checks
@@ -307,45 +265,7 @@ class _Call:
     module: nn.Module
     parent: int | None
     first_child: int | None = None
-
-
-def _out_spec(out: Any, batch: int) -> Any:
-    """A placeholder recipe for a module output: tensors become (shape, dtype, device)."""
-    if isinstance(out, torch.Tensor):
-        return ("T", tuple(out.shape), out.shape[0] == batch if out.dim() else False, out.dtype, out.device)
-    if isinstance(out, tuple) and hasattr(out, "_fields"):
-        return ("N", type(out), [_out_spec(o, batch) for o in out])
-    if isinstance(out, (tuple, list)):
-        return ("S", type(out), [_out_spec(o, batch) for o in out])
-    if isinstance(out, Mapping):
-        return ("M", type(out), {k: _out_spec(v, batch) for k, v in out.items()})
-    if out is None or isinstance(out, (int, float, bool, str)):
-        return ("V", out)
-    raise CacheRefusedError(f"its output of type {type(out).__name__} cannot be stood in for")
-
-
-class _Zeros:
-    def __init__(self) -> None:
-        self._z: dict[tuple[torch.dtype, torch.device], torch.Tensor] = {}
-
-    def make(self, spec: Any, batch: int) -> Any:
-        kind = spec[0]
-        if kind == "T":
-            _, shape, batched, dtype, device = spec
-            key = (dtype, device)
-            z = self._z.get(key)
-            if z is None:
-                z = self._z[key] = torch.zeros((), dtype=dtype, device=device)
-            if batched:
-                shape = (batch, *shape[1:])
-            return z.expand(shape)
-        if kind == "N":
-            return spec[1](*[self.make(s, batch) for s in spec[2]])
-        if kind == "S":
-            return spec[1](self.make(s, batch) for s in spec[2])
-        if kind == "M":
-            return spec[1](**{k: self.make(v, batch) for k, v in spec[2].items()})
-        return spec[1]
+    lone: bool = False  # called with one positional argument and no keywords
 
 
 def _stochastic(m: nn.Module) -> bool:
@@ -386,16 +306,6 @@ def _kept_state(model: nn.Module, device: torch.device) -> Iterator[None]:
                 b.data.copy_(v)
 
 
-@dataclass
-class _Cut:
-    path: str
-    module: nn.Module
-    key: str | int
-    skipped: list[tuple[str, nn.Module, Any]]  # path, module, output placeholder recipe
-    row_shape: tuple[int, ...]
-    dtype: torch.dtype
-
-
 class FrozenPrefixCache:
     """Wraps a run's forward: the first epoch fills the cache, later steps run the suffix only.
 
@@ -433,12 +343,17 @@ class FrozenPrefixCache:
         self.atol = atol
         self.stats = CacheStats()
         self.refused: str | None = None
-        self._cut: _Cut | None = None
+        self._cut: Cut | None = None
         self._store: RowStore | None = None
         self._events: list[str] = []
-        self._zeros = _Zeros()
+        self._zeros = Placeholders()
+        #: the cut and rows before a freeze, until the next step carries them to the new cut
+        self._pending: tuple[Cut, RowStore] | None = None
+        #: the calls and their inputs of the last trace (:meth:`_find_cut`), for :meth:`_advance`
+        self._trace: tuple[list[_Call], list[Any]] | None = None
+        self._spill_n = 0
         self._tmp: Path | None = None
-        self._signature: tuple[tuple[bool, ...], tuple[bool, ...]] | None = None
+        self._signature: tuple[tuple[bool, ...], tuple[bool, ...], tuple[int, ...]] | None = None
         self._full_reach: set[int] | None = None  # trainable tensors the whole model's graph reaches
         #: the training dataset and its loader's collate function, when batches the cache
         #: serves load their labels only (:meth:`label_only_batches`); None otherwise
@@ -462,18 +377,37 @@ class FrozenPrefixCache:
         ev, self._events = self._events, []
         return ev
 
-    def _state_signature(self) -> tuple[tuple[bool, ...], tuple[bool, ...]]:
-        return (tuple(p.requires_grad for p in self.model.parameters()), tuple(m.training for m in self.model.modules()))
+    def _state_signature(self) -> tuple[tuple[bool, ...], tuple[bool, ...], tuple[int, ...]]:
+        return (tuple(p.requires_grad for p in self.model.parameters()), tuple(m.training for m in self.model.modules()),
+                tuple(id(p) for p in self.model.parameters()))
+
+    def _only_froze(self) -> bool:
+        """Since the cut was found, the plan only froze (or locked in eval mode): nothing that
+        was frozen trains now, no module left eval mode, no parameter was replaced."""
+        if self._signature is None:
+            return False
+        grads, modes, ids = self._signature
+        grads2, modes2, ids2 = self._state_signature()
+        return (ids == ids2 and len(modes) == len(modes2) and all(a or not b for a, b in zip(grads, grads2))
+                and all(a or not b for a, b in zip(modes, modes2)))
 
     def plan_changed(self) -> None:
-        """A plan change took effect: drop the cache when it may no longer be exact.
+        """A plan change took effect: keep, advance or drop the rows.
 
-        What trains or which modules run in eval mode changed: the kept activations (or the
-        cut) may be wrong from the next step, so they are dropped and a new cut is found then.
+        A change that only froze more keeps the rows until the next step: they are the inputs
+        of the newly frozen modules, so they are carried through them to the new cut then
+        (:meth:`_advance`). Any other change (something before the cut trains again, a module
+        left eval mode, an extension was re-installed) drops them at once, and a new cut is
+        found at the next step.
         """
         if self._cut is not None and self._state_signature() == self._signature:
             return
         had = self._cut is not None
+        if had and self._only_froze() and self._store is not None:
+            assert self._cut is not None
+            self._pending, self._store, self._cut = (self._cut, self._store), None, None
+            self.refused = None
+            return
         self._drop()
         self.refused = None
         if had:
@@ -501,35 +435,139 @@ class FrozenPrefixCache:
         idx_list, label_only = entry if entry is not None else (None, False)
         if label_only:
             assert idx_list is not None
-            if self.serves(idx_list):
+            if self._cut is not None and self.serves(idx_list):
                 self.stats.inputs_skipped += 1
-            else:  # a plan change dropped the rows after the batch was fetched: its inputs now
+            else:  # a plan change dropped (or moved) the rows after the batch was fetched: its inputs now
                 args = (self._reload(idx_list, args[0]), *args[1:])
                 self.stats.reloads += 1
         if self.refused is not None or idx_list is None:
+            self._drop_pending()
             return self.forward(*args, **kwargs)
         idx = torch.tensor(idx_list, dtype=torch.long)
         if self._cut is None:
             try:
                 self._cut = self._find_cut(args, kwargs)
             except CacheRefusedError as e:
+                self._drop_pending()
                 self.refused = str(e)
                 if not e.quiet:
                     self._events.append(f"frozen-prefix cache off: {e}")
                 return self.forward(*args, **kwargs)
-            self._store = RowStore(self.n, self._cut.row_shape, self._cut.dtype, self.device, self.budget, self._spill_folder())
+            finally:
+                trace, self._trace = self._trace, None
+            self._zeros.clear()
             self.stats.cut = self._cut.path
             self._signature = self._state_signature()
-            if self._store.note:
-                self._events.append(f"frozen-prefix cache: {self._store.note}")
+            self._store = self._advance(self._cut, trace, args, kwargs)
+            if self._store is None:
+                self._store = self._new_store(self._cut)
         store = self._store
         assert store is not None
-        if store.has_all(idx):
+        held = store.held(idx)
+        if bool(held.all()):
             self.stats.hits += 1
-            rows = store.get(idx)
-            return self._run_cut(self._cut, rows, args, kwargs)
-        self.stats.misses += 1
-        return self._run_capture(self._cut, store, idx, args, kwargs)
+            return self._run_cut(self._cut, store.get(idx), args, kwargs)
+        if not bool(held.any()):
+            self.stats.misses += 1
+            return self._run_capture(self._cut, store, idx, args, kwargs)
+        self.stats.partial += 1
+        return self._run_partial(self._cut, store, idx, held, args, kwargs)
+
+    def _new_store(self, cut: Cut) -> RowStore:
+        """An empty store for a cut's rows (the spill file named apart from a store still open)."""
+        self._spill_n += 1
+        store = RowStore(self.n, cut.row_shape, cut.dtype, self.device, self.budget, self._spill_folder(),
+                         name=SPILL_NAME if self._spill_n % 2 else SPILL_NAME_2)
+        if store.note:
+            self._events.append(f"frozen-prefix cache: {store.note}")
+        return store
+
+    def _drop_pending(self) -> None:
+        if self._pending is not None:
+            self._pending[1].close()
+            self._pending = None
+            self.stats.invalidations += 1
+            self._events.append("frozen-prefix cache dropped: the rows could not be carried to a new cut")
+
+    def _advance(self, cut: Cut, trace: tuple[list[_Call], list[Any]] | None, args: Any, kwargs: Any) -> RowStore | None:
+        """Carry the rows kept before a freeze to the new cut, then free them.
+
+        The rows at the old cut are the inputs of the modules the freeze added to the prefix:
+        run through them (and nothing after the new cut), they are the new cut's inputs, as a
+        whole-model forward would give. Checked first on this batch: the old cut's input, run
+        so, must give the new cut's input the trace recorded. The rows move in batches of this
+        batch's size (the batch's other arguments sliced to match); the old store is closed
+        right after.
+
+        Returns:
+            The new store, or None when there was nothing to carry (or it could not be).
+        """
+        if self._pending is None:
+            return None
+        old, old_store = self._pending
+        self._pending = None
+        if old.module is cut.module and old.key == cut.key and old.row_shape == cut.row_shape and old.dtype == cut.dtype:
+            return old_store  # the freeze did not reach the cut: the rows stand as they are
+        why = self._advance_check(old, cut, trace, args, kwargs)
+        if why is not None:
+            old_store.close()
+            self.stats.invalidations += 1
+            self._events.append(f"frozen-prefix cache dropped: {why}; it fills again at '{cut.path}'")
+            return None
+        store = self._new_store(cut)
+        held = old_store.filled.nonzero().flatten()
+        batch = batch_size_of(args[0] if args else next(iter(kwargs.values()), None))
+        step = max(1, batch)
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):
+            for lo in range(0, held.numel(), step):
+                chunk = held[lo : lo + step]
+                pos = torch.arange(chunk.numel())
+                a, kw = (batch_part(args, pos, batch), batch_part(kwargs, pos, batch)) if chunk.numel() < batch else (args, kwargs)
+                rows = rows_until(cut.module, cut.key, self.forward, a, kw, start=(old, old_store.get(chunk), self._zeros))
+                if rows is None or rows.shape[0] != chunk.numel():
+                    break
+                store.put(chunk, rows)
+        old_store.close()
+        self._zeros.clear()
+        self.stats.advances += 1
+        self._events.append(f"frozen-prefix cache advanced from '{old.path}' to '{cut.path}': "
+                            f"{store.count} kept rows carried through the newly frozen modules")
+        return store
+
+    def _advance_check(self, old: Cut, cut: Cut, trace: tuple[list[_Call], list[Any]] | None, args: Any,
+                       kwargs: Any) -> str | None:
+        """Why the rows at ``old`` cannot be carried to ``cut``, or None."""
+        if trace is None:
+            return "the new cut was not traced"
+        calls, inputs = trace
+        at = [i for i, c in enumerate(calls) if c.module is old.module]
+        new_at = next((i for i, c in enumerate(calls) if c.module is cut.module), None)
+        if len(at) != 1 or new_at is None or at[0] >= new_at or inputs[at[0]] is None or inputs[new_at] is None:
+            return f"'{cut.path}' does not run after '{old.path}'"
+        x_old, x_new = inputs[at[0]][1], inputs[new_at][1]
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            got = rows_until(cut.module, cut.key, self.forward, args, kwargs, start=(old, x_old, self._zeros))
+        if got is None or not same_output(got, x_new, self.atol):
+            return f"the input of '{cut.path}' depends on more than the input of '{old.path}'"
+        return None
+
+    def _run_partial(self, cut: Cut, store: RowStore, idx: torch.Tensor, held: torch.Tensor, args: Any,
+                     kwargs: Any) -> Any:
+        """A batch some of whose rows are kept: the prefix runs for the missing samples only."""
+        batch = idx.numel()
+        miss = (~held).nonzero().flatten()
+        new = rows_until(cut.module, cut.key, self.forward, batch_part(args, miss, batch), batch_part(kwargs, miss, batch))
+        if new is None or new.shape[0] != miss.numel() or tuple(new.shape[1:]) != cut.row_shape:
+            self.stats.partial -= 1
+            self.stats.misses += 1
+            return self._run_capture(cut, store, idx, args, kwargs)
+        store.put(idx[miss], new)
+        rows = torch.empty((batch, *cut.row_shape), dtype=cut.dtype, device=new.device)
+        have = held.nonzero().flatten()
+        rows[have.to(rows.device)] = store.get(idx[have]).to(rows.device)
+        rows[miss.to(rows.device)] = new.to(cut.dtype)
+        return self._run_cut(cut, rows, args, kwargs)
 
     def _spill_folder(self) -> Path | None:
         """The run folder, or a private temporary folder when the run saves nothing."""
@@ -549,6 +587,9 @@ class FrozenPrefixCache:
 
     def _drop(self) -> None:
         self._refresh()
+        if self._pending is not None:
+            self._pending[1].close()
+            self._pending = None
         if self._store is not None:
             self._store.close()
         self._store = None
@@ -558,7 +599,7 @@ class FrozenPrefixCache:
             self._tmp = None
 
     # ------------------------------------------------------------ running
-    def _run_capture(self, cut: _Cut, store: RowStore, idx: torch.Tensor, args: Any, kwargs: Any) -> Any:
+    def _run_capture(self, cut: Cut, store: RowStore, idx: torch.Tensor, args: Any, kwargs: Any) -> Any:
         kept: list[torch.Tensor] = []
 
         def pre(_m: nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
@@ -575,28 +616,8 @@ class FrozenPrefixCache:
             store.put(idx, kept[0])
         return out
 
-    def _run_cut(self, cut: _Cut, rows: torch.Tensor, args: Any, kwargs: Any) -> Any:
-        batch = rows.shape[0]
-
-        def pre(_m: nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-            if isinstance(cut.key, int):
-                return (rows, *a[1:]), kw
-            kw = dict(kw)
-            kw[cut.key] = rows
-            return a, kw
-
-        patched: list[nn.Module] = []
-        h = cut.module.register_forward_pre_hook(pre, with_kwargs=True)
-        try:
-            for _path, m, spec in cut.skipped:
-                m.forward = (lambda *_a, _s=spec, **_k: self._zeros.make(_s, batch))
-                patched.append(m)
-            return self.forward(*args, **kwargs)
-        finally:
-            h.remove()
-            for m in patched:
-                with contextlib.suppress(AttributeError):
-                    del m.forward
+    def _run_cut(self, cut: Cut, rows: torch.Tensor, args: Any, kwargs: Any) -> Any:
+        return run_from(cut, rows, self.forward, args, kwargs, self._zeros)
 
     # ------------------------------------------------------------ finding the cut
     def _record(self, args: Any, kwargs: Any) -> tuple[list[_Call], list[Any], dict[int, Any], Any]:
@@ -611,7 +632,7 @@ class FrozenPrefixCache:
         def pre(m: nn.Module, a: tuple[Any, ...], kw: dict[str, Any]) -> None:
             parent = stack[-1] if stack else None
             i = len(calls)
-            calls.append(_Call(paths.get(id(m), "?"), m, parent))
+            calls.append(_Call(paths.get(id(m), "?"), m, parent, lone=len(a) == 1 and not kw))
             if parent is not None and calls[parent].first_child is None:
                 calls[parent].first_child = i
             inputs.append(_first_tensor(a, kw))
@@ -631,12 +652,13 @@ class FrozenPrefixCache:
                 h.remove()
         return calls, inputs, outputs, out
 
-    def _find_cut(self, args: Any, kwargs: Any) -> _Cut:
+    def _find_cut(self, args: Any, kwargs: Any) -> Cut:
         self._full_reach = None
         rng = (torch.get_rng_state(), torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None)
         with _kept_state(self.model, self.device):
             try:
                 calls, inputs, outputs, ref = self._record(args, kwargs)
+                self._trace = (calls, inputs)
             except CacheRefusedError:
                 raise
             except Exception as e:
@@ -646,7 +668,7 @@ class FrozenPrefixCache:
     def _cut_from(
         self, calls: list[_Call], inputs: list[Any], outputs: dict[int, Any], ref: Any, args: Any, kwargs: Any,
         rng: tuple[torch.Tensor, torch.Tensor | None],
-    ) -> _Cut:
+    ) -> Cut:
         if not calls:
             raise CacheRefusedError("the model ran no modules")
         f = self._first_acting(calls)
@@ -714,7 +736,7 @@ class FrozenPrefixCache:
     def _try_cut(
         self, c: int, calls: list[_Call], inputs: list[Any], outputs: dict[int, Any], ref: Any, args: Any,
         kwargs: Any, rng: tuple[torch.Tensor, torch.Tensor | None],
-    ) -> _Cut:
+    ) -> Cut:
         cut = calls[c]
         name = cut.path or "(root)"
         if c == 0 or calls[c].parent is None:
@@ -754,16 +776,17 @@ class FrozenPrefixCache:
         key, x = kept
         batch = x.shape[0] if x.dim() else 0
         try:
-            specs = [(calls[i].path, calls[i].module, _out_spec(outputs.get(i), batch)) for i in skipped]
-        except CacheRefusedError as e:
+            specs = [(calls[i].path, calls[i].module, out_spec(outputs.get(i), batch)) for i in skipped]
+        except SpecError as e:
             raise CacheRefusedError(f"no clean cut at '{name}': a module before it: {e}") from None
-        cut_obj = _Cut(name, cut.module, key, specs, tuple(x.shape[1:]), x.dtype)
+        direct = cut.lone and key == 0 and outputs.get(c) is ref  # the model returns what the cut returns
+        cut_obj = Cut(name, cut.module, key, specs, tuple(x.shape[1:]), x.dtype, direct)
         # the frozen part gives the same input again (no hidden randomness)
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(torch.initial_seed() + 1)
             calls2, inputs2, _, _ = self._record(args, kwargs)
         again = inputs2[c] if len(calls2) == len(calls) else None
-        if again is None or not _same(again[1], x, 1e-6):
+        if again is None or not same_output(again[1], x, 1e-6):
             raise CacheRefusedError(
                 f"the frozen part before '{name}' gives a different output for the same batch "
                 "(dropout or drop-path in train mode?); lock it in eval mode (plan key eval)"
@@ -781,7 +804,7 @@ class FrozenPrefixCache:
                     f"no clean cut at '{name}': the model's forward uses what runs before it "
                     f"({type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''})"
                 ) from None
-        if not _same(ref, got, self.atol):
+        if not same_output(ref, got, self.atol):
             raise CacheRefusedError(
                 f"no clean cut at '{name}': the model uses values from before it besides its input "
                 "(a skip connection around it?)"
@@ -789,7 +812,7 @@ class FrozenPrefixCache:
         self._check_reach(cut_obj, x, args, kwargs)
         return cut_obj
 
-    def _check_reach(self, cut: _Cut, x: torch.Tensor, args: Any, kwargs: Any) -> None:
+    def _check_reach(self, cut: Cut, x: torch.Tensor, args: Any, kwargs: Any) -> None:
         """The suffix alone reaches every trainable tensor the whole model reaches.
 
         Equal outputs do not prove it: an adapter whose B starts at zero changes nothing yet.
@@ -799,8 +822,8 @@ class FrozenPrefixCache:
         devices = [self.device] if self.device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices), torch.enable_grad():
             if self._full_reach is None:
-                self._full_reach = _reached(self.forward(*args, **kwargs))
-            part = _reached(self._run_cut(cut, x.detach().clone(), args, kwargs))
+                self._full_reach = reached_params(self.forward(*args, **kwargs))
+            part = reached_params(self._run_cut(cut, x.detach().clone(), args, kwargs))
         lost = self._full_reach - part
         if lost:
             names = [n for n, p in self.model.named_parameters() if id(p) in lost]
@@ -828,50 +851,6 @@ def owner_sites(model: nn.Module) -> dict[str, list[str] | None]:
             assert sites is not None
             sites.append(name.rpartition(".")[0])
     return out
-
-
-def _reached(out: Any) -> set[int]:
-    """Ids of the leaf tensors (parameters) whose gradient the output's graph would reach."""
-    found: set[int] = set()
-    seen: set[Any] = set()
-    stack = [t.grad_fn for t in _tensors(out) if t.grad_fn is not None]
-    found.update(id(t) for t in _tensors(out) if t.is_leaf and t.requires_grad)
-    while stack:
-        fn = stack.pop()
-        if fn in seen:
-            continue
-        seen.add(fn)
-        var = getattr(fn, "variable", None)
-        if isinstance(var, torch.Tensor):
-            found.add(id(var))
-        stack.extend(nxt for nxt, _ in fn.next_functions if nxt is not None and nxt not in seen)
-    return found
-
-
-def _tensors(out: Any) -> list[torch.Tensor]:
-    if isinstance(out, torch.Tensor):
-        return [out]
-    if isinstance(out, Mapping):
-        return [t for v in out.values() for t in _tensors(v)]
-    if isinstance(out, (tuple, list)):
-        return [t for v in out for t in _tensors(v)]
-    return []
-
-
-def _same(a: Any, b: Any, atol: float) -> bool:
-    ta, tb = _tensors(a), _tensors(b)
-    if len(ta) != len(tb) or not ta:
-        return False
-    for x, y in zip(ta, tb):
-        if x.shape != y.shape:
-            return False
-        if x.is_floating_point():
-            scale = max(1.0, float(x.detach().abs().max())) if x.numel() else 1.0
-            if not torch.allclose(x.detach().float(), y.detach().float(), atol=atol * scale, rtol=1e-3):
-                return False
-        elif not torch.equal(x, y):
-            return False
-    return True
 
 
 def summarize(stats: CacheStats) -> dict[str, Any]:
