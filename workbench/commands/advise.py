@@ -22,7 +22,7 @@ from workbench.commands.common import (
     print_table,
 )
 from workbench.core.advisor.advice import Advice, advise
-from workbench.core.advisor.profile import is_text_model
+from workbench.core.advisor.profile import DictBatch, InputShape, batch_template, batch_text, is_text_model
 from workbench.core.advisor.sizes import parse_size
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
@@ -108,7 +108,7 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
                      f"{fmt_count(af.trainable_start)} → {fmt_count(af.trainable_end)}",
                      f"{af.step_ratio_start:.2f} → {af.step_ratio_end:.2f}", cached])
     rows = [row + ["-"] * (len(head) - len(row)) for row in rows]  # not measured (auto-freeze is never)
-    shape = "x".join(str(s) for s in advice.input_shape)
+    shape = batch_text(advice.input_shape)
     print(f"{args.model}, input {shape}, {args.optimizer}, amp {args.amp}, budget {fmt_bytes(advice.budget_bytes)}; "
           f"Pareto front: {len(advice.front)} of {len(advice.assessed)} candidates "
           "(predicted peak, trainable, step time)" + (", and auto-freeze" if af is not None else ""))
@@ -131,8 +131,9 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
         print(f"chosen: {advice.assessed[advice.chosen].candidate.name} (the most trainable parameters within the budget)")
 
 
-def _data_shape(args: argparse.Namespace, model: nn.Module) -> tuple[int, ...] | None:
-    """One sample's input shape, read from the first sample of ``--data`` (None without it)."""
+def _data_batch(args: argparse.Namespace) -> InputShape | None:
+    """The batch of ``--batch-size`` samples like the first sample of ``--data`` (None without it):
+    ``(batch, *shape)`` for a tensor input, each key's shape and dtype for a dict input."""
     if not getattr(args, "data", None):
         return None
     from workbench.core.training.data import DataError
@@ -143,18 +144,14 @@ def _data_shape(args: argparse.Namespace, model: nn.Module) -> tuple[int, ...] |
         ds = make_dataset(args.data, image_size=args.image_size or 224, num_classes=args.num_classes or 10, length=None)
     except DataError as e:
         raise CommandError(f"--data: {e}") from None
-    shape = first_input_shape(ds)
-    if shape is None:
+    if first_input_shape(ds) is None:
         raise CommandError(f"--data {args.data}: its first sample is not (input tensor, target); give --input-shape")
-    if isinstance(shape, dict):
-        raise CommandError(f"--data {args.data} gives dict inputs ({', '.join(shape)}); the advisor predicts for one "
-                           "input tensor: give --input-shape of the main one")
-    return shape
+    return batch_template(ds[0], args.batch_size)
 
 
-def _input_shape(args: argparse.Namespace, spec: ModelSpec, model: nn.Module) -> tuple[int, ...]:
+def _input_shape(args: argparse.Namespace, spec: ModelSpec, model: nn.Module) -> InputShape:
     """The batch shape the advice is for: ``(batch, seq_len)`` for text models, ``--input-shape`` or the
-    first sample of ``--data``, else images of the model's size."""
+    first sample of ``--data`` (its keys and shapes for dict inputs), else images of the model's size."""
     if args.batch_size < 1:
         raise WorkbenchError(f"--batch-size must be at least 1, got {args.batch_size}")
     if is_text_model(model):
@@ -171,11 +168,12 @@ def _input_shape(args: argparse.Namespace, spec: ModelSpec, model: nn.Module) ->
         return (args.batch_size, args.seq_len)
     if args.seq_len is not None:
         raise WorkbenchError(f"{args.model} is not a text model: give --image-size, not --seq-len")
-    sample = input_shape_from_arg(args.input_shape) or _data_shape(args, model)
-    if sample is not None:
+    sample = input_shape_from_arg(args.input_shape)
+    batch = (args.batch_size, *sample) if sample is not None else _data_batch(args)
+    if batch is not None:
         if args.image_size is not None:
             raise CommandError("give --image-size or the input shape (--input-shape, --data), not both")
-        return (args.batch_size, *sample)
+        return batch
     assert spec.name is not None
     size = args.image_size or default_input_size(spec.source, spec.name, model)
     return (args.batch_size, 3, size, size)
@@ -227,6 +225,9 @@ def run(args: argparse.Namespace) -> int:
     if args.rank_by == "grad-signal":
         from workbench.core.advisor.grad_signal import probe_signal
 
+        if isinstance(shape, DictBatch):
+            raise CommandError(f"--rank-by grad-signal probes with generated images or tokens, not the dict inputs of "
+                               f"--data {args.data} ({batch_text(shape)}); use --rank-by depth")
         signal = probe_signal(spec, shape, device=args.device)
     advice = advise(model, budget, shape, optimizer=args.optimizer, amp=args.amp, device_type=device_type,
                     param_dtype=dtype, block_order=signal.order if signal is not None else None)
@@ -237,12 +238,19 @@ def run(args: argparse.Namespace) -> int:
 
         # the head the prediction assumed (the engine would otherwise give synthetic data a new 10-class head)
         classes = args.num_classes or current_num_classes(model)
-        image = len(shape) == 4 and shape[-1] == shape[-2] and not (args.input_shape or args.data)
-        config = TrainConfig(model=spec.to_dict(), num_classes=classes, data="synthetic", image_size=shape[-1] if image else None,
-                             input_shape=None if image or len(shape) == 2 and is_text_model(model) else shape[1:],
-                             batch_size=args.batch_size, optimizer=args.optimizer, amp=args.amp,
-                             device=args.device, allow_download=False)
-        measure_front(advice, config, args.measure, seq_len=shape[1] if len(shape) == 2 else None, param_dtype=dtype)
+        if isinstance(shape, DictBatch):  # generated data has no keys: each candidate steps on the data itself
+            config = TrainConfig(model=spec.to_dict(), num_classes=classes, data=args.data, batch_size=args.batch_size,
+                                 optimizer=args.optimizer, amp=args.amp, device=args.device, allow_download=False)
+            measure_front(advice, config, args.measure, param_dtype=dtype)
+        else:
+            image = len(shape) == 4 and shape[-1] == shape[-2] and not (args.input_shape or args.data)
+            config = TrainConfig(model=spec.to_dict(), num_classes=classes, data="synthetic",
+                                 image_size=shape[-1] if image else None,
+                                 input_shape=None if image or len(shape) == 2 and is_text_model(model) else shape[1:],
+                                 batch_size=args.batch_size, optimizer=args.optimizer, amp=args.amp,
+                                 device=args.device, allow_download=False)
+            measure_front(advice, config, args.measure, seq_len=shape[1] if len(shape) == 2 else None,
+                          param_dtype=dtype)
     if args.json:
         json.dump(advice.to_dict(), sys.stdout, indent=1)
         print()

@@ -37,7 +37,10 @@ from workbench.core.advisor.memory import MemoryEstimate, estimate_memory, first
 from workbench.core.advisor.profile import (
     AdvisorError,
     Checkpoint,
+    DictBatch,
+    InputShape,
     ModelProfile,
+    batch_text,
     meta_batch,
     meta_copy,
     profile_model,
@@ -73,7 +76,7 @@ class ActivationProfile:
         out_bytes: ``{module path: bytes of its output tensors}``.
         seq_len: tokens per sample of a text model's batch (None: an image batch).
         input_shape: one sample's shape when it is not an image of ``image_size`` (audio
-            frames ``(1024,)``, features), else None.
+            frames ``(1024,)``, features), the batch of a dict input (:class:`DictBatch`), else None.
     """
 
     batch_size: int
@@ -82,11 +85,11 @@ class ActivationProfile:
     shapes: dict[str, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
     out_bytes: dict[str, int] = field(default_factory=dict)
     seq_len: int | None = None
-    input_shape: tuple[int, ...] | None = None
+    input_shape: tuple[int, ...] | DictBatch | None = None
 
     @property
     def input_text(self) -> str:
-        """``64 px``, ``128 tokens`` or ``input 1024``: what a sample of the batch is."""
+        """``64 px``, ``128 tokens``, ``input 1024`` or a dict input's keys and shapes: what the batch is."""
         return _input_text(self.seq_len, self.image_size, self.input_shape)
 
 
@@ -106,11 +109,11 @@ class StepPrediction:
     batch_size: int
     image_size: int
     seq_len: int | None = None
-    input_shape: tuple[int, ...] | None = None
+    input_shape: tuple[int, ...] | DictBatch | None = None
 
     @property
     def input_text(self) -> str:
-        """``64 px``, ``128 tokens`` or ``input 1024``: what a sample of the batch is."""
+        """``64 px``, ``128 tokens``, ``input 1024`` or a dict input's keys and shapes: what the batch is."""
         return _input_text(self.seq_len, self.image_size, self.input_shape)
 
     @property
@@ -233,9 +236,11 @@ class Pacer:
         self._go.set()
 
 
-def _input_text(seq_len: int | None, image_size: int, input_shape: tuple[int, ...] | None) -> str:
+def _input_text(seq_len: int | None, image_size: int, input_shape: tuple[int, ...] | DictBatch | None) -> str:
     if seq_len is not None:
         return f"{seq_len} tokens"
+    if isinstance(input_shape, DictBatch):
+        return "input " + batch_text(input_shape)
     if input_shape is not None:
         return "input " + "×".join(str(d) for d in input_shape)
     return f"{image_size} px"
@@ -261,7 +266,7 @@ class _Outputs:
         self.nbytes[path] = sum(t.numel() * t.element_size() for t in tensors)
 
 
-def output_shapes(model: nn.Module, input_shape: tuple[int, ...], *, dtype: torch.dtype | None = None,
+def output_shapes(model: nn.Module, input_shape: InputShape, *, dtype: torch.dtype | None = None,
                   checkpoint: Checkpoint | None = None) -> tuple[
     dict[str, tuple[tuple[int, ...], ...]], dict[str, int]
 ]:
@@ -270,7 +275,8 @@ def output_shapes(model: nn.Module, input_shape: tuple[int, ...], *, dtype: torc
     Args:
         model: the model (not changed; nothing real is computed).
         input_shape: shape of the input batch, e.g. ``(16, 3, 224, 224)``; ``(batch, seq_len)``
-            for a text model (fed a token batch with labels, as the advisor profiles it).
+            for a text model (fed a token batch with labels, as the advisor profiles it); a
+            :class:`DictBatch` for dict inputs.
         dtype: dtype of an image input (default: the first floating parameter's).
         checkpoint: called between modules (see :class:`Pacer`).
 
@@ -296,7 +302,7 @@ def output_shapes(model: nn.Module, input_shape: tuple[int, ...], *, dtype: torc
 
         hooks.append(mod.register_forward_hook(post))
     try:
-        x = meta_batch(meta, tuple(input_shape), dtype)
+        x = meta_batch(meta, input_shape if isinstance(input_shape, DictBatch) else tuple(input_shape), dtype)
         with torch.no_grad():
             if isinstance(x, dict):
                 meta(**x)
@@ -306,7 +312,7 @@ def output_shapes(model: nn.Module, input_shape: tuple[int, ...], *, dtype: torc
         raise
     except Exception as e:
         raise AdvisorError(
-            f"the model could not run a shape-only forward pass with input {tuple(input_shape)}: "
+            f"the model could not run a shape-only forward pass with input {batch_text(input_shape) if isinstance(input_shape, DictBatch) else tuple(input_shape)}: "
             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
         ) from None
     finally:
@@ -322,7 +328,7 @@ def _nothing() -> None:
 def profile_activations(
     model: nn.Module, batch_size: int, image_size: int, *, channels: int = 3, bn_eval: bool = False,
     seq_len: int | None = None, checkpoint: Checkpoint | None = None, in_place: bool = False,
-    input_shape: tuple[int, ...] | None = None,
+    input_shape: tuple[int, ...] | DictBatch | None = None,
 ) -> ActivationProfile:
     """Profile one training batch: activations saved for backward and output shapes.
 
@@ -340,7 +346,9 @@ def profile_activations(
         in_place: ``model`` is already a copy on the ``meta`` device (:func:`meta_copy`):
             profile it without copying it again (it is changed: train mode, hooks run).
         input_shape: one sample's shape (``(1024,)`` audio frames, ``(5,)`` features): a batch
-            ``(batch_size, *input_shape)`` instead of images (ignored with ``seq_len``).
+            ``(batch_size, *input_shape)`` instead of images; or a dict input's batch
+            (:func:`~workbench.core.advisor.profile.batch_template`), taken in batches of
+            ``batch_size`` (ignored with ``seq_len``).
 
     Returns:
         The profile.
@@ -350,8 +358,11 @@ def profile_activations(
         ProfileCancelledError: ``checkpoint`` stopped the pass.
     """
     sample = None if seq_len is not None else input_shape
-    shape = ((batch_size, seq_len) if seq_len is not None else (batch_size, *sample) if sample is not None
-             else (batch_size, channels, image_size, image_size))
+    if isinstance(sample, DictBatch):
+        sample = sample.with_batch(batch_size)
+    shape: InputShape = ((batch_size, seq_len) if seq_len is not None else sample if isinstance(sample, DictBatch)
+                         else (batch_size, *sample) if sample is not None
+                         else (batch_size, channels, image_size, image_size))
     record = _Outputs()
     profile = profile_model(model, shape, bn_eval=bn_eval, outputs=record, checkpoint=checkpoint, in_place=in_place)
     return ActivationProfile(batch_size, 0 if seq_len is not None or sample is not None else image_size, profile,

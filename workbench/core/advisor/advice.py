@@ -21,7 +21,7 @@ from workbench.core.advisor.candidates import LOW_RANKS, Candidate, generate_can
 from workbench.core.advisor.front import Point, choose, pareto_front
 from workbench.core.advisor.memory import MemoryEstimate, estimate_memory
 from workbench.core.advisor.predict import cache_row_bytes, cached_step_flops, step_flops
-from workbench.core.advisor.profile import AdvisorError, ModelProfile, meta_copy, profile_model
+from workbench.core.advisor.profile import AdvisorError, DictBatch, InputShape, ModelProfile, meta_copy, profile_model
 from workbench.core.formatting import fmt_bytes
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan import FreezePlan
@@ -113,7 +113,7 @@ class Advice:
         assessed: every candidate, least trained first.
         front: indices into ``assessed`` of the Pareto front, by predicted peak.
         chosen: index into ``assessed`` of the chosen plan (None: nothing fits).
-        input_shape: the input batch shape the predictions are for.
+        input_shape: the input batch shape the predictions are for (a :class:`DictBatch` for dict inputs).
         settings: the optimizer, amp, device type and weight dtype the predictions are for.
         auto_freeze: ``train --auto-freeze`` predicted (full fine-tuning's peak, the step time
             falling as front blocks freeze), or None where the model has no blocks to freeze.
@@ -123,7 +123,7 @@ class Advice:
     assessed: list[Assessment]
     front: list[int]
     chosen: int | None
-    input_shape: tuple[int, ...]
+    input_shape: InputShape
     settings: dict[str, Any] = field(default_factory=dict)
     auto_freeze: AutoFreezeOption | None = None
 
@@ -147,7 +147,8 @@ class Advice:
         chosen = self.front.index(self.chosen) if self.chosen is not None else None
         return {
             "budget_bytes": self.budget_bytes,
-            "input_shape": list(self.input_shape),
+            "input_shape": (self.input_shape.to_json() if isinstance(self.input_shape, DictBatch)
+                            else list(self.input_shape)),
             "candidates": [a.to_dict() for a in self.front_assessed],
             "chosen": chosen,
             "auto_freeze": self.auto_freeze.to_dict() if self.auto_freeze is not None else None,
@@ -159,7 +160,7 @@ class Advice:
 _EXACT_KINDS = ("low_rank", "top_k")
 
 
-def _exact_profile(model: nn.Module, tree: ModelTree, candidate: Candidate, input_shape: tuple[int, ...],
+def _exact_profile(model: nn.Module, tree: ModelTree, candidate: Candidate, input_shape: InputShape,
                    param_dtype: torch.dtype | None, device_type: str) -> tuple[ModelProfile, set[str]]:
     """Profile a meta copy of ``model`` with ``candidate`` applied and only its parameters training."""
     if candidate.kind == "low_rank":
@@ -175,7 +176,7 @@ def _exact_profile(model: nn.Module, tree: ModelTree, candidate: Candidate, inpu
 def advise(
     model: nn.Module,
     budget_bytes: int,
-    input_shape: tuple[int, ...],
+    input_shape: InputShape,
     *,
     optimizer: str = "adamw",
     amp: str = "off",
@@ -190,7 +191,8 @@ def advise(
         model: the model (any device; it is not changed, nothing real is computed).
         budget_bytes: the memory budget of the device.
         input_shape: one input batch's shape, e.g. ``(32, 3, 224, 224)``; ``(batch, seq_len)``
-            for text models.
+            for text models; a :class:`~workbench.core.advisor.profile.DictBatch` for a model that
+            takes dict inputs (:func:`~workbench.core.advisor.profile.batch_template` of a sample).
         optimizer: ``sgd``, ``sgd_momentum``, ``adam`` or ``adamw``.
         amp: ``off``, ``bf16`` or ``fp16``.
         device_type: ``cpu`` or the accelerator type (``cuda``): decides the optimizer path.
@@ -241,7 +243,7 @@ def advise(
         assessed=assessed,
         front=front,
         chosen=choose(points, budget_bytes),
-        input_shape=tuple(input_shape),
+        input_shape=input_shape if isinstance(input_shape, DictBatch) else tuple(input_shape),
         settings={"optimizer": optimizer, "amp": amp, "device_type": device_type,
                   "param_dtype": str(param_dtype).removeprefix("torch.") if param_dtype is not None else None},
         auto_freeze=auto_freeze_option(model, profile, budget_bytes, optimizer=optimizer, amp=amp,
@@ -252,7 +254,7 @@ def advise(
 def predict_plan(
     model: nn.Module,
     plan: FreezePlan,
-    input_shape: tuple[int, ...],
+    input_shape: InputShape,
     *,
     optimizer: str = "adamw",
     amp: str = "off",
@@ -266,7 +268,8 @@ def predict_plan(
     Args:
         model: the model (any device; not changed).
         plan: the plan.
-        input_shape: one batch's shape (``(batch, seq_len)`` for text models).
+        input_shape: one batch's shape (``(batch, seq_len)`` for text models, a
+            :class:`~workbench.core.advisor.profile.DictBatch` for dict inputs).
         optimizer / amp / device_type: as :func:`advise`.
 
     Returns:

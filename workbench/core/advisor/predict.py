@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from workbench.core.advisor.memory import first_trainable_op
-from workbench.core.advisor.profile import ModelProfile
+from workbench.core.advisor.profile import ModelProfile, batch_size_of
 
 __all__ = ["OPTIMIZER_FLOPS_PER_ELEMENT", "cache_row_bytes", "cached_step_flops", "step_flops", "step_ratio"]
 
@@ -98,5 +98,5 @@ def cache_row_bytes(profile: ModelProfile, trainable: Collection[str]) -> int | 
     if not start:
         return None
     last = next((op for op in reversed(profile.ops[:start]) if op.out_bytes), None)
-    batch = profile.input_shape[0] if profile.input_shape else 1
+    batch = batch_size_of(profile.input_shape)
     return last.out_bytes // max(batch, 1) if last is not None else None

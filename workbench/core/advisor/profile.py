@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import itertools
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,10 +40,15 @@ from workbench.core.training.data import text_task_of
 
 __all__ = [
     "AdvisorError",
+    "DictBatch",
+    "InputShape",
     "ModelProfile",
     "OpRecord",
     "ParamRecord",
     "SavedStorage",
+    "batch_size_of",
+    "batch_template",
+    "batch_text",
     "is_text_model",
     "meta_batch",
     "meta_copy",
@@ -53,6 +58,86 @@ __all__ = [
 
 class AdvisorError(WorkbenchError):
     """The advisor cannot answer for this model or these settings; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class DictBatch:
+    """The input batch of a model whose forward takes keyword tensors (a dataset whose inputs are
+    dicts of tensors): each key's batch shape and dtype, read from one sample (:func:`batch_template`).
+
+    Attributes:
+        entries: ``(key, batch shape, dtype name)`` per input tensor, in the sample's order.
+    """
+
+    entries: tuple[tuple[str, tuple[int, ...], str], ...]
+
+    @property
+    def batch_size(self) -> int:
+        """Samples in the batch (the first dimension of every entry)."""
+        return self.entries[0][1][0] if self.entries and self.entries[0][1] else 1
+
+    def with_batch(self, batch_size: int) -> DictBatch:
+        """The same inputs in batches of ``batch_size``."""
+        return DictBatch(tuple((k, (batch_size, *s[1:]), d) for k, s, d in self.entries))
+
+    def to_json(self) -> dict[str, list[int]]:
+        """``{key: batch shape}`` as JSON-able lists."""
+        return {k: list(s) for k, s, _ in self.entries}
+
+    def meta(self) -> dict[str, torch.Tensor]:
+        """The batch as meta tensors (shapes and dtypes only), keyed as the model takes them."""
+        return {k: torch.empty(s, device="meta", dtype=getattr(torch, d)) for k, s, d in self.entries}
+
+
+#: The input batch the advisor profiles: one tensor's batch shape (``(32, 3, 224, 224)``,
+#: ``(batch, seq_len)`` for text models), or a :class:`DictBatch` for dict inputs.
+InputShape = tuple[int, ...] | DictBatch
+
+
+def batch_template(sample: Any, batch_size: int) -> InputShape:
+    """The batch a dataset item's input makes: ``(batch, *x.shape)`` for a tensor, a
+    :class:`DictBatch` for a dict of tensors, ``(batch, seq_len)`` for token dicts (``input_ids``).
+
+    Args:
+        sample: a dataset item ``(input, target)``, or the input alone.
+        batch_size: samples per batch.
+
+    Returns:
+        The batch shape, or the dict batch.
+
+    Raises:
+        AdvisorError: the input is not a tensor or a dict of tensors (the message names what it is).
+    """
+    x = sample[0] if isinstance(sample, (tuple, list)) else sample
+    if isinstance(x, Mapping):
+        ids = x.get("input_ids")
+        if isinstance(ids, torch.Tensor):
+            return (batch_size, int(ids.shape[-1]))
+        bad = [k for k, v in x.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)]
+        if not x or bad:
+            raise AdvisorError("the data's first sample has a dict input " + (f"whose entry {bad[0]!r} is not a tensor"
+                               if bad else "with no entries") + "; give --input-shape of a tensor input instead")
+        return DictBatch(tuple((k, (batch_size, *(int(d) for d in v.shape)), str(v.dtype).removeprefix("torch."))
+                               for k, v in x.items()))
+    if isinstance(x, torch.Tensor):
+        return (batch_size, *(int(d) for d in x.shape))
+    raise AdvisorError(f"the data's first sample has an input of type {type(x).__name__}, not a tensor or a dict "
+                       "of tensors; give --input-shape instead")
+
+
+def batch_size_of(shape: InputShape) -> int:
+    """Samples in a batch of ``shape`` (1 for an empty shape)."""
+    if isinstance(shape, DictBatch):
+        return shape.batch_size
+    return shape[0] if shape else 1
+
+
+def batch_text(shape: InputShape) -> str:
+    """``32x1024``, or for a dict batch ``audio 32x1024, mask 32x1024 int64`` (non-float dtypes named)."""
+    if isinstance(shape, DictBatch):
+        return ", ".join(f"{k} {'x'.join(map(str, s))}" + ("" if d.startswith(("float", "bfloat")) else f" {d}")
+                         for k, s, d in shape.entries)
+    return "x".join(str(s) for s in shape)
 
 
 @dataclass(frozen=True)
@@ -111,7 +196,7 @@ class ModelProfile:
     """What one forward pass of a model stores and computes (see the module docstring).
 
     Attributes:
-        input_shape: shape of the input batch.
+        input_shape: shape of the input batch (a :class:`DictBatch` for dict inputs).
         input_bytes: bytes of the input batch.
         ops: forward ops in execution order (an op's position is its index).
         saved: storages saved for backward.
@@ -125,7 +210,7 @@ class ModelProfile:
             between ops: inputs of later ops, residual branches, outputs not yet consumed).
     """
 
-    input_shape: tuple[int, ...]
+    input_shape: InputShape
     input_bytes: int
     ops: list[OpRecord] = field(default_factory=list)
     saved: list[SavedStorage] = field(default_factory=list)
@@ -242,18 +327,20 @@ def _extra_head(model: nn.Module) -> str | None:
     return None
 
 
-def meta_batch(model: nn.Module, input_shape: tuple[int, ...], dtype: torch.dtype) -> dict[str, torch.Tensor] | torch.Tensor:
+def meta_batch(model: nn.Module, input_shape: InputShape, dtype: torch.dtype) -> dict[str, torch.Tensor] | torch.Tensor:
     """A shape-only input batch for ``model`` on the ``meta`` device.
 
     Text models get the batch the training engine feeds them (synthetic token data):
     ``input_ids`` and ``labels`` (per sequence for classification, per token for language
     modelling and token classification; an answer span for question answering); the all-ones attention mask of synthetic data is left out, as transformers
-    drops it before attention. Other models get one tensor of ``input_shape``.
+    drops it before attention. A :class:`DictBatch` gives its keyword tensors as the data has
+    them; other models get one tensor of ``input_shape``.
 
     Args:
         model: the model.
-        input_shape: ``(batch, seq_len)`` for text models, the image batch shape otherwise.
-        dtype: dtype of an image batch.
+        input_shape: ``(batch, seq_len)`` for text models, a :class:`DictBatch` for dict
+            inputs, the image (or other) batch shape otherwise.
+        dtype: dtype of a one-tensor batch.
 
     Returns:
         A dict of meta tensors (text) or one meta tensor.
@@ -262,6 +349,8 @@ def meta_batch(model: nn.Module, input_shape: tuple[int, ...], dtype: torch.dtyp
         AdvisorError: a text model with an input shape that is not ``(batch, seq_len)``, or
             without a task head.
     """
+    if isinstance(input_shape, DictBatch):
+        return input_shape.meta()
     extra = _extra_head(model)
     if extra is not None:
         if len(input_shape) != 2:
@@ -429,7 +518,7 @@ def _fused_attention_on_meta(device_type: str = "cpu") -> Iterator[None]:
 
 def profile_model(
     model: nn.Module,
-    input_shape: tuple[int, ...],
+    input_shape: InputShape,
     *,
     bn_eval: bool = False,
     dtype: torch.dtype | None = None,
@@ -449,7 +538,7 @@ def profile_model(
     Args:
         model: the model (any device; it is not changed and nothing real is computed).
         input_shape: shape of one input batch, e.g. ``(8, 3, 224, 224)``; ``(batch, seq_len)``
-            for text models.
+            for text models; a :class:`DictBatch` for a model whose forward takes keyword tensors.
         bn_eval: BatchNorm modules run on running statistics (eval mode).
         dtype: dtype of an image batch (default: the dtype of the first floating parameter).
         param_dtype: store the floating parameters and buffers in this dtype (default: as
@@ -490,7 +579,8 @@ def profile_model(
     buffers = {_key(b): b for b in meta.buffers()}
     if dtype is None:
         dtype = next((p.dtype for p in meta.parameters() if p.is_floating_point()), torch.float32)
-    x = meta_batch(meta, tuple(input_shape), dtype)
+    shape = input_shape if isinstance(input_shape, DictBatch) else tuple(input_shape)
+    x = meta_batch(meta, shape, dtype)
     batch = list(x.values()) if isinstance(x, dict) else [x]
     recorder = _Recorder(names, tick)
     first_seen: dict[str, int] = {}
@@ -543,9 +633,11 @@ def profile_model(
         raise
     except Exception as e:
         raise AdvisorError(
-            f"the model could not run a shape-only forward pass with input {tuple(input_shape)}: "
+            f"the model could not run a shape-only forward pass with input {batch_text(shape) if isinstance(shape, DictBatch) else shape}: "
             f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}; "
-            + ("check --seq-len and --batch-size (the model must accept them)" if isinstance(x, dict) else
+            + ("check the keys and shapes of the data's dict inputs (the model must take them as keywords)"
+               if isinstance(shape, DictBatch) else
+               "check --seq-len and --batch-size (the model must accept them)" if isinstance(x, dict) else
                "give the shape of one sample the model takes with --input-shape (e.g. 1024 for audio frames, "
                "3,224,224 for images) or --data to read it from the data")
         ) from None
@@ -566,7 +658,7 @@ def profile_model(
         params.append(ParamRecord(name, name.rpartition(".")[0], p.numel(), _nbytes(p),
                                   u[0] if u else None, u[-1] if u else None))
     return ModelProfile(
-        input_shape=tuple(input_shape),
+        input_shape=shape,
         input_bytes=sum(_nbytes(t) for t in batch),
         ops=recorder.ops,
         saved=[SavedStorage(n, tuple(s)) for n, s in saved.values()],

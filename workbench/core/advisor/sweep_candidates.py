@@ -9,12 +9,12 @@ auto-freeze when it fits, as ``(name, plan, config overrides)`` for
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 import torch
 
 from workbench.core.advisor.advice import Advice, advise
+from workbench.core.advisor.profile import AdvisorError, InputShape, batch_template
 from workbench.core.advisor.sweep_study import SweepError
 from workbench.core.formatting import fmt_bytes
 from workbench.core.plan import FreezePlan
@@ -25,20 +25,17 @@ __all__ = ["advice_plans", "advised_plans", "sample_input_shape"]
 PlanChoice = tuple[str, FreezePlan, dict[str, Any]]
 
 
-def sample_input_shape(sample: Any, batch_size: int) -> tuple[int, ...]:
-    """The batch shape of a dataset item's input: ``(batch, *x.shape)``; for token dicts ``(batch, seq_len)``.
+def sample_input_shape(sample: Any, batch_size: int) -> InputShape:
+    """The batch of a dataset item's input: ``(batch, *x.shape)``; for token dicts ``(batch, seq_len)``; for
+    other dicts of tensors a :class:`~workbench.core.advisor.profile.DictBatch` (:func:`batch_template`).
 
     Raises:
         SweepError: the item has no tensor input.
     """
-    x = sample[0] if isinstance(sample, (tuple, list)) else sample
-    if isinstance(x, Mapping):
-        x = x.get("input_ids")
-        if isinstance(x, torch.Tensor):
-            return (batch_size, int(x.shape[-1]))
-    if isinstance(x, torch.Tensor):
-        return (batch_size, *(int(d) for d in x.shape))
-    raise SweepError(f"the data's first sample has no tensor input ({type(x).__name__}); give --plans FILE ... instead")
+    try:
+        return batch_template(sample, batch_size)
+    except AdvisorError as e:
+        raise SweepError(f"{str(e).partition('; ')[0]}; give --plans FILE ... instead") from None
 
 
 def advice_plans(advice: Advice, *, front_only: bool = True) -> list[PlanChoice]:

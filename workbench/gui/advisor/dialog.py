@@ -456,6 +456,7 @@ class SuggestDialog(QDialog):
         from workbench.core.training.config import TrainConfig
 
         shape = advice.input_shape
+        assert isinstance(shape, tuple)  # the dialog advises for images or tokens (its own fields)
         text = len(shape) == 2
         config = TrainConfig(model=dict(self._c.spec), num_classes=current_num_classes(model), data="synthetic",
                              image_size=None if text else shape[-1], batch_size=shape[0],
