@@ -124,3 +124,14 @@ def test_a_value_key_change_shows_in_the_diff_in_table_order(monkeypatch: pytest
     assert diff.newly_trainable == ["0.weight", "0.bias"]
     assert diff.lr_changed == ["2.weight", "2.bias"] and diff.eval_changed == ["2"]
     assert diff.describe() == "unfroze 0; lr× 2; momentum 2; eval 2; checkpoint 2"
+
+
+def test_a_weight_decay_stage_is_a_change_the_optimizer_follows():
+    model = _model()
+    applied = apply_plan(model, {"rules": []})
+    opt = torch.optim.AdamW(applied.param_groups(lr=0.1, weight_decay=0.01))
+    diff = applied.update(FreezePlan.from_dict({"rules": [{"select": "2", "weight_decay": 0.5}]}))
+    assert not diff.empty and diff.changed == {"weight_decay": ["2.weight", "2.bias"]}
+    assert diff.describe() == "weight_decay 2"
+    sync_optimizer(opt, applied.param_groups(lr=0.1, weight_decay=0.01))
+    assert {g["param_names"][0]: g["weight_decay"] for g in opt.param_groups} == {"0.weight": 0.01, "2.weight": 0.5}
