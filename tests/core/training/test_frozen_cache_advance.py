@@ -16,7 +16,7 @@ from workbench.core.training.config import TrainConfig
 from workbench.core.training.engine import Trainer
 
 
-def _run(plan: dict[str, Any], mode: str, **kw: Any) -> tuple[Trainer, list[float], list[str]]:
+def _run(plan: dict[str, Any], mode: str, **kw: Any) -> tuple[dict[str, Any], list[float], list[str]]:
     torch.manual_seed(0)
     model = torchvision.models.resnet18(num_classes=10)
     cfg: dict[str, Any] = {"data": "synthetic:32", "batch_size": 8, "steps": 14, "device": "cpu", "seed": 0,
@@ -29,7 +29,7 @@ def _run(plan: dict[str, Any], mode: str, **kw: Any) -> tuple[Trainer, list[floa
         losses.append(m.loss)
         events.extend(m.events)
     assert t.result is not None and t.result.ok, t.result and t.result.message
-    return t, losses, events
+    return t.result.summary, losses, events
 
 
 def _assert_same(a: list[float], b: list[float]) -> None:
@@ -48,7 +48,7 @@ def test_stages_that_freeze_more_carry_the_rows_forward() -> None:
     _, off, _ = _run(plan, "off")
     t, on, events = _run(plan, "on")
     _assert_same(off, on)
-    stats = t.result.summary["frozen_cache"]
+    stats = t["frozen_cache"]
     # 4 steps fill the rows at layer2; every later step is served, at layer3 from step 6, layer4 from 10
     assert stats["cut"] == "layer4" and stats["advances"] == 2 and stats["invalidations"] == 0
     assert stats["misses"] == 4 and stats["hits"] == 10 and stats["rows"] == 32
@@ -66,9 +66,9 @@ def test_auto_freeze_decisions_advance_the_cache_and_stay_exact() -> None:
     _, off, _ = _run(plan, "off", **kw)
     t, on, _ = _run(plan, "on", **kw)
     _assert_same(off, on)
-    decisions = t.result.summary["auto_freeze"]["decisions"]
+    decisions = t["auto_freeze"]["decisions"]
     assert decisions and decisions[0]["at_step"] == 8 and decisions[0]["blocks"][-1] == "layer2.1"
-    stats = t.result.summary["frozen_cache"]
+    stats = t["frozen_cache"]
     assert stats["cut"] == "layer3" and stats["advances"] == 1 and stats["invalidations"] == 0
     assert stats["hits"] == 12 and stats["misses"] == 4  # no epoch lost to the decision
 
@@ -79,7 +79,7 @@ def test_a_cut_found_mid_epoch_serves_partial_batches() -> None:
     _, off, _ = _run(plan, "off", steps=12)
     t, on, _ = _run(plan, "on", steps=12)
     _assert_same(off, on)
-    stats = t.result.summary["frozen_cache"]
+    stats = t["frozen_cache"]
     assert stats["cut"] == "layer4" and stats["partial"] >= 2 and stats["rows"] == 32
     # epoch 2 finds half the rows: its partial steps fill the rest, so epoch 3 is all hits
     assert stats["hits"] >= 4 and stats["hits"] + stats["partial"] + stats["misses"] == 10
@@ -91,7 +91,7 @@ def test_unfreezing_before_the_cut_still_drops_the_rows() -> None:
     _, off, _ = _run(plan, "off", steps=10)
     t, on, events = _run(plan, "on", steps=10)
     _assert_same(off, on)
-    stats = t.result.summary["frozen_cache"]
+    stats = t["frozen_cache"]
     assert stats["advances"] == 0 and stats["invalidations"] == 1 and stats["cut"] == "layer2"
     assert any("frozen-prefix cache dropped" in e for e in events)
 
@@ -120,9 +120,11 @@ def test_rows_until_stops_at_the_module_and_can_start_from_kept_rows() -> None:
     m.head.register_forward_pre_hook(lambda *_: called.append("head"))
     got = rows_until(m.b, 0, m, (x, scale), {})
     assert got is not None and torch.allclose(got, want_b) and not called  # nothing after b ran
+    assert rows_until(m.b, 0, lambda *_a: None, (x, scale), {}) is None  # never reached
     cut_b = Cut("b", m.b, 0, [("a", m.a, ("T", (5, 6), True, torch.float32, torch.device("cpu")))], (6,), torch.float32)
     want_head = torch.relu(m.b(want_b)).detach()
-    assert torch.allclose(rows_until(m.head, 0, m, (x, scale), {}, start=(cut_b, want_b, Placeholders())), want_head)
+    got = rows_until(m.head, 0, m, (x, scale), {}, start=(cut_b, want_b, Placeholders()))
+    assert got is not None and torch.allclose(got, want_head)
     assert torch.allclose(run_from(cut_b, want_b, m, (x, scale), {}, Placeholders()), m(x, scale))
     head = Cut("head", m.head, 0, [], (6,), torch.float32, direct=True)
     assert torch.allclose(run_from(head, want_head, m, (x, scale), {}, Placeholders()), m(x, scale))
