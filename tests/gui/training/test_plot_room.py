@@ -12,8 +12,10 @@ from PySide6.QtCore import Qt
 
 from tests.timeouts import GUI_EVENT_S, GUI_RUN_S, ms
 from workbench.gui.main_window import MainWindow
-from workbench.gui.training.plot_grid import COMPACT_KEYS
-from workbench.gui.training.plots import GRID_ORDER
+from workbench.gui.training.plot_specs import PLOTS
+
+GRID_ORDER = [s.key for s in PLOTS]
+COMPACT_KEYS = [s.key for s in PLOTS if s.compact]
 
 LAPTOPS = ((1280, 800, 120), (1280, 720, 100))
 

@@ -18,7 +18,7 @@ from tests.timeouts import GUI_EVENT_S, GUI_RUN_S, ms
 from workbench.core.training.tensorboard import tensorboard_available
 from workbench.gui.main_window import MainWindow
 from workbench.gui.training.plot_ranges import grid_columns
-from workbench.gui.training.plots import GRID_ORDER, PLOT_KEYS
+from workbench.gui.training.plot_specs import PLOTS
 from workbench.gui.training.run_store import RunRecord, validation_text
 from workbench.gui.training.runs_tab import COLUMNS, RunsPanel, compare_text
 from workbench.gui.training.series import SeriesBuffer, lr_group_name
@@ -110,9 +110,9 @@ def test_a_run_with_validation_and_lr_groups_reaches_the_plots_runs_tab_and_summ
     for scale, curve in plots.lr_curves.items():
         lx, ly = curve.getData()
         assert len(lx) == 6 and math.isclose(ly[-1] / plots.lr_curves[1.0].getData()[1][-1], scale)
-    lr_legend = [label.text for _item, label in plots._legend_lr.items]
+    lr_legend = [label.text for _item, label in plots.legends["lr"].items]
     assert lr_legend == ["base ×1", "×0.1 layer4"]
-    assert [label.text for _item, label in plots._legend_loss.items] == ["training (EMA)", "validation"]
+    assert [label.text for _item, label in plots.legends["loss"].items] == ["training (EMA)", "validation"]
     text = plots.readout_text()
     assert "val loss" in text and "acc" in text and "2 groups ×0.1–1" in text
     v = val_run.validation()
@@ -152,7 +152,8 @@ def test_runs_tab_compares_validation_between_runs(qtbot: Any) -> None:
 
 
 def test_plot_grid_has_every_plot_once_and_goes_to_three_columns_when_wide(qtbot: Any, shown_plots: Any) -> None:
-    assert sorted(GRID_ORDER) == sorted(k for k, _t in PLOT_KEYS)
+    grid_order = [s.key for s in PLOTS]
+    assert len(set(grid_order)) == len(grid_order) == len(PLOTS)
     panel = shown_plots(1200, 400)
     qtbot.waitUntil(lambda: panel.columns == 3, timeout=ms(GUI_EVENT_S))
     assert grid_columns(590, 7, 3) == 3 and grid_columns(560, 7, 3) == 2  # 20 px of hysteresis
@@ -173,8 +174,8 @@ def test_plot_grid_has_every_plot_once_and_goes_to_three_columns_when_wide(qtbot
         panel.show_actions["throughput"].trigger()
     shown = [grid.itemAt(i) for i in range(grid.count())]
     assert panel.plots["throughput"] not in shown and not panel.plots["throughput"].isVisible()
-    assert panel.shown_keys == [k for k in GRID_ORDER if k != "throughput"]
-    panel.set_shown_plots(GRID_ORDER)
+    assert panel.shown_keys == [k for k in grid_order if k != "throughput"]
+    panel.set_shown_plots(grid_order)
     assert panel.plots["throughput"] in [grid.itemAt(i) for i in range(grid.count())]
 
 

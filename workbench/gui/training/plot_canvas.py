@@ -1,4 +1,5 @@
-"""The plots' canvas (it adds up the CPU time its paints take, for the drawing budget) and
+"""The plots' canvas (it adds up the CPU time its paints take, for the drawing budget), the
+plot of one :class:`~workbench.gui.training.plot_specs.PlotSpec` row, its crosshair line, and
 an axis whose tick labels keep to three significant digits."""
 
 from __future__ import annotations
@@ -7,18 +8,39 @@ import time
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import Signal
-from PySide6.QtWidgets import QWidget
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import QGraphicsItem, QWidget
 
-__all__ = ["ShortTicks", "TimedGraphics"]
+from workbench.gui.training.plot_specs import PlotSpec
+from workbench.gui.training.plot_style import clip_label, pen
+
+__all__ = ["ShortTicks", "TimedGraphics", "crosshair_line", "make_plot", "short_number"]
+
+
+def short_number(v: float) -> str:
+    """A tick label of at most about six characters: ``0``, ``0.03``, ``5e-4``, ``1.5e-5``, ``2e6``.
+
+    Args:
+        v: the value.
+
+    Returns:
+        The text (three significant digits at most; an exponent without its zeros below 0.01
+        and from 10 000).
+    """
+    if v == 0:
+        return "0"
+    if 1e-2 <= abs(v) < 1e4:
+        return f"{v:.3g}"
+    mantissa, _, exponent = f"{v:.1e}".partition("e")
+    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
 
 
 class ShortTicks(pg.AxisItem):
-    """An axis whose tick labels keep three significant digits (``1e-05``, ``0.003``): the
-    learning rate's ticks fit the axis's width."""
+    """An axis whose tick labels are short (:func:`short_number`: ``5e-4``, ``0.003``): the
+    learning rate's ticks fit the axis's width (pyqtgraph leaves out a label wider than its axis)."""
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
-        return [f"{v * scale:.3g}" for v in values]
+        return [short_number(v * scale) for v in values]
 
 
 class TimedGraphics(pg.GraphicsLayoutWidget):
@@ -53,3 +75,45 @@ class TimedGraphics(pg.GraphicsLayoutWidget):
         finally:
             self.paint_cpu_s += time.thread_time() - cpu
             self.paints += 1
+
+
+def make_plot(spec: PlotSpec, link: pg.PlotItem | None = None) -> pg.PlotItem:
+    """The plot of one row: clipped to its view and downsampled (peak mode), a faint grid, no
+    menu or buttons, a fixed axis width, axes repainted from a pixmap unless their ticks changed.
+
+    Args:
+        spec: the row (``short_ticks`` chooses the y axis).
+        link: the plot whose x range this one follows (None: it is the first).
+
+    Returns:
+        The plot.
+    """
+    p = pg.PlotItem(axisItems={"left": ShortTicks("left")} if spec.short_ticks else None)
+    clip_label(p.titleLabel)
+    p.setClipToView(True)
+    p.setDownsampling(auto=True, mode="peak")
+    p.showGrid(x=True, y=True, alpha=0.15)
+    p.setMenuEnabled(False)
+    p.hideButtons()
+    p.getAxis("left").setWidth(46)
+    for ax in ("left", "bottom"):
+        p.getAxis(ax).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
+    if link is not None:
+        p.setXLink(link)
+    return p
+
+
+def crosshair_line(plot: pg.PlotItem) -> pg.InfiniteLine:
+    """A hidden vertical line in ``plot`` for the crosshair (over the curves, outside the ranges).
+
+    Args:
+        plot: the plot.
+
+    Returns:
+        The line.
+    """
+    vl = pg.InfiniteLine(angle=90, movable=False, pen=pen((90, 90, 90), 1, Qt.PenStyle.DashLine, 160))
+    vl.setVisible(False)
+    vl.setZValue(50)
+    plot.addItem(vl, ignoreBounds=True)
+    return vl

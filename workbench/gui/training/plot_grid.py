@@ -2,8 +2,8 @@
 the one plot a double click enlarges.
 
 Which plots show is the user's choice (View ▸ Plots) or, by default, the set that fits the
-panel's width (:func:`auto_keys`): all of them when the canvas is wide, and only loss, step
-time, memory and trainable parameters below :data:`COMPACT_BELOW_PX`, so on a laptop's screen
+panel's width (:func:`auto_keys`): all of them when the canvas is wide, and only the rows marked
+``compact`` (loss, step time, memory, trainable parameters) below :data:`COMPACT_BELOW_PX`, so on a laptop's screen
 (1280×800, 1280×720) every plot keeps a data area a person can read. Nothing that holds text
 shares the grid's rows with a changing height: the read-out is a cell of fixed rows.
 
@@ -18,12 +18,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from workbench.gui.training.plot_ranges import grid_columns
+from workbench.gui.training.plot_specs import PlotSpec
 
-__all__ = ["COMPACT_BELOW_PX", "COMPACT_KEYS", "ENLARGED_STRETCH", "MAX_CELLS", "auto_keys", "place"]
+__all__ = ["COMPACT_BELOW_PX", "ENLARGED_STRETCH", "MAX_CELLS", "auto_keys", "place"]
 
-#: The default set of a narrow canvas, in grid order.
-COMPACT_KEYS: tuple[str, ...] = ("step_time", "memory", "trainable", "loss")
-#: A canvas narrower than this (pixels) shows :data:`COMPACT_KEYS` by default.
+#: A canvas narrower than this (pixels) shows the compact plots by default.
 COMPACT_BELOW_PX = 720
 #: Most cells on one row (the small multiples of an enlarged plot).
 MAX_CELLS = 8
@@ -31,19 +30,17 @@ MAX_CELLS = 8
 ENLARGED_STRETCH = 4
 
 
-def auto_keys(width: float, grid_order: Sequence[str]) -> list[str]:
+def auto_keys(width: float, specs: Sequence[PlotSpec]) -> list[str]:
     """The plots shown by default on a canvas ``width`` pixels wide.
 
     Args:
         width: the canvas's width.
-        grid_order: every plot key, in grid order.
+        specs: every plot, in grid order.
 
     Returns:
-        :data:`COMPACT_KEYS` below :data:`COMPACT_BELOW_PX` (those known), else every key.
+        The keys of the ``compact`` rows below :data:`COMPACT_BELOW_PX`, else every key.
     """
-    if 0 < width < COMPACT_BELOW_PX:
-        return [k for k in grid_order if k in COMPACT_KEYS]
-    return list(grid_order)
+    return [s.key for s in specs if s.compact or not 0 < width < COMPACT_BELOW_PX]
 
 
 def place(grid: Any, plots: dict[str, Any], readout: Any, shown: Sequence[str], width: float, current: int,

@@ -10,14 +10,11 @@ import os
 import numpy as np
 
 __all__ = [
-    "MIN_COLUMN_PX", "ROBUST_KEYS", "ROBUST_MIN_POINTS", "coarse_range", "drawing_budget", "grid_columns", "nice_ceiling",
+    "MIN_COLUMN_PX", "ROBUST_MIN_POINTS", "coarse_range", "drawing_budget", "grid_columns", "nice_ceiling",
     "pause_intervals",
     "robust_bounds",
 ]
 
-#: Plots whose y range leaves outliers out when "Ignore outliers" is on. Not the trainable
-#: count: it is a step function whose short first level would count as an outlier.
-ROBUST_KEYS = frozenset({"step_time", "memory", "loss", "throughput"})
 #: Values needed before outliers are left out of a y range.
 ROBUST_MIN_POINTS = 32
 

@@ -1,5 +1,6 @@
-"""What the plots panel shows of its run besides the axes: the curves of the shown run, the
-read-out (its values at one x position, as plain lines) and the PNG of the plots.
+"""What the plots panel shows of its run besides the axes: the curves of the shown run and of
+overlaid runs (:class:`~workbench.gui.training.plot_specs.CurveSpec` rows as pyqtgraph items), the
+read-out (its values at one x position, as plain lines, one per plot row) and the PNG of the plots.
 
 Memory figures are written by :func:`~workbench.core.training.metrics.fmt_memory`, as every
 other read-out of the app writes them; overlaid runs get one line each.
@@ -7,8 +8,7 @@ other read-out of the app writes them; overlaid runs get one line each.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import pyqtgraph as pg
@@ -16,27 +16,28 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QWidget
 
-from workbench.core.formatting import fmt_count
-from workbench.core.training.metrics import fmt_memory
+from workbench.gui.training.plot_specs import CurveSpec, PlotContext, PlotSpec, ReadoutRow, fmt_value
 from workbench.gui.training.plot_style import pen
 from workbench.gui.training.series import SeriesBuffer
 
-__all__ = ["VAL_COLOR", "readout_lines", "save_plots_png", "shown_run_curves"]
+__all__ = ["LR_COLORS", "curve_item", "lr_curve_item", "readout_lines", "save_plots_png", "shown_run_curves"]
 
-#: The shown run's validation colour (its training loss is red).
-VAL_COLOR = (31, 119, 180)
+#: Colours of the shown run's learning-rate curves, one per param group scale, in the order they appear.
+LR_COLORS = (
+    (31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14),
+    (23, 170, 190), (188, 189, 34), (227, 119, 194), (127, 127, 127), (140, 86, 75),
+)
+_STYLES = {"solid": Qt.PenStyle.SolidLine, "dash": Qt.PenStyle.DashLine, "dot": Qt.PenStyle.DotLine,
+           "dashdot": Qt.PenStyle.DashDotLine}
 
 
-def _mb(v: float | None) -> str:
-    """A memory figure of the buffer (MB) as every read-out writes it (core's :func:`fmt_memory`)."""
-    return fmt_memory(None if v is None else v * 1e6)
-
-
-def readout_lines(buffer: SeriesBuffer, x_mode: str, x: float | None, memory_kind: str,
+def readout_lines(specs: Sequence[PlotSpec], buffer: SeriesBuffer, x_mode: str, x: float | None, memory_kind: str,
                   marker_near: Callable[[float], Any], overlays: Iterable[Any]) -> str:
-    """The read-out of ``buffer`` at ``x`` (None: the newest values).
+    """The read-out of ``buffer`` at ``x`` (None: the newest values): the x position, each
+    plot's line (:attr:`PlotSpec.readout`), the marker there and one line per overlaid run.
 
     Args:
+        specs: the plots.
         buffer: the shown run's series.
         x_mode: ``step`` or ``wall``.
         x: position on the x axis, or None.
@@ -52,34 +53,18 @@ def readout_lines(buffer: SeriesBuffer, x_mode: str, x: float | None, memory_kin
     if row is None:
         if not buf.total:
             return ""
-        row = {name: buf.last(name) for name in ("step", "wall", "step_ms", "step_ms_ema", "mem_alloc", "mem_peak",
-                                                "mem_reserved", "state_mb", "trainable", "loss", "loss_ema",
-                                                "throughput")}
+        row = {c.name: buf.last(c.name) for c in buf.columns}
         x = None
-
-    def f(v: float, fmt: str) -> str:
-        return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
-
-    names = {"cuda": ("allocated", "peak"), "mps": ("allocated", "peak")}.get(memory_kind, ("RSS growth", "peak"))
-    lines = [
-        f"step {f(row['step'], '.0f')} · {f(row['wall'], '.1f')} s",
-        f"step time {f(row['step_ms'], '.1f')} ms (EMA {f(row['step_ms_ema'], '.1f')})",
-        f"{names[0]} {_mb(row['mem_alloc'])} · {names[1]} {_mb(row['mem_peak'])}"
-        + (f" · reserved {f(row['mem_reserved'], ',.0f')} MB" if not math.isnan(row["mem_reserved"]) else ""),
-        f"grads + optimizer state {f(row['state_mb'], ',.1f')} MB",
-        f"trainable {fmt_count(int(row['trainable'])) if not math.isnan(row['trainable']) else '–'}"
-        f" · {f(row['throughput'], ',.1f')} samples/s",
-        f"loss {f(row['loss'], '.4f')} (EMA {f(row['loss_ema'], '.4f')})",
-    ]
-    val = buf.latest("val_loss", x_mode, x)
-    if val is not None:
-        acc = buf.latest("val_acc", x_mode, x)
-        where = f"step {val[0]:.0f}" if x_mode == "step" else f"{val[0]:.1f} s"
-        lines.append(f"val loss {val[1]:.4f}" + (f" · acc {acc[1]:.1f} %" if acc is not None else "") + f" ({where})")
-    lrs = buf.lr_near(x_mode, x)
-    if lrs:  # each group's lr is the run's lr times its scale: the plot has the curves
-        top, lo, hi = lrs[max(lrs)], min(lrs), max(lrs)
-        lines.append(f"lr {top:.3g}" + (f" · {len(lrs)} groups ×{lo:.3g}–{hi:.3g}" if len(lrs) > 1 else ""))
+    lines = [f"step {fmt_value(row['step'], '.0f')} · {fmt_value(row['wall'], '.1f')} s"]
+    at = ReadoutRow(row, buf, x_mode, x, memory_kind)
+    for spec in specs:
+        text = spec.readout(at) if spec.readout is not None else None
+        if text is None:
+            continue
+        if spec.readout_joins and lines:
+            lines[-1] += f" · {text}"
+        else:
+            lines.append(text)
     near = marker_near(row["step"] if x_mode == "step" else row["wall"])
     if near is not None:
         lines.append(f"⟂ {near.full}")
@@ -88,45 +73,75 @@ def readout_lines(buffer: SeriesBuffer, x_mode: str, x: float | None, memory_kin
             orow = ov.buffer.nearest(x_mode, x)
             if orow is None:
                 continue
-            mem_v = orow["mem_alloc"]
-            oval = ov.buffer.latest("val_loss", x_mode, x)
-            lines.append(
-                f"{ov.record.name} @ {f(orow['step'], '.0f')}: {f(orow['step_ms_ema'], '.1f')} ms · "
-                f"loss {f(orow['loss_ema'], '.3f')}" + (f" · val {oval[1]:.3f}" if oval is not None else "")
-                + f" · {f(mem_v, ',.0f')} MB"
-            )
+            parts = [part for spec in specs if spec.overlay_readout is not None
+                     and (part := spec.overlay_readout(orow, ov.buffer, x_mode, x))]
+            lines.append(f"{ov.record.name} @ {fmt_value(orow['step'], '.0f')}: " + " · ".join(parts))
     return "\n".join(lines)
 
 
+def curve_item(curve: CurveSpec, ctx: PlotContext, color: QColor | None = None) -> pg.PlotDataItem:
+    """The item of one curve: the shown run's (``color`` None) or an overlaid run's (dashed, in its colour).
 
-def shown_run_curves(plots: dict[str, pg.PlotItem]) -> dict[str, pg.PlotDataItem]:
-    """The curves of the shown run, one per series column, in their plots.
+    Args:
+        curve: the curve's row.
+        ctx: names the curve in its legend.
+        color: an overlaid run's colour, or None for the shown run.
+
+    Returns:
+        The item (not yet in a plot).
+    """
+    if color is None:
+        item_color: QColor = QColor(*curve.color)
+        line = pen(curve.color, curve.width, _STYLES[curve.style], curve.alpha)
+        opts: dict[str, Any] = {"name": curve.label(ctx) or None, "antialias": curve.antialias}
+    else:
+        item_color = color
+        line = pen(color, 1.5, Qt.PenStyle.DashLine)
+        opts = {}
+    if curve.sparse:
+        opts.update(symbol="o", symbolSize=4 if color is not None else 5, symbolPen=None, symbolBrush=item_color)
+    item = pg.PlotDataItem(pen=line, **opts)
+    if color is not None:
+        item.setZValue(-10)  # under the shown run
+    return item
+
+
+def lr_curve_item(index: int, name: str, color: QColor | None = None) -> pg.PlotDataItem:
+    """The item of one param group's learning rate: the shown run's (the ``index``-th colour of
+    :data:`LR_COLORS`) or an overlaid run's (dashed, in its colour).
+
+    Args:
+        index: how many groups the run showed before this one.
+        name: its legend name.
+        color: an overlaid run's colour, or None for the shown run.
+
+    Returns:
+        The item (not yet in a plot).
+    """
+    if color is None:
+        return pg.PlotDataItem(pen=pen(LR_COLORS[index % len(LR_COLORS)], 2), name=name, antialias=True)
+    item = pg.PlotDataItem(pen=pen(color, 1.5, Qt.PenStyle.DashLine), name=name)
+    item.setZValue(-10)  # under the shown run
+    return item
+
+
+def shown_run_curves(plots: dict[str, pg.PlotItem], specs: Sequence[PlotSpec], ctx: PlotContext) -> dict[str, pg.PlotDataItem]:
+    """The curves of the shown run, one per series column of the rows, in their plots.
 
     Args:
         plots: ``{key: PlotItem}`` of the panel.
+        specs: the plots.
+        ctx: names the curves in their legends.
 
     Returns:
         ``{column: PlotDataItem}``.
     """
-    blue, red, green, purple, grey = (31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (120, 120, 120)
-    sp, mp, tp, lp, hp, ap = (plots[k] for k in ("step_time", "memory", "trainable", "loss", "throughput", "accuracy"))
-    # antialiasing only where it shows (smooth and step curves): it costs a third of a repaint
-    return {
-        "step_ms": sp.plot(pen=pen(blue, 1, alpha=90), name="raw"),
-        "step_ms_ema": sp.plot(pen=pen(blue, 2), name="this run (EMA)", antialias=True),
-        "mem_alloc": mp.plot(pen=pen(blue, 2), name="RSS", antialias=True),
-        "mem_peak": mp.plot(pen=pen(red, 1.5, Qt.PenStyle.DashLine), name="peak RSS"),
-        "mem_reserved": mp.plot(pen=pen(grey, 1.5, Qt.PenStyle.DotLine), name="reserved"),
-        "state_mb": mp.plot(pen=pen(green, 1.5, Qt.PenStyle.DashDotLine), name="grads + optimizer state"),
-        "trainable": tp.plot(pen=pen(green, 2), antialias=True),
-        "loss": lp.plot(pen=pen(red, 1, alpha=90)),
-        "loss_ema": lp.plot(pen=pen(red, 2), name="training (EMA)", antialias=True),
-        "throughput": hp.plot(pen=pen(purple, 1.5)),
-        "val_loss": lp.plot(pen=pen(VAL_COLOR, 2), name="validation", antialias=True,
-                            symbol="o", symbolSize=5, symbolPen=None, symbolBrush=QColor(*VAL_COLOR)),
-        "val_acc": ap.plot(pen=pen(VAL_COLOR, 2), antialias=True,
-                           symbol="o", symbolSize=5, symbolPen=None, symbolBrush=QColor(*VAL_COLOR)),
-    }
+    out: dict[str, pg.PlotDataItem] = {}
+    for spec in specs:
+        for curve in spec.curves:
+            item = out[curve.column] = curve_item(curve, ctx)
+            plots[spec.key].addItem(item)
+    return out
 
 
 def save_plots_png(parent: QWidget, graphics: QWidget, name: str, save_file: Callable[..., str] | None,

@@ -7,11 +7,14 @@ them and keeps them in step with its state.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QHBoxLayout, QLabel, QMenu, QPushButton, QToolButton, QWidget
 
 from workbench.gui.elided_label import ElidedLabel
+from workbench.gui.training.plot_specs import PlotSpec
 
 __all__ = ["PlotsToolbar"]
 
@@ -20,7 +23,7 @@ class PlotsToolbar(QWidget):
     """The plots' controls.
 
     Args:
-        plot_keys: ``(key, title)`` of every plot, in menu order.
+        specs: every plot, in menu order.
         ema: the smoothing factor shown at first.
         parent: Qt parent.
 
@@ -33,12 +36,12 @@ class PlotsToolbar(QWidget):
         act_legends: "Legends" (shown or hidden).
         show_actions: ``{key: QAction}``, one checkable "show this plot" per plot.
         act_auto_plots: "Fit the Width" (the default set for the panel's width: all plots when
-            wide, loss, step time, memory and trainable when narrow).
+            wide, the compact rows when narrow).
         log_actions: ``{key: QAction}``, one checkable "log scale" per plot.
         save_button / csv_button: Save PNG… and Export CSV….
     """
 
-    def __init__(self, plot_keys: tuple[tuple[str, str], ...], ema: float, parent: QWidget | None = None) -> None:
+    def __init__(self, specs: Sequence[PlotSpec], ema: float, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.x_box = QComboBox(self)
         self.x_box.addItem("Step", "step")
@@ -63,12 +66,13 @@ class PlotsToolbar(QWidget):
         self.act_auto_plots = QAction("Fit the Width (Default)", plots_menu)
         self.act_auto_plots.setCheckable(True)
         self.act_auto_plots.setChecked(True)
-        self.act_auto_plots.setToolTip("Show the plots that fit the panel's width: all of them when wide; loss, "
-                                       "step time, memory and trainable when narrow")
+        self.act_auto_plots.setToolTip("Show the plots that fit the panel's width: all of them when wide; "
+                                       f"{_names(s for s in specs if s.compact)} when narrow")
         plots_menu.addAction(self.act_auto_plots)
         plots_menu.addSeparator()
         self.show_actions: dict[str, QAction] = {}
-        for key, title in plot_keys:
+        for spec in specs:
+            key, title = spec.key, spec.menu
             act = QAction(title, plots_menu)
             act.setCheckable(True)
             act.setChecked(True)
@@ -81,12 +85,13 @@ class PlotsToolbar(QWidget):
         menu.addAction(self.act_legends)
         self.act_outliers = QAction("Ignore Outliers", menu)
         self.act_outliers.setCheckable(True)
-        self.act_outliers.setToolTip("Fit the y axes of step time, memory, loss and throughput to the data "
+        self.act_outliers.setToolTip(f"Fit the y axes of {_names(s for s in specs if s.robust)} to the data "
                                      "without their outliers (a single slow step no longer flattens the curve)")
         menu.addAction(self.act_outliers)
         menu.addSeparator()
         self.log_actions: dict[str, QAction] = {}
-        for key, title in plot_keys:
+        for spec in specs:
+            key, title = spec.key, spec.menu
             act = QAction(f"Log Scale: {title}", menu)
             act.setCheckable(True)
             menu.addAction(act)
@@ -107,3 +112,9 @@ class PlotsToolbar(QWidget):
         bar.addWidget(self.view_button)
         bar.addWidget(self.save_button)
         bar.addWidget(self.csv_button)
+
+
+def _names(specs: Iterable[PlotSpec]) -> str:
+    """``step time, memory and loss``: the plots' menu names without their units."""
+    names = [s.menu.split(" (")[0].lower() for s in specs]
+    return ", ".join(names[:-1]) + (" and " if len(names) > 1 else "") + names[-1] if names else "no plot"

@@ -24,7 +24,6 @@ groups (groups added by stages or live edits join it), named by :func:`lr_group_
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,18 +35,16 @@ from PySide6.QtCore import QEvent, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetricsF
 from PySide6.QtWidgets import (
     QApplication,
-    QGraphicsItem,
     QMenu,
     QVBoxLayout,
     QWidget,
 )
 
-from workbench.core.training.task_metrics import metric_label
 from workbench.gui.qt_compat import protect_none_refcount
-from workbench.gui.training import plot_grid
+from workbench.gui.training import plot_grid, plot_specs
 from workbench.gui.training.plot_axes import PlotAxes
 from workbench.gui.training.plot_bands import PauseBands
-from workbench.gui.training.plot_canvas import ShortTicks, TimedGraphics
+from workbench.gui.training.plot_canvas import TimedGraphics, crosshair_line, make_plot
 from workbench.gui.training.plot_markers import STAGE_RE, Marker, MarkerLayer, marker_text
 from workbench.gui.training.plot_ranges import (
     coarse_range,
@@ -55,30 +52,23 @@ from workbench.gui.training.plot_ranges import (
     pause_intervals,
     robust_bounds,
 )
-from workbench.gui.training.plot_readout import VAL_COLOR, readout_lines, save_plots_png, shown_run_curves
-from workbench.gui.training.plot_style import clip_label, is_dark, pen, plot_theme, run_color
+from workbench.gui.training.plot_readout import (
+    curve_item,
+    lr_curve_item,
+    readout_lines,
+    save_plots_png,
+    shown_run_curves,
+)
+from workbench.gui.training.plot_specs import LEGEND_CORNERS, PlotContext, PlotSpec, plot_of_column
+from workbench.gui.training.plot_style import clip_label, is_dark, plot_theme, run_color
 from workbench.gui.training.plot_toolbar import PlotsToolbar
 from workbench.gui.training.run_store import RunRecord, validation_text
 from workbench.gui.training.series import SeriesBuffer, lr_group_name
 
 # the names below moved to plot_style, plot_markers and plot_ranges; kept here for importers
 __all__ = [
-    "GRID_ORDER", "PLOT_KEYS", "PlotsPanel", "coarse_range", "drawing_budget", "is_dark", "marker_text", "plot_theme",
-    "robust_bounds", "run_color",
+    "PlotsPanel", "coarse_range", "drawing_budget", "is_dark", "marker_text", "plot_theme", "robust_bounds", "run_color",
 ]
-
-#: The plots: ``(key, title)`` (:data:`GRID_ORDER` places them).
-PLOT_KEYS: tuple[tuple[str, str], ...] = (
-    ("step_time", "Step time (ms)"),
-    ("memory", "Memory (MB)"),
-    ("trainable", "Trainable parameters"),
-    ("loss", "Loss"),
-    ("throughput", "Throughput (samples/s)"),
-    ("accuracy", "Validation accuracy (%)"),
-    ("lr", "Learning rate"),
-)
-#: The plots in grid order (row by row): loss and validation accuracy side by side.
-GRID_ORDER: tuple[str, ...] = ("step_time", "memory", "trainable", "throughput", "loss", "accuracy", "lr")
 #: Height of a plot's title row (pixels): one 9-pt line, the rest goes to the data.
 TITLE_ROW_PX = 18
 #: Most redraws per second while a run is shown live (the timer's rate).
@@ -86,26 +76,16 @@ REDRAW_HZ = 15
 #: Longest wait between two redraws of a live run, whatever the budget.
 MAX_FRAME_INTERVAL_S = 1.0
 
-
-#: Columns with values only at the steps that validated: drawn point to point, with dots.
-_SPARSE = frozenset({"val_loss", "val_acc"})
-_VAL_COLOR = VAL_COLOR
-#: Colours of the learning-rate curves, one per param group scale, in the order they appear.
-_LR_COLORS = (
-    (31, 119, 180), (214, 39, 40), (44, 160, 44), (148, 103, 189), (255, 127, 14),
-    (23, 170, 190), (188, 189, 34), (227, 119, 194), (127, 127, 127), (140, 86, 75),
-)
-
-
 @dataclass
 class _Overlay:
     record: RunRecord
     buffer: SeriesBuffer
     color: QColor
     curves: dict[str, pg.PlotDataItem] = field(default_factory=dict)
+    lr_curves: dict[float, pg.PlotDataItem] = field(default_factory=dict)
 
 
-class PlotsPanel(PlotAxes, QWidget):
+class PlotsPanel(QWidget):
     """The plots of the shown run, its markers, and overlays of other runs.
 
     Signals:
@@ -118,9 +98,13 @@ class PlotsPanel(PlotAxes, QWidget):
             signature); default: :func:`workbench.gui.dialogs.save_file`.
 
     Attributes:
+        specs: the plots' rows (:data:`workbench.gui.training.plot_specs.PLOTS` when the panel was made).
         buffer: the shown run's data.
-        plots: ``{key: PlotItem}`` for the keys of :data:`PLOT_KEYS`.
-        curves: ``{name: PlotDataItem}`` of the shown run.
+        plots: ``{key: PlotItem}``, one per row.
+        curves: ``{column: PlotDataItem}`` of the shown run.
+        lr_curves: ``{lr_scale: PlotDataItem}`` of the shown run (the row with ``lr_groups``).
+        legends: ``{key: LegendItem}`` of the rows with a legend.
+        axes: the plots' ranges (:class:`~workbench.gui.training.plot_axes.PlotAxes`).
         markers: the markers shown (plan changes, stages).
         redraws: how many redraws actually drew (for tests and benchmarks).
     """
@@ -128,36 +112,36 @@ class PlotsPanel(PlotAxes, QWidget):
     exportCsvRequested = Signal()
     #: Which plots show, or the legends, changed (the caller keeps them in settings).
     viewChanged = Signal()
+    axes: PlotAxes
 
     def __init__(self, parent: QWidget | None = None, save_file: Callable[..., str] | None = None) -> None:
         super().__init__(parent)
         protect_none_refcount()
         self._save_file = save_file
+        self.specs: tuple[PlotSpec, ...] = tuple(plot_specs.PLOTS)  # the table as it is now
+        self._plot_of = plot_of_column(self.specs)
+        self._lr_key = next((s.key for s in self.specs if s.lr_groups), None)
+        self._count_columns = {c.column for s in self.specs if s.counts for c in s.curves}
+        self._sparse = {c.column for s in self.specs for c in s.curves if c.sparse}
         self.buffer = SeriesBuffer()
         self.record: RunRecord | None = None
         self.overlays: dict[str, _Overlay] = {}
         self.redraws = 0
         self._drawn = -1
         self._x = "step"
-        self._trainable_scale = (1.0, "")
+        self._total_params: int | None = None  # the shown run's model size (the unit of counts)
+        self._count_scale = (1.0, "")
         self._memory_kind = "rss"
         self._live = False
         self._state = "running"
         self._crosshair_x: float | None = None
-        self._follow_x = True
-        self._x_hi = -math.inf
-        # y ranges chosen by coarse_range(), per plot; a plot the user zoomed is left alone
-        self._y_range: dict[str, tuple[float, float] | None] = {key: None for key, _t in PLOT_KEYS}
-        self._follow_y: dict[str, bool] = {key: True for key, _t in PLOT_KEYS}
         self._marker_font = QFont()
         self._marker_font.setPointSizeF(8.0)
         self._theme = plot_theme(is_dark(self.palette()))
-        self.ignore_outliers = True
-        self._log: dict[str, bool] = {key: False for key, _t in PLOT_KEYS}
-        self._titles: dict[str, str] = dict(PLOT_KEYS)
+        self._titles: dict[str, str] = {s.key: s.title_in(PlotContext()) for s in self.specs}
         self._title_tips: dict[str, str] = {}  # what a plot measures, in its title's tooltip
 
-        bar = self.toolbar = PlotsToolbar(PLOT_KEYS, self.buffer.ema, self)
+        bar = self.toolbar = PlotsToolbar(self.specs, self.buffer.ema, self)
         self.x_box, self.ema_box, self.view_button = bar.x_box, bar.ema_box, bar.view_button
         self.save_button, self.csv_button, self.title, self.title_val = bar.save_button, bar.csv_button, bar.title, bar.title_val
         self.act_outliers, self.act_legends, self.log_actions = bar.act_outliers, bar.act_legends, bar.log_actions
@@ -166,7 +150,7 @@ class PlotsPanel(PlotAxes, QWidget):
         self.ema_box.valueChanged.connect(self.set_ema)
         self.save_button.clicked.connect(lambda: self.save_png())
         self.csv_button.clicked.connect(self.exportCsvRequested.emit)
-        self.act_outliers.setChecked(self.ignore_outliers)
+        self.act_outliers.setChecked(True)
         self.act_outliers.toggled.connect(self.set_ignore_outliers)
         self.act_legends.toggled.connect(self.set_legends_shown)
         for key, act in self.log_actions.items():
@@ -183,34 +167,19 @@ class PlotsPanel(PlotAxes, QWidget):
         self.graphics.ci.setSpacing(4)
         self.plots: dict[str, pg.PlotItem] = {}
         self._vlines: dict[str, pg.InfiniteLine] = {}
-        for i, (key, _title) in enumerate(PLOT_KEYS):
-            p = pg.PlotItem(axisItems={"left": ShortTicks("left")} if key == "lr" else None)
-            clip_label(p.titleLabel)
+        for spec in self.specs:
+            key = spec.key
+            p = self.plots[key] = make_plot(spec, next(iter(self.plots.values()), None))
             p.titleLabel.geometryChanged.connect(lambda key=key: self._show_title(key, force=False))
-            p.setClipToView(True)
-            p.setDownsampling(auto=True, mode="peak")
-            p.showGrid(x=True, y=True, alpha=0.15)
-            p.setMenuEnabled(False)
-            p.hideButtons()
-            p.getAxis("left").setWidth(46)
-            for ax in ("left", "bottom"):  # repaint axes from a pixmap unless their ticks changed
-                p.getAxis(ax).setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
-            p.vb.sigRangeChangedManually.connect(lambda mask, key=key: self._range_changed_by_user(key, mask))
-            if i:
-                p.setXLink(self.plots[PLOT_KEYS[0][0]])
-            else:
-                # now, and again once the linked plots have followed (their mapping lags a moment)
+            p.vb.sigRangeChangedManually.connect(lambda mask, key=key: self.axes.range_changed_by_user(key, mask))
+            if len(self.plots) == 1:  # now, and again once the linked plots have followed (their mapping lags)
                 p.sigXRangeChanged.connect(self._x_range_changed)
             p.vb.sigResized.connect(lambda *_a: self._relayout_markers_soon())  # labels flip and elide to fit
-            vl = pg.InfiniteLine(angle=90, movable=False, pen=pen((90, 90, 90), 1, Qt.PenStyle.DashLine, 160))
-            vl.setVisible(False)
-            vl.setZValue(50)
-            p.addItem(vl, ignoreBounds=True)
-            self._vlines[key] = vl
-            self.plots[key] = p
+            self._vlines[key] = crosshair_line(p)
+        self.axes = PlotAxes(self.plots, [s.key for s in self.specs if s.robust])
         self._markers = MarkerLayer(self.plots, self._marker_font)
         self._bands = PauseBands(self.plots)
-        self.shown_keys: list[str] = list(GRID_ORDER)
+        self.shown_keys: list[str] = [s.key for s in self.specs]
         self.legends_shown = True
         # pyqtgraph makes its context menus without a parent: tie them to this panel so they
         # are destroyed with it instead of living on as top-level widgets
@@ -224,17 +193,14 @@ class PlotsPanel(PlotAxes, QWidget):
         self.enlarged: str | None = None
         self._layout: tuple[Any, ...] = ()
         self.columns = plot_grid.place(self.graphics.ci.layout, self.plots, self.readout, self.shown_keys, 600, 0, None)
-        # legends bottom-left: before a freeze, step time and memory are high there
-        self._legend_step = self.plots["step_time"].addLegend(offset=(4, -4), labelTextSize="8pt", verSpacing=-6)
-        self._legend_mem = self.plots["memory"].addLegend(offset=(4, -4), labelTextSize="8pt", verSpacing=-6)
-        # loss falls: its legend top-right; the lr of most schedules falls too
-        self._legend_loss = self.plots["loss"].addLegend(offset=(-4, 4), labelTextSize="8pt", verSpacing=-6)
-        self._legend_lr = self.plots["lr"].addLegend(offset=(-4, 4), labelTextSize="8pt", verSpacing=-6)
+        self.legends: dict[str, pg.LegendItem] = {
+            s.key: self.plots[s.key].addLegend(offset=LEGEND_CORNERS[s.legend], labelTextSize="8pt", verSpacing=-6)
+            for s in self.specs if s.legend
+        }
         self.lr_curves: dict[float, pg.PlotDataItem] = {}
 
-        self.curves: dict[str, pg.PlotDataItem] = shown_run_curves(self.plots)
+        self.curves: dict[str, pg.PlotDataItem] = shown_run_curves(self.plots, self.specs, self._context())
         self.apply_theme()
-        self._set_memory_names("rss")
 
         self._mouse = pg.SignalProxy(self.graphics.scene().sigMouseMoved, rateLimit=30, slot=self._mouse_moved)
         self.graphics.scene().sigMouseClicked.connect(self._mouse_clicked)
@@ -254,6 +220,95 @@ class PlotsPanel(PlotAxes, QWidget):
         layout.addWidget(self.graphics, 1)
         self._update_readout(None)
 
+    def _context(self) -> PlotContext:
+        """What the titles and legend names depend on now."""
+        measured = self.buffer.has_values("val_acc") or any(ov.buffer.has_values("val_acc") for ov in self.overlays.values())
+        return PlotContext(memory_kind=self._memory_kind, metric_name=self.buffer.metric_name, measured=measured,
+                           count_unit=self._count_scale[1], run_name=self.record.name if self.record else "")
+
+    def _relabel(self) -> None:
+        """Titles, their tooltips and the legend names for the shown run and the overlays now
+        (the unit of counts is by the largest model shown)."""
+        totals = [self._total_params or 0]
+        for ov in self.overlays.values():
+            totals.append(int(ov.record.summary.get("total_params") or 0))
+            if ov.buffer.has_values("trainable"):
+                totals.append(int(np.nanmax(ov.buffer.column("trainable"))))
+        if not totals[0] and self.buffer.has_values("trainable"):
+            totals.append(int(np.nanmax(self.buffer.column("trainable"))))
+        total = max(totals)
+        scale = (1e-6, "M") if total >= 1_000_000 else (1e-3, "k") if total >= 10_000 else (1.0, "")
+        if scale != self._count_scale:
+            self._count_scale = scale
+            self._drawn = -1
+            self._draw_overlays()
+        ctx = self._context()
+        for spec in self.specs:
+            for c in spec.curves:
+                self.curves[c.column].opts["name"] = c.label(ctx) or None
+            self._title_tips[spec.key] = spec.tip_in(ctx)
+            self._set_plot_title(spec.key, spec.title_in(ctx))
+        self._rebuild_legends()
+
+    # ------------------------------------------------------------ axes
+    @property
+    def ignore_outliers(self) -> bool:
+        """The y ranges of the robust rows leave outliers out (View ▸ Ignore Outliers)."""
+        return self.axes.ignore_outliers
+
+    def set_log(self, key: str, on: bool) -> None:
+        """Show one plot's y axis on a log scale (or linear again).
+
+        Args:
+            key: a plot's key.
+            on: log scale.
+
+        Raises:
+            KeyError: unknown plot.
+        """
+        on = bool(on)
+        act = self.log_actions[key]
+        if act.isChecked() != on:
+            act.blockSignals(True)
+            act.setChecked(on)
+            act.blockSignals(False)
+        if self.axes.set_log(key, on):
+            self._show_title(key)
+
+    def log_scale(self, key: str) -> bool:
+        """Whether a plot's y axis is on a log scale."""
+        return self.axes.log_scale(key)
+
+    def set_ignore_outliers(self, on: bool) -> None:
+        """Fit the y axes of the robust rows (step time, memory, loss, throughput) without their outliers.
+
+        Args:
+            on: leave outliers out of the y ranges (see :func:`robust_bounds`).
+        """
+        self.axes.ignore_outliers = bool(on)
+        if self.act_outliers.isChecked() != bool(on):
+            self.act_outliers.blockSignals(True)
+            self.act_outliers.setChecked(bool(on))
+            self.act_outliers.blockSignals(False)
+        self.axes.reset_y()
+        self.axes.fit_y()
+
+    def y_range(self, key: str) -> tuple[float, float]:
+        """A plot's y range as shown (log10 units on a log scale)."""
+        return self.axes.y_range(key)
+
+    def fit_view(self) -> None:
+        """Fit every plot to its data again, as after a zoom (double-click does it)."""
+        self.axes.reset_y()
+        self.axes.refit_x(self._live)
+        if self._live:  # now, not at the next redraw (a paused run gets none)
+            self._follow()
+        self.axes.fit_y()
+
+    def _follow(self) -> None:
+        xs = [self.buffer.column(self._x), *(ov.buffer.column(self._x) for ov in self.overlays.values())]
+        self.axes.follow(xs, self._x == "step")
+
     # ------------------------------------------------------------ runs
     def start_run(self, record: RunRecord, total_params: int | None = None) -> None:
         """Show a new run live: clears the data and markers, starts the redraw timer.
@@ -270,11 +325,10 @@ class PlotsPanel(PlotAxes, QWidget):
         self._live = True
         self._state = "running"
         self.show_crosshair(None)  # the previous run's values are not this run's
-        self._reset_x()
-        self._reset_y()
-        self._set_trainable_scale(total_params)
-        self.curves["step_ms_ema"].opts["name"] = record.name
-        self._rebuild_legends()
+        self.axes.reset_x()
+        self.axes.reset_y()
+        self._total_params = total_params
+        self._relabel()
         self._set_title()
         self.timer.start(1000 // REDRAW_HZ)
         self.redraw()
@@ -288,11 +342,12 @@ class PlotsPanel(PlotAxes, QWidget):
             plan: the plan the run started with (its stages become dashed markers).
         """
         device = str(info.get("device", "cpu"))
-        self._set_memory_names("cuda" if device.startswith("cuda") else ("mps" if device == "mps" else "rss"))
+        self._memory_kind = "cuda" if device.startswith("cuda") else ("mps" if device == "mps" else "rss")
         self.budget = drawing_budget(device, info.get("torch_threads"))
         if info.get("total_params"):
-            self._set_trainable_scale(int(info["total_params"]))
+            self._total_params = int(info["total_params"])
             self._drawn = -1
+        self._relabel()
         spe = info.get("steps_per_epoch")
         for i, st in enumerate((plan or {}).get("stages") or []):
             at = st.get("at_step")
@@ -347,7 +402,7 @@ class PlotsPanel(PlotAxes, QWidget):
                 self._markers.remove(m)
         self.redraw()
         self.timer.stop()
-        self._refit_x()  # the run is complete: fit it exactly
+        self.axes.refit_x(self._live)  # the run is complete: fit it exactly
         self._set_title()
 
     def show_record(self, record: RunRecord, metrics: list[dict[str, Any]]) -> None:
@@ -363,17 +418,17 @@ class PlotsPanel(PlotAxes, QWidget):
         self.buffer.clear()
         self._clear_lr_curves()
         self._markers.clear()
-        self._reset_x()
-        self._reset_y()
-        self._set_trainable_scale(record.summary.get("total_params"))
+        self.axes.reset_x()
+        self.axes.reset_y()
+        total = record.summary.get("total_params")
+        self._total_params = int(total) if isinstance(total, (int, float)) and total else None
         device = str(record.summary.get("device") or record.config.get("device") or "cpu")
-        self._set_memory_names("cuda" if device.startswith("cuda") else "rss")
-        self.curves["step_ms_ema"].opts["name"] = record.name
-        self._rebuild_legends()
+        self._memory_kind = "cuda" if device.startswith("cuda") else "rss"
         self.append(metrics)
+        self._relabel()
         self._drawn = -1
         self.redraw()
-        self._refit_x()
+        self.axes.refit_x(self._live)
         self._set_title()
 
     def _set_title(self) -> None:
@@ -401,42 +456,13 @@ class PlotsPanel(PlotAxes, QWidget):
         self._state = state
         self._set_title()
 
-    def _set_trainable_scale(self, total: int | None) -> None:
-        if total and total >= 1_000_000:
-            self._trainable_scale = (1e-6, "M")
-        elif total and total >= 10_000:
-            self._trainable_scale = (1e-3, "k")
-        else:
-            self._trainable_scale = (1.0, "")
-        unit = self._trainable_scale[1]
-        self._set_plot_title("trainable", f"Trainable parameters{f' ({unit})' if unit else ''}")
-
-    def _set_memory_names(self, kind: str) -> None:
-        self._memory_kind = kind
-        names = {
-            "cuda": ("allocated", "peak allocated", "reserved"),
-            "mps": ("allocated", "peak", "driver"),
-        }.get(kind, ("RSS growth", "peak RSS growth", "reserved"))
-        for key, name in zip(("mem_alloc", "mem_peak", "mem_reserved"), names):
-            self.curves[key].opts["name"] = name
-        # On the CPU the process RSS holds every earlier run and the app itself: the engine
-        # records the run's own growth since its setup began (core.training.metrics), and the
-        # bytes of gradients and optimizer state are exact (torch tensors, counted by the engine).
-        self._title_tips["memory"] = (
-            "RSS growth: the process's resident memory since the run began, after memory freed by "
-            "earlier runs was handed back (every allocation counts, not only tensors)" if kind not in ("cuda", "mps") else
-            "Memory the framework allocated on the device (peak: the highest since the run began)"
-        )
-        self._set_plot_title("memory", f"Memory (MB, {'CPU' if kind not in ('cuda', 'mps') else kind.upper()})")
-        self._rebuild_legends()
-
     def _set_plot_title(self, key: str, text: str) -> None:
         self._titles[key] = text
         self._show_title(key)
 
     def title_text(self, key: str) -> str:
         """A plot's whole title (its unit, `` · log``), however much of it its cell shows."""
-        return self._titles[key] + (" · log" if self._log[key] else "")
+        return self._titles[key] + (" · log" if self.axes.log_scale(key) else "")
 
     def _show_title(self, key: str, force: bool = True) -> None:
         """The title, cut with "…" where it is wider than the plot (three columns on a 1280-px
@@ -459,7 +485,7 @@ class PlotsPanel(PlotAxes, QWidget):
             self.plots[key].setTitle(shown, size="9pt", color=self._theme["title"])
             self.plots[key].layout.setRowFixedHeight(0, TITLE_ROW_PX)  # pyqtgraph's 30 px: a 9-pt line needs less
         tip = [full] if shown != full else []
-        label.setToolTip("\n".join(tip + ([self._title_tips[key]] if key in self._title_tips else [])))
+        label.setToolTip("\n".join(tip + ([self._title_tips[key]] if self._title_tips.get(key) else [])))
 
     def apply_theme(self, dark: bool | None = None) -> None:
         """Colour the plots for a light or dark palette (the panel follows palette changes).
@@ -473,7 +499,7 @@ class PlotsPanel(PlotAxes, QWidget):
             for ax in ("left", "bottom"):
                 p.getAxis(ax).setTextPen(t["text"])
                 p.getAxis(ax).setPen(t["axis"])
-            self._set_plot_title(key, self._titles.get(key, dict(PLOT_KEYS)[key]))
+            self._set_plot_title(key, self._titles[key])
         for legend in self.legends.values():
             legend.setBrush(pg.mkBrush(*t["legend"]))
             legend.setLabelTextColor(t["text"])
@@ -493,30 +519,29 @@ class PlotsPanel(PlotAxes, QWidget):
             self.apply_theme()
 
     def _rebuild_legends(self) -> None:
-        for legend in self.legends.values():
+        """Each legend names its plot's named curves that show (a curve shown only with values,
+        once it has them), the learning-rate groups and, where the row says so, the overlaid
+        runs; a legend of one entry stays empty (one curve needs no name)."""
+        for key, legend in self.legends.items():
             legend.clear()
-        if self.curves["val_loss"].isVisible() and self.buffer.has_values("val_loss"):
-            for key in ("loss_ema", "val_loss"):
-                self._legend_loss.addItem(self.curves[key], self.curves[key].opts.get("name") or key)
-        if len(self.lr_curves) > 1:  # one group needs no name
-            for curve in self.lr_curves.values():
-                self._legend_lr.addItem(curve, curve.opts.get("name") or "")
-        for key in ("step_ms_ema", "step_ms"):
-            self._legend_step.addItem(self.curves[key], self.curves[key].opts.get("name") or key)
-        for ov in self.overlays.values():
-            c = ov.curves.get("step_ms_ema")
-            if c is not None:
-                self._legend_step.addItem(c, ov.record.name)
-        for key in ("mem_alloc", "mem_peak", "mem_reserved", "state_mb"):
-            if key not in ("mem_reserved", "state_mb") or self.buffer.has_values(key):
-                self._legend_mem.addItem(self.curves[key], self.curves[key].opts.get("name") or key)
+            spec = next(s for s in self.specs if s.key == key)
+            entries: list[tuple[pg.PlotDataItem, str]] = []
+            for c in spec.curves:
+                item = self.curves[c.column]
+                name = item.opts.get("name")
+                if name and (not c.conditional or self.buffer.has_values(c.column)):
+                    entries.append((item, name))
+            if spec.lr_groups:
+                entries += [(curve, curve.opts.get("name") or "") for curve in self.lr_curves.values()]
+            if spec.legend_overlays:
+                for ov in self.overlays.values():
+                    item = next((ov.curves[c.column] for c in spec.curves if c.column in ov.curves), None)
+                    if item is not None:
+                        entries.append((item, ov.record.name))
+            if len(entries) > 1:
+                for item, name in entries:
+                    legend.addItem(item, name)
         self._fit_legends()
-
-    @property
-    def legends(self) -> dict[str, pg.LegendItem]:
-        """The legends, by the key of the plot they sit in."""
-        return {"step_time": self._legend_step, "memory": self._legend_mem, "loss": self._legend_loss,
-                "lr": self._legend_lr}
 
     def _fit_legends(self) -> None:
         """A legend shows while legends are on (View ▸ Legends) and it fits across its plot's data
@@ -528,40 +553,34 @@ class PlotsPanel(PlotAxes, QWidget):
             legend.setVisible(self.legends_shown and (width <= 0 or legend.boundingRect().width() <= room))
 
     # ------------------------------------------------------------ drawing
-    def _y(self, buffer: SeriesBuffer, column: str) -> np.ndarray:
-        y = buffer.column(column)
-        if column == "trainable" and self._trainable_scale[0] != 1.0:
-            return y * self._trainable_scale[0]
-        return y
-
     def _xy(self, buffer: SeriesBuffer, column: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The points of one column: every row, or only the rows with a value (validation)."""
-        y = self._y(buffer, column)
-        if column in _SPARSE:
+        """The points of one column: every row, or only the rows with a value (a sparse curve);
+        counts in the unit of their plot's title."""
+        y = buffer.column(column)
+        if column in self._count_columns and self._count_scale[0] != 1.0:
+            y = y * self._count_scale[0]
+        if column in self._sparse:
             keep = np.isfinite(y)
             return x[keep], y[keep]
         return x, y
 
-    def _draw_lr(self, x: np.ndarray) -> bool:
-        """One curve per param group scale of the shown run; True when a curve was added."""
+    def _draw_lr(self, buffer: SeriesBuffer, x: np.ndarray, curves: dict[float, pg.PlotDataItem],
+                 color: QColor | None = None, name: str = "") -> bool:
+        """One curve per param-group scale of a run (the shown run's in colours named by the
+        groups, an overlaid run's dashed in its colour); True when a curve was added."""
+        if self._lr_key is None:
+            return False
         added = False
         plan = self.record.plan if self.record is not None else None
-        for scale in self.buffer.lr_scales():
-            curve = self.lr_curves.get(scale)
+        for scale in buffer.lr_scales():
+            curve = curves.get(scale)
             if curve is None:
-                color = _LR_COLORS[len(self.lr_curves) % len(_LR_COLORS)]
-                curve = self.plots["lr"].plot(pen=pen(color, 2), name=lr_group_name(scale, plan), antialias=True)
-                self.lr_curves[scale] = curve
+                curve = lr_curve_item(len(curves), lr_group_name(scale, plan) if color is None else name, color)
+                self.plots[self._lr_key].addItem(curve)
+                curves[scale] = curve
                 added = True
-            curve.setData(x, self.buffer.lr_column(scale), connect="finite")
+            curve.setData(x, buffer.lr_column(scale), connect="finite")
         return added
-
-    def _set_accuracy_title(self) -> None:
-        """"not measured" on the accuracy plot while neither the shown run nor an overlay has any."""
-        measured = self.buffer.has_values("val_acc") or any(ov.buffer.has_values("val_acc") for ov in self.overlays.values())
-        name = self.buffer.metric_name
-        title = "Validation accuracy (%)" if name == "accuracy" else f"Validation {metric_label(name)}"
-        self._set_plot_title("accuracy", title + ("" if measured else " · not measured"))
 
     def _canvas_resized(self, force: bool = False) -> None:
         """Columns by the canvas's width only (a neighbour growing in height never makes the grid
@@ -569,7 +588,7 @@ class PlotsPanel(PlotAxes, QWidget):
         others); by default the plots that fit the width (:mod:`~workbench.gui.training.plot_grid`)."""
         w = self.graphics.width()
         if self._chosen is None:
-            auto = plot_grid.auto_keys(w, GRID_ORDER)
+            auto = plot_grid.auto_keys(w, self.specs)
             if auto != self.shown_keys:
                 self.shown_keys = auto
                 self._check_shown_actions()
@@ -620,7 +639,7 @@ class PlotsPanel(PlotAxes, QWidget):
         """Show or hide one plot (the View ▸ Plots list); the others fill the grid.
 
         Args:
-            key: a key of :data:`PLOT_KEYS`.
+            key: a plot's key.
             on: show it.
 
         Raises:
@@ -631,7 +650,7 @@ class PlotsPanel(PlotAxes, QWidget):
             act.blockSignals(True)
             act.setChecked(bool(on))
             act.blockSignals(False)
-        shown = [k for k in GRID_ORDER if (k == key and on) or (k != key and k in self.shown_keys)]
+        shown = [s.key for s in self.specs if (s.key == key and on) or (s.key != key and s.key in self.shown_keys)]
         chosen_before = self._chosen
         self._chosen = shown
         if shown == self.shown_keys and chosen_before is not None:
@@ -648,8 +667,8 @@ class PlotsPanel(PlotAxes, QWidget):
         Args:
             keys: plot keys.
         """
-        wanted = [k for k in GRID_ORDER if k in set(keys)]
-        if not wanted or wanted == list(GRID_ORDER):
+        wanted = [s.key for s in self.specs if s.key in set(keys)]
+        if not wanted or len(wanted) == len(self.specs):
             self.set_auto_plots(True)
             return
         self._chosen = wanted
@@ -689,10 +708,12 @@ class PlotsPanel(PlotAxes, QWidget):
         """The shaded intervals shown: ``[(start, end, kind)]`` (kind ``paused`` or ``validation``)."""
         return list(self._bands.intervals)
 
-    def _clear_lr_curves(self) -> None:
-        for curve in self.lr_curves.values():
-            self.plots["lr"].removeItem(curve)
-        self.lr_curves = {}
+    def _clear_lr_curves(self, curves: dict[float, pg.PlotDataItem] | None = None) -> None:
+        """Remove the shown run's learning-rate curves (or an overlaid run's)."""
+        curves = self.lr_curves if curves is None else curves
+        for curve in curves.values():
+            self.plots[str(self._lr_key)].removeItem(curve)
+        curves.clear()
 
     def redraw(self) -> bool:
         """Draw the shown run from the buffer when it changed since the last draw.
@@ -706,32 +727,24 @@ class PlotsPanel(PlotAxes, QWidget):
         buf = self.buffer
         if buf.version == self._drawn or not self.isVisible():
             return False
-        had_reserved = self._drawn >= 0 and self.curves["mem_reserved"].isVisible()
-        self._drawn_first = self._drawn < 0
+        first = self._drawn < 0
         self._drawn = buf.version
         x = buf.column(self._x)
         for name, curve in self.curves.items():
             curve.setData(*self._xy(buf, name, x), connect="finite")
-        legend_changed = self._draw_lr(x)
+        changed = self._draw_lr(buf, x, self.lr_curves)
         self._draw_bands()
-        validated = buf.has_values("val_loss")
-        had_val = self.curves["val_loss"].isVisible()
-        self.curves["val_loss"].setVisible(validated)
-        self.curves["val_acc"].setVisible(validated)
-        if validated != had_val or self._drawn_first:
-            legend_changed = True
-            self._set_accuracy_title()
-        reserved = buf.has_values("mem_reserved")
-        self.curves["mem_reserved"].setVisible(reserved)
-        had_state = self.curves["state_mb"].isVisible()
-        state = buf.has_values("state_mb")
-        self.curves["state_mb"].setVisible(state)
-        if reserved != had_reserved or state != had_state or self._drawn_first or legend_changed:
-            self._drawn_first = False
-            self._rebuild_legends()
-        if self._follow_x:
-            self._follow(x)
-        self._fit_y()
+        for spec in self.specs:  # a curve shown only with values: once it has them
+            for c in spec.curves:
+                if c.conditional:
+                    item, on = self.curves[c.column], buf.has_values(c.column)
+                    changed = changed or item.isVisible() != on
+                    item.setVisible(on)
+        if changed or first:
+            self._relabel()
+        if self.axes.follow_x:
+            self._follow()
+        self.axes.fit_y()
         # Settle the auto-ranges now: done at paint time (pyqtgraph's default), the new
         # ranges would ask for a second paint right after the first.
         self.graphics.scene().prepareForPaint()
@@ -796,17 +809,17 @@ class PlotsPanel(PlotAxes, QWidget):
             self.x_box.blockSignals(True)
             self.x_box.setCurrentIndex(i)
             self.x_box.blockSignals(False)
-        for key, _t in PLOT_KEYS:
+        for key in self.plots:
             self.plots[key].setLabel("bottom", "step" if mode == "step" else "seconds", color=self._theme["text"])
         self._markers.x_mode = mode
         for m in self.markers:
             self._markers.place(m)
-        self._refit_x()
+        self.axes.refit_x(self._live)
         self._layout_markers()
         self._draw_bands()
         self._draw_overlays()
         self._drawn = -1
-        self._reset_y()
+        self.axes.reset_y()
         self.redraw()
 
     @property
@@ -895,42 +908,35 @@ class PlotsPanel(PlotAxes, QWidget):
             wanted.pop(self.record.id, None)  # already drawn in full
         for rid in [k for k in self.overlays if k not in wanted]:
             ov = self.overlays.pop(rid)
-            for key, curve in ov.curves.items():
-                self.plots[self._plot_of(key)].removeItem(curve)
+            for column, curve in ov.curves.items():
+                self.plots[self._plot_of[column]].removeItem(curve)
+            self._clear_lr_curves(ov.lr_curves)
         for rid, (record, ci, metrics) in wanted.items():
             if rid in self.overlays:
                 continue
             ov = _Overlay(record, SeriesBuffer.from_metrics(metrics, ema=self.buffer.ema), run_color(ci))
-            for col in ("step_ms_ema", "mem_alloc", "state_mb", "trainable", "loss_ema", "throughput", "val_loss", "val_acc"):
-                if col in _SPARSE and not ov.buffer.has_values(col):
-                    continue  # a run without validation
-                dots = {"symbol": "o", "symbolSize": 4, "symbolPen": None, "symbolBrush": ov.color} if col in _SPARSE else {}
-                curve = pg.PlotDataItem(pen=pen(ov.color, 1.5, Qt.PenStyle.DashLine), name=record.name, **dots)
-                curve.setZValue(-10)
-                self.plots[self._plot_of(col)].addItem(curve)
-                ov.curves[col] = curve
+            for spec in self.specs:
+                for c in spec.curves:
+                    if not c.overlay or (c.conditional and not ov.buffer.has_values(c.column)):
+                        continue  # a run without validation
+                    curve = ov.curves[c.column] = curve_item(c, self._context(), ov.color)
+                    curve.opts["name"] = record.name
+                    self.plots[spec.key].addItem(curve)
             self.overlays[rid] = ov
+        self._relabel()  # the unit of counts, "not measured", the legends
         self._draw_overlays()
-        self._set_accuracy_title()
-        self._rebuild_legends()
-        self._refit_x()
+        self.axes.refit_x(self._live)
         self._drawn = -1
         self.show_crosshair(None)  # values of runs no longer shown must not stay
         self.redraw()
-
-    @staticmethod
-    def _plot_of(column: str) -> str:
-        return {
-            "step_ms_ema": "step_time", "mem_alloc": "memory", "state_mb": "memory", "trainable": "trainable",
-            "loss_ema": "loss", "throughput": "throughput", "val_loss": "loss", "val_acc": "accuracy",
-        }[column]
 
     def _draw_overlays(self) -> None:
         for ov in self.overlays.values():
             x = ov.buffer.column(self._x)
             for col, curve in ov.curves.items():
                 curve.setData(*self._xy(ov.buffer, col, x), connect="finite")
-        self._fit_y()
+            self._draw_lr(ov.buffer, x, ov.lr_curves, ov.color, ov.record.name)
+        self.axes.fit_y()
 
     # ------------------------------------------------------------ crosshair and read-out
     def _mouse_moved(self, event: tuple[Any, ...]) -> None:
@@ -965,7 +971,8 @@ class PlotsPanel(PlotAxes, QWidget):
         Returns:
             The text (``""`` without data).
         """
-        return readout_lines(self.buffer, self._x, x, self._memory_kind, self._marker_near, self.overlays.values())
+        return readout_lines(self.specs, self.buffer, self._x, x, self._memory_kind, self._marker_near,
+                             self.overlays.values())
 
     def _marker_near(self, x: float) -> Marker | None:
         return self._markers.near(x, max(1.0, (self.buffer.last(self._x) or 1.0) * 0.02))

@@ -20,32 +20,14 @@ their lr), read with :meth:`SeriesBuffer.lr_scales` and :meth:`SeriesBuffer.lr_c
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-__all__ = ["COLUMNS", "DEFAULT_CAPACITY", "SeriesBuffer", "lr_group_name"]
+__all__ = ["COLUMNS", "DEFAULT_CAPACITY", "Column", "SeriesBuffer", "lr_group_name"]
 
-#: Column names, in storage order.
-COLUMNS: tuple[str, ...] = (
-    "step",
-    "wall",
-    "step_ms",
-    "step_ms_ema",
-    "data_ms",
-    "mem_alloc",
-    "mem_peak",
-    "mem_reserved",
-    "state_mb",
-    "trainable",
-    "loss",
-    "loss_ema",
-    "throughput",
-    "val_loss",
-    "val_acc",
-)
-_INDEX = {name: i for i, name in enumerate(COLUMNS)}
 #: Rows kept per run by default (about 19 MB as float64 with the double write).
 DEFAULT_CAPACITY = 100_000
 
@@ -106,6 +88,53 @@ def _state_mb(m: Mapping[str, Any]) -> float:
     return _num(grads or 0) * 1e-6 + _num(state or 0) * 1e-6
 
 
+def _field(name: str, scale: float = 1.0) -> Callable[[Mapping[str, Any], str], float]:
+    """A reader of one record field times ``scale``."""
+    return lambda m, _metric: _num(m.get(name), scale)
+
+
+def _metric(m: Mapping[str, Any], metric_name: str) -> float:
+    """The validation metric: accuracy in percent, any other metric as it is."""
+    return _num(m.get("val_acc"), 100.0) if metric_name == "accuracy" else _num(m.get("val_metric"))
+
+
+@dataclass(frozen=True)
+class Column:
+    """One series column: its name and how a metric record gives its value.
+
+    Attributes:
+        name: the column's name (plots name it in their curves).
+        read: its value in a record (``StepMetrics.to_dict()`` form) and the run's validation
+            metric name, in plot units; NaN where missing.
+        smooth: the name of the column this one is the moving average of (``""``: none; then
+            ``read`` is not used).
+    """
+
+    name: str
+    read: Callable[[Mapping[str, Any], str], float] = field(default=lambda _m, _metric: math.nan)
+    smooth: str = ""
+
+
+#: The columns, in storage order.
+COLUMNS: tuple[Column, ...] = (
+    Column("step", _field("step")),
+    Column("wall", _field("wall_time")),
+    Column("step_ms", _field("step_time_s", 1e3)),
+    Column("step_ms_ema", smooth="step_ms"),
+    Column("data_ms", _field("data_time_s", 1e3)),
+    Column("mem_alloc", _field("mem_allocated", 1e-6)),
+    Column("mem_peak", _field("mem_peak", 1e-6)),
+    Column("mem_reserved", _field("mem_reserved", 1e-6)),
+    Column("state_mb", lambda m, _metric: _state_mb(m)),
+    Column("trainable", _field("trainable_params")),
+    Column("loss", _field("loss")),
+    Column("loss_ema", smooth="loss"),
+    Column("throughput", _field("samples_per_s")),
+    Column("val_loss", _field("val_loss")),
+    Column("val_acc", _metric),
+)
+
+
 class SeriesBuffer:
     """The newest ``capacity`` metric rows of a run, as contiguous numpy columns.
 
@@ -128,10 +157,13 @@ class SeriesBuffer:
         if capacity < 1:
             raise ValueError(f"capacity must be >= 1, got {capacity}")
         self.capacity = int(capacity)
-        self._data = np.full((2 * self.capacity, len(COLUMNS)), np.nan, dtype=np.float64)
+        #: the columns (the table as it was when the buffer was made)
+        self.columns: tuple[Column, ...] = COLUMNS
+        self._index = {c.name: j for j, c in enumerate(self.columns)}
+        self._data = np.full((2 * self.capacity, len(self.columns)), np.nan, dtype=np.float64)
         self.total = 0  # rows ever appended
         self.ema = self._check_ema(ema)
-        self._ema_state = {"step_ms": math.nan, "loss": math.nan}
+        self._ema_state = {c.smooth: math.nan for c in self.columns if c.smooth}
         self._lr_scales: list[float] = []  # one column of _lr per scale, in the order first seen
         self._lr = np.full((2 * self.capacity, 0), np.nan, dtype=np.float64)
         self.version = 0  # bumped on every change (plots redraw when it moved)
@@ -152,7 +184,7 @@ class SeriesBuffer:
         """Drop every row."""
         self._data.fill(np.nan)
         self.total = 0
-        self._ema_state = {"step_ms": math.nan, "loss": math.nan}
+        self._ema_state = dict.fromkeys(self._ema_state, math.nan)
         self._lr_scales = []
         self._lr = np.full((2 * self.capacity, 0), np.nan, dtype=np.float64)
         self.version += 1
@@ -167,33 +199,13 @@ class SeriesBuffer:
         return value
 
     def _row(self, m: Mapping[str, Any]) -> list[float]:
-        step_ms = _num(m.get("step_time_s"), 1e3)
-        loss = _num(m.get("loss"))
-        return [
-            _num(m.get("step")),
-            _num(m.get("wall_time")),
-            step_ms,
-            self._smooth("step_ms", step_ms),
-            _num(m.get("data_time_s"), 1e3),
-            _num(m.get("mem_allocated"), 1e-6),
-            _num(m.get("mem_peak"), 1e-6),
-            _num(m.get("mem_reserved"), 1e-6),
-            _state_mb(m),
-            _num(m.get("trainable_params")),
-            loss,
-            self._smooth("loss", loss),
-            _num(m.get("samples_per_s")),
-            _num(m.get("val_loss")),
-            self._metric(m),
-        ]
-
-    def _metric(self, m: Mapping[str, Any]) -> float:
         name = m.get("metric_name")
         if isinstance(name, str) and name:
             self.metric_name = name
-        if self.metric_name == "accuracy":
-            return _num(m.get("val_acc"), 100.0)
-        return _num(m.get("val_metric"))
+        values: dict[str, float] = {}
+        for c in self.columns:  # an average follows its column, which comes first
+            values[c.name] = self._smooth(c.smooth, values[c.smooth]) if c.smooth else c.read(m, self.metric_name)
+        return list(values.values())
 
     def append(self, metrics: Iterable[Mapping[str, Any]]) -> int:
         """Add metric records (``StepMetrics.to_dict()`` form).
@@ -287,8 +299,8 @@ class SeriesBuffer:
         self.ema = self._check_ema(ema)
         n = len(self)
         start = self._start()
-        for raw, col in (("step_ms", "step_ms_ema"), ("loss", "loss_ema")):
-            xs = self._data[start : start + n, _INDEX[raw]]
+        for raw, col in ((c.smooth, c.name) for c in self.columns if c.smooth):
+            xs = self._data[start : start + n, self._index[raw]]
             out = np.empty(n)
             prev = math.nan
             for i, x in enumerate(xs.tolist()):
@@ -304,7 +316,7 @@ class SeriesBuffer:
         if not n:
             return
         pos = (self.total - n + np.arange(n)) % self.capacity
-        j = _INDEX[name]
+        j = self._index[name]
         self._data[pos, j] = values
         self._data[pos + self.capacity, j] = values
 
@@ -324,7 +336,7 @@ class SeriesBuffer:
         Raises:
             KeyError: unknown column.
         """
-        j = _INDEX[name]
+        j = self._index[name]
         s = self._start()
         view = self._data[s : s + len(self), j]
         view.flags.writeable = False
@@ -334,7 +346,7 @@ class SeriesBuffer:
         """The newest value of a column (NaN when empty)."""
         if not self.total:
             return math.nan
-        return float(self._data[(self.total - 1) % self.capacity, _INDEX[name]])
+        return float(self._data[(self.total - 1) % self.capacity, self._index[name]])
 
     def has_values(self, name: str) -> bool:
         """Whether a column holds any non-NaN value."""
@@ -355,7 +367,7 @@ class SeriesBuffer:
         if i is None:
             return None
         row = self._data[self._start() + i]
-        return {name: float(row[j]) for name, j in _INDEX.items()}
+        return {name: float(row[j]) for name, j in self._index.items()}
 
     def _nearest_index(self, x_name: str, x: float) -> int | None:
         xs = self.column(x_name)
