@@ -2,7 +2,10 @@
 
 - :mod:`~workbench.gui.advisor.budget`: the budget a device offers;
 - :mod:`~workbench.gui.advisor.chart`: the Pareto chart with the budget line;
-- :mod:`~workbench.gui.advisor.dialog`: the dialog (advice off the GUI thread, Apply / Save… / Measure).
+- :mod:`~workbench.gui.advisor.dialog`: the dialog (advice off the GUI thread, Apply / Save… / Measure /
+  Train each);
+- :mod:`~workbench.gui.advisor.train_each`: *Train each*, the plan sweep over the dialog's candidates;
+- :mod:`~workbench.gui.advisor.sweep_chart`: the sweep's chart (live in the dialog, a PNG from the CLI).
 
 :func:`add_suggest_action` puts *Suggest…* in a window's menu.
 """
@@ -30,7 +33,8 @@ def open_suggest_dialog(controller: Controller, panel: TrainingPanel, parent: QW
 
     Args:
         controller: the loaded model and the plan.
-        panel: the training panel whose device, batch, image size, precision and tokens it takes.
+        panel: the training panel whose device, batch, image size, precision and tokens it takes
+            (and, for *Train each*, its data, loss, metric, seed, steps and runs folder).
         parent: the dialog's parent window.
 
     Returns:
@@ -42,7 +46,11 @@ def open_suggest_dialog(controller: Controller, panel: TrainingPanel, parent: QW
     tokens = run_seq_len(controller.model, panel.seq_len.value() or None, "synthetic") if panel.text_model else None
     dialog = SuggestDialog(controller, device=str(panel.device_box.currentData()),
                            batch_size=panel.batch_size.value(), image_size=panel.image_size.value(),
-                           amp=str(panel.amp_box.currentData()), seq_len=tokens or 0, parent=parent)
+                           amp=str(panel.amp_box.currentData()), seq_len=tokens or 0, train_config=panel.config,
+                           runs_folder=panel.runs.store.folder, dataset=panel.runs.trainer_kwargs.get("dataset"),
+                           parent=parent)
+    if panel.length_kind.currentData() == "steps":  # Train each: the run's own length
+        dialog.steps.setValue(panel.length.value())
     dialog.suggest()
     return dialog
 

@@ -3,7 +3,9 @@
 Every candidate is a grey point; the front is drawn in colour and joined by a line, the chosen
 plan is a larger star, and the budget is a vertical dashed line. The x axis spans the
 candidates: a budget far beyond them (an 80 GB GPU for a 1 GB model) is marked at the right
-edge with its value, instead of squeezing every candidate into the left few per cent.
+edge with its value, instead of squeezing every candidate into the left few per cent. The
+axes are scaled once: the ticks say ``1B`` and the unit is in the label (``GB``), with no
+pyqtgraph SI factor such as ``(x1e+09)`` on top.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class FrontChart(pg.PlotWidget):
         self.setLogMode(x=False, y=True)
         self.showGrid(x=True, y=True, alpha=0.2)
         self.setLabel("left", "trainable parameters")
+        for side in ("left", "bottom"):  # the ticks carry their own scale (1M, 1B; MB or GB): no "(x1e+09)"
+            self.getAxis(side).enableAutoSIPrefix(False)
         self.setMinimumHeight(220)
         # PlotDataItems (not bare scatter items) follow the plot's log scale
         self._all = pg.PlotDataItem(pen=None, symbol="o", symbolSize=7, symbolBrush=_OTHER, symbolPen=None)

@@ -17,6 +17,14 @@ predicted peak exceeds the memory the device has available (the pre-flight *Star
 :func:`~workbench.core.advisor.activations.device_memory`) is skipped, its row saying so. When
 full fine-tuning, the step ratio's reference, exceeds it, the first candidate measured is the
 reference (the status line and the ratios' tooltips name it).
+
+*Train each*, beside *Measure*, measures what the plans buy instead of what they cost: a plan
+sweep (:mod:`workbench.gui.advisor.train_each`) trains each row that fits for the same steps
+with the training panel's data, loss, metric and seed, stopping weak ones early; the learning
+columns (metric, retention with *Retain* data, training time, the run's peak, where and why
+it stopped early) fill in as candidates finish, and the *Learning* tab draws the sweep's chart
+live. The recommended plan is selected at the end, for *Apply*. It is off, with the reason in
+its tooltip, for a structure-only model.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
@@ -40,6 +49,7 @@ from PySide6.QtWidgets import (
     QSpinBox,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -48,20 +58,31 @@ from workbench.core.advisor.activations import DeviceMemory, device_memory
 from workbench.core.advisor.advice import Advice, Assessment, Measured, advise, step_ratio_noise
 from workbench.core.advisor.profile import is_text_model
 from workbench.core.advisor.sizes import parse_size
+from workbench.core.advisor.sweep_report import SweepReport
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.models.sources import default_input_size
 from workbench.core.plan import FreezePlan
+from workbench.core.training.config import TrainConfig
 from workbench.core.training.metrics import fmt_memory
 from workbench.gui import dialogs
 from workbench.gui.advisor.budget import device_budget, format_budget
 from workbench.gui.advisor.chart import FrontChart
+from workbench.gui.advisor.sweep_chart import SweepChart
+from workbench.gui.advisor.train_each import (
+    DEFAULT_STEPS,
+    LEARNING_COLUMNS,
+    TrainEach,
+    learning_cells,
+    optuna_missing,
+    sweep_folder,
+)
 from workbench.gui.background import BackgroundTask
 from workbench.gui.controller import Controller
 
-__all__ = ["COLUMNS", "MEASURE_STEPS", "NOISE_MARK", "SKIPPED", "SuggestDialog"]
+__all__ = ["COLUMNS", "LEARNING_COLUMNS", "MEASURE_STEPS", "NOISE_MARK", "SKIPPED", "SuggestDialog"]
 
-#: Table columns; the last two fill in after *Measure*.
+#: The cost columns; the last two fill in after *Measure* (the learning columns follow, after *Train each*).
 COLUMNS = ("candidate", "predicted peak", "step × full", "trainable", "fits", "measured peak", "measured × full")
 #: Timed steps per candidate of *Measure*.
 MEASURE_STEPS = 3
@@ -90,16 +111,26 @@ class SuggestDialog(QDialog):
         image_size: the training panel's image side (0: the model's own).
         amp: the training panel's mixed-precision mode.
         seq_len: a text model's tokens per sample from the training panel (0: :data:`DEFAULT_SEQ_LEN`).
+        train_config: the training panel's settings for *Train each* (data, loss, metric, seed ...;
+            None: *Train each* is off).
+        runs_folder: the app's runs folder; sweeps go beside it (``../sweeps/<time>``).
+        dataset: training data given to the app in Python, used instead of the config's data.
         parent: the window.
 
     Attributes:
         advice: the last advice (None before the first one or after a failure).
         budget / batch / input_size: the input fields.
         chart / table: the Pareto chart and the front table.
+        sweep_chart: *Train each*'s chart (metric against time and peak memory), on the
+            *Learning* tab beside the chart's *Cost* tab.
+        steps / retain: *Train each*'s steps per candidate and retain data (a dataset spec).
+        trainer: the sweep runner (its ``report`` is the last sweep's).
     """
 
     def __init__(self, controller: Controller, *, device: str = "auto", batch_size: int = 32,
-                 image_size: int = 0, amp: str = "off", seq_len: int = 0, parent: QWidget | None = None) -> None:
+                 image_size: int = 0, amp: str = "off", seq_len: int = 0,
+                 train_config: Callable[[], TrainConfig] | None = None, runs_folder: Path | None = None,
+                 dataset: Any = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Suggest a plan")
         self.setObjectName("SuggestDialog")
@@ -111,6 +142,11 @@ class SuggestDialog(QDialog):
         self._reference = "full fine-tuning"
         self._cancel = threading.Event()
         self._progress = _Progress(self)
+        self._train_config = train_config
+        self._runs_folder = runs_folder
+        self._dataset = dataset
+        self._swept: dict[str, int] = {}  # candidate id -> index into advice.assessed
+        self.trainer = TrainEach(self)
         self.advice: Advice | None = None
         model = controller.model
         self._text = model is not None and _is_text(model)
@@ -139,18 +175,37 @@ class SuggestDialog(QDialog):
             form.addWidget(widget)
         form.addWidget(self.suggest_button)
         form.addStretch(1)
+        self.steps = QSpinBox(self)
+        self.steps.setRange(1, 10**7)
+        self.steps.setValue(DEFAULT_STEPS)
+        self.steps.setToolTip("Train each: optimizer steps per candidate (the same for each, with the same seed "
+                              "and data order); it validates every tenth of them, where weak candidates stop early")
+        self.retain = QLineEdit(self)
+        self.retain.setPlaceholderText("optional: data of the original task (folder:PATH, synthetic …)")
+        self.retain.setToolTip("Train each: the metric on this data after training is the retention, the "
+                               "measure of what a plan forgets (the same specs as the training data)")
+        learn = QHBoxLayout()
+        for label, widget in (("Train each: steps", self.steps), ("Retain", self.retain)):
+            learn.addWidget(QLabel(label, self))
+            learn.addWidget(widget, 1 if widget is self.retain else 0)
 
         self.chart = FrontChart(self)
-        self.table = QTableWidget(0, len(COLUMNS), self)
-        self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        self.sweep_chart = SweepChart(self)
+        self.charts = QTabWidget(self)
+        self.charts.addTab(self.chart, "Cost (predicted)")
+        self.charts.addTab(self.sweep_chart, "Learning (Train each)")
+        self.table = QTableWidget(0, len(COLUMNS) + len(LEARNING_COLUMNS), self)
+        self.table.setHorizontalHeaderLabels([*COLUMNS, *LEARNING_COLUMNS])
         self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
         self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        for col in range(1, len(COLUMNS)):
+        for col in range(1, self.table.columnCount()):
             header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        for col in range(len(COLUMNS), self.table.columnCount()):  # shown once a sweep has rows
+            self.table.setColumnHidden(col, True)
         self.table.itemSelectionChanged.connect(self._selection_changed)
 
         self.status = QLabel(self)
@@ -165,6 +220,12 @@ class SuggestDialog(QDialog):
                              "time (a candidate predicted above the memory available is skipped)")
         self.measure_button.setToolTip(self.measure_off_reason() or self._measure_tip)
         self.measure_button.clicked.connect(self.measure)
+        self.train_button = QPushButton("Train each", self)
+        self._train_tip = ("Learning, beside Measure's cost: train each candidate that fits for the same steps "
+                           "and seed on the training panel's data, loss and metric; weak ones stop early. Rows "
+                           "fill in with the metric, retention, time and peak as candidates finish")
+        self.train_button.setToolTip(self.train_off_reason() or self._train_tip)
+        self.train_button.clicked.connect(self.train_each)
         self.cancel_button = QPushButton("Cancel", self)
         self.cancel_button.setToolTip("Stop measuring at the next training step (or once the model being built is "
                                       "built); the rows measured so far stay")
@@ -179,18 +240,21 @@ class SuggestDialog(QDialog):
         close.clicked.connect(self.reject)
         buttons = QHBoxLayout()
         buttons.addWidget(self.progress, 1)
-        for b in (self.measure_button, self.cancel_button, self.save_button, self.apply_button, close):
+        for b in (self.measure_button, self.train_button, self.cancel_button, self.save_button, self.apply_button,
+                  close):
             buttons.addWidget(b)
 
         layout = QVBoxLayout(self)
         layout.addLayout(form)
-        layout.addWidget(self.chart, 3)
+        layout.addLayout(learn)
+        layout.addWidget(self.charts, 3)
         layout.addWidget(self.table, 2)
         layout.addWidget(self.status)
         layout.addLayout(buttons)
         self.resize(860, 680)
         self._progress.changed.connect(self._on_progress)
         self._progress.measured.connect(self._on_measured)
+        self.trainer.changed.connect(self._on_sweep_event)
         self._update_buttons()
 
     # ------------------------------------------------------------------ inputs
@@ -300,6 +364,7 @@ class SuggestDialog(QDialog):
                     font.setBold(True)
                     item.setFont(font)
                 self.table.setItem(row, col, item)
+            self._set_learning(row, i)
         self.table.blockSignals(False)
         self._mark_noise()
         if advice is not None and advice.chosen is not None:
@@ -374,6 +439,9 @@ class SuggestDialog(QDialog):
         self.apply_button.setEnabled(have and self._c.tree is not None)
         self.save_button.setEnabled(have)
         self.measure_button.setEnabled(self.advice is not None and not self.busy and not self.measure_off_reason())
+        self.train_button.setEnabled(self.advice is not None and not self.busy and not self.train_off_reason())
+        self.steps.setEnabled(not self.busy)
+        self.retain.setEnabled(not self.busy)
         self.budget.setEnabled(not self.busy)
         self.suggest_button.setEnabled(not self.busy)
 
@@ -517,6 +585,7 @@ class SuggestDialog(QDialog):
         """Stop a measurement at the next training step; the rows measured so far stay."""
         if self.busy:
             self._cancel.set()
+            self.trainer.cancel.set()
             self.cancel_button.setEnabled(False)
             self.status.setText("Cancelling at the next step (a model being built is built first) …")
 
@@ -539,12 +608,177 @@ class SuggestDialog(QDialog):
         self.status.setText(f"Measured: {source} and median step time of {MEASURE_STEPS} real steps per candidate "
                             f"(⚠: steps spread wider than the gap to another row).{skipped}")
 
+    # ------------------------------------------------------------------ learning (Train each)
+    def train_off_reason(self) -> str:
+        """Why *Train each* is off for the loaded model ("" when it is not).
+
+        Returns:
+            The reason (a structure-only model, no training settings, Optuna missing), or "".
+        """
+        loaded = self._c.loaded
+        if loaded is not None and loaded.meta:
+            return (f"{loaded.label} is open structure only (on the meta device): training each candidate builds "
+                    "and trains it for real. Open it again without 'Structure only' to train each.")
+        if self._train_config is None:
+            return "Training each candidate needs the window's training settings (data, loss, metric)."
+        return optuna_missing()
+
+    def _learning_config(self, advice: Advice) -> TrainConfig:
+        """The training panel's settings with the advice's batch and input size and the dialog's steps."""
+        assert self._train_config is not None
+        cfg = self._train_config()
+        shape = advice.input_shape if isinstance(advice.input_shape, tuple) else self.input_shape()
+        text = len(shape) == 2
+        return cfg.replace(model=dict(self._c.spec), batch_size=shape[0],
+                           image_size=None if text else shape[-1], seq_len=shape[1] if text else cfg.seq_len,
+                           steps=self.steps.value(), epochs=None, log_every=1, save_dir=None, metrics_path=None,
+                           tensorboard_dir=None, allow_download=False)
+
+    def train_each(self) -> bool:
+        """Train each candidate that fits for the same steps on a worker thread (a plan sweep).
+
+        The candidates are the table's rows that fit the budget and whose predicted peak is within
+        the memory the device has available. Each row's learning columns fill in as its candidate
+        finishes; the *Learning* chart is redrawn each time.
+
+        Returns:
+            True when the sweep started (False: nothing to train, bad settings, or busy; the
+            status line says why).
+        """
+        advice, model = self.advice, self._c.model
+        if advice is None or model is None or self.busy:
+            return False
+        off = self.train_off_reason()
+        if off:
+            self.status.setText(off)
+            return False
+        memory = device_memory(self._device)
+        rows = [i for i in advice.front if advice.assessed[i].fits and advice.assessed[i].memory.peak <= memory.available]
+        if not rows:
+            self.status.setText(f"Nothing to train: no candidate fits in {fmt_bytes(advice.budget_bytes)} and the "
+                                f"{fmt_bytes(memory.available)} of {memory.what} on {memory.device}.")
+            return False
+        from workbench.core.advisor.sweep import cross_learning_rates
+        from workbench.gui.training.code_confirm import confirm_task_code
+        from workbench.gui.training.runs_tab import default_runs_dir
+
+        try:
+            cfg = self._learning_config(advice)
+            candidates = cross_learning_rates([(advice.assessed[i].candidate.name, advice.assessed[i].candidate.plan,
+                                                {}) for i in rows], [cfg.lr])
+            folder = sweep_folder(self._runs_folder or default_runs_dir())
+            work = self.trainer.work(candidates, cfg, steps=self.steps.value(), folder=folder, model=model,
+                                     model_lock=self._c.model_lock, retain=self.retain.text().strip() or None,
+                                     dataset=self._dataset)
+        except WorkbenchError as e:
+            self.status.setText(str(e))
+            return False
+        if not confirm_task_code(self, cfg):  # py: data, loss or metric run only once the file was shown
+            self.status.setText("Not trained: the training settings' code was not confirmed.")
+            return False
+        self._swept = {c.id: i for c, i in zip(candidates, rows, strict=True)}
+        self.sweep_chart.set_report(None)
+        self._show_learning(retain=bool(self.retain.text().strip()))
+        self._fill()
+        self.charts.setCurrentWidget(self.sweep_chart)
+        self.progress.setRange(0, len(rows) * self.steps.value())
+        self.progress.setValue(0)
+        self.progress.setVisible(True)
+        self.cancel_button.setVisible(True)
+        self.cancel_button.setEnabled(True)
+        left_out = len([i for i in advice.front if i not in rows])
+        skipped = f"; {left_out} left out: above the budget or the memory available" if left_out else ""
+        self.status.setText(f"Training {len(rows)} candidates for {self.steps.value()} steps each in {folder}"
+                            f"{skipped} …")
+        self._start(work, self._train_done)
+        return True
+
+    def _show_learning(self, *, retain: bool) -> None:
+        """Show the learning columns (retention only when the sweep has retain data)."""
+        for k, name in enumerate(LEARNING_COLUMNS):
+            self.table.setColumnHidden(len(COLUMNS) + k, name == "retention" and not retain)
+
+    def _set_learning(self, row: int, index: int) -> None:
+        """Fill a table row's learning columns from the last sweep's report (empty when it has no row)."""
+        report = self.trainer.report
+        cid = next((c for c, i in self._swept.items() if i == index), None)
+        found = next((r for r in report.rows if r.id == cid), None) if report is not None and cid else None
+        texts, tips = learning_cells(found)
+        for k, (text, tip) in enumerate(zip(texts, tips, strict=True)):
+            item = self.table.item(row, len(COLUMNS) + k)
+            if item is None:
+                item = QTableWidgetItem()
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                self.table.setItem(row, len(COLUMNS) + k, item)
+            item.setText(text)
+            item.setToolTip(tip)
+
+    def trained_rows(self) -> int:
+        """Rows whose candidate finished in the last sweep (trained to the end, stopped early, or failed)."""
+        report = self.trainer.report
+        if report is None:
+            return 0
+        return sum(1 for r in report.rows if r.status in ("completed", "pruned", "failed"))
+
+    def _on_sweep_event(self, kind: str, data: dict[str, Any]) -> None:
+        """A sweep event on the GUI thread: progress, a row marked training, or a row filled."""
+        advice = self.advice
+        if advice is None or data.get("id") not in self._swept:
+            return
+        index = self._swept[data["id"]]
+        row = advice.front.index(index) if index in advice.front else None
+        if kind == "step":
+            steps = self.steps.value()
+            self.progress.setValue(min(self.progress.maximum(), self.trained_rows() * steps + int(data["step"])))
+        elif kind == "started" and row is not None:
+            item = self.table.item(row, len(COLUMNS) + LEARNING_COLUMNS.index("stopped early"))
+            if item is not None:
+                item.setText("training …")
+        elif kind == "finished":
+            report = data.get("report")
+            if report is not None:
+                self.trainer.report = report
+                header = self.table.horizontalHeaderItem(len(COLUMNS))
+                if header is not None:
+                    header.setText(report.objective)
+                self.sweep_chart.set_report(report)
+                for r, i in enumerate(advice.front):
+                    self._set_learning(r, i)
+            self.progress.setValue(self.trained_rows() * self.steps.value())
+            self.status.setText(f"Trained {self.trained_rows()} of {len(self._swept)} candidates …")
+
+    def _train_done(self, report: SweepReport | None, error: str, details: str) -> None:
+        cancelled = self.trainer.cancel.is_set()
+        self._finish()
+        total = len(self._swept)
+        if report is None:
+            self.status.setText(f"Train each failed after {self.trained_rows()} of {total} candidates: {error}")
+            return
+        self.trainer.report = report
+        self.sweep_chart.set_report(report)
+        advice = self.advice
+        if advice is not None:
+            for r, i in enumerate(advice.front):
+                self._set_learning(r, i)
+        if cancelled and self.trained_rows() < total:
+            self.status.setText(f"Cancelled: {self.trained_rows()} of {total} candidates trained; the rows trained "
+                                f"so far stay (runs in {self.trainer.folder}).")
+            return
+        rec = report.rows[report.recommended] if report.recommended is not None else None
+        if rec is not None and advice is not None and rec.id in self._swept:
+            self.table.selectRow(advice.front.index(self._swept[rec.id]))
+        pruned = sum(1 for r in report.rows if r.status == "pruned")
+        apply = " (selected: Apply puts it in force)" if rec is not None else ""
+        self.status.setText(f"Trained {total} candidates ({pruned} stopped early), runs in {self.trainer.folder}. "
+                            f"{report.recommendation[:1].upper()}{report.recommendation[1:]}{apply}")
+
     # ------------------------------------------------------------------ closing
     def done(self, result: int) -> None:
         """Close, after any worker thread has ended (its result is dropped)."""
         task = self._task
         if task is not None:
-            self._cancel.set()  # a measurement ends at its next step
+            self._cancel.set()  # a measurement or a sweep ends at its next step
+            self.trainer.cancel.set()
             task.done.disconnect()
             task.wait()
             self._finish()

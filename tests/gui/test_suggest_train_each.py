@@ -1,0 +1,233 @@
+"""Suggest… ▸ Train each: the plan sweep over the dialog's candidates, on the built-in synthetic data with a
+tiny model: rows fill as candidates finish, the chart is drawn live, Cancel stops within one step, Apply
+puts the recommended row's plan in force, a candidate that raises leaves the app working, a structure-only
+model has it off; and the cost chart scales a 7B model's axis once (issue 36 §8)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt
+
+from tests.timeouts import GUI_RUN_S, GUI_WORKER_S, ms
+from workbench.gui.advisor.dialog import COLUMNS, LEARNING_COLUMNS, SuggestDialog
+from workbench.gui.main_window import MainWindow
+from workbench.gui.model_loading import LoadRequest
+
+pytest.importorskip("optuna")
+
+TINY = '''
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 4, 3, padding=1)
+        self.block = nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.ReLU())
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(self.block(torch.relu(self.stem(x))).mean((2, 3)))
+
+
+def build():
+    torch.manual_seed(0)
+    return Net()
+'''
+
+
+def _tiny(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
+    code = tmp_path / "tiny.py"
+    code.write_text(TINY)
+    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
+        assert window.controller.load(LoadRequest(f"py:{code}:build"))
+    assert blocker.args[0], "the tiny model did not load"
+    window.training.panel.set_values(batch_size=4, image_size=16, device="cpu", data="synthetic", steps=6)
+
+
+def _dialog(qtbot: Any, window: MainWindow) -> SuggestDialog:
+    d = window.suggest_dialog()
+    qtbot.addWidget(d)
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
+    d.budget.setText("1GB")
+    assert d.suggest()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
+    assert d.advice is not None and len([i for i in d.advice.front if d.advice.assessed[i].fits]) >= 2, d.status.text()
+    return d
+
+
+def _column(name: str) -> int:
+    return len(COLUMNS) + LEARNING_COLUMNS.index(name)
+
+
+def _swept_rows(d: SuggestDialog) -> list[int]:
+    assert d.advice is not None
+    return [d.advice.front.index(i) for i in d._swept.values()]
+
+
+def test_train_each_fills_rows_as_candidates_finish_and_applies_the_recommendation(
+        qtbot: Any, window: MainWindow, tmp_path: Path, runs_dir: Path) -> None:
+    _tiny(qtbot, window, tmp_path)
+    d = _dialog(qtbot, window)
+    assert d.steps.value() == 6  # the training panel's length
+    assert d.table.isColumnHidden(_column("metric"))  # no sweep yet: cost columns only
+    filled: list[int] = []  # rows with a metric each time a candidate finished
+    d.trainer.changed.connect(lambda kind, data: filled.append(_filled(d)) if kind == "finished" else None)
+    assert d.train_each() and d.busy
+    assert not d.train_button.isEnabled() and not d.cancel_button.isHidden()
+    assert d.charts.currentWidget() is d.sweep_chart
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    rows = _swept_rows(d)
+    assert len(filled) == len(rows) and filled == sorted(filled) and filled[0] < len(rows), filled  # one by one
+    report = d.trainer.report
+    assert report is not None and len(report.rows) == len(rows)
+    assert not d.table.isColumnHidden(_column("metric")) and d.table.isColumnHidden(_column("retention"))
+    assert d.table.horizontalHeaderItem(_column("metric")).text() == report.objective
+    for row in rows:
+        stopped = d.table.item(row, _column("stopped early")).text()
+        assert stopped == "no" or stopped.startswith("at step") or stopped == "failed", stopped
+        if stopped != "failed":
+            assert d.table.item(row, _column("metric")).text() and d.table.item(row, _column("train time")).text()
+            assert d.table.item(row, _column("train peak")).text().endswith("MB")
+        if stopped.startswith("at step"):  # where and why, from the pruner
+            assert "rung" in d.table.item(row, _column("stopped early")).toolTip()
+    assert d.sweep_chart.report is report
+    assert all(Path(r.run_dir).is_dir() for r in report.rows if r.run_dir)  # normal run folders
+    assert Path(report.rows[0].run_dir).is_relative_to(runs_dir.parent / "sweeps")
+    assert report.recommended is not None, report.recommendation
+    chosen = report.rows[report.recommended]
+    a = d.selected()
+    assert a is not None and a.candidate.name == chosen.name and "Recommended" in d.status.text()
+    assert d.apply_selected()
+    assert window.controller.plan.rules == a.candidate.plan.rules
+
+
+def _filled(d: SuggestDialog) -> int:
+    col = _column("metric")
+    return sum(1 for r in range(d.table.rowCount()) if (it := d.table.item(r, col)) is not None and it.text())
+
+
+def test_retention_is_measured_on_the_retain_data(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
+    _tiny(qtbot, window, tmp_path)
+    d = _dialog(qtbot, window)
+    d.steps.setValue(2)
+    d.retain.setText("synthetic:16")
+    assert d.train_each()
+    assert not d.table.isColumnHidden(_column("retention"))
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    report = d.trainer.report
+    assert report is not None and any(r.retention is not None for r in report.rows), d.status.text()
+    texts = [d.table.item(r, _column("retention")).text() for r in _swept_rows(d)]
+    assert any(texts), texts
+
+
+def test_a_broken_retain_dataset_is_one_line_and_nothing_trains(qtbot: Any, window: MainWindow,
+                                                                 tmp_path: Path) -> None:
+    _tiny(qtbot, window, tmp_path)
+    d = _dialog(qtbot, window)
+    d.retain.setText(f"folder:{tmp_path / 'missing'}")
+    assert d.train_each()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    text = d.status.text()
+    assert "--retain" in text and "\n" not in text and "Traceback" not in text
+    assert d.trained_rows() == 0 and d.train_button.isEnabled()
+
+
+def test_cancel_stops_within_one_step(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
+    _tiny(qtbot, window, tmp_path)
+    d = _dialog(qtbot, window)
+    d.steps.setValue(50)
+    cancel = d.trainer.cancel  # the flag itself: the worker must not keep the dialog alive
+    steps: list[int] = []
+    stepped = threading.Event()
+
+    def on_event(kind: str, data: dict[str, Any]) -> None:  # on the worker thread: hold the 2nd step until Cancel
+        if kind != "step":
+            return
+        steps.append(int(data["step"]))
+        if len(steps) == 2:
+            stepped.set()
+            assert cancel.wait(GUI_RUN_S)
+
+    d.trainer.changed.connect(on_event, Qt.ConnectionType.DirectConnection)
+    assert d.train_each()
+    qtbot.waitUntil(stepped.is_set, timeout=ms(GUI_RUN_S))
+    d.cancel_button.click()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    assert len(steps) == 2  # the step being reported was the last one: stopped within one step
+    assert "Cancelled: 0 of" in d.status.text()
+    assert d.train_button.isEnabled() and d.cancel_button.isHidden()
+
+
+def test_a_candidate_that_raises_leaves_the_app_working(qtbot: Any, window: MainWindow, tmp_path: Path,
+                                                        monkeypatch: Any) -> None:
+    import workbench.core.advisor.sweep as sweep_module
+
+    _tiny(qtbot, window, tmp_path)
+    d = _dialog(qtbot, window)
+    d.steps.setValue(2)
+    real = sweep_module.train_candidate
+    calls: list[int] = []
+
+    def second_raises(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        if len(calls) == 2:
+            raise RuntimeError("a bug in the second candidate")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sweep_module, "train_candidate", second_raises)
+    assert d.train_each()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    text = d.status.text()
+    assert "Train each failed after 1 of" in text and "RuntimeError: a bug in the second candidate" in text
+    assert d.trained_rows() == 1 and _filled(d) == 1  # the row trained before stays
+    assert d.train_button.isEnabled() and d.suggest_button.isEnabled()  # and the dialog works on
+    monkeypatch.setattr(sweep_module, "train_candidate", real)
+    assert d.train_each()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    assert d.trained_rows() == len(d._swept), d.status.text()
+
+
+def test_train_each_is_off_for_a_structure_only_model(qtbot: Any, window: MainWindow) -> None:
+    window.source_bar.meta_box.setChecked(True)
+    window.source_bar.set_current({"name": "resnet18"})
+    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)):
+        window.source_bar.load_button.click()
+    d = window.suggest_dialog()
+    qtbot.addWidget(d)
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
+    d.budget.setText("80GB")
+    assert d.suggest()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
+    assert d.advice is not None and not d.train_button.isEnabled()
+    assert "structure only" in d.train_button.toolTip() and "Structure only" in d.train_button.toolTip()
+    assert not d.train_each() and "structure only" in d.status.text()
+
+
+# ---------------------------------------------------------------- 36 §8: one scale on the cost chart
+def test_the_cost_chart_of_a_7b_model_is_scaled_once(qtbot: Any) -> None:
+    from workbench.gui.advisor.chart import FrontChart
+
+    chart = FrontChart()
+    qtbot.addWidget(chart)
+    chart.resize(800, 400)
+
+    def cand(peak: float, params: float) -> Any:
+        return SimpleNamespace(memory=SimpleNamespace(peak=int(peak)), trainable_params=int(params))
+
+    assessed = [cand(20e9, 4e6), cand(40e9, 1e9), cand(80e9, 7e9)]
+    chart.show_advice(SimpleNamespace(assessed=assessed, front=[0, 1, 2], chosen=1, budget_bytes=int(80e9)))  # type: ignore[arg-type]
+    chart.show()
+    qtbot.waitExposed(chart)
+    left, bottom = chart.getAxis("left"), chart.getAxis("bottom")
+    for axis in (left, bottom):
+        assert "x1e" not in axis.labelString() and "e+0" not in axis.labelString(), axis.labelString()
+        assert axis.autoSIPrefixScale == 1.0
+    assert left.tickStrings([9.0, 9.5], 1.0, 0.5) == ["1B", ""]  # the tick carries the scale
+    assert "(GB)" in bottom.labelString()

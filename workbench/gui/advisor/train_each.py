@@ -1,0 +1,164 @@
+"""Suggest… ▸ *Train each*: the plan sweep of :mod:`workbench.core.advisor.sweep` over the dialog's candidates.
+
+:class:`TrainEach` runs one sweep on a worker thread: every candidate row of the dialog that
+fits the budget and the memory available trains for the same steps, with the training panel's
+data, loss, metric and seed, each as a run folder under ``<sweeps>/<time>/runs/``; successive
+halving stops the weak ones early. The sweep's events come back to the GUI thread as a queued
+signal (:attr:`TrainEach.changed`); the dialog fills each row as its candidate finishes (:func:`learning_cells`) and
+redraws the chart. *Cancel* sets a flag the run reads after every step, so it stops within
+one step.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as _dt
+import importlib.util
+import math
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from workbench.core.advisor.sweep_report import SweepReport, SweepRow
+from workbench.core.training.config import TrainConfig
+from workbench.core.training.metrics import fmt_memory
+
+__all__ = ["LEARNING_COLUMNS", "TrainEach", "learning_cells", "optuna_missing", "sweep_folder"]
+
+#: The table's learning columns, after the cost columns; the first is named by the sweep's metric.
+LEARNING_COLUMNS = ("metric", "retention", "train time", "train peak", "stopped early")
+#: Steps per candidate when the training panel's length is in epochs.
+DEFAULT_STEPS = 100
+
+
+def optuna_missing() -> str:
+    """Why *Train each* cannot run without the ``[sweep]`` extra ("" when Optuna is installed).
+
+    Returns:
+        The reason, or "".
+    """
+    if importlib.util.find_spec("optuna") is None:
+        return "Training each candidate needs Optuna: pip install 'freeze-workbench[sweep]'"
+    return ""
+
+
+def sweep_folder(runs_folder: Path) -> Path:
+    """A new sweep folder beside the app's runs folder: ``<runs>/../sweeps/<date-time>``.
+
+    Args:
+        runs_folder: the folder of the app's run store.
+
+    Returns:
+        The folder (not created).
+    """
+    base = runs_folder.parent / "sweeps"
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    folder, n = base / stamp, 1
+    while folder.exists():
+        n += 1
+        folder = base / f"{stamp}-{n}"
+    return folder
+
+
+def learning_cells(row: SweepRow | None) -> tuple[list[str], list[str]]:
+    """A row's learning texts and tooltips, in :data:`LEARNING_COLUMNS` order.
+
+    Args:
+        row: the candidate's sweep row (None: not in the sweep).
+
+    Returns:
+        ``(texts, tooltips)``.
+    """
+    if row is None:
+        return [""] * len(LEARNING_COLUMNS), [""] * len(LEARNING_COLUMNS)
+    metric = f"{row.metric:.4g}" if row.metric is not None and math.isfinite(row.metric) else ""
+    retention = f"{row.retention:.4g}" if row.retention is not None and math.isfinite(row.retention) else ""
+    time_s = f"{row.time_s:.1f} s" if row.time_s is not None else ""
+    peak = fmt_memory(row.peak_bytes) if row.peak_bytes is not None else ""
+    status = {"completed": "no", "pruned": f"at step {row.steps}", "failed": "failed",
+              "running": "training …", "waiting": "waiting"}.get(row.status, row.status)
+    why = row.reason or {"completed": f"Trained for the whole budget ({row.steps} steps)", "running": "Training now",
+                         "waiting": "Waiting for its turn"}.get(row.status, "")
+    metric_tip = (f"At the last validation (step {row.steps}); stopped early, so not compared"
+                  if row.status == "pruned" and metric else "At the end of the budget" if metric else "")
+    tips = [metric_tip, "The metric on the retain data after training (what is left of the original task)"
+            if retention else "", "Training time: wall time less validation" if time_s else "",
+            f"{row.memory_source} of the candidate's run" if peak else "", why]
+    return [metric, retention, time_s, peak, status], tips
+
+
+class TrainEach(QObject):
+    """One sweep over candidate plans at a time, on a worker thread.
+
+    Args:
+        parent: the dialog.
+
+    Attributes:
+        changed: ``(kind, data)``, emitted on the worker thread and received on the GUI thread: ``started`` ({id, name}), ``step`` ({id, step,
+            total}), ``finished`` ({id, row, report}).
+        cancel: set to stop at the next step (the candidate training then is left unfinished).
+        report: the last report (None before the first candidate finishes).
+        folder: the sweep's folder (None before the first sweep).
+    """
+
+    changed = Signal(str, object)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.cancel = threading.Event()
+        self.report: SweepReport | None = None
+        self.folder: Path | None = None
+
+    def work(self, candidates: Sequence[Any], config: TrainConfig, *, steps: int, folder: Path,
+             model: Any, model_lock: Any, retain: str | None = None, dataset: Any = None) -> Callable[[], SweepReport]:
+        """The function that runs the sweep (to run on a worker thread).
+
+        Args:
+            candidates: the :class:`~workbench.core.advisor.sweep.SweepCandidate` list.
+            config: the run's settings (data, loss, metric, seed, device, batch ...).
+            steps: each candidate's budget in steps.
+            folder: the sweep folder.
+            model: the loaded model: each candidate trains a copy (it is never modified).
+            model_lock: held while the model is copied.
+            retain: the data of the original task (a dataset spec), or None.
+            dataset: training data given to the app in Python instead of ``config.data``.
+
+        Returns:
+            A function of no argument that trains every candidate and returns the report.
+
+        Raises:
+            SweepError: bad settings (a budget of 0, no candidate), raised here, before any thread.
+        """
+        from workbench.core.advisor.sweep import Sweep, SweepSettings, opened
+
+        settings = SweepSettings(steps=steps, eval_every=max(1, steps // 10)).validate()
+
+        def build() -> Any:
+            with model_lock:  # a run or a check may be changing the loaded model
+                return copy.deepcopy(model)
+
+        sweep = Sweep(folder, candidates, config, settings, retain=retain, model_factory=build, dataset=dataset)
+        emit, cancel = self.changed.emit, self.cancel
+        cancel.clear()
+        self.folder, self.report = folder, None
+
+        def on_event(kind: str, data: dict[str, Any]) -> None:
+            if kind == "finished":
+                data = {**data, "report": sweep.report()}
+            emit(kind, data)
+
+        def run() -> SweepReport:
+            if retain:
+                from workbench.core.advisor.sweep_trial import open_retain
+
+                open_retain(retain, config, image_size=config.image_size or 224, num_classes=config.num_classes or 10)
+            with opened(sweep):
+                sweep.work(cancel=cancel, on_event=on_event)
+                report = sweep.report()
+                sweep.write_report(report)
+            return report
+
+        return run
