@@ -40,6 +40,7 @@ COMMANDS: dict[str, Command] = {
     "bench": Command("workbench.commands.bench", "measure step time and memory of freeze plans against full fine-tuning, side by side"),
     "advise": Command("workbench.commands.advise", "propose the freeze plans that fit a memory budget and choose the one that trains the most (--measure to check them)"),
     "sweep": Command("workbench.commands.sweep", "train candidate plans for one budget, stop the weak ones early, and recommend the cheapest within a share of the best metric (Pareto fronts of metric vs time and memory)"),
+    "runs": Command("workbench.commands.runs", "list, show and compare training runs: the app's and `workbench train --save` folders (step time, peak memory, trainable, per plan segment, validation)"),
     "models": Command("workbench.commands.models", "list torchvision classification models with their weights and whether they are cached"),
 }
 
