@@ -281,7 +281,6 @@ SOURCE_NAME_SWITCHES: dict[str, int] = {
     "core/export/script.py": 3,
     "core/training/setup.py": 2,
     "gui/model_source.py": 1,
-    "integrations/lightning.py": 1,
 }
 
 

@@ -375,7 +375,7 @@ class _FreezePlanCallbackImpl:
 
 
 def _source(spec: ModelSpec) -> str:
-    return "torchvision" if spec.source == "checkpoint" else spec.source
+    return spec.architecture_source
 
 
 def _model_spec(

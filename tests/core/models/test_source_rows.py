@@ -79,6 +79,11 @@ def test_an_empty_source_says_its_own_line(monkeypatch: pytest.MonkeyPatch, caps
     assert capsys.readouterr().err.strip() == "no toy model is installed yet"
 
 
+def test_the_architecture_of_a_spec_comes_from_a_row():
+    assert ModelSpec(source="timm", name="resnet10t").architecture_source == "timm"
+    assert ModelSpec(source="checkpoint", checkpoint="run.pt").architecture_source == "torchvision"
+
+
 def test_an_unknown_source_is_refused_in_one_line():
     with pytest.raises(ModelSourceError, match="model source 'toy' is unknown; use one of torchvision, checkpoint"):
         ModelSpec(source="toy", name="toy_small")

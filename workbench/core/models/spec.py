@@ -99,6 +99,13 @@ class ModelSpec:
                 f"num_classes must be a positive integer or null, got {self.num_classes!r}"
             )
 
+    @property
+    def architecture_source(self) -> str:
+        """The key of the source-table row that builds the spec's architecture: its own source,
+        or the default source (torchvision) for a checkpoint spec, whose architecture is a
+        torchvision name (the spec's or the checkpoint's ``arch``)."""
+        return self.source if self.source in SOURCES else DEFAULT_SOURCE
+
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (all fields, ``None`` included).
 
