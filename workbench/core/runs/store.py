@@ -96,8 +96,11 @@ def _one_line(exc: BaseException) -> str:
 def _read_json(path: Path, folder: Path, what: str) -> Any:
     """A JSON file of a run folder, read bounded; a link out of the folder is refused."""
     if os.path.lexists(path) and not _inside(path, folder):
-        raise RunStoreError(f"{path.name} links outside its run folder; not read")
-    return safe_json.load(path, what=what)
+        raise RunStoreError(f"{path.name} links outside its run folder, or in a loop; not read")
+    try:
+        return safe_json.load(path, what=what)
+    except json.JSONDecodeError as e:
+        raise RunStoreError(f"{path.name} is not valid JSON ({e.msg} at line {e.lineno}); was it cut short or edited?") from None
 
 
 def _write_metrics(metrics: Iterable[Mapping[str, Any]], path: Path) -> None:
