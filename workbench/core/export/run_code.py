@@ -21,6 +21,7 @@ from workbench.core.training import validation as wvalidation
 
 __all__ = [
     "FILE_DATA_CODE",
+    "holdout_code",
     "LOOP_CODE",
     "loss_code",
     "SYNTHETIC_IMAGE_CODE",
@@ -73,7 +74,12 @@ def loss_code(name: str) -> str:
             + f"\n\nLOSS_FN = _ElementLoss({name!r}, {fn})  # the run's loss: {name}\n")
 
 
-def _holdout() -> str:
+def holdout_code() -> str:
+    """The workbench's held-out split (``holdout_split``) and ``paired_validation`` (none), as source.
+
+    Returns:
+        Their source.
+    """
     return _source(wvalidation.holdout_split).replace("ValidationError", "ValueError") + _NO_PAIR
 
 
@@ -141,7 +147,7 @@ def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | 
     """The run's generated images: the training split, or the validation split (other samples)."""
     return SyntheticImageDataset(DATA_LENGTH, image_size, DATA_CLASSES, channels=3, seed=SEED,
                                  index_offset=0 if train else _VAL_INDEX_OFFSET)
-''' + _holdout()
+''' + holdout_code()
 
 #: The workbench's generated samples of the run's ``input_shape`` (audio frames, features, images of that shape).
 SYNTHETIC_SHAPED_CODE = _DATA_PRELUDE + _source(wdata.SyntheticImageDataset, wdata.SyntheticTensorDataset) + '''
@@ -154,7 +160,7 @@ def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | 
         return SyntheticTensorDataset(DATA_LENGTH, INPUT_SHAPE, DATA_CLASSES, seed=SEED, index_offset=offset)
     return SyntheticImageDataset(DATA_LENGTH, (INPUT_SHAPE[1], INPUT_SHAPE[2]), DATA_CLASSES, channels=INPUT_SHAPE[0],
                                  seed=SEED, index_offset=offset)
-''' + _holdout()
+''' + holdout_code()
 
 #: The workbench's generated token sequences (``synthetic`` data of a text model).
 SYNTHETIC_TEXT_CODE = _DATA_PRELUDE + _source(wdata.SyntheticTextDataset) + '''
@@ -165,7 +171,7 @@ def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | 
     classes = int(getattr(config, "num_labels", 2) or 2)
     return SyntheticTextDataset(DATA_LENGTH, config.vocab_size, seq_len or SYNTHETIC_SEQ_LEN, TASK, classes, seed=SEED,
                                 index_offset=0 if train else _VAL_INDEX_OFFSET)
-''' + _holdout()
+''' + holdout_code()
 
 #: Image folders and the torchvision sets, with the transforms the workbench gives them.
 FILE_DATA_CODE = _DATA_PRELUDE + f'''
@@ -191,7 +197,7 @@ def open_data(spec: str, train: bool, image_size: int) -> Dataset:
 def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | None) -> Dataset:
     """The run's training data, or its validation data (VAL: that spec's validation/test split)."""
     return open_data(DATA if train else VAL, train, image_size)
-''' + _holdout()
+''' + holdout_code()
 
 #: ``py:`` data: your function's dataset, or its (train, val) pair, as the workbench takes them.
 PY_DATA_CODE = PY_LOADER_CODE + '''

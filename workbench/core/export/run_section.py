@@ -21,7 +21,9 @@ from workbench.core.export.run_code import (
     SYNTHETIC_IMAGE_CODE,
     SYNTHETIC_SHAPED_CODE,
     SYNTHETIC_TEXT_CODE,
+    holdout_code,
 )
+from workbench.core.export.text_data_code import TEXT_DATA_CODE
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import crop_size, current_num_classes, model_input_size, weights_member
 from workbench.core.optimizers import optimizer_kind
@@ -38,7 +40,9 @@ __all__ = ["DATA_KINDS", "EXPORTED_LOSSES", "RunSection", "run_section"]
 
 #: Data spec kinds the script opens as the workbench does.
 DATA_KINDS: tuple[str, ...] = ("synthetic", "imagefolder", "cifar10", "cifar100", "mnist", "fashionmnist", "svhn", "stl10",
-                               "py")
+                               "text", "hf-dataset", "py")
+#: Data kinds of a text model's real text (tokenized with its folder's tokenizer).
+TEXT_KINDS: tuple[str, ...] = ("text", "hf-dataset")
 
 
 #: Losses the script computes with the workbench's own code (``TrainConfig.loss``).
@@ -148,6 +152,31 @@ def weights_transforms(image_size: int):
 '''
 
 
+def _task_of(config: TrainConfig, kind: str, model: nn.Module) -> str | None:
+    """The text task of the model, once the run's data and validation kinds are known to export."""
+    if kind not in DATA_KINDS:
+        raise ExportError(
+            f"config field 'data' = {config.data!r}: the exported script opens {', '.join(DATA_KINDS)} data; "
+            f"{kind!r} data is not exported yet (train with the workbench, or export with synthetic data and replace make_dataset)"
+        )
+    val = _kind(config.val) if config.val is not None else None
+    for group in (("py",), ("synthetic",), TEXT_KINDS):
+        if val is not None and (val in group) != (kind in group):
+            raise ExportError(f"config field 'val' = {config.val!r}: the exported script validates on data of the "
+                              "training data's kind")
+    try:
+        task = text_task_of(model)
+    except DataError as e:
+        raise ExportError(f"{e}; the script's training loop needs a task head") from None
+    if task is not None and kind not in ("synthetic", *TEXT_KINDS):
+        raise ExportError(f"config field 'data' = {config.data!r}: a text model's data is exported as synthetic tokens, "
+                          "text:PATH.jsonl or hf-dataset:PATH")
+    if task is None and kind in TEXT_KINDS:
+        raise ExportError(f"config field 'data' = {config.data!r}: the exported script tokenizes text for a Hugging Face "
+                          "text model only (hf-dataset image and array columns are not exported yet)")
+    return task
+
+
 def run_section(
     config: TrainConfig, spec: ModelSpec, model: nn.Module, *, provided: bool = False, fit_always: bool = False
 ) -> RunSection:
@@ -171,21 +200,7 @@ def run_section(
     """
     out = RunSection()
     kind = _kind(config.data)
-    if kind not in DATA_KINDS:
-        raise ExportError(
-            f"config field 'data' = {config.data!r}: the exported script opens {', '.join(DATA_KINDS)} data; "
-            f"{kind!r} data is not exported yet (train with the workbench, or export with synthetic data and replace make_dataset)"
-        )
-    if config.val is not None and (_kind(config.val) == "py") != (kind == "py"):
-        raise ExportError(f"config field 'val' = {config.val!r}: the exported script validates on data of the training data's kind")
-    if config.val is not None and (_kind(config.val) == "synthetic") != (kind == "synthetic"):
-        raise ExportError(f"config field 'val' = {config.val!r}: the exported script validates on data of the training data's kind")
-    try:
-        task = text_task_of(model)
-    except DataError as e:
-        raise ExportError(f"{e}; the script's training loop needs a task head") from None
-    if task is not None and kind != "synthetic":
-        raise ExportError(f"config field 'data' = {config.data!r}: a text model's data is exported as synthetic tokens only")
+    task = _task_of(config, kind, model)
     image_size = _image_size(config, spec, model)
     seq_len = run_seq_len(model, config.seq_len, config.data)
     head_now = spec.num_classes or current_num_classes(model)
@@ -221,6 +236,19 @@ def run_section(
                           "# spec -> (file or module, function) the script loads with importlib and calls",
                           f"PY_DATA = {refs!r}"]
         out.summary.append(f"data: {config.data} (runs that code: your function's dataset, or its (train, val) pair)")
+    elif kind in TEXT_KINDS:
+        target = config.num_classes or spec.num_classes
+        out.fit_to_data = target is None and task == "classification"
+        out.data_code = TEXT_DATA_CODE + holdout_code()
+        out.constants += [f"DATA = {config.data!r}  # tokenized with the tokenizer of the model's folder",
+                          f"TEXT_COLUMN = {config.text_column or 'text'!r}  # hf-dataset: the column of texts",
+                          f"LABEL_COLUMN = {config.label_column or 'label'!r}  # hf-dataset: the column of classes"]
+        out.needs.append("transformers")
+        if "hf-dataset" in (kind, _kind(config.val or "")):
+            out.needs.append("datasets")
+        what = "its text column" if kind == "hf-dataset" else "one JSON object per line"
+        out.summary.append(f"data: {config.data} ({what}, tokenized with the model folder's tokenizer, "
+                           f"{seq_len} tokens per sample)")
     else:
         target = config.num_classes or spec.num_classes
         out.fit_to_data = target is None

@@ -137,7 +137,8 @@ def _docstring(plan: FreezePlan, name: str, section: ModelSection, c: dict[str, 
     lines.append("seed, data, batch order, optimizer, schedule and plan:")
     lines += [f"  - {_docstring_safe(line)}" for line in run.summary]
     lines.append(f"  - trainable: {c['trainable']:,} of {c['total']:,} parameters "
-                 f"({100.0 * c['trainable'] / max(c['total'], 1):.1f}%)")
+                 f"({100.0 * c['trainable'] / max(c['total'], 1):.1f}%)"
+                 + (", with the model's own head (the run gives it the data's classes)" if run.fit_to_data else ""))
     if c["bn"]:
         lines.append(f"  - BatchNorm kept in eval mode (across model.train()): {c['bn_eval']} of {c['bn']} modules")
     if c["eval"]:

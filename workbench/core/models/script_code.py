@@ -136,6 +136,9 @@ def replace_head(model: nn.Module, num_classes: int) -> None:
         set_module(model, path, new)
     if isinstance(getattr(model, "num_classes", None), int):
         model.num_classes = num_classes
+    for owner in (model, getattr(model, "config", None)):  # transformers: its loss reads num_labels
+        if isinstance(getattr(owner, "num_labels", None), int):
+            owner.num_labels = num_classes
 '''
 
 
