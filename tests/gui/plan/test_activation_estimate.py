@@ -103,3 +103,82 @@ def test_a_measured_zero_is_shown_not_dropped(window: MainWindow) -> None:
     assert "peak RSS 900 MB (process, absolute)" in text
     panel.show_run_memory({"predicted_peak_bytes": 100_000_000, "memory_source": "peak RSS growth"})
     assert "Last run" not in panel.activation_label.text()  # no measurement: no line
+
+
+_DICT_TASK = '''
+import torch
+from torch import nn
+
+
+class Mixer(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.audio = nn.Linear(64, 16)
+        self.kind = nn.Embedding(5, 16)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, audio, kind):
+        return self.head(torch.relu(self.audio(audio) + self.kind(kind)))
+
+
+class Pairs(torch.utils.data.Dataset):
+    def __len__(self):
+        return 8
+
+    def __getitem__(self, i):
+        return {"audio": torch.randn(64), "kind": torch.tensor(i % 5)}, i % 3
+
+
+def build(num_classes=None):
+    return Mixer()
+
+
+def data():
+    return Pairs()
+'''
+
+
+def test_the_estimate_takes_the_input_from_one_sample_of_your_data(window: MainWindow, qtbot: Any, dialogs: Any,
+                                                                   tmp_path: Any) -> None:
+    from workbench.gui.training.code_confirm import confirm_task_code
+
+    task = tmp_path / "mixer.py"
+    task.write_text(_DICT_TASK)
+    dialogs.script("ask", "Run")  # the model's code
+    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)):
+        assert window.open_model_code(str(task), "build")
+    panel, est, label = window.training.panel, window.activations, window.cost_panel.activation_label
+    try:
+        panel.set_values(data=f"py:{task}:data", batch_size=4)
+        est.request()
+        qtbot.waitUntil(lambda: "once Start has shown its code" in label.text(), timeout=ms(GUI_WORKER_S))
+        # Options… ▸ Input shape stands in until the code may run (a dict input has none: the note stays)
+        dialogs.script("ask", "Run")
+        assert confirm_task_code(panel, panel.config())  # as Start asks
+        est.request()
+        text = _estimated(qtbot, window)
+        assert "Step at batch 4 · input audio 4x64, kind 4 int64" in text, text
+        pred = est.estimate().prediction
+        assert pred is not None and pred.activations > 0
+    finally:
+        panel.set_values(data="synthetic")
+        panel.data_path.clear()
+        panel.save_settings()
+
+
+def test_tokens_and_the_estimate_agree_before_a_jsonl_file_is_chosen(window: MainWindow, qtbot: Any,
+                                                                     bert_dir: Any) -> None:
+    panel, label = window.training.panel, window.cost_panel.activation_label
+    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)):
+        assert window.open_model_folder(str(bert_dir))
+    qtbot.waitUntil(lambda: panel.text_model, timeout=ms(GUI_EVENT_S))
+    try:
+        panel.data_box.setCurrentIndex(panel.data_box.findData("text"))  # Text (JSONL), no file yet
+        assert not panel.data_path.text() and panel.seq_label.text() == "= 64"  # a file's 128, cut to 64 positions
+        window.activations.request()
+        qtbot.waitUntil(lambda: "· 64 tokens:" in label.text(), timeout=ms(GUI_WORKER_S))
+        panel.set_values(seq_len=48)
+        qtbot.waitUntil(lambda: "· 48 tokens:" in label.text(), timeout=ms(GUI_WORKER_S))
+    finally:
+        panel.set_values(data="synthetic", seq_len=0)
+        panel.save_settings()

@@ -9,6 +9,13 @@ and predicts the step's peak for the current plan, optimizer and precision in mi
 from it. The cost panel shows the prediction and the Start path asks :meth:`preflight` whether
 the batch fits the device.
 
+A sample's shape is the data's: images of the panel's size, tokens of the Tokens control's
+length (the chosen data's default when it is left at *default*, before a file is chosen too),
+generated samples of Options… ▸ Input shape, and for your own data (``py:``) or an
+``hf-dataset:`` column of arrays one item read from the data on the worker thread (a dict input's
+keys, shapes and dtypes included); ``py:`` data only once Start has shown its code and the user
+chose *Run*, the estimate saying so until then.
+
 On a large model the profile is seconds of Python work; on a worker thread that would hold
 the interpreter lock against every Python call the GUI thread makes (a click on a 50,000-module
 tree waited for it, 1–2 s). The profile therefore runs paced
@@ -39,12 +46,16 @@ from workbench.core.advisor.activations import (
     shape_text,
     unfrozen_param_names,
 )
-from workbench.core.advisor.profile import meta_copy
+from workbench.core.advisor.profile import DictBatch, batch_template, meta_copy
+from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import run_seq_len
+from workbench.core.training.data_sources import data_source_of, make_dataset
+from workbench.core.training.py_code import is_py_spec
 from workbench.gui.background import BackgroundTask
 from workbench.gui.controller import Controller
+from workbench.gui.training.code_confirm import is_confirmed
 
 __all__ = ["ActivationEstimator", "Estimate", "FALLBACK_IMAGE_SIZE"]
 
@@ -57,6 +68,31 @@ PACE_SLICE_S = 0.005
 PACE_MAX_PAUSE_S = 0.1
 
 Key = tuple[Any, ...]
+
+
+#: Marks a profile key whose batch comes from one sample of the run's data.
+_DATA = "data"
+
+
+def _shaped_by_data(cfg: TrainConfig) -> bool:
+    """Whether only the data says what a sample is: your own code (``py:``) or an ``hf-dataset:`` column of arrays."""
+    source = data_source_of(cfg.data)
+    return source is not None and (source.runs_code or source.key == "hf-dataset" and bool(cfg.input_column))
+
+
+def _data_sample(key: tuple[Any, ...]) -> tuple[int, ...] | DictBatch:
+    """One sample's input shape (or a dict input's keys, shapes and dtypes), read from the first item of the data.
+
+    Raises:
+        WorkbenchError: the data cannot be opened, or its first item is not ``(tensor or dict of tensors, target)``.
+    """
+    _, spec, columns, origin, may_run = key
+    if not may_run:
+        raise WorkbenchError("the input shape is read from one sample of your data once Start has shown its code "
+                             "and you chose Run (Options… ▸ Input shape gives it before)")
+    ds = make_dataset(spec, image_size=FALLBACK_IMAGE_SIZE, num_classes=10, columns=dict(columns), origin=origin)
+    template = batch_template(ds[0], 1)
+    return template if isinstance(template, DictBatch) else template[1:]
 
 
 class Estimate:
@@ -171,7 +207,14 @@ class ActivationEstimator(QObject):
         bn_eval = st.bn_modules > 0 and st.bn_eval_modules == st.bn_modules
         tokens = run_seq_len(c.model, cfg.seq_len, cfg.data)  # a text model: a token batch of that length
         size = tokens if tokens is not None else cfg.image_size or FALLBACK_IMAGE_SIZE
-        if tokens is None and cfg.input_shape is not None:  # one sample's shape (Options…: audio frames, features)
+        # the data's own samples: read one (on the worker); your code only once Start has shown it
+        may_run = not is_py_spec(cfg.data) or is_confirmed(cfg.data)
+        if tokens is None and _shaped_by_data(cfg) and (may_run or cfg.input_shape is None):
+            columns = {"text_column": cfg.text_column, "label_column": cfg.label_column,
+                       "image_column": cfg.image_column, "input_column": cfg.input_column}
+            data = (_DATA, cfg.data, tuple(columns.items()), cfg.origin_of("data"), may_run)
+            return (id(c.model), c.tree.fingerprint, cfg.batch_size, data, bn_eval, False)
+        if tokens is None and cfg.input_shape is not None:  # generated samples of Options…' shape (audio, features)
             return (id(c.model), c.tree.fingerprint, cfg.batch_size, cfg.input_shape, bn_eval, False)
         return (id(c.model), c.tree.fingerprint, cfg.batch_size, size, bn_eval, tokens is not None)
 
@@ -182,8 +225,12 @@ class ActivationEstimator(QObject):
         _, _, batch, size, bn_eval, text = key
 
         def run() -> ActivationProfile:
+            sample = _data_sample(size) if isinstance(size, tuple) and size[:1] == (_DATA,) else None
             with lock:  # the meta copy reads the module tree
                 meta = meta_copy(model, pacer)
+            if sample is not None:
+                return profile_activations(meta, batch, 0, bn_eval=bn_eval, checkpoint=pacer, in_place=True,
+                                           input_shape=sample)
             if text:
                 return profile_activations(meta, batch, 0, bn_eval=bn_eval, seq_len=size, checkpoint=pacer,
                                            in_place=True)

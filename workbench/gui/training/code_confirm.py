@@ -18,7 +18,7 @@ from workbench.core.training.config import TrainConfig
 from workbench.core.training.py_code import is_py_spec, py_target_file
 from workbench.gui import dialogs
 
-__all__ = ["RUN_TASK_CODE_TITLE", "code_specs", "confirm_task_code"]
+__all__ = ["RUN_TASK_CODE_TITLE", "code_specs", "confirm_task_code", "is_confirmed"]
 
 #: The dialog's title.
 RUN_TASK_CODE_TITLE = "Run your code?"
@@ -46,6 +46,11 @@ def _key(spec: str) -> tuple[str, int, int]:
     except OSError:
         st = None
     return spec.strip(), st.st_mtime_ns if st else 0, st.st_size if st else -1
+
+
+def is_confirmed(spec: str) -> bool:
+    """Whether a ``py:`` spec was confirmed in this session and its file is unchanged since (it may run)."""
+    return _key(spec) in _confirmed
 
 
 def confirm_task_code(parent: QWidget | None, config: TrainConfig) -> bool:
