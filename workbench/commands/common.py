@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.models.sources import SOURCES, is_structure_only
+from workbench.core.models.sources import CHECKPOINT_SOURCE, DEFAULT_SOURCE, SOURCES, is_structure_only
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import CheckpointKeyMismatch
 from workbench.core.plan.rules import FreezePlan
@@ -193,16 +193,16 @@ def model_spec_from_args(args: argparse.Namespace, plan: FreezePlan | None = Non
     """The model spec the arguments (or, failing them, the plan's ``model`` block) describe."""
     info = dict(plan.model) if plan is not None else {}
     name = args.model or info.get("name") or info.get("arch")
-    source = "torchvision"
+    source = DEFAULT_SOURCE
     if not args.model and info.get("source") in SOURCES:
         source = info["source"]  # the plan's model block: {"source": "timm", "name": ...}
     # typed on the command line, or named by the plan file (then a py: model is refused when built)
     origin = None if args.model else f"plan file {getattr(args, 'plan', None) or ''}".strip()
     if args.checkpoint:
-        return ModelSpec(source="checkpoint" if not name else source, name=name,  # type: ignore[arg-type]
+        return ModelSpec(source=CHECKPOINT_SOURCE if not name else source, name=name,
                          weights=args.weights, checkpoint=args.checkpoint, num_classes=args.num_classes,
                          origin=origin)
-    return ModelSpec(source=source, name=name,  # type: ignore[arg-type]
+    return ModelSpec(source=source, name=name,
                      weights=args.weights if args.model else args.weights or info.get("weights"),
                      num_classes=args.num_classes if args.num_classes else info.get("num_classes"),
                      origin=origin)

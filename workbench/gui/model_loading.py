@@ -263,7 +263,7 @@ def load_model(request: LoadRequest) -> LoadedModel:
     if not request.name:
         raise zoo.ModelSourceError("choose a model architecture (for example resnet18)")
     spec = ModelSpec(
-        source=request.source,  # type: ignore[arg-type]
+        source=request.source,
         name=request.name,
         weights=request.weights,
         num_classes=request.num_classes,

@@ -9,7 +9,6 @@ import argparse
 import fnmatch
 
 import pytest
-import torch
 from torch import nn
 
 from workbench.commands import models as models_command
@@ -23,7 +22,7 @@ from workbench.core.models.spec import ModelSpec
 TOYS = ("toy_small", "toy_wide")
 
 
-def _build(req: BuildRequest) -> nn.Module:
+def _build(req: BuildRequest) -> nn.Sequential:
     width = 16 if req.name.endswith("wide") else 4
     with device_context(req.meta):
         return nn.Sequential(nn.Linear(3, width), nn.ReLU(), nn.Linear(width, req.num_classes or 2))
@@ -55,13 +54,13 @@ def test_a_new_row_is_parsed_named_and_built(monkeypatch: pytest.MonkeyPatch):
     spec = ModelSpec(name="toy:toy_wide", num_classes=5)  # a prefixed name moves to its source
     assert (spec.source, spec.name) == ("toy", "toy_wide")
     model = ModelSpec.from_dict(spec.to_dict()).build()
-    assert model[0].out_features == 16 and model[2].out_features == 5
+    assert [m.out_features for m in model.modules() if isinstance(m, nn.Linear)] == [16, 5]
     with pytest.raises(ModelSourceError, match="a toy model spec needs a name, e.g. toy:NAME"):
         ModelSpec(source="toy")
     # the exporter reads its structure from a meta build, as the row says
     structure, name = structure_model(ModelSpec(source="toy", name="toy_small"), meta=True)
     assert name == "toy_small" and all(p.is_meta for p in structure.parameters())
-    assert isinstance(structure[0].weight, torch.Tensor)
+    assert [m.out_features for m in structure.modules() if isinstance(m, nn.Linear)] == [4, 2]
 
 
 def test_a_new_row_is_listed(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
