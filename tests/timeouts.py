@@ -32,6 +32,8 @@ SUBPROCESS_S = _s(900)
 SUBPROCESS_LONG_S = _s(1800)
 #: one documentation block of tests/docs (a fresh interpreter or shell): seconds
 DOC_BLOCK_S = _s(900)
+#: the suite's preloaded interpreter importing torch, torchvision and the workbench: seconds
+PRELOAD_START_S = _s(300)
 #: a family of catastrophic regular expressions matched against 200 module paths (a backtracking
 #: matcher takes hours; the linear-time one, well under a second): seconds
 REGEX_FAMILY_S = _s(120)

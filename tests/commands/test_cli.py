@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.preload import python_argv
 from workbench.cli import COMMANDS, main
 from workbench.core.plan.rules import FreezePlan, Rule
 
@@ -71,7 +72,7 @@ def test_bad_plan_selector_named(tmp_path, capsys):
 
 
 def test_python_dash_m_entry_point():
-    r = subprocess.run([sys.executable, "-m", "workbench", "inspect", "resnet18", "--depth", "0"],
+    r = subprocess.run(python_argv("-m", "workbench", "inspect", "resnet18", "--depth", "0"),
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
     assert "Total params:     11,689,512" in r.stdout

@@ -5,7 +5,9 @@ order in one temporary folder (files made by one block
 are there for the next), bash blocks in ``bash -e -o pipefail`` with this interpreter's
 ``bin`` folder first on PATH (the project installed; a ``torchrun`` shim runs
 ``python -m torch.distributed.run`` where torch's console scripts are not in that folder), python blocks each in a fresh interpreter
-unless a ``continue`` directive joins them. HOME and the caches point into the folder, and the
+unless a ``continue`` directive joins them. Each ``python`` and ``workbench`` program is a fork of the
+suite's preloaded interpreter (``tests/preload``: the same fresh state without importing torch
+each time). HOME and the caches point into the folder, and the
 Hugging Face libraries are offline, so nothing a block does reaches the user's files or the
 network. Directives (HTML comments before a fence) skip a block with a reason, make its sizes
 small, or check its output; docs/README.md describes them. Skipped blocks are counted in the
@@ -16,6 +18,7 @@ terminal summary (``docs-test: N blocks run, M skipped``) and listed by
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -26,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.doc_blocks import Block, read_blocks
+from tests.preload import preloaded
 from tests.timeouts import DOC_BLOCK_S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,18 +71,21 @@ def _env(folder: Path, block: Block) -> dict[str, str]:
         PYTHONPATH="",
     )
     env.update(block.env)
-    return env
+    server = preloaded()
+    return server.child_env(env) if server else env
 
 
 def _run(block: Block, code: str, folder: Path) -> str:
     if block.lang == "python":
         script = folder / f".docs-block-{block.line}.py"
         script.write_text(code, encoding="utf-8")
-        cmd = [sys.executable, str(script)]
+        cmd = ["python", str(script)]  # the first python on the block's PATH: the preloaded one
     else:
         cmd = ["bash", "-e", "-o", "pipefail", "-c", code]
+    env = _env(folder, block)
     proc = subprocess.run(
-        cmd, cwd=folder, env=_env(folder, block), capture_output=True, text=True, timeout=DOC_BLOCK_S
+        cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=DOC_BLOCK_S,
+        executable=shutil.which(cmd[0], path=env["PATH"]),
     )
     out = proc.stdout + proc.stderr
     if proc.returncode != 0:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from PySide6.QtGui import QDragEnterEvent, QDropEvent, QKeySequence
 from PySide6.QtWidgets import QApplication
 from torchvision.models import resnet18
 
+from tests.preload import python_argv
 from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, SUBPROCESS_S, ms
 from workbench.core.models import zoo
 from workbench.core.plan.rules import FreezePlan
@@ -361,7 +361,7 @@ def test_gui_command_imports_qt_lazily(monkeypatch: pytest.MonkeyPatch) -> None:
         "import sys, workbench.cli as c; p = c.build_parser('gui'); "
         "assert 'gui' in c.COMMANDS; assert not any(m.startswith('PySide6') for m in sys.modules), 'Qt imported'"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=SUBPROCESS_S)
+    subprocess.run(python_argv("-c", code), check=True, timeout=SUBPROCESS_S)
     from workbench.commands import gui
     from workbench.gui import app
 
@@ -389,7 +389,7 @@ def test_export_plain_script(window: MainWindow, dialogs: Any, tmp_path: Path) -
     assert not dialogs.kinds("error")
     # end to end: the script, run without the workbench, applies the same plan
     state_file = tmp_path / "state.json"
-    subprocess.run([sys.executable, str(script), "--describe", str(state_file)], check=True, timeout=SUBPROCESS_S,
+    subprocess.run(python_argv(str(script), "--describe", str(state_file)), check=True, timeout=SUBPROCESS_S,
                    capture_output=True, cwd=tmp_path)
     state = json.loads(state_file.read_text())
     assert state["trainable_count"] == c.counts.trainable

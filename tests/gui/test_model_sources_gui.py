@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
+from tests.preload import python_argv
 from tests.timeouts import GUI_WORKER_S, SUBPROCESS_LONG_S, SUBPROCESS_S, ms
 from workbench.core.models.memory import estimate_memory
 from workbench.core.plan.rules import FreezePlan
@@ -189,7 +189,7 @@ def test_exports_a_plain_script_for_a_hugging_face_folder(
     state_file = tmp_path / "state.json"
     blocker = ("import sys, runpy; sys.modules['workbench'] = None; "
                f"sys.argv = [{str(script)!r}, '--describe', {str(state_file)!r}]; runpy.run_path(sys.argv[0], run_name='__main__')")
-    subprocess.run([sys.executable, "-c", blocker], check=True, timeout=SUBPROCESS_S, capture_output=True, cwd=tmp_path,
+    subprocess.run(python_argv("-c", blocker), check=True, timeout=SUBPROCESS_S, capture_output=True, cwd=tmp_path,
                    env={**os.environ, "HF_HUB_OFFLINE": "1"})
     state = json.loads(state_file.read_text())
     assert state["trainable_count"] == c.counts.trainable and state["total_count"] == c.counts.total
@@ -336,7 +336,7 @@ def run_gui(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")}
     env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"))
     return subprocess.run(
-        [sys.executable, "-m", "workbench", "gui", *args], capture_output=True, text=True, cwd=tmp_path, env=env,
+        python_argv("-m", "workbench", "gui", *args), capture_output=True, text=True, cwd=tmp_path, env=env,
         timeout=SUBPROCESS_LONG_S,
     )
 

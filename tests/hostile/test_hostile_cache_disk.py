@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.preload import python_argv
 from tests.timeouts import SUBPROCESS_S
 from workbench.core.training import cache_store
 from workbench.core.training.cache_store import SPILL_HEADROOM, SPILL_NAME, RowStore, SpillSpaceError, create_spill_file
@@ -138,7 +139,7 @@ def test_a_real_full_disk_never_ends_the_run_with_sigbus(small_tmpfs: Path, tmp_
     plan.write_text(json.dumps({"rules": [{"select": "*", "frozen": True}, {"select": "param:layer2.0.bn1.bias", "frozen": False},
                                           {"select": "fc", "frozen": False}]}))
     save = small_tmpfs / "run"
-    argv = [sys.executable, "-m", "workbench", "train", "--model", "resnet18", "--num-classes", "10",
+    argv = [*python_argv("-m", "workbench", "train"), "--model", "resnet18", "--num-classes", "10",
             "--image-size", "16", "--batch-size", "64", "--data", "synthetic:384", "--device", "cpu", "--no-progress",
             "--plan", str(plan), "--steps", "7", "--cache-frozen", "on", "--cache-budget", "0",
             "--save", str(save), "--json"]

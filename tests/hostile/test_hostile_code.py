@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from torch import nn
 
+from tests.preload import python_argv
 from tests.timeouts import SUBPROCESS_S
 from workbench.cli import main
 from workbench.core.models.sources import CodeFromFileError, check_code_origin
@@ -141,7 +141,7 @@ def test_gui_refuses_a_plans_code_without_the_confirmation(tmp_path: Path, evil:
     plan = _plan(tmp_path, code)
     env = {"XDG_CONFIG_HOME": str(tmp_path / "cfg"), "XDG_DATA_HOME": str(tmp_path / "data"),
            "PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "OMP_NUM_THREADS": "1"}
-    r = subprocess.run([sys.executable, "-m", "workbench", str(plan), "--screenshot", str(tmp_path / "s.png")],
+    r = subprocess.run(python_argv("-m", "workbench", str(plan), "--screenshot", str(tmp_path / "s.png")),
                        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=SUBPROCESS_S)
     assert "Run model code?" in r.stderr and f"{code}" in r.stderr and "-> Cancel" in r.stderr, r.stderr
     assert "Path(" in r.stderr  # the first lines of the function were shown
@@ -164,7 +164,7 @@ def test_hf_folder_with_auto_map_never_runs_its_code(tmp_path: Path) -> None:
         _bert_config(model_type="evil", auto_map={"AutoConfig": "modeling_evil.EvilConfig",
                                                   "AutoModel": "modeling_evil.EvilModel"})))
     (folder / "modeling_evil.py").write_text(f"from pathlib import Path\nPath({str(marker)!r}).touch()\n")
-    r = subprocess.run([sys.executable, "-m", "workbench", "inspect", f"hf:{folder}"], input="y\ny\n",
+    r = subprocess.run(python_argv("-m", "workbench", "inspect", f"hf:{folder}"), input="y\ny\n",
                        capture_output=True, text=True, cwd=tmp_path, timeout=SUBPROCESS_S,
                        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "HF_HUB_OFFLINE": "1"})
     _one_line(r.returncode, r.stderr, "auto_map", "never runs")

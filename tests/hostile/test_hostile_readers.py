@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -19,6 +18,7 @@ import pytest
 from torch import nn
 
 from tests.core.models.hf_fixtures import save_folder, tiny_bert
+from tests.preload import python_argv
 from tests.timeouts import SUBPROCESS_S
 from workbench.cli import main
 from workbench.core.freezing.reparam import ReparamError
@@ -51,7 +51,7 @@ def _bounded(code: str, *, extra_mb: int = 512, timeout: float = 600) -> subproc
         used = int(open('/proc/self/statm').read().split()[0]) * resource.getpagesize()
         resource.setrlimit(resource.RLIMIT_AS, (used + {extra_mb} * 2**20, resource.RLIM_INFINITY))
     """)
-    return subprocess.run([sys.executable, "-c", prologue + textwrap.dedent(code)], capture_output=True, text=True,
+    return subprocess.run(python_argv("-c", prologue + textwrap.dedent(code)), capture_output=True, text=True,
                           cwd=ROOT, timeout=timeout, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
 
@@ -60,9 +60,9 @@ def test_adapter_config_fifo_is_refused_at_once(tmp_path: Path) -> None:
     folder = tmp_path / "adapter"
     folder.mkdir()
     os.mkfifo(folder / "adapter_config.json")  # nobody writes: a blocking read would hang
-    r = subprocess.run([sys.executable, "-c", "import sys\nfrom workbench.core.plan.rules import FreezePlan\n"
-                        "from workbench.core.plan.problems import PlanError\ntry:\n FreezePlan.from_peft(sys.argv[1])\n"
-                        "except PlanError as e:\n print(e)\n", str(folder)],
+    r = subprocess.run(python_argv("-c", "import sys\nfrom workbench.core.plan.rules import FreezePlan\n"
+                                   "from workbench.core.plan.problems import PlanError\ntry:\n FreezePlan.from_peft(sys.argv[1])\n"
+                                   "except PlanError as e:\n print(e)\n", str(folder)),
                        capture_output=True, text=True, cwd=ROOT, timeout=SUBPROCESS_S)
     assert r.returncode == 0 and "not a regular file" in r.stdout, r.stdout + r.stderr
 
@@ -173,10 +173,10 @@ def test_bad_text_label_from_the_command_line(tmp_path: Path, tok_folder: Path,
 def test_text_fifo_and_device_are_refused_at_once(tmp_path: Path, tok_folder: Path) -> None:
     fifo = tmp_path / "d.jsonl"
     os.mkfifo(fifo)
-    r = subprocess.run([sys.executable, "-c", "import sys\nfrom workbench.core.training.text_jsonl import open_text_dataset\n"
-                        "from workbench.core.training.data_common import DataError\ntry:\n"
-                        " open_text_dataset('text:' + sys.argv[1], sys.argv[2])\nexcept DataError as e:\n print(e)\n",
-                        str(fifo), str(tok_folder)], capture_output=True, text=True, cwd=ROOT, timeout=SUBPROCESS_S)
+    r = subprocess.run(python_argv("-c", "import sys\nfrom workbench.core.training.text_jsonl import open_text_dataset\n"
+                                   "from workbench.core.training.data_common import DataError\ntry:\n"
+                                   " open_text_dataset('text:' + sys.argv[1], sys.argv[2])\nexcept DataError as e:\n print(e)\n",
+                                   str(fifo), str(tok_folder)), capture_output=True, text=True, cwd=ROOT, timeout=SUBPROCESS_S)
     assert "not a regular file" in r.stdout, r.stdout + r.stderr
     if os.path.exists("/dev/zero"):
         with pytest.raises(DataError, match="not a regular file"):

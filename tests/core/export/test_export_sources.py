@@ -21,6 +21,7 @@ from torch import nn
 
 from tests.core.models.hf_fixtures import save_folder, tiny_bert, tiny_gpt2
 from tests.fixtures.exported import run_exported_script
+from tests.preload import python_argv
 from tests.timeouts import SUBPROCESS_LONG_S
 from workbench.cli import main
 from workbench.core.export import ExportError, export_script, render_script
@@ -89,7 +90,7 @@ def _run_all(jobs: list[tuple[Path, list[str]]], folder: Path) -> list[dict]:
     """Run every (script, args) job in one subprocess (one torch/timm/transformers import for all)."""
     (folder / "jobs.json").write_text(json.dumps([(str(s), a) for s, a in jobs]))
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-c", DRIVER, str(folder / "jobs.json"), str(folder / "results.json")],
+    proc = subprocess.run(python_argv("-c", DRIVER, str(folder / "jobs.json"), str(folder / "results.json")),
                           capture_output=True, text=True, cwd=folder, env=env, timeout=SUBPROCESS_LONG_S)
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads((folder / "results.json").read_text())

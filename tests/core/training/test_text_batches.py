@@ -9,6 +9,7 @@ from torch import nn
 from torch.utils.data import DataLoader
 
 from tests.core.models.hf_fixtures import tiny_bert, tiny_gpt2
+from tests.preload import python_argv
 from tests.timeouts import SUBPROCESS_LONG_S
 from workbench.core.errors import WorkbenchError
 from workbench.core.training.batches import forward_loss, move_batch, task_loss
@@ -120,15 +121,14 @@ def test_workbench_train_runs_a_hugging_face_folder_offline(make, tmp_path):
     import json
     import os
     import subprocess
-    import sys
 
     from tests.core.models.hf_fixtures import save_folder
 
     folder = save_folder(make(), tmp_path / "model")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     r = subprocess.run(
-        [sys.executable, "-m", "workbench", "train", "--model", f"hf:{folder}", "--steps", "3", "--batch-size", "4",
-         "--val-every", "3", "--json", "--no-progress"],
+        python_argv("-m", "workbench", "train", "--model", f"hf:{folder}", "--steps", "3", "--batch-size", "4",
+                    "--val-every", "3", "--json", "--no-progress"),
         capture_output=True, text=True, env=env, timeout=SUBPROCESS_LONG_S,
     )
     assert r.returncode == 0, r.stdout + r.stderr

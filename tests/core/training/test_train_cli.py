@@ -6,12 +6,12 @@ import json
 import re
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import workbench.commands.train as train_cmd
+from tests.preload import python_argv
 from workbench.cli import main
 from workbench.core.plan.rules import FreezePlan, Rule
 from workbench.core.training.config import TrainConfig
@@ -103,7 +103,7 @@ def test_ctrl_c_stops_cleanly_with_exit_130(fc_plan: Path, monkeypatch: pytest.M
 
 
 def test_python_dash_m_workbench_train_help():
-    proc = subprocess.run([sys.executable, "-m", "workbench", "train", "--help"], capture_output=True, text=True)
+    proc = subprocess.run(python_argv("-m", "workbench", "train", "--help"), capture_output=True, text=True)
     assert proc.returncode == 0
     for flag in ("--steps", "--epochs", "--amp", "--channels-last", "--compile", "--metrics", "--save", "--config"):
         assert flag in proc.stdout
