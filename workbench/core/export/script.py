@@ -148,11 +148,13 @@ def _docstring(plan: FreezePlan, name: str, section: ModelSection, c: dict[str, 
     if layers:
         kinds = sorted({(lr.low_rank.variant, lr.low_rank.rank) for lr in layers})
         what = ", ".join(f"{'DoRA' if v == 'dora' else 'LoRA'} rank {r}" for v, r in kinds)
-        lines.append(f"  - low-rank A+B ({what}) on {len(layers)} layers, in plain PyTorch (no PEFT): W = A + (alpha/rank) U V,")
-        lines.append("    A and the layer's bias fixed; U, V (and DoRA's magnitude M) train, under the workbench's names")
+        lines.append(f"  - low-rank A+B ({what}) on {len(layers)} layer{'s' if len(layers) > 1 else ''}, in plain PyTorch "
+                     "(no PEFT): W = A + (alpha/rank) U V")
+        lines.append("    (DoRA: each output row rescaled to its magnitude M); A and the layer's bias fixed, U, V and M train,")
+        lines.append("    under the workbench's names (<layer>.parametrizations.weight.0.U, fused: <layer>.wb_lowrank.weight.U)")
     if partial:
-        lines.append(f"  - sub-tensor freezing on {len(partial)} weights: <name>.weight_trainable trains, "
-                     "<name>.weight_frozen never does (the workbench's names)")
+        lines.append(f"  - sub-tensor freezing on {len(partial)} weight{'s' if len(partial) > 1 else ''}: "
+                     "<layer>.weight_trainable trains, <layer>.weight_frozen never does (the workbench's names)")
     lines.append("  - optimizer param groups: trainable parameters only, one group per learning-rate multiplier"
                  " and weight decay")
     if config.no_decay == "auto":
