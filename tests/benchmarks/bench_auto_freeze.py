@@ -129,7 +129,7 @@ def _run(make: Any, n: int, steps: int, batch: int, every: int, backbone: dict[s
     for m in t.steps():
         if m.val_loss is not None:
             points.append((m.wall_time, m.val_loss))
-        froze += [e for e in m.events if "auto-freeze" in e]
+        froze += [e for e in m.events if e.startswith("stage") and "auto-freeze" in e]
     assert t.result is not None and t.result.ok, t.result
     s = t.result.summary
     accuracy = _crepe_accuracy(t.model or model) if make is _crepe_task else None

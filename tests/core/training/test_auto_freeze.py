@@ -57,6 +57,34 @@ def test_only_a_flattened_front_run_freezes_up_to_the_cap() -> None:
     assert auto.summary()["frozen_blocks"] == 4
 
 
+def test_each_evaluation_says_what_it_found() -> None:
+    model = torchvision.models.resnet18()
+    blocks = block_paths(model)
+    auto = AutoFreezer(model, blocks, every=2, threshold=0.1, max_fraction=0.25)
+    plan = FreezePlan()
+    auto.observe(_stats(0, dict.fromkeys(blocks, 1.0)))
+    assert auto.decide(0, plan) is None and auto.take_events() == []  # not an evaluation step
+    auto.decide(1, plan)
+    assert auto.take_events() == ["auto-freeze, step 2: first window measured (8 blocks); the next evaluation compares "
+                                  "with it"]
+    auto.observe(_stats(2, dict.fromkeys(blocks, 1.34)))
+    auto.decide(3, plan)
+    assert auto.take_events() == ["auto-freeze, step 4: no block flattened (smallest change 34 %, threshold 10 %)"]
+    auto.observe(_stats(4, dict(dict.fromkeys(blocks, 1.34), **{"layer1.0": 2.0})))
+    auto.decide(5, plan)
+    assert auto.take_events() == ["auto-freeze, step 6: layer1.0 has not flattened (change 49 %, threshold 10 %); "
+                                  "the blocks after it wait (smallest change 0 %)"]
+    auto.observe(_stats(6, dict(dict.fromkeys(blocks, 2.0), **{"layer1.1": 1.3668})))
+    assert auto.decide(7, plan) is not None
+    assert auto.take_events() == ["auto-freeze, step 8: layer1.0 .. layer1.1 flattened (change 0 %, 2 %, "
+                                  "threshold 10 %): frozen from step 9"]
+    for sel in ("conv1", "bn1", "layer1"):
+        model.get_submodule(sel).requires_grad_(False)
+    auto.decide(9, plan)
+    assert auto.take_events() == ["auto-freeze, step 10: nothing more to freeze (2 of 8 blocks frozen, the maximum "
+                                  "is 25 %)"]
+
+
 @pytest.mark.parametrize("field, value", [
     ("auto_freeze", "yes"), ("auto_freeze_every", 0), ("auto_freeze_threshold", 0.0),
     ("auto_freeze_threshold", math.nan), ("auto_freeze_max", 1.5), ("auto_freeze_max", 0),
@@ -81,7 +109,10 @@ def test_decisions_are_plan_changes_and_their_plan_reruns_the_run(tmp_path: Path
                            auto_freeze_max=0.5)
     summary = t.result.summary["auto_freeze"]
     assert summary["decisions"] and summary["decisions"][0]["at_step"] == 16
-    changed = [m for m in seen if any("auto-freeze" in e for e in m.events)]
+    changed = [m for m in seen if any(e.startswith("stage") and "auto-freeze" in e for e in m.events)]
+    evaluations = [e for m in seen for e in m.events if e.startswith("auto-freeze, step")]
+    assert evaluations[0] == "auto-freeze, step 8: first window measured (8 blocks); the next evaluation compares with it"
+    assert evaluations[1].startswith("auto-freeze, step 16: layer1.0 .. layer2.1 flattened (change ")
     assert changed and changed[0].step == 16 and changed[0].plan_version == 1
     assert changed[0].trainable_params < seen[0].trainable_params
     assert not any(p.requires_grad for p in t.model.layer2.parameters())

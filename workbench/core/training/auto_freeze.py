@@ -20,6 +20,10 @@ Each decision is a plan **stage** at the next step, handed to the trainer throug
 event, a marker on the plots, the tree's rows turn frozen). The stages together are a plan
 that reproduces the run without auto-freeze (:meth:`AutoFreezer.plan`, written as
 ``auto_freeze.plan.json`` in the run folder).
+
+Every evaluation, whether it freezes or not, is one line for the run's events
+(:meth:`AutoFreezer.take_events`): ``auto-freeze, step 50: no block flattened (smallest change
+34 %, threshold 10 %)``, which the app shows in its status line and as a faint tick on the plots.
 """
 
 from __future__ import annotations
@@ -114,6 +118,15 @@ class AutoFreezer:
         self._window: dict[str, list[float]] = {}
         self._previous: dict[str, float] = {}
         self._front_done = False
+        self._events: list[str] = []
+
+    def take_events(self) -> list[str]:
+        """What each evaluation since the last call found, one line each (for the run's events)."""
+        ev, self._events = self._events, []
+        return ev
+
+    def _say(self, step: int, text: str) -> None:
+        self._events.append(f"auto-freeze, step {step + 1}: {text}")
 
     @property
     def measure_every(self) -> int:
@@ -158,27 +171,52 @@ class AutoFreezer:
         start = self.frozen_blocks()
         chosen: list[str] = []
         changes: dict[str, float] = {}
+        blocker = ""
         for b in self.blocks[start : self.max_blocks]:
             now, before = means.get(b), previous.get(b)
             if now is None or before is None or before <= 0:
+                blocker = blocker or b
                 break
             change = abs(now - before) / before
+            changes[b] = change
             if change >= self.threshold:
+                blocker = blocker or b
                 break
             chosen.append(b)
-            changes[b] = change
         if not chosen:
+            self._say(step, self._why_not(start, means, previous, blocker))
             return None
+        self._say(step, f"{_span(chosen)} flattened (change {', '.join(_pct(changes[b]) for b in chosen)}, threshold "
+                        f"{_pct(self.threshold)}): frozen from step {step + 2}")
         rules = []
         if start == 0 and not self._front_done:
             rules += [Rule(sel, frozen=True, eval=True) for sel in front_paths(self.model, self.blocks[0])]
             self._front_done = True
         rules += [Rule(b, frozen=True, eval=True) for b in chosen]
-        label = f"auto-freeze {chosen[0]}" + (f" .. {chosen[-1]}" if len(chosen) > 1 else "")
+        label = f"auto-freeze {_span(chosen)}"
         new = plan.copy()
         new.add_stage(Stage(rules=rules, at_step=step + 1, label=label))  # in time order: a later stage of the plan still wins
         self.decisions.append(AutoFreezeDecision(step + 1, chosen, changes))
         return new
+
+    def _why_not(self, start: int, means: dict[str, float], previous: dict[str, float], blocker: str) -> str:
+        """Why an evaluation froze nothing, in a few words."""
+        if start >= self.max_blocks:
+            return (f"nothing more to freeze ({start} of {len(self.blocks)} blocks frozen, the maximum is "
+                    f"{_pct(self.max_blocks / len(self.blocks))})")
+        if not previous:
+            return f"first window measured ({len(means)} blocks); the next evaluation compares with it"
+        candidates = self.blocks[start : self.max_blocks]
+        change = {b: abs(means[b] - previous[b]) / previous[b] for b in candidates
+                  if b in means and previous.get(b, 0) > 0}
+        if not change:
+            return f"no gradient norm measured for {blocker or candidates[0]} in both windows"
+        smallest = min(change.values())
+        if smallest >= self.threshold:
+            return f"no block flattened (smallest change {_pct(smallest)}, threshold {_pct(self.threshold)})"
+        lead = f"change {_pct(change[blocker])}" if blocker in change else "not measured"
+        return (f"{blocker} has not flattened ({lead}, threshold {_pct(self.threshold)}); the blocks after it "
+                f"wait (smallest change {_pct(smallest)})")
 
     def summary(self) -> dict[str, Any]:
         """JSON-ready: the decisions and the blocks frozen."""
@@ -187,3 +225,13 @@ class AutoFreezer:
             "frozen_blocks": sum(len(d.blocks) for d in self.decisions),
             "decisions": [{"at_step": d.at_step, "blocks": d.blocks, "changes": d.changes} for d in self.decisions],
         }
+
+
+def _pct(x: float) -> str:
+    """A share as a percentage: ``34 %``, ``0.4 %``."""
+    return f"{x * 100:.0f} %" if x >= 0.095 or x == 0 else f"{x * 100:.1g} %"
+
+
+def _span(blocks: list[str]) -> str:
+    """``conv1`` or ``conv1 .. conv3``."""
+    return blocks[0] + (f" .. {blocks[-1]}" if len(blocks) > 1 else "")

@@ -655,9 +655,8 @@ class Trainer:
             if st.status != "completed":
                 break
             if self.auto_freezer is not None:  # a decision is a stage, applied at the next step boundary
-                decided = self.auto_freezer.decide(step, self.full_plan)
-                if decided is not None:
-                    self.full_plan = decided
+                self.full_plan = self.auto_freezer.decide(step, self.full_plan) or self.full_plan
+                win.events.extend(self.auto_freezer.take_events())  # each evaluation, with the next report
         if win.n:
             m, _ = self._report(st, events_pool)
             self._emit(m)
