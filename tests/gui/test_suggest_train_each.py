@@ -66,6 +66,12 @@ def _column(name: str) -> int:
     return len(COLUMNS) + LEARNING_COLUMNS.index(name)
 
 
+def _cell(d: SuggestDialog, row: int, name: str) -> Any:
+    item = d.table.item(row, _column(name))
+    assert item is not None, (row, name)
+    return item
+
+
 def _swept_rows(d: SuggestDialog) -> list[int]:
     assert d.advice is not None
     return [d.advice.front.index(i) for i in d._swept.values()]
@@ -88,15 +94,16 @@ def test_train_each_fills_rows_as_candidates_finish_and_applies_the_recommendati
     report = d.trainer.report
     assert report is not None and len(report.rows) == len(rows)
     assert not d.table.isColumnHidden(_column("metric")) and d.table.isColumnHidden(_column("retention"))
-    assert d.table.horizontalHeaderItem(_column("metric")).text() == report.objective
+    header = d.table.horizontalHeaderItem(_column("metric"))
+    assert header is not None and header.text() == report.objective
     for row in rows:
-        stopped = d.table.item(row, _column("stopped early")).text()
+        stopped = _cell(d, row, "stopped early").text()
         assert stopped == "no" or stopped.startswith("at step") or stopped == "failed", stopped
         if stopped != "failed":
-            assert d.table.item(row, _column("metric")).text() and d.table.item(row, _column("train time")).text()
-            assert d.table.item(row, _column("train peak")).text().endswith("MB")
+            assert _cell(d, row, "metric").text() and _cell(d, row, "train time").text()
+            assert _cell(d, row, "train peak").text().endswith("MB")
         if stopped.startswith("at step"):  # where and why, from the pruner
-            assert "rung" in d.table.item(row, _column("stopped early")).toolTip()
+            assert "rung" in _cell(d, row, "stopped early").toolTip()
     assert d.sweep_chart.report is report
     assert all(Path(r.run_dir).is_dir() for r in report.rows if r.run_dir)  # normal run folders
     assert Path(report.rows[0].run_dir).is_relative_to(runs_dir.parent / "sweeps")
@@ -123,7 +130,7 @@ def test_retention_is_measured_on_the_retain_data(qtbot: Any, window: MainWindow
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
     report = d.trainer.report
     assert report is not None and any(r.retention is not None for r in report.rows), d.status.text()
-    texts = [d.table.item(r, _column("retention")).text() for r in _swept_rows(d)]
+    texts = [_cell(d, r, "retention").text() for r in _swept_rows(d)]
     assert any(texts), texts
 
 
@@ -231,3 +238,14 @@ def test_the_cost_chart_of_a_7b_model_is_scaled_once(qtbot: Any) -> None:
         assert axis.autoSIPrefixScale == 1.0
     assert left.tickStrings([9.0, 9.5], 1.0, 0.5) == ["1B", ""]  # the tick carries the scale
     assert "(GB)" in bottom.labelString()
+
+
+def test_the_sweep_chart_ticks_are_round_and_costs_start_at_zero() -> None:
+    from workbench.gui.advisor.sweep_chart import _nice
+
+    lo, hi, ticks = _nice(0.9, 14.2, floor=0.0)  # peak memory in MB: never below zero
+    assert lo == 0 and hi >= 14.2 and ticks == [0, 5, 10, 15, 20]
+    lo, hi, ticks = _nice(1.76, 2.09, floor=0.0)
+    assert lo <= 1.76 and hi >= 2.09 and all(f"{t:.4g}" in ("1.7", "1.8", "1.9", "2", "2.1", "2.2") for t in ticks)
+    lo, hi, ticks = _nice(0.25, 0.25)  # one value: a range around it
+    assert lo < 0.25 < hi and len(ticks) >= 3

@@ -146,6 +146,7 @@ class SuggestDialog(QDialog):
         self._runs_folder = runs_folder
         self._dataset = dataset
         self._swept: dict[str, int] = {}  # candidate id -> index into advice.assessed
+        self._running = ""  # the id of the candidate training now
         self.trainer = TrainEach(self)
         self.advice: Advice | None = None
         model = controller.model
@@ -677,6 +678,7 @@ class SuggestDialog(QDialog):
             self.status.setText("Not trained: the training settings' code was not confirmed.")
             return False
         self._swept = {c.id: i for c, i in zip(candidates, rows, strict=True)}
+        self._running = ""
         self.sweep_chart.set_report(None)
         self._show_learning(retain=bool(self.retain.text().strip()))
         self._fill()
@@ -703,6 +705,8 @@ class SuggestDialog(QDialog):
         report = self.trainer.report
         cid = next((c for c, i in self._swept.items() if i == index), None)
         found = next((r for r in report.rows if r.id == cid), None) if report is not None and cid else None
+        if found is not None and found.status == "waiting" and cid == self._running:  # started since the report
+            found = dataclasses.replace(found, status="running")
         texts, tips = learning_cells(found)
         for k, (text, tip) in enumerate(zip(texts, tips, strict=True)):
             item = self.table.item(row, len(COLUMNS) + k)
@@ -731,6 +735,7 @@ class SuggestDialog(QDialog):
             steps = self.steps.value()
             self.progress.setValue(min(self.progress.maximum(), self.trained_rows() * steps + int(data["step"])))
         elif kind == "started" and row is not None:
+            self._running = data["id"]
             item = self.table.item(row, len(COLUMNS) + LEARNING_COLUMNS.index("stopped early"))
             if item is not None:
                 item.setText("training …")
@@ -749,6 +754,7 @@ class SuggestDialog(QDialog):
 
     def _train_done(self, report: SweepReport | None, error: str, details: str) -> None:
         cancelled = self.trainer.cancel.is_set()
+        self._running = ""
         self._finish()
         total = len(self._swept)
         if report is None:

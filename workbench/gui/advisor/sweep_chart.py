@@ -31,14 +31,35 @@ def _colors() -> dict[str, QColor]:
             "pruned": QColor(170, 170, 170), "axis": QColor(60, 60, 60), "grid": QColor(225, 225, 225)}
 
 
-def _nice(lo: float, hi: float) -> tuple[float, float]:
+def _nice(lo: float, hi: float, *, floor: float | None = None) -> tuple[float, float, list[float]]:
+    """An axis over ``lo..hi``: its ends on multiples of a 1-2-5 step, and the ticks between them.
+
+    Args:
+        lo / hi: the data's range.
+        floor: the axis starts no lower than this (costs are never negative).
+
+    Returns:
+        ``(start, end, ticks)``.
+    """
     if not math.isfinite(lo) or not math.isfinite(hi):
-        return 0.0, 1.0
+        lo, hi = 0.0, 1.0
     if hi <= lo:
         pad = abs(hi) * 0.1 or 1.0
-        return lo - pad, hi + pad
+        lo, hi = lo - pad, hi + pad
     pad = (hi - lo) * 0.08
-    return lo - pad, hi + pad
+    lo, hi = lo - pad, hi + pad
+    if floor is not None:
+        lo = max(lo, floor)
+    raw = (hi - lo) / 4
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    start, end = math.floor(lo / step) * step, math.ceil(hi / step) * step
+    ticks = [start + k * step for k in range(round((end - start) / step) + 1)]
+    return start, end, ticks
+
+
+def _tick(v: float) -> str:
+    return f"{v:.4g}" if abs(v) > 1e-12 else "0"
 
 
 def _panel(p: QPainter, r: QRectF, report: SweepReport, by: str, title: str) -> None:
@@ -52,22 +73,23 @@ def _panel(p: QPainter, r: QRectF, report: SweepReport, by: str, title: str) -> 
            if row.metric is not None and math.isfinite(row.cost(by)) and math.isfinite(row.metric)]
     xs = [x for _, x, _ in pts] or [0.0, 1.0]
     ys = [float(y) for _, _, y in pts] or [0.0, 1.0]
-    x0, x1 = _nice(min(xs), max(xs))
-    y0, y1 = _nice(min(ys), max(ys))
+    x0, x1, xticks = _nice(min(xs), max(xs), floor=0.0)
+    y0, y1, yticks = _nice(min(ys), max(ys))
 
     def at(x: float, y: float) -> QPointF:
         return QPointF(plot.left() + (x - x0) / (x1 - x0) * plot.width(),
                        plot.bottom() - (y - y0) / (y1 - y0) * plot.height())
 
-    for k in range(5):  # grid and tick labels
-        fx, fy = x0 + (x1 - x0) * k / 4, y0 + (y1 - y0) * k / 4
+    for fx in xticks:  # grid and tick labels, at round values
         p.setPen(QPen(c["grid"]))
         p.drawLine(at(fx, y0), at(fx, y1))
+        p.setPen(QPen(c["axis"]))
+        p.drawText(QRectF(at(fx, y0).x() - 40, plot.bottom() + 4, 80, 18), Qt.AlignmentFlag.AlignHCenter, _tick(fx))
+    for fy in yticks:
+        p.setPen(QPen(c["grid"]))
         p.drawLine(at(x0, fy), at(x1, fy))
         p.setPen(QPen(c["axis"]))
-        px, py = at(fx, y0), at(x0, fy)
-        p.drawText(QRectF(px.x() - 40, plot.bottom() + 4, 80, 18), Qt.AlignmentFlag.AlignHCenter, f"{fx:.3g}")
-        p.drawText(QRectF(plot.left() - 66, py.y() - 9, 60, 18), Qt.AlignmentFlag.AlignRight, f"{fy:.3g}")
+        p.drawText(QRectF(plot.left() - 66, at(x0, fy).y() - 9, 60, 18), Qt.AlignmentFlag.AlignRight, _tick(fy))
     p.drawRect(plot)
     unit = "training time (s)" if by == "time" else "peak memory (MB)"
     p.drawText(QRectF(plot.left(), plot.bottom() + 24, plot.width(), 20), Qt.AlignmentFlag.AlignHCenter, unit)
@@ -82,10 +104,12 @@ def _panel(p: QPainter, r: QRectF, report: SweepReport, by: str, title: str) -> 
     for a, b in zip(front, front[1:], strict=False):
         p.drawLine(at(*a), at(*b))
     for row, x, y in pts:
-        _point(p, at(x, float(y)), row, getattr(row, flag), report.rows.index(row) == report.recommended, c)
+        _point(p, at(x, float(y)), row, getattr(row, flag), report.rows.index(row) == report.recommended, c,
+               right=plot.right())
 
 
-def _point(painter: QPainter, at: QPointF, row: SweepRow, on_front: bool, chosen: bool, c: dict[str, QColor]) -> None:
+def _point(painter: QPainter, at: QPointF, row: SweepRow, on_front: bool, chosen: bool, c: dict[str, QColor],
+           *, right: float) -> None:
     if row.status != "completed":
         painter.setPen(QPen(c["pruned"], 1.5))
         painter.setBrush(QBrush())
@@ -102,7 +126,9 @@ def _point(painter: QPainter, at: QPointF, row: SweepRow, on_front: bool, chosen
     if on_front or chosen:
         painter.setPen(QPen(c["axis"]))
         label = row.name if len(row.name) <= 28 else row.name[:27] + "…"
-        painter.drawText(QPointF(at.x() + 8, at.y() - 8), label)
+        width = painter.fontMetrics().horizontalAdvance(label)
+        x = at.x() + 8 if at.x() + 8 + width <= right else at.x() - 8 - width  # inside the plot, not cut
+        painter.drawText(QPointF(x, at.y() - 8), label)
 
 
 def paint_report(p: QPainter, width: int, height: int, report: SweepReport) -> None:
