@@ -163,6 +163,7 @@ def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = F
     Raises:
         TrainError: no model is named, or it cannot be built.
     """
+    from workbench.core.models.sources import SOURCES
     from workbench.core.models.spec import ModelSpec
     from workbench.core.models.zoo import ModelSourceError
 
@@ -197,7 +198,7 @@ def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = F
             model = spec.build(allow_download=config.allow_download, trust_pickle=trust_pickle)
     except ModelSourceError as e:
         raise TrainError(str(e)) from e
-    own = spec.source in ("py", "hf") or bool(spec.weights) or bool(spec.checkpoint)
+    own = SOURCES[spec.architecture_source].own_weights is not None or bool(spec.weights) or bool(spec.checkpoint)
     return BuiltModel(model, spec.name, spec.weights, spec_classes, materialize_from=shards, own_head=own)
 
 
