@@ -122,8 +122,8 @@ HERE = Path(__file__).resolve().parent
 
 
 def _docstring_safe(text: str) -> str:
-    """Text that cannot end the docstring or make an escape (a path, a spec, a description)."""
-    return text.replace("\\", "/").replace('"' * 3, "'" * 3)
+    """Text that cannot end the docstring, make an escape or start a line (a path, a spec, a description)."""
+    return text.replace("\\", "/").replace('"' * 3, "'" * 3).replace("\r", " ").replace("\n", " ")
 
 
 def _docstring(plan: FreezePlan, name: str, section: ModelSection, c: dict[str, int], has_reparam: bool,
