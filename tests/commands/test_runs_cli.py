@@ -10,7 +10,8 @@ import pytest
 
 from tests.fixtures.run_folders import app_run, early_app_run, save_folder
 from workbench.cli import main
-from workbench.core.runs.store import RUNS_DIR_ENV, RunStore
+from workbench.core.runs.record import RUN_VERSION
+from workbench.core.runs.store import RUNS_DIR_ENV, RunStore, load_metrics, open_run
 
 
 @pytest.fixture()
@@ -74,3 +75,17 @@ def test_without_runs_the_app_s_store_is_read(runs: Path, capsys: pytest.Capture
     monkeypatch.setenv(RUNS_DIR_ENV, str(runs / "none yet"))
     assert main(["runs", "list"]) == 0
     assert "no runs in" in capsys.readouterr().err
+
+
+def test_the_engine_writes_the_run_record_into_the_save_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    quick = ["train", "--model", "resnet18", "--num-classes", "10", "--image-size", "16", "--batch-size", "4",
+             "--data", "synthetic:16", "--device", "cpu", "--no-progress", "--steps", "2", "--save", str(tmp_path / "run")]
+    assert main(quick) == 0
+    data = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert (data["version"], data["name"], data["metrics_file"], data["status"]) == (RUN_VERSION, "run", "metrics.jsonl", "completed")
+    rec = open_run(tmp_path / "run")
+    assert [m["step"] for m in load_metrics(rec)] == [0, 1] and rec.summarize().trainable == rec.summary["trainable_params"]
+    assert main([*quick, "--overwrite"]) == 0  # a folder holding run.json is an earlier run: replaced
+    capsys.readouterr()
+    assert main(["runs", "show", str(tmp_path / "run")]) == 0
+    assert "status       completed: completed 2 steps" in capsys.readouterr().out

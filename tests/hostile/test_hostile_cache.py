@@ -68,7 +68,7 @@ def test_budget_zero_trains_through_the_spill_file(tmp_path: Path, plan: Path, c
     summary = json.loads(out)["summary"]
     assert summary["frozen_cache"]["bytes_disk"] > 0 and summary["frozen_cache"]["hits"] == 4
     assert sorted(p.name for p in save.iterdir()) == sorted(
-        ["config.json", "metrics.jsonl", "plan.json", "summary.json", "trainable.safetensors"])
+        ["config.json", "metrics.jsonl", "plan.json", "run.json", "summary.json", "trainable.safetensors"])
 
 
 @pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="needs POSIX permissions as a normal user")

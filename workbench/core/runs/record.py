@@ -15,14 +15,18 @@ tab and ``workbench runs``.
 Schema versions of ``run.json``:
 
 - 1: the record as written by the app, first without ``notes`` and ``tags`` (read as empty),
-  then with them. Save folders of ``workbench train --save DIR`` (``summary.json``,
-  ``config.json``, ``plan.json``, ``metrics.jsonl``) are read into the same record by
-  :func:`workbench.core.runs.store.open_run`.
+  then with them; its metrics are ``metrics.csv``.
+- 2: adds ``metrics_file``, the name of the metrics file beside it: the engine writes
+  ``run.json`` into a ``workbench train --save`` folder too (:func:`write_run_file`), whose
+  metrics are ``metrics.jsonl``. Save folders of earlier versions (``summary.json``,
+  ``config.json``, ``plan.json``, ``metrics.jsonl`` and no ``run.json``) are read into the same
+  record (:meth:`RunRecord.from_result`, :func:`workbench.core.runs.store.open_run`).
 """
 
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import statistics
 from bisect import bisect_right
@@ -31,11 +35,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError
 
 __all__ = [
     "MAX_NAME_LENGTH",
     "RUN_FORMAT",
+    "METRICS_FILES",
+    "RUN_FILE",
     "RUN_VERSION",
     "STATUSES",
     "RunRecord",
@@ -45,11 +52,16 @@ __all__ = [
     "Validation",
     "clean_name",
     "clean_tags",
+    "write_run_file",
 ]
 
 RUN_FORMAT = "workbench-run"
 #: The ``run.json`` schema version this code writes (and the newest it reads).
-RUN_VERSION = 1
+RUN_VERSION = 2
+#: The name of a run's record in its folder.
+RUN_FILE = "run.json"
+#: Metrics file names a record may name: the app's CSV, the engine's JSON lines.
+METRICS_FILES: tuple[str, ...] = ("metrics.csv", "metrics.jsonl")
 #: Statuses a record can have: the engine's, plus ``running`` and ``interrupted``.
 STATUSES: tuple[str, ...] = ("running", "completed", "stopped", "failed", "nonfinite", "interrupted")
 #: Longest run name kept (longer names are cut).
@@ -436,6 +448,7 @@ class RunRecord:
                 "notes": self.notes,
                 "tags": self.tags,
                 "error": self.error,
+                "metrics_file": self.metrics_file,
             }
         )
         return out
@@ -489,4 +502,76 @@ class RunRecord:
             folder=folder,
             metrics=[],
             metrics_loaded=False,
+            metrics_file=m if (m := data.get("metrics_file")) in METRICS_FILES else METRICS_FILES[0],
         )
+
+    @classmethod
+    def from_result(
+        cls, name: str, result: Mapping[str, Any], config: Any, plan: Any = None, *,
+        created: str | None = None, folder: Path | None = None,
+    ) -> RunRecord:
+        """The record of a run the engine ran: its ``RunResult`` as a dict (``summary.json``).
+
+        Args:
+            name: the run's name (its save folder's name).
+            result: ``RunResult.to_dict()``: status, message, steps, summary, verify, the
+                plan in force at the end, error.
+            config: the ``TrainConfig`` as a dict (anything else reads as empty).
+            plan: the plan the run started with (its stages included) as a dict; None or
+                anything else: the plan in force at the end.
+            created: ISO time of the run (default: now).
+            folder: the run's folder.
+
+        Returns:
+            The record, its metrics in ``metrics.jsonl`` (not loaded).
+
+        Raises:
+            RunStoreError: ``result`` is not the summary of a run.
+        """
+        if not isinstance(result, Mapping) or not isinstance(result.get("summary"), Mapping):
+            raise RunStoreError("summary.json is not the summary of a `workbench train` run")
+        summary = dict(result["summary"])
+        steps = result.get("steps")
+        if _count(steps) is not None:
+            summary.setdefault("steps", steps)
+        status = result.get("status")
+        final_plan = result.get("plan")
+        cfg = dict(config) if isinstance(config, Mapping) else {}
+        verify, error = result.get("verify"), result.get("error")
+        when = created or _now()
+        return cls(
+            id=name,
+            name=name,
+            created=when,
+            finished=when,
+            status=status if isinstance(status, str) and status in STATUSES else "interrupted",
+            message=str(result.get("message") or ""),
+            config=cfg,
+            plan=dict(plan) if isinstance(plan, Mapping) else dict(final_plan) if isinstance(final_plan, Mapping) else {},
+            final_plan=dict(final_plan) if isinstance(final_plan, Mapping) else None,
+            model={"label": str(cfg.get("model") or "")},
+            summary=summary,
+            verify=dict(verify) if isinstance(verify, Mapping) else None,
+            error=error if isinstance(error, str) else None,
+            folder=folder,
+            metrics_loaded=False,
+            metrics_file=METRICS_FILES[1],
+        )
+
+
+def write_run_file(folder: Path, record: RunRecord) -> Path:
+    """Write a record's ``run.json`` into ``folder``, atomically (the metrics are written apart).
+
+    Args:
+        folder: the run's folder (it exists).
+        record: the run.
+
+    Returns:
+        The file written.
+
+    Raises:
+        OSError: the file cannot be written.
+    """
+    path = Path(folder) / RUN_FILE
+    atomic_write(path, json.dumps(record.to_dict(), indent=1) + "\n")
+    return path

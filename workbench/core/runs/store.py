@@ -30,9 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from workbench.core import safe_json
-from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError
-from workbench.core.runs.record import STATUSES, RunRecord, RunStoreError, clean_json, events_of
+from workbench.core.runs.record import RUN_FILE, RunRecord, RunStoreError, events_of, write_run_file
 from workbench.core.training.metrics import MetricsError, MetricsWriter, StepMetrics, iter_metrics
 
 __all__ = [
@@ -48,7 +47,6 @@ __all__ = [
     "read_runs",
 ]
 
-RUN_FILE = "run.json"
 APP_METRICS_FILE = "metrics.csv"
 #: The files of a ``workbench train --save`` folder read into a record.
 SAVE_SUMMARY_FILE, SAVE_CONFIG_FILE, SAVE_PLAN_FILE, SAVE_METRICS_FILE = (
@@ -161,44 +159,18 @@ def load_metrics(record: RunRecord) -> builtins.list[dict[str, Any]]:
 
 
 def _from_save_folder(folder: Path) -> RunRecord:
-    """A ``workbench train --save`` folder as a record (metrics not loaded)."""
+    """A ``workbench train --save`` folder of an earlier version (no ``run.json``) as a record."""
     result = _read_json(folder / SAVE_SUMMARY_FILE, folder, "run summary")
-    if not isinstance(result, Mapping) or not isinstance(result.get("summary"), Mapping):
-        raise RunStoreError(f"{SAVE_SUMMARY_FILE} is not the summary of a `workbench train` run")
     config: Any = {}
     if os.path.lexists(folder / SAVE_CONFIG_FILE):
         config = _read_json(folder / SAVE_CONFIG_FILE, folder, "run config")
-    summary = dict(result["summary"])
-    steps = result.get("steps")
-    if isinstance(steps, int) and not isinstance(steps, bool):
-        summary.setdefault("steps", steps)
-    status = result.get("status")
-    final_plan = result.get("plan")
-    start_plan = config.get("plan") if isinstance(config, Mapping) else None
-    verify = result.get("verify")
+    plan = config.get("plan") if isinstance(config, Mapping) else None  # a path in a --save folder: the final plan
     try:
         created = _dt.datetime.fromtimestamp(os.stat(folder / SAVE_SUMMARY_FILE).st_mtime).astimezone()
     except OSError:
         created = None
-    return RunRecord(
-        id=folder.name,
-        name=folder.name,
-        created=created.isoformat(timespec="microseconds") if created else "",
-        finished=created.isoformat(timespec="seconds") if created else None,
-        status=status if isinstance(status, str) and status in STATUSES else "interrupted",
-        message=str(result.get("message") or ""),
-        config=dict(config) if isinstance(config, Mapping) else {},
-        plan=dict(start_plan) if isinstance(start_plan, Mapping) else (
-            dict(final_plan) if isinstance(final_plan, Mapping) else {}),
-        final_plan=dict(final_plan) if isinstance(final_plan, Mapping) else None,
-        model={"label": str(config.get("model") or "")} if isinstance(config, Mapping) else {},
-        summary=summary,
-        verify=dict(verify) if isinstance(verify, Mapping) else None,
-        error=result.get("error") if isinstance(result.get("error"), str) else None,
-        folder=folder,
-        metrics_loaded=False,
-        metrics_file=SAVE_METRICS_FILE,
-    )
+    return RunRecord.from_result(folder.name, result, config, plan, folder=folder,
+                                 created=created.isoformat(timespec="microseconds") if created else "")
 
 
 def open_run(path: str | os.PathLike[str]) -> RunRecord:
@@ -329,7 +301,7 @@ class RunStore:
             folder.mkdir(parents=True, exist_ok=True)
             if metrics and record.metrics_loaded:
                 _write_metrics(record.metrics, folder / record.metrics_file)
-            atomic_write(folder / RUN_FILE, json.dumps(clean_json(record.to_dict()), indent=1) + "\n")
+            write_run_file(folder, record)
         except (OSError, MetricsError) as e:
             raise RunStoreError(f"cannot save the run to {folder} ({e}); check that the folder is writable") from None
         return folder

@@ -48,6 +48,7 @@ from workbench.core.freezing.snapshot import GradWatch
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.readiness import check_plan
 from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.runs.record import RunRecord, write_run_file  # the run record of the save folder
 from workbench.core.training import distributed as wdist
 from workbench.core.training import fsdp as wfsdp
 from workbench.core.training import setup as build
@@ -992,4 +993,7 @@ class Trainer:
         if self.auto_freezer is not None:  # the run's plan with each decision as a stage: reruns it without auto-freeze
             self.full_plan.save(folder / AUTO_FREEZE_PLAN)
         self.config.save(folder / "config.json")
-        atomic_write(folder / "summary.json", json.dumps(result.to_dict(), indent=2) + "\n")
+        summary = result.to_dict()
+        name = Path(self.config.save_dir).name if self.config.save_dir else folder.name
+        write_run_file(folder, RunRecord.from_result(name, summary, self.config.to_dict(), self.full_plan.to_dict()))
+        atomic_write(folder / "summary.json", json.dumps(summary, indent=2) + "\n")  # last: marks a finished run

@@ -45,7 +45,7 @@ __all__ = ["RUN_FILES", "PathLock", "RunFolderError", "RunOutputs", "check_save_
 #: Files a run writes into its save folder (a folder holding only these is an earlier run).
 RUN_FILES: frozenset[str] = frozenset(
     {"trainable.safetensors", "deltas.safetensors", "plan.json", "config.json", "summary.json", "metrics.jsonl",
-     "auto_freeze.plan.json"}
+     "auto_freeze.plan.json", "run.json"}
 )
 _METRICS_FILE = "metrics.jsonl"
 
