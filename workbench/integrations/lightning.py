@@ -43,6 +43,12 @@ The callback
 - saves the plan, the stage and the optimizer's group layout in the checkpoint, and on
   resume restores the stage and the group layout before Lightning loads the optimizer state.
 
+Lightning takes the loss from the module's ``training_step`` and metrics from what the module
+logs; a callback reaches neither, so this one has no ``loss=``/``metric=`` (the ``Trainer``
+callback has). Use the workbench's settings in the module itself:
+:func:`~workbench.core.training.losses.make_loss` and
+:func:`~workbench.core.training.task_metrics.make_metric` (docs/integrations.md).
+
 ``lightning`` (or ``pytorch_lightning``) is imported only when :data:`FreezePlanCallback` is
 first accessed; :func:`sync_param_groups` works with any optimizer and needs no Lightning.
 """

@@ -32,6 +32,8 @@ Given only ``callbacks=[FreezePlanCallback(plan)]``, the callback
   ``Trainer.log`` (``freeze/trainable_params``, ``freeze/frozen_params``, ``freeze/stage``;
   TensorBoard, W&B and the other reporting integrations see them) and the text of each change
   through the ``transformers`` logger;
+- with ``loss=`` / ``metric=`` (the workbench's ``--loss`` / ``--metric`` settings), installs them
+  as the Trainer's ``compute_loss_func`` and ``compute_metrics`` (:mod:`workbench.integrations.task`);
 - at the end of training runs :meth:`AppliedPlan.verify`, logs ``freeze/verify_ok`` and
   ``freeze/verify_errors`` and raises :class:`PlanViolation` when a frozen tensor changed;
 - saves the stage and the optimizer's group layout in the checkpoint's ``trainer_state.json``
@@ -70,6 +72,7 @@ from workbench.integrations.common import (
     sync_param_groups,
     trainable_ids,
 )
+from workbench.integrations.task import TrainerLoss, TrainerMetric
 
 __all__ = [  # noqa: F822 - FreezePlanCallback is made on first access (PEP 562)
     "STATE_KEY",
@@ -124,6 +127,15 @@ class _FreezePlanCallbackImpl:
         strict: a fingerprint mismatch is an error.
         verify: run :meth:`AppliedPlan.verify` at the end of training and raise
             :class:`PlanViolation` on a violation.
+        loss: a loss setting (``bce``, ``mse``, ``l1``, ``py:FILE.py:FUNC`` ...), installed as the
+            Trainer's ``compute_loss_func`` (:class:`~workbench.integrations.task.TrainerLoss`: it
+            reads the outputs' ``logits``); None: the model's own loss.
+        metric: a metric setting (``accuracy``, ``top5``, ``py:FILE.py:FUNC``), installed as the
+            Trainer's ``compute_metrics`` (:class:`~workbench.integrations.task.TrainerMetric`:
+            logged as ``eval_<name>``); None: the Trainer's own.
+
+    Raises:
+        LossSpecError / MetricSpecError / PyCodeError: a bad ``loss`` or ``metric``.
 
     Attributes:
         applied: the :class:`AppliedPlan` once the Trainer was made.
@@ -138,9 +150,13 @@ class _FreezePlanCallbackImpl:
         base_dir: str | os.PathLike[str] | None = None,
         strict: bool = False,
         verify: bool = True,
+        loss: str | None = None,
+        metric: str | None = None,
     ) -> None:
         if no_decay not in ("trainer", "auto", None):
             raise ValueError(f"no_decay must be \"trainer\", \"auto\" or None, got {no_decay!r}")
+        self.loss = TrainerLoss(loss) if loss is not None else None
+        self.metric = TrainerMetric(metric) if metric is not None else None
         self.plan, self.base_dir = load_plan(plan, base_dir)
         self.no_decay = no_decay
         self.strict = strict
@@ -196,7 +212,14 @@ class _FreezePlanCallbackImpl:
             return
         if getattr(trainer, "model", None) is None:
             raise PlanError("FreezePlanCallback needs the Trainer's model= (model_init is not supported)")
+        for attr, mine, flag in (("compute_loss_func", self.loss, "loss"), ("compute_metrics", self.metric, "metric")):
+            if mine is not None and getattr(trainer, attr, None) not in (None, mine):
+                raise PlanError(f"the Trainer has its own {attr} and FreezePlanCallback has {flag}=: give one of them")
         self.apply(trainer.model)
+        if self.loss is not None:
+            trainer.compute_loss_func = self.loss
+        if self.metric is not None:
+            trainer.compute_metrics = self.metric
         self._trainer = trainer
         original = trainer.create_optimizer
 
