@@ -232,3 +232,17 @@ def test_real_text_data_gives_the_same_batches(cell: str, tmp_path: Path):
                       label_column="stars" if data != "jsonl" else None, batch_size=2, steps=STEPS if data == "jsonl" else 8,
                       optimizer="adamw", lr=1e-3, device="cpu", seed=2, log_every=1)
     _compare(tmp_path, plan, ModelSpec(source="hf", name=str(folder)), cfg)
+
+
+def test_an_image_dataset_folder_gives_the_same_batches(net_file: Path, tmp_path: Path):
+    """hf-dataset: of an image model: its image column decoded to RGB with the run's transforms, the head fitted
+    to the ClassLabel's classes, a seeded share held out for validation."""
+    pytest.importorskip("datasets")
+    from tests.integrations.hf_data import image_dataset
+
+    data = f"hf-dataset:{image_dataset(tmp_path / 'images', n=24)}"
+    name = f"{net_file}:make"
+    plan = FreezePlan.from_dict({"rules": PARTIAL["rules"][:1]})  # the head gets the data's 2 classes
+    cfg = TrainConfig(model={"source": "py", "name": name}, plan=plan.to_dict(), data=data, image_size=8, batch_size=4,
+                      steps=10, val_every=4, optimizer="adam", lr=3e-3, device="cpu", seed=5, log_every=1)
+    _compare(tmp_path, plan, ModelSpec(source="py", name=name), cfg)

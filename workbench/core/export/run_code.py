@@ -21,6 +21,7 @@ from workbench.core.training import validation as wvalidation
 
 __all__ = [
     "FILE_DATA_CODE",
+    "FILE_OPEN_CODE",
     "holdout_code",
     "LOOP_CODE",
     "loss_code",
@@ -173,8 +174,8 @@ def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | 
                                 index_offset=0 if train else _VAL_INDEX_OFFSET)
 ''' + holdout_code()
 
-#: Image folders and the torchvision sets, with the transforms the workbench gives them.
-FILE_DATA_CODE = _DATA_PRELUDE + f'''
+#: Image folders and the torchvision sets, with the transforms the workbench gives them (``open_data``).
+FILE_OPEN_CODE = _DATA_PRELUDE + f'''
 IMAGENET_MEAN = {wdata.IMAGENET_MEAN!r}
 IMAGENET_STD = {wdata.IMAGENET_STD!r}
 _IMAGEFOLDER_TRAIN = {wdata._IMAGEFOLDER_TRAIN!r}
@@ -192,7 +193,10 @@ def open_data(spec: str, train: bool, image_size: int) -> Dataset:
     grayscale = _TV_DATASETS[kind][2]
     return _torchvision_dataset(kind, root, train=train, transform=_with_channels(base, source_channels=1 if grayscale else 3,
                                                                                   channels=3))
+'''
 
+#: Image folders and the torchvision sets: ``make_dataset`` of the run's image files.
+FILE_DATA_CODE = FILE_OPEN_CODE + '''
 
 def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | None) -> Dataset:
     """The run's training data, or its validation data (VAL: that spec's validation/test split)."""

@@ -17,13 +17,14 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.export.common import ExportError
 from workbench.core.export.run_code import (
     FILE_DATA_CODE,
+    FILE_OPEN_CODE,
     PY_DATA_CODE,
     SYNTHETIC_IMAGE_CODE,
     SYNTHETIC_SHAPED_CODE,
     SYNTHETIC_TEXT_CODE,
     holdout_code,
 )
-from workbench.core.export.text_data_code import TEXT_DATA_CODE
+from workbench.core.export.text_data_code import HF_IMAGE_CODE, TEXT_DATA_CODE
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import crop_size, current_num_classes, model_input_size, weights_member
 from workbench.core.optimizers import optimizer_kind
@@ -171,9 +172,9 @@ def _task_of(config: TrainConfig, kind: str, model: nn.Module) -> str | None:
     if task is not None and kind not in ("synthetic", *TEXT_KINDS):
         raise ExportError(f"config field 'data' = {config.data!r}: a text model's data is exported as synthetic tokens, "
                           "text:PATH.jsonl or hf-dataset:PATH")
-    if task is None and kind in TEXT_KINDS:
+    if task is None and kind == "text":
         raise ExportError(f"config field 'data' = {config.data!r}: the exported script tokenizes text for a Hugging Face "
-                          "text model only (hf-dataset image and array columns are not exported yet)")
+                          "text model only")
     return task
 
 
@@ -236,6 +237,15 @@ def run_section(
                           "# spec -> (file or module, function) the script loads with importlib and calls",
                           f"PY_DATA = {refs!r}"]
         out.summary.append(f"data: {config.data} (runs that code: your function's dataset, or its (train, val) pair)")
+    elif kind == "hf-dataset" and task is None:  # an image column
+        target = config.num_classes or spec.num_classes
+        out.fit_to_data = target is None
+        out.data_code = FILE_OPEN_CODE + _weights_code(config, spec) + HF_IMAGE_CODE + holdout_code()
+        out.constants += [f"DATA = {config.data!r}  # a save_to_disk folder: its image column, with the run's transforms",
+                          f"IMAGE_COLUMN = {config.image_column or 'image'!r}",
+                          f"LABEL_COLUMN = {config.label_column or 'label'!r}"]
+        out.needs += ["torchvision", "datasets"]
+        out.summary.append(f"data: {config.data} (its image column as RGB, with the run's transforms)")
     elif kind in TEXT_KINDS:
         target = config.num_classes or spec.num_classes
         out.fit_to_data = target is None and task == "classification"

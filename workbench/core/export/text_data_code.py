@@ -20,9 +20,46 @@ from workbench.core.training import row_limits as wrows
 from workbench.core.training import text_jsonl as wtext
 from workbench.core.training.batches import IGNORE_INDEX
 
-__all__ = ["TEXT_DATA_CODE"]
+__all__ = ["HF_IMAGE_CODE", "TEXT_DATA_CODE"]
 
 _SPLIT_OF = inspect.getsource(whf._split_of).rstrip("\n")
+
+#: A dataset folder's splits and label classes, as the workbench takes them.
+_HF_SPLITS_CODE = f'''
+
+HOLDOUT_FRACTION = {whf.HOLDOUT_FRACTION!r}  # of a dataset folder without a validation split
+VALIDATION_SPLITS = {whf.VALIDATION_SPLITS!r}
+
+
+def label_classes(every: list, name: str):
+    """The classes of a label column over every split, and a value's class id."""
+    feature = every[0].features[name]
+    names = getattr(feature, "names", None)
+    if names:
+        return [str(n) for n in names], int
+    values = set()
+    for ds in every:
+        values.update(ds.unique(name))
+    if str(getattr(feature, "dtype", "")).startswith(("int", "uint")):
+        return [str(i) for i in range(max(values) + 1)], int
+    classes = sorted(values)
+    index = {{c: i for i, c in enumerate(classes)}}
+    return classes, index.__getitem__
+
+
+{_SPLIT_OF}
+
+
+def open_hf_split(path: Path, train: bool):
+    """A save_to_disk folder (memory-mapped): the split to use, the rows of it, and every split."""
+    import datasets
+
+    loaded = datasets.load_from_disk(str(path), keep_in_memory=False)
+    splits = list(loaded) if isinstance(loaded, datasets.DatasetDict) else None
+    ds, indices = _split_of(loaded, splits, train=train, seed=SEED)
+    every = [loaded[s] for s in splits] if splits is not None else [loaded]
+    return ds, (indices if indices is not None else range(len(ds))), every
+'''
 
 TEXT_DATA_CODE = f'''
 
@@ -33,8 +70,6 @@ class DataError(ValueError):
 TEXT_TASKS = ("classification", "causal_lm", "masked_lm")
 MAX_CHARS_PER_TOKEN = {wrows.MAX_CHARS_PER_TOKEN!r}  # a text is cut to seq_len x this many characters before tokenizing
 IGNORE_INDEX = {IGNORE_INDEX!r}
-HOLDOUT_FRACTION = {whf.HOLDOUT_FRACTION!r}  # of a dataset folder without a validation split
-VALIDATION_SPLITS = {whf.VALIDATION_SPLITS!r}
 TEXT_FILE_SEQ_LEN = {wtext.TEXT_FILE_SEQ_LEN!r}
 
 
@@ -93,34 +128,9 @@ def open_jsonl(path: Path, model: nn.Module, seq_len: int) -> TextSamples:
     return TextSamples(texts, labels, classes, load_tokenizer(model), seq_len)
 
 
-def label_classes(every: list, name: str):
-    """The classes of a label column over every split, and a value's class id."""
-    feature = every[0].features[name]
-    names = getattr(feature, "names", None)
-    if names:
-        return [str(n) for n in names], int
-    values = set()
-    for ds in every:
-        values.update(ds.unique(name))
-    if str(getattr(feature, "dtype", "")).startswith(("int", "uint")):
-        return [str(i) for i in range(max(values) + 1)], int
-    classes = sorted(values)
-    index = {{c: i for i, c in enumerate(classes)}}
-    return classes, index.__getitem__
-
-
-{_SPLIT_OF}
-
-
 def open_hf_dataset(path: Path, train: bool, model: nn.Module, seq_len: int) -> TextSamples:
     """hf-dataset:PATH (a save_to_disk folder, memory-mapped): TEXT_COLUMN tokenized, LABEL_COLUMN's class."""
-    import datasets
-
-    loaded = datasets.load_from_disk(str(path), keep_in_memory=False)
-    splits = list(loaded) if isinstance(loaded, datasets.DatasetDict) else None
-    ds, indices = _split_of(loaded, splits, train=train, seed=SEED)
-    every = [loaded[s] for s in splits] if splits is not None else [loaded]
-    rows = indices if indices is not None else range(len(ds))
+    ds, rows, every = open_hf_split(path, train)
     labels, classes = None, []
     if TASK == "classification":
         classes, to_index = label_classes(every, LABEL_COLUMN)
@@ -137,4 +147,34 @@ def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | 
     if kind.strip().lower() == "text":
         return open_jsonl(path, model, seq_len)
     return open_hf_dataset(path, train, model, seq_len)
+''' + _HF_SPLITS_CODE
+
+#: ``hf-dataset:PATH`` of an image model: IMAGE_COLUMN decoded to RGB with the run's transforms (after
+#: the image-file code, whose ``open_data`` and transforms it uses for image files of ``VAL``).
+HF_IMAGE_CODE = _HF_SPLITS_CODE + '''
+
+class HfImages(Dataset):
+    """Rows of a dataset folder: (IMAGE_COLUMN as RGB, transformed; LABEL_COLUMN's class id)."""
+
+    def __init__(self, ds, rows, classes: list[str], to_index, transform) -> None:
+        self.ds, self.rows, self.classes, self.to_index, self.transform = ds, rows, classes, to_index, transform
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int):
+        row = self.ds[int(self.rows[index])]
+        return self.transform(row[IMAGE_COLUMN].convert("RGB")), self.to_index(row[LABEL_COLUMN])
+
+
+def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | None) -> Dataset:
+    """The run's training data, or its validation data (a dataset folder's validation split or held-out share)."""
+    spec = DATA if train else VAL
+    kind, _, arg = spec.partition(":")
+    if kind.strip().lower() != "hf-dataset":
+        return open_data(spec, train, image_size)
+    ds, rows, every = open_hf_split(Path(arg.strip()).expanduser(), train)
+    classes, to_index = label_classes(every, LABEL_COLUMN)
+    transform = _with_channels(weights_transforms(image_size) or default_transform(image_size), source_channels=3, channels=3)
+    return HfImages(ds, rows, classes, to_index, transform)
 '''
