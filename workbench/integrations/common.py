@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from workbench.core.freezing.apply import AppliedPlan
+from workbench.core.plan.keys import SETTING_KEYS
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.training.optim import sync_optimizer
 
@@ -180,7 +181,7 @@ def sync_param_groups(
     """
     base = base_lr if base_lr is not None else _lr_base(optimizer)
     if groups is None:
-        skip = (*GROUP_SKIP, "lr", "initial_lr", "lr_scale", "weight_decay")
+        skip = (*GROUP_SKIP, "lr", "initial_lr", *(k.name for k in SETTING_KEYS if k.group))
         settings = {k: v for k, v in optimizer.param_groups[0].items() if k not in skip}
         weight_decay = optimizer.param_groups[0].get("weight_decay", 0.0)
         groups = applied.param_groups(base, weight_decay, **settings)

@@ -93,6 +93,8 @@ def test_a_group_key_is_a_row(monkeypatch: pytest.MonkeyPatch):
     assert groups[0]["momentum"] == 0.5 and "momentum" not in groups[1]
     opt = torch.optim.SGD(groups, lr=0.1, momentum=0.9)
     assert [g["momentum"] for g in opt.param_groups] == [0.5, 0.9]
+    # an optimizer-wide option of the same name does not override what the plan sets
+    assert [g["momentum"] for g in applied.param_groups(lr=0.1, momentum=0.9)] == [0.5, 0.9]
     model(torch.randn(3, 4)).sum().backward()
     opt.step()
     # a stage that changes it: PlanDiff names it, the optimizer follows with the head's state kept
@@ -136,3 +138,18 @@ def test_a_weight_decay_stage_is_a_change_the_optimizer_follows():
     assert diff.describe() == "weight_decay 2"
     sync_optimizer(opt, applied.param_groups(lr=0.1, weight_decay=0.01))
     assert {g["param_names"][0]: g["weight_decay"] for g in opt.param_groups} == {"0.weight": 0.01, "2.weight": 0.5}
+
+
+def test_the_frameworks_resync_keeps_a_group_key(monkeypatch: pytest.MonkeyPatch):
+    from workbench.integrations.common import sync_param_groups
+
+    register_key(monkeypatch, MOMENTUM, float | None)
+    model = _model()
+    applied = apply_plan(model, {"rules": [{"select": "2", "momentum": 0.5}]})
+    opt = torch.optim.SGD(applied.param_groups(lr=0.1), lr=0.1, momentum=0.9)
+    applied.update(FreezePlan.from_dict({"rules": [{"select": "2", "momentum": 0.25}]}))
+    changed = sync_param_groups(opt, applied)  # the first group's momentum is not copied to the others
+    assert not changed["added"] and not changed["removed"]
+    assert {g["param_names"][0]: g["momentum"] for g in opt.param_groups if g["params"]} == {
+        "2.weight": 0.25, "0.weight": 0.9,
+    }

@@ -404,7 +404,8 @@ class AppliedPlan:
             no_decay: ``"auto"``: weight decay 0 for biases, 1-D parameters and the model's
                 ``no_weight_decay()`` names (see :func:`no_decay_names`), whatever the rules
                 say; None: rules and ``weight_decay`` only.
-            **extra: other per-group options (``momentum``, ``betas``...).
+            **extra: other per-group options (``momentum``, ``betas``...); a ``group`` key's
+                value set by the plan wins over the option of the same name.
 
         Returns:
             A list for ``torch.optim.X(groups)``.
@@ -427,12 +428,13 @@ class AppliedPlan:
             sig = tuple(values.values())
             g = groups.get(sig)
             if g is None:
+                present = {k: v for k, v in values.items() if v is not None}  # None: the optimizer's
                 g = groups[sig] = {
                     "params": [],
                     "param_names": [],
                     "lr": lr * values.get("lr_scale", 1.0),
-                    **{k: v for k, v in values.items() if v is not None},  # None: the optimizer's
-                    **extra,
+                    **present,
+                    **{k: v for k, v in extra.items() if k not in present},
                 }
             g["params"].append(p)
             g["param_names"].append(name)
