@@ -62,3 +62,13 @@ def test_what_the_run_refuses_is_refused_naming_the_module(rule: dict[str, Any],
 def test_a_stage_that_adds_partial_freezing_is_refused(tmp_path: Path):
     stage = {"at_step": 3, "rules": [{"select": "lin", "partial": {"param": "weight", "dim": 0, "trainable": [[0, 2]]}}]}
     assert "'partial'" in _refused(tmp_path, [{"select": "*", "frozen": False}], stages=[stage])
+
+
+def test_a_variant_the_script_does_not_compute_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """A new LoRA-family variant (class and row, as docs/architecture.md adds one) is never exported as LoRA."""
+    from tests.core.freezing.test_variant_seam import ROW
+    from workbench.core.plan import lora_variants
+
+    monkeypatch.setitem(lora_variants.VARIANTS, "scaled", ROW)
+    message = _refused(tmp_path, [{"select": "lin", "reparam": {"rank": 2, "scaled": True}}])
+    assert "lin.weight" in message and "not scaled" in message

@@ -28,7 +28,10 @@ from workbench.core.plan.keys import Effective
 from workbench.core.plan.partial_spec import PartialSpec, trainable_fraction
 from workbench.core.plan.reparam_spec import LowRank
 
-__all__ = ["LowRankLayer", "extension_counts", "low_rank_layers", "partial_table"]
+__all__ = ["EXPORTED_VARIANTS", "LowRankLayer", "extension_counts", "low_rank_layers", "partial_table"]
+
+#: LoRA-family variants the script's ``LowRank`` computes (``extension_code``); another is refused.
+EXPORTED_VARIANTS: tuple[str, ...] = ("lora", "dora")
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ def low_rank_layers(model: nn.Module, effective: Mapping[str, Effective]) -> lis
         key = f"{path}.weight" if path else "weight"
         lr = e.reparam.low_rank
         try:
+            if lr.variant not in EXPORTED_VARIANTS:
+                raise ExportError(f"the exported script writes {' and '.join(EXPORTED_VARIANTS)}, not {lr.variant}")
             if kind not in VARIANTS[lr.variant].kinds:
                 raise ExportError(f"{lr.variant} does not support a {type(module).__name__}")
             if not w.is_floating_point():
