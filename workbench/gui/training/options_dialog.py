@@ -11,6 +11,7 @@ when the dialog is accepted, so Cancel changes nothing.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -75,6 +76,9 @@ class TrainingOptions:
         auto_freeze: freeze the front blocks whose gradient norm flattened, while training
             (``TrainConfig.auto_freeze``).
         auto_freeze_every: decide every N steps (``TrainConfig.auto_freeze_every``).
+        auto_freeze_threshold: a block has flattened when its gradient norm changed by less
+            than this share (``TrainConfig.auto_freeze_threshold``).
+        auto_freeze_max: freeze at most this share of the blocks (``TrainConfig.auto_freeze_max``).
         columns: the ``hf-dataset:`` data's text, label, image and input columns, ``""`` for
             the default name (``TrainConfig.text_column``, ``label_column``, ``image_column``,
             ``input_column``).
@@ -96,6 +100,8 @@ class TrainingOptions:
     cache_frozen: bool = True
     auto_freeze: bool = False
     auto_freeze_every: int = 50
+    auto_freeze_threshold: float = 0.1
+    auto_freeze_max: float = 0.75
     columns: dict[str, str] = dataclasses.field(default_factory=dict)
     loss: str = "cross_entropy"
     metric: str = "accuracy"
@@ -123,6 +129,7 @@ class TrainingOptions:
             "cache_frozen": "auto" if self.cache_frozen else "off",
             "auto_freeze": bool(self.auto_freeze),
             "auto_freeze_every": max(1, int(self.auto_freeze_every)),
+            **self.auto_freeze_shares(),
             **{f"{role}_column": self.columns.get(role, "").strip() or None for role in COLUMN_ROLES},
             "loss": self.loss.strip() or "cross_entropy",
             "metric": self.metric.strip() or "accuracy",
@@ -142,6 +149,17 @@ class TrainingOptions:
         out["val"] = f"{self.val_kind}:{path}"
         out["val_every"] = int(self.val_every) or None
         return out
+
+    def auto_freeze_shares(self) -> dict[str, float]:
+        """Threshold and maximum as TrainConfig takes them.
+
+        Returns:
+            ``auto_freeze_threshold`` and ``auto_freeze_max``; a value out of range (from
+            damaged settings) is the default.
+        """
+        threshold, most = float(self.auto_freeze_threshold), float(self.auto_freeze_max)
+        return {"auto_freeze_threshold": threshold if math.isfinite(threshold) and threshold > 0 else 0.1,
+                "auto_freeze_max": most if math.isfinite(most) and 0 < most <= 1 else 0.75}
 
     def summary(self) -> str:
         """A few words for the panel: ``warm-up 20 · val every 50 (10 % held out) · no decay on biases``
@@ -225,7 +243,19 @@ class TrainingOptionsDialog(QDialog):
         self.auto_every.setPrefix("every ")
         self.auto_every.setSuffix(" steps")
         self.auto_every.setToolTip("How often auto-freeze compares each block's gradient norm with the window before")
-        self.auto_freeze.toggled.connect(self.auto_every.setEnabled)
+        self.auto_threshold = QSpinBox(self)
+        self.auto_threshold.setRange(1, 1000)
+        self.auto_threshold.setPrefix("threshold ")
+        self.auto_threshold.setSuffix(" %")
+        self.auto_threshold.setToolTip("A block has flattened when its mean gradient norm changed by less than this "
+                                       "between two windows")
+        self.auto_max = QSpinBox(self)
+        self.auto_max.setRange(1, 100)
+        self.auto_max.setPrefix("at most ")
+        self.auto_max.setSuffix(" % of blocks")
+        self.auto_max.setToolTip("Auto-freeze never freezes more than this share of the model's blocks")
+        for w in (self.auto_every, self.auto_threshold, self.auto_max):
+            self.auto_freeze.toggled.connect(w.setEnabled)
 
         self.validate = QGroupBox("Validate during training", self)
         self.validate.setCheckable(True)
@@ -302,6 +332,8 @@ class TrainingOptionsDialog(QDialog):
         auto_row.setContentsMargins(0, 0, 0, 0)
         auto_row.addWidget(self.auto_freeze)
         auto_row.addWidget(self.auto_every)
+        auto_row.addWidget(self.auto_threshold)
+        auto_row.addWidget(self.auto_max)
         auto_row.addStretch(1)
         top.addRow("", auto_row)
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Ok | QDialogButtonBox.StandardButton.Cancel, self)
@@ -327,7 +359,11 @@ class TrainingOptionsDialog(QDialog):
         self.cache_frozen.setChecked(bool(o.cache_frozen))
         self.auto_freeze.setChecked(bool(o.auto_freeze))
         self.auto_every.setValue(max(1, int(o.auto_freeze_every)))
-        self.auto_every.setEnabled(bool(o.auto_freeze))
+        shares = o.auto_freeze_shares()
+        self.auto_threshold.setValue(round(shares["auto_freeze_threshold"] * 100))
+        self.auto_max.setValue(round(shares["auto_freeze_max"] * 100))
+        for w in (self.auto_every, self.auto_threshold, self.auto_max):
+            w.setEnabled(bool(o.auto_freeze))
         self.validate.setChecked(bool(o.validate))
         i = self.source.findData(o.val_kind)
         self.source.setCurrentIndex(max(i, 0))
@@ -394,6 +430,8 @@ class TrainingOptionsDialog(QDialog):
             cache_frozen=self.cache_frozen.isChecked(),
             auto_freeze=self.auto_freeze.isChecked(),
             auto_freeze_every=self.auto_every.value(),
+            auto_freeze_threshold=self.auto_threshold.value() / 100,
+            auto_freeze_max=self.auto_max.value() / 100,
             columns={role: text for role, edit in self.column_edits.items() if (text := edit.text().strip())},
             loss=self._task_value(self.loss_box, self.loss_code) or "cross_entropy",
             metric=self._task_value(self.metric_box, self.metric_code) or "accuracy",
@@ -441,7 +479,9 @@ def options_tooltip(o: TrainingOptions) -> str:
         lines.append(f"validation: {source}, " + (f"every {o.val_every} steps" if o.val_every else "at the end"))
     lines.append("TensorBoard: " + ("<run folder>/tensorboard" if o.tensorboard else "off"))
     lines.append("frozen-prefix cache: " + ("where exact" if o.cache_frozen else "off"))
-    lines.append("auto-freeze: " + (f"every {o.auto_freeze_every} steps" if o.auto_freeze else "off"))
+    shares = o.auto_freeze_shares()
+    lines.append("auto-freeze: " + (f"every {o.auto_freeze_every} steps, threshold {shares['auto_freeze_threshold'] * 100:.0f} %, "
+                                    f"at most {shares['auto_freeze_max'] * 100:.0f} % of the blocks" if o.auto_freeze else "off"))
     named = o.named_columns()
     lines.append("hf-dataset columns: " + (", ".join(f"{r} = {c}" for r, c in named.items()) if named else "text, label, image"))
     lines.append(f"loss: {o.loss or 'cross_entropy'}; metric: {o.metric or 'accuracy'}"

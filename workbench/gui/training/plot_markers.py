@@ -22,7 +22,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetricsF
 
 from workbench.gui.training.plot_style import pen
 
-__all__ = ["LABEL_SLOTS", "MERGE_FRACTION", "Marker", "MarkerLayer", "STAGE_RE", "marker_text"]
+__all__ = ["EVALUATION_HEAD", "LABEL_SLOTS", "MERGE_FRACTION", "Marker", "MarkerLayer", "STAGE_RE", "marker_text"]
 
 _MARKER_STYLE = {
     "change": ((230, 120, 0), Qt.PenStyle.SolidLine),
@@ -30,7 +30,10 @@ _MARKER_STYLE = {
     "planned": ((128, 60, 170), Qt.PenStyle.DashLine),
     "refused": ((200, 30, 30), Qt.PenStyle.DotLine),
     "alert": ((200, 30, 30), Qt.PenStyle.DotLine),
+    "tick": ((150, 150, 150), Qt.PenStyle.DotLine),  # an auto-freeze evaluation: faint, no label
 }
+#: The head of an auto-freeze evaluation event (``"auto-freeze, step 50: no block flattened ..."``).
+EVALUATION_HEAD = "auto-freeze, step "
 #: Markers closer than this share of the x range share one label ("3 changes").
 MERGE_FRACTION = 0.06
 #: Rows of marker labels, tried in turn: from the top (after freezing, step time, memory and
@@ -56,8 +59,11 @@ def marker_text(event: str, limit: int = 30) -> tuple[str, str]:
 
     Returns:
         ``(label, kind)`` with kind ``"change"``, ``"stage"``, ``"refused"``, ``"alert"``
-        (a non-finite loss) or ``""`` (events that change nothing, which get no marker).
+        (a non-finite loss), ``"tick"`` (an auto-freeze evaluation: a faint line without a
+        label) or ``""`` (events that change nothing, which get no marker).
     """
+    if event.startswith(EVALUATION_HEAD):
+        return "", "tick"
     head, _, tail = event.partition(": ")
     if "refused" in head:
         kind, prefix = "refused", "refused: "
@@ -152,14 +158,15 @@ class MarkerLayer:
         """
         color, style = _MARKER_STYLE.get(kind, _MARKER_STYLE["change"])
         marker = Marker(step, wall, label, full or label, kind, stage)
+        faint = kind == "tick"
         for key in self.plots:
             line = pg.InfiniteLine(
-                angle=90, movable=False, pen=pen(color, 1.5, style), label=label,
+                angle=90, movable=False, pen=pen(color, 1.0, style, alpha=110) if faint else pen(color, 1.5, style), label=label,
                 labelOpts={"position": 0.9, "color": QColor(*color), "movable": False},
             )
             line.label.setFont(self.font)
             line.setToolTip(marker.full)
-            line.setZValue(-20)  # under every curve: a label never hides data
+            line.setZValue(-21 if faint else -20)  # under every curve: a label never hides data
             self.plots[key].addItem(line, ignoreBounds=True)
             marker.lines.append(line)
         self.markers.append(marker)
@@ -174,7 +181,7 @@ class MarkerLayer:
         Returns:
             Groups in x order (each in x order).
         """
-        xs = [(x, m) for m in self.markers if (x := self._x(m)) is not None]
+        xs = [(x, m) for m in self.markers if m.kind != "tick" and (x := self._x(m)) is not None]
         xs.sort(key=lambda xm: xm[0])
         lo, hi = next(iter(self.plots.values())).vb.viewRange()[0]
         gap = MERGE_FRACTION * max(hi - lo, 1e-9)

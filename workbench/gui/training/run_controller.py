@@ -25,6 +25,7 @@ from workbench.core.training.config import TrainConfig
 from workbench.core.training.module_stats import DEFAULT_EVERY, ModuleStats, ModuleStatsHistory
 from workbench.gui.controller import Controller
 from workbench.gui.training.options_dialog import TENSORBOARD_IN_RUN
+from workbench.gui.training.plot_markers import EVALUATION_HEAD
 from workbench.gui.training.run_store import (
     RunRecord,
     RunStore,
@@ -296,10 +297,14 @@ class RunController(QObject):
         if record is None:
             return
         record.metrics.extend(batch)
+        said = ""
         for m in batch:
             for label in m.get("events") or []:
                 record.events.append({"step": m.get("step"), "wall_time": m.get("wall_time"), "label": label})
+                said = label if label.startswith(EVALUATION_HEAD) else said
         self.metricsReceived.emit(batch)
+        if said:  # the latest auto-freeze evaluation, in the status line
+            self.statusMessage.emit(sentence(said[:1].upper() + said[1:]))
 
     @Slot(object)
     def _on_module_stats(self, stats: ModuleStats) -> None:
