@@ -46,13 +46,14 @@ def test_the_latest_evaluation_goes_to_the_status_line(qtbot: Any, tmp_path: Pat
     rc = RunController(c, RunStore(tmp_path / "runs"), owner)
     said: list[str] = []
     rc.statusMessage.connect(said.append)
-    rc.current = SimpleNamespace(metrics=[], events=[])  # type: ignore[assignment]
+    record = SimpleNamespace(metrics=[], events=[])
+    rc.current = record  # type: ignore[assignment]
     rc._on_batch([{"step": 9, "events": []}])
     assert said == []  # nothing evaluated, nothing said
     later = "auto-freeze, step 20: conv1 flattened (change 4 %, threshold 10 %): frozen from step 21"
     rc._on_batch([{"step": 10, "events": [EVALUATION]}, {"step": 20, "events": [later]}])
     assert said == ["Auto-freeze, step 20: conv1 flattened (change 4 %, threshold 10 %): frozen from step 21."]
-    assert [e["label"] for e in rc.current.events] == [EVALUATION, later]  # both kept in the run's events
+    assert [e["label"] for e in record.events] == [EVALUATION, later]  # both kept in the run's events
 
 
 def test_threshold_and_maximum_in_options(qtbot: Any, tmp_path: Path) -> None:
