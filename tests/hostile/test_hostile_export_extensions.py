@@ -72,3 +72,16 @@ def test_a_variant_the_script_does_not_compute_is_refused(monkeypatch: pytest.Mo
     monkeypatch.setitem(lora_variants.VARIANTS, "scaled", ROW)
     message = _refused(tmp_path, [{"select": "lin", "reparam": {"rank": 2, "scaled": True}}])
     assert "lin.weight" in message and "not scaled" in message
+
+
+def test_a_model_with_the_plan_applied_is_refused(tmp_path: Path):
+    """The script is written from the plain model: one with LoRA or partial freezing installed is refused."""
+    for rule in ({"select": "lin", "reparam": {"rank": 2}},
+                 {"select": "lin", "partial": {"param": "weight", "dim": 1, "trainable": [[0, 2]]}}):
+        model = Odd()
+        plan = FreezePlan.from_dict({"rules": [rule]})
+        applied = plan.apply(model)
+        with pytest.raises(ExportError, match="'lin' has low-rank A\\+B or sub-tensor freezing applied") as info:
+            export_script(plan, SPEC, tmp_path / "out.py", model=model)
+        assert "\n" not in str(info.value) and not (tmp_path / "out.py").exists()
+        applied.remove(merge=False)

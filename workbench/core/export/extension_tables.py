@@ -19,16 +19,17 @@ from torch import nn
 from workbench.core.errors import WorkbenchError
 from workbench.core.export.common import ExportError
 from workbench.core.export.tables import table_value
-from workbench.core.freezing.partial import check_module
+from workbench.core.freezing.partial import check_module, is_partial
 from workbench.core.freezing.reparam.base import shared_names
-from workbench.core.freezing.reparam.low_rank import layer_kind
+from workbench.core.freezing.reparam.low_rank import CHILD, LowRankAPlusB, layer_kind
 from workbench.core.freezing.reparam.variants import VARIANTS, geometry
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.partial_spec import PartialSpec, trainable_fraction
 from workbench.core.plan.reparam_spec import LowRank
+from workbench.core.plan.tree import visible_path
 
-__all__ = ["EXPORTED_VARIANTS", "LowRankLayer", "extension_counts", "low_rank_layers", "partial_table"]
+__all__ = ["EXPORTED_VARIANTS", "LowRankLayer", "check_plain", "extension_counts", "low_rank_layers", "partial_table"]
 
 #: LoRA-family variants the script's ``LowRank`` computes (``extension_code``); another is refused.
 EXPORTED_VARIANTS: tuple[str, ...] = ("lora", "dora")
@@ -55,6 +56,23 @@ class LowRankLayer:
     def added(self) -> int:
         """Elements of U, V (and DoRA's magnitude)."""
         return self.low_rank.added_elements(self.out, self.inp)
+
+
+def check_plain(model: nn.Module) -> None:
+    """Refuse a model that has low-rank A+B or sub-tensor freezing installed (a plan applied to it):
+    the script is written from the plain model's layers.
+
+    Args:
+        model: the model the export reads.
+
+    Raises:
+        ExportError: naming the first such module.
+    """
+    for path, module in model.named_modules():
+        if is_partial(module) or CHILD in module._modules or isinstance(module, LowRankAPlusB):
+            path = visible_path(path)  # the layer, not the parametrization inside it
+            raise ExportError(f"module {path or '(root)'!r} has low-rank A+B or sub-tensor freezing applied (a plan is in "
+                              "force on this model); export from the model without it (remove the plan first)")
 
 
 def low_rank_layers(model: nn.Module, effective: Mapping[str, Effective]) -> list[LowRankLayer]:

@@ -36,7 +36,13 @@ from workbench.core.atomic import atomic_write
 from workbench.core.export.common import ExportError, literal
 from workbench.core.export.export_rules import check_exportable, ignored_fields, memory_only_keys
 from workbench.core.export.extension_code import LOW_RANK_CODE, LOW_RANK_INSTALL, PARTIAL_CODE
-from workbench.core.export.extension_tables import LowRankLayer, extension_counts, low_rank_layers, partial_table
+from workbench.core.export.extension_tables import (
+    LowRankLayer,
+    check_plain,
+    extension_counts,
+    low_rank_layers,
+    partial_table,
+)
 from workbench.core.export.model_code import ModelSection, model_section
 from workbench.core.export.plan_code import (
     APLUSB_CODE,
@@ -275,6 +281,7 @@ def render_script(
     tree = ModelTree.from_model(model)
     plan.validate(tree)
     eff = plan.resolve(tree)
+    check_plain(model)
     layers, partial = low_rank_layers(model, eff), partial_table(model, eff)
     facts = ModelFacts(model, tree, config.no_decay)
     sdir = Path(script_dir) if script_dir is not None else None
