@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt
 
+from tests.commands.sweep_fixtures import MODEL as TINY
 from tests.timeouts import GUI_RUN_S, GUI_WORKER_S, ms
 from workbench.gui.advisor.dialog import COLUMNS, LEARNING_COLUMNS, SuggestDialog
 from workbench.gui.main_window import MainWindow
@@ -20,26 +21,6 @@ from workbench.gui.model_loading import LoadRequest
 
 pytest.importorskip("optuna")
 
-TINY = '''
-import torch
-from torch import nn
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = nn.Conv2d(3, 4, 3, padding=1)
-        self.block = nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.ReLU())
-        self.fc = nn.Linear(4, 4)
-
-    def forward(self, x):
-        return self.fc(self.block(torch.relu(self.stem(x))).mean((2, 3)))
-
-
-def build():
-    torch.manual_seed(0)
-    return Net()
-'''
 
 
 def _tiny(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
@@ -51,14 +32,14 @@ def _tiny(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
     window.training.panel.set_values(batch_size=4, image_size=16, device="cpu", data="synthetic", steps=6)
 
 
-def _dialog(qtbot: Any, window: MainWindow) -> SuggestDialog:
+def _dialog(qtbot: Any, window: MainWindow, budget: str = "1GB", fitting: int = 2) -> SuggestDialog:
     d = window.suggest_dialog()
     qtbot.addWidget(d)
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
-    d.budget.setText("1GB")
+    d.budget.setText(budget)
     assert d.suggest()
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
-    assert d.advice is not None and len([i for i in d.advice.front if d.advice.assessed[i].fits]) >= 2, d.status.text()
+    assert d.advice is not None and len([i for i in d.advice.front if d.advice.assessed[i].fits]) >= fitting, d.status.text()
     return d
 
 
@@ -206,15 +187,17 @@ def test_train_each_is_off_for_a_structure_only_model(qtbot: Any, window: MainWi
     window.source_bar.set_current({"name": "resnet18"})
     with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)):
         window.source_bar.load_button.click()
-    d = window.suggest_dialog()
-    qtbot.addWidget(d)
-    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
-    d.budget.setText("80GB")
-    assert d.suggest()
-    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
-    assert d.advice is not None and not d.train_button.isEnabled()
+    d = _dialog(qtbot, window, "80GB")
+    assert not d.train_button.isEnabled()
     assert "structure only" in d.train_button.toolTip() and "Structure only" in d.train_button.toolTip()
     assert not d.train_each() and "structure only" in d.status.text()
+
+
+def test_nothing_to_train_when_no_candidate_fits(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
+    _tiny(qtbot, window, tmp_path)
+    d = _dialog(qtbot, window, "2KB", fitting=0)
+    assert not d.train_each() and not d.busy
+    assert d.status.text().startswith("Nothing to train: no candidate fits in") and d.trainer.folder is None
 
 
 # ---------------------------------------------------------------- 36 §8: one scale on the cost chart
