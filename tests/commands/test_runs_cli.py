@@ -4,6 +4,7 @@ that cannot be read is one line, and the exit code is 2 only when no run can be 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,16 @@ def test_the_engine_writes_the_run_record_into_the_save_folder(tmp_path: Path, c
     capsys.readouterr()
     assert main(["runs", "show", str(tmp_path / "run")]) == 0
     assert "status       completed: completed 2 steps" in capsys.readouterr().out
+
+
+def test_a_store_that_is_not_writable_is_still_read(runs: Path, capsys: pytest.CaptureFixture[str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    from workbench.core.runs import store as store_module
+
+    real = store_module.os.access
+    monkeypatch.setattr(store_module.os, "access",
+                        lambda p, mode: False if Path(p) == runs / "store" and mode & os.W_OK else real(p, mode))
+    assert RunStore(runs / "store").list() == ([], [f"the run store {runs / 'store'} is not writable: runs are not kept; "
+                                                    "check its permissions"])  # the app says so once
+    assert main(["runs", "list", str(runs / "store")]) == 0
+    assert "#1 full" in capsys.readouterr().out

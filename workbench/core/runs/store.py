@@ -310,8 +310,9 @@ class RunStore:
         """Every run in the store, oldest first (metrics not loaded).
 
         Args:
-            save_folders: also read ``workbench train --save`` folders among the sub-folders
-                (``workbench runs`` does; the app lists its own runs only).
+            save_folders: also read ``workbench train --save`` folders among the sub-folders,
+                and read a store that is not writable (``workbench runs`` reads; the app lists
+                its own runs only, and says once that a store it cannot write keeps no runs).
 
         Returns:
             ``(records, problems)``: unreadable runs are skipped and described in
@@ -320,7 +321,7 @@ class RunStore:
         records: builtins.list[RunRecord] = []
         problems: builtins.list[str] = []
         store_problem = self.problem()
-        if store_problem:
+        if store_problem and not (save_folders and self.folder.is_dir()):
             return records, [store_problem]
         if not self.folder.exists():
             return records, problems
