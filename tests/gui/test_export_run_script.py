@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from workbench.core.plan.rules import FreezePlan
 from workbench.gui.main_window import MainWindow
 
 
@@ -30,3 +31,19 @@ def test_export_of_an_sgd_run_writes_momentum_zero(window: MainWindow, dialogs: 
     dialogs.script("save_file", str(tmp_path / "momentum_run.py"))
     assert window.export_script()
     assert "momentum=0.9," in _optimizer_line((tmp_path / "momentum_run.py").read_text())
+
+
+def test_export_of_a_lora_and_partial_run_writes_plain_pytorch(window: MainWindow, dialogs: Any, tmp_path: Path) -> None:
+    """Low-rank A+B and sub-tensor freezing are the script's own code, not refused; the window's model is untouched."""
+    assert window.controller.set_value(["layer4.1.conv2"], "reparam", {"rank": 4, "alpha": 8, "dora": True})
+    partial = FreezePlan.from_dict({"rules": [{"select": "fc", "partial": {"param": "weight", "dim": 1, "trainable": [[0, 64]]}}]})
+    assert window.controller.edit("Partly freeze fc", lambda plan, tree: plan.rules.extend(partial.rules))
+    before = {k: v.clone() for k, v in window.controller.model.state_dict().items()}
+    dialogs.script("save_file", str(tmp_path / "lora_run.py"))
+    assert window.export_script(), dialogs.kinds("error")
+    text = (tmp_path / "lora_run.py").read_text()
+    assert "'variant': 'dora'" in text and "PARTIAL = [('fc', {'dim': 1, 'trainable': [[0, 64]]})]" in text
+    assert "import peft" not in text and "no PEFT" in text
+    compile(text, "lora_run.py", "exec")
+    after = window.controller.model.state_dict()
+    assert after.keys() == before.keys() and all((after[k] == v).all() for k, v in before.items())
