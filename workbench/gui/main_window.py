@@ -192,10 +192,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         est = self.activations = ActivationEstimator(self.controller, self)
         panel = self.training.panel
         est.set_settings_source(self._next_run_config)
-        for signal in (panel.batch_size.valueChanged, panel.image_size.valueChanged, panel.seq_len.valueChanged,
-                       panel.data_box.currentIndexChanged,
-                       panel.device_box.currentIndexChanged, panel.amp_box.currentIndexChanged):
-            signal.connect(est.request)
+        panel.stepSetupChanged.connect(est.request)
         est.changed.connect(lambda: self.tree_model.set_row_notes(est.row_notes()))
         self.cost_panel.set_estimator(est)
         self.training.runs.preflight = self._memory_preflight
@@ -210,13 +207,10 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         panel = self.training.panel
         try:
             return panel.config()
-        except ConfigError:  # e.g. no dataset folder yet: the batch and size still count
+        except ConfigError:  # e.g. no dataset folder yet: the batch, size and tokens still count
             try:
-                return TrainConfig(
-                    batch_size=panel.batch_size.value(), image_size=panel.image_size.value() or None,
-                    seq_len=(panel.seq_len.value() or None) if panel.text_model else None,
-                    device=panel.device_box.currentData(), amp=panel.amp_box.currentData(),
-                ).validate()
+                # the chosen data's length (a JSONL file's, not synthetic tokens')
+                return TrainConfig(**panel.step_setup().config_fields()).validate()
             except ConfigError:
                 return None
 

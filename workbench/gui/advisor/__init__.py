@@ -40,13 +40,11 @@ def open_suggest_dialog(controller: Controller, panel: TrainingPanel, parent: QW
     Returns:
         The dialog (shown by the caller).
     """
-    from workbench.core.training.data import run_seq_len
     from workbench.gui.advisor.dialog import SuggestDialog  # the advisor loads on first use
 
-    tokens = run_seq_len(controller.model, panel.seq_len.value() or None, "synthetic") if panel.text_model else None
-    dialog = SuggestDialog(controller, device=str(panel.device_box.currentData()),
-                           batch_size=panel.batch_size.value(), image_size=panel.image_size.value(),
-                           amp=str(panel.amp_box.currentData()), seq_len=tokens or 0, train_config=panel.config,
+    setup = panel.step_setup()
+    dialog = SuggestDialog(controller, device=setup.device, batch_size=setup.batch_size, image_size=setup.image_size or 0,
+                           amp=setup.amp, seq_len=setup.tokens or 0, train_config=panel.config,
                            runs_folder=panel.runs.store.folder, dataset=panel.runs.trainer_kwargs.get("dataset"),
                            parent=parent)
     if panel.length_kind.currentData() == "steps":  # Train each: the run's own length

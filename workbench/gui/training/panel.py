@@ -6,6 +6,9 @@ The less-used settings (warm-up, no weight decay on biases and norms, validation
 the Options… button (:class:`~workbench.gui.training.options_dialog.TrainingOptionsDialog`);
 a muted line next to it says which are on.
 The optimizer is the cost panel's (``Controller.optimizer``): one setting, two views.
+Each field is a row of :data:`~workbench.gui.training.panel_fields.PANEL_FIELDS` (config name,
+widget, settings key): restoring, saving, ``set_values`` and ``config`` iterate it, and
+:meth:`TrainingPanel.step_setup` is what the cost panel's estimate and Suggest… read.
 Settings are kept in ``QSettings`` between sessions. The panel builds the config and asks
 the :class:`~workbench.gui.training.run_controller.RunController` to run it; it never touches the
 training thread.
@@ -19,7 +22,7 @@ import os
 from typing import Any
 
 import torch
-from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -49,6 +52,15 @@ from workbench.gui.training.options_dialog import (
     TrainingOptionsDialog,
     options_tooltip,
 )
+from workbench.gui.training.panel_fields import (
+    PANEL_FIELDS,
+    StepSetup,
+    default_image_size,
+    options_from_settings,
+    options_settings,
+    show_value,
+    widget_value,
+)
 from workbench.gui.training.run_controller import RunController
 
 __all__ = [
@@ -76,6 +88,13 @@ TEXT_DATASETS: tuple[tuple[str, str], ...] = (
 
 #: Where validation data can come from: a held-out split, or a dataset kind with a folder.
 _VAL_KINDS = frozenset({HELD_OUT} | {kind for _label, kind in DATASETS if kind != "synthetic"})
+
+#: The fields ``set_values`` sets through the field table, by config name.
+_BY_CONFIG = {f.config: f for f in PANEL_FIELDS if f.config}
+#: The options ``set_values`` sets as they are (same name in the config), with their types.
+_OPTION_TYPES: dict[str, type] = {
+    name: type(getattr(TrainingOptions(), name)) for name in ("warmup_steps", "loss", "metric", "val_at_start")
+}
 
 #: Learning-rate schedules: ``(label, TrainConfig.scheduler)``.
 SCHEDULES: tuple[tuple[str, str], ...] = (
@@ -106,13 +125,6 @@ def available_devices() -> list[tuple[str, str]]:
     return out
 
 
-def default_image_size() -> int:
-    """The default input side: 64 px without an accelerator (quick demo runs), else 0 (the model's own)."""
-    mps_backend = getattr(torch.backends, "mps", None)
-    accel = torch.cuda.is_available() or (mps_backend is not None and mps_backend.is_available())
-    return 0 if accel else 64
-
-
 def fmt_eta(seconds: float) -> str:
     """``01:11`` or ``1:02:03`` (``--:--`` when unknown).
 
@@ -130,16 +142,6 @@ def fmt_eta(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m:02d}:{s:02d}"
 
 
-def _float(text: str, name: str, hint: str) -> float:
-    try:
-        value = float(text.strip())
-    except ValueError:
-        raise ConfigError(f"{name} {text.strip()!r} is not a number; type one like {hint}") from None
-    if not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{name} must be a finite number >= 0, got {text.strip()!r}")
-    return value
-
-
 class TrainingPanel(QWidget):
     """Settings of the next run and the controls of the current one.
 
@@ -149,9 +151,14 @@ class TrainingPanel(QWidget):
         settings: where the settings are kept between sessions (None: not kept).
         parent: Qt parent.
 
+    Signals:
+        stepSetupChanged(): a field of :meth:`step_setup` (or the data) changed.
+
     Attributes:
         act_start / act_pause / act_stop: the Run menu's actions (F5, F6, Shift+F5).
     """
+
+    stepSetupChanged = Signal()
 
     def __init__(
         self, controller: Controller, runs: RunController, settings: QSettings | None = None, parent: QWidget | None = None
@@ -329,6 +336,10 @@ class TrainingPanel(QWidget):
         layout.addLayout(row1)
         layout.addLayout(row2)
 
+        for signal in (self.batch_size.valueChanged, self.image_size.valueChanged, self.seq_len.valueChanged,
+                       self.data_box.currentIndexChanged, self.device_box.currentIndexChanged,
+                       self.amp_box.currentIndexChanged):
+            signal.connect(lambda *_a: self.stepSetupChanged.emit())
         self._restore()
         self._sync_optimizer()
         self._data_changed()
@@ -358,76 +369,18 @@ class TrainingPanel(QWidget):
             except (TypeError, ValueError):
                 return default
 
-        self._select(self.data_box, get("data", "synthetic", str))
-        self.data_path.setText(get("data_path", "", str))
-        self.image_size.setValue(get("image_size", default_image_size(), int))
-        self.seq_len.setValue(min(MAX_SEQ_LEN, max(0, get("seq_len", 0, int))))
-        self.batch_size.setValue(get("batch_size", 16, int))
-        self.lr.setText(get("lr", "1e-3", str))
-        self.wd.setText(get("weight_decay", "0", str))
-        self._select(self.length_kind, get("length_kind", "steps", str))
-        self.length.setValue(get("length", 200, int))
-        self._select(self.device_box, get("device", "auto", str))
-        self._select(self.amp_box, get("amp", "off", str))
-        self.channels_last.setChecked(get("channels_last", False, bool))
-        self._select(self.schedule_box, get("scheduler", "constant", str))
-        d = TrainingOptions()
-        self.set_options(
-            TrainingOptions(
-                warmup_steps=max(0, get("warmup_steps", d.warmup_steps, int)),
-                no_decay=get("no_decay", d.no_decay, bool),
-                validate=get("validate", d.validate, bool),
-                val_kind=kind if (kind := get("val_kind", d.val_kind, str)) in _VAL_KINDS else d.val_kind,
-                val_path=get("val_path", d.val_path, str),
-                val_percent=min(50, max(1, get("val_percent", d.val_percent, int))),
-                val_every=max(0, get("val_every", d.val_every, int)),
-                tensorboard=get("tensorboard", d.tensorboard, bool),
-                cache_frozen=get("cache_frozen", d.cache_frozen, bool),
-                auto_freeze=get("auto_freeze", d.auto_freeze, bool),
-                auto_freeze_every=max(1, get("auto_freeze_every", d.auto_freeze_every, int)),
-                columns={r: c for r in COLUMN_ROLES if (c := get(f"{r}_column", "", str).strip())},
-                loss=get("loss", d.loss, str), metric=get("metric", d.metric, str),
-                val_at_start=get("val_at_start", d.val_at_start, bool),
-                input_shape=get("input_shape", d.input_shape, str),
-            )
-        )
+        for f in PANEL_FIELDS:
+            default = f.default_value()
+            show_value(getattr(self, f.widget), get(f.setting, default, type(default)))  # a spin box clamps
+        self.set_options(options_from_settings(get, _VAL_KINDS))
 
     def save_settings(self) -> None:
         """Keep the settings for the next session."""
         s = self._settings
         if s is None:
             return
-        for key, value in (
-            ("data", self.data_box.currentData()),
-            ("data_path", self.data_path.text()),
-            ("image_size", self.image_size.value()),
-            ("seq_len", self.seq_len.value()),
-            ("batch_size", self.batch_size.value()),
-            ("lr", self.lr.text()),
-            ("weight_decay", self.wd.text()),
-            ("length_kind", self.length_kind.currentData()),
-            ("length", self.length.value()),
-            ("device", self.device_box.currentData()),
-            ("amp", self.amp_box.currentData()),
-            ("channels_last", self.channels_last.isChecked()),
-            ("scheduler", self.schedule_box.currentData()),
-            ("warmup_steps", self.options.warmup_steps),
-            ("no_decay", self.options.no_decay),
-            ("validate", self.options.validate),
-            ("val_kind", self.options.val_kind),
-            ("val_path", self.options.val_path),
-            ("val_percent", self.options.val_percent),
-            ("val_every", self.options.val_every),
-            ("tensorboard", self.options.tensorboard),
-            ("cache_frozen", self.options.cache_frozen),
-            ("auto_freeze", self.options.auto_freeze),
-            ("auto_freeze_every", self.options.auto_freeze_every),
-            *((f"{r}_column", self.options.columns.get(r, "")) for r in COLUMN_ROLES),
-            ("loss", self.options.loss),
-            ("metric", self.options.metric),
-            ("val_at_start", self.options.val_at_start),
-            ("input_shape", self.options.input_shape),
-        ):
+        values = {f.setting: widget_value(getattr(self, f.widget)) for f in PANEL_FIELDS}
+        for key, value in (values | options_settings(self.options)).items():
             s.setValue(f"training/{key}", value)
         s.sync()
 
@@ -454,43 +407,26 @@ class TrainingPanel(QWidget):
                 kind, _, path = str(v).partition(":")
                 self._select(self.data_box, kind)
                 self.data_path.setText(path)
-            elif key == "image_size":
-                self.image_size.setValue(int(v or 0))
-            elif key == "seq_len":
-                self.seq_len.setValue(int(v or 0))
-            elif key == "batch_size":
-                self.batch_size.setValue(int(v))
+            elif key in _BY_CONFIG:
+                f = _BY_CONFIG[key]
+                show_value(getattr(self, f.widget), f.to_widget(v))
             elif key in ("steps", "epochs"):
                 self._select(self.length_kind, key)
                 self.length.setValue(int(v))
-            elif key == "lr":
-                self.lr.setText(repr(float(v)))
-            elif key == "weight_decay":
-                self.wd.setText(repr(float(v)))
-            elif key == "device":
-                self._select(self.device_box, "cuda:0" if str(v) == "cuda" else str(v))
-            elif key == "amp":
-                self._select(self.amp_box, str(v))
-            elif key == "channels_last":
-                self.channels_last.setChecked(bool(v))
             elif key == "optimizer":
                 self._c.set_optimizer(str(v))
-            elif key == "scheduler":
-                self._select(self.schedule_box, str(v))
-            elif key == "warmup_steps":
-                self.set_options(dataclasses.replace(self.options, warmup_steps=int(v)))
             elif key == "no_decay":
                 self.set_options(dataclasses.replace(self.options, no_decay=v in (True, "auto")))
             elif key in ("val", "val_every", "val_fraction"):
                 self.set_options(self._with_validation(key, v))
-            elif key in ("loss", "metric", "val_at_start"):
-                self.set_options(dataclasses.replace(self.options, **{key: v}))
             elif key == "input_shape":
                 shape = ",".join(str(d) for d in v) if isinstance(v, (list, tuple)) else str(v or "")
                 self.set_options(dataclasses.replace(self.options, input_shape=shape))
             elif key.endswith("_column") and (role := key.removesuffix("_column")) in COLUMN_ROLES:
                 columns = {r: c for r, c in self.options.columns.items() if r != role} | ({role: str(v)} if v else {})
                 self.set_options(dataclasses.replace(self.options, columns=columns))
+            elif key in _OPTION_TYPES:  # warmup_steps, loss, metric, val_at_start ...
+                self.set_options(dataclasses.replace(self.options, **{key: _OPTION_TYPES[key](v)}))
             else:
                 raise KeyError(f"the training panel has no field {key!r}")
 
@@ -512,27 +448,32 @@ class TrainingPanel(QWidget):
                 what = {"py": "file and function", "text": "file"}.get(kind, "folder")  # JSONL is one file
                 raise ConfigError(f"choose the {what} of the {self.data_box.currentText()} data (the … button), or use Synthetic")
             data = f"{kind}:{path}"
-        steps = epochs = None
-        if self.length_kind.currentData() == "epochs":
-            epochs = self.length.value()
-        else:
-            steps = self.length.value()
+        length = "epochs" if self.length_kind.currentData() == "epochs" else "steps"
+        fields: dict[str, Any] = {f.config: f.to_config(widget_value(getattr(self, f.widget))) for f in PANEL_FIELDS
+                                  if f.config and f.model in ("", self.model_kind)}
         return TrainConfig(
             data=data,
-            image_size=None if self._text else (self.image_size.value() or None),
-            seq_len=(self.seq_len.value() or None) if self._text else None,
-            batch_size=self.batch_size.value(),
             optimizer=self._c.optimizer,
-            lr=_float(self.lr.text(), "learning rate", "1e-3"),
-            weight_decay=_float(self.wd.text(), "weight decay", "0.01"),
-            steps=steps,
-            epochs=epochs,
-            device=self.device_box.currentData(),
-            amp=self.amp_box.currentData(),
-            channels_last=self.channels_last.isChecked() and not self._text,
-            scheduler=self.schedule_box.currentData(),
+            **(fields | {length: self.length.value()}),
             **self.options.config_fields(),
         ).validate()
+
+    @property
+    def model_kind(self) -> str:
+        """``"text"`` for a model that takes token ids, else ``"image"`` (which fields apply)."""
+        return "text" if self._text else "image"
+
+    def step_setup(self) -> StepSetup:
+        """What the next run's step memory depends on: device, batch, input size, precision, tokens.
+
+        Returns:
+            The setup as the panel is set now (valid even while other fields are not).
+        """
+        return StepSetup(
+            device=str(self.device_box.currentData()), batch_size=self.batch_size.value(),
+            image_size=None if self._text else (self.image_size.value() or None), amp=str(self.amp_box.currentData()),
+            tokens=self.tokens(),
+        )
 
     # ------------------------------------------------------------ options
     def set_options(self, options: TrainingOptions) -> None:
@@ -676,6 +617,14 @@ class TrainingPanel(QWidget):
         if text:
             self._show_sequence(model)
         self._data_changed()
+
+    def tokens(self) -> int | None:
+        """Tokens per sample the next run feeds the loaded text model (the Tokens control, or the chosen data's
+        default, capped at the model's positions), whether or not the data's file is chosen yet; None for other models."""
+        from workbench.core.training.data import run_seq_len
+
+        data = "synthetic" if self.data_box.currentData() == "synthetic" else "text:"
+        return run_seq_len(self._c.model, self.seq_len.value() or None, data) if self._text else None
 
     def _show_sequence(self, model: Any) -> None:
         from workbench.core.training.data import SYNTHETIC_SEQ_LEN, model_positions, run_seq_len
