@@ -1,12 +1,13 @@
-"""Legends and titles fit their plots: a legend too wide for its cell (three narrow columns
-on a 1280-px screen) is hidden instead of running past the plot's edge (View ▸ Legends still
-rules); a title too long for it is cut with "…" and whole in its tooltip."""
+"""Legends and titles fit their plots: a legend sits in its plot's title row, outside the data,
+with the entries that fit beside the title (none fit: hidden; View ▸ Legends still rules); a
+title too long for its plot is cut with "…" and whole in its tooltip."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from tests.timeouts import GUI_EVENT_S, ms
+from workbench.gui.training.plot_legends import GAP_PX
 from workbench.gui.training.plots import PlotsPanel
 from workbench.gui.training.run_store import RunRecord
 
@@ -28,27 +29,39 @@ def _resize(qtbot: Any, panel: PlotsPanel, width: int) -> None:
     panel._canvas_resized()
 
 
-def test_a_legend_wider_than_its_plot_is_hidden_and_returns_when_there_is_room(qtbot: Any, shown_plots: Any) -> None:
+def _room(panel: PlotsPanel, key: str) -> float:
+    label = panel.plots[key].titleLabel
+    return label.geometry().width() - label.item.boundingRect().width() - GAP_PX
+
+
+def test_legends_sit_in_the_title_row_outside_the_data_with_the_entries_that_fit(qtbot: Any, shown_plots: Any) -> None:
     panel = _panel(shown_plots)
     memory, step = panel.legends["memory"], panel.legends["step_time"]
+    assert step.names() == ["#1 test"] and not step.shown()  # one run: its line needs no name
+    assert memory.names() == ["RSS growth", "peak tensor bytes", "grads + optimizer state"]
     _resize(qtbot, panel, 700)
     assert panel.columns == 3
-    room = panel.graphics.ci.layout.columnMinimumWidth(0) - panel.plots["memory"].getAxis("left").width()
-    assert memory.boundingRect().width() > room - 8 and not memory.isVisible()  # four series' names
-    assert step.isVisible()  # "#1 test" and "raw" fit
-    _resize(qtbot, panel, 1100)
-    assert panel.columns == 3 and memory.isVisible() and step.isVisible()
+    qtbot.wait(50)
+    assert not memory.shown() and _room(panel, "memory") < memory.width()  # not even one entry fits
+    _resize(qtbot, panel, 1400)
+    qtbot.waitUntil(lambda: memory.shown(), timeout=ms(GUI_EVENT_S))
+    vb = panel.plots["memory"].vb.sceneBoundingRect()  # in the title row: the data area stays the curves'
+    assert memory.item.sceneBoundingRect().bottom() <= vb.top() + 1
+    assert memory.item.sceneBoundingRect().right() <= panel.plots["memory"].sceneBoundingRect().right()
+    assert memory.width() <= _room(panel, "memory")
+    assert "grads + optimizer state" in memory.item.toolTip()  # every name, whatever the row shows
+    assert not panel.legends["loss"].shown()  # one curve (no validation): no legend
 
 
 def test_view_legends_off_hides_every_legend_whatever_the_room(qtbot: Any, shown_plots: Any) -> None:
     panel = _panel(shown_plots)
-    _resize(qtbot, panel, 1100)
+    _resize(qtbot, panel, 1400)
     panel.set_legends_shown(False)
-    assert not any(legend.isVisible() for legend in panel.legends.values())
-    _resize(qtbot, panel, 1200)
-    assert not any(legend.isVisible() for legend in panel.legends.values())
+    assert not any(legend.shown() for legend in panel.legends.values())
+    _resize(qtbot, panel, 1300)
+    assert not any(legend.shown() for legend in panel.legends.values())
     panel.set_legends_shown(True)
-    assert panel.legends["memory"].isVisible() and panel.legends["step_time"].isVisible()
+    assert panel.legends["memory"].shown()
 
 
 def test_a_long_title_is_cut_with_an_ellipsis_and_whole_in_its_tooltip(qtbot: Any, shown_plots: Any) -> None:

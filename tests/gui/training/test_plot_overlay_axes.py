@@ -46,6 +46,12 @@ def test_the_learning_rate_plot_has_y_tick_labels(qtbot: Any, shown_plots: Any) 
     values = [float(t) for t in labels]
     lo, hi = panel.y_range("lr")
     assert all(lo <= v <= hi for v in values)
+    # a constant lr: a narrow range whose labels still differ (9.9e-4, 1e-3, 1.01e-3)
+    constant = [dict(m, lr=[1e-3], lr_scales=[1.0]) for m in _records(40, 1e-3, 1000)]
+    panel.show_record(RunRecord(id="c", name="#2 c", status="completed"), constant)
+    qtbot.wait(20)
+    labels = _tick_labels(panel, "lr")
+    assert len(labels) >= 2 and len(set(labels)) == len(labels), labels
 
 
 def test_a_compared_run_draws_its_learning_rate_and_the_plot_keeps_its_ticks(qtbot: Any, shown_plots: Any) -> None:

@@ -53,8 +53,6 @@ def test_every_row_is_a_plot_and_every_curve_a_series_column() -> None:
     assert spec_of(PLOTS, "loss").robust and not spec_of(PLOTS, "trainable").robust
     with pytest.raises(KeyError, match="no plot 'nope'"):
         spec_of(PLOTS, "nope")
-    with pytest.raises(ValueError, match="legend corner"):
-        PlotSpec("x", "X", "X", legend="middle")
 
 
 @pytest.mark.usefixtures("with_data_plot")

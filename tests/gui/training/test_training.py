@@ -326,7 +326,7 @@ def test_runs_persist_compare_and_overlay(window: MainWindow, qtbot: Any, runs_d
     assert set(t.plots.overlays) == {full.id}
     x, y = t.plots.overlays[full.id].curves["step_ms_ema"].getData()
     assert len(x) == 4
-    legend = [label.text for _item, label in t.plots.legends["step_time"].items]
+    legend = t.plots.legends["step_time"].names()
     assert "#1 resnet18" in legend
     # use a run's plan
     t.runs_panel.select([full])

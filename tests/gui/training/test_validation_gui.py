@@ -110,9 +110,9 @@ def test_a_run_with_validation_and_lr_groups_reaches_the_plots_runs_tab_and_summ
     for scale, curve in plots.lr_curves.items():
         lx, ly = curve.getData()
         assert len(lx) == 6 and math.isclose(ly[-1] / plots.lr_curves[1.0].getData()[1][-1], scale)
-    lr_legend = [label.text for _item, label in plots.legends["lr"].items]
+    lr_legend = plots.legends["lr"].names()
     assert lr_legend == ["base ×1", "×0.1 layer4"]
-    assert [label.text for _item, label in plots.legends["loss"].items] == ["training (EMA)", "validation"]
+    assert plots.legends["loss"].names() == ["training (EMA)", "validation"]
     text = plots.readout_text()
     assert "val loss" in text and "acc" in text and "2 groups ×0.1–1" in text
     v = val_run.validation()

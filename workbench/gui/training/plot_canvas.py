@@ -4,6 +4,7 @@ an axis whose tick labels keep to three significant digits."""
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -17,30 +18,42 @@ from workbench.gui.training.plot_style import clip_label, pen
 __all__ = ["ShortTicks", "TimedGraphics", "crosshair_line", "make_plot", "short_number"]
 
 
-def short_number(v: float) -> str:
-    """A tick label of at most about six characters: ``0``, ``0.03``, ``5e-4``, ``1.5e-5``, ``2e6``.
+def short_number(v: float, decimals: int = 1) -> str:
+    """A short tick label: ``0``, ``0.03``, ``5e-4``, ``1.5e-5``, ``2e6``.
 
     Args:
         v: the value.
+        decimals: most decimals of an exponent form's mantissa.
 
     Returns:
-        The text (three significant digits at most; an exponent without its zeros below 0.01
-        and from 10 000).
+        The text (three significant digits at most from 0.01 up to 10 000, else an exponent
+        without its zeros).
     """
     if v == 0:
         return "0"
     if 1e-2 <= abs(v) < 1e4:
         return f"{v:.3g}"
-    mantissa, _, exponent = f"{v:.1e}".partition("e")
-    return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+    mantissa, _, exponent = f"{v:.{decimals}e}".partition("e")
+    if "." in mantissa:
+        mantissa = mantissa.rstrip("0").rstrip(".")
+    return f"{mantissa}e{int(exponent)}"
 
 
 class ShortTicks(pg.AxisItem):
-    """An axis whose tick labels are short (:func:`short_number`: ``5e-4``, ``0.003``): the
-    learning rate's ticks fit the axis's width (pyqtgraph leaves out a label wider than its axis)."""
+    """An axis whose tick labels are short (:func:`short_number`: ``5e-4``, ``0.003``), with the
+    decimals their spacing needs (``9.9e-4``, ``1.01e-3``): the learning rate's ticks fit the axis's width (pyqtgraph
+    leaves out a label wider than its axis)."""
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
-        return [short_number(v * scale) for v in values]
+        step = math.floor(math.log10(abs(spacing * scale))) if spacing * scale else 0
+        return [short_number(v * scale, _decimals(v * scale, step)) for v in values]
+
+
+def _decimals(v: float, step: int) -> int:
+    """The mantissa decimals that tell ``v`` from its neighbours ``10**step`` apart (1 to 3)."""
+    if v == 0:
+        return 1
+    return min(3, max(1, math.floor(math.log10(abs(v))) - step))
 
 
 class TimedGraphics(pg.GraphicsLayoutWidget):
@@ -78,8 +91,9 @@ class TimedGraphics(pg.GraphicsLayoutWidget):
 
 
 def make_plot(spec: PlotSpec, link: pg.PlotItem | None = None) -> pg.PlotItem:
-    """The plot of one row: clipped to its view and downsampled (peak mode), a faint grid, no
-    menu or buttons, a fixed axis width, axes repainted from a pixmap unless their ticks changed.
+    """The plot of one row: its title on the left, clipped to its view and downsampled (peak
+    mode), a faint grid, no menu or buttons, a fixed axis width, axes repainted from a pixmap
+    unless their ticks changed.
 
     Args:
         spec: the row (``short_ticks`` chooses the y axis).
@@ -89,6 +103,7 @@ def make_plot(spec: PlotSpec, link: pg.PlotItem | None = None) -> pg.PlotItem:
         The plot.
     """
     p = pg.PlotItem(axisItems={"left": ShortTicks("left")} if spec.short_ticks else None)
+    p.titleLabel.opts["justify"] = "left"  # the legend goes right of it (plot_legends)
     clip_label(p.titleLabel)
     p.setClipToView(True)
     p.setDownsampling(auto=True, mode="peak")

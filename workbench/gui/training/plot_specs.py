@@ -2,7 +2,7 @@
 
 A row says everything the view knows of one plot: its title (and what it measures, in the
 title's tooltip), the series columns it draws as :class:`CurveSpec` (colour, dash, legend name,
-whether overlaid runs draw it too), where its legend goes, whether its y range leaves
+whether overlaid runs draw it too), whether it has a legend, whether its y range leaves
 outliers out, whether it belongs to the default set of a narrow panel, and its line of the
 read-out. :class:`~workbench.gui.training.plots.PlotsPanel`, its toolbar, grid, axes and
 read-out iterate :data:`PLOTS`; nothing else names a plot.
@@ -23,15 +23,13 @@ from workbench.core.training.metrics import fmt_memory
 from workbench.core.training.task_metrics import metric_label
 
 __all__ = [
-    "LEGEND_CORNERS", "PLOTS", "VAL_COLOR", "CurveSpec", "PlotContext", "PlotSpec", "ReadoutRow", "fmt_value",
+    "PLOTS", "VAL_COLOR", "CurveSpec", "PlotContext", "PlotSpec", "ReadoutRow", "fmt_value",
     "plot_of_column", "spec_of",
 ]
 
 #: The shown run's validation colour (its training loss is red).
 VAL_COLOR = (31, 119, 180)
 _BLUE, _RED, _GREEN, _PURPLE, _GREY = VAL_COLOR, (214, 39, 40), (44, 160, 44), (148, 103, 189), (120, 120, 120)
-#: Where a legend sits: the corner of the data area (pyqtgraph's legend offset for it).
-LEGEND_CORNERS: dict[str, tuple[int, int]] = {"bottom-left": (4, -4), "top-right": (-4, 4)}
 
 
 @dataclass(frozen=True)
@@ -121,8 +119,8 @@ class PlotSpec:
         menu: its name in View ▸ Plots.
         curves: the series it draws.
         tip: what it measures, in its title's tooltip (a text or a function of the context).
-        legend: the corner of its legend (:data:`LEGEND_CORNERS`), or ``""`` for none; a legend
-            of one entry is not shown (one curve needs no name).
+        legend: it has a legend (in its title row, outside the data:
+            :mod:`~workbench.gui.training.plot_legends`); a legend of one entry is not shown.
         legend_overlays: overlaid runs are named in its legend.
         robust: "Ignore Outliers" leaves outliers out of its y range.
         compact: in the default set of a narrow panel.
@@ -142,7 +140,7 @@ class PlotSpec:
     menu: str
     curves: tuple[CurveSpec, ...] = ()
     tip: str | Callable[[PlotContext], str] = ""
-    legend: str = ""
+    legend: bool = False
     legend_overlays: bool = False
     robust: bool = False
     compact: bool = False
@@ -155,8 +153,6 @@ class PlotSpec:
     columns: tuple[str, ...] = field(init=False, default=())
 
     def __post_init__(self) -> None:
-        if self.legend and self.legend not in LEGEND_CORNERS:
-            raise ValueError(f"plot {self.key!r}: legend corner {self.legend!r} is not one of {sorted(LEGEND_CORNERS)}")
         object.__setattr__(self, "columns", tuple(c.column for c in self.curves))
 
     def title_in(self, ctx: PlotContext) -> str:
@@ -192,7 +188,7 @@ def _memory_names(kind: str) -> tuple[str, str, str]:
     return {
         "cuda": ("allocated", "peak allocated", "reserved"),
         "mps": ("allocated", "peak", "driver"),
-    }.get(kind, ("RSS growth", "peak RSS growth", "reserved"))
+    }.get(kind, ("RSS growth", "peak tensor bytes", "reserved"))
 
 
 def _memory_tip(ctx: PlotContext) -> str:
@@ -202,7 +198,9 @@ def _memory_tip(ctx: PlotContext) -> str:
     if ctx.memory_kind in ("cuda", "mps"):
         return "Memory the framework allocated on the device (peak: the highest since the run began)"
     return ("RSS growth: the process's resident memory since the run began, after memory freed by "
-            "earlier runs was handed back (every allocation counts, not only tensors)")
+            "earlier runs was handed back (every allocation counts, not only tensors). Peak tensor bytes: "
+            "the most bytes of live tensors during a step (weights, gradients, optimizer state, activations), "
+            "the run's peak memory")
 
 
 def _accuracy_title(ctx: PlotContext) -> str:
@@ -217,7 +215,7 @@ def _step_readout(r: ReadoutRow) -> str:
 
 def _memory_readout(r: ReadoutRow) -> str:
     row = r.row
-    alloc, peak = ("allocated", "peak") if r.memory_kind in ("cuda", "mps") else ("RSS growth", "peak")
+    alloc, peak = ("allocated", "peak") if r.memory_kind in ("cuda", "mps") else ("RSS growth", "peak tensors")
     reserved = row["mem_reserved"]
     return (f"{alloc} {_mb(row['mem_alloc'])} · {peak} {_mb(row['mem_peak'])}"
             + (f" · reserved {fmt_value(reserved, ',.0f')} MB" if not math.isnan(reserved) else "")
@@ -256,11 +254,10 @@ def _overlay_validation(_row: Mapping[str, float], buffer: Any, x_mode: str, x: 
 PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec(
         "step_time", "Step time (ms)", "Step time (ms)",
-        (CurveSpec("step_ms", _BLUE, 1, alpha=90, name="raw"),
+        (CurveSpec("step_ms", _BLUE, 1, alpha=90),  # the faint line under the average: named by the read-out
          CurveSpec("step_ms_ema", _BLUE, 2, name=lambda ctx: ctx.run_name or "this run (EMA)", antialias=True,
                    overlay=True)),
-        legend="bottom-left",  # before a freeze, step time is high there
-        legend_overlays=True, robust=True, compact=True, readout=_step_readout,
+        legend=True, legend_overlays=True, robust=True, compact=True, readout=_step_readout,
         overlay_readout=lambda row, _b, _m, _x: f"{fmt_value(row['step_ms_ema'], '.1f')} ms",
     ),
     PlotSpec(
@@ -271,7 +268,7 @@ PLOTS: tuple[PlotSpec, ...] = (
          CurveSpec("mem_peak", _RED, 1.5, "dash", name=lambda ctx: _memory_names(ctx.memory_kind)[1]),
          CurveSpec("mem_reserved", _GREY, 1.5, "dot", name=lambda ctx: _memory_names(ctx.memory_kind)[2], optional=True),
          CurveSpec("state_mb", _GREEN, 1.5, "dashdot", name="grads + optimizer state", optional=True, overlay=True)),
-        tip=_memory_tip, legend="bottom-left", robust=True, compact=True, readout=_memory_readout,
+        tip=_memory_tip, legend=True, robust=True, compact=True, readout=_memory_readout,
         overlay_readout=lambda row, _b, _m, _x: f"{fmt_value(row['mem_alloc'], ',.0f')} MB",
     ),
     PlotSpec(
@@ -290,8 +287,7 @@ PLOTS: tuple[PlotSpec, ...] = (
         (CurveSpec("loss", _RED, 1, alpha=90),
          CurveSpec("loss_ema", _RED, 2, name="training (EMA)", antialias=True, overlay=True),
          CurveSpec("val_loss", VAL_COLOR, 2, name="validation", antialias=True, sparse=True, overlay=True)),
-        legend="top-right",  # loss falls
-        robust=True, compact=True,
+        legend=True, robust=True, compact=True,
         readout=lambda r: f"loss {fmt_value(r.row['loss'], '.4f')} (EMA {fmt_value(r.row['loss_ema'], '.4f')})",
         overlay_readout=lambda row, _b, _m, _x: f"loss {fmt_value(row['loss_ema'], '.3f')}",
     ),
@@ -302,8 +298,7 @@ PLOTS: tuple[PlotSpec, ...] = (
     ),
     PlotSpec(
         "lr", "Learning rate", "Learning rate",
-        legend="top-right",  # the lr of most schedules falls
-        lr_groups=True, short_ticks=True, readout=_lr_readout,
+        legend=True, lr_groups=True, short_ticks=True, readout=_lr_readout,
     ),
 )
 

@@ -1,5 +1,6 @@
 """Live training plots (pyqtgraph): step time, memory, trainable parameters, loss, throughput,
-validation accuracy and the learning rate of each param group.
+validation accuracy and the learning rate of each param group, one per row of
+:data:`~workbench.gui.training.plot_specs.PLOTS` (the panel iterates the rows; no plot is named here).
 
 The panel keeps the run it shows in a :class:`~workbench.gui.training.series.SeriesBuffer` (a ring
 buffer of numpy columns). Metric batches only append to the buffer; a ``QTimer`` (up to
@@ -13,7 +14,7 @@ painted once, so a redraw costs a few milliseconds however long the run.
 Markers: each plan change and stage the engine reports (``StepMetrics.events``) becomes a
 vertical line labelled with the change on every plot; stages of the plan that are not
 reached yet show as dashed lines. Selected runs of the runs table are overlaid (dashed, one
-colour per run, named in the legends). Moving the mouse over a plot shows a crosshair on
+colour per run, their learning rate too, named in the legends, which sit in the title rows). Moving the mouse over a plot shows a crosshair on
 every plot and the values of the shown run at that step in the read-out cell.
 
 Validation: the validation loss is drawn on the loss plot (blue, a dot at each step that
@@ -45,6 +46,7 @@ from workbench.gui.training import plot_grid, plot_specs
 from workbench.gui.training.plot_axes import PlotAxes
 from workbench.gui.training.plot_bands import PauseBands
 from workbench.gui.training.plot_canvas import TimedGraphics, crosshair_line, make_plot
+from workbench.gui.training.plot_legends import TitleLegend
 from workbench.gui.training.plot_markers import STAGE_RE, Marker, MarkerLayer, marker_text
 from workbench.gui.training.plot_ranges import (
     coarse_range,
@@ -59,7 +61,7 @@ from workbench.gui.training.plot_readout import (
     save_plots_png,
     shown_run_curves,
 )
-from workbench.gui.training.plot_specs import LEGEND_CORNERS, PlotContext, PlotSpec, plot_of_column
+from workbench.gui.training.plot_specs import PlotContext, PlotSpec, plot_of_column
 from workbench.gui.training.plot_style import clip_label, is_dark, plot_theme, run_color
 from workbench.gui.training.plot_toolbar import PlotsToolbar
 from workbench.gui.training.run_store import RunRecord, validation_text
@@ -103,7 +105,7 @@ class PlotsPanel(QWidget):
         plots: ``{key: PlotItem}``, one per row.
         curves: ``{column: PlotDataItem}`` of the shown run.
         lr_curves: ``{lr_scale: PlotDataItem}`` of the shown run (the row with ``lr_groups``).
-        legends: ``{key: LegendItem}`` of the rows with a legend.
+        legends: ``{key: TitleLegend}`` of the rows with a legend (in the title row, outside the data).
         axes: the plots' ranges (:class:`~workbench.gui.training.plot_axes.PlotAxes`).
         markers: the markers shown (plan changes, stages).
         redraws: how many redraws actually drew (for tests and benchmarks).
@@ -177,6 +179,7 @@ class PlotsPanel(QWidget):
             p.vb.sigResized.connect(lambda *_a: self._relayout_markers_soon())  # labels flip and elide to fit
             self._vlines[key] = crosshair_line(p)
         self.axes = PlotAxes(self.plots, [s.key for s in self.specs if s.robust])
+        self.legends: dict[str, TitleLegend] = {s.key: TitleLegend(self.plots[s.key]) for s in self.specs if s.legend}
         self._markers = MarkerLayer(self.plots, self._marker_font)
         self._bands = PauseBands(self.plots)
         self.shown_keys: list[str] = [s.key for s in self.specs]
@@ -193,10 +196,6 @@ class PlotsPanel(QWidget):
         self.enlarged: str | None = None
         self._layout: tuple[Any, ...] = ()
         self.columns = plot_grid.place(self.graphics.ci.layout, self.plots, self.readout, self.shown_keys, 600, 0, None)
-        self.legends: dict[str, pg.LegendItem] = {
-            s.key: self.plots[s.key].addLegend(offset=LEGEND_CORNERS[s.legend], labelTextSize="8pt", verSpacing=-6)
-            for s in self.specs if s.legend
-        }
         self.lr_curves: dict[float, pg.PlotDataItem] = {}
 
         self.curves: dict[str, pg.PlotDataItem] = shown_run_curves(self.plots, self.specs, self._context())
@@ -484,6 +483,8 @@ class PlotsPanel(QWidget):
         if force or shown != label.text:
             self.plots[key].setTitle(shown, size="9pt", color=self._theme["title"])
             self.plots[key].layout.setRowFixedHeight(0, TITLE_ROW_PX)  # pyqtgraph's 30 px: a 9-pt line needs less
+            if key in self.legends:  # beside the title, where it fits
+                self.legends[key].place()
         tip = [full] if shown != full else []
         label.setToolTip("\n".join(tip + ([self._title_tips[key]] if self._title_tips.get(key) else [])))
 
@@ -500,9 +501,6 @@ class PlotsPanel(QWidget):
                 p.getAxis(ax).setTextPen(t["text"])
                 p.getAxis(ax).setPen(t["axis"])
             self._set_plot_title(key, self._titles[key])
-        for legend in self.legends.values():
-            legend.setBrush(pg.mkBrush(*t["legend"]))
-            legend.setLabelTextColor(t["text"])
         self.readout.opts["color"] = t["readout"]
         self._rebuild_legends()
         self._update_readout(self._crosshair_x)
@@ -523,7 +521,6 @@ class PlotsPanel(QWidget):
         once it has them), the learning-rate groups and, where the row says so, the overlaid
         runs; a legend of one entry stays empty (one curve needs no name)."""
         for key, legend in self.legends.items():
-            legend.clear()
             spec = next(s for s in self.specs if s.key == key)
             entries: list[tuple[pg.PlotDataItem, str]] = []
             for c in spec.curves:
@@ -538,19 +535,14 @@ class PlotsPanel(QWidget):
                     item = next((ov.curves[c.column] for c in spec.curves if c.column in ov.curves), None)
                     if item is not None:
                         entries.append((item, ov.record.name))
-            if len(entries) > 1:
-                for item, name in entries:
-                    legend.addItem(item, name)
+            legend.set_entries([(name, item) for item, name in entries], self._theme["text"])
         self._fit_legends()
 
     def _fit_legends(self) -> None:
-        """A legend shows while legends are on (View ▸ Legends) and it fits across its plot's data
-        area. In a narrow cell (three columns on a 1280-px screen) a long one would run past the
-        plot's edge, clipped, over the curves; the read-out below names the same series."""
-        width = self.graphics.ci.layout.columnMinimumWidth(0) if self.columns else 0.0
-        for key, legend in self.legends.items():
-            room = width - self.plots[key].getAxis("left").width() - 8
-            legend.setVisible(self.legends_shown and (width <= 0 or legend.boundingRect().width() <= room))
+        """A legend shows while legends are on (View ▸ Legends) and it fits beside its plot's title."""
+        for legend in self.legends.values():
+            legend.wanted = self.legends_shown
+            legend.place()
 
     # ------------------------------------------------------------ drawing
     def _xy(self, buffer: SeriesBuffer, column: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
