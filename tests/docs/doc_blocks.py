@@ -8,6 +8,9 @@ fence; several may stack. The syntax is described in docs/README.md ("How docs a
     <!-- docs-test: replace "OLD" "NEW" -->    run the block with OLD replaced by NEW (sizes)
     <!-- docs-test: expect "TEXT" -->          the block's output (stdout + stderr) contains TEXT
     <!-- docs-test: continue -->               python: same interpreter as the python block before
+    <!-- docs-test: part NAME -->              this block starts part NAME of the document: a test
+                                               of its own, in a folder of its own, that can run
+                                               beside the document's other parts
     <!-- docs-test: setup                      code run first, hidden (same language as the block)
     ...
     -->
@@ -27,7 +30,8 @@ from pathlib import Path
 LANGUAGES = ("bash", "python")
 _FENCE = re.compile(r"^( {0,3})(`{3,}|~{3,})\s*([\w+-]*)")
 _OPEN = "<!-- docs-test:"
-_KINDS = ("skip", "env", "replace", "expect", "continue", "setup", "check")
+_KINDS = ("skip", "env", "replace", "expect", "continue", "part", "setup", "check")
+_PART_NAME = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
 class DirectiveError(ValueError):
@@ -48,6 +52,8 @@ class Block:
         replace: (old, new) pairs applied to ``code`` before it runs.
         expect: texts the output must contain.
         cont: a python block that runs in the interpreter of the python block before it.
+        part: the name of the document part this block starts, or None (it belongs to the
+            part of the block before it; the first part's name is "").
         setup: hidden code run before the block.
         check: hidden code run after the block.
     """
@@ -61,6 +67,7 @@ class Block:
     replace: list[tuple[str, str]] = field(default_factory=list)
     expect: list[str] = field(default_factory=list)
     cont: bool = False
+    part: str | None = None
     setup: str = ""
     check: str = ""
 
@@ -116,6 +123,10 @@ def _apply(block: Block, kind: str, arg: str, body: str, where: str) -> None:
             block.expect.append(words[0])
     elif kind == "continue":
         block.cont = True
+    elif kind == "part":
+        if not _PART_NAME.fullmatch(arg):
+            raise DirectiveError(f"{where}: part takes one name of lower-case letters, digits and '-', got {arg!r}")
+        block.part = arg
     elif kind == "setup":
         block.setup += body
     elif kind == "check":
@@ -161,6 +172,8 @@ def read_blocks(doc: Path) -> list[Block]:
             pending = []
             if block.cont and lang != "python":
                 raise DirectiveError(f"{where}: continue is for python blocks")
+            if block.part is not None and (block.cont or block.part in {b.part for b in blocks}):
+                raise DirectiveError(f"{where}: part {block.part!r} is named twice, or on a continued block")
             blocks.append(block)
             i += 1
             continue
@@ -197,3 +210,24 @@ def read_blocks(doc: Path) -> list[Block]:
     if pending:
         raise DirectiveError(f"{pending[0][3]}: docs-test directive not followed by a code fence")
     return blocks
+
+
+def parts(blocks: list[Block]) -> dict[str, list[Block]]:
+    """The document's blocks by part, in order: "" for the blocks before the first ``part``.
+
+    Args:
+        blocks: a document's blocks, as :func:`read_blocks` returns them.
+
+    Returns:
+        Part name -> its blocks (the first part only when it has runnable blocks or is the only one).
+    """
+    out: dict[str, list[Block]] = {"": []}
+    current = ""
+    for b in blocks:
+        if b.part is not None:
+            current = b.part
+            out[current] = []
+        out[current].append(b)
+    if len(out) > 1 and not any(b.runnable for b in out[""]):
+        del out[""]
+    return out

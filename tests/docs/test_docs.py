@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.docs.doc_blocks import Block, read_blocks
+from tests.docs.doc_blocks import Block, DirectiveError, parts, read_blocks
 from tests.preload import preloaded
 from tests.timeouts import DOC_BLOCK_S
 
@@ -40,6 +40,22 @@ README_TEST_COMMAND = ".venv/bin/python -m pytest -n auto"
 
 def _blocks(doc: Path) -> list[Block]:
     return [b for b in read_blocks(doc) if b.lang in ("bash", "python")]
+
+
+def _part_names(doc: Path) -> list[str]:
+    try:
+        return list(parts(_blocks(doc)))
+    except DirectiveError:
+        return [""]  # the document's test reports it
+
+
+#: (document, part): one test each; a document without ``part`` directives is one part, ""
+DOC_PARTS = [(d, p) for d in DOCS for p in _part_names(d)]
+
+
+def _part_id(doc: Path, part: str) -> str:
+    rel = doc.relative_to(ROOT).as_posix()
+    return f"{rel}#{part}" if part else rel
 
 
 def _env(folder: Path, block: Block) -> dict[str, str]:
@@ -108,10 +124,10 @@ def _groups(blocks: list[Block]) -> list[list[Block]]:
     return groups
 
 
-def _run_doc(doc: Path, folder: Path) -> list[str]:
-    """Run a document's blocks in order in ``folder``; the time each took, one line per group."""
+def _run_doc(doc: Path, part: str, folder: Path) -> list[str]:
+    """Run the blocks of a document's part in order in ``folder``; the time each took, one line per group."""
     times: list[str] = []
-    for group in _groups(_blocks(doc)):
+    for group in _groups(parts(_blocks(doc))[part]):
         code = "".join(b.setup + b.code_to_run() + b.check for b in group)
         start = time.perf_counter()
         out = _run(group[0], code, folder)
@@ -123,34 +139,38 @@ def _run_doc(doc: Path, folder: Path) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def doc_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[Path], Future]]:
-    """A document's run, by document. In one process every selected document starts at once,
-    ``DOCS_TEST_WORKERS`` (default: the CPU count, at most 4) at a time: documents are
+def doc_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[Path, str], Future]]:
+    """A document part's run, by (document, part). In one process every selected part starts at
+    once, ``DOCS_TEST_WORKERS`` (default: the CPU count, at most 4) at a time: parts are
     independent (a folder each), the blocks of one run in order. Under pytest-xdist the workers
-    share the documents out, so each runs a document only when its test asks for it (starting
-    them all would run every document once per worker)."""
+    share the parts out, so each runs a part only when its test asks for it (starting them all
+    would run every part once per worker)."""
     spread = "PYTEST_XDIST_WORKER" in os.environ
     wanted = [] if spread else [
-        d for d in DOCS if any(f"test_doc_blocks_run[{d.relative_to(ROOT).as_posix()}]" in i.nodeid
-                               for i in request.session.items)
+        (d, p) for d, p in DOC_PARTS
+        if any(f"test_doc_blocks_run[{_part_id(d, p)}]" in i.nodeid for i in request.session.items)
     ]
     workers = 1 if spread else int(os.environ.get("DOCS_TEST_WORKERS") or min(4, os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        futures = {d: pool.submit(_run_doc, d, tmp_path_factory.mktemp(d.stem)) for d in wanted}
 
-        def run(doc: Path) -> Future:
-            if doc not in futures:
-                futures[doc] = pool.submit(_run_doc, doc, tmp_path_factory.mktemp(doc.stem))
-            return futures[doc]
+        def start(doc: Path, part: str) -> Future:
+            return pool.submit(_run_doc, doc, part, tmp_path_factory.mktemp(f"{doc.stem}-{part}" if part else doc.stem))
+
+        futures = {(d, p): start(d, p) for d, p in wanted}
+
+        def run(doc: Path, part: str) -> Future:
+            if (doc, part) not in futures:
+                futures[(doc, part)] = start(doc, part)
+            return futures[(doc, part)]
 
         yield run
         for f in futures.values():
             f.cancel()
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=[d.relative_to(ROOT).as_posix() for d in DOCS])
-def test_doc_blocks_run(doc: Path, doc_runs: Callable[[Path], Future]) -> None:
-    for line in doc_runs(doc).result():  # a failed block raises here, in the test of its document
+@pytest.mark.parametrize(("doc", "part"), DOC_PARTS, ids=[_part_id(d, p) for d, p in DOC_PARTS])
+def test_doc_blocks_run(doc: Path, part: str, doc_runs: Callable[[Path, str], Future]) -> None:
+    for line in doc_runs(doc, part).result():  # a failed block raises here, in the test of its part
         print(line)
 
 
@@ -173,8 +193,6 @@ def test_ci_runs_the_readme_test_command() -> None:
 
 
 def test_a_directive_that_matches_nothing_is_an_error(tmp_path: Path) -> None:
-    from tests.docs.doc_blocks import DirectiveError
-
     bad = tmp_path / "bad.md"
     bad.write_text('<!-- docs-test: skip no fence follows -->\ntext\n', encoding="utf-8")
     with pytest.raises(DirectiveError, match="not followed by a code fence"):
@@ -196,11 +214,32 @@ def test_directives_are_read(tmp_path: Path) -> None:
         "<!-- docs-test: setup\nimport os\n-->\n"
         "```python\nprint('--steps 1000')\n```\n\n"
         "<!-- docs-test: skip needs a GPU here -->\n```bash\nnvidia-smi\n```\n"
-        "<!-- docs-test: continue -->\n```python\nx = 1\n```\n",
+        "<!-- docs-test: continue -->\n```python\nx = 1\n```\n"
+        "<!-- docs-test: part second-half -->\n```bash\ntrue\n```\n```python\npass\n```\n",
         encoding="utf-8",
     )
-    first, second, third = read_blocks(doc)
+    first, second, third, fourth, fifth = read_blocks(doc)
     assert first.env == {"A": "1", "B": "x y"} and first.expect == ["done"] and first.setup == "import os\n"
     assert first.code_to_run() == "print('--steps 2')\n"
     assert second.skip == "needs a GPU here" and not second.runnable
     assert third.cont and third.runnable
+    assert fourth.part == "second-half" and fifth.part is None
+    assert {k: [b.line for b in v] for k, v in parts([first, second, third, fourth, fifth]).items()} == {
+        "": [first.line, second.line, third.line], "second-half": [fourth.line, fifth.line]}
+
+
+def test_a_part_is_named_once_with_a_plain_name(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.md"
+    bad.write_text("<!-- docs-test: part a -->\n```bash\ntrue\n```\n<!-- docs-test: part a -->\n```bash\ntrue\n```\n",
+                   encoding="utf-8")
+    with pytest.raises(DirectiveError, match="named twice"):
+        read_blocks(bad)
+    bad.write_text('<!-- docs-test: part "Two words" -->\n```bash\ntrue\n```\n', encoding="utf-8")
+    with pytest.raises(DirectiveError, match="part takes one name"):
+        read_blocks(bad)
+
+
+def test_parts_of_a_document_are_tests_of_their_own() -> None:
+    ids = [_part_id(d, p) for d, p in DOC_PARTS]
+    assert len(ids) == len(set(ids))
+    assert {d for d, _ in DOC_PARTS} == set(DOCS)  # every document has a test
