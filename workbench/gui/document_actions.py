@@ -390,7 +390,7 @@ class DocumentActions(_Window):
         state = c.state
         if c.model is None or state is None:
             return "Load a model first"
-        if not any(st.settings.reparam is not None and st.settings.reparam.low_rank is not None for st in state.nodes.values()):
+        if not any(e.reparam is not None and e.reparam.low_rank is not None for e in state.settings_in_use()):
             return 'The plan has no low-rank A+B: give a rule a rank (A+B Settings…, or {"reparam": {"rank": 8}})'
         if c.loaded is not None and c.loaded.meta:
             return "The model is structure only (no weights): load it with its weights to export an adapter"

@@ -18,7 +18,7 @@ from workbench.gui.controller import Controller
 from workbench.gui.plan import edits as plan_edits
 from workbench.gui.plan.partial_dialog import edit_partial
 from workbench.gui.plan.reparam_dialog import edit_reparam
-from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
+from workbench.gui.plan.tree_model import PATH_ROLE, ModuleFilterProxy, ModuleTreeModel
 from workbench.gui.plan.tree_view import ModuleTreeView
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ class PlanActions(_Window):
                 box.setCurrentIndex(i)
         self.view.collapseAll()
         if depth is None or depth < 0:
-            self.view.expandAll()
+            self.view.expand_rows(self.proxy.rows_to_expand())  # a large tree in slices: clicks need not wait
         else:
             self.view.expandToDepth(depth)
 
@@ -99,14 +99,24 @@ class PlanActions(_Window):
         return timer
 
     def apply_filter(self) -> None:
-        """Filter the tree by the filter box's text now (shows every row for an empty text)."""
+        """Filter the tree by the filter box's text now (shows every row for an empty text).
+
+        The matches are expanded top down in slices (the first at once); the current row stays
+        current, and in view, when the filter shows it (clearing the filter keeps the module
+        found in sight)."""
         self._filter_timer().stop()
         text = self.filter_edit.text()
+        current = self.view.currentIndex()
+        path = current.data(PATH_ROLE) if current.isValid() else None
         self.proxy.set_pattern(text)
         if text.strip():
-            self.view.expandAll()
+            self.view.expand_rows(self.proxy.rows_to_expand())
         else:
             self.expand_to_depth(DEFAULT_DEPTH)
+        idx = self.proxy.mapFromSource(self.tree_model.index_of(path)) if path is not None else None
+        if idx is not None and idx.isValid():
+            self.view.setCurrentIndex(idx)
+            self.view.scrollTo(idx)
 
     def select_path(self, path: str) -> None:
         """Select and show the row of a module (clears a filter that hides it).

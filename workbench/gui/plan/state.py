@@ -348,6 +348,16 @@ class PlanState:
             self._effective = self._rows.effective(self.tree)
         return self._effective
 
+    def settings_in_use(self) -> list[Effective]:
+        """The distinct effective settings some module has (one per group of rows, not one per
+        module: asking every module of a 50,000-module tree takes a second).
+
+        Returns:
+            The settings, in no particular order.
+        """
+        effs = self._rows.effectives
+        return [effs[g] for g in np.unique(self._rows.group).tolist()]
+
     @property
     def base(self) -> PlanState | None:
         """The state :attr:`changed` is counted from (None: a full count, or it is gone)."""

@@ -8,23 +8,26 @@ The adapter only translates: rows come from the controller's
 edit (an undo step) through the controller. After each plan change the rows whose look
 may have changed come from the state (the rows an edit reached, or the rows whose subtree
 sums or settings differ between two states, compared as arrays), and one ``dataChanged`` is
-emitted per run of adjacent sibling rows; when most of a large tree changed, one per
-expanded row, spanning its children (collapsed rows are read when they are expanded).
+emitted per run of adjacent sibling rows. When a change reaches rows under many parents (a
+click on the root of a large tree), only the changed rows in view are announced: the view
+says which rows it shows (:meth:`ModuleTreeModel.set_rows_in_view`) and reads every other row
+afresh when it paints it (a view keeps no copy of a row's data). Without that, one range per
+expanded row is announced (collapsed rows are read when they are expanded).
 
 Live columns (gradient norm, update/weight ratio) read the latest
 :class:`~workbench.core.training.module_stats.ModuleStats` given to
 :meth:`ModuleTreeModel.set_module_stats`; updates are applied at most once per
-:data:`LIVE_INTERVAL_MS` and announced with one ``dataChanged`` per expanded parent over the
-live columns only (collapsed rows are read afresh when they are expanded; announcing them
-would make a filter proxy map every collapsed subtree: seconds on a 50,000-module model). The
-view says which rows are expanded (:meth:`ModuleTreeModel.set_expanded_test`) and sets the
-heat colour's range (the values in view).
+:data:`LIVE_INTERVAL_MS` and announced over the live columns only, for the rows in view (or
+one range per expanded parent; announcing collapsed rows would make a filter proxy map every
+collapsed subtree: seconds on a 50,000-module model). The view says which rows are expanded
+(:meth:`ModuleTreeModel.set_expanded_test`) and sets the heat colour's range (the values in
+view).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -47,6 +50,7 @@ from workbench.gui.plan.state import PlanState
 from workbench.gui.plan.tree_columns import COLUMNS, HEADERS, Column, check_value, heat_color, parse_lr
 
 __all__ = [
+    "EXPAND_BLOCK",
     "Column",
     "HEADERS",
     "LIVE_COLUMNS",
@@ -74,6 +78,8 @@ VALUE_ROLE = int(Qt.ItemDataRole.UserRole) + 3
 #: A plan change that touches rows under more parents than this announces the rows in view only.
 ANNOUNCE_ALL_BELOW = 64
 LIVE_COLUMNS: tuple[int, ...] = tuple(i for i, c in enumerate(COLUMNS) if c.live is not None)
+#: The largest subtree (rows) that :meth:`ModuleTreeModel.expand_order` lets a view lay out at once.
+EXPAND_BLOCK = 2000
 #: Minimum milliseconds between two updates of the live columns.
 LIVE_INTERVAL_MS = 1000
 _LIVE_ROLES = [
@@ -106,6 +112,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._has_pending = False
         self._heat: dict[int, tuple[float, float]] = {}  # live column -> log10 range in view
         self._is_expanded: Callable[[str], bool] | None = None
+        self._rows_in_view: Callable[[], Iterable[int]] | None = None
         self._notes: Mapping[str, str] = {}
         self._live_timer = QTimer(self)
         self._live_timer.setSingleShot(True)
@@ -115,6 +122,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._nodes: list[ModuleNode] = []
         self._ids: dict[str, int] = {}
         self._parent: Any = None  # parent row per row (numpy)
+        self._end: Any = None  # one past the last row of each row's subtree (numpy)
         self._search: list[str] | None = None  # "path type" per row, case-folded, for the filter
         self._signed: PlanState | None = None  # the state the signatures are of
         self._bold = QFont()
@@ -132,6 +140,7 @@ class ModuleTreeModel(QAbstractItemModel):
         self._nodes = lay.nodes if lay is not None else []
         self._ids = lay.index if lay is not None else {}
         self._parent = lay.parent if lay is not None else None
+        self._end = lay.end if lay is not None else None
         self._search = None
         self._signed = self._c.state
         self._stats, self._pending_stats, self._has_pending = None, None, False
@@ -158,6 +167,43 @@ class ModuleTreeModel(QAbstractItemModel):
     def rows(self) -> list[ModuleNode]:
         """The rows in pre-order (row ids index it); a new list after each :meth:`reload`."""
         return self._nodes
+
+    def parent_ids(self) -> np.ndarray:
+        """The parent's row id of each row (-1 for the root), by row id."""
+        return self._parent if self._parent is not None else np.zeros(0, dtype=np.int64)
+
+    def expand_order(self, ids: np.ndarray, block: int = EXPAND_BLOCK) -> np.ndarray:
+        """The order to expand rows in so that no single expansion lays out many rows.
+
+        A view lays out a row's children when the row is expanded while shown, and only stores
+        the wish while one of its ancestors is collapsed; laying out a row shifts every row below
+        it. So rows whose subtree is larger than ``block`` come first, top down (each shows
+        its children only), then each subtree of at most ``block`` rows bottom up: its rows
+        are stored cheaply and its top row lays the whole subtree out at once.
+
+        Args:
+            ids: row ids to expand, sorted, closed under ancestors (each row's parent is in
+                it, but for the root).
+            block: the largest subtree laid out at once.
+
+        Returns:
+            The same ids in that order.
+        """
+        ids = np.asarray(ids, dtype=np.int64)
+        if not len(ids) or self._end is None:
+            return ids
+        small = (self._end[ids] - ids) <= block
+        order = [ids[~small]]
+        rows = ids[small].tolist()
+        i = 0
+        while i < len(rows):  # a block: a small row and the ids in its subtree, which follow it
+            end = int(self._end[rows[i]])
+            j = i + 1
+            while j < len(rows) and rows[j] < end:
+                j += 1
+            order.append(np.asarray(rows[i:j][::-1], dtype=np.int64))
+            i = j
+        return np.concatenate(order)
 
     def row_id(self, row: int, parent: Index = _ROOT) -> int | None:
         """The id of the ``row``-th child of ``parent`` (None when there is none)."""
@@ -355,6 +401,44 @@ class ModuleTreeModel(QAbstractItemModel):
         """
         self._is_expanded = is_expanded
 
+    def set_rows_in_view(self, rows_in_view: Callable[[], Iterable[int]] | None) -> None:
+        """Say how to learn which rows the view shows: a change under many parents is then
+        announced for those rows only (the view reads the others when it paints them).
+
+        Args:
+            rows_in_view: ``rows_in_view() -> row ids`` (:meth:`row_id`) of the rows painted
+                now; None: announce every expanded parent's children.
+        """
+        self._rows_in_view = rows_in_view
+
+    def _in_view(self) -> np.ndarray | None:
+        """Ids of the rows in view, sorted (None when no view says)."""
+        if self._rows_in_view is None:
+            return None
+        ids = np.fromiter(self._rows_in_view(), dtype=np.int64)
+        return np.unique(ids[(ids >= 0) & (ids < len(self._nodes))])
+
+    def _announce(self, ids: np.ndarray, first: int, last: int, roles: list[int] | None = None) -> None:
+        """One ``dataChanged`` per run of adjacent sibling rows among ``ids`` (pre-order row ids),
+        over the columns ``first`` to ``last``."""
+        by_parent: dict[int, list[int]] = {}
+        for i, pid in zip(ids.tolist(), self._parent[ids].tolist()):
+            by_parent.setdefault(pid, []).append(0 if pid < 0 else self._nodes[i].row)
+        extra = [] if roles is None else [roles]
+        for pid, rows in by_parent.items():
+            parent = QModelIndex() if pid < 0 else self.createIndex(
+                0 if self._nodes[pid].parent is None else self._nodes[pid].row, 0, pid
+            )
+            rows.sort()
+            start = prev = rows[0]
+            for r in [*rows[1:], None]:
+                if r is not None and r == prev + 1:
+                    prev = r
+                    continue
+                self.dataChanged.emit(self.index(start, first, parent), self.index(prev, last, parent), *extra)
+                if r is not None:
+                    start = prev = r
+
     def _apply_pending(self) -> None:
         if self._has_pending:
             stats, self._pending_stats, self._has_pending = self._pending_stats, None, False
@@ -366,6 +450,11 @@ class ModuleTreeModel(QAbstractItemModel):
         if not LIVE_COLUMNS or not self._nodes:
             return
         first, last = LIVE_COLUMNS[0], LIVE_COLUMNS[-1]
+        in_view = self._in_view()
+        if in_view is not None:
+            self._announce(in_view, first, last, _LIVE_ROLES)
+            self.liveChanged.emit()
+            return
         self.dataChanged.emit(self.index(0, first), self.index(0, last), _LIVE_ROLES)
         for pid in self._expanded_parents():
             node = self._nodes[pid]
@@ -471,7 +560,17 @@ class ModuleTreeModel(QAbstractItemModel):
         expanded = self._is_expanded
         distinct = np.zeros(len(self._nodes) + 1, dtype=bool)
         distinct[parents + 1] = True
-        if expanded is not None and int(distinct.sum()) > ANNOUNCE_ALL_BELOW:
+        many = int(distinct.sum()) > ANNOUNCE_ALL_BELOW
+        in_view = self._in_view() if many else None
+        if in_view is not None:
+            # a change under many parents: announce the changed rows in view only; the view
+            # reads the others when it paints them (each announcement costs the view and the
+            # filter proxy dozens of calls into this model: seconds on an expanded 50,000-row tree)
+            mask = np.zeros(len(self._nodes), dtype=bool)
+            mask[changed] = True
+            self._announce(in_view[mask[in_view]], 0, last)
+            return
+        if expanded is not None and many:
             # most of a large tree changed: announce the rows in view, the children of each
             # expanded row whole (collapsed rows are read when they are expanded; each
             # announcement costs the view and the filter proxy dozens of calls into this model)
@@ -482,22 +581,7 @@ class ModuleTreeModel(QAbstractItemModel):
                 parent = self.createIndex(0 if node.parent is None else node.row, 0, pid)
                 self.dataChanged.emit(self.index(0, 0, parent), self.index(len(node.children) - 1, last, parent))
             return
-        by_parent: dict[int, list[int]] = {}
-        for i, pid in zip(changed.tolist(), parents.tolist()):
-            by_parent.setdefault(pid, []).append(0 if pid < 0 else self._nodes[i].row)
-        for pid, rows in by_parent.items():
-            parent = QModelIndex() if pid < 0 else self.createIndex(
-                0 if self._nodes[pid].parent is None else self._nodes[pid].row, 0, pid
-            )
-            rows.sort()
-            start = prev = rows[0]
-            for r in [*rows[1:], None]:
-                if r is not None and r == prev + 1:
-                    prev = r
-                    continue
-                self.dataChanged.emit(self.index(start, 0, parent), self.index(prev, last, parent))
-                if r is not None:
-                    start = prev = r
+        self._announce(changed, 0, last)
 
 
 class ModuleFilterProxy(QSortFilterProxyModel):
@@ -520,12 +604,33 @@ class ModuleFilterProxy(QSortFilterProxyModel):
     def set_pattern(self, text: str) -> None:
         """Show only rows whose path or type contains ``text`` (and their ancestors).
 
+        The proxy is reset (its views collapse and lose their selection) rather than
+        re-filtered: re-filtering an expanded 50,000-row tree inserts or removes rows under
+        each expanded parent, one view update at a time (seconds); after a reset the views ask
+        only about the rows they show. Expand the matches with :meth:`rows_to_expand`.
+
         Args:
             text: the search text, any case (empty shows everything).
         """
+        self.beginResetModel()
         self._pattern = text.strip()
         self._shown, self._shown_for = None, None
-        self.invalidateFilter()
+        self.endResetModel()
+
+    def rows_to_expand(self) -> np.ndarray:
+        """The rows to expand to show every row the filter shows: the ancestors of the matches
+        (without a pattern: every row with children).
+
+        Returns:
+            Row ids of the tree model, sorted (pre-order: parents first).
+        """
+        src = self.sourceModel()
+        if not isinstance(src, ModuleTreeModel) or not src.rows():
+            return np.zeros(0, dtype=np.int64)
+        parents = src.parent_ids()
+        if self._pattern:
+            parents = parents[np.flatnonzero(self._flags(src))]
+        return np.unique(parents[parents >= 0])
 
     def _flags(self, src: ModuleTreeModel) -> Any:
         if self._shown is None or self._shown_for is not src.rows():  # a pattern, or a new model

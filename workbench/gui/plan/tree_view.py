@@ -8,6 +8,9 @@ checkbox clicks become ``setData`` calls on the model, Space emits
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+import numpy as np
 from PySide6.QtCore import (
     QAbstractItemModel,
     QAbstractProxyModel,
@@ -37,13 +40,17 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.gui.plan.tree_columns import COLUMNS, Editor, column_index
+from workbench.gui.plan.tree_expand import SlicedExpander
 from workbench.gui.plan.tree_model import LIVE_COLUMNS, PATH_ROLE, VALUE_ROLE, ModuleTreeModel
 
-__all__ = ["FIRST_COLUMNS", "CheckDelegate", "LrDelegate", "ModuleTreeView", "NumberDelegate", "outline_dark_box"]
+__all__ = ["EXPAND_AT_ONCE_BELOW", "FIRST_COLUMNS", "CheckDelegate", "LrDelegate", "ModuleTreeView", "NumberDelegate", "outline_dark_box"]
 
 #: The columns shown first, in this order, whatever the width of the tree (the live columns follow
 #: them while a run's numbers are shown).
 FIRST_COLUMNS = ("module", "frozen", "reparam", "bn_eval")
+
+#: Up to this many rows to expand are expanded at once; more in slices from the event loop.
+EXPAND_AT_ONCE_BELOW = 500
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -222,6 +229,49 @@ class ModuleTreeView(QTreeView):
         self.verticalScrollBar().valueChanged.connect(self._heat_timer.start)
         self.expanded.connect(self._heat_timer.start)
         self.collapsed.connect(self._heat_timer.start)
+        self.expander = SlicedExpander(self, self._view_index)
+
+    def expand_rows(self, ids: Sequence[int] | np.ndarray) -> None:
+        """Expand these rows of the tree model, top down: the first slice now, the rest from the
+        event loop (:class:`~workbench.gui.plan.tree_expand.SlicedExpander`); a later call,
+        collapsing or a reset cancels what is left.
+
+        Args:
+            ids: row ids of the tree model (pre-order: parents first); rows not shown are skipped.
+                Up to :data:`EXPAND_AT_ONCE_BELOW` rows are expanded before this returns.
+        """
+        source = self._tree_model()
+        self.expander.start(source.expand_order(np.asarray(ids)) if source is not None else ids)
+        if len(ids) <= EXPAND_AT_ONCE_BELOW:
+            self.expander.finish()
+
+    def collapseAll(self) -> None:
+        """Collapse every row (and stop expanding rows in slices)."""
+        self.expander.cancel()
+        super().collapseAll()
+
+    def reset(self) -> None:
+        """The model was reset: forget the rows left to expand."""
+        self.expander.cancel()
+        super().reset()
+
+    def _view_index(self, row_id: int) -> QModelIndex:
+        """The index in the view's model of a tree model's row id (invalid when not shown)."""
+        source = self._tree_model()
+        if source is None or not 0 <= row_id < len(source.rows()):
+            return QModelIndex()
+        idx = source.index_of(source.rows()[row_id].path)
+        return self._from_source(idx)
+
+    def _from_source(self, idx: QModelIndex) -> QModelIndex:
+        chain: list[QAbstractProxyModel] = []
+        m = self.model()
+        while isinstance(m, QAbstractProxyModel):
+            chain.append(m)
+            m = m.sourceModel()
+        for proxy in reversed(chain):
+            idx = proxy.mapFromSource(idx)
+        return idx
 
     def setModel(self, model: QAbstractItemModel | None) -> None:
         super().setModel(model)
@@ -231,6 +281,7 @@ class ModuleTreeView(QTreeView):
             source.liveChanged.connect(self._place_live_columns)
             source.modelReset.connect(self._place_live_columns)
             source.set_expanded_test(self._path_expanded)
+            source.set_rows_in_view(self._source_rows_in_view)
         self._size_columns()
         self._place_live_columns()
 
@@ -261,15 +312,23 @@ class ModuleTreeView(QTreeView):
         source = self._tree_model()
         if source is None:
             return False
-        idx = source.index_of(path)
-        m = self.model()
+        idx = self._from_source(source.index_of(path))
+        return idx.isValid() and self.isExpanded(idx)
+
+    def _source_rows_in_view(self) -> list[int]:
+        """Row ids (in the tree model, through any proxies) of the rows in view."""
         chain: list[QAbstractProxyModel] = []
+        m = self.model()
         while isinstance(m, QAbstractProxyModel):
             chain.append(m)
             m = m.sourceModel()
-        for proxy in reversed(chain):
-            idx = proxy.mapFromSource(idx)
-        return idx.isValid() and self.isExpanded(idx)
+        out: list[int] = []
+        for idx in self.visible_rows():
+            for proxy in chain:
+                idx = proxy.mapToSource(idx)
+            if idx.isValid():
+                out.append(idx.internalId())
+        return out
 
     def visible_rows(self) -> list[QModelIndex]:
         """The first-column indexes of the rows in view, top to bottom."""

@@ -1,0 +1,210 @@
+"""A large tree stays responsive when expanded: what a click, the live columns and the filter
+hand to the view is bounded by the rows in view, not by the rows of the tree.
+
+These tests count what is announced and what is expanded per step (no wall-clock limits):
+a root click on an expanded tree announces only the rows in view; a filter is a reset of the
+proxy, not row insertions under each expanded row; matches and View ▸ Expand All are expanded
+in slices from the event loop, each slice laying out at most one bounded subtree.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from PySide6.QtCore import Qt
+from torch import nn
+
+from tests.timeouts import GUI_EVENT_S, ms
+from workbench.core.training.module_stats import ModuleStats
+from workbench.gui.main_window import MainWindow
+from workbench.gui.model_loading import loaded_from_model
+from workbench.gui.plan.tree_columns import column_index
+from workbench.gui.plan.tree_model import LIVE_COLUMNS, PATH_ROLE
+from workbench.gui.plan.tree_view import EXPAND_AT_ONCE_BELOW
+
+
+def wide(n: int = 120, leaves: int = 3) -> nn.Module:
+    """``n`` blocks of ``leaves`` Linear(2, 2): a tree with ``n + 1`` rows that have children."""
+    return nn.Sequential(*[nn.Sequential(*[nn.Linear(2, 2) for _ in range(leaves)]) for _ in range(n)])
+
+
+def load(window: MainWindow, model: nn.Module, name: str = "wide") -> None:
+    window.controller.set_loaded(loaded_from_model(model, name))
+    window.filter_edit.clear()
+
+
+def expand_all(window: MainWindow, qtbot: Any) -> None:
+    window.act_expand_all.trigger()
+    qtbot.waitUntil(lambda: not window.view.expander.busy, timeout=ms(GUI_EVENT_S))
+
+
+def announced_rows(window: MainWindow) -> list[tuple[str | None, int, int]]:
+    model = window.tree_model
+    out: list[tuple[str | None, int, int]] = []
+    model.dataChanged.connect(lambda a, b, *_: out.append((model.path(a.parent()), a.row(), b.row())))
+    return out
+
+
+def in_view(window: MainWindow) -> set[tuple[str | None, int]]:
+    """``(parent path, row)`` of the rows in view, in the tree model."""
+    rows = set()
+    for idx in window.view.visible_rows():
+        src = window.proxy.mapToSource(idx)
+        rows.add((window.tree_model.path(src.parent()), src.row() if src.parent().isValid() else 0))
+    return rows
+
+
+def test_a_root_click_on_an_expanded_tree_announces_the_rows_in_view_only(window: MainWindow, qtbot: Any) -> None:
+    load(window, wide())
+    expand_all(window, qtbot)
+    assert window.view.isExpanded(window.proxy.index(0, 0, window.proxy.index(0, 0)))
+    emitted = announced_rows(window)
+    view_rows = in_view(window)
+    assert 5 < len(view_rows) < 200
+    assert window.controller.set_value([""], "frozen", True)
+    covered = {(p, r) for p, a, b in emitted for r in range(a, b + 1)}
+    assert covered == view_rows  # every row in view changed (all are frozen now), none else announced
+    assert len(emitted) == len({p for p, _r in view_rows})  # one run of adjacent siblings per parent in view
+    # rows out of view show the new state when read
+    fz = column_index("frozen")
+    for path in ("119", "119.2", "60.1"):
+        assert window.tree_model.index_of(path, fz).data(Qt.ItemDataRole.CheckStateRole) == Qt.CheckState.Checked
+    # scrolled into view: painted from the model, with the new state
+    window.select_path("119.2")
+    assert ("119", 2) in in_view(window)
+
+
+def test_a_small_change_is_announced_wherever_it_is(window: MainWindow, qtbot: Any) -> None:
+    load(window, wide())
+    expand_all(window, qtbot)
+    emitted = announced_rows(window)
+    assert window.controller.set_value(["119.2"], "frozen", True)  # out of view: a few rows, all announced
+    assert ("119", 2, 2) in emitted and ("", 119, 119) in emitted
+
+
+def test_live_numbers_on_an_expanded_tree_announce_the_rows_in_view(window: MainWindow, qtbot: Any) -> None:
+    load(window, wide())
+    expand_all(window, qtbot)
+    emitted: list[tuple[int, int, int, int]] = []
+    window.tree_model.dataChanged.connect(lambda a, b, *_: emitted.append((a.row(), b.row(), a.column(), b.column())))
+    paths = tuple(window.controller.tree.paths())
+    n = len(paths)
+    window.tree_model.set_module_stats(ModuleStats(1, paths, (1.0,) * n, (1e-6,) * n, (1.0,) * n))
+    rows = sum(b - a + 1 for a, b, _c, _d in emitted)
+    assert rows == len(in_view(window))
+    assert {c for _a, _b, c, d in emitted for c in (c, d)} <= set(LIVE_COLUMNS)
+
+
+def test_a_filter_resets_the_proxy_instead_of_moving_rows(window: MainWindow, qtbot: Any) -> None:
+    load(window, wide())
+    expand_all(window, qtbot)
+    moved: list[str] = []
+    for name in ("rowsInserted", "rowsRemoved", "layoutChanged"):
+        getattr(window.proxy, name).connect(lambda *a, name=name: moved.append(name))
+    resets: list[int] = []
+    window.proxy.modelReset.connect(lambda: resets.append(1))
+    window.filter_edit.setText("7.1")  # a small tree filters at each keystroke
+    window.filter_edit.clear()
+    assert not moved and len(resets) == 2
+
+
+def test_clearing_the_filter_keeps_the_current_row_in_view(window: MainWindow, qtbot: Any) -> None:
+    load(window, wide())
+    window.filter_edit.setText("97.2")
+    window.apply_filter()
+    shown = window.proxy.mapFromSource(window.tree_model.index_of("97.2"))
+    assert shown.isValid() and window.view.isExpanded(shown.parent())
+    window.view.setCurrentIndex(shown)
+    window.filter_edit.clear()
+    current = window.view.currentIndex()
+    assert current.data(PATH_ROLE) == "97.2"
+    assert ("97", 2) in in_view(window)
+    # the rest is back at the top level
+    assert not window.view.isExpanded(window.proxy.mapFromSource(window.tree_model.index_of("3")))
+
+
+def test_many_matches_are_expanded_in_slices(window: MainWindow, qtbot: Any) -> None:
+    n = EXPAND_AT_ONCE_BELOW + 100
+    load(window, wide(n, 4))  # more rows than EXPAND_BLOCK: the root is expanded first, then each block
+    window.filter_edit.setText("0")  # every block with a 0 in its name, and each block's first leaf
+    window.apply_filter()
+    expander = window.view.expander
+    assert expander.busy  # the rest from the event loop
+    top = window.proxy.index(0, 0)
+    assert window.view.isExpanded(top)  # the top is shown at once
+    qtbot.waitUntil(lambda: not expander.busy, timeout=ms(GUI_EVENT_S))
+    assert expander.slices > 1
+    for path in (f"{n - 1}", "0", "500"):
+        idx = window.proxy.mapFromSource(window.tree_model.index_of(path))
+        assert idx.isValid() and window.view.isExpanded(idx), path
+    # a new pattern cancels what is left of the old one
+    window.filter_edit.setText("1")
+    window.apply_filter()
+    window.filter_edit.setText("zzz")
+    window.apply_filter()
+    assert not expander.busy and window.proxy.rowCount() == 0
+
+
+def test_expand_order_lays_out_bounded_subtrees(window: MainWindow) -> None:
+    load(window, nn.Sequential(*[wide(30, 3) for _ in range(4)]))  # 4 × (1 + 30 × 4) rows under the root
+    model = window.tree_model
+    ids = window.proxy.rows_to_expand()
+    order = model.expand_order(ids, block=50).tolist()
+    assert sorted(order) == sorted(ids.tolist())
+    parents = model.parent_ids()
+    pos = {r: k for k, r in enumerate(order)}
+    expanded: set[int] = set()
+    laid_out = []
+    for r in order:
+        visible = all(a in expanded for a in _ancestors(parents, r))
+        expanded.add(r)
+        if visible:  # the view lays out r's subtree of rows already expanded
+            laid_out.append(_shown_under(r, parents, expanded))
+    assert max(laid_out) <= 50 + 30  # a block, or the children of a row above the blocks
+    assert pos[0] < pos[1]  # above the blocks: top down
+
+
+def _ancestors(parents: np.ndarray, r: int) -> list[int]:
+    out = []
+    p = int(parents[r])
+    while p >= 0:
+        out.append(p)
+        p = int(parents[p])
+    return out
+
+
+def _shown_under(r: int, parents: np.ndarray, expanded: set[int]) -> int:
+    """Rows a view lays out when ``r`` is expanded: descendants reached through expanded rows."""
+    children: dict[int, list[int]] = {}
+    for i, p in enumerate(parents.tolist()):
+        children.setdefault(p, []).append(i)
+    count, stack = 0, [r]
+    while stack:
+        i = stack.pop()
+        for ch in children.get(i, []):
+            count += 1
+            if ch in expanded:
+                stack.append(ch)
+    return count
+
+
+def test_settings_in_use_are_those_of_the_modules(window: MainWindow) -> None:
+    load(window, wide(10))
+    c = window.controller
+    assert c.set_value(["3"], "frozen", True)
+    state = c.state
+    assert state is not None
+    in_use = state.settings_in_use()
+    every = [st.settings for st in state.nodes.values()]
+    assert all(e in in_use for e in every) and all(e in every for e in in_use)
+    assert len(in_use) < len(every)
+
+
+def test_expand_all_shows_every_row(window: MainWindow, qtbot: Any) -> None:
+    load(window, wide(8))
+    expand_all(window, qtbot)
+    assert window.depth_box.currentData() == -1
+    idx = window.proxy.mapFromSource(window.tree_model.index_of("7"))
+    assert window.view.isExpanded(idx)
+    assert window.view.isExpanded(window.proxy.index(0, 0))
