@@ -344,24 +344,12 @@ def _classes_text(s: dict[str, Any]) -> str:
 
 
 def _validation_text(s: dict[str, Any], prefix: str = "") -> str:
-    from workbench.core.training.task_metrics import metric_label
+    """The validation row of the summary: the words of the app's Runs tab (``workbench.core.runs.text``)."""
+    from workbench.core.runs.record import Validation
+    from workbench.core.runs.text import validation_text
 
-    loss = s.get(f"{prefix}val_loss")
-    acc = s.get(f"{prefix}val_acc")
-    metric = s.get(f"{prefix}val_metric")
-    name = s.get("metric_name") or "accuracy"
-    parts = [f"loss {loss:.4f}" if isinstance(loss, float) and loss == loss else "loss n/a"]
-    if acc is not None:
-        parts.append(f"acc {100.0 * acc:.1f}%")
-    if metric is not None and name != "accuracy":
-        parts.append(f"{metric_label(name)} {metric:.4g}")
-    if prefix:
-        return ", ".join(parts)
-    text = ", ".join(parts) + f" (after step {s['val_step']}, {s.get('val_samples', 0)} samples)"
-    best = s.get("best_val_loss")
-    if isinstance(best, float) and s.get("best_val_step") not in (None, s["val_step"]):
-        text += f"; best loss {best:.4f} after step {s['best_val_step']}"
-    return text
+    v = Validation.from_summary(s, prefix)
+    return validation_text(v, detail=not prefix) if v is not None else "loss n/a"
 
 
 def _lr_text(s: dict[str, Any]) -> str:

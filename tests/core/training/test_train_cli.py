@@ -143,8 +143,8 @@ def test_schedule_validation_and_classes_in_the_summary(tmp_path: Path, capsys: 
     out, err = capsys.readouterr()
     assert rc == 0, err
     assert re.search(r"^classes +10 \(new head: fc\)$", out, re.M)
-    assert re.search(r"^validation +loss \d+\.\d{4}, acc \d+\.\d% \(after step 3, 4 samples\)"
-                     r"(; best loss \d+\.\d{4} after step 1)?$", out, re.M)
+    assert re.search(r"^validation +after step 3 \(4 samples\): val loss \d+\.\d{4}( \(best \d+\.\d{4} after step 1\))?"
+                     r" · acc \d+\.\d %( \(best \d+\.\d %\))?$", out, re.M)
     factor = 0.5 * (1 + __import__("math").cos(__import__("math").pi * 2 / 3))
     assert re.search(rf"^lr +{0.01 * factor:.3g} \(x1\) at the end; cosine, 1 warm-up steps$", out, re.M)
     rc = main(["train", *QUICK, "--steps", "2", "--val-every", "1", "--val-fraction", "0.25", "--json"])
@@ -167,5 +167,6 @@ def test_summary_names_the_best_validation_when_it_was_not_the_last() -> None:
     from workbench.commands.train import _validation_text
 
     s = {"val_loss": 0.5, "val_acc": 0.8, "val_step": 9, "val_samples": 4, "best_val_loss": 0.4, "best_val_step": 5}
-    assert _validation_text(s) == "loss 0.5000, acc 80.0% (after step 9, 4 samples); best loss 0.4000 after step 5"
-    assert _validation_text({**s, "best_val_loss": 0.5, "best_val_step": 9}).endswith("4 samples)")
+    assert _validation_text(s) == "after step 9 (4 samples): val loss 0.5000 (best 0.4000 after step 5) · acc 80.0 %"
+    assert _validation_text({**s, "best_val_loss": 0.5, "best_val_step": 9}) == "after step 9 (4 samples): val loss 0.5000 · acc 80.0 %"
+    assert _validation_text({"start_val_loss": 0.7, "start_val_acc": 0.5}, prefix="start_") == "val loss 0.7000 · acc 50.0 %"

@@ -154,6 +154,9 @@ class Validation:
         best_step: the step after which the lowest was measured.
         acc: the last validation accuracy (0..1), or None (not a classifier).
         best_acc: the highest validation accuracy, or None.
+        metric: the last value of the run's metric, or None.
+        metric_name: the run's metric (``TrainConfig.metric``: ``accuracy``, ``top5``, ``py:...``).
+        samples: validation samples measured, or None when unknown.
     """
 
     loss: float
@@ -162,6 +165,39 @@ class Validation:
     best_step: int
     acc: float | None = None
     best_acc: float | None = None
+    metric: float | None = None
+    metric_name: str = "accuracy"
+    samples: int | None = None
+
+    @classmethod
+    def from_summary(cls, s: Mapping[str, Any], prefix: str = "") -> Validation | None:
+        """The validation numbers of an engine summary (``val_loss``, ``val_step``, ``best_val_loss`` ...).
+
+        Args:
+            s: the summary (``RunResult.summary``), possibly hand-edited.
+            prefix: ``"start_"`` for the validation before training (``start_val_loss`` ...;
+                it has no step: 0, and no best).
+
+        Returns:
+            The results, or None when the summary has no finite validation loss (and, without
+            a prefix, no step).
+        """
+        loss = _number(s.get(f"{prefix}val_loss"))
+        step = 0 if prefix else _count(s.get("val_step"))
+        if loss is None or step is None:
+            return None
+        acc = _number(s.get(f"{prefix}val_acc"))
+        best = None if prefix else _number(s.get("best_val_loss"))
+        best_step = _count(s.get("best_val_step"))
+        best_acc = None if prefix else _number(s.get("best_val_acc"))
+        return cls(
+            loss, step,
+            best if best is not None else loss,
+            best_step if best_step is not None and best is not None else step,
+            acc, best_acc if best_acc is not None else acc,
+            metric=_number(s.get(f"{prefix}val_metric")), metric_name=str(s.get("metric_name") or "accuracy"),
+            samples=_count(s.get("val_samples")),
+        )
 
 
 @dataclass(frozen=True)
@@ -333,30 +369,20 @@ class RunRecord:
         Returns:
             The last and best validation loss and accuracy, or None.
         """
-        s = self.summary
-        loss, step = _number(s.get("val_loss")), _count(s.get("val_step"))
-        if loss is not None and step is not None:
-            best = _number(s.get("best_val_loss"))
-            best_step = _count(s.get("best_val_step"))
-            acc = _number(s.get("val_acc"))
-            best_acc = _number(s.get("best_val_acc"))
-            return Validation(
-                loss, step,
-                best if best is not None else loss,
-                best_step if best_step is not None and best is not None else step,
-                acc, best_acc if best_acc is not None else acc,
-            )
-        rows = [
-            (int(m.get("step", 0)), v, _number(m.get("val_acc")))
-            for m in self.metrics
-            if (v := _number(m.get("val_loss"))) is not None
-        ]
+        v = Validation.from_summary(self.summary)
+        if v is not None:
+            return v
+        rows = [m for m in self.metrics if _number(m.get("val_loss")) is not None]
         if not rows:
             return None
-        best_step, best, _a = min(rows, key=lambda r: r[1])
-        accs = [a for _s, _l, a in rows if a is not None]
-        last_step, last, last_acc = rows[-1]
-        return Validation(last, last_step, best, best_step, last_acc, max(accs) if accs else None)
+        best_row = min(rows, key=lambda m: float(m["val_loss"]))
+        accs = [a for m in rows if (a := _number(m.get("val_acc"))) is not None]
+        last = rows[-1]
+        return Validation(
+            float(last["val_loss"]), int(last.get("step", 0)), float(best_row["val_loss"]), int(best_row.get("step", 0)),
+            _number(last.get("val_acc")), max(accs) if accs else None,
+            metric=_number(last.get("val_metric")), metric_name=str(last.get("metric_name") or "accuracy"),
+        )
 
     def steps(self) -> int:
         """Steps done (from the summary, else the metrics)."""

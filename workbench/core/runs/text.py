@@ -14,6 +14,7 @@ from typing import Any
 from workbench.core.formatting import fmt_bytes, fmt_count, fmt_percent
 from workbench.core.plan.keys import RULE_KEYS
 from workbench.core.runs.record import RunSummary, Validation
+from workbench.core.training.task_metrics import metric_label
 
 __all__ = [
     "NO_VALUE",
@@ -72,15 +73,17 @@ def plan_text(plan: Mapping[str, Any] | None, *, most: int = 2) -> str:
     return text
 
 
-def validation_text(v: Validation | None, *, best: bool = True) -> str:
-    """``val loss 0.5120 (best 0.4980 after step 20) · acc 81.2 % (best 83.0 %)``.
+def validation_text(v: Validation | None, *, best: bool = True, detail: bool = False) -> str:
+    """A run's validation in one line, as the app and ``workbench train`` show it:
+    ``val loss 0.5120 (best 0.4980 after step 20) · acc 81.2 % (best 83.0 %)``.
 
     Args:
         v: a run's validation results (None: the run did not validate).
         best: add the best values where they differ from the last.
+        detail: start with the step and the samples measured: ``after step 30 (64 samples): ...``.
 
     Returns:
-        The text, ``""`` for None.
+        The text (the run's metric added when it is not accuracy), ``""`` for None.
     """
     if v is None:
         return ""
@@ -91,6 +94,10 @@ def validation_text(v: Validation | None, *, best: bool = True) -> str:
         text += f" · acc {100 * v.acc:.1f} %"
         if best and v.best_acc is not None and v.best_acc > v.acc:
             text += f" (best {100 * v.best_acc:.1f} %)"
+    if v.metric is not None and v.metric_name != "accuracy":
+        text += f" · {metric_label(v.metric_name)} {v.metric:.4g}"
+    if detail:
+        text = f"after step {v.step}" + (f" ({v.samples} samples)" if v.samples is not None else "") + f": {text}"
     return text
 
 
