@@ -49,8 +49,8 @@ __all__ = ["EXPAND_AT_ONCE_BELOW", "FIRST_COLUMNS", "CheckDelegate", "LrDelegate
 #: them while a run's numbers are shown).
 FIRST_COLUMNS = ("module", "frozen", "reparam", "bn_eval")
 
-#: Up to this many rows to expand are expanded at once; more in slices from the event loop.
-EXPAND_AT_ONCE_BELOW = 500
+#: Trees of up to this many modules are expanded at once; larger ones in slices from the event loop.
+EXPAND_AT_ONCE_BELOW = 2000
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -238,11 +238,11 @@ class ModuleTreeView(QTreeView):
 
         Args:
             ids: row ids of the tree model (pre-order: parents first); rows not shown are skipped.
-                Up to :data:`EXPAND_AT_ONCE_BELOW` rows are expanded before this returns.
+                A tree of up to :data:`EXPAND_AT_ONCE_BELOW` modules is expanded before this returns.
         """
         source = self._tree_model()
         self.expander.start(source.expand_order(np.asarray(ids)) if source is not None else ids)
-        if len(ids) <= EXPAND_AT_ONCE_BELOW:
+        if source is None or len(source.rows()) <= EXPAND_AT_ONCE_BELOW:
             self.expander.finish()
 
     def collapseAll(self) -> None:
