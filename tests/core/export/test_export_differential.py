@@ -3,7 +3,10 @@ give the same loss at every step and the same trained tensors.
 
 Each cell of the matrix trains a tiny model for 20 steps with :class:`Trainer`, exports the same
 run with :func:`export_script` and runs the script's ``main`` in this process with the
-workbench hidden (``tests.fixtures.exported``): one interpreter for the whole matrix.
+workbench hidden (``tests.fixtures.exported``): one interpreter for the whole matrix. The cells
+cover the optimizers and schedules, stages, eval locks, full-rank and low-rank A+B (LoRA, DoRA,
+exact and fused), sub-tensor freezing, Hugging Face text models on generated tokens and on real
+text (a JSONL file, a dataset folder), and a dataset folder of images.
 """
 
 from __future__ import annotations
@@ -229,7 +232,7 @@ def test_real_text_data_gives_the_same_batches(cell: str, tmp_path: Path):
                                      "reparam": {"rank": 2, "alpha": 4}}] if kind == "bert" else [])})
     cfg = TrainConfig(model={"source": "hf", "name": str(folder)}, plan=plan.to_dict(), data=data_spec, seq_len=8,
                       val=data_spec if val else None, val_every=5, text_column="review" if data != "jsonl" else None,
-                      label_column="stars" if data != "jsonl" else None, batch_size=2, steps=STEPS if data == "jsonl" else 8,
+                      label_column="stars" if data != "jsonl" else None, batch_size=2, steps=STEPS,
                       optimizer="adamw", lr=1e-3, device="cpu", seed=2, log_every=1)
     _compare(tmp_path, plan, ModelSpec(source="hf", name=str(folder)), cfg)
 
@@ -244,5 +247,5 @@ def test_an_image_dataset_folder_gives_the_same_batches(net_file: Path, tmp_path
     name = f"{net_file}:make"
     plan = FreezePlan.from_dict({"rules": PARTIAL["rules"][:1]})  # the head gets the data's 2 classes
     cfg = TrainConfig(model={"source": "py", "name": name}, plan=plan.to_dict(), data=data, image_size=8, batch_size=4,
-                      steps=10, val_every=4, optimizer="adam", lr=3e-3, device="cpu", seed=5, log_every=1)
+                      steps=STEPS, val_every=4, optimizer="adam", lr=3e-3, device="cpu", seed=5, log_every=1)
     _compare(tmp_path, plan, ModelSpec(source="py", name=name), cfg)
