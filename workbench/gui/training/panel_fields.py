@@ -110,7 +110,9 @@ PANEL_FIELDS: tuple[PanelField, ...] = (
     PanelField("scheduler", "schedule_box", "scheduler", "constant", to_widget=str),
 )
 
-#: Bounds of the numeric options read from settings: ``{field: (least, most or None)}``.
+#: The largest count a setting may hold (Qt's spin boxes take 32-bit ints).
+_MAX_INT = 2**31 - 1
+#: Bounds of the numeric options read from settings: ``{field: (least, most or None: any 32-bit int)}``.
 OPTION_LIMITS: dict[str, tuple[int, int | None]] = {
     "warmup_steps": (0, None), "val_percent": (1, 50), "val_every": (0, None), "auto_freeze_every": (1, None),
 }
@@ -154,7 +156,7 @@ def show_value(w: QWidget, value: Any) -> None:
         if i >= 0:
             w.setCurrentIndex(i)
     elif isinstance(w, QSpinBox):
-        w.setValue(int(value))
+        w.setValue(max(w.minimum(), min(w.maximum(), int(value))))  # a huge number overflows Qt's int
     elif isinstance(w, QLineEdit):
         w.setText(str(value))
     elif isinstance(w, QCheckBox):
@@ -184,7 +186,7 @@ def options_from_settings(get: Callable[[str, Any, type], Any], val_kinds: froze
         value = get(f.name, default, type(default))
         if f.name in OPTION_LIMITS:
             low, high = OPTION_LIMITS[f.name]
-            value = max(low, value if high is None else min(high, value))
+            value = max(low, min(_MAX_INT if high is None else high, value))
         values[f.name] = value
     if values["val_kind"] not in val_kinds:
         values["val_kind"] = d.val_kind
