@@ -41,7 +41,7 @@ def test_garbage_in_every_training_setting_opens_a_usable_panel(qtbot: Any, tmp_
     for name, (low, high) in OPTION_LIMITS.items():
         value = getattr(panel.options, name)
         assert low <= value and (high is None or value <= high), (name, value)
-    assert 1 <= panel.batch_size.value() and panel.device_box.currentIndex() >= 0
+    assert panel.batch_size.value() >= 1 and panel.device_box.currentIndex() >= 0
     try:
         panel.config()
     except ConfigError as e:
