@@ -1,14 +1,18 @@
 """Light and dark colours for the window: follow the platform's colour scheme, or a choice
 the user made in View ▸ Theme (kept in the settings). The plots follow the palette.
+
+The style is Fusion (:class:`FramedChecks`), with a light frame around check boxes on a dark
+base: Fusion frames them with a shade of the window colour, nearly black on a dark palette,
+so an empty box ("Structure only", "channels last", the tree's columns) is nearly invisible.
 """
 
 from __future__ import annotations
 
 from PySide6.QtCore import QSettings, Qt
-from PySide6.QtGui import QActionGroup, QColor, QGuiApplication, QPalette
-from PySide6.QtWidgets import QApplication, QMenu, QWidget
+from PySide6.QtGui import QActionGroup, QColor, QGuiApplication, QPainter, QPalette
+from PySide6.QtWidgets import QApplication, QMenu, QProxyStyle, QStyle, QStyleFactory, QStyleOption, QWidget
 
-__all__ = ["THEMES", "add_theme_menu", "apply_theme", "dark_palette", "saved_theme"]
+__all__ = ["THEMES", "FramedChecks", "add_theme_menu", "apply_theme", "dark_palette", "outline_dark_box", "saved_theme"]
 
 #: The choices: ``(key, menu text)``.
 THEMES: tuple[tuple[str, str], ...] = (("system", "Follow System"), ("light", "Light"), ("dark", "Dark"))
@@ -39,6 +43,42 @@ def dark_palette() -> QPalette:
     return p
 
 
+def outline_dark_box(painter: QPainter, box: QStyleOption) -> None:
+    """Outline a check box drawn on a dark base (nothing on a light one, where the style's own
+    frame shows).
+
+    Args:
+        painter: the painter the box was drawn with.
+        box: the box's option (its rect, palette and enabled state).
+    """
+    if box.palette.color(QPalette.ColorRole.Base).lightness() >= 128:
+        return
+    enabled = bool(box.state & QStyle.StateFlag.State_Enabled)
+    color = box.palette.color(QPalette.ColorRole.Text if enabled else QPalette.ColorRole.Mid)
+    color.setAlpha(170 if enabled else 255)
+    painter.save()
+    painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
+    painter.setPen(color)
+    painter.setBrush(Qt.BrushStyle.NoBrush)
+    painter.drawRect(box.rect.adjusted(1, 1, -2, -2))
+    painter.restore()
+
+
+class FramedChecks(QProxyStyle):
+    """Fusion, with :func:`outline_dark_box` around every check box it draws."""
+
+    def __init__(self) -> None:
+        super().__init__(QStyleFactory.create("Fusion"))
+
+    def drawPrimitive(
+        self, element: QStyle.PrimitiveElement, option: QStyleOption, painter: QPainter, widget: QWidget | None = None
+    ) -> None:
+        """Draw as Fusion does, then frame a check box on a dark base."""
+        super().drawPrimitive(element, option, painter, widget)
+        if element == QStyle.PrimitiveElement.PE_IndicatorCheckBox:
+            outline_dark_box(painter, option)
+
+
 def _system_dark() -> bool:
     hints = QGuiApplication.styleHints()
     return hints is not None and hints.colorScheme() == Qt.ColorScheme.Dark
@@ -62,8 +102,8 @@ def apply_theme(theme: str, app: QApplication | None = None) -> bool:
     app = app or QApplication.instance()  # type: ignore[assignment]
     assert isinstance(app, QApplication)
     dark = _system_dark() if theme == "system" else theme == "dark"
-    if app.style().name().lower() != "fusion":
-        app.setStyle("Fusion")  # the one style that draws any palette the same on every platform
+    if not isinstance(app.style(), FramedChecks):
+        app.setStyle(FramedChecks())  # Fusion: the one style that draws any palette the same on every platform
     app.setPalette(dark_palette() if dark else app.style().standardPalette())
     return dark
 

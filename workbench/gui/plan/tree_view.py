@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
 from workbench.gui.plan.tree_columns import COLUMNS, Editor, column_index
 from workbench.gui.plan.tree_expand import SlicedExpander
 from workbench.gui.plan.tree_model import LIVE_COLUMNS, PATH_ROLE, VALUE_ROLE, ModuleTreeModel
+from workbench.gui.theme import outline_dark_box
 
 __all__ = ["EXPAND_AT_ONCE_BELOW", "FIRST_COLUMNS", "CheckDelegate", "LrDelegate", "ModuleTreeView", "NumberDelegate", "outline_dark_box"]
 
@@ -53,27 +54,6 @@ FIRST_COLUMNS = ("module", "frozen", "reparam", "bn_eval")
 EXPAND_AT_ONCE_BELOW = 2000
 
 Index = QModelIndex | QPersistentModelIndex
-
-
-def outline_dark_box(painter: QPainter, box: QStyleOptionViewItem) -> None:
-    """Outline a check box drawn on a dark base: Fusion frames it with a shade of the window
-    colour, nearly black on a dark palette, so an empty box is nearly invisible.
-
-    Args:
-        painter: the painter the box was drawn with.
-        box: the box's option (its rect, palette and enabled state).
-    """
-    if box.palette.color(QPalette.ColorRole.Base).lightness() >= 128:
-        return  # light: the style's own frame shows
-    enabled = bool(box.state & QStyle.StateFlag.State_Enabled)
-    color = box.palette.color(QPalette.ColorRole.Text if enabled else QPalette.ColorRole.Mid)
-    color.setAlpha(170 if enabled else 255)
-    painter.save()
-    painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
-    painter.setPen(color)
-    painter.setBrush(Qt.BrushStyle.NoBrush)
-    painter.drawRect(box.rect.adjusted(1, 1, -2, -2))
-    painter.restore()
 
 
 def _indicator_rect(option: QStyleOptionViewItem, widget: QWidget | None, centered: bool) -> QRect:
