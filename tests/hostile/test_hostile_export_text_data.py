@@ -26,8 +26,8 @@ def test_text_data_for_an_image_model_and_mixed_validation_are_refused(tmp_path:
     net = nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 4))
     spec = ModelSpec(source="py", name="net:make")
     assert "config field 'data'" in _refused(net, spec, data=f"text:{tmp_path / 'd.jsonl'}", image_size=8)
-    message = _refused(net, spec, data=f"hf-dataset:{tmp_path}", image_size=8, input_column="audio")
-    assert "config field 'input_column' = 'audio'" in message  # arrays: not exported
+    message = _refused(net, spec, data=f"hf-dataset:{tmp_path}", image_size=8, val=f"imagefolder:{tmp_path}")
+    assert "config field 'val'" in message  # a dataset folder validates on a dataset folder
 
 
 def test_a_text_model_refuses_image_data_and_validation_of_another_kind(tmp_path: Path):

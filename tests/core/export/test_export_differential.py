@@ -249,3 +249,17 @@ def test_an_image_dataset_folder_gives_the_same_batches(net_file: Path, tmp_path
     cfg = TrainConfig(model={"source": "py", "name": name}, plan=plan.to_dict(), data=data, image_size=8, batch_size=4,
                       steps=STEPS, val_every=4, optimizer="adam", lr=3e-3, device="cpu", seed=5, log_every=1)
     _compare(tmp_path, plan, ModelSpec(source="py", name=name), cfg)
+
+
+def test_a_dataset_folder_of_arrays_gives_the_same_batches(net_file: Path, tmp_path: Path):
+    """hf-dataset: with input_column: a column of arrays given to the model as float tensors, integer labels."""
+    datasets = pytest.importorskip("datasets")
+    g = torch.Generator().manual_seed(0)
+    rows = {"pixels": torch.randn(24, 3, 8, 8, generator=g).tolist(), "y": [i % 4 for i in range(24)]}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "arrays"))
+    name = f"{net_file}:make"
+    plan = FreezePlan.from_dict(LORA)
+    cfg = TrainConfig(model={"source": "py", "name": name}, plan=plan.to_dict(), data=f"hf-dataset:{tmp_path / 'arrays'}",
+                      input_column="pixels", label_column="y", batch_size=4, steps=STEPS, optimizer="adamw", lr=1e-2,
+                      device="cpu", seed=4, log_every=1)
+    _compare(tmp_path, plan, ModelSpec(source="py", name=name), cfg)

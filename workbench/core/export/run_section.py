@@ -160,6 +160,9 @@ def _task_of(config: TrainConfig, kind: str, model: nn.Module) -> str | None:
             f"config field 'data' = {config.data!r}: the exported script opens {', '.join(DATA_KINDS)} data; "
             f"{kind!r} data is not exported yet (train with the workbench, or export with synthetic data and replace make_dataset)"
         )
+    if config.input_column is not None and kind != "hf-dataset":
+        raise ExportError(f"config field 'input_column' = {config.input_column!r}: a column of hf-dataset: data; "
+                          f"{kind} data has none (leave it unset to export)")
     val = _kind(config.val) if config.val is not None else None
     for group in (("py",), ("synthetic",), TEXT_KINDS):
         if val is not None and (val in group) != (kind in group):
@@ -237,15 +240,18 @@ def run_section(
                           "# spec -> (file or module, function) the script loads with importlib and calls",
                           f"PY_DATA = {refs!r}"]
         out.summary.append(f"data: {config.data} (runs that code: your function's dataset, or its (train, val) pair)")
-    elif kind == "hf-dataset" and task is None:  # an image column
+    elif kind == "hf-dataset" and task is None:  # an image column, or a column of arrays
         target = config.num_classes or spec.num_classes
         out.fit_to_data = target is None
         out.data_code = FILE_OPEN_CODE + _weights_code(config, spec) + HF_IMAGE_CODE + holdout_code()
-        out.constants += [f"DATA = {config.data!r}  # a save_to_disk folder: its image column, with the run's transforms",
+        out.constants += [f"DATA = {config.data!r}  # a save_to_disk folder: its image column, or its arrays",
                           f"IMAGE_COLUMN = {config.image_column or 'image'!r}",
+                          f"INPUT_COLUMN = {config.input_column!r}  # a column of arrays given as float tensors (None: images)",
                           f"LABEL_COLUMN = {config.label_column or 'label'!r}"]
         out.needs += ["torchvision", "datasets"]
-        out.summary.append(f"data: {config.data} (its image column as RGB, with the run's transforms)")
+        what = (f"its column {config.input_column!r} as float tensors" if config.input_column
+                else "its image column as RGB, with the run's transforms")
+        out.summary.append(f"data: {config.data} ({what})")
     elif kind in TEXT_KINDS:
         target = config.num_classes or spec.num_classes
         out.fit_to_data = target is None and task == "classification"

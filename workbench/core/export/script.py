@@ -374,7 +374,8 @@ def render_script(
                             "        replace_head(model, HEAD_CLASSES or data_classes(dataset))")
     elif run.fit_to_data:
         loop = loop.replace("    if HEAD_CLASSES is not None:\n        replace_head(model, HEAD_CLASSES)",
-                            "    replace_head(model, HEAD_CLASSES or len(dataset.classes))")
+                            "    if HEAD_CLASSES or dataset.classes:  # the data's classes (targets of numbers: none)\n"
+                            "        replace_head(model, HEAD_CLASSES or len(dataset.classes))")
     lines.append(loop.rstrip("\n"))
     return "\n".join(lines) + "\n"
 

@@ -149,12 +149,14 @@ def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | 
     return open_hf_dataset(path, train, model, seq_len)
 ''' + _HF_SPLITS_CODE
 
-#: ``hf-dataset:PATH`` of an image model: IMAGE_COLUMN decoded to RGB with the run's transforms (after
-#: the image-file code, whose ``open_data`` and transforms it uses for image files of ``VAL``).
+#: ``hf-dataset:PATH`` of an image model: IMAGE_COLUMN decoded to RGB with the run's transforms, or
+#: INPUT_COLUMN's arrays as float tensors (after the image-file code, whose ``open_data`` and
+#: transforms it uses).
 HF_IMAGE_CODE = _HF_SPLITS_CODE + '''
 
-class HfImages(Dataset):
-    """Rows of a dataset folder: (IMAGE_COLUMN as RGB, transformed; LABEL_COLUMN's class id)."""
+class HfRows(Dataset):
+    """Rows of a dataset folder: (IMAGE_COLUMN as RGB, transformed, or INPUT_COLUMN as a float tensor;
+    LABEL_COLUMN's class id, or its values as a float tensor when it holds numbers or sequences)."""
 
     def __init__(self, ds, rows, classes: list[str], to_index, transform) -> None:
         self.ds, self.rows, self.classes, self.to_index, self.transform = ds, rows, classes, to_index, transform
@@ -164,7 +166,12 @@ class HfImages(Dataset):
 
     def __getitem__(self, index: int):
         row = self.ds[int(self.rows[index])]
-        return self.transform(row[IMAGE_COLUMN].convert("RGB")), self.to_index(row[LABEL_COLUMN])
+        if INPUT_COLUMN is not None:
+            x = torch.as_tensor(row[INPUT_COLUMN], dtype=torch.float32)
+        else:
+            x = self.transform(row[IMAGE_COLUMN].convert("RGB"))
+        y = row[LABEL_COLUMN]
+        return x, (self.to_index(y) if self.to_index is not None else torch.as_tensor(y, dtype=torch.float32))
 
 
 def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | None) -> Dataset:
@@ -174,7 +181,11 @@ def make_dataset(model: nn.Module, train: bool, image_size: int, seq_len: int | 
     if kind.strip().lower() != "hf-dataset":
         return open_data(spec, train, image_size)
     ds, rows, every = open_hf_split(Path(arg.strip()).expanduser(), train)
+    label = ds.features[LABEL_COLUMN]
+    if INPUT_COLUMN is not None and (type(label).__name__ in ("Sequence", "List", "Array2D")
+                                     or str(getattr(label, "dtype", "")).startswith("float")):
+        return HfRows(ds, rows, [], None, None)  # targets as they are (regression, multi-label)
     classes, to_index = label_classes(every, LABEL_COLUMN)
     transform = _with_channels(weights_transforms(image_size) or default_transform(image_size), source_channels=3, channels=3)
-    return HfImages(ds, rows, classes, to_index, transform)
+    return HfRows(ds, rows, classes, to_index, transform)
 '''

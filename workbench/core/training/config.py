@@ -598,7 +598,7 @@ FIELD_EXPORT: dict[str, str] = {
                      "warmup_steps", "steps", "epochs", "device", "amp", "channels_last", "compile", "num_workers",
                      "pin_memory", "seed", "on_nonfinite", "torch_threads", "log_every", "val", "val_every",
                      "val_fraction", "text_column", "label_column", "image_column", "loss", "metric", "input_shape",
-                     "val_at_start"), "script"),
+                     "val_at_start", "input_column"), "script"),
     **dict.fromkeys(("save_dir", "metrics_path", "tensorboard_dir", "allow_download", "cache_frozen", "cache_budget",
                      "auto_freeze_every", "auto_freeze_threshold", "auto_freeze_max"), "ignored"),
     **dict.fromkeys(("strategy", "fsdp_blocks", "auto_freeze"), "refuse"),
