@@ -183,7 +183,9 @@ def main() -> None:
               + ("; ".join(f"step {d['at_step']}: {', '.join(d['blocks'])}" for d in a.get("decisions", [])) or "nothing"))
         c = auto["cache"]
         if c and c.get("cut"):
-            print(f"  cache: input of '{c['cut']}', hit rate {c['hit_rate']:.0%}, {c['invalidations']} invalidations")
+            print(f"  cache: input of '{c['cut']}', {c['hits']} steps served, {c.get('partial', 0)} partly, "
+                  f"{c['misses']} not; carried to a later cut {c.get('advances', 0)} times, {c['invalidations']} "
+                  "invalidations")
         elif c:
             print(f"  cache: served {c.get('hits', 0)} steps, {c.get('invalidations', 0)} invalidations")
         if full["accuracy"] and auto["accuracy"]:
