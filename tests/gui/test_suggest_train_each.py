@@ -5,6 +5,7 @@ model has it off; and the cost chart scales a 7B model's axis once (issue 36 §8
 
 from __future__ import annotations
 
+import math
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -14,7 +15,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from tests.commands.sweep_fixtures import MODEL as TINY
-from tests.timeouts import GUI_RUN_S, GUI_WORKER_S, ms
+from tests.timeouts import GUI_EVENT_S, GUI_RUN_S, GUI_WORKER_S, ms
 from workbench.gui.advisor.dialog import COLUMNS, LEARNING_COLUMNS, SuggestDialog
 from workbench.gui.main_window import MainWindow
 from workbench.gui.model_loading import LoadRequest
@@ -220,7 +221,14 @@ def test_the_cost_chart_of_a_7b_model_is_scaled_once(qtbot: Any) -> None:
         assert "x1e" not in axis.labelString() and "e+0" not in axis.labelString(), axis.labelString()
         assert axis.autoSIPrefixScale == 1.0
     assert left.tickStrings([9.0, 9.5], 1.0, 0.5) == ["1B", ""]  # the tick carries the scale
+    assert left.tickStrings([math.log10(2e9), math.log10(5e9)], 1.0, 0.5) == ["", ""]  # four decades: decades only
     assert "(GB)" in bottom.labelString()
+    # CREPE tiny's candidates span less than one decade: 2 and 5 times it are labelled too
+    chart.show_advice(SimpleNamespace(assessed=[cand(9e6, 9.2e4), cand(18e6, 4.9e5)], front=[0, 1], chosen=1,  # type: ignore[arg-type]
+                                      budget_bytes=int(4e9)))
+    qtbot.waitUntil(lambda: left.range[1] - left.range[0] < 2, timeout=ms(GUI_EVENT_S))
+    values = [5.0, math.log10(2e5), math.log10(3e5), math.log10(5e5)]
+    assert left.tickStrings(values, 1.0, 0.1) == ["100k", "200k", "", "500k"]
 
 
 def test_the_sweep_chart_ticks_are_round_and_costs_start_at_zero() -> None:
@@ -255,6 +263,9 @@ def test_train_each_on_crepe_with_retention_on_clean_tones(qtbot: Any, window: M
     assert d.advice.input_shape == (16, 1024) and not d.input_size.isEnabled()
     names = [d.advice.assessed[i].candidate.name for i in d.advice.front]
     assert "head only" in names and any(n.startswith("last 1 layer") for n in names)
+    assert d.measure(), d.status.text()  # the cost side measures on frames of that shape too
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    assert d.measured_rows() == len(d.advice.front) and d.status.text().startswith("Measured:"), d.status.text()
     d.retain.setText(f"py:{ex}:clean_tones")
     assert d.train_each(), d.status.text()
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))

@@ -10,6 +10,8 @@ pyqtgraph SI factor such as ``(x1e+09)`` on top.
 
 from __future__ import annotations
 
+import math
+
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPen
@@ -30,12 +32,20 @@ def _unit(nbytes: int) -> tuple[str, float]:
 
 
 class _DecadeAxis(pg.AxisItem):
-    """A log-scale count axis labelled at the decades only (``100k``, ``1M``, ``10M``)."""
+    """A log-scale count axis labelled at the decades (``100k``, ``1M``, ``10M``), and at 2 and 5
+    times them (``200k``, ``500k``) when the axis spans less than two decades."""
 
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
         if not self.logMode:
             return super().tickStrings(values, scale, spacing)
-        return [fmt_count(int(round(10**v))) if abs(v - round(v)) < 1e-6 else "" for v in values]
+        lo, hi = self.range
+        marks = (1.0,) if hi - lo >= 2 else (1.0, 2.0, 5.0)
+
+        def label(v: float) -> str:
+            mantissa = 10 ** (v - math.floor(v + 1e-9))
+            return fmt_count(int(round(10**v))) if any(abs(mantissa - m) < 1e-3 * m for m in marks) else ""
+
+        return [label(v) for v in values]
 
 
 class FrontChart(pg.PlotWidget):

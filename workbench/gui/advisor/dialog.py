@@ -551,8 +551,9 @@ class SuggestDialog(QDialog):
         shape = advice.input_shape
         assert isinstance(shape, tuple)  # the dialog advises for images or tokens (its own fields)
         text = len(shape) == 2
+        sample = tuple(shape[1:]) if self._data_config() is not None else None  # CREPE's frames, not an image
         config = TrainConfig(model=dict(self._c.spec), num_classes=current_num_classes(model), data="synthetic",
-                             image_size=None if text else shape[-1], batch_size=shape[0],
+                             image_size=None if text or sample else shape[-1], batch_size=shape[0], input_shape=sample,
                              optimizer=str(advice.settings.get("optimizer", "adamw")),
                              amp=str(advice.settings.get("amp", "off")), device=self._device, allow_download=False)
         progress, result, cancel = self._progress.changed.emit, self._progress.measured.emit, self._cancel
@@ -565,7 +566,7 @@ class SuggestDialog(QDialog):
         subset = dataclasses.replace(advice, front=runnable)  # the same assessments: results land in the rows
 
         def work() -> int:
-            return measure_front(subset, config, MEASURE_STEPS, seq_len=shape[1] if text else None,
+            return measure_front(subset, config, MEASURE_STEPS, seq_len=shape[1] if text and not sample else None,
                                  progress=progress, on_result=result, stop=cancel.is_set, reference=reference)
 
         self.progress.setRange(0, 0)
