@@ -274,3 +274,17 @@ def test_train_each_on_crepe_with_retention_on_clean_tones(qtbot: Any, window: M
     done = [r for r in report.rows if r.status == "completed"]
     assert done and all(r.retention is not None and 0.0 <= r.retention <= 1.0 for r in done)
     assert report.recommended is not None and "Recommended" in d.status.text()
+
+
+def test_a_row_without_numbers_shows_empty_cells_not_nan() -> None:
+    from workbench.core.advisor.sweep_report import SweepRow
+    from workbench.gui.advisor.train_each import learning_cells
+
+    texts, tips = learning_cells(SweepRow("c00", "head only", 1e-3, "failed", metric=float("nan"),
+                                          retention=float("inf"), reason="the plan does not fit the model"))
+    assert texts == ["", "", "", "", "failed"] and tips[-1] == "the plan does not fit the model"
+    texts, tips = learning_cells(SweepRow("c01", "full", 1e-3, "pruned", steps=20, metric=0.5, time_s=1.25,
+                                          peak_bytes=12_000_000, memory_source="peak tensor bytes",
+                                          reason="stopped at step 20 (rung 0): ..."))
+    assert texts == ["0.5", "", "1.2 s", "12 MB", "at step 20"] and "not compared" in tips[0]
+    assert learning_cells(None) == ([""] * len(LEARNING_COLUMNS), [""] * len(LEARNING_COLUMNS))
