@@ -121,7 +121,7 @@ def test_measure_fills_rows_one_by_one_with_a_real_peak(qtbot: Any, window: Main
     assert all(a.measured is not None for a in advice.front_assessed)
     for row, a in enumerate(advice.front_assessed):
         m = a.measured
-        assert m is not None and m.memory_source == "peak RSS growth"
+        assert m is not None and m.memory_source == "peak tensor bytes"
         assert d.table.item(row, COLUMNS.index("measured peak")).text() == fmt_memory(m.peak_bytes)
         assert m.peak_bytes != a.memory.peak  # a reading of the process, not the prediction
         assert float(d.table.item(row, COLUMNS.index("measured × full")).text().split()[0]) > 0

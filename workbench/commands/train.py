@@ -281,6 +281,8 @@ def print_summary(result: RunResult) -> None:
     ]
     peak = s.get("peak_memory_bytes")
     rows.append(("peak memory", f"{fmt_memory(peak)} ({s.get('memory_source')})" if peak is not None else "n/a"))
+    if s.get("peak_rss_growth_bytes") is not None and s.get("memory_source") != "peak RSS growth":
+        rows.append(("RSS growth", f"{fmt_memory(s['peak_rss_growth_bytes'])} (process, since the run's setup)"))
     if s.get("peak_rss_bytes"):
         rows.append(("peak RSS", f"{fmt_memory(s['peak_rss_bytes'])} (process resident set, absolute)"))
     med = s.get("median_step_time_s")

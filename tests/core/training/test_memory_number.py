@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from workbench.cli import main
 from workbench.core.training.metrics import MEMORY_SOURCES, fmt_memory, load_metrics
@@ -19,12 +20,46 @@ def test_cli_summary_and_metrics_agree(tmp_path: Path, capsys: pytest.CaptureFix
     assert rc == 0
     out = capsys.readouterr().out
     summary = json.loads((save / "summary.json").read_text())["summary"]
-    peak, rss = summary["peak_memory_bytes"], summary["peak_rss_bytes"]
-    assert summary["memory_source"] == MEMORY_SOURCES["cpu"] == "peak RSS growth"
-    assert max(m.mem_peak or 0 for m in load_metrics(save / "metrics.jsonl")) == peak
-    assert f"peak memory  {fmt_memory(peak)} (peak RSS growth)" in out
+    peak, rss, growth = summary["peak_memory_bytes"], summary["peak_rss_bytes"], summary["peak_rss_growth_bytes"]
+    assert summary["memory_source"] == MEMORY_SOURCES["cpu"] == "peak tensor bytes"
+    rows = load_metrics(save / "metrics.jsonl")
+    assert max(m.mem_peak or 0 for m in rows) == peak
+    assert f"peak memory  {fmt_memory(peak)} (peak tensor bytes)" in out
+    assert f"RSS growth   {fmt_memory(growth)} (process, since the run's setup)" in out
     assert f"peak RSS     {fmt_memory(rss)} (process resident set, absolute)" in out
-    assert all(m.mem_rss and m.mem_rss > (m.mem_peak or 0) for m in load_metrics(save / "metrics.jsonl"))
+    # the tensors a step holds, below what the process grew by and far below its absolute RSS
+    assert all(m.mem_rss and m.mem_rss > (m.mem_peak or 0) for m in rows) and max(m.mem_allocated or 0 for m in rows) == growth
+    assert 0 < peak < rss
+
+
+def test_a_compiled_forward_is_not_watched_and_says_its_peak_is_rss_growth() -> None:
+    from workbench.core.training.metrics import RSS_GROWTH_SOURCE, MemoryProbe
+
+    probe = MemoryProbe("cpu")
+    with probe.step():
+        torch.ones(1000)
+    assert probe.source == RSS_GROWTH_SOURCE and probe.peak is None  # nothing sampled yet
+    probe.sample()
+    assert probe.peak == probe.peak_rss_growth
+
+
+def test_the_tensor_peak_counts_a_watched_step_from_the_live_tensors() -> None:
+    from workbench.core.training.metrics import TENSOR_STEPS, MemoryProbe
+
+    weights = torch.zeros(1000)  # 4,000 bytes alive between steps
+    probe = MemoryProbe("cpu", live=lambda: [weights])
+    with probe.step():
+        t = torch.ones(2000)  # 8,000 bytes made by the step
+        del t
+    assert probe.peak == 12_000
+    for _ in range(TENSOR_STEPS):  # the window closes: later steps are not watched
+        with probe.step():
+            torch.ones(100_000)
+    assert probe.peak == 4_000 + 400_000  # the two steps watched after the first
+    probe.replan()
+    with probe.step():
+        torch.ones(200_000)
+    assert probe.peak == 4_000 + 800_000
 
 
 def test_fmt_memory_is_one_format() -> None:

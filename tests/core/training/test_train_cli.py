@@ -39,7 +39,7 @@ def test_train_prints_progress_and_summary(tmp_path: Path, fc_plan: Path, capsys
     assert "3/3" in err  # the progress bar
     assert "status       completed: completed 3 steps" in out
     assert "trainable    5,130 of 11,181,642 params (0.0%)" in out
-    assert "peak memory" in out and "peak RSS growth" in out and "median step" in out
+    assert "peak memory" in out and "(peak tensor bytes)" in out and "RSS growth" in out and "median step" in out
     assert "verify       verify OK: 60 frozen tensors" in out
     assert [m.step for m in load_metrics(metrics)] == [0, 1, 2]
     assert signal.getsignal(signal.SIGINT) is handler  # handler restored

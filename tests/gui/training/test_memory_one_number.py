@@ -37,10 +37,10 @@ def test_peak_memory_is_one_number_in_five_places(window: MainWindow, qtbot: Any
     # the metrics' last peak is the summary's peak: one measure, sampled at reported steps
     assert max(m["mem_peak"] for m in run.metrics) == peak
     # 1. the plots' read-out (the run just ended is the one shown)
-    assert f"peak {text}" in t.plots.readout_text()
+    assert f"peak tensors {text}" in t.plots.readout_text()
     # 2. the cost panel's measured line
     label = window.cost_panel.activation_label.text()
-    assert f"measured {text} (peak RSS growth" in label
+    assert f"measured {text} (peak tensor bytes" in label
     # 3. the Runs table (newest first)
     assert t.runs_panel.table.item(0, 4).text() == text
     # 4. the compare line

@@ -98,7 +98,7 @@ def test_readout_shows_every_overlaid_run_and_memory_is_the_runs_own(shown_plots
     p.set_overlays([(RunRecord(id="a", name="#1 a"), 0, records(30, ms=80.0, rss=50e6))])
     text = p.readout_text(10.0)
     assert "#1 a @ 10: 80.0 ms" in text and "60 MB" in text
-    assert "RSS growth 100 MB · peak 100 MB" in text and "grads + optimizer state 0.0 MB" in text
+    assert "RSS growth 100 MB · peak tensors 100 MB" in text and "grads + optimizer state 0.0 MB" in text
     _x, y = p.curves["mem_alloc"].getData()
     assert y[0] == 90.0 and y[-1] == 119.0  # drawn as recorded: the one measure core defines
     _x, y = p.overlays["a"].curves["mem_alloc"].getData()

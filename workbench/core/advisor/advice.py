@@ -35,7 +35,7 @@ class Measured:
 
     Attributes:
         peak_bytes: measured peak memory as :mod:`workbench.core.training.metrics` defines it
-            (CUDA peak allocated, CPU peak RSS growth; ``memory_source`` says which).
+            (CUDA peak allocated, CPU peak tensor bytes; ``memory_source`` says which).
         step_ratio: median step time relative to full fine-tuning.
         step_ms: median step time in milliseconds.
         memory_source: what ``peak_bytes`` measures (a value of ``MEMORY_SOURCES``).

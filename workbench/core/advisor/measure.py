@@ -7,12 +7,14 @@ synthetic data, as ``workbench bench`` runs them. A candidate's result is handed
 checked between steps and ends the measurement early.
 
 The measured peak is the one definition of :mod:`workbench.core.training.metrics` (never the
-prediction, nor the tensor accounting the prediction uses): CUDA ``max_memory_allocated`` over
-the candidate's model build and memory steps minus what was allocated before; on the CPU the
-**peak RSS growth** from before the model was built, read from the kernel's high-water mark
-(``VmHWM``, reset through ``/proc/self/clear_refs``; where that is not available, the RSS
-sampled every millisecond by a thread). Memory freed by the previous candidate is handed back
-to the system first (``malloc_trim``), so each candidate's growth is its own. The step time is
+prediction): CUDA ``max_memory_allocated`` over the candidate's model build and memory steps
+minus what was allocated before; on the CPU the run's **peak tensor bytes**, the live tensor
+storages of its memory steps (weights, buffers, gradients and optimizer state included), as
+the run itself reports it (``mem_peak``): the quantity the prediction is for. :class:`PeakMeter`
+still reads the process's **RSS growth** (the kernel's high-water mark ``VmHWM``, reset through
+``/proc/self/clear_refs``, or the RSS sampled every millisecond by a thread, after memory freed
+by the previous candidate is handed back with ``malloc_trim``), which a caller may want under
+that name; it is not the measured peak. The step time is
 the median of the timed steps; :attr:`~workbench.core.advisor.advice.Measured.step_ratio_range`
 keeps their spread, which :func:`step_ratio_noise` compares with the difference between rows.
 """
@@ -35,7 +37,13 @@ from workbench.core.models.spec import ModelSpec
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import synthetic_for_model
 from workbench.core.training.engine import Trainer
-from workbench.core.training.metrics import MEMORY_SOURCES, StepMetrics, process_rss, release_freed_heap
+from workbench.core.training.metrics import (
+    MEMORY_SOURCES,
+    RSS_GROWTH_SOURCE,
+    StepMetrics,
+    process_rss,
+    release_freed_heap,
+)
 
 __all__ = ["PeakMeter", "measure_front", "measure_peak", "step_ratio_noise"]
 
@@ -113,7 +121,9 @@ def _reset_high_water_mark() -> bool:
 
 
 class PeakMeter:
-    """The peak memory of what runs inside ``with``, as :mod:`~workbench.core.training.metrics` defines it.
+    """The peak memory growth of what runs inside ``with``: CUDA peak allocated as
+    :mod:`~workbench.core.training.metrics` defines it; on the CPU the process's RSS growth
+    (named so: the CPU peak a run reports is its tensor bytes, which only the run sees).
 
     Args:
         device: the device the work runs on.
@@ -126,7 +136,7 @@ class PeakMeter:
 
     def __init__(self, device: torch.device | str) -> None:
         self.device = torch.device(device)
-        self.source = MEMORY_SOURCES.get(self.device.type, MEMORY_SOURCES["cpu"])
+        self.source = RSS_GROWTH_SOURCE if self.device.type == "cpu" else MEMORY_SOURCES.get(self.device.type, "")
         self.peak: int | None = None
         self._base = 0
         self._kernel = False
@@ -298,8 +308,9 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
                 for s in range(memory_steps):
                     if stopped():
                         return measured
-                    _next(label, trainer, gen, s)
+                    last = _next(label, trainer, gen, s)
                     tick()
+            cpu_peak = last.mem_peak if meter.device.type == "cpu" else None  # the run's peak tensor bytes
             for s in range(warmup + steps):
                 if stopped():
                     return measured
@@ -316,8 +327,9 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
         median = statistics.median(times)
         if base is None:
             base = median  # full fine-tuning (or, without it, the first candidate) is the reference
-        result = Measured(meter.peak if meter.peak is not None else 0, median / base, median * 1e3,
-                          memory_source=meter.source, step_ratio_range=(min(times) / base, max(times) / base),
+        peak = cpu_peak if meter.device.type == "cpu" else meter.peak
+        result = Measured(peak if peak is not None else 0, median / base, median * 1e3,
+                          memory_source=MEMORY_SOURCES["cpu"] if meter.device.type == "cpu" else meter.source, step_ratio_range=(min(times) / base, max(times) / base),
                           steps=len(times))
         if i in advice.front:
             advice.assessed[i].measured = result

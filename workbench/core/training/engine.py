@@ -370,10 +370,21 @@ class Trainer:
         self.cache, self.loader, self.cache_note = decided.cache, decided.loader, decided.note
         if cfg.auto_freeze:
             self.auto_freezer = self._auto_freezer(model)
-        self._probe = MemoryProbe(self.device, baseline=self._setup_rss)
+        # the CPU peak is the watched steps' live tensor bytes; a compiled forward is not watched (RSS growth)
+        self._probe = MemoryProbe(self.device, baseline=self._setup_rss,
+                                  live=None if cfg.compile_backend else self._live_tensors)
         self._recount()
         self._tree = self.applied.tree
         self._ready = True
+
+    def _live_tensors(self) -> list[torch.Tensor]:
+        """The tensors alive between steps: weights, buffers, gradients and optimizer state (CPU peak's start)."""
+        assert self.model is not None
+        out = [*self.model.parameters(), *self.model.buffers()]
+        out += [p.grad for p in self.model.parameters() if p.grad is not None]
+        if self.optimizer is not None:
+            out += [v for st in self.optimizer.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+        return out
 
     def _auto_freezer(self, model: nn.Module) -> AutoFreezer:
         cfg = self.config
@@ -610,10 +621,12 @@ class Trainer:
                 if evs:
                     win.events.extend(evs)
                     st.state_dirty = True
+                    self._probe.replan()
             if schedule is not None:
                 schedule.apply(self.optimizer, step)
             # ---- the step
-            out = train_step(step, x, y, events_pool[win.cuda_pairs] if cuda else None)
+            with self._probe.step():
+                out = train_step(step, x, y, events_pool[win.cuda_pairs] if cuda else None)
             if out.stepped and self._grads is not None:
                 self._grads.look(step)
             if out.failure is not None:
@@ -926,6 +939,7 @@ class Trainer:
             "peak_memory_bytes": peak,
             "memory_source": self._probe.source if self._probe is not None else None,
             "peak_rss_bytes": self._probe.peak_rss if self._probe is not None else None,
+            "peak_rss_growth_bytes": self._probe.peak_rss_growth if self._probe is not None else None,
             "trainable_params": trainable,
             "frozen_params": frozen,
             "total_params": trainable + frozen,

@@ -12,21 +12,22 @@ naming the measure); :func:`fmt_memory` writes it the same way everywhere:
   are reset then: weights, gradients, optimizer state and activations; not the caching
   allocator's reserve, which is ``mem_reserved``);
 - MPS: the largest ``torch.mps.current_allocated_memory`` sampled (driver memory as reserved);
-- CPU: **peak RSS growth**: the largest process resident set size sampled during the run,
-  minus the RSS when the run's setup began (before the model was built). Before that
-  baseline is read, heap memory the process has freed is handed back to the system
-  (:func:`release_freed_heap`, glibc's ``malloc_trim``), so a second run in the same process
-  (the app) grows as the first did instead of reusing the first run's freed memory unseen.
-  Its limits: RSS counts every allocation of the process (data loading, Python objects,
-  libraries loaded late), so it is not tensor bytes; memory still held by garbage in
-  reference cycles is not freed first (a full collection costs a quarter of a second in a
-  large process), nor is it handed back where the C library has no ``malloc_trim`` (macOS,
-  musl), so growth is a lower bound there; and it is sampled at reported steps, so a peak
-  between two samples is missed. The exact tensor figures beside
-  it are ``grad_bytes`` and ``optimizer_state_bytes``.
+- CPU: **peak tensor bytes**: the most bytes of live tensor storages during a training step
+  (:class:`LiveTensorBytes`, a dispatch mode that counts every storage an op creates and
+  subtracts it when it is freed), weights, buffers, gradients and optimizer state included:
+  the quantity the advisor predicts and its measurement reads. The mode costs Python work
+  per op, so it watches the first :data:`TENSOR_STEPS` steps of the run and of each plan
+  change (the step's memory repeats while the plan and the batch do), not every step. A run
+  whose forward is compiled (``compile_backend``) is not watched: its peak is the RSS growth
+  below, and ``memory_source`` says so.
 
-The absolute process RSS is a second quantity with its own name everywhere: ``mem_rss``
-per step and ``peak_rss_bytes`` in the summary (CPU runs). On Linux RSS is read from
+On the CPU the process's **RSS growth** is a second quantity with its own name: the largest
+resident set size sampled at reported steps minus the RSS when the run's setup began (heap
+memory freed earlier is handed back first, :func:`release_freed_heap`), ``mem_allocated``
+per step and ``peak_rss_growth_bytes`` in the summary. It counts every allocation of the
+process (data loading, Python objects, libraries loaded late, allocator caches), so it is
+not tensor bytes. The absolute process RSS is a third, ``mem_rss`` per step and
+``peak_rss_bytes`` in the summary (CPU runs). On Linux RSS is read from
 ``/proc/self/statm`` through a file descriptor kept open (about 1.5 µs; psutil takes about
 12 µs, which is the fallback elsewhere).
 
@@ -46,12 +47,15 @@ import json
 import math
 import os
 import stat
-from collections.abc import Iterable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 from workbench.core.atomic import atomic_path
 from workbench.core.errors import WorkbenchError
@@ -59,6 +63,9 @@ from workbench.core.errors import WorkbenchError
 __all__ = [
     "MEMORY_SOURCES",
     "METRICS_SUFFIXES",
+    "RSS_GROWTH_SOURCE",
+    "TENSOR_STEPS",
+    "LiveTensorBytes",
     "MemoryProbe",
     "MetricsError",
     "MetricsWriter",
@@ -70,6 +77,7 @@ __all__ = [
     "optimizer_state_bytes",
     "process_rss",
     "release_freed_heap",
+    "storage_bytes",
     "tensor_bytes",
 ]
 
@@ -492,8 +500,12 @@ def optimizer_state_bytes(optimizer: torch.optim.Optimizer) -> int:
 MEMORY_SOURCES: dict[str, str] = {
     "cuda": "CUDA peak allocated",
     "mps": "MPS peak allocated",
-    "cpu": "peak RSS growth",
+    "cpu": "peak tensor bytes",
 }
+#: ``memory_source`` of a CPU run whose steps were not watched (a compiled forward): the RSS growth.
+RSS_GROWTH_SOURCE = "peak RSS growth"
+#: Steps watched for the CPU tensor peak at the run's start and after each plan change.
+TENSOR_STEPS = 3
 
 
 def fmt_memory(n: float | None) -> str:
@@ -541,11 +553,83 @@ def release_freed_heap() -> None:
         trim(0)
 
 
+def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    """Bytes of the distinct storages behind ``tensors`` (shared and viewed storages once).
+
+    Args:
+        tensors: tensors (parameters, buffers, gradients ...).
+
+    Returns:
+        The bytes.
+    """
+    seen: dict[int, int] = {}
+    keep = []
+    for t in tensors:
+        st = t.untyped_storage()
+        keep.append(st)
+        seen.setdefault(id(st), st.nbytes())
+    return sum(seen.values())
+
+
+class LiveTensorBytes(TorchDispatchMode):
+    """Count the bytes of live tensor storages created while the mode is active.
+
+    Example:
+        >>> with LiveTensorBytes(baseline=storage_bytes(model.parameters())) as live:
+        ...     loss = model(x).sum(); loss.backward()
+        >>> live.peak  # bytes, baseline included
+
+    Args:
+        baseline: bytes already live when the mode starts (counted in :attr:`live` and
+            :attr:`peak`).
+        device_type: count only storages on this device type (``"cpu"``); None: all but meta.
+    """
+
+    def __init__(self, baseline: int = 0, device_type: str | None = "cpu") -> None:
+        super().__init__()
+        self.live = baseline
+        self.peak = baseline
+        self.device_type = device_type
+        self._seen: set[int] = set()
+
+    def _free(self, key: int, nbytes: int) -> None:
+        if key in self._seen:
+            self._seen.discard(key)
+            self.live -= nbytes
+
+    def reset_peak(self) -> None:
+        """Start a new peak from the bytes live now."""
+        self.peak = self.live
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        inputs = {id(a.untyped_storage()) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)}
+        for t in tree_flatten(out)[0]:
+            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+                continue
+            if self.device_type is not None and t.device.type != self.device_type:
+                continue
+            st = t.untyped_storage()
+            key = id(st)
+            if key in self._seen or key in inputs:  # a view or an in-place result: not new memory
+                continue
+            nbytes = st.nbytes()
+            self._seen.add(key)
+            self.live += nbytes
+            self.peak = max(self.peak, self.live)
+            weakref.finalize(st, self._free, key, nbytes)
+        return out
+
+
 class MemoryProbe:
     """Cheap memory readings for one device (a few microseconds per :meth:`sample`).
 
-    On the CPU the probe's baseline is the process RSS when it is created (the run's
-    setup): allocated and peak are growth over it (see the module docstring).
+    On the CPU the peak is the live tensor bytes of the steps run inside :meth:`step` while a
+    watch window is open (the first :data:`TENSOR_STEPS` after :meth:`reset` and after each
+    :meth:`replan`); allocated is the RSS growth over the baseline, the process RSS when the
+    probe was made (the run's setup), and :attr:`peak_rss_growth` its peak (see the module
+    docstring). Without ``live`` the CPU peak is that RSS growth.
 
     Args:
         device: the training device.
@@ -553,11 +637,17 @@ class MemoryProbe:
             statistics, which other code may be reading: pass False to leave them alone).
         baseline: the CPU baseline RSS in bytes (default: the RSS now); the engine passes
             :func:`process_rss` read when the run's setup began.
+        live: the tensors alive between steps (weights, buffers, gradients, optimizer state),
+            read when a watched step starts: the bytes its count starts from (CPU).
     """
 
-    def __init__(self, device: torch.device | str, *, reset_peak: bool = True, baseline: int | None = None) -> None:
+    def __init__(self, device: torch.device | str, *, reset_peak: bool = True, baseline: int | None = None,
+                 live: Callable[[], Iterable[torch.Tensor]] | None = None) -> None:
         self.device = torch.device(device)
         self.kind = self.device.type
+        self._live = live if self.kind == "cpu" else None
+        self._tensor_peak = 0
+        self._window = 0
         self._peak = 0
         self._peak_rss = 0
         self._process: Any = None
@@ -606,23 +696,44 @@ class MemoryProbe:
     @property
     def source(self) -> str:
         """What the peak measures on this device (``memory_source``; see :data:`MEMORY_SOURCES`)."""
+        if self.kind == "cpu" and self._live is None:
+            return RSS_GROWTH_SOURCE
         return MEMORY_SOURCES.get(self.kind, MEMORY_SOURCES["cpu"])
 
     def reset(self) -> None:
         """Start peak tracking afresh (CUDA: reset the allocator's peak statistics; CPU: the
-        baseline stays the RSS at the run's setup)."""
+        baseline stays the RSS at the run's setup, and the next steps are watched)."""
         if self.kind == "cuda" and torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats(self.device)
         self._peak = 0
         self._peak_rss = 0
+        self._tensor_peak = 0
+        self._window = TENSOR_STEPS if self._live is not None else 0
+
+    def replan(self) -> None:
+        """The plan changed (the step holds other tensors): watch the next steps again (CPU)."""
+        if self._live is not None:
+            self._window = TENSOR_STEPS
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """Run one training step inside: on the CPU, while a watch window is open, its live
+        tensor bytes are counted into the peak (elsewhere, and outside a window, nothing happens)."""
+        if not self._window or self._live is None:
+            yield
+            return
+        self._window -= 1
+        with LiveTensorBytes(baseline=storage_bytes(self._live()), device_type="cpu") as meter:
+            yield
+        self._tensor_peak = max(self._tensor_peak, meter.peak)
 
     def sample(self) -> tuple[int | None, int | None, int | None]:
         """Read memory now.
 
         Returns:
             ``(allocated, peak, reserved)`` in bytes; None where the device has no such figure.
-            On the CPU allocated and peak are RSS growth over :attr:`baseline`; the absolute
-            RSS is left in :attr:`rss`.
+            On the CPU allocated is the RSS growth over :attr:`baseline` and peak :attr:`peak`;
+            the absolute RSS is left in :attr:`rss`.
         """
         if self.kind == "cuda":
             return (
@@ -642,16 +753,24 @@ class MemoryProbe:
         self._peak_rss = max(self._peak_rss, rss)
         growth = max(rss - self.baseline, 0)
         self._peak = max(self._peak, growth)
-        return growth, self._peak, None
+        return growth, self.peak, None
 
     @property
     def peak(self) -> int | None:
-        """The run's peak memory so far (CUDA: the allocator's peak; CPU: peak RSS growth)."""
+        """The run's peak memory so far (CUDA: the allocator's peak; CPU: the peak tensor bytes of
+        the watched steps, or without ``live`` the peak RSS growth)."""
         if self.kind == "cuda":
             return torch.cuda.max_memory_allocated(self.device)
         if self.kind == "cpu":
-            return self._peak if self._peak_rss else None
+            if self._live is not None:
+                return self._tensor_peak or None
+            return self.peak_rss_growth
         return self._peak or None
+
+    @property
+    def peak_rss_growth(self) -> int | None:
+        """The largest RSS growth over :attr:`baseline` sampled (CPU), or None."""
+        return self._peak if self.kind == "cpu" and self._peak_rss else None
 
     @property
     def peak_rss(self) -> int | None:

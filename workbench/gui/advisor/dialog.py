@@ -8,7 +8,7 @@ plan selected. *Apply* puts the selected plan in force as one undoable edit, *Sa
 as a plan file, *Measure* trains each front candidate for a few steps on a worker thread: each
 row fills in as its candidate finishes (a progress bar counts the steps, *Cancel* stops at the
 next step, or once the model being built is built), the measured peak is the device's reading (:mod:`workbench.core.training.metrics`:
-CUDA peak allocated, CPU peak RSS growth) and a step ratio whose steps spread wider than the
+CUDA peak allocated, CPU peak tensor bytes) and a step ratio whose steps spread wider than the
 gap to another row is marked ⚠ with the spread in its tooltip.
 
 Nothing *Measure* does can eat the machine: it is off for a model open structure only (it

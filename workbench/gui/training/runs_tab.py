@@ -214,7 +214,7 @@ class RunsPanel(QWidget):
         header.sectionResized.connect(self._name_column_resized)
         for column, tip in (
             (3, "Median time of one training step (forward, backward, optimizer)"),
-            (4, "Peak memory: CUDA peak allocated; CPU peak RSS growth since the run began"),
+            (4, "Peak memory: CUDA peak allocated; CPU peak tensor bytes of a step (weights, gradients, optimizer state, activations)"),
             (COLUMNS.index("Val loss"), "The last validation loss, and the best one where it was lower"),
             (COLUMNS.index("Val acc"), "The last validation accuracy (classifiers), and the best one where it was higher"),
             (0, "The run's name: double-click or F2 to rename it"),
