@@ -14,6 +14,7 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QWidget
 from torch import nn
 
+from tests.timeouts import GUI_EVENT_S, ms
 from workbench.core.training.config import ConfigError
 from workbench.gui.controller import Controller
 from workbench.gui.model_loading import loaded_from_model
@@ -92,7 +93,7 @@ def test_every_row_and_option_is_kept_between_sessions(make_panel: Any, tmp_path
 def test_the_step_setup_is_what_the_estimate_and_the_advisor_read(qtbot: Any, make_panel: Any) -> None:
     panel = make_panel()
     panel.set_values(batch_size=5, image_size=40, device="cpu", amp="bf16")
-    with qtbot.waitSignal(panel.stepSetupChanged):
+    with qtbot.waitSignal(panel.stepSetupChanged, timeout=ms(GUI_EVENT_S)):
         panel.set_values(batch_size=6)
     setup = panel.step_setup()
     assert setup == StepSetup(device="cpu", batch_size=6, image_size=40, amp="bf16", tokens=None)
