@@ -176,10 +176,11 @@ class ModuleTreeModel(QAbstractItemModel):
         """The order to expand rows in so that no single expansion lays out many rows.
 
         A view lays out a row's children when the row is expanded while shown, and only stores
-        the wish while one of its ancestors is collapsed; laying out a row shifts every row below
-        it. So rows whose subtree is larger than ``block`` come first, top down (each shows
-        its children only), then each subtree of at most ``block`` rows bottom up: its rows
-        are stored cheaply and its top row lays the whole subtree out at once.
+        the wish while one of its ancestors is collapsed (after looking for the row among the
+        rows it shows); laying out a row shifts every row below it. So rows whose subtree is
+        larger than ``block`` come first, top down (each shows its children only); then the
+        rows inside the subtrees of at most ``block`` rows, stored cheaply while the view shows
+        few rows; then the top row of each such subtree, which lays it out at once.
 
         Args:
             ids: row ids to expand, sorted, closed under ancestors (each row's parent is in
@@ -193,17 +194,13 @@ class ModuleTreeModel(QAbstractItemModel):
         if not len(ids) or self._end is None:
             return ids
         small = (self._end[ids] - ids) <= block
-        order = [ids[~small]]
-        rows = ids[small].tolist()
-        i = 0
-        while i < len(rows):  # a block: a small row and the ids in its subtree, which follow it
-            end = int(self._end[rows[i]])
-            j = i + 1
-            while j < len(rows) and rows[j] < end:
-                j += 1
-            order.append(np.asarray(rows[i:j][::-1], dtype=np.int64))
-            i = j
-        return np.concatenate(order)
+        rows = ids[small]
+        tops = np.zeros(len(rows), dtype=bool)  # a block's top: a small row whose parent is not small
+        end = -1
+        for k, r in enumerate(rows.tolist()):  # a block's rows follow its top, up to its end
+            if r >= end:
+                tops[k], end = True, int(self._end[r])
+        return np.concatenate([ids[~small], rows[~tops], rows[tops]])
 
     def row_id(self, row: int, parent: Index = _ROOT) -> int | None:
         """The id of the ``row``-th child of ``parent`` (None when there is none)."""
