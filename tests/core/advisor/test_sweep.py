@@ -39,11 +39,11 @@ def _data() -> TensorDataset:
 
 
 def _candidates() -> list:
+    """Least trained first, as the advisor lists them: two head-only plans that barely learn, then full."""
     full = FreezePlan([Rule("*", frozen=False)])
     head = FreezePlan([Rule("*", frozen=True), Rule("fc", frozen=False)])
-    return cross_learning_rates([("full", full, {})], [0.05]) + [
-        c.__class__(f"c0{i + 1}", c.name, c.plan, c.lr) for i, c in
-        enumerate(cross_learning_rates([("head only", head, {})], [1e-7, 2e-7]))]
+    return cross_learning_rates([("head only", head, {})], [1e-7, 2e-7]) + [
+        c.__class__("c02", c.name, c.plan, c.lr) for c in cross_learning_rates([("full", full, {})], [0.05])]
 
 
 def _sweep(folder: Path, **settings: object) -> Sweep:
@@ -56,20 +56,20 @@ def test_each_candidate_is_a_run_folder_and_weak_ones_are_pruned_with_a_reason(t
     sweep = _sweep(tmp_path / "sw")
     events: list[str] = []
     with opened(sweep) as queued:
-        assert queued == ["c00", "c01", "c02"]
+        assert queued == ["c02", "c01", "c00"]  # the last first: the most trained sets the bar
         sweep.work(on_event=lambda kind, data: events.append(f"{kind}:{data['id']}") if kind != "step" else None)
         report = sweep.report()
     rows = {r.id: r for r in report.rows}
-    assert rows["c00"].status == "completed" and rows["c00"].steps == 6
-    assert rows["c01"].status == rows["c02"].status == "pruned"
+    assert rows["c02"].status == "completed" and rows["c02"].steps == 6
+    assert rows["c01"].status == rows["c00"].status == "pruned"
     assert rows["c01"].steps == 2 and "stopped at step 2 (rung 0)" in rows["c01"].reason
     assert "not among the best 1" in rows["c01"].reason
-    assert events.count("finished:c00") == 1 and events[0] == "started:c00"
-    full = rows["c00"]
+    assert events.count("finished:c02") == 1 and events[0] == "started:c02"
+    full = rows["c02"]
     assert full.trainable == 8 * 16 + 16 + 16 * 2 + 2 and rows["c01"].trainable == 16 * 2 + 2
     assert full.time_s is not None and full.time_s > 0 and full.peak_bytes is not None
     assert full.retention is not None and full.on_time_front and full.on_memory_front
-    assert report.recommended == 0 and report.recommendation.startswith("recommended: full")
+    assert report.recommended == 2 and report.recommendation.startswith("recommended: full")
     assert [s for s, _ in full.curve] == [2, 4, 6]
     run = Path(full.run_dir)
     assert run.parent == tmp_path / "sw" / "runs"
@@ -81,7 +81,7 @@ def test_each_candidate_is_a_run_folder_and_weak_ones_are_pruned_with_a_reason(t
     with opened(again) as queued:
         assert queued == []
         assert again.work() == 0
-        assert [r.status for r in again.report().rows] == ["completed", "pruned", "pruned"]
+        assert [r.status for r in again.report().rows] == ["pruned", "pruned", "completed"]
 
 
 def test_without_pruning_every_candidate_trains_to_the_end(tmp_path: Path) -> None:

@@ -300,6 +300,19 @@ class Sweep:
                           reduction_factor=s.reduction_factor, min_resource=s.eval_every, prune=s.prune,
                           heartbeat=s.storage is not None or not _FOLDER_LOCKS)
 
+    @property
+    def queue_order(self) -> list[str]:
+        """The candidates' ids in the order they train: the last candidate first.
+
+        Successive halving in one queue compares a candidate only with those trained before
+        it; a candidate better than every one before it always goes on. The advisor lists its
+        plans least trained first, which usually means worst first: in that order every
+        candidate is the best so far and none is stopped. Trained last first, the plans that
+        train the most (auto-freeze, full fine-tuning) set each rung's bar, and the ones that
+        learn less stop at the first rung. Plan files train in the reverse of their order too.
+        """
+        return [c.id for c in reversed(self.candidates)]
+
     def identity(self) -> dict[str, Any]:
         """What makes a rerun the same sweep: candidates (plan, lr, overrides), budget, objective and the run's settings."""
         def digest(c: SweepCandidate) -> str:
@@ -336,7 +349,7 @@ class Sweep:
             else:
                 with contextlib.suppress(Exception):
                     import_optuna().storages.fail_stale_trials(self._study)
-            queued = enqueue_missing(self._study, [c.id for c in self.candidates])
+            queued = enqueue_missing(self._study, self.queue_order)
         except BaseException:
             self._lock.release()
             raise
@@ -351,7 +364,7 @@ class Sweep:
             The ids queued again.
         """
         fail_orphans(self.study)
-        return enqueue_missing(self.study, [c.id for c in self.candidates])
+        return enqueue_missing(self.study, self.queue_order)
 
     def join(self) -> None:
         """Open the study another process of this sweep prepared (a ``--workers`` process).
@@ -464,7 +477,7 @@ class Sweep:
             if self.settings.storage is not None:  # a machine that went silent: its candidate back in the queue
                 with contextlib.suppress(Exception):
                     import_optuna().storages.fail_stale_trials(st)
-                    enqueue_missing(st, [c.id for c in self.candidates])
+                    enqueue_missing(st, self.queue_order)
             if (cancel is not None and cancel.is_set()) or waiting_count(st) == 0:
                 st.stop()
 
