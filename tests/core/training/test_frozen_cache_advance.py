@@ -14,6 +14,7 @@ from workbench.core.training.cache_cut import Cut, Placeholders, batch_part, row
 from workbench.core.training.cache_store import SPILL_NAME, SPILL_NAME_2
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.engine import Trainer
+from workbench.core.training.frozen_cache import cache_line
 
 
 def _run(plan: dict[str, Any], mode: str, **kw: Any) -> tuple[dict[str, Any], list[float], list[str]]:
@@ -132,3 +133,13 @@ def test_rows_until_stops_at_the_module_and_can_start_from_kept_rows() -> None:
     part = batch_part(((x, torch.ones(2)), {"s": scale}), torch.tensor([0, 3]), 5)
     assert part[0][0].shape == (2, 6) and part[0][1].shape == (2,) and torch.equal(part[1]["s"], scale[[0, 3]])
     assert SPILL_NAME != SPILL_NAME_2
+
+
+def test_the_cache_line_counts_partial_steps_and_advances() -> None:
+    stats = {"cut": "layer4", "rows": 32, "bytes_memory": 1024, "bytes_disk": 0, "hits": 6, "partial": 2,
+             "misses": 4, "hit_rate": 0.5, "advances": 1}
+    line = cache_line(stats)
+    assert "hit rate 50% (6 of 12 steps)" in line
+    assert ", 2 partly (the prefix ran for the missing samples only), carried to a later cut once" in line
+    assert "carried to a later cut 3 times" in cache_line({**stats, "advances": 3})
+    assert "partly" not in cache_line({**stats, "partial": 0, "advances": 0})

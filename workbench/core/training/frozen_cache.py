@@ -180,7 +180,7 @@ def cache_line(stats: Mapping[str, Any]) -> str:
     if num("partial"):
         line += f", {num('partial')} partly (the prefix ran for the missing samples only)"
     if num("advances"):
-        line += f", carried to a later cut {num('advances')} times"
+        line += ", carried to a later cut " + ("once" if num("advances") == 1 else f"{num('advances')} times")
     if num("inputs_skipped"):
         line += f", inputs of {num('inputs_skipped')} steps not loaded"
     if num("reloads"):
