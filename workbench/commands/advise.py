@@ -115,8 +115,8 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
     print_table(head, rows, left=2)
     sources = sorted({a.measured.memory_source for a in advice.front_assessed if a.measured is not None})
     if sources:
-        print(f"  measured peak: {', '.join(sources)} of a few real steps per candidate (not the prediction's "
-              "tensor accounting: allocator and library overhead included)")
+        print(f"  measured peak: {', '.join(sources)} of a few real steps per candidate (the run's own peak memory, "
+              "as training reports it; never the prediction)")
     print("  cached: step time once the frozen-prefix cache serves (after the first epoch; --cache-frozen, on where "
           "the frozen part runs in eval mode)")
     if af is not None:

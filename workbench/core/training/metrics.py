@@ -601,6 +601,26 @@ class LiveTensorBytes(TorchDispatchMode):
         """Start a new peak from the bytes live now."""
         self.peak = self.live
 
+    def adopt(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Count tensors made before the mode as live until they are freed (a step that frees last
+        step's gradients then counts them once, not twice as a fixed ``baseline`` would).
+
+        Args:
+            tensors: tensors alive now (weights, buffers, gradients, optimizer state); shared storages once.
+        """
+        for t in tensors:
+            if self.device_type is not None and t.device.type != self.device_type:
+                continue
+            st = t.untyped_storage()
+            key = id(st)
+            if key in self._seen:
+                continue
+            nbytes = st.nbytes()
+            self._seen.add(key)
+            self.live += nbytes
+            weakref.finalize(st, self._free, key, nbytes)
+        self.peak = max(self.peak, self.live)
+
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
@@ -723,7 +743,9 @@ class MemoryProbe:
             yield
             return
         self._window -= 1
-        with LiveTensorBytes(baseline=storage_bytes(self._live()), device_type="cpu") as meter:
+        meter = LiveTensorBytes(device_type="cpu")
+        meter.adopt(self._live())  # freed during the step (last step's gradients), they stop counting
+        with meter:
             yield
         self._tensor_peak = max(self._tensor_peak, meter.peak)
 
