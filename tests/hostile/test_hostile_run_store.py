@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.core.training.metrics import StepMetrics
 from workbench.core.runs import store as run_store
+from workbench.core.training.metrics import StepMetrics
 from workbench.gui.training.run_store import RunRecord, RunStore, RunStoreError
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="symlinks and FIFOs")
