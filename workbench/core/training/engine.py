@@ -67,6 +67,7 @@ from workbench.core.training.metrics import (
     optimizer_state_bytes,
     process_rss,
     release_freed_heap,
+    training_tensors,
 )
 from workbench.core.training.module_stats import ModuleStatsProbe
 from workbench.core.training.optim import sync_optimizer
@@ -370,21 +371,11 @@ class Trainer:
         self.cache, self.loader, self.cache_note = decided.cache, decided.loader, decided.note
         if cfg.auto_freeze:
             self.auto_freezer = self._auto_freezer(model)
-        # the CPU peak is the watched steps' live tensor bytes; a compiled forward is not watched (RSS growth)
-        self._probe = MemoryProbe(self.device, baseline=self._setup_rss,
-                                  live=None if cfg.compile_backend else self._live_tensors)
+        live = None if cfg.compile_backend else lambda: training_tensors(self.model, self.optimizer)  # CPU peak's start
+        self._probe = MemoryProbe(self.device, baseline=self._setup_rss, live=live)
         self._recount()
         self._tree = self.applied.tree
         self._ready = True
-
-    def _live_tensors(self) -> list[torch.Tensor]:
-        """The tensors alive between steps: weights, buffers, gradients and optimizer state (CPU peak's start)."""
-        assert self.model is not None
-        out = [*self.model.parameters(), *self.model.buffers()]
-        out += [p.grad for p in self.model.parameters() if p.grad is not None]
-        if self.optimizer is not None:
-            out += [v for st in self.optimizer.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
-        return out
 
     def _auto_freezer(self, model: nn.Module) -> AutoFreezer:
         cfg = self.config
@@ -625,7 +616,7 @@ class Trainer:
             if schedule is not None:
                 schedule.apply(self.optimizer, step)
             # ---- the step
-            with self._probe.step():
+            with self._probe.step():  # the CPU's tensor peak, on watched steps
                 out = train_step(step, x, y, events_pool[win.cuda_pairs] if cuda else None)
             if out.stepped and self._grads is not None:
                 self._grads.look(step)
@@ -925,7 +916,6 @@ class Trainer:
 
     def _summary(self, st: LoopState) -> dict[str, Any]:
         trainable, frozen, gbytes = self._counts
-        peak = self._probe.peak if self._probe is not None else None
         med = statistics.median(st.report_step_times) if st.report_step_times else None
         groups = self.optimizer.param_groups if self.optimizer is not None else []
         return {
@@ -936,10 +926,7 @@ class Trainer:
             "median_step_time_s": med,
             "median_data_time_s": statistics.median(st.report_data_times) if st.report_data_times else None,
             "median_samples_per_s": statistics.median(st.report_rates) if st.report_rates else None,
-            "peak_memory_bytes": peak,
-            "memory_source": self._probe.source if self._probe is not None else None,
-            "peak_rss_bytes": self._probe.peak_rss if self._probe is not None else None,
-            "peak_rss_growth_bytes": self._probe.peak_rss_growth if self._probe is not None else None,
+            **(self._probe.summary() if self._probe is not None else MemoryProbe.no_summary()),
             "trainable_params": trainable,
             "frozen_params": frozen,
             "total_params": trainable + frozen,

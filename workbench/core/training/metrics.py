@@ -79,6 +79,7 @@ __all__ = [
     "release_freed_heap",
     "storage_bytes",
     "tensor_bytes",
+    "training_tensors",
 ]
 
 #: File suffixes :class:`MetricsWriter` understands (JSON lines or CSV).
@@ -642,6 +643,25 @@ class LiveTensorBytes(TorchDispatchMode):
         return out
 
 
+def training_tensors(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None) -> list[torch.Tensor]:
+    """The tensors a run keeps between steps: weights, buffers, gradients and optimizer state.
+
+    Args:
+        model: the model (None: no tensors of its own).
+        optimizer: its optimizer, or None.
+
+    Returns:
+        The tensors (a storage may appear more than once).
+    """
+    out: list[torch.Tensor] = []
+    if model is not None:
+        out += [*model.parameters(), *model.buffers()]
+        out += [p.grad for p in model.parameters() if p.grad is not None]
+    if optimizer is not None:
+        out += [v for st in optimizer.state.values() for v in st.values() if isinstance(v, torch.Tensor)]
+    return out
+
+
 class MemoryProbe:
     """Cheap memory readings for one device (a few microseconds per :meth:`sample`).
 
@@ -788,6 +808,17 @@ class MemoryProbe:
                 return self._tensor_peak or None
             return self.peak_rss_growth
         return self._peak or None
+
+    def summary(self) -> dict[str, Any]:
+        """The run summary's memory entries: ``peak_memory_bytes`` (the one peak), ``memory_source``,
+        ``peak_rss_bytes`` and ``peak_rss_growth_bytes`` (CPU; None elsewhere)."""
+        return {"peak_memory_bytes": self.peak, "memory_source": self.source, "peak_rss_bytes": self.peak_rss,
+                "peak_rss_growth_bytes": self.peak_rss_growth}
+
+    @staticmethod
+    def no_summary() -> dict[str, Any]:
+        """:meth:`summary`'s entries of a run that measured nothing (all None)."""
+        return dict.fromkeys(("peak_memory_bytes", "memory_source", "peak_rss_bytes", "peak_rss_growth_bytes"))
 
     @property
     def peak_rss_growth(self) -> int | None:
