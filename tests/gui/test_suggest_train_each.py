@@ -215,7 +215,7 @@ def test_the_cost_chart_of_a_7b_model_is_scaled_once(qtbot: Any) -> None:
     assessed = [cand(20e9, 4e6), cand(40e9, 1e9), cand(80e9, 7e9)]
     chart.show_advice(SimpleNamespace(assessed=assessed, front=[0, 1, 2], chosen=1, budget_bytes=int(80e9)))  # type: ignore[arg-type]
     chart.show()
-    qtbot.waitExposed(chart)
+    qtbot.waitExposed(chart, timeout=ms(GUI_EVENT_S))
     left, bottom = chart.getAxis("left"), chart.getAxis("bottom")
     for axis in (left, bottom):
         assert "x1e" not in axis.labelString() and "e+0" not in axis.labelString(), axis.labelString()
