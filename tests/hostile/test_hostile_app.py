@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.hostile.makers import nested_json
-from workbench.gui.training.run_store import RunStore
+from workbench.core.runs.store import RunStore
 
 
 def _good_run(store: RunStore) -> None:

@@ -12,6 +12,7 @@ from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QWidget
 from torch import nn
 
+from workbench.core.runs.store import RunStore
 from workbench.core.training.config import ConfigError
 from workbench.gui.controller import Controller
 from workbench.gui.model_loading import loaded_from_model
@@ -19,7 +20,6 @@ from workbench.gui.training.options_dialog import TrainingOptions
 from workbench.gui.training.panel import TrainingPanel
 from workbench.gui.training.panel_fields import OPTION_LIMITS, PANEL_FIELDS, options_settings
 from workbench.gui.training.run_controller import RunController
-from workbench.gui.training.run_store import RunStore
 
 GARBAGE: list[Any] = ["", "lots", "-1", "1e999", "\x00\x01", "9" * 400, ["a", "b"], -7, 10**12, "true"]
 

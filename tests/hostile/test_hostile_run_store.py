@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from workbench.core.runs import store as run_store
+from workbench.core.runs.record import RunRecord, RunStoreError
+from workbench.core.runs.store import RunStore
 from workbench.core.training.metrics import StepMetrics
-from workbench.gui.training.run_store import RunRecord, RunStore, RunStoreError
 
 pytestmark = pytest.mark.skipif(os.name == "nt", reason="symlinks and FIFOs")
 

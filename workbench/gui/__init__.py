@@ -35,6 +35,6 @@ Modules:
         runs_tab       the runs table and comparison; the runs folder.
         verify_panel   the end-of-run verify report, module by module.
         series         (Qt-free) ring buffer of metric columns.
-        run_store      (Qt-free) runs on disk: run.json + metrics.csv.
+    (runs on disk, run.json + metrics.csv, are workbench.core.runs: the CLI reads the same.)
 """
 

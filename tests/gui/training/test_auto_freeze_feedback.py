@@ -10,13 +10,13 @@ from typing import Any
 from PySide6.QtWidgets import QWidget
 from torch import nn
 
+from workbench.core.runs.store import RunStore
 from workbench.core.training.config import TrainConfig
 from workbench.gui.controller import Controller
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.training.options_dialog import TrainingOptions, TrainingOptionsDialog, options_tooltip
 from workbench.gui.training.plot_markers import marker_text
 from workbench.gui.training.run_controller import RunController
-from workbench.gui.training.run_store import RunStore
 
 EVALUATION = "auto-freeze, step 10: no block flattened (smallest change 34 %, threshold 10 %)"
 STAGE = "stage 0 'auto-freeze conv1 .. conv3': froze conv1, conv2, conv3"

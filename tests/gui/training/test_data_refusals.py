@@ -9,13 +9,13 @@ import pytest
 from PySide6.QtWidgets import QWidget
 from torch import nn
 
+from workbench.core.runs.store import RunStore
 from workbench.core.training.config import ConfigError
 from workbench.gui.controller import Controller
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.training.options_dialog import TrainingOptions
 from workbench.gui.training.panel import TrainingPanel
 from workbench.gui.training.run_controller import RunController
-from workbench.gui.training.run_store import RunStore
 
 
 def test_a_missing_jsonl_file_is_called_a_file(qtbot: Any, runs_dir: Path) -> None:

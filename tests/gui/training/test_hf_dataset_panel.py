@@ -9,12 +9,12 @@ import pytest
 from PySide6.QtWidgets import QWidget
 from torch import nn
 
+from workbench.core.runs.store import RunStore
 from workbench.core.training.config import ConfigError
 from workbench.gui.controller import Controller
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.training.panel import TrainingPanel
 from workbench.gui.training.run_controller import RunController
-from workbench.gui.training.run_store import RunStore
 
 
 def test_hf_dataset_in_the_data_list(qtbot: Any, runs_dir: Path, tmp_path: Path) -> None:

@@ -9,9 +9,9 @@ import numpy as np
 from PySide6.QtGui import QFontMetricsF
 
 from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, ms
+from workbench.core.runs.record import RunRecord
 from workbench.gui.main_window import MainWindow
 from workbench.gui.training.plots import PlotsPanel
-from workbench.gui.training.run_store import RunRecord
 
 
 def _records(n: int) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from PySide6.QtWidgets import QWidget
 from torch import nn
 
 from tests.timeouts import GUI_EVENT_S, ms
+from workbench.core.runs.store import RunStore
 from workbench.core.training.config import ConfigError
 from workbench.gui.controller import Controller
 from workbench.gui.model_loading import loaded_from_model
@@ -22,7 +23,6 @@ from workbench.gui.training.options_dialog import TrainingOptions
 from workbench.gui.training.panel import TrainingPanel
 from workbench.gui.training.panel_fields import PANEL_FIELDS, StepSetup, options_settings, widget_value
 from workbench.gui.training.run_controller import RunController
-from workbench.gui.training.run_store import RunStore
 
 #: A value for each row, unlike its default, as ``set_values`` takes it.
 CHANGED: dict[str, Any] = {"image_size": 48, "seq_len": 96, "batch_size": 7, "lr": 0.02, "weight_decay": 0.05,

@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from tests.timeouts import GUI_EVENT_S, ms
+from workbench.core.runs.record import RunRecord
 from workbench.gui.training.plot_legends import GAP_PX
 from workbench.gui.training.plots import PlotsPanel
-from workbench.gui.training.run_store import RunRecord
 
 
 def _panel(shown_plots: Any) -> PlotsPanel:

@@ -9,8 +9,8 @@ from typing import Any
 import numpy as np
 from PySide6.QtGui import QImage, QPainter
 
+from workbench.core.runs.record import RunRecord
 from workbench.gui.training.plots import PlotsPanel
-from workbench.gui.training.run_store import RunRecord
 
 
 def _records(n: int, lr: float | None, trainable: int) -> list[dict[str, Any]]:

@@ -9,8 +9,8 @@ import numpy as np
 from PySide6.QtCore import QEvent
 from PySide6.QtGui import QColor, QPalette
 
+from workbench.core.runs.record import RunRecord
 from workbench.gui.training.plots import is_dark, robust_bounds
-from workbench.gui.training.run_store import RunRecord
 
 
 def records(n: int, ms: float = 100.0, rss: float = 500e6, start: int = 0) -> list[dict[str, Any]]:

@@ -14,10 +14,10 @@ import pytest
 from PySide6.QtGui import QImage
 
 from tests.timeouts import GUI_EVENT_S, ms
+from workbench.core.runs.store import RunStore
 from workbench.gui.training import plot_specs, series
 from workbench.gui.training.plot_specs import PLOTS, CurveSpec, PlotSpec, fmt_value, spec_of
 from workbench.gui.training.plots import PlotsPanel
-from workbench.gui.training.run_store import RunStore
 
 #: The throwaway column: the share of a step spent waiting for data, in percent.
 DATA_SHARE = series.Column("data_pct", lambda m, _metric: 100.0 * m["data_time_s"] / m["step_time_s"]

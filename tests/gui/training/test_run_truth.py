@@ -12,9 +12,9 @@ import pytest
 from PySide6.QtCore import QRect
 
 from tests.timeouts import GUI_EVENT_S, GUI_RUN_S, GUI_WORKER_S, ms
+from workbench.core.runs.record import RunRecord
 from workbench.gui.main_window import MainWindow
 from workbench.gui.training.plot_ranges import pause_intervals
-from workbench.gui.training.run_store import RunRecord
 
 
 def test_a_refused_start_leaves_the_plots_as_they_were(window: MainWindow, qtbot: Any, dialogs: Any,

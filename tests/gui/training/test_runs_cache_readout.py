@@ -12,12 +12,12 @@ from PySide6.QtWidgets import QTableWidgetItem, QWidget
 from torch import nn
 
 from tests.timeouts import GUI_EVENT_S, ms
+from workbench.core.runs.store import RunStore
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.engine import Trainer
 from workbench.gui.controller import Controller
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.training.run_controller import RunController
-from workbench.gui.training.run_store import RunStore
 from workbench.gui.training.runs_tab import COLUMNS, RunsPanel, cache_text, setup_text
 
 _OWNERS: list[QWidget] = []

@@ -15,10 +15,10 @@ from torch import nn
 
 from tests.fixtures.run_folders import app_run, early_app_run
 from workbench.cli import main
+from workbench.core.runs.store import RunStore
 from workbench.gui.controller import Controller
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.training.run_controller import RunController
-from workbench.gui.training.run_store import RunStore
 from workbench.gui.training.runs_tab import COLUMNS, RunsPanel
 
 _OWNERS: list[QWidget] = []  # keeps the panel's parent alive for the test (closed by the leak check)

@@ -11,10 +11,12 @@ from PySide6.QtWidgets import QWidget
 from torch import nn
 
 from tests.timeouts import GUI_EVENT_S, ms
+from workbench.core.runs.record import RunRecord, clean_name, clean_tags
+from workbench.core.runs.store import RunStore
+from workbench.core.runs.text import plan_text
 from workbench.gui.controller import Controller
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.training.run_controller import RunController
-from workbench.gui.training.run_store import RunRecord, RunStore, clean_name, clean_tags, plan_text
 from workbench.gui.training.runs_tab import COLUMNS, RunsPanel, compare_text, setup_text
 
 

@@ -384,8 +384,8 @@ def test_verify_panel_shows_a_failure_in_red(qtbot: Any) -> None:
 
 
 def test_plots_keep_to_their_drawing_budget_and_label_markers(qtbot: Any, shown_plots: Any) -> None:
+    from workbench.core.runs.record import RunRecord
     from workbench.gui.training.plots import marker_text
-    from workbench.gui.training.run_store import RunRecord
 
     panel = shown_plots()
     panel.start_run(RunRecord(id="r", name="#1 test"), total_params=2_000_000)
@@ -444,7 +444,7 @@ def test_coarse_range_keeps_its_range_until_the_data_leave_or_shrink_in_it() -> 
 
 
 def test_plot_y_ranges_move_in_coarse_steps_and_stop_following_a_zoom(qtbot: Any, shown_plots: Any) -> None:
-    from workbench.gui.training.run_store import RunRecord
+    from workbench.core.runs.record import RunRecord
 
     panel = shown_plots(900, 600)
     panel.start_run(RunRecord(id="r", name="#1 test"))

@@ -10,8 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from workbench.core.runs.record import RunRecord, RunStoreError
+from workbench.core.runs.store import RunStore
 from workbench.core.training.metrics import load_metrics
-from workbench.gui.training.run_store import RunRecord, RunStore, RunStoreError
 from workbench.gui.training.series import SeriesBuffer
 from workbench.gui.training.session import MetricsBatcher
 

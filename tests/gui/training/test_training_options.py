@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QWidget
 from torch import nn
 
 from workbench.commands.train import add_arguments, config_from_args
+from workbench.core.runs.store import RunStore
 from workbench.core.training.config import ConfigError
 from workbench.core.training.tensorboard import tensorboard_available
 from workbench.gui.controller import Controller
@@ -19,7 +20,6 @@ from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.training.options_dialog import HELD_OUT, TENSORBOARD_IN_RUN, TrainingOptions, TrainingOptionsDialog
 from workbench.gui.training.panel import DATASETS, SCHEDULES, TrainingPanel
 from workbench.gui.training.run_controller import RunController
-from workbench.gui.training.run_store import RunStore
 
 FIELDS = ("scheduler", "warmup_steps", "no_decay", "val", "val_every", "val_fraction", "seq_len",
           "text_column", "label_column", "image_column")

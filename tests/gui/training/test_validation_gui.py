@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from tests.timeouts import GUI_EVENT_S, GUI_RUN_S, ms
+from workbench.core.runs.record import RunRecord
+from workbench.core.runs.text import validation_text
 from workbench.core.training.tensorboard import tensorboard_available
 from workbench.gui.main_window import MainWindow
 from workbench.gui.training.plot_ranges import grid_columns
 from workbench.gui.training.plot_specs import PLOTS
-from workbench.gui.training.run_store import RunRecord, validation_text
 from workbench.gui.training.runs_tab import COLUMNS, RunsPanel, compare_text
 from workbench.gui.training.series import SeriesBuffer, lr_group_name
 

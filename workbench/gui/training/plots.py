@@ -41,6 +41,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from workbench.core.runs.record import RunRecord
+from workbench.core.runs.text import validation_text
 from workbench.gui.qt_compat import protect_none_refcount
 from workbench.gui.training import plot_grid, plot_specs
 from workbench.gui.training.plot_axes import PlotAxes
@@ -64,7 +66,6 @@ from workbench.gui.training.plot_readout import (
 from workbench.gui.training.plot_specs import PlotContext, PlotSpec, plot_of_column
 from workbench.gui.training.plot_style import clip_label, is_dark, plot_theme, run_color
 from workbench.gui.training.plot_toolbar import PlotsToolbar
-from workbench.gui.training.run_store import RunRecord, validation_text
 from workbench.gui.training.series import SeriesBuffer, lr_group_name
 
 # the names below moved to plot_style, plot_markers and plot_ranges; kept here for importers

@@ -1,6 +1,6 @@
 """The window's training runs: start, control, record, persist (GUI thread).
 
-:class:`RunController` owns the :class:`~workbench.gui.training.run_store.RunStore`, the list of runs,
+:class:`RunController` owns the :class:`~workbench.core.runs.store.RunStore`, the list of runs,
 and the run in progress (a :class:`~workbench.gui.training.session.TrainingSession`). Panels
 never touch the session: the training controls call :meth:`RunController.start` / ``stop`` /
 ``pause`` / ``resume``; the plots, the runs table, the verify and diagnostics panels listen
@@ -21,19 +21,14 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal, Slot
 
 from workbench.core.plan.rules import PlanError
+from workbench.core.runs.record import RunRecord, RunStoreError, clean_name, clean_tags
+from workbench.core.runs.store import RunStore
+from workbench.core.runs.text import validation_text
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.module_stats import DEFAULT_EVERY, ModuleStats, ModuleStatsHistory
 from workbench.gui.controller import Controller
 from workbench.gui.training.options_dialog import TENSORBOARD_IN_RUN
 from workbench.gui.training.plot_markers import EVALUATION_HEAD
-from workbench.gui.training.run_store import (
-    RunRecord,
-    RunStore,
-    RunStoreError,
-    clean_name,
-    clean_tags,
-    validation_text,
-)
 from workbench.gui.training.session import TrainingJob, TrainingSession
 from workbench.gui.wording import sentence
 

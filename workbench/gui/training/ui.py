@@ -25,13 +25,14 @@ from PySide6.QtGui import QAction
 from PySide6.QtWidgets import QMenu, QWidget
 
 from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.runs.record import RunRecord
+from workbench.core.runs.store import RunStore
 from workbench.gui import dialogs
 from workbench.gui.controller import Controller
 from workbench.gui.diagnostics import DiagnosticsPanel
 from workbench.gui.training.panel import TrainingPanel
 from workbench.gui.training.plots import PlotsPanel
 from workbench.gui.training.run_controller import RunController
-from workbench.gui.training.run_store import RunRecord, RunStore
 from workbench.gui.training.runs_tab import RunsPanel, default_runs_dir, export_run_csv
 from workbench.gui.training.verify_panel import VerifyPanel
 

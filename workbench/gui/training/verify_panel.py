@@ -20,8 +20,8 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QIcon
 from PySide6.QtWidgets import QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
+from workbench.core.runs.record import RunRecord
 from workbench.gui.icons import dot_icon
-from workbench.gui.training.run_store import RunRecord
 
 __all__ = ["EMPTY_TEXT", "STATUS_COLORS", "VerifyPanel", "status_icon"]
 
