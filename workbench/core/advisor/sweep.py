@@ -6,7 +6,8 @@ seed and data order, as a normal run folder under ``<sweep folder>/runs/``. Each
 (every ``eval_every`` steps) reports the objective to an Optuna study; its successive-halving
 pruner (ASHA-style: ``optuna.pruners.SuccessiveHalvingPruner``) stops a candidate at a rung
 when it is not among the best ``1/eta`` that reached that rung, so a sweep costs a fraction of
-training every candidate to the end. The report (:mod:`~workbench.core.advisor.sweep_report`)
+training every candidate to the end; candidates train last first (:attr:`Sweep.queue_order`
+says why). The report (:mod:`~workbench.core.advisor.sweep_report`)
 marks the Pareto fronts of the objective against time and against peak memory, and recommends
 the cheapest plan within a share of the best objective whose retention (the metric on a second
 dataset standing for the original task) is at least a floor.
