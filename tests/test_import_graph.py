@@ -273,17 +273,12 @@ def test_no_cycle_inside_the_plan_even_through_type_only_imports():
 # ---------------------------------------------------------------- model-source names
 SOURCE_TABLE = ROOT / "core" / "models" / "sources.py"
 
-#: Where a spec's source is still compared with a source's name, and how often: the checkpoint
-#: spec (a file, not a row) and torchvision's architecture names, and the engine's
-#: safetensors-folder check of a Hugging Face model. None may be added (lower a count when a place goes): a new
-#: switch on a source name is a field of the row in ``core/models/sources.py`` instead.
-SOURCE_NAME_SWITCHES: dict[str, int] = {
-    "core/export/model_code.py": 1,
-    "core/export/run_section.py": 3,
-    "core/export/script.py": 3,
-    "core/training/setup.py": 1,
-    "gui/model_source.py": 1,
-}
+#: Where a spec's source is still compared with a source's name, and how often: nowhere. None
+#: may be added: a new switch on a source name is a field of the row in
+#: ``core/models/sources.py`` instead (``weights_preset``, ``safetensors_folder``, ...), and the
+#: checkpoint spec, which is not a row, is asked through ``ModelSpec.architecture_source`` and
+#: ``ModelSpec.from_checkpoint_file``.
+SOURCE_NAME_SWITCHES: dict[str, int] = {}
 
 
 def _source_names() -> set[str]:

@@ -40,7 +40,14 @@ from workbench.core.formatting import fmt_count
 from workbench.core.models import zoo
 from workbench.core.models.code_outline import top_level_statements
 from workbench.core.models.py_models import code_preview
-from workbench.core.models.sources import DEFAULT_SOURCE, SOURCES, parse_model_spec, search_models, source_of
+from workbench.core.models.sources import (
+    DEFAULT_SOURCE,
+    SOURCES,
+    architecture_source,
+    parse_model_spec,
+    search_models,
+    source_of,
+)
 from workbench.gui import dialogs
 from workbench.gui.background import BackgroundTask
 from workbench.gui.icons import dot_icon
@@ -217,7 +224,7 @@ class ModelSourceBar(QWidget):
         """
         source = spec.get("source")
         name = spec.get("name")
-        if source in (None, DEFAULT_SOURCE, "checkpoint") and isinstance(name, str) and ":" in name:
+        if (source is None or architecture_source(source) == DEFAULT_SOURCE) and isinstance(name, str) and ":" in name:
             with contextlib.suppress(zoo.ModelSourceError):
                 source, name = parse_model_spec(name)
         if source in SOURCES and source != self._source:

@@ -16,7 +16,7 @@ from torch import nn
 
 from workbench.core.export.common import ExportError
 from workbench.core.models.script_code import ScriptModel, ScriptRequest
-from workbench.core.models.sources import DEFAULT_SOURCE, SOURCES, default_input_size, source_of
+from workbench.core.models.sources import default_input_size, source_of
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import ModelSourceError, current_num_classes
 from workbench.core.training.data import SYNTHETIC_SEQ_LEN, DataError, text_task_of
@@ -83,11 +83,6 @@ def batch_loss(model: nn.Module, batch: dict) -> torch.Tensor:
 '''
 
 
-def _row_key(spec: ModelSpec) -> str:
-    """The source-table row that rebuilds a spec's model (a checkpoint spec: torchvision's)."""
-    return spec.source if spec.source in SOURCES else DEFAULT_SOURCE
-
-
 def _add_data(section: ModelSection, spec: ModelSpec, arch: str, model: nn.Module, image_size: int | None) -> None:
     try:
         task = text_task_of(model)
@@ -113,7 +108,7 @@ def _add_data(section: ModelSection, spec: ModelSpec, arch: str, model: nn.Modul
     if not isinstance(outputs, int) or outputs < 1:
         raise ExportError(f"no classification head found in {type(model).__name__}; the script's training loop needs one")
     if image_size is None:
-        row = source_of(_row_key(spec))
+        row = source_of(spec.architecture_source)
         if row.input_size is not None and arch:
             image_size = row.input_size(arch)
         elif isinstance(side := getattr(config, "image_size", None), int):
@@ -142,10 +137,10 @@ def model_section(
     Raises:
         ExportError: no head to fit, pickled-only weights, a text model without a task head.
     """
-    key = _row_key(spec)
+    key = spec.architecture_source
     req = ScriptRequest(
         name=arch or spec.name or "",
-        weights=None if spec.source == "checkpoint" else spec.weights,
+        weights=None if spec.from_checkpoint_file else spec.weights,
         num_classes=spec.num_classes,
         checkpoint=spec.checkpoint,
         model=model,

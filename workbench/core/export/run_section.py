@@ -25,8 +25,9 @@ from workbench.core.export.run_code import (
     holdout_code,
 )
 from workbench.core.export.text_data_code import HF_IMAGE_CODE, TEXT_DATA_CODE
+from workbench.core.models.sources import SOURCES
 from workbench.core.models.spec import ModelSpec
-from workbench.core.models.zoo import crop_size, current_num_classes, model_input_size, weights_member
+from workbench.core.models.zoo import crop_size, current_num_classes
 from workbench.core.optimizers import optimizer_kind
 from workbench.core.training.config import DEFAULT_STEPS, TrainConfig
 from workbench.core.training.data import (
@@ -113,13 +114,13 @@ def _image_size(config: TrainConfig, spec: ModelSpec, model: nn.Module) -> int:
     """The engine's image size: the config's, the weights preset's crop, the model's input size, 224."""
     if config.image_size:
         return config.image_size
-    member = weights_member(spec.name, spec.weights) if spec.source in ("torchvision", "checkpoint") else None
-    size = crop_size(member)
+    size = crop_size(spec.weights_preset())
     if size:
         return size
-    if spec.source in ("torchvision", "checkpoint") and spec.name:
+    row = SOURCES[spec.architecture_source]
+    if row.input_size is not None and spec.name:
         try:
-            return model_input_size(spec.name)
+            return row.input_size(spec.name)
         except Exception:  # an architecture without a known input size
             return 224
     side = getattr(getattr(model, "config", None), "image_size", None)
@@ -128,7 +129,7 @@ def _image_size(config: TrainConfig, spec: ModelSpec, model: nn.Module) -> int:
 
 def _weights_code(config: TrainConfig, spec: ModelSpec) -> str:
     """``weights_transforms(image_size)``: the weights' preset transforms, or None."""
-    member = weights_member(spec.name, spec.weights) if spec.source in ("torchvision", "checkpoint") else None
+    member = spec.weights_preset()
     if member is None:
         return '''
 

@@ -68,7 +68,7 @@ from workbench.core.export.tables import (
     uses,
 )
 from workbench.core.models.script_code import HEAD_CODE, heads_line
-from workbench.core.models.sources import source_of
+from workbench.core.models.sources import DEFAULT_SOURCE, source_of
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.tree import ModelTree
 from workbench.core.optimizers import CHOICES
@@ -93,7 +93,7 @@ def structure_model(spec: ModelSpec, *, meta: bool = False) -> tuple[nn.Module, 
     """
     from workbench.core.models.zoo import load_checkpoint, replace_head
 
-    if spec.source == "checkpoint":
+    if spec.from_checkpoint_file:
         result = load_checkpoint(spec.checkpoint, arch=spec.name)  # type: ignore[arg-type]
         model = result.model
         if spec.num_classes is not None:
@@ -276,7 +276,7 @@ def render_script(
         model, arch = structure_model(model_spec, meta=True)
     else:
         arch = model_spec.name
-        if not arch and model_spec.source in ("torchvision", "checkpoint"):
+        if not arch and model_spec.from_checkpoint_file:  # every other spec has a name
             raise ExportError("the model spec has no architecture name; give the torchvision model name")
     tree = ModelTree.from_model(model)
     plan.validate(tree)
@@ -295,8 +295,7 @@ def render_script(
     full_rank = [e for e in reparam if "rank" not in e[1]]
     has_fused, has_random, has_file = uses(full_rank, "fused"), uses(reparam, "random"), uses(reparam, "file")
 
-    name = (f"{model_spec.source}:{model_spec.name}" if model_spec.source not in ("torchvision", "checkpoint")
-            else arch or "the model")
+    name = (arch or "the model") if model_spec.architecture_source == DEFAULT_SOURCE else f"{model_spec.source}:{model_spec.name}"
     lines = ["#!/usr/bin/env python3"]
     c = extension_counts(counts(plan, facts, base), tree, eff, base, layers)
     lines += _docstring(plan, name, section, c, bool(reparam), config, run, layers, partial)

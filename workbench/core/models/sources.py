@@ -36,7 +36,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torchvision
 from torch import nn
@@ -62,6 +62,7 @@ from workbench.core.models.torchvision_models import (
     classification_names,
     model_input_size,
     weights_cached,
+    weights_member,
 )
 
 #: The source of a spec without a prefix (``resnet18``).
@@ -80,6 +81,7 @@ __all__ = [
     "CodeFromFileError",
     "ModelSource",
     "OwnWeights",
+    "architecture_source",
     "build_from_source",
     "check_code_origin",
     "default_input_size",
@@ -183,6 +185,13 @@ class ModelSource:
         local_folder: ``local_folder(name)``: the folder a name points to, which must exist
             (the app checks it at start-up), or ``None`` for a name that is not a folder;
             ``None``: names are never folders.
+        weights_preset: ``weights_preset(name, weights)``: the registry entry a weights name
+            stands for (torchvision's weights enum member, whose preset gives the transforms
+            and crop size), or ``None`` when it names none; ``None``: the source's weights
+            are not registry entries.
+        safetensors_folder: ``safetensors_folder(name)``: the folder of the model's
+            safetensors weight files (a sharded run builds on the meta device and reads its
+            shards from there), or ``None`` when it has none; ``None``: never such a folder.
     """
 
     key: str
@@ -206,6 +215,8 @@ class ModelSource:
     export_on_meta: bool = False
     empty_names: Callable[[], str] | None = None
     local_folder: Callable[[str], Path | None] | None = None
+    weights_preset: Callable[[str | None, str | None], Any | None] | None = None
+    safetensors_folder: Callable[[str], Path | None] | None = None
 
     def __post_init__(self) -> None:
         if self.runs_code and self.browse is not None and self.browse.kind != "code":
@@ -245,6 +256,11 @@ def _hf_structure_only(name: str) -> bool:
     return not (safe or pickled)
 
 
+def _hf_safetensors_folder(name: str) -> Path | None:
+    safe, _pickled = hf_models.hf_weight_files(name)
+    return safe[0].parent if safe else None
+
+
 def _folder_name(name: str) -> str:
     return Path(name).name or name
 
@@ -263,7 +279,7 @@ SOURCES: dict[str, ModelSource] = {
             build=_build_torchvision, names=_torchvision_names, cached=_torchvision_cached,
             script=torchvision_script,
             downloads=lambda name, weights: not weights_cached(name, weights),
-            input_size=model_input_size,
+            input_size=model_input_size, weights_preset=weights_member,
         ),
         ModelSource(
             key="timm", description="timm (PyTorch Image Models) registry",
@@ -284,6 +300,7 @@ SOURCES: dict[str, ModelSource] = {
             own_weights=OwnWeights("From the folder", "weights from the folder"),
             cache_where="local Hugging Face cache", short_name=_folder_name, structure_only=_hf_structure_only,
             export_on_meta=True, empty_names=hf_models.hf_empty_cache_text, local_folder=hf_models.hf_local_folder,
+            safetensors_folder=_hf_safetensors_folder,
         ),
         ModelSource(
             key="py", description="your own code: py:MODULE:FACTORY or py:path/file.py:FACTORY (runs that code)",
@@ -334,6 +351,20 @@ def check_code_origin(source: str, name: str | None, origin: str | None, *, flag
         f"{origin} names {what} ({spec}), which is never run because a file names it; "
         f"to run it deliberately, name it yourself on the command line (e.g. {flag} {spec})"
     )
+
+
+def architecture_source(source: str) -> str:
+    """The row that builds a spec source's architecture: the default row (torchvision) for a
+    checkpoint spec, whose architecture is a torchvision name (the spec's or the file's
+    ``arch``); the source itself otherwise.
+
+    Args:
+        source: A spec's source (a row's key or :data:`CHECKPOINT_SOURCE`).
+
+    Returns:
+        The row's key (unchecked for any other source).
+    """
+    return DEFAULT_SOURCE if source == CHECKPOINT_SOURCE else source
 
 
 def source_of(key: str) -> ModelSource:

@@ -20,6 +20,7 @@ from workbench.core.models.sources import (
     CHECKPOINT_SOURCE,
     DEFAULT_SOURCE,
     SOURCES,
+    architecture_source,
     build_from_source,
     check_code_origin,
     parse_model_spec,
@@ -104,7 +105,24 @@ class ModelSpec:
         """The key of the source-table row that builds the spec's architecture: its own source,
         or the default source (torchvision) for a checkpoint spec, whose architecture is a
         torchvision name (the spec's or the checkpoint's ``arch``)."""
-        return self.source if self.source in SOURCES else DEFAULT_SOURCE
+        return architecture_source(self.source)
+
+    @property
+    def from_checkpoint_file(self) -> bool:
+        """Whether this is a checkpoint spec: the file holds the weights and, when the spec
+        has no name, the architecture (its ``arch`` entry); the spec's ``weights`` are not read."""
+        return self.source == CHECKPOINT_SOURCE
+
+    def weights_preset(self) -> Any | None:
+        """The registry entry the spec's weights name (torchvision's weights enum member, see
+        the source row's ``weights_preset``), or None.
+
+        Returns:
+            The entry, or None when the architecture's row has no registry weights or the
+            spec names none of its entries.
+        """
+        row = SOURCES[self.architecture_source]
+        return row.weights_preset(self.name, self.weights) if row.weights_preset is not None else None
 
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-able dict (all fields, ``None`` included).
@@ -184,9 +202,9 @@ class ModelSpec:
                 or of the model source.
         """
         self.validate()
-        if self.source != CHECKPOINT_SOURCE:
+        if not self.from_checkpoint_file:
             check_code_origin(self.source, self.name, self.origin)
-        if self.source == CHECKPOINT_SOURCE:
+        if self.from_checkpoint_file:
             assert self.checkpoint is not None
             model = load_checkpoint(
                 self.checkpoint, arch=self.name, trust_pickle=trust_pickle

@@ -209,13 +209,13 @@ def _unsaved_buffers(model: nn.Module) -> list[str]:
 
 
 def _safetensors_folder(spec: Any) -> Path | None:
-    """The folder of a Hugging Face model's safetensors weights (no checkpoint on top), or None."""
-    if spec.source != "hf" or spec.checkpoint is not None or not spec.name:
-        return None
-    from workbench.core.models.hf_models import hf_weight_files
+    """The folder of the model's safetensors weights, when its source row has one (no checkpoint on top), or None."""
+    from workbench.core.models.sources import SOURCES
 
-    safe, _ = hf_weight_files(spec.name)
-    return safe[0].parent if safe else None
+    row = SOURCES.get(spec.source)
+    if row is None or row.safetensors_folder is None or spec.checkpoint is not None or not spec.name:
+        return None
+    return row.safetensors_folder(spec.name)
 
 
 def _model_input_size(name: str | None) -> int | None:
