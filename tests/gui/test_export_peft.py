@@ -27,7 +27,7 @@ def test_peft_adapter_is_off_with_the_reason_until_the_plan_has_low_rank_a_plus_
     assert act.isEnabled() and "PEFT" in act.toolTip()
     before = {k: v.clone() for k, v in window.controller.model.state_dict().items()}
     dialogs.script("save_file", str(tmp_path / "adapter"))
-    assert window.export_peft(), dialogs.kinds("error")
+    assert window.documents.export_peft(), dialogs.kinds("error")
     config = json.loads((tmp_path / "adapter" / "adapter_config.json").read_text())
     assert config["r"] == 4 and config["lora_alpha"] == 8 and config["target_modules"] == ["fc"]
     assert (tmp_path / "adapter" / "adapter_model.safetensors").stat().st_size > 0
@@ -43,7 +43,7 @@ def test_peft_adapter_refuses_full_rank_a_plus_b_in_one_line(window: MainWindow,
     window.controller.set_value(["layer4.1.conv2"], "reparam", {"kind": "a_plus_b"})  # full rank: no PEFT form
     assert window.act_export_peft.isEnabled()
     dialogs.script("save_file", str(tmp_path / "adapter"))
-    assert not window.export_peft()
+    assert not window.documents.export_peft()
     (_, title, message), = dialogs.kinds("error")
     assert title == "Cannot export PEFT adapter" and "\n" not in message
     assert message.startswith("cannot write a PEFT adapter: full-rank A+B on layer4.1.conv2 has no PEFT form")
@@ -53,7 +53,7 @@ def test_peft_adapter_refuses_full_rank_a_plus_b_in_one_line(window: MainWindow,
 def test_plan_json_export_names_the_model_and_keeps_the_document(window: MainWindow, dialogs: Any, tmp_path: Path) -> None:
     window.controller.set_value(["layer1"], "frozen", True)
     dialogs.script("save_file", str(tmp_path / "exported"))
-    assert window.export_plan()
+    assert window.documents.export_plan()
     plan = FreezePlan.load(tmp_path / "exported.json")
     assert plan.model["name"] == "resnet18" and plan.model["fingerprint"] == window.controller.tree.fingerprint
     assert plan.rules == window.controller.plan.rules and window.controller.path is None
@@ -69,7 +69,7 @@ def test_peft_adapter_refuses_a_destination_that_cannot_be_a_folder(window: Main
     for dest in (a_file, a_file / "adapter", blocked):
         dialogs.calls.clear()
         dialogs.script("save_file", str(dest))
-        assert not window.export_peft()
+        assert not window.documents.export_peft()
         (_, title, message), = dialogs.kinds("error")
         assert title == "Cannot export PEFT adapter" and "\n" not in message and "choose a writable folder" in message
     assert a_file.read_text() == "keep me"

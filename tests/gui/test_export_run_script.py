@@ -20,7 +20,7 @@ def test_export_of_an_sgd_run_writes_momentum_zero(window: MainWindow, dialogs: 
     window.training.panel.set_values(optimizer="sgd", lr=0.05, weight_decay=0.001, steps=7)
     assert window.training.panel.config().optimizer == "sgd"
     dialogs.script("save_file", str(tmp_path / "sgd_run.py"))
-    assert window.export_script(), dialogs.kinds("error")
+    assert window.documents.export_script(), dialogs.kinds("error")
     text = (tmp_path / "sgd_run.py").read_text()
     line = _optimizer_line(text)
     assert line.startswith("torch.optim.SGD(") and "momentum=0.0," in line and "lr=LR" in line
@@ -29,7 +29,7 @@ def test_export_of_an_sgd_run_writes_momentum_zero(window: MainWindow, dialogs: 
     # SGD + momentum keeps the config's momentum (0.9): the two names are two optimizers
     window.training.panel.set_values(optimizer="sgd_momentum")
     dialogs.script("save_file", str(tmp_path / "momentum_run.py"))
-    assert window.export_script()
+    assert window.documents.export_script()
     assert "momentum=0.9," in _optimizer_line((tmp_path / "momentum_run.py").read_text())
 
 
@@ -40,7 +40,7 @@ def test_export_of_a_lora_and_partial_run_writes_plain_pytorch(window: MainWindo
     assert window.controller.edit("Partly freeze fc", lambda plan, tree: plan.rules.extend(partial.rules))
     before = {k: v.clone() for k, v in window.controller.model.state_dict().items()}
     dialogs.script("save_file", str(tmp_path / "lora_run.py"))
-    assert window.export_script(), dialogs.kinds("error")
+    assert window.documents.export_script(), dialogs.kinds("error")
     text = (tmp_path / "lora_run.py").read_text()
     assert "'variant': 'dora'" in text and "PARTIAL = [('fc', {'dim': 1, 'trainable': [[0, 64]]})]" in text
     assert "import peft" not in text and "no PEFT" in text

@@ -95,26 +95,26 @@ def test_space_toggles_selected_rows_and_shortcuts(window: MainWindow, qtbot: An
     assert window.act_undo.shortcut() == QKeySequence(QKeySequence.StandardKey.Undo)
     assert QKeySequence("Ctrl+Shift+Z") in window.act_redo.shortcuts()
     assert window.act_save_as.shortcut() == QKeySequence("Ctrl+Shift+S")
-    assert window.act_find.shortcut() == QKeySequence(QKeySequence.StandardKey.Find)
-    window.act_find.trigger()
+    assert window.plan_actions.act_find.shortcut() == QKeySequence(QKeySequence.StandardKey.Find)
+    window.plan_actions.act_find.trigger()
     assert window.focusWidget() is window.filter_edit  # (offscreen windows are never active)
 
 
 def test_bulk_actions_are_undoable(window: MainWindow) -> None:
     c = window.controller
-    window.select_path("layer3")
-    window.act_freeze_before.trigger()
+    window.plan_actions.select_path("layer3")
+    window.plan_actions.act_freeze_before.trigger()
     assert frozen_state(window, "layer2") == Qt.CheckState.Checked
     assert frozen_state(window, "conv1") == Qt.CheckState.Checked
     assert frozen_state(window, "layer3") == Qt.CheckState.Unchecked
     assert frozen_state(window, "fc") == Qt.CheckState.Unchecked
-    window.select_path("fc")
-    window.act_train_only.trigger()
+    window.plan_actions.select_path("fc")
+    window.plan_actions.act_train_only.trigger()
     assert c.counts.trainable == 513_000
-    window.act_bn_off.trigger()
+    window.plan_actions.act_bn_off.trigger()
     assert "bn-frozen-train-mode" in {f.code for f in c.state.findings}
     assert window.cost_panel.findings.count() >= 1
-    window.act_bn_auto.trigger()
+    window.plan_actions.act_bn_auto.trigger()
     assert "bn-frozen-train-mode" not in {f.code for f in c.state.findings}
     assert c.undo_stack.count() == 4
     for _ in range(4):
@@ -128,7 +128,7 @@ def test_filter_box_keeps_ancestors_visible(window: MainWindow) -> None:
     assert view_index(window, "layer3").isValid()
     assert not view_index(window, "layer1").isValid()
     assert window.view.isExpanded(view_index(window, "layer3.0"))
-    window.select_path("fc")  # selecting a hidden row clears the filter
+    window.plan_actions.select_path("fc")  # selecting a hidden row clears the filter
     assert window.filter_edit.text() == "" and view_index(window, "fc").isValid()
 
 
@@ -139,20 +139,20 @@ def test_save_and_reopen_gives_the_same_plan(window: MainWindow, dialogs: Any, t
     c.set_value(["layer1.0.bn1"], "bn_eval", False)
     target = tmp_path / "resnet18.plan.json"
     dialogs.script("save_file", str(tmp_path / "resnet18.plan"))  # ".json" is added
-    assert window.save()
+    assert window.documents.save()
     assert target.is_file() and not c.dirty and not window.isWindowModified()
     saved = json.loads(target.read_text())
     assert saved["model"]["name"] == "resnet18" and saved["model"]["fingerprint"] == c.tree.fingerprint
     before = c.plan.to_dict()
-    window.new_plan()
+    window.documents.new_plan()
     assert c.plan.rules == [] and c.path is None
-    assert window.open_plan(str(target))
+    assert window.documents.open_plan(str(target))
     assert c.plan.to_dict() == before == FreezePlan.load(target).to_dict()
     assert c.path == target and not c.dirty
     assert str(target.resolve()) in app_settings.recent_files()
     assert not dialogs.kinds("error")
     c.set_value(["fc"], "frozen", True)
-    assert window.save() and FreezePlan.load(target).rules[-1].select == "fc"  # Save reuses the path
+    assert window.documents.save() and FreezePlan.load(target).rules[-1].select == "fc"  # Save reuses the path
 
 
 def test_settings_are_private_to_the_tests(window: MainWindow, tmp_path_factory: Any) -> None:
@@ -167,13 +167,13 @@ def test_bad_plan_shows_error_and_keeps_state(window: MainWindow, dialogs: Any, 
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"rules": [{"select": "layer2", "frozen": "yes"}, {"selct": "fc"}]}))
     dialogs.script("ask", "Discard")
-    assert not window.open_plan(str(bad))
+    assert not window.documents.open_plan(str(bad))
     (kind, title, message), = dialogs.kinds("error")
     assert title == "Cannot open plan" and "rule 0" in message and "frozen" in message and "rule 1" in message
     assert c.plan.to_dict() == before
     broken = tmp_path / "broken.json"
     broken.write_text("{ not json")
-    assert not window.open_plan(str(broken))
+    assert not window.documents.open_plan(str(broken))
     assert "line 1" in dialogs.kinds("error")[-1][2]
     c.set_value(["layer2"], "frozen", True)  # still usable
     assert frozen_state(window, "layer2") == Qt.CheckState.Checked
@@ -187,15 +187,15 @@ def test_plan_naming_missing_modules_keeps_every_rule(window: MainWindow, dialog
         "rules": [{"select": "layer1", "frozen": True}, {"select": "layer9", "frozen": True},
                   {"select": "head", "lr_scale": 0.1}],
     }))
-    assert window.open_plan(str(path))
+    assert window.documents.open_plan(str(path))
     (kind, title, message), = dialogs.kinds("error")
     assert title == "Plan does not fit the model"
     assert "layer9" in message and "head" in message and "Rules that failed: 1, 2" in message
     assert len(c.plan.rules) == 3
     assert frozen_state(window, "layer1") == Qt.CheckState.Checked
     assert "unmatched-selector" in {f.code for f in c.state.findings}
-    assert window.act_remove_unmatched.isEnabled()
-    window.act_remove_unmatched.trigger()
+    assert window.plan_actions.act_remove_unmatched.isEnabled()
+    window.plan_actions.act_remove_unmatched.trigger()
     assert [r.select for r in c.plan.rules] == ["layer1"]
     window.act_undo.trigger()
     assert len(c.plan.rules) == 3
@@ -210,7 +210,7 @@ def test_bad_checkpoint_error_dialog_and_previous_model_stays(
     bad = tmp_path / "weights.pt"
     bad.write_bytes(b"PK\x03\x04 this is not a checkpoint")
     dialogs.script("ask", "Discard")
-    assert not wait_load(qtbot, window, lambda: window.open_checkpoint(str(bad)))
+    assert not wait_load(qtbot, window, lambda: window.documents.open_checkpoint(str(bad)))
     (kind, title, message), = dialogs.kinds("error")
     assert title == "Cannot load model" and "weights.pt" in message
     assert c.tree is tree and c.loaded.label == "resnet18" and len(c.plan.rules) == 1
@@ -224,7 +224,7 @@ def test_checkpoint_loads_off_the_gui_thread(window: MainWindow, dialogs: Any, q
     path = zoo.save_checkpoint(model, tmp_path / "r7.safetensors", arch="resnet18")
     busy: list[bool] = []
     window.controller.busyChanged.connect(lambda b, _t: busy.append(b))
-    assert wait_load(qtbot, window, lambda: window.open_checkpoint(str(path)))
+    assert wait_load(qtbot, window, lambda: window.documents.open_checkpoint(str(path)))
     assert busy == [True, False]
     c = window.controller
     assert c.tree.nodes["fc"].total_params == 512 * 7 + 7
@@ -250,10 +250,10 @@ def test_uncached_weights_ask_before_download(window: MainWindow, dialogs: Any, 
         pytest.skip("weights are cached here")
     request = LoadRequest("resnet18", "IMAGENET1K_V1")
     dialogs.script("ask", "Cancel")
-    assert not window.load_model_request(request)
+    assert not window.documents.load_model_request(request)
     assert dialogs.kinds("ask")[-1][1] == "Weights not cached" and not window.controller.busy
     dialogs.script("ask", "Random Init")
-    assert wait_load(qtbot, window, lambda: window.load_model_request(request))
+    assert wait_load(qtbot, window, lambda: window.documents.load_model_request(request))
     assert "random init (weights not cached)" in window.model_label.text()
 
 
@@ -261,7 +261,7 @@ def test_plan_for_another_model_loads_it(window: MainWindow, dialogs: Any, qtbot
     path = tmp_path / "small.json"
     path.write_text(json.dumps({"model": {"source": "torchvision", "name": "mobilenet_v3_small", "num_classes": 4},
                                 "rules": [{"select": "features", "frozen": True}]}))
-    assert wait_load(qtbot, window, lambda: window.open_plan(str(path)))
+    assert wait_load(qtbot, window, lambda: window.documents.open_plan(str(path)))
     c = window.controller
     assert c.loaded.label == "mobilenet_v3_small" and c.path == path
     assert frozen_state(window, "features") == Qt.CheckState.Checked
@@ -322,18 +322,18 @@ def test_partial_freezing_dialog(window: MainWindow, dialogs: Any) -> None:
         assert d.spec() == {"param": "weight", "dim": 1, "trainable": [[0, 10], [20, 21]]}
         return True
 
-    window.select_path("fc")
-    assert window.act_partial is not None and window.act_partial.isEnabled()
+    window.plan_actions.select_path("fc")
+    assert window.plan_actions.act_partial is not None and window.plan_actions.act_partial.isEnabled()
     dialogs.script("dialog", fill)
-    window.act_partial.trigger()
+    window.plan_actions.act_partial.trigger()
     c = window.controller
     assert frozen_state(window, "fc") == Qt.CheckState.PartiallyChecked
     assert c.state.nodes["fc"].trainable == 11 * 1000 + 1000
-    window.select_path("layer1")
-    assert not window.act_partial.isEnabled()  # a Sequential cannot be partially frozen
-    window.select_path("fc")
+    window.plan_actions.select_path("layer1")
+    assert not window.plan_actions.act_partial.isEnabled()  # a Sequential cannot be partially frozen
+    window.plan_actions.select_path("fc")
     dialogs.script("dialog", lambda d: (d._remove(), True)[1])
-    window.act_partial.trigger()
+    window.plan_actions.act_partial.trigger()
     assert all(r.partial is None for r in c.plan.rules)
 
 
@@ -380,7 +380,7 @@ def test_export_plain_script(window: MainWindow, dialogs: Any, tmp_path: Path) -
     c.set_value(["layer4"], "lr_scale", 0.1)
     window.training.panel.set_values(lr=5e-3, weight_decay=0.01, batch_size=8, image_size=64)
     dialogs.script("save_file", str(tmp_path / "train_resnet18"))
-    assert window.export_script()
+    assert window.documents.export_script()
     script = tmp_path / "train_resnet18.py"
     text = script.read_text()
     compile(text, str(script), "exec")
@@ -400,7 +400,7 @@ def test_export_plain_script(window: MainWindow, dialogs: Any, tmp_path: Path) -
     spec = {"param": "weight", "dim": 1, "trainable": [[0, 4]]}
     window.controller.edit("partial", lambda plan, tree: plan_edits.set_partial(plan, tree, "fc", spec))
     dialogs.script("save_file", str(tmp_path / "partial.py"))
-    assert window.export_script()
+    assert window.documents.export_script()
     assert not dialogs.kinds("error")
     assert "weight_trainable" in (tmp_path / "partial.py").read_text()
 
@@ -421,16 +421,16 @@ def test_lr_cell_editor_commits_to_the_plan(window: MainWindow, qtbot: Any) -> N
 
 
 def test_context_menu_offers_the_bulk_actions(window: MainWindow) -> None:
-    window.select_path("layer2")
+    window.plan_actions.select_path("layer2")
     rect = window.view.visualRect(view_index(window, "layer2"))
-    menu = window.context_menu_for(rect.center())
+    menu = window.plan_actions.context_menu_for(rect.center())
     assert menu is not None
     try:
         texts = {a.text() for a in menu.actions()}
     finally:
         menu.deleteLater()
     assert {"Freeze", "Unfreeze", "Train Only This", "Freeze Everything Before This", "All BatchNorm Eval On"} <= texts
-    assert window.context_menu_for(QPointF(5, window.view.viewport().height() - 2).toPoint()) is None  # below the rows
+    assert window.plan_actions.context_menu_for(QPointF(5, window.view.viewport().height() - 2).toPoint()) is None  # below the rows
 
 
 def test_app_main_with_model_and_plan(qtbot: Any, dialogs: Any, tmp_path: Path) -> None:

@@ -49,7 +49,7 @@ def test_opening_a_plan_with_code_asks_and_cancel_runs_nothing(
 ) -> None:
     code, marker = evil
     before = window.controller.spec
-    assert not window.open_plan(str(_plan(tmp_path, code)))  # the recorder answers the default: Cancel
+    assert not window.documents.open_plan(str(_plan(tmp_path, code)))  # the recorder answers the default: Cancel
     (_kind, title, question), = dialogs.kinds("ask")
     assert title == RUN_CODE_TITLE and str(code) in question and "def make():" in question
     assert "the plan's model block" in question
@@ -66,7 +66,7 @@ def test_the_dialog_shows_what_importing_the_file_runs(
     code, marker = evil
     at_import = tmp_path / "ran-at-import"
     code.write_text(code.read_text() + f"\n\nPath({str(at_import)!r}).touch()  # runs on import\n")
-    assert not window.open_plan(str(_plan(tmp_path, code)))  # Cancel
+    assert not window.documents.open_plan(str(_plan(tmp_path, code)))  # Cancel
     (_kind, _title, question), = dialogs.kinds("ask")
     assert "runs this file, then <b>make()</b>" in question
     assert "from pathlib import Path" in question and "touch()  # runs on import" in question
@@ -80,7 +80,7 @@ def test_opening_a_plan_with_code_runs_it_after_run(
     code, marker = evil
     dialogs.script("ask", "Run")
     with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
-        assert window.open_plan(str(_plan(tmp_path, code)))
+        assert window.documents.open_plan(str(_plan(tmp_path, code)))
     assert blocker.args[0] and marker.exists()
     assert window.controller.spec["source"] == "py" and window.controller.plan.rules[0].select == "0"
 
@@ -105,7 +105,7 @@ def test_model_bar_code_asks_first(window: MainWindow, dialogs: Any, evil: tuple
     bar.model_box.setEditText(f"{code}:make")
     request = bar.request()
     assert request.origin == "the model bar"
-    assert not window.load_model_request(request)  # Cancel
+    assert not window.documents.load_model_request(request)  # Cancel
     (_kind, _title, question), = dialogs.kinds("ask")
     assert "Named by" not in question and "def make():" in question and not marker.exists()
 

@@ -117,5 +117,5 @@ def test_a_new_row_has_its_file_menu_entry_and_opens_when_dropped(toy: Path, qtb
     assert path_kind(toy) == "model" and source_for_path(toy) == "toy"
     assert path_kind(toy.with_suffix(".txt")) is None
     with qtbot.waitSignal(w.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
-        assert w.open_path(str(toy))  # what a drop or a recent file does
+        assert w.documents.open_path(str(toy))  # what a drop or a recent file does
     assert blocker.args[0] is True and w.controller.spec["source"] == "toy"

@@ -163,7 +163,7 @@ def test_model_bar_loads_a_timm_model(window: MainWindow, qtbot: Any) -> None:
 
 # ---------------------------------------------------------------- File ▸ Open, drops
 def test_opens_a_hugging_face_folder_and_renders_it(window: MainWindow, qtbot: Any, bert_dir: Path, tmp_path: Path) -> None:
-    assert wait_load(qtbot, window, lambda: window.open_model_folder(str(bert_dir)))
+    assert wait_load(qtbot, window, lambda: window.documents.open_model_folder(str(bert_dir)))
     c = window.controller
     assert c.spec["source"] == "hf" and c.spec["name"] == str(bert_dir)
     assert c.loaded.label == "tiny-bert" and not c.loaded.meta
@@ -178,11 +178,11 @@ def test_opens_a_hugging_face_folder_and_renders_it(window: MainWindow, qtbot: A
 def test_exports_a_plain_script_for_a_hugging_face_folder(
     window: MainWindow, qtbot: Any, dialogs: Any, bert_dir: Path, tmp_path: Path
 ) -> None:
-    assert wait_load(qtbot, window, lambda: window.open_model_folder(str(bert_dir)))
+    assert wait_load(qtbot, window, lambda: window.documents.open_model_folder(str(bert_dir)))
     c = window.controller
     c.set_value(["bert.embeddings", "bert.encoder.layer.0"], "frozen", True)
     dialogs.script("save_file", str(tmp_path / "bert_plan"))
-    assert window.export_script() and not dialogs.kinds("error")
+    assert window.documents.export_script() and not dialogs.kinds("error")
     script = tmp_path / "bert_plan.py"
     text = script.read_text()
     assert "import transformers" in text and "import torchvision" not in text and "import workbench" not in text
@@ -209,7 +209,7 @@ def test_opens_a_py_factory_and_says_it_runs_code(
 ) -> None:
     dialogs.script("choose", "build")
     dialogs.script("ask", "Run")
-    assert wait_load(qtbot, window, lambda: window.open_model_code(str(factory_file)))
+    assert wait_load(qtbot, window, lambda: window.documents.open_model_code(str(factory_file)))
     (_kind, _title, label), = dialogs.kinds("choose")
     assert "runs this file's code" in label
     (_kind, title, question), = dialogs.kinds("ask")
@@ -233,7 +233,7 @@ def test_drops_open_folders_and_code(
 
 # ---------------------------------------------------------------- structure only
 def test_config_only_folder_opens_structure_only(window: MainWindow, qtbot: Any, llama_dir: Path) -> None:
-    assert wait_load(qtbot, window, lambda: window.open_model_folder(str(llama_dir)))
+    assert wait_load(qtbot, window, lambda: window.documents.open_model_folder(str(llama_dir)))
     c = window.controller
     assert c.loaded.meta and "structure only" in window.model_label.text()
     assert window.source_bar.meta_box.isChecked()  # built on meta: the box says so
@@ -291,7 +291,7 @@ def test_folder_without_config_is_refused_and_keeps_the_model(
 ) -> None:
     empty = tmp_path / "not-a-model"
     empty.mkdir()
-    assert not wait_load(qtbot, window, lambda: window.open_model_folder(str(empty)))
+    assert not wait_load(qtbot, window, lambda: window.documents.open_model_folder(str(empty)))
     (_kind, _title, message), = dialogs.kinds("error")
     assert "no config.json" in message
     assert window.controller.loaded.label == "resnet18"
@@ -300,7 +300,7 @@ def test_folder_without_config_is_refused_and_keeps_the_model(
 def test_code_without_functions_is_refused(window: MainWindow, dialogs: Any, tmp_path: Path) -> None:
     empty = tmp_path / "empty.py"
     empty.write_text("X = 1\n", encoding="utf-8")
-    assert not window.open_model_code(str(empty))
+    assert not window.documents.open_model_code(str(empty))
     (_kind, _title, message), = dialogs.kinds("error")
     assert "defines no top-level function" in message and not window.controller.busy
 

@@ -45,9 +45,9 @@ def test_a_new_model_clears_the_verify_tab(qtbot: Any, window: MainWindow) -> No
 
 def test_view_expand_all_says_so_in_the_expand_box(window: MainWindow) -> None:
     assert window.depth_box.currentData() == 0
-    window.act_expand_all.trigger()
+    window.plan_actions.act_expand_all.trigger()
     assert window.depth_box.currentText() == "All"
-    window.act_expand_default.trigger()
+    window.plan_actions.act_expand_default.trigger()
     assert window.depth_box.currentText() == "Top level"
 
 

@@ -27,7 +27,7 @@ def test_show_returns_the_edited_plan(qtbot):
     def edit_and_close() -> None:
         w = _window()
         seen["title"] = w.windowTitle()
-        w.toggle_frozen(["0"])  # freeze the first Linear, as Space in the tree does
+        w.plan_actions.toggle_frozen(["0"])  # freeze the first Linear, as Space in the tree does
         w.close()  # no save prompt: the plan goes back to the caller
 
     QTimer.singleShot(0, edit_and_close)

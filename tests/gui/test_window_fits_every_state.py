@@ -33,7 +33,7 @@ def _open(qtbot: Any, window: MainWindow, folder: Path | None) -> None:
     if folder is None:
         return
     with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
-        window.open_model_folder(str(folder))
+        window.documents.open_model_folder(str(folder))
     assert blocker.args[0], folder
 
 

@@ -129,6 +129,6 @@ def test_window_opening_a_hostile_plan_shows_one_error(qtbot, private_settings: 
         path = Path(content)
     window = MainWindow(load_default=False)
     qtbot.addWidget(window)
-    assert window.open_plan(str(path)) is False
+    assert window.documents.open_plan(str(path)) is False
     assert len(shown) == 1 and shown[0][0] == "Cannot open plan"
     assert ("nested" if content == "deep" else "not a regular file") in shown[0][1]

@@ -194,7 +194,7 @@ def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> Main
                     window.controller.load(default_request())
 
             window.controller.loadFinished.connect(default_after_failure)
-            window.load_model_request(request)
+            window.documents.load_model_request(request)
     if window.controller.tree is None and not window.controller.busy:  # the default, or after a refused --model
         window.controller.load(default_request())
     if path:
@@ -204,9 +204,9 @@ def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> Main
 
             def open_after_load(_ok: bool) -> None:
                 window.controller.loadFinished.disconnect(open_after_load)
-                window.open_path(path)
+                window.documents.open_path(path)
 
             window.controller.loadFinished.connect(open_after_load)
         else:
-            window.open_path(path)
+            window.documents.open_path(path)
     return window

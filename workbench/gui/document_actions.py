@@ -2,18 +2,20 @@
 recent files, drag and drop), save, save as and export; each asks before unsaved edits are
 lost and refuses a bad file with one message.
 
-:class:`DocumentActions` is a part of :class:`~workbench.gui.main_window.MainWindow`.
+:class:`DocumentActions` is owned by :class:`~workbench.gui.main_window.MainWindow`: it is
+given the controller, the model bar, the training panel, the settings and the status bar it
+works with, and the window's menus, drops and model bar call it.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QSettings, QTimer
-from PySide6.QtGui import QDragEnterEvent, QDropEvent
-from PySide6.QtWidgets import QMainWindow, QMenu
+from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent
+from PySide6.QtWidgets import QMenu, QStatusBar, QWidget
 
 from workbench.core import export
 from workbench.core.errors import WorkbenchError
@@ -34,11 +36,7 @@ from workbench.gui.model_loading import (
 from workbench.gui.model_source import ModelSourceBar, confirm_code
 
 if TYPE_CHECKING:
-    from workbench.gui.training.ui import TrainingUI
-
-    _Window = QMainWindow
-else:
-    _Window = object
+    from workbench.gui.training.panel import TrainingPanel
 
 __all__ = ["CHECKPOINT_FILTER", "CODE_FILTER", "DocumentActions", "LOAD_MODEL_NOTE", "PLAN_FILTER", "RUNS_CODE_NOTE"]
 
@@ -53,21 +51,56 @@ RUNS_CODE_NOTE = "Opening it runs this file's code with your rights: only open f
 LOAD_MODEL_NOTE = "The plan is kept if it fits the other model; otherwise a new plan starts."
 
 
-class DocumentActions(_Window):
-    """Files in and out of the window (mixed into ``MainWindow``)."""
+class DocumentActions:
+    """Files in and out of the window.
 
-    controller: Controller
-    source_bar: ModelSourceBar
-    training: TrainingUI
-    recent_menu: QMenu
-    _settings: QSettings
+    Args:
+        parent: the window (parent of the dialogs).
+        controller: the document: model, plan, file.
+        source_bar: the model bar (its Load and ``…`` requests come here; its model, classes
+            and "Structure only" box fill in what a file leaves open).
+        panel: the training panel (the run an exported script sets up).
+        settings: where the recent files are kept.
+        status_bar: where what was saved, exported or refused is said.
+
+    Attributes:
+        ask_to_save: ask before unsaved edits are lost (off: they are let go, as when a
+            script's window hands its plan back on closing).
+    """
+
+    def __init__(
+        self,
+        parent: QWidget,
+        controller: Controller,
+        source_bar: ModelSourceBar,
+        panel: TrainingPanel,
+        settings: QSettings,
+        status_bar: QStatusBar,
+    ) -> None:
+        self._parent = parent
+        self.controller = controller
+        self.source_bar = source_bar
+        self.panel = panel
+        self._settings = settings
+        self._status = status_bar
+        self.ask_to_save = True
+        source_bar.loadRequested.connect(self.load_model_request)
+        source_bar.browseRequested.connect(self._browse_source)
 
     # ------------------------------------------------------------------ files
-    def _maybe_save(self, why: str = "") -> bool:
-        if not self.controller.dirty:
+    def maybe_save(self, why: str = "") -> bool:
+        """Ask to save unsaved edits before they are lost.
+
+        Args:
+            why: what happens to the plan next (said in the question).
+
+        Returns:
+            True when the caller may go on (saved, discarded, nothing unsaved).
+        """
+        if not self.controller.dirty or not self.ask_to_save:
             return True
         answer = dialogs.ask(
-            self, "Unsaved changes", f"The plan has unsaved changes.{(' ' + why) if why else ''} Save them first?",
+            self._parent, "Unsaved changes", f"The plan has unsaved changes.{(' ' + why) if why else ''} Save them first?",
             ("Save", "Discard", "Cancel"), "Save",
         )
         if answer == "Save":
@@ -79,7 +112,7 @@ class DocumentActions(_Window):
         c = self.controller
         if c.busy or c.checking:
             what = "a model is loading" if c.busy else "the diagnostics check is running"
-            self.statusBar().showMessage(f"Please wait: {what}.", 5000)
+            self._status.showMessage(f"Please wait: {what}.", 5000)
             return False
         return True
 
@@ -91,7 +124,7 @@ class DocumentActions(_Window):
 
     def new_plan(self) -> None:
         """Start an empty plan for the loaded model (asks to save unsaved changes)."""
-        if self._maybe_save():
+        if self.maybe_save():
             self.controller.new_plan()
 
     def open_plan(self, path: str | None = None) -> bool:
@@ -106,16 +139,16 @@ class DocumentActions(_Window):
         Returns:
             True when the plan was opened (or its model load started).
         """
-        if not self._can_start() or not self._maybe_save():
+        if not self._can_start() or not self.maybe_save():
             return False
         if path is None:
-            path = dialogs.open_file(self, "Open plan", self._start_dir(), PLAN_FILTER)
+            path = dialogs.open_file(self._parent, "Open plan", self._start_dir(), PLAN_FILTER)
             if not path:
                 return False
         try:
             plan = FreezePlan.load(path)
         except PlanError as e:
-            dialogs.error(self, "Cannot open plan", str(e))
+            dialogs.error(self._parent, "Cannot open plan", str(e))
             return False
         request = request_for_plan(plan, self.controller.spec, Path(path).parent)
         if request is not None:
@@ -140,10 +173,10 @@ class DocumentActions(_Window):
         Returns:
             True when the load started.
         """
-        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
+        if not self._can_start() or not self.maybe_save(LOAD_MODEL_NOTE):
             return False
         if path is None:
-            path = dialogs.open_file(self, "Open checkpoint", self._start_dir(), CHECKPOINT_FILTER)
+            path = dialogs.open_file(self._parent, "Open checkpoint", self._start_dir(), CHECKPOINT_FILTER)
             if not path:
                 return False
         request = LoadRequest(name=self.source_bar.current_name(), checkpoint=str(path))
@@ -190,12 +223,12 @@ class DocumentActions(_Window):
             raise ModelSourceError(f"model source {source!r} names no folder or file; type its model name instead")
         if browse.kind == "code":
             return self.open_model_code(path, source=source)
-        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
+        if not self._can_start() or not self.maybe_save(LOAD_MODEL_NOTE):
             return False
         if path is None:
             start = self._start_dir()
-            path = (dialogs.open_dir(self, browse.title, start) if browse.kind == "folder"
-                    else dialogs.open_file(self, browse.title, start, browse.file_filter))
+            path = (dialogs.open_dir(self._parent, browse.title, start) if browse.kind == "folder"
+                    else dialogs.open_file(self._parent, browse.title, start, browse.file_filter))
             if not path:
                 return False
         return self.controller.load(LoadRequest(name=str(path), source=source, meta=self.source_bar.meta_box.isChecked()))
@@ -214,35 +247,35 @@ class DocumentActions(_Window):
         Returns:
             True when the load started.
         """
-        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
+        if not self._can_start() or not self.maybe_save(LOAD_MODEL_NOTE):
             return False
         if path is None:
             browse = source_of(source).browse
             title, name_filter = (browse.title, browse.file_filter) if browse is not None else ("Open model code", CODE_FILTER)
-            path = dialogs.open_file(self, title, self._start_dir(), name_filter)
+            path = dialogs.open_file(self._parent, title, self._start_dir(), name_filter)
             if not path:
                 return False
         if factory is None:
             try:
                 names = factory_candidates(path)
             except ModelSourceError as e:
-                dialogs.error(self, "Cannot open model code", str(e))
+                dialogs.error(self._parent, "Cannot open model code", str(e))
                 return False
             if not names:
                 dialogs.error(
-                    self, "Cannot open model code",
+                    self._parent, "Cannot open model code",
                     f"{Path(path).name} defines no top-level function or class; "
                     "add a function that returns the nn.Module",
                 )
                 return False
             guess = next((n for n in names if any(w in n.lower() for w in ("model", "build", "make", "create"))), names[0])
             factory = dialogs.choose(
-                self, "Open model code",
+                self._parent, "Open model code",
                 f"{Path(path).name}: which function returns the model?\n{RUNS_CODE_NOTE}", names, guess,
             )
             if not factory:
                 return False
-        request = confirm_code(self, LoadRequest(
+        request = confirm_code(self._parent, LoadRequest(
             name=f"{path}:{factory}", source=source, num_classes=self.source_bar.classes.value() or None,
             meta=self.source_bar.meta_box.isChecked(), origin="Open Model Code",
         ))
@@ -266,7 +299,7 @@ class DocumentActions(_Window):
         Returns:
             True when the load started.
         """
-        if not self._can_start() or not self._maybe_save(LOAD_MODEL_NOTE):
+        if not self._can_start() or not self.maybe_save(LOAD_MODEL_NOTE):
             return False
         confirmed = self._confirm_download(request)
         if confirmed is None:
@@ -281,20 +314,20 @@ class DocumentActions(_Window):
             what: what is not opened when the user cancels the code dialog (the status bar says so).
         """
         try:
-            confirmed = confirm_code(self, request)  # model code runs only after "Run"
+            confirmed = confirm_code(self._parent, request)  # model code runs only after "Run"
             if confirmed is None:
                 not_opened = f"{what} not opened: its model" if what else "Not loaded: model"
-                self.statusBar().showMessage(f"{not_opened} code {request.name} was not run (cancelled)", 15000)
+                self._status.showMessage(f"{not_opened} code {request.name} was not run (cancelled)", 15000)
                 return None
             request = confirmed
             needs = request.needs_download()
         except ModelSourceError as e:
-            dialogs.error(self, "Cannot load model", str(e))
+            dialogs.error(self._parent, "Cannot load model", str(e))
             return None
         if not needs:
             return request
         answer = dialogs.ask(
-            self,
+            self._parent,
             "Weights not cached",
             f"The {request.weights} weights of {request.name} are not in the local cache.\n\n"
             "Download them now, or start from random initialisation?",
@@ -314,14 +347,14 @@ class DocumentActions(_Window):
         ok = self.controller.save(self.controller.path)
         if ok:
             app_settings.add_recent(self.controller.path, self._settings)
-            self.statusBar().showMessage(f"Saved {self.controller.path}", 5000)
+            self._status.showMessage(f"Saved {self.controller.path}", 5000)
         return ok
 
     def save_as(self) -> bool:
         """Save the plan under a new name."""
         c = self.controller
         suggested = str(c.path) if c.path else str(Path(self._start_dir()) / f"{c.loaded.label if c.loaded else 'model'}.plan.json")
-        path = dialogs.save_file(self, "Save plan as", suggested, PLAN_FILTER)
+        path = dialogs.save_file(self._parent, "Save plan as", suggested, PLAN_FILTER)
         if not path:
             return False
         if not path.lower().endswith(".json"):
@@ -329,7 +362,7 @@ class DocumentActions(_Window):
         ok = c.save(path)
         if ok:
             app_settings.add_recent(path, self._settings)
-            self.statusBar().showMessage(f"Saved {path}", 5000)
+            self._status.showMessage(f"Saved {path}", 5000)
         return ok
 
     def export_script(self) -> bool:
@@ -337,7 +370,7 @@ class DocumentActions(_Window):
         standalone plain-PyTorch script (``workbench.core.export``)."""
         c = self.controller
         stem = c.path.stem if c.path else (c.loaded.label if c.loaded else "plan")
-        path = dialogs.save_file(self, "Export plan as script", str(Path(self._start_dir()) / f"{stem}.py"),
+        path = dialogs.save_file(self._parent, "Export plan as script", str(Path(self._start_dir()) / f"{stem}.py"),
                                  "Python scripts (*.py)")
         if not path:
             return False
@@ -345,13 +378,13 @@ class DocumentActions(_Window):
             path += ".py"
         try:
             spec = ModelSpec.from_dict({**c.spec, **c.plan.model})
-            config = self.training.panel.config()  # the run the Train button would start
+            config = self.panel.config()  # the run the Train button would start
             export.export_script(c.plan, spec, path, model=c.model, config=config, provided=True,
                                  base_dir=c.path.parent if c.path else None)
         except (WorkbenchError, OSError) as e:
-            dialogs.error(self, "Cannot export script", str(e))
+            dialogs.error(self._parent, "Cannot export script", str(e))
             return False
-        self.statusBar().showMessage(f"Exported {path}", 5000)
+        self._status.showMessage(f"Exported {path}", 5000)
         return True
 
     def export_plan(self) -> bool:
@@ -365,7 +398,7 @@ class DocumentActions(_Window):
         if c.tree is None:
             return False
         stem = c.path.name.removesuffix(".json").removesuffix(".plan") if c.path else (c.loaded.label if c.loaded else "plan")
-        path = dialogs.save_file(self, "Export plan as JSON", str(Path(self._start_dir()) / f"{stem}.plan.json"), PLAN_FILTER)
+        path = dialogs.save_file(self._parent, "Export plan as JSON", str(Path(self._start_dir()) / f"{stem}.plan.json"), PLAN_FILTER)
         if not path:
             return False
         if not path.lower().endswith(".json"):
@@ -375,9 +408,9 @@ class DocumentActions(_Window):
         try:
             out.save(path)
         except (WorkbenchError, OSError) as e:
-            dialogs.error(self, "Cannot export plan", f"cannot write {path} ({getattr(e, 'strerror', None) or e}); choose a writable folder")
+            dialogs.error(self._parent, "Cannot export plan", f"cannot write {path} ({getattr(e, 'strerror', None) or e}); choose a writable folder")
             return False
-        self.statusBar().showMessage(f"Exported plan {path}", 5000)
+        self._status.showMessage(f"Exported plan {path}", 5000)
         return True
 
     def peft_refusal(self) -> str:
@@ -407,10 +440,10 @@ class DocumentActions(_Window):
         c = self.controller
         reason = self.peft_refusal()
         if reason:
-            dialogs.error(self, "Cannot export PEFT adapter", reason)
+            dialogs.error(self._parent, "Cannot export PEFT adapter", reason)
             return False
         stem = c.path.name.removesuffix(".json").removesuffix(".plan") if c.path else (c.loaded.label if c.loaded else "plan")
-        folder = dialogs.save_file(self, "Export PEFT adapter (a folder)", str(Path(self._start_dir()) / f"{stem}-adapter"),
+        folder = dialogs.save_file(self._parent, "Export PEFT adapter (a folder)", str(Path(self._start_dir()) / f"{stem}-adapter"),
                                    "PEFT adapter folder (*)")
         if not folder:
             return False
@@ -424,23 +457,28 @@ class DocumentActions(_Window):
                 finally:
                     applied.remove(merge=False)
         except (WorkbenchError, ValueError) as e:
-            dialogs.error(self, "Cannot export PEFT adapter", f"cannot write a PEFT adapter: {e}")
+            dialogs.error(self._parent, "Cannot export PEFT adapter", f"cannot write a PEFT adapter: {e}")
             return False
         except OSError as e:
-            dialogs.error(self, "Cannot export PEFT adapter", f"cannot write {folder} ({e.strerror or e}); choose a writable folder")
+            dialogs.error(self._parent, "Cannot export PEFT adapter", f"cannot write {folder} ({e.strerror or e}); choose a writable folder")
             return False
-        self.statusBar().showMessage(f"Exported PEFT adapter {out}: load it with peft.PeftModel.from_pretrained(base_model, {str(out)!r})", 8000)
+        self._status.showMessage(f"Exported PEFT adapter {out}: load it with peft.PeftModel.from_pretrained(base_model, {str(out)!r})", 8000)
         return True
 
-    def _fill_recent(self) -> None:
-        self.recent_menu.clear()
+    def fill_recent(self, menu: QMenu) -> None:
+        """Fill File ▸ Open Recent (as it is about to show) with the recent files.
+
+        Args:
+            menu: the menu, emptied first.
+        """
+        menu.clear()
         files = app_settings.recent_files(self._settings)
         if not files:
-            act = self.recent_menu.addAction("No recent files")
+            act = menu.addAction("No recent files")
             act.setEnabled(False)
             return
         for f in files:
-            act = self.recent_menu.addAction(Path(f).name)
+            act = menu.addAction(Path(f).name)
             act.setToolTip(f)
             act.setStatusTip(f)
             act.triggered.connect(lambda _c=False, f=f: self.open_path(f))
@@ -476,17 +514,20 @@ class DocumentActions(_Window):
                     return p
         return None
 
-    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+    def drag_enter(self, event: QDragEnterEvent) -> None:
+        """Accept a drag that carries a file the window opens (the window's ``dragEnterEvent``)."""
         if self._dropped_file(event):
             event.acceptProposedAction()
         else:
             event.ignore()
 
-    def dragMoveEvent(self, event: Any) -> None:
+    def drag_move(self, event: QDragMoveEvent) -> None:
+        """Keep accepting such a drag as it moves (the window's ``dragMoveEvent``)."""
         if self._dropped_file(event):
             event.acceptProposedAction()
 
-    def dropEvent(self, event: QDropEvent) -> None:
+    def drop(self, event: QDropEvent) -> None:
+        """Open the dropped file once the drop handler returns (the window's ``dropEvent``)."""
         path = self._dropped_file(event)
         if not path:
             event.ignore()

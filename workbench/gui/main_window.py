@@ -13,9 +13,11 @@ Layout::
 ``MainWindow.controller`` owns the model, tree, plan, file and undo history and emits
 ``planChanged(kind)`` / ``modelChanged()``; ``MainWindow.training``
 (:class:`~workbench.gui.training.ui.TrainingUI`) builds the plots, runs and verify tabs, the
-training controls and the Run menu, and the window places them. The window's actions live
-beside it: :class:`~workbench.gui.document_actions.DocumentActions` (files in and out) and
-:class:`~workbench.gui.plan_actions.PlanActions` (plan edits from the tree).
+training controls and the Run menu, and the window places them. The window's actions are
+objects it owns: ``MainWindow.documents``
+(:class:`~workbench.gui.document_actions.DocumentActions`: files in and out) and
+``MainWindow.plan_actions`` (:class:`~workbench.gui.plan_actions.PlanActions`: plan edits
+from the tree, its filter and expansion).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from PySide6.QtCore import QByteArray, Qt
-from PySide6.QtGui import QAction, QCloseEvent, QFont, QIcon, QKeySequence
+from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDragMoveEvent, QDropEvent, QFont, QIcon, QKeySequence
 from PySide6.QtWidgets import (
     QComboBox,
     QHBoxLayout,
@@ -57,12 +59,11 @@ from workbench.gui.document_actions import DocumentActions
 from workbench.gui.icons import dot_icon
 from workbench.gui.model_loading import default_request, load_model
 from workbench.gui.model_source import ModelSourceBar
-from workbench.gui.plan import edits as plan_edits
 from workbench.gui.plan.activation_estimate import ActivationEstimator
 from workbench.gui.plan.cost_panel import CostPanel
 from workbench.gui.plan.tree_model import ModuleFilterProxy, ModuleTreeModel
 from workbench.gui.plan.tree_view import ModuleTreeView
-from workbench.gui.plan_actions import DEFAULT_DEPTH, PlanActions
+from workbench.gui.plan_actions import DEFAULT_DEPTH, PlanActions, make_action
 from workbench.gui.qt_compat import protect_none_refcount
 from workbench.gui.theme import add_theme_menu
 from workbench.gui.training.layers_plot import LayersPlot
@@ -91,7 +92,7 @@ def device_label() -> str:
 
 
 
-class MainWindow(DocumentActions, PlanActions, QMainWindow):
+class MainWindow(QMainWindow):
     """The Freeze Workbench window.
 
     Args:
@@ -108,6 +109,9 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
             ``QVBoxLayout``) holding the training controls.
         training: the training side (:class:`~workbench.gui.training.ui.TrainingUI`): plots,
             runs, verification, controls.
+        documents: files in and out (:class:`~workbench.gui.document_actions.DocumentActions`).
+        plan_actions: plan edits from the tree, its filter and expansion
+            (:class:`~workbench.gui.plan_actions.PlanActions`).
         cost_panel: the cost panel.
         source_bar: the model source bar.
     """
@@ -126,25 +130,26 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         self.proxy.setSourceModel(self.tree_model)
         self.view = ModuleTreeView(self)
         self.view.setModel(self.proxy)
-        self.view.frozenToggleRequested.connect(self.toggle_frozen)
-        self.view.customContextMenuRequested.connect(self._context_menu)
 
         self.filter_edit = QLineEdit(self)
         self.filter_edit.setPlaceholderText("Filter modules by path or type (Ctrl+F)")
         self.filter_edit.setClearButtonEnabled(True)
-        self.filter_edit.textChanged.connect(self._filter_changed)
         self.depth_box = QComboBox(self)
         for label, depth in (("Top level", 0), ("2 levels", 1), ("3 levels", 2), ("All", -1)):
             self.depth_box.addItem(label, depth)
         self.depth_box.setToolTip("Expand the tree to a depth")
-        self.depth_box.activated.connect(lambda _i: self.expand_to_depth(self.depth_box.currentData()))
+        self.plan_actions = PlanActions(
+            self, self.controller, self.view, self.proxy, self.tree_model, self.filter_edit, self.depth_box
+        )
+        plan = self.plan_actions
 
         self.source_bar = ModelSourceBar(self)
-        self.source_bar.loadRequested.connect(self.load_model_request)
-        self.source_bar.browseRequested.connect(self._browse_source)
         self.cost_panel = CostPanel(self.controller, self)
-        self.cost_panel.findingActivated.connect(self.select_path)
+        self.cost_panel.findingActivated.connect(plan.select_path)
         self.training = TrainingUI(self.controller, self._settings, self)
+        self.documents = DocumentActions(
+            self, self.controller, self.source_bar, self.training.panel, self._settings, self.statusBar()
+        )
 
         self._build_central()
         self._build_tree_loading()
@@ -162,13 +167,12 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         c.errorOccurred.connect(self._show_error)
         c.undo_stack.canUndoChanged.connect(self.act_undo.setEnabled)
         c.undo_stack.canRedoChanged.connect(self.act_redo.setEnabled)
-        self.view.selectionModel().selectionChanged.connect(self._update_actions)
         t = self.training
         t.statusMessage.connect(self.statusBar().showMessage)
         t.runStarted.connect(self._run_started)
         t.runs.stateChanged.connect(self._collapse_cost_panel)
         t.verifyResult.connect(self._show_verify_result)
-        t.moduleActivated.connect(self.select_path)
+        t.moduleActivated.connect(plan.select_path)
         t.runs.moduleStatsReceived.connect(self.tree_model.set_module_stats)
         self._wire_activations()
         t.watch_with(self.diagnostics)
@@ -181,7 +185,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
             self.statusBar().showMessage("; ".join(self.startup_notices), 30000)
         if load_default:
             self.controller.set_loaded(load_model(default_request()))
-        self._update_actions()
+        plan.update_actions()
         self._update_export_actions()
         self._update_title()
 
@@ -261,7 +265,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
             self.right_panel.indexOf(self.layers_plot),
             "Update/weight ratio and gradient norm of each top-level module over the run",
         )
-        self.diagnostics = DiagnosticsPanel(self.controller, self.select_path, self)
+        self.diagnostics = DiagnosticsPanel(self.controller, self.plan_actions.select_path, self)
         self.right_panel.addTab(self.diagnostics, "Diagnostics")
 
         self.splitter = QSplitter(Qt.Orientation.Horizontal, self)
@@ -290,39 +294,31 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
     def _action(
         self, text: str, slot: Callable[[], Any], shortcut: QKeySequence | str | list | None = None, tip: str = ""
     ) -> QAction:
-        act = QAction(text, self)
-        if isinstance(shortcut, list):
-            act.setShortcuts(shortcut)
-        elif shortcut is not None:
-            act.setShortcut(QKeySequence(shortcut))
-        if tip:
-            act.setStatusTip(tip)
-            act.setToolTip(tip)
-        act.triggered.connect(lambda _checked=False: slot())
-        return act
+        return make_action(self, text, slot, shortcut, tip)
 
     def _build_actions(self) -> None:
         K = QKeySequence.StandardKey  # noqa: N806 - a short alias keeps the action table readable
-        self.act_new = self._action("&New Plan", self.new_plan, QKeySequence(K.New), "Start an empty plan")
-        self.act_open = self._action("&Open Plan…", self.open_plan, QKeySequence(K.Open), "Open a freeze plan (.json)")
+        docs = self.documents
+        self.act_new = self._action("&New Plan", docs.new_plan, QKeySequence(K.New), "Start an empty plan")
+        self.act_open = self._action("&Open Plan…", docs.open_plan, QKeySequence(K.Open), "Open a freeze plan (.json)")
         self.act_open_ckpt = self._action(
-            "Open &Checkpoint…", self.open_checkpoint, "Ctrl+Shift+O", "Load weights from .safetensors/.pt/.pth/.bin/.ckpt"
+            "Open &Checkpoint…", docs.open_checkpoint, "Ctrl+Shift+O", "Load weights from .safetensors/.pt/.pth/.bin/.ckpt"
         )
         #: One File menu entry per model source that opens from disk (its ``browse`` row).
         self.act_open_sources: dict[str, QAction] = {
-            key: self._action(row.browse.action, functools.partial(self.open_model_path, key), None, row.browse.action_tip)
+            key: self._action(row.browse.action, functools.partial(docs.open_model_path, key), None, row.browse.action_tip)
             for key, row in SOURCES.items() if row.browse is not None
         }
-        self.act_save = self._action("&Save", self.save, QKeySequence(K.Save), "Save the plan")
-        self.act_save_as = self._action("Save &As…", self.save_as, "Ctrl+Shift+S", "Save the plan under a new name")
+        self.act_save = self._action("&Save", docs.save, QKeySequence(K.Save), "Save the plan")
+        self.act_save_as = self._action("Save &As…", docs.save_as, "Ctrl+Shift+S", "Save the plan under a new name")
         self.act_quit = self._action("&Quit", self.close, QKeySequence(K.Quit))
         self.act_export = self._action(
-            "Plain PyTorch &Script…", self.export_script, None, "Write a standalone script that applies the plan"
+            "Plain PyTorch &Script…", docs.export_script, None, "Write a standalone script that applies the plan"
         )
         self.act_export_plan = self._action(
-            "&Plan (JSON)…", self.export_plan, None, "Write the plan with the model it was made for; the document keeps its file"
+            "&Plan (JSON)…", docs.export_plan, None, "Write the plan with the model it was made for; the document keeps its file"
         )
-        self.act_export_peft = self._action("PEFT &Adapter…", self.export_peft)
+        self.act_export_peft = self._action("PEFT &Adapter…", docs.export_peft)
 
         stack = self.controller.undo_stack
         self.act_undo = self._action("&Undo", stack.undo, QKeySequence(K.Undo))
@@ -332,49 +328,15 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         stack.undoTextChanged.connect(lambda t: self.act_undo.setText(f"&Undo {t}".rstrip()))
         stack.redoTextChanged.connect(lambda t: self.act_redo.setText(f"&Redo {t}".rstrip()))
 
-        self.act_freeze = self._action("Freeze", lambda: self._set_selected("frozen", True), None,
-                                       "Freeze the selected modules and everything below them")
-        self.act_unfreeze = self._action("Unfreeze", lambda: self._set_selected("frozen", False), None,
-                                         "Unfreeze the selected modules and everything below them")
-        self.act_toggle = self._action("Toggle Frozen\tSpace", lambda: self.toggle_frozen(self.view.selected_paths()))
-        self.act_train_only = self._action("Train Only This", self.train_only, None,
-                                           "Freeze everything except the selected modules")
-        self.act_freeze_before = self._action(
-            "Freeze Everything Before This", self.freeze_before, None,
-            "Freeze the modules that run before the selected one; it and what follows train (backbone/head split)",
-        )
-        self.act_bn_on = self._action("All BatchNorm Eval On", lambda: self._bn_everywhere(True), None,
-                                      "Every BatchNorm uses its running statistics (eval mode)")
-        self.act_bn_off = self._action("All BatchNorm Eval Off", lambda: self._bn_everywhere(False), None,
-                                       "Every BatchNorm runs in train mode (updates its statistics)")
-        self.act_bn_auto = self._action("BatchNorm Eval Follows Frozen", lambda: self._bn_everywhere(None), None,
-                                        "Frozen BatchNorm runs in eval mode, trainable BatchNorm in train mode")
-        self.act_ab_on = self._action("A+B On Subtree", lambda: self._set_selected("reparam", dict(plan_edits.A_PLUS_B)),
-                                      None, "Train W = A + B: A fixed pretrained weight, B a trainable delta")
-        self.act_ab_off = self._action("A+B Off Subtree", lambda: self._set_selected("reparam", False))
-        self.act_ab_settings = self._action("A+B Settings…", self.edit_reparam, None,
-                                            "Full or low rank (rank, alpha, dropout) and mode of A+B on the selection")
-        self.act_inherit_lr = self._action("Reset LR × To Inherited", lambda: self._set_selected("lr_scale", None))
-        self.act_remove_unmatched = self._action("Remove Rules That Match Nothing", self.remove_unmatched_rules)
-        self.act_partial = self._action("Partial Freezing…", self.edit_partial, None,
-                                        "Freeze ranges of a parameter tensor")
-
-        self.act_find = self._action("&Find Module", self.focus_filter, QKeySequence(K.Find))
-        self.act_expand_all = self._action("Expand All", lambda: self.expand_to_depth(-1))
-        self.act_collapse_all = self._action("Collapse All", self.view.collapseAll)
-        self.act_expand_default = self._action("Expand Top Level", lambda: self.expand_to_depth(DEFAULT_DEPTH))
         self.act_about = self._action("&About Freeze Workbench", self.about)
-        self._selection_actions = [
-            self.act_freeze, self.act_unfreeze, self.act_toggle, self.act_train_only, self.act_freeze_before,
-            self.act_inherit_lr, self.act_ab_on, self.act_ab_off, self.act_ab_settings,
-        ]
 
     def _build_menus(self) -> None:
         mb = self.menuBar()
+        p = self.plan_actions
         f = mb.addMenu("&File")
         f.addActions([self.act_new, self.act_open, self.act_open_ckpt, *self.act_open_sources.values()])
         self.recent_menu = f.addMenu("Open &Recent")
-        self.recent_menu.aboutToShow.connect(self._fill_recent)
+        self.recent_menu.aboutToShow.connect(lambda: self.documents.fill_recent(self.recent_menu))
         f.addSeparator()
         f.addActions([self.act_save, self.act_save_as])
         export_menu = f.addMenu("&Export")
@@ -384,16 +346,16 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         e = mb.addMenu("&Edit")
         e.addActions([self.act_undo, self.act_redo])
         e.addSeparator()
-        e.addActions([self.act_freeze, self.act_unfreeze, self.act_toggle, self.act_train_only, self.act_freeze_before])
+        e.addActions([p.act_freeze, p.act_unfreeze, p.act_toggle, p.act_train_only, p.act_freeze_before])
         e.addSeparator()
-        e.addActions([self.act_bn_on, self.act_bn_off, self.act_bn_auto])
+        e.addActions([p.act_bn_on, p.act_bn_off, p.act_bn_auto])
         e.addSeparator()
-        e.addActions([self.act_ab_on, self.act_ab_off, self.act_ab_settings, self.act_inherit_lr, self.act_partial])
+        e.addActions([p.act_ab_on, p.act_ab_off, p.act_ab_settings, p.act_inherit_lr, p.act_partial])
         e.addSeparator()
-        e.addAction(self.act_remove_unmatched)
+        e.addAction(p.act_remove_unmatched)
         self.act_suggest = add_suggest_action(self, e, self.suggest_dialog)
         v = mb.addMenu("&View")
-        v.addActions([self.act_find, self.act_expand_default, self.act_expand_all, self.act_collapse_all])
+        v.addActions([p.act_find, p.act_expand_default, p.act_expand_all, p.act_collapse_all])
         v.addSeparator()
         self.theme_actions = add_theme_menu(v, self._settings, self)
         mb.addMenu(self.training.menu)
@@ -413,9 +375,10 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         pt.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextOnly)
         pt.addActions([self.act_undo, self.act_redo])
         pt.addSeparator()
-        pt.addActions([self.act_freeze, self.act_unfreeze, self.act_train_only, self.act_freeze_before])
+        p = self.plan_actions
+        pt.addActions([p.act_freeze, p.act_unfreeze, p.act_train_only, p.act_freeze_before])
         pt.addSeparator()
-        pt.addActions([self.act_bn_on, self.act_ab_on])
+        pt.addActions([p.act_bn_on, p.act_ab_on])
         pt.addSeparator()
         find = QWidget(pt)
         row = QHBoxLayout(find)
@@ -438,10 +401,10 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         self._short_labels = {
             self.act_undo: "Undo",
             self.act_redo: "Redo",
-            self.act_train_only: "Train Only",
-            self.act_freeze_before: "Freeze Before",
-            self.act_bn_on: "BN Eval On",
-            self.act_ab_on: "A+B On",
+            p.act_train_only: "Train Only",
+            p.act_freeze_before: "Freeze Before",
+            p.act_bn_on: "BN Eval On",
+            p.act_ab_on: "A+B On",
         }
         for act, label in self._short_labels.items():
             act.setIconText(label)
@@ -503,11 +466,11 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
             self.params_label.setText(
                 f"{fmt_count(counts.total)} params · {fmt_count(counts.trainable)} trainable"
             )
-        self._update_actions()
+        self.plan_actions.update_actions()
         self._update_export_actions()
 
     def _update_export_actions(self) -> None:
-        reason = self.peft_refusal()  # off, with the reason, for a plan without low-rank A+B
+        reason = self.documents.peft_refusal()  # off, with the reason, for a plan without low-rank A+B
         self.act_export_peft.setEnabled(not reason)
         tip = reason or "Write the plan's low-rank A+B as a PEFT LoRA adapter folder (peft.PeftModel.from_pretrained loads it)"
         self.act_export_peft.setToolTip(tip)
@@ -531,7 +494,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         elif loaded.spec.get("name"):
             self.source_bar.set_current({"name": loaded.spec["name"]})
         self.filter_edit.clear()
-        self.expand_to_depth(DEFAULT_DEPTH)
+        self.plan_actions.expand_to_depth(DEFAULT_DEPTH)
         root = self.proxy.index(0, 0)
         if root.isValid():
             self.view.selectionModel().setCurrentIndex(root, self.view.selectionModel().SelectionFlag.NoUpdate)
@@ -596,7 +559,7 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         show_about(self)
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        if not self._maybe_save():
+        if not self.documents.maybe_save():
             event.ignore()
             return
         # the activation profile first: it is cancelled at its next slice and lets go of the model
@@ -607,3 +570,13 @@ class MainWindow(DocumentActions, PlanActions, QMainWindow):
         self.source_bar.wait()
         self.controller.wait()
         event.accept()
+
+    # ------------------------------------------------------------------ drag and drop
+    def dragEnterEvent(self, event: QDragEnterEvent) -> None:
+        self.documents.drag_enter(event)
+
+    def dragMoveEvent(self, event: QDragMoveEvent) -> None:
+        self.documents.drag_move(event)
+
+    def dropEvent(self, event: QDropEvent) -> None:
+        self.documents.drop(event)

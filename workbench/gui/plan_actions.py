@@ -2,16 +2,19 @@
 before, BatchNorm, A+B, partial freezing), the tree's context menu, filter and expansion,
 and which of those actions are enabled.
 
-:class:`PlanActions` is a part of :class:`~workbench.gui.main_window.MainWindow`.
+:class:`PlanActions` is owned by :class:`~workbench.gui.main_window.MainWindow`: it is given
+the controller and the tree's widgets, builds the plan-edit actions the window's menus and
+toolbar show, and wires the tree, the filter box and the Expand box to them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QPoint, Qt, QTimer
-from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QLineEdit, QMainWindow, QMenu
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import QComboBox, QLineEdit, QMenu, QWidget
 
 from workbench.core.freezing import partial
 from workbench.gui.controller import Controller
@@ -21,12 +24,7 @@ from workbench.gui.plan.reparam_dialog import edit_reparam
 from workbench.gui.plan.tree_model import PATH_ROLE, ModuleFilterProxy, ModuleTreeModel
 from workbench.gui.plan.tree_view import ModuleTreeView
 
-if TYPE_CHECKING:
-    _Window = QMainWindow
-else:
-    _Window = object
-
-__all__ = ["DEFAULT_DEPTH", "FILTER_AT_ONCE_BELOW", "FILTER_DELAY_MS", "PlanActions"]
+__all__ = ["DEFAULT_DEPTH", "FILTER_AT_ONCE_BELOW", "FILTER_DELAY_MS", "PlanActions", "make_action"]
 
 #: Tree depth expanded after a model loads (0: the root's children are visible).
 DEFAULT_DEPTH = 0
@@ -36,37 +34,124 @@ FILTER_AT_ONCE_BELOW = 2000
 FILTER_DELAY_MS = 250
 
 
-class PlanActions(_Window):
-    """Plan edits from the tree (mixed into ``MainWindow``)."""
+def make_action(
+    parent: QWidget, text: str, slot: Callable[[], Any], shortcut: QKeySequence | str | list | None = None, tip: str = ""
+) -> QAction:
+    """A menu action that calls ``slot`` when triggered.
 
-    controller: Controller
-    view: ModuleTreeView
-    proxy: ModuleFilterProxy
-    tree_model: ModuleTreeModel
-    filter_edit: QLineEdit
-    _selection_actions: list[QAction]
-    act_freeze: QAction
-    act_unfreeze: QAction
-    act_train_only: QAction
-    act_freeze_before: QAction
-    act_bn_on: QAction
-    act_bn_off: QAction
-    act_bn_auto: QAction
-    act_ab_on: QAction
-    act_ab_off: QAction
-    act_ab_settings: QAction
-    act_inherit_lr: QAction
-    act_partial: QAction
-    act_remove_unmatched: QAction
+    Args:
+        parent: the action's owner (its shortcuts work while this widget's window is active).
+        text: the menu text.
+        slot: called with no arguments.
+        shortcut: one key sequence, or a list of them.
+        tip: the tool and status tip.
+
+    Returns:
+        The action.
+    """
+    act = QAction(text, parent)
+    if isinstance(shortcut, list):
+        act.setShortcuts(shortcut)
+    elif shortcut is not None:
+        act.setShortcut(QKeySequence(shortcut))
+    if tip:
+        act.setStatusTip(tip)
+        act.setToolTip(tip)
+    act.triggered.connect(lambda _checked=False: slot())
+    return act
+
+
+class PlanActions:
+    """Plan edits from the tree.
+
+    Args:
+        parent: the window (parent of the actions, menus, dialogs and the filter's timer).
+        controller: the document whose plan is edited.
+        view / proxy / tree_model: the module tree, its filter and its model.
+        filter_edit: the filter box.
+        depth_box: the Expand box (its data: the depth, -1 for all).
+
+    Attributes:
+        act_freeze ... act_partial: the plan-edit actions of the Edit menu and the tree's
+            context menu; act_find, act_expand_all, act_collapse_all, act_expand_default: the
+            View menu's tree actions.
+        selection_actions: the actions that need a selected module.
+    """
+
+    def __init__(
+        self,
+        parent: QWidget,
+        controller: Controller,
+        view: ModuleTreeView,
+        proxy: ModuleFilterProxy,
+        tree_model: ModuleTreeModel,
+        filter_edit: QLineEdit,
+        depth_box: QComboBox,
+    ) -> None:
+        self._parent = parent
+        self.controller = controller
+        self.view = view
+        self.proxy = proxy
+        self.tree_model = tree_model
+        self.filter_edit = filter_edit
+        self.depth_box = depth_box
+        self._filter_debounce = QTimer(parent)
+        self._filter_debounce.setSingleShot(True)
+        self._filter_debounce.setInterval(FILTER_DELAY_MS)
+        self._filter_debounce.timeout.connect(self.apply_filter)
+        self._build_actions()
+        view.frozenToggleRequested.connect(self.toggle_frozen)
+        view.customContextMenuRequested.connect(self._context_menu)
+        filter_edit.textChanged.connect(self._filter_changed)
+        depth_box.activated.connect(lambda _i: self.expand_to_depth(depth_box.currentData()))
+
+    def _build_actions(self) -> None:
+        K = QKeySequence.StandardKey  # noqa: N806 - a short alias keeps the action table readable
+        p = self._parent
+        self.act_freeze = make_action(p, "Freeze", lambda: self._set_selected("frozen", True), None,
+                                      "Freeze the selected modules and everything below them")
+        self.act_unfreeze = make_action(p, "Unfreeze", lambda: self._set_selected("frozen", False), None,
+                                        "Unfreeze the selected modules and everything below them")
+        self.act_toggle = make_action(p, "Toggle Frozen\tSpace", lambda: self.toggle_frozen(self.view.selected_paths()))
+        self.act_train_only = make_action(p, "Train Only This", self.train_only, None,
+                                          "Freeze everything except the selected modules")
+        self.act_freeze_before = make_action(
+            p, "Freeze Everything Before This", self.freeze_before, None,
+            "Freeze the modules that run before the selected one; it and what follows train (backbone/head split)",
+        )
+        self.act_bn_on = make_action(p, "All BatchNorm Eval On", lambda: self._bn_everywhere(True), None,
+                                     "Every BatchNorm uses its running statistics (eval mode)")
+        self.act_bn_off = make_action(p, "All BatchNorm Eval Off", lambda: self._bn_everywhere(False), None,
+                                      "Every BatchNorm runs in train mode (updates its statistics)")
+        self.act_bn_auto = make_action(p, "BatchNorm Eval Follows Frozen", lambda: self._bn_everywhere(None), None,
+                                       "Frozen BatchNorm runs in eval mode, trainable BatchNorm in train mode")
+        self.act_ab_on = make_action(p, "A+B On Subtree", lambda: self._set_selected("reparam", dict(plan_edits.A_PLUS_B)),
+                                     None, "Train W = A + B: A fixed pretrained weight, B a trainable delta")
+        self.act_ab_off = make_action(p, "A+B Off Subtree", lambda: self._set_selected("reparam", False))
+        self.act_ab_settings = make_action(p, "A+B Settings…", self.edit_reparam, None,
+                                           "Full or low rank (rank, alpha, dropout) and mode of A+B on the selection")
+        self.act_inherit_lr = make_action(p, "Reset LR × To Inherited", lambda: self._set_selected("lr_scale", None))
+        self.act_remove_unmatched = make_action(p, "Remove Rules That Match Nothing", self.remove_unmatched_rules)
+        self.act_partial = make_action(p, "Partial Freezing…", self.edit_partial, None,
+                                       "Freeze ranges of a parameter tensor")
+
+        self.act_find = make_action(p, "&Find Module", self.focus_filter, QKeySequence(K.Find))
+        self.act_expand_all = make_action(p, "Expand All", lambda: self.expand_to_depth(-1))
+        self.act_collapse_all = make_action(p, "Collapse All", self.view.collapseAll)
+        self.act_expand_default = make_action(p, "Expand Top Level", lambda: self.expand_to_depth(DEFAULT_DEPTH))
+        self.selection_actions = [
+            self.act_freeze, self.act_unfreeze, self.act_toggle, self.act_train_only, self.act_freeze_before,
+            self.act_inherit_lr, self.act_ab_on, self.act_ab_off, self.act_ab_settings,
+        ]
+        self.view.selectionModel().selectionChanged.connect(self.update_actions)
 
     # ------------------------------------------------------------------ tree helpers
     def expand_to_depth(self, depth: int) -> None:
         """Expand the tree: 0 shows the root's children, -1 everything (the Expand box says which)."""
-        box = getattr(self, "depth_box", None)
-        if box is not None:
-            i = box.findData(-1 if depth is None or depth < 0 else depth)
-            if i >= 0 and i != box.currentIndex():
-                box.setCurrentIndex(i)
+        box = self.depth_box
+        i = box.findData(-1 if depth is None or depth < 0 else depth)
+        if i >= 0 and i != box.currentIndex():
+            box.setCurrentIndex(i)
         self.view.collapseAll()
         if depth is None or depth < 0:
             self.view.expand_rows(self.proxy.rows_to_expand())  # a large tree in slices: clicks need not wait
@@ -81,7 +166,7 @@ class PlanActions(_Window):
     def _filter_changed(self, text: str) -> None:
         """Typing in the filter box: small trees filter at once; a large tree filters once
         typing pauses (:data:`FILTER_DELAY_MS`), so no keystroke waits for a filter pass."""
-        timer = self._filter_timer()
+        timer = self._filter_debounce
         tree = self.controller.tree
         if not text.strip() or tree is None or len(tree) <= FILTER_AT_ONCE_BELOW:
             timer.stop()
@@ -89,22 +174,13 @@ class PlanActions(_Window):
         else:
             timer.start()
 
-    def _filter_timer(self) -> QTimer:
-        timer = getattr(self, "_filter_debounce", None)
-        if timer is None:
-            timer = self._filter_debounce = QTimer(self)
-            timer.setSingleShot(True)
-            timer.setInterval(FILTER_DELAY_MS)
-            timer.timeout.connect(self.apply_filter)
-        return timer
-
     def apply_filter(self) -> None:
         """Filter the tree by the filter box's text now (shows every row for an empty text).
 
         The matches are expanded top down in slices (the first at once); the current row stays
         current, and in view, when the filter shows it (clearing the filter keeps the module
         found in sight)."""
-        self._filter_timer().stop()
+        self._filter_debounce.stop()
         text = self.filter_edit.text()
         current = self.view.currentIndex()
         path = current.data(PATH_ROLE) if current.isValid() else None
@@ -155,7 +231,7 @@ class PlanActions(_Window):
         idx = self.view.indexAt(pos)
         if not idx.isValid():
             return None
-        menu = QMenu(self)
+        menu = QMenu(self._parent)
         menu.addActions([self.act_freeze, self.act_unfreeze, self.act_train_only, self.act_freeze_before])
         menu.addSeparator()
         menu.addActions([self.act_bn_on, self.act_bn_off, self.act_bn_auto])
@@ -206,17 +282,18 @@ class PlanActions(_Window):
         """Open the A+B settings dialog (rank, alpha) for the selected modules."""
         paths = self.view.selected_paths()
         if paths:
-            edit_reparam(self, self.controller, paths)
+            edit_reparam(self._parent, self.controller, paths)
 
     def edit_partial(self) -> None:
         """Open the partial-freezing dialog for the selected module."""
         paths = self.view.selected_paths()
         if len(paths) == 1:
-            edit_partial(self, self.controller, paths[0])
+            edit_partial(self._parent, self.controller, paths[0])
 
-    def _update_actions(self, *_: Any) -> None:
+    def update_actions(self, *_: Any) -> None:
+        """Enable the actions the selection and the plan allow (the selection or the plan changed)."""
         has = bool(self.view.selected_paths()) and self.controller.tree is not None
-        for act in self._selection_actions:
+        for act in self.selection_actions:
             act.setEnabled(has)
         paths = self.view.selected_paths()
         self.act_freeze_before.setEnabled(has and len(paths) == 1 and paths[0] != "")

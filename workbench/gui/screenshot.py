@@ -128,7 +128,7 @@ def render(
             c.set_value(["conv1", "bn1", "layer1", "layer2", "layer3"], "frozen", True, "Freeze the backbone up to layer3")
             for path in ("layer3", "layer4"):
                 window.view.expand(window.proxy.mapFromSource(window.tree_model.index_of(path)))
-            window.select_path("layer4")
+            window.plan_actions.select_path("layer4")
             _wait(app, lambda: t.runs.current is not None and any(m.kind == "change" for m in t.plots.markers)
                   and len(t.runs.current.metrics) >= freeze_at + 12)
             tabs.setCurrentWidget(t.plots)
@@ -144,7 +144,7 @@ def render(
             sizes = window.splitter.sizes()
             window.splitter.setSizes([900, sum(sizes) - 900])
             window.view.expand(window.proxy.mapFromSource(window.tree_model.index_of("layer4.0")))
-            window.select_path("layer4.0.conv1")
+            window.plan_actions.select_path("layer4.0.conv1")
             app.processEvents()  # the live columns sit next to the module names while a run's numbers show
             window.view.update_heat()
             grab("module_stats.png")

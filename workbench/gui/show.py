@@ -39,13 +39,8 @@ class ScriptWindow(MainWindow):
     instead of asking to save it."""
 
     def closeEvent(self, event: QCloseEvent) -> None:
-        self._closing_for_script = True
+        self.documents.ask_to_save = False  # the plan goes back to the caller of show()
         super().closeEvent(event)
-
-    def _maybe_save(self, why: str = "") -> bool:
-        if getattr(self, "_closing_for_script", False):
-            return True  # the plan goes back to the caller of show()
-        return super()._maybe_save(why)
 
 
 class _HideWatcher(QObject):

@@ -146,7 +146,7 @@ def test_the_estimate_takes_the_input_from_one_sample_of_your_data(window: MainW
     task.write_text(_DICT_TASK)
     dialogs.script("ask", "Run")  # the model's code
     with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)):
-        assert window.open_model_code(str(task), "build")
+        assert window.documents.open_model_code(str(task), "build")
     panel, est, label = window.training.panel, window.activations, window.cost_panel.activation_label
     try:
         panel.set_values(data=f"py:{task}:data", batch_size=4)
@@ -170,7 +170,7 @@ def test_tokens_and_the_estimate_agree_before_a_jsonl_file_is_chosen(window: Mai
                                                                      bert_dir: Any) -> None:
     panel, label = window.training.panel, window.cost_panel.activation_label
     with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)):
-        assert window.open_model_folder(str(bert_dir))
+        assert window.documents.open_model_folder(str(bert_dir))
     qtbot.waitUntil(lambda: panel.text_model, timeout=ms(GUI_EVENT_S))
     try:
         panel.data_box.setCurrentIndex(panel.data_box.findData("text"))  # Text (JSONL), no file yet

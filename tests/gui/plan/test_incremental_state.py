@@ -182,7 +182,7 @@ def test_many_rows_changed_announce_the_expanded_rows_whole(window: Any) -> None
     c, model = window.controller, window.tree_model
     loaded = loaded_from_model(nn.Sequential(*[nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)) for _ in range(80)]), "wide")
     c.set_loaded(loaded)
-    window.expand_to_depth(0)
+    window.plan_actions.expand_to_depth(0)
     model.set_rows_in_view(None)
     emitted: list[tuple[str | None, int, int]] = []
     model.dataChanged.connect(lambda a, b, *_: emitted.append((model.path(a.parent()), a.row(), b.row())))

@@ -35,7 +35,7 @@ def load(window: MainWindow, model: nn.Module, name: str = "wide") -> None:
 
 
 def expand_all(window: MainWindow, qtbot: Any) -> None:
-    window.act_expand_all.trigger()
+    window.plan_actions.act_expand_all.trigger()
     qtbot.waitUntil(lambda: not window.view.expander.busy, timeout=ms(GUI_EVENT_S))
 
 
@@ -71,7 +71,7 @@ def test_a_root_click_on_an_expanded_tree_announces_the_rows_in_view_only(window
     for path in ("119", "119.2", "60.1"):
         assert window.tree_model.index_of(path, fz).data(Qt.ItemDataRole.CheckStateRole) == Qt.CheckState.Checked
     # scrolled into view: painted from the model, with the new state
-    window.select_path("119.2")
+    window.plan_actions.select_path("119.2")
     assert ("119", 2) in in_view(window)
 
 
@@ -112,7 +112,7 @@ def test_a_filter_resets_the_proxy_instead_of_moving_rows(window: MainWindow, qt
 def test_clearing_the_filter_keeps_the_current_row_in_view(window: MainWindow, qtbot: Any) -> None:
     load(window, wide())
     window.filter_edit.setText("97.2")
-    window.apply_filter()
+    window.plan_actions.apply_filter()
     shown = window.proxy.mapFromSource(window.tree_model.index_of("97.2"))
     assert shown.isValid() and window.view.isExpanded(shown.parent())
     window.view.setCurrentIndex(shown)
@@ -128,7 +128,7 @@ def test_many_matches_are_expanded_in_slices(window: MainWindow, qtbot: Any) -> 
     n = EXPAND_AT_ONCE_BELOW // 5 + 100
     load(window, wide(n, 4))  # more rows than EXPAND_BLOCK: the root is expanded first, then each block
     window.filter_edit.setText("0")  # every block with a 0 in its name, and each block's first leaf
-    window.apply_filter()
+    window.plan_actions.apply_filter()
     expander = window.view.expander
     assert expander.busy  # the rest from the event loop
     top = window.proxy.index(0, 0)
@@ -140,9 +140,9 @@ def test_many_matches_are_expanded_in_slices(window: MainWindow, qtbot: Any) -> 
         assert idx.isValid() and window.view.isExpanded(idx), path
     # a new pattern cancels what is left of the old one
     window.filter_edit.setText("1")
-    window.apply_filter()
+    window.plan_actions.apply_filter()
     window.filter_edit.setText("zzz")
-    window.apply_filter()
+    window.plan_actions.apply_filter()
     assert not expander.busy and window.proxy.rowCount() == 0
 
 

@@ -43,7 +43,7 @@ def test_the_app_trains_crepe_with_bce_and_the_pitch_metric(window: MainWindow, 
                                                             runs_dir: Path) -> None:
     dialogs.script("ask", "Run")  # the model's code
     with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as loaded:
-        assert window.open_model_code(str(EXAMPLE), "build")
+        assert window.documents.open_model_code(str(EXAMPLE), "build")
     assert loaded.args[0]
     t = window.training
     try:

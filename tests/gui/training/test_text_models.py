@@ -23,7 +23,7 @@ def test_text_data_is_selectable_for_a_text_model(window: MainWindow, qtbot: Any
     panel = window.training.panel
     assert "imagefolder" in _kinds(window) and "text" not in _kinds(window) and panel.image_size.isVisible()
     with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)):
-        assert window.open_model_folder(str(bert_dir))
+        assert window.documents.open_model_folder(str(bert_dir))
     qtbot.waitUntil(lambda: panel.text_model, timeout=ms(GUI_EVENT_S))
     assert _kinds(window) == ["synthetic", "text"]
     assert panel.data_box.itemText(0) == "Synthetic tokens" and panel.data_box.itemText(1) == "Text (JSONL)"
@@ -49,7 +49,7 @@ def test_sequence_length_is_editable_and_drives_the_activation_estimate(window: 
     panel = window.training.panel
     assert not panel.seq_len.isVisible()  # an image model: no tokens
     with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)):
-        assert window.open_model_folder(str(bert_dir))
+        assert window.documents.open_model_folder(str(bert_dir))
     qtbot.waitUntil(lambda: panel.text_model, timeout=ms(GUI_EVENT_S))
     assert panel.seq_len.isVisible() and panel.seq_len.value() == 0 and panel.seq_len.text() == "default"
     assert panel.config().seq_len is None

@@ -273,7 +273,7 @@ def test_stages_show_as_markers_and_x_axis_switches(window: MainWindow, qtbot: A
     )
     path = tmp_path / "staged.json"
     plan.save(path)
-    assert window.open_plan(str(path))
+    assert window.documents.open_plan(str(path))
     t.panel.set_values(steps=10)
     with qtbot.waitSignal(t.runs.prepared, timeout=ms(GUI_WORKER_S)):
         assert t.panel.start()
