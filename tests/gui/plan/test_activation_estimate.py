@@ -91,7 +91,7 @@ def test_a_run_that_fits_starts_without_asking_and_shows_predicted_against_measu
     assert not dialogs.kinds("ask")
     assert record.summary["predicted_peak_bytes"] > 0 and record.summary["peak_memory_bytes"] > 0
     text = w.cost_panel.activation_label.text()
-    assert "Last run: predicted peak" in text and "measured" in text and "peak RSS growth" in text
+    assert "Last run: predicted peak" in text and "measured" in text and "peak tensor bytes" in text
 
 
 def test_a_measured_zero_is_shown_not_dropped(window: MainWindow) -> None:
