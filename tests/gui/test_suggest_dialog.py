@@ -46,10 +46,11 @@ def test_chart_and_table_show_the_front_with_the_chosen_plan_selected(qtbot: Any
     d = _ready(qtbot, window, "60MB")
     advice = d.advice
     assert advice is not None and advice.chosen is not None
-    assert d.table.rowCount() == len(advice.front) > 2
+    assert advice.auto_freeze is not None  # the front, then auto-freeze (the sweep's candidate too)
+    assert d.table.rowCount() == len(advice.front) + 1 and len(advice.front) > 2
     assert [d.table.horizontalHeaderItem(i).text() for i in range(len(COLUMNS))] == list(COLUMNS)
     names = [d.table.item(r, 0).text() for r in range(d.table.rowCount())]
-    assert names == [advice.assessed[i].candidate.name for i in advice.front]
+    assert names == [*(advice.assessed[i].candidate.name for i in advice.front), advice.auto_freeze.name]
     assert d.selected_index() == advice.chosen
     chosen = advice.assessed[advice.chosen]
     assert chosen.fits and not all(a.fits for a in advice.assessed)

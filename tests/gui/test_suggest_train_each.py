@@ -56,7 +56,7 @@ def _cell(d: SuggestDialog, row: int, name: str) -> Any:
 
 def _swept_rows(d: SuggestDialog) -> list[int]:
     assert d.advice is not None
-    return [d.advice.front.index(i) for i in d._swept.values()]
+    return [d.table_indices().index(i) for i in d._swept.values()]
 
 
 def test_train_each_fills_rows_as_candidates_finish_and_applies_the_recommendation(
@@ -100,6 +100,46 @@ def test_train_each_fills_rows_as_candidates_finish_and_applies_the_recommendati
 def _filled(d: SuggestDialog) -> int:
     col = _column("metric")
     return sum(1 for r in range(d.table.rowCount()) if (it := d.table.item(r, col)) is not None and it.text())
+
+
+def test_train_each_trains_auto_freeze_and_apply_turns_it_on(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
+    """The auto-freeze candidate the CLI sweep includes is the table's last row: trained with the others, with
+    auto-freeze on for it only; Apply on it makes every parameter trainable and turns auto-freeze on."""
+    import dataclasses
+    import json
+
+    from workbench.gui.advisor.train_each import AUTO_FREEZE
+
+    _tiny(qtbot, window, tmp_path)
+    d = _dialog(qtbot, window)
+    af = d.advice.auto_freeze if d.advice is not None else None
+    assert af is not None and af.fits
+    last = d.table.rowCount() - 1
+    assert d.table_indices()[last] == AUTO_FREEZE and d.table.item(last, 0).text() == af.name  # type: ignore[union-attr]
+    assert d.table.item(last, COLUMNS.index("measured peak")).text() == ""  # type: ignore[union-attr]
+    panel = window.training.panel
+    panel.set_options(dataclasses.replace(panel.options, auto_freeze=True))  # the other rows still train without it
+    d.steps.setValue(4)
+    assert d.train_each(), d.status.text()
+    assert AUTO_FREEZE in d._swept.values()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    report = d.trainer.report
+    assert report is not None, d.status.text()
+    row = next(r for r in report.rows if r.name == af.name)
+    assert row.status in ("completed", "pruned"), (row.status, row.reason)
+    for name in ("metric", "train time", "train peak"):
+        assert _cell(d, last, name).text(), name
+    for r in report.rows:
+        config = json.loads((Path(r.run_dir) / "config.json").read_text())
+        assert config["auto_freeze"] is (r.name == af.name), (r.name, config["auto_freeze"])
+    panel.set_options(dataclasses.replace(panel.options, auto_freeze=False))
+    d.table.selectRow(last)
+    assert d.selected() is None and d.auto_freeze_selected() and d.apply_button.isEnabled()
+    assert not d.save_button.isEnabled()  # a plan file cannot hold a training setting
+    assert d.apply_selected()
+    assert [(r.select, r.frozen) for r in window.controller.plan.rules] == [("*", False)]
+    assert panel.options.auto_freeze and panel.config().auto_freeze
+    assert "auto-freeze on" in d.status.text()
 
 
 def test_retention_is_measured_on_the_retain_data(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:

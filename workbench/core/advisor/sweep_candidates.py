@@ -14,13 +14,14 @@ from typing import Any
 import torch
 
 from workbench.core.advisor.advice import Advice, advise
+from workbench.core.advisor.auto_freeze_option import AutoFreezeOption
 from workbench.core.advisor.profile import AdvisorError, InputShape, batch_template
 from workbench.core.advisor.sweep_study import SweepError
 from workbench.core.formatting import fmt_bytes
 from workbench.core.plan import FreezePlan
 from workbench.core.training.config import TrainConfig
 
-__all__ = ["advice_plans", "advised_plans", "sample_input_shape"]
+__all__ = ["advice_plans", "advised_plans", "auto_freeze_choice", "sample_input_shape"]
 
 PlanChoice = tuple[str, FreezePlan, dict[str, Any]]
 
@@ -36,6 +37,19 @@ def sample_input_shape(sample: Any, batch_size: int) -> InputShape:
         return batch_template(sample, batch_size)
     except AdvisorError as e:
         raise SweepError(f"{str(e).partition('; ')[0]}; give --plans FILE ... instead") from None
+
+
+def auto_freeze_choice(option: AutoFreezeOption) -> PlanChoice:
+    """Auto-freeze as a sweep candidate: every parameter trainable, and ``auto_freeze`` on.
+
+    Args:
+        option: the advisor's auto-freeze prediction.
+
+    Returns:
+        ``(name, plan, config overrides)``.
+    """
+    plan = FreezePlan.from_dict({"format": "freeze-plan", "version": 1, "rules": [{"select": "*", "frozen": False}]})
+    return option.name, plan, {"auto_freeze": True}
 
 
 def advice_plans(advice: Advice, *, front_only: bool = True) -> list[PlanChoice]:
@@ -55,8 +69,7 @@ def advice_plans(advice: Advice, *, front_only: bool = True) -> list[PlanChoice]
     out: list[PlanChoice] = [(a.candidate.name, a.candidate.plan, {}) for a in pool if a.fits]
     af = advice.auto_freeze
     if af is not None and af.fits:
-        out.append((af.name, FreezePlan.from_dict({"format": "freeze-plan", "version": 1, "rules": [
-            {"select": "*", "frozen": False}]}), {"auto_freeze": True}))
+        out.append(auto_freeze_choice(af))
     if not out:
         raise SweepError(f"no candidate plan fits in {fmt_bytes(advice.budget_bytes)}; the smallest needs about "
                          f"{fmt_bytes(advice.smallest_peak)}: raise --memory or lower --batch-size")

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -46,6 +47,7 @@ def open_suggest_dialog(controller: Controller, panel: TrainingPanel, parent: QW
     dialog = SuggestDialog(controller, device=setup.device, batch_size=setup.batch_size, image_size=setup.image_size or 0,
                            amp=setup.amp, seq_len=setup.tokens or 0, train_config=panel.config,
                            runs_folder=panel.runs.store.folder, dataset=panel.runs.trainer_kwargs.get("dataset"),
+                           set_auto_freeze=lambda on: panel.set_options(dataclasses.replace(panel.options, auto_freeze=on)),
                            parent=parent)
     if panel.length_kind.currentData() == "steps":  # Train each: the run's own length
         dialog.steps.setValue(panel.length.value())

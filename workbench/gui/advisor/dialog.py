@@ -24,7 +24,11 @@ with the training panel's data, loss, metric and seed, stopping weak ones early;
 columns (metric, retention with *Retain* data, training time, the run's peak, where and why
 it stopped early) fill in as candidates finish, and the *Learning* tab draws the sweep's chart
 live. The recommended plan is selected at the end, for *Apply*. It is off, with the reason in
-its tooltip, for a structure-only model.
+its tooltip, for a structure-only model. The table's last row is auto-freeze (full fine-tuning
+with ``auto_freeze`` on, the candidate ``workbench sweep`` includes): *Train each* trains it
+with the rows, *Measure* leaves it out, and *Apply* on it makes every parameter trainable and
+turns auto-freeze on in the training options (a training setting, not a plan: *Undo* reverts
+the plan only).
 """
 
 from __future__ import annotations
@@ -70,9 +74,11 @@ from workbench.gui.advisor.budget import device_budget, format_budget
 from workbench.gui.advisor.chart import FrontChart
 from workbench.gui.advisor.sweep_chart import SweepChart
 from workbench.gui.advisor.train_each import (
+    AUTO_FREEZE,
     DEFAULT_STEPS,
     LEARNING_COLUMNS,
     TrainEach,
+    auto_freeze_cells,
     data_input_shape,
     learning_cells,
     optuna_missing,
@@ -132,7 +138,8 @@ class SuggestDialog(QDialog):
     def __init__(self, controller: Controller, *, device: str = "auto", batch_size: int = 32,
                  image_size: int = 0, amp: str = "off", seq_len: int = 0,
                  train_config: Callable[[], TrainConfig] | None = None, runs_folder: Path | None = None,
-                 dataset: Any = None, parent: QWidget | None = None) -> None:
+                 dataset: Any = None, set_auto_freeze: Callable[[bool], None] | None = None,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Suggest a plan")
         self.setObjectName("SuggestDialog")
@@ -147,6 +154,7 @@ class SuggestDialog(QDialog):
         self._train_config = train_config
         self._runs_folder = runs_folder
         self._dataset = dataset
+        self._set_auto_freeze = set_auto_freeze
         self._swept: dict[str, int] = {}  # candidate id -> index into advice.assessed
         self._running = ""  # the id of the candidate training now
         self.trainer = TrainEach(self)
@@ -373,16 +381,19 @@ class SuggestDialog(QDialog):
     # ------------------------------------------------------------------ table
     def _fill(self) -> None:
         advice = self.advice
-        rows = advice.front if advice is not None else []
+        rows = self.table_indices()
         self.table.blockSignals(True)
         self.table.setRowCount(len(rows))
         for row, i in enumerate(rows):
             assert advice is not None
-            for col, text in enumerate(_cells(advice.assessed[i])):
+            af = advice.auto_freeze if i == AUTO_FREEZE else None
+            texts, tips = auto_freeze_cells(af) if af is not None else (_cells(advice.assessed[i]), [""] * len(COLUMNS))
+            for col, text in enumerate(texts):
                 item = QTableWidgetItem(text)
+                item.setToolTip(tips[col])
                 if col:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
-                if not advice.assessed[i].fits:
+                if not (af.fits if af is not None else advice.assessed[i].fits):
                     item.setForeground(self.palette().color(QPalette.ColorGroup.Disabled, QPalette.ColorRole.Text))
                 if i == advice.chosen:
                     font = item.font()
@@ -441,12 +452,26 @@ class SuggestDialog(QDialog):
         return sum(1 for r in range(self.table.rowCount()) if (it := self.table.item(r, col)) is not None
                    and it.text() not in ("", SKIPPED))
 
+    def table_indices(self) -> list[int]:
+        """What the table's rows show: indices into ``advice.assessed`` (the front), then
+        :data:`~workbench.gui.advisor.train_each.AUTO_FREEZE` when the advice has auto-freeze."""
+        advice = self.advice
+        if advice is None:
+            return []
+        return [*advice.front, AUTO_FREEZE] if advice.auto_freeze is not None else list(advice.front)
+
+    def auto_freeze_selected(self) -> bool:
+        """Whether the selected row is auto-freeze."""
+        rows = self.table.selectionModel().selectedRows()
+        indices = self.table_indices()
+        return bool(rows) and rows[0].row() < len(indices) and indices[rows[0].row()] == AUTO_FREEZE
+
     def selected_index(self) -> int | None:
-        """Index into ``advice.assessed`` of the selected row (None: nothing selected)."""
+        """Index into ``advice.assessed`` of the selected row (None: nothing selected, or auto-freeze)."""
         if self.advice is None:
             return None
         rows = self.table.selectionModel().selectedRows()
-        if not rows:
+        if not rows or rows[0].row() >= len(self.advice.front):
             return None
         return self.advice.front[rows[0].row()]
 
@@ -461,7 +486,7 @@ class SuggestDialog(QDialog):
 
     def _update_buttons(self) -> None:
         have = self.selected() is not None and not self.busy
-        self.apply_button.setEnabled(have and self._c.tree is not None)
+        self.apply_button.setEnabled((have or (self.auto_freeze_selected() and not self.busy)) and self._c.tree is not None)
         self.save_button.setEnabled(have)
         self.measure_button.setEnabled(self.advice is not None and not self.busy and not self.measure_off_reason())
         self.train_button.setEnabled(self.advice is not None and not self.busy and not self.train_off_reason())
@@ -477,6 +502,8 @@ class SuggestDialog(QDialog):
         Returns:
             True when the plan changed.
         """
+        if self.auto_freeze_selected():
+            return self._apply_auto_freeze()
         a = self.selected()
         if a is None:
             return False
@@ -490,6 +517,28 @@ class SuggestDialog(QDialog):
         self.status.setText(f"Applied: {a.candidate.name} (Edit → Undo reverts it)." if changed
                             else "The plan in force is already this one.")
         return changed
+
+    def _apply_auto_freeze(self) -> bool:
+        """Make every parameter trainable (one undoable edit) and turn auto-freeze on in the training options."""
+        advice = self.advice
+        assert advice is not None and advice.auto_freeze is not None
+        from workbench.core.advisor.sweep_candidates import auto_freeze_choice
+
+        name, plan, _ = auto_freeze_choice(advice.auto_freeze)
+
+        def replace(p: FreezePlan, _tree: Any) -> None:
+            p.rules = plan.rules
+            p.stages = []
+
+        changed = self._c.edit(f"Apply suggested plan: {name}", replace)
+        if self._set_auto_freeze is None:
+            self.status.setText(f"Applied the plan of {name} (every parameter trainable); auto-freeze is a training "
+                                "setting: turn it on in the training panel's Options….")
+            return changed
+        self._set_auto_freeze(True)
+        self.status.setText(f"Applied: {name}: every parameter trainable (Edit → Undo reverts it) and auto-freeze on "
+                            "in the training options.")
+        return True
 
     def save_selected(self, path: str) -> None:
         """Write the selected candidate as a plan file (with the loaded model's block).
@@ -660,7 +709,7 @@ class SuggestDialog(QDialog):
                            image_size=shape[-1] if image else cfg.image_size,
                            seq_len=shape[1] if text and self._text else cfg.seq_len,
                            steps=self.steps.value(), epochs=None, log_every=1, save_dir=None, metrics_path=None,
-                           tensorboard_dir=None, allow_download=False)
+                           tensorboard_dir=None, allow_download=False, auto_freeze=False)
 
     def train_each(self) -> bool:
         """Train each candidate that fits for the same steps on a worker thread (a plan sweep).
@@ -681,19 +730,24 @@ class SuggestDialog(QDialog):
             self.status.setText(off)
             return False
         memory = device_memory(self._device)
-        rows = [i for i in advice.front if advice.assessed[i].fits and advice.assessed[i].memory.peak <= memory.available]
+        rows = [i for i in self.table_indices() if (advice.auto_freeze.fits and advice.auto_freeze.peak_bytes <= memory.available
+                if i == AUTO_FREEZE and advice.auto_freeze is not None
+                else advice.assessed[i].fits and advice.assessed[i].memory.peak <= memory.available)]
         if not rows:
             self.status.setText(f"Nothing to train: no candidate fits in {fmt_bytes(advice.budget_bytes)} and the "
                                 f"{fmt_bytes(memory.available)} of {memory.what} on {memory.device}.")
             return False
         from workbench.core.advisor.sweep import cross_learning_rates
+        from workbench.core.advisor.sweep_candidates import auto_freeze_choice
         from workbench.gui.training.code_confirm import confirm_task_code
         from workbench.gui.training.runs_tab import default_runs_dir
 
         try:
             cfg = self._learning_config(advice)
-            candidates = cross_learning_rates([(advice.assessed[i].candidate.name, advice.assessed[i].candidate.plan,
-                                                {}) for i in rows], [cfg.lr])
+            candidates = cross_learning_rates([auto_freeze_choice(advice.auto_freeze)
+                                               if i == AUTO_FREEZE and advice.auto_freeze is not None
+                                               else (advice.assessed[i].candidate.name, advice.assessed[i].candidate.plan,
+                                                     {}) for i in rows], [cfg.lr])
             folder = sweep_folder(self._runs_folder or default_runs_dir())
             work = self.trainer.work(candidates, cfg, steps=self.steps.value(), folder=folder, model=model,
                                      model_lock=self._c.model_lock, retain=self.retain.text().strip() or None,
@@ -718,7 +772,7 @@ class SuggestDialog(QDialog):
         self.progress.setVisible(True)
         self.cancel_button.setVisible(True)
         self.cancel_button.setEnabled(True)
-        left_out = len([i for i in advice.front if i not in rows])
+        left_out = len([i for i in self.table_indices() if i not in rows])
         skipped = f"; {left_out} left out: above the budget or the memory available" if left_out else ""
         self.status.setText(f"Training {len(rows)} candidates for {self.steps.value()} steps each in {folder}"
                             f"{skipped} …")
@@ -760,7 +814,8 @@ class SuggestDialog(QDialog):
         if advice is None or data.get("id") not in self._swept:
             return
         index = self._swept[data["id"]]
-        row = advice.front.index(index) if index in advice.front else None
+        indices = self.table_indices()
+        row = indices.index(index) if index in indices else None
         if kind == "step":
             steps = self.steps.value()
             self.progress.setValue(min(self.progress.maximum(), self.trained_rows() * steps + int(data["step"])))
@@ -777,7 +832,7 @@ class SuggestDialog(QDialog):
                 if header is not None:
                     header.setText(report.objective)
                 self.sweep_chart.set_report(report)
-                for r, i in enumerate(advice.front):
+                for r, i in enumerate(indices):
                     self._set_learning(r, i)
             self.progress.setValue(self.trained_rows() * self.steps.value())
             self.status.setText(f"Trained {self.trained_rows()} of {len(self._swept)} candidates …")
@@ -794,7 +849,7 @@ class SuggestDialog(QDialog):
         self.sweep_chart.set_report(report)
         advice = self.advice
         if advice is not None:
-            for r, i in enumerate(advice.front):
+            for r, i in enumerate(self.table_indices()):
                 self._set_learning(r, i)
         if cancelled and self.trained_rows() < total:
             self.status.setText(f"Cancelled: {self.trained_rows()} of {total} candidates trained; the rows trained "
@@ -802,7 +857,7 @@ class SuggestDialog(QDialog):
             return
         rec = report.rows[report.recommended] if report.recommended is not None else None
         if rec is not None and advice is not None and rec.id in self._swept:
-            self.table.selectRow(advice.front.index(self._swept[rec.id]))
+            self.table.selectRow(self.table_indices().index(self._swept[rec.id]))
         pruned = sum(1 for r in report.rows if r.status == "pruned")
         apply = " (selected: Apply puts it in force)" if rec is not None else ""
         self.status.setText(f"Trained {total} candidates ({pruned} stopped early), runs in {self.trainer.folder}. "

@@ -22,18 +22,22 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from workbench.core.advisor.auto_freeze_option import AutoFreezeOption
 from workbench.core.advisor.profile import InputShape
 from workbench.core.advisor.sweep_report import SweepReport, SweepRow
+from workbench.core.formatting import fmt_count
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.metrics import fmt_memory
 
-__all__ = ["LEARNING_COLUMNS", "TrainEach", "data_input_shape", "learning_cells", "optuna_missing", "shape_from_data",
-           "sweep_folder"]
+__all__ = ["AUTO_FREEZE", "LEARNING_COLUMNS", "TrainEach", "auto_freeze_cells", "data_input_shape", "learning_cells",
+           "optuna_missing", "shape_from_data", "sweep_folder"]
 
 #: The table's learning columns, after the cost columns; the first is named by the sweep's metric.
 LEARNING_COLUMNS = ("metric", "retention", "train time", "train peak", "stopped early")
 #: Steps per candidate when the training panel's length is in epochs.
 DEFAULT_STEPS = 100
+#: The table's index of the auto-freeze row (the front's rows index ``advice.assessed``).
+AUTO_FREEZE = -1
 
 
 def optuna_missing() -> str:
@@ -90,6 +94,27 @@ def learning_cells(row: SweepRow | None) -> tuple[list[str], list[str]]:
             if retention else "", "Training time: wall time less validation" if time_s else "",
             f"{row.memory_source} of the candidate's run" if peak else "", why]
     return [metric, retention, time_s, peak, status], tips
+
+
+def auto_freeze_cells(option: AutoFreezeOption) -> tuple[list[str], list[str]]:
+    """The auto-freeze row's cost texts and tooltips, in the dialog's cost column order.
+
+    Args:
+        option: the advisor's auto-freeze prediction.
+
+    Returns:
+        ``(texts, tooltips)``: name, predicted peak, step ratio at the start and the end, trainable
+        parameters at the start and the end, fits; nothing measured (*Measure* leaves it out).
+    """
+    ratio = f"{option.step_ratio_start:.2f}–{option.step_ratio_end:.2f}"
+    trainable = f"{fmt_count(option.trainable_start)}–{fmt_count(option.trainable_end)}"
+    texts = [option.name, fmt_memory(option.peak_bytes), ratio, trainable, "yes" if option.fits else "no", "", ""]
+    tips = ["Full fine-tuning with auto-freeze on (a training setting, not a plan): Apply makes every parameter "
+            "trainable and turns auto-freeze on in the training options",
+            "Full fine-tuning's peak: the first steps reach it before anything freezes",
+            "From full fine-tuning's step at the start to the step once the front blocks froze",
+            "Trained at the start, and once the front blocks froze", "", "Measure leaves auto-freeze out", ""]
+    return texts, tips
 
 
 def shape_from_data(config: TrainConfig | None) -> bool:
