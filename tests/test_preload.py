@@ -97,3 +97,29 @@ def _alive(pid: int) -> bool:
 def test_the_preloaded_interpreter_is_this_one() -> None:
     r = _run("-c", "import sys; print(sys.executable)")
     assert r.stdout.strip() == sys.executable
+
+
+def test_the_server_dies_with_the_process_that_started_it(tmp_path: Path) -> None:
+    starter = subprocess.Popen(
+        [sys.executable, "-c", "import os, sys; sys.path.insert(0, os.getcwd()); from tests.preload import preloaded; "
+         "s = preloaded(); print(s.bin_dir, flush=True); import time; time.sleep(600)"],
+        cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": ""},
+    )
+    assert starter.stdout is not None
+    bin_dir = Path(starter.stdout.readline().strip())
+    sock = bin_dir.parent / "s"
+    servers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p).endswith(str(sock))]
+    assert servers, "no server found"
+    starter.kill()  # SIGKILL: no exit handler runs
+    starter.wait()
+    deadline = time.monotonic() + SUBPROCESS_S
+    while _alive(int(servers[0].name)):
+        assert time.monotonic() < deadline, "the server outlived the process that started it"
+        time.sleep(0.05)
+
+
+def _cmdline(proc: Path) -> str:
+    try:
+        return (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""

@@ -190,10 +190,20 @@ def _supervise(conn: socket.socket, request: dict, fds: list[int]) -> None:
     os._exit(0)
 
 
+def _die_with_parent() -> None:
+    """Linux: the kernel kills the server when the test process that started it dies, even by a
+    signal that skips its exit handlers (the forks it serves do not inherit this)."""
+    import ctypes
+
+    with contextlib.suppress(AttributeError, OSError):  # elsewhere the test process's exit handler stops it
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 def serve(path: str) -> None:
     """Preload, listen on ``path`` and fork per request until killed."""
     import importlib
 
+    _die_with_parent()
     for name in PRELOAD:
         importlib.import_module(name)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the supervisors are reaped by the kernel
