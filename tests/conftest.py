@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Iterator
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -29,3 +31,13 @@ def resnet18():
 
     torch.manual_seed(0)
     return torchvision.models.resnet18(weights=None)
+
+
+@pytest.fixture(autouse=True)
+def fresh_code_confirmations() -> Iterator[None]:
+    """Each test starts a new app session: no ``py:`` code confirmed by an earlier test (the
+    session's confirmations live in the app's process, and a test process runs many tests)."""
+    confirm = sys.modules.get("workbench.gui.training.code_confirm")  # never imported for core tests
+    if confirm is not None:
+        confirm.forget_confirmations()
+    yield

@@ -18,7 +18,7 @@ from workbench.core.training.config import TrainConfig
 from workbench.core.training.py_code import is_py_spec, py_target_file
 from workbench.gui import dialogs
 
-__all__ = ["RUN_TASK_CODE_TITLE", "code_specs", "confirm_task_code", "is_confirmed"]
+__all__ = ["RUN_TASK_CODE_TITLE", "code_specs", "confirm_task_code", "forget_confirmations", "is_confirmed"]
 
 #: The dialog's title.
 RUN_TASK_CODE_TITLE = "Run your code?"
@@ -51,6 +51,11 @@ def _key(spec: str) -> tuple[str, int, int]:
 def is_confirmed(spec: str) -> bool:
     """Whether a ``py:`` spec was confirmed in this session and its file is unchanged since (it may run)."""
     return _key(spec) in _confirmed
+
+
+def forget_confirmations() -> None:
+    """Forget every confirmation of this session: each spec is shown again before it runs."""
+    _confirmed.clear()
 
 
 def confirm_task_code(parent: QWidget | None, config: TrainConfig) -> bool:
