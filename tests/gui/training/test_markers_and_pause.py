@@ -66,8 +66,12 @@ def test_wall_time_throughput_is_drawn_after_a_pause(window: MainWindow, qtbot: 
     t = window.training
     t.plots.set_plot_shown("throughput", True)  # not in a narrow panel's default set
     t.panel.set_values(steps=100_000)
-    with qtbot.waitSignal(t.runs.metricsReceived, timeout=ms(GUI_WORKER_S)):
-        assert t.panel.start()
+    got: list[str] = []
+    t.runs.metricsReceived.connect(lambda *_: got.append("metrics"))
+    t.runs.runEnded.connect(lambda record: got.append(f"ended: {record.status} {record.summary.get('error')}"))
+    assert t.panel.start()
+    qtbot.waitUntil(lambda: bool(got), timeout=ms(GUI_WORKER_S))  # metrics, or the run's end with its reason
+    assert got[0] == "metrics", got
     trainer = t.runs.session._control.trainer
     qtbot.waitUntil(lambda: trainer.step >= 3, timeout=ms(GUI_WORKER_S))
     t.panel.act_pause.trigger()
