@@ -74,6 +74,18 @@ def bert_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture(autouse=True)
+def _fresh_settings(_private_settings: None) -> None:
+    """Each test starts with empty app settings: a window restores its panel, options and
+    layout from them, so a setting one test leaves (a ``py:`` metric, a step count, an option)
+    would otherwise reach the next test's window in the same process."""
+    from workbench.gui.settings import settings
+
+    store = settings()
+    store.clear()
+    store.sync()
+
+
+@pytest.fixture(autouse=True)
 def runs_dir(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A private runs folder for each test (``WORKBENCH_RUNS_DIR``)."""
     folder = tmp_path / "runs"
