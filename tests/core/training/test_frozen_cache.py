@@ -31,7 +31,8 @@ def _plan(*train: str, eval_lock: bool = False, stages: list[dict[str, Any]] | N
     return d
 
 
-def _run(model_fn: Any, plan: dict[str, Any], mode: str, **kw: Any) -> tuple[Trainer, list[float], list[str]]:
+def run_cached(model_fn: Any, plan: dict[str, Any], mode: str, **kw: Any) -> tuple[Trainer, list[float], list[str]]:
+    """Train ``model_fn()`` under ``plan`` with the frozen-prefix cache ``mode``; the trainer, losses and events."""
     torch.manual_seed(0)
     model = model_fn()
     defaults: dict[str, Any] = {"data": "synthetic:32", "batch_size": 8, "steps": 10, "device": "cpu", "seed": 0}
@@ -58,8 +59,8 @@ def _assert_same(a: list[float], b: list[float]) -> None:
 
 def test_resnet18_head_only_losses_match_uncached() -> None:
     plan = _plan("fc")
-    t_off, off, _ = _run(_resnet18, plan, "off", image_size=32)
-    t_on, on, events = _run(_resnet18, plan, "auto", image_size=32)
+    t_off, off, _ = run_cached(_resnet18, plan, "off", image_size=32)
+    t_on, on, events = run_cached(_resnet18, plan, "auto", image_size=32)
     _assert_same(off, on)
     stats = t_on.result.summary["frozen_cache"]
     assert stats["cut"] == "fc" and stats["hits"] == 6 and stats["misses"] == 4 and stats["rows"] == 32
@@ -101,8 +102,8 @@ def _timm_vit() -> nn.Module:
 )
 def test_convnext_and_vit_cuts_match_uncached(model_fn: Any, train: list[str], cut: str) -> None:
     plan = _plan(*train)
-    _, off, _ = _run(model_fn, plan, "off", image_size=32)
-    t_on, on, _ = _run(model_fn, plan, "auto", image_size=32)
+    _, off, _ = run_cached(model_fn, plan, "off", image_size=32)
+    t_on, on, _ = run_cached(model_fn, plan, "auto", image_size=32)
     _assert_same(off, on)
     stats = t_on.result.summary["frozen_cache"]
     assert stats["cut"] == cut and stats["hits"] == 6 and stats["misses"] == 4
@@ -111,8 +112,8 @@ def test_convnext_and_vit_cuts_match_uncached(model_fn: Any, train: list[str], c
 
 def test_tiny_bert_layer_cut_losses_match_uncached() -> None:
     plan = _plan("bert.encoder.layer.1", "classifier", eval_lock=True)
-    _, off, _ = _run(tiny_bert, plan, "off")
-    t_on, on, _ = _run(tiny_bert, plan, "auto")
+    _, off, _ = run_cached(tiny_bert, plan, "off")
+    t_on, on, _ = run_cached(tiny_bert, plan, "auto")
     _assert_same(off, on)
     stats = t_on.result.summary["frozen_cache"]
     assert stats["cut"] == "bert.encoder.layer.1" and stats["hits"] > 0
@@ -122,8 +123,8 @@ def test_tiny_bert_layer_cut_losses_match_uncached() -> None:
 def test_stage_unfreezing_the_prefix_drops_the_cache_and_stays_exact() -> None:
     stages = [{"at_step": 6, "rules": [{"select": "layer4", "frozen": False}]}]
     plan = _plan("fc", stages=stages)
-    _, off, _ = _run(_resnet18, plan, "off", image_size=32, steps=14)
-    t_on, on, events = _run(_resnet18, plan, "on", image_size=32, steps=14)
+    _, off, _ = run_cached(_resnet18, plan, "off", image_size=32, steps=14)
+    t_on, on, events = run_cached(_resnet18, plan, "on", image_size=32, steps=14)
     _assert_same(off, on)
     assert any("frozen-prefix cache dropped" in e for e in events)
     stats = t_on.result.summary["frozen_cache"]
@@ -131,12 +132,12 @@ def test_stage_unfreezing_the_prefix_drops_the_cache_and_stays_exact() -> None:
 
 
 def test_cut_falls_back_to_the_enclosing_block() -> None:
-    t, _, _ = _run(_resnet18, _plan("layer3.1.conv2", "fc"), "on", image_size=32)
+    t, _, _ = run_cached(_resnet18, _plan("layer3.1.conv2", "fc"), "on", image_size=32)
     assert t.result.summary["frozen_cache"]["cut"] == "layer3.1"
 
 
 def test_dropout_in_train_mode_before_the_cut_is_refused_by_name() -> None:
-    t, _, events = _run(tiny_bert, _plan("classifier"), "auto")
+    t, _, events = run_cached(tiny_bert, _plan("classifier"), "auto")
     line = next(e for e in events if e.startswith("frozen-prefix cache off"))
     assert "bert.embeddings.dropout" in line and "eval" in line
     assert t.result.summary["frozen_cache"]["hits"] == 0
@@ -156,7 +157,7 @@ class _Skip(nn.Module):
 
 
 def test_skip_connection_around_the_cut_is_refused() -> None:
-    t, _, events = _run(_Skip, _plan("head"), "on", image_size=16)
+    t, _, events = run_cached(_Skip, _plan("head"), "on", image_size=16)
     line = next(e for e in events if e.startswith("frozen-prefix cache off"))
     assert "no clean cut at 'head'" in line
     assert t.result.summary["frozen_cache"]["cut"] is None
@@ -164,9 +165,9 @@ def test_skip_connection_around_the_cut_is_refused() -> None:
 
 def test_budget_zero_spills_to_the_run_folder_and_cleans_up(tmp_path: Path) -> None:
     plan = _plan("fc")
-    _, off, _ = _run(_resnet18, plan, "off", image_size=32)
+    _, off, _ = run_cached(_resnet18, plan, "off", image_size=32)
     save = tmp_path / "run"
-    t, on, _ = _run(_resnet18, plan, "on", image_size=32, cache_budget=0, save_dir=str(save))
+    t, on, _ = run_cached(_resnet18, plan, "on", image_size=32, cache_budget=0, save_dir=str(save))
     _assert_same(off, on)
     stats = t.result.summary["frozen_cache"]
     assert stats["bytes_memory"] == 0 and stats["bytes_disk"] == 32 * 512 * 4 and stats["hits"] == 6
@@ -175,7 +176,7 @@ def test_budget_zero_spills_to_the_run_folder_and_cleans_up(tmp_path: Path) -> N
 
 
 def test_budget_zero_without_a_run_folder_uses_a_private_temporary_file() -> None:
-    t, _, _ = _run(_resnet18, _plan("fc"), "on", image_size=32, cache_budget="0")
+    t, _, _ = run_cached(_resnet18, _plan("fc"), "on", image_size=32, cache_budget="0")
     assert t.result.summary["frozen_cache"]["bytes_disk"] == 32 * 512 * 4
 
 
@@ -209,9 +210,9 @@ def test_on_refuses_at_setup_where_it_cannot_work() -> None:
 
 
 def test_auto_stays_off_for_full_fine_tuning_and_single_epoch_runs() -> None:
-    t, _, events = _run(_resnet18, _plan("*"), "auto", image_size=16)
+    t, _, events = run_cached(_resnet18, _plan("*"), "auto", image_size=16)
     assert t.cache is None and not any("cache" in e for e in events)
-    t, _, events = _run(_resnet18, _plan("fc"), "auto", image_size=16, steps=3)
+    t, _, events = run_cached(_resnet18, _plan("fc"), "auto", image_size=16, steps=3)
     assert t.cache is None and not any("cache" in e for e in events)
 
 

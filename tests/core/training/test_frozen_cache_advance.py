@@ -10,26 +10,16 @@ import torch
 import torchvision
 from torch import nn
 
+from tests.core.training.test_frozen_cache import run_cached
 from workbench.core.training.cache_cut import Cut, Placeholders, batch_part, rows_until, run_from
 from workbench.core.training.cache_store import SPILL_NAME, SPILL_NAME_2
-from workbench.core.training.config import TrainConfig
-from workbench.core.training.engine import Trainer
 from workbench.core.training.frozen_cache import cache_line
 
 
 def _run(plan: dict[str, Any], mode: str, **kw: Any) -> tuple[dict[str, Any], list[float], list[str]]:
-    torch.manual_seed(0)
-    model = torchvision.models.resnet18(num_classes=10)
-    cfg: dict[str, Any] = {"data": "synthetic:32", "batch_size": 8, "steps": 14, "device": "cpu", "seed": 0,
-                           "image_size": 32}
-    cfg.update(kw)
-    t = Trainer(TrainConfig(plan=plan, cache_frozen=mode, **cfg), model=model)
-    losses: list[float] = []
-    events: list[str] = []
-    for m in t.steps():
-        losses.append(m.loss)
-        events.extend(m.events)
-    assert t.result is not None and t.result.ok, t.result and t.result.message
+    t, losses, events = run_cached(lambda: torchvision.models.resnet18(num_classes=10), plan, mode,
+                                   **{"steps": 14, "image_size": 32, **kw})
+    assert t.result is not None
     return t.result.summary, losses, events
 
 
