@@ -112,3 +112,29 @@ def test_no_candidate_and_no_budget_are_refused() -> None:
         SweepSettings(steps=0).validate()
     with pytest.raises(SweepError, match="--seconds must be a positive"):
         SweepSettings(steps=None, seconds=0.0).validate()
+
+
+def test_a_queued_trial_is_taken_under_the_write_lock(tmp_path: Path) -> None:
+    """Two workers must not both read a trial as WAITING and both train it: SQLite ignores
+    ``SELECT ... FOR UPDATE``, so the study's transactions begin IMMEDIATE. While one worker's
+    transaction has only read, another connection cannot start writing."""
+    import sqlite3
+
+    from sqlalchemy import text
+
+    from workbench.core.advisor.sweep_study import open_study, storage_url
+
+    url = storage_url(tmp_path)
+    study = open_study(url, "s", maximize=True, identity={"k": 1}, reduction_factor=3, min_resource=1,
+                       prune=False, heartbeat=False)
+    engine = study._storage._backend.engine
+    other = sqlite3.connect(tmp_path / "study.db", timeout=0, isolation_level=None)
+    try:
+        with engine.connect() as conn, conn.begin():
+            conn.execute(text("SELECT count(*) FROM trials")).scalar()
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                other.execute("BEGIN IMMEDIATE")
+        other.execute("BEGIN IMMEDIATE")  # free again once the transaction ended
+        other.execute("ROLLBACK")
+    finally:
+        other.close()

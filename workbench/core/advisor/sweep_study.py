@@ -147,14 +147,18 @@ def open_study(url: str, name: str, *, maximize: bool, identity: dict[str, Any],
     pruner = (optuna.pruners.SuccessiveHalvingPruner(min_resource=min_resource, reduction_factor=reduction_factor)
               if prune else optuna.pruners.NopPruner())
     kwargs: dict[str, Any] = {}
-    if url.startswith("sqlite:"):  # workers wait for each other's writes instead of failing at once
-        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
+    sqlite = url.startswith("sqlite:")
+    if sqlite:  # workers wait for each other's writes instead of failing at once; pysqlite's own
+        # BEGIN is off so that each transaction can begin IMMEDIATE (see _lock_on_begin)
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60, "isolation_level": None}}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # heartbeats are "experimental" in some Optuna versions
             if heartbeat:
                 kwargs.update(heartbeat_interval=HEARTBEAT_S, grace_period=3 * HEARTBEAT_S)
             storage = optuna.storages.RDBStorage(url, **kwargs)
+            if sqlite:
+                _lock_on_begin(storage.engine)
             study = optuna.create_study(study_name=name, storage=storage, load_if_exists=True, pruner=pruner,
                                         sampler=optuna.samplers.RandomSampler(seed=0),
                                         direction="maximize" if maximize else "minimize")
@@ -169,6 +173,24 @@ def open_study(url: str, name: str, *, maximize: bool, identity: dict[str, Any],
                          f"there, {_short(identity.get(key))} here); it is left as it is: give another folder "
                          "(or --study NAME), or the same command to resume it")
     return study
+
+
+def _lock_on_begin(engine: Any) -> None:
+    """Make every transaction on ``engine`` take SQLite's write lock when it begins.
+
+    Optuna takes a queued trial by reading that it is ``WAITING`` and then writing ``RUNNING``,
+    in one transaction with ``SELECT ... FOR UPDATE``, which SQLite ignores: two workers could
+    both read ``WAITING`` and both train the candidate, and the second one's results then land on
+    a finished trial ("Trial#2 has already finished"). ``BEGIN IMMEDIATE`` makes the read and the
+    write one step: a second worker waits (the connection's timeout) for the first to commit,
+    then reads ``RUNNING`` and moves on. SQLAlchemy's recipe for pysqlite transactions.
+    """
+    from sqlalchemy import event
+
+    def begin(conn: Any) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    event.listen(engine, "begin", begin)
 
 
 def _short(v: Any) -> str:
