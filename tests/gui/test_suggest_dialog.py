@@ -10,6 +10,7 @@ from typing import Any
 import psutil
 import pytest
 from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QMenu, QTableWidgetItem
 
 from tests.timeouts import GUI_RUN_S, GUI_WORKER_S, ms
 from workbench.core.advisor.advice import Measured
@@ -19,6 +20,20 @@ from workbench.core.training.metrics import fmt_memory
 from workbench.gui.advisor.budget import device_budget, format_budget
 from workbench.gui.advisor.dialog import COLUMNS, NOISE_MARK, SKIPPED, SuggestDialog
 from workbench.gui.main_window import MainWindow
+
+
+def _cell(d: SuggestDialog, row: int, col: int) -> QTableWidgetItem:
+    """The table's item at (row, col); a missing item fails the test here."""
+    item = d.table.item(row, col)
+    assert item is not None, (row, col)
+    return item
+
+
+def _header(d: SuggestDialog, col: int) -> str:
+    """The table's header text of column ``col``."""
+    item = d.table.horizontalHeaderItem(col)
+    assert item is not None, col
+    return item.text()
 
 
 def _ready(qtbot: Any, window: MainWindow, budget: str | None = None) -> SuggestDialog:
@@ -48,8 +63,8 @@ def test_chart_and_table_show_the_front_with_the_chosen_plan_selected(qtbot: Any
     assert advice is not None and advice.chosen is not None
     assert advice.auto_freeze is not None  # the front, then auto-freeze (the sweep's candidate too)
     assert d.table.rowCount() == len(advice.front) + 1 and len(advice.front) > 2
-    assert [d.table.horizontalHeaderItem(i).text() for i in range(len(COLUMNS))] == list(COLUMNS)
-    names = [d.table.item(r, 0).text() for r in range(d.table.rowCount())]
+    assert [_header(d, i) for i in range(len(COLUMNS))] == list(COLUMNS)
+    names = [_cell(d, r, 0).text() for r in range(d.table.rowCount())]
     assert names == [*(advice.assessed[i].candidate.name for i in advice.front), advice.auto_freeze.name]
     assert d.selected_index() == advice.chosen
     chosen = advice.assessed[advice.chosen]
@@ -95,9 +110,11 @@ def test_save_writes_a_valid_plan(qtbot: Any, window: MainWindow, tmp_path: Any,
     d.save_button.click()
     data = json.loads(path.read_text())
     plan = FreezePlan.from_dict(data)
-    plan.validate(window.controller.model, strict=True)
+    model, selected = window.controller.model, d.selected()
+    assert model is not None and selected is not None
+    plan.validate(model, strict=True)
     assert data["model"]["name"] == "resnet18"
-    assert data["rules"] == d.selected().candidate.plan.to_dict()["rules"]
+    assert data["rules"] == selected.candidate.plan.to_dict()["rules"]
     assert "Saved" in d.status.text()
 
 
@@ -123,9 +140,9 @@ def test_measure_fills_rows_one_by_one_with_a_real_peak(qtbot: Any, window: Main
     for row, a in enumerate(advice.front_assessed):
         m = a.measured
         assert m is not None and m.memory_source == "peak tensor bytes"
-        assert d.table.item(row, COLUMNS.index("measured peak")).text() == fmt_memory(m.peak_bytes)
+        assert _cell(d, row, COLUMNS.index("measured peak")).text() == fmt_memory(m.peak_bytes)
         assert m.peak_bytes != a.memory.peak  # a reading of the process, not the prediction
-        assert float(d.table.item(row, COLUMNS.index("measured × full")).text().split()[0]) > 0
+        assert float(_cell(d, row, COLUMNS.index("measured × full")).text().split()[0]) > 0
     assert d.progress.isHidden() and d.cancel_button.isHidden()
     assert d.progress.maximum() > 0 and d.progress.value() == d.progress.maximum()
 
@@ -182,11 +199,11 @@ def test_measured_columns_read_the_measurement_not_the_prediction(qtbot: Any, wi
     assert d.measure()
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
     for row, i in enumerate(advice.front):
-        predicted = d.table.item(row, COLUMNS.index("predicted peak")).text()
-        measured = d.table.item(row, COLUMNS.index("measured peak")).text()
+        predicted = _cell(d, row, COLUMNS.index("predicted peak")).text()
+        measured = _cell(d, row, COLUMNS.index("measured peak")).text()
         assert predicted == fmt_memory(advice.assessed[i].memory.peak)
         assert measured == fmt_memory(results[i].peak_bytes) != predicted
-        assert "peak RSS growth" in d.table.item(row, COLUMNS.index("measured peak")).toolTip()
+        assert "peak RSS growth" in _cell(d, row, COLUMNS.index("measured peak")).toolTip()
 
 
 def test_noisy_step_ratios_are_marked(qtbot: Any, window: MainWindow, monkeypatch: Any) -> None:
@@ -201,11 +218,11 @@ def test_noisy_step_ratios_are_marked(qtbot: Any, window: MainWindow, monkeypatc
     assert d.measure()
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
     col = COLUMNS.index("measured × full")
-    marked = d.table.item(advice.front.index(noisy), col)
+    marked = _cell(d, advice.front.index(noisy), col)
     assert marked.text() == "0.80" + NOISE_MARK
     assert "0.47–3.12" in marked.toolTip() and "not settled" in marked.toolTip()
     for i in quiet:
-        item = d.table.item(advice.front.index(i), col)
+        item = _cell(d, advice.front.index(i), col)
         assert NOISE_MARK not in item.text() and "not settled" not in item.toolTip()
 
 
@@ -218,7 +235,7 @@ def test_edit_menu_opens_the_dialog(qtbot: Any, window: MainWindow, dialogs: Any
         return True
 
     edit = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Edit")
-    assert window.act_suggest in edit.actions()
+    assert isinstance(edit, QMenu) and window.act_suggest in edit.actions()
     dialogs.script("dialog", fill)
     window.act_suggest.trigger()
     assert dialogs.kinds("dialog") == [("dialog", "Suggest a plan", "SuggestDialog")]
@@ -280,13 +297,13 @@ def test_measure_skips_candidates_predicted_above_the_memory_available(qtbot: An
     assert seen == [([i for i in advice.front if i not in over], False)]
     col = COLUMNS.index("measured peak")
     for i in over:
-        item = d.table.item(advice.front.index(i), col)
+        item = _cell(d, advice.front.index(i), col)
         assert item.text() == SKIPPED and "above the" in item.toolTip() and "available RAM" in item.toolTip()
         assert advice.assessed[i].measured is None
     assert d.measured_rows() == len(advice.front) - len(over)
     assert f"{len(over)} skipped" in d.status.text()
     first = advice.assessed[seen[0][0][0]].candidate.name
-    ratio = d.table.item(advice.front.index(seen[0][0][0]), COLUMNS.index("measured × full"))
+    ratio = _cell(d, advice.front.index(seen[0][0][0]), COLUMNS.index("measured × full"))
     assert f"× {first}" in ratio.toolTip()
 
 
