@@ -179,7 +179,8 @@ class MainWindow(QMainWindow):
         self._restore_settings()
         #: Problems found at start-up (ignored settings, an unusable run store), said once.
         self.startup_notices = [
-            n for n in (app_settings.settings_problem(self._settings), self.training.store.problem()) if n
+            n for n in (app_settings.settings_problem(self._settings), self.training.panel.settings_problem(),
+                        self.training.store.problem()) if n
         ]
         if self.startup_notices:
             self.statusBar().showMessage("; ".join(self.startup_notices), 30000)

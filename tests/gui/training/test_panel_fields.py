@@ -103,3 +103,35 @@ def test_the_step_setup_is_what_the_estimate_and_the_advisor_read(qtbot: Any, ma
     panel.set_values(seq_len=0)
     text = panel.step_setup()
     assert text.image_size is None and text.tokens == panel.tokens()
+
+
+def test_a_saved_auto_freeze_share_out_of_range_is_ignored_and_said(make_panel: Any, tmp_path: Path,
+                                                                    qtbot: Any) -> None:
+    from workbench.gui.main_window import MainWindow
+    from workbench.gui.settings import settings as app_settings
+
+    saved = {"auto_freeze": True, "auto_freeze_every": 17, "auto_freeze_threshold": -1.0, "auto_freeze_max": 5.0,
+             "val_percent": 20, "warmup_steps": 9}
+    settings = QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat)
+    for key, value in saved.items():
+        settings.setValue(f"training/{key}", value)
+    settings.sync()
+    panel = make_panel(QSettings(str(tmp_path / "s.ini"), QSettings.Format.IniFormat))
+    o, d = panel.options, TrainingOptions()
+    # what is valid is restored; each refused share is the default
+    assert (o.auto_freeze, o.auto_freeze_every, o.val_percent, o.warmup_steps) == (True, 17, 20, 9)
+    assert (o.auto_freeze_threshold, o.auto_freeze_max) == (d.auto_freeze_threshold, d.auto_freeze_max)
+    problem = panel.settings_problem()
+    assert problem is not None
+    assert "auto_freeze_threshold = -1.0 was ignored (must be a number > 0" in problem
+    assert "auto_freeze_max = 5.0 was ignored (must be a share of the blocks" in problem
+    assert "val_percent" not in problem and "warmup_steps" not in problem
+    assert make_panel(QSettings(str(tmp_path / "none.ini"), QSettings.Format.IniFormat)).settings_problem() is None
+    # the window says it in its status line at start-up
+    store = app_settings()
+    store.setValue("training/auto_freeze_threshold", float("nan"))
+    store.sync()
+    window = MainWindow(load_default=False)
+    qtbot.addWidget(window)
+    message = window.statusBar().currentMessage()
+    assert "training settings: saved option auto_freeze_threshold = nan was ignored" in message, message

@@ -359,6 +359,7 @@ class TrainingPanel(QWidget):
     # ------------------------------------------------------------ settings
     def _restore(self) -> None:
         s = self._settings
+        self._ignored_settings: list[str] = []
 
         def get(key: str, default: Any, kind: type) -> Any:
             if s is None:
@@ -367,12 +368,24 @@ class TrainingPanel(QWidget):
             try:
                 return kind(v) if kind is not bool else (v in (True, "true", "1", 1))
             except (TypeError, ValueError):
+                self._ignored_settings.append(f"saved setting {key} = {str(v)[:40]!r} is not a {kind.__name__}: "
+                                              f"the default {default!r} is used")
                 return default
 
         for f in PANEL_FIELDS:
             default = f.default_value()
             show_value(getattr(self, f.widget), get(f.setting, default, type(default)))  # a spin box clamps
-        self.set_options(options_from_settings(get, _VAL_KINDS))
+        self.set_options(options_from_settings(get, _VAL_KINDS, self._ignored_settings))
+
+    def settings_problem(self) -> str | None:
+        """The saved training settings that were not restored as they were, and why (said once at start-up).
+
+        Returns:
+            One line, or None when every saved setting was taken.
+        """
+        if not self._ignored_settings:
+            return None
+        return "training settings: " + "; ".join(self._ignored_settings)
 
     def save_settings(self) -> None:
         """Keep the settings for the next session."""

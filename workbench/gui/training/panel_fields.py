@@ -18,7 +18,7 @@ from typing import Any
 
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLineEdit, QSpinBox, QWidget
 
-from workbench.core.training.config import MAX_SEQ_LEN, ConfigError
+from workbench.core.training.config import MAX_SEQ_LEN, ConfigError, TrainConfig
 from workbench.gui.training.options_dialog import COLUMN_ROLES, TrainingOptions
 
 __all__ = ["OPTION_LIMITS", "PANEL_FIELDS", "PanelField", "StepSetup", "default_image_size", "options_from_settings",
@@ -114,7 +114,7 @@ PANEL_FIELDS: tuple[PanelField, ...] = (
 _MAX_INT = 2**31 - 1
 #: Bounds of the numeric options read from settings: ``{field: (least, most or None: any 32-bit int)}``.
 OPTION_LIMITS: dict[str, tuple[int, int | None]] = {
-    "warmup_steps": (0, None), "val_percent": (1, 50), "val_every": (0, None), "auto_freeze_every": (1, None),
+    "warmup_steps": (0, None), "val_percent": (1, 50), "val_every": (0, None), "auto_freeze_every": (0, None),
 }
 
 
@@ -165,18 +165,35 @@ def show_value(w: QWidget, value: Any) -> None:
         raise TypeError(f"cannot show a value in a {type(w).__name__}")
 
 
-def options_from_settings(get: Callable[[str, Any, type], Any], val_kinds: frozenset[str]) -> TrainingOptions:
+#: Options whose saved value the run's config checks (:meth:`TrainConfig.validate`): a value it refuses is ignored.
+_CONFIG_CHECKED: tuple[str, ...] = ("auto_freeze_threshold", "auto_freeze_max")
+
+
+def _config_refusal(name: str, value: Any) -> str | None:
+    """Why the run's config refuses ``value`` for its field ``name`` (None: it takes it)."""
+    try:
+        TrainConfig(**{name: value}).validate()
+    except ConfigError as e:
+        return str(e).partition(": ")[2] or str(e)
+    return None
+
+
+def options_from_settings(get: Callable[[str, Any, type], Any], val_kinds: frozenset[str],
+                          ignored: list[str] | None = None) -> TrainingOptions:
     """The options kept in settings: one key per field of :class:`TrainingOptions` (one per role of
-    ``columns``), numbers kept within :data:`OPTION_LIMITS`, an unknown validation kind dropped.
+    ``columns``), numbers kept within :data:`OPTION_LIMITS`, an auto-freeze share the run's config
+    refuses and an unknown validation kind replaced by the default; every other setting is kept.
 
     Args:
         get: ``get(key, default, type)``: the setting, or the default when missing or unreadable.
         val_kinds: the validation kinds the panel offers.
+        ignored: when given, one line is appended per saved setting not taken as it was (which, and why).
 
     Returns:
         The options.
     """
     d = TrainingOptions()
+    notes = ignored if ignored is not None else []
     values: dict[str, Any] = {}
     for f in dataclasses.fields(TrainingOptions):
         if f.name == "columns":
@@ -186,9 +203,17 @@ def options_from_settings(get: Callable[[str, Any, type], Any], val_kinds: froze
         value = get(f.name, default, type(default))
         if f.name in OPTION_LIMITS:
             low, high = OPTION_LIMITS[f.name]
-            value = max(low, min(_MAX_INT if high is None else high, value))
+            kept = max(low, min(_MAX_INT if high is None else high, value))
+            if kept != value:
+                notes.append(f"saved option {f.name} = {value!r} is out of its range {low}..{high or _MAX_INT}: {kept} is used")
+            value = kept
+        elif f.name in _CONFIG_CHECKED and (why := _config_refusal(f.name, value)) is not None:
+            notes.append(f"saved option {f.name} = {value!r} was ignored ({why}): the default {default!r} is used")
+            value = default
         values[f.name] = value
     if values["val_kind"] not in val_kinds:
+        notes.append(f"saved option val_kind = {values['val_kind']!r} is not a validation source here: "
+                     f"the default {d.val_kind!r} is used")
         values["val_kind"] = d.val_kind
     return TrainingOptions(**values)
 
