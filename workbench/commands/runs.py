@@ -1,9 +1,11 @@
 """``workbench runs list|show|compare [RUNS...]``: the app's runs and ``--save`` folders, side by side.
 
-Each RUN is a run folder (one the app keeps, or one ``workbench train --save`` wrote) or a
-folder of runs (the app's run store); with none, the app's run store
-(``$WORKBENCH_RUNS_DIR`` when set). ``list`` prints one row per run with the numbers of the
-app's Runs tab, ``show`` every detail of each run, ``compare`` the Runs tab's comparison line
+Each RUN is a run folder (one the app keeps, or one ``workbench train --save`` wrote), a
+folder of runs (the app's run store), a sweep folder (``workbench sweep --out``) or a folder
+of sweeps; with none, the app's run store (``$WORKBENCH_RUNS_DIR`` when set) and the app's
+sweeps beside it. A sweep's candidate runs carry the sweep's tag (``<sweep> · <candidate>``),
+the Runs tab's *Sweep* column: ``list`` adds the column when a run has one. ``list`` prints
+one row per run with the numbers of the app's Runs tab, ``show`` every detail of each run, ``compare`` the Runs tab's comparison line
 of each run against the oldest (step time, peak memory, trainable parameters, per plan
 segment, validation). A folder that cannot be read is one line on stderr; the exit code is 2
 only when no run can be read (``compare``: fewer than two).
@@ -22,6 +24,7 @@ from typing import Any
 from workbench.core.runs.compare import compare_runs, oldest_first, segments_line
 from workbench.core.runs.record import RunRecord, RunStoreError, clean_json
 from workbench.core.runs.store import default_runs_dir, load_metrics, read_runs
+from workbench.core.runs.sweeps import sweeps_folder
 from workbench.core.runs.text import (
     loss_text,
     plan_text,
@@ -44,8 +47,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("action", choices=_ACTIONS,
                    help="list: one row per run; show: every detail of each run; compare: each run against the oldest")
     p.add_argument("runs", nargs="*", metavar="RUNS",
-                   help="run folders (the app's, or `workbench train --save` folders) or folders of runs; "
-                   "default: the app's runs ($WORKBENCH_RUNS_DIR when set)")
+                   help="run folders (the app's, or `workbench train --save` folders), folders of runs, sweep "
+                   "folders or folders of sweeps; default: the app's runs ($WORKBENCH_RUNS_DIR when set) and sweeps")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -60,8 +63,10 @@ def _row(r: RunRecord) -> list[str]:
 
 
 def _print_table(records: Sequence[RunRecord]) -> None:
-    rows = [list(_COLUMNS), *(_row(r) for r in records)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS) - 1)]
+    sweep = any(r.sweep is not None for r in records)  # the Runs tab's Sweep column, shown when a run has one
+    rows = [list(_COLUMNS) + ["Sweep"] * sweep,
+            *(_row(r) + [r.sweep.text if r.sweep is not None else ""] * sweep for r in records)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         print("  ".join(f"{cell:<{w}}" for cell, w in zip(row, widths, strict=False)) + "  " + row[-1])
 
@@ -71,6 +76,8 @@ def _as_json(r: RunRecord) -> Any:
         "name": r.name, "id": r.id, "folder": str(r.folder) if r.folder else None, "status": r.status,
         "message": r.message, "created": r.created, "config": r.config, "plan": r.plan, "notes": r.notes,
         "tags": r.tags, "numbers": dataclasses.asdict(r.summarize()),
+        "sweep": {"sweep": r.sweep.sweep, "candidate": r.sweep.candidate, "folder": str(r.sweep.folder)}
+        if r.sweep is not None else None,
     })
 
 
@@ -87,6 +94,8 @@ def _show(r: RunRecord) -> None:
         ("plan", plan_text(r.plan, most=50)),
         ("segments", segments_line(r.name, s.segments).removeprefix(f"{r.name}: ")),
     ]
+    if r.sweep is not None:
+        rows.append(("sweep", f"{r.sweep.text} ({r.sweep.folder})"))
     if r.tags:
         rows.append(("tags", ", ".join(r.tags)))
     if r.notes:
@@ -108,10 +117,21 @@ def _with_metrics(records: Sequence[RunRecord], problems: list[str]) -> list[Run
     return list(records)
 
 
+def _kept(folder: os.PathLike[str]) -> bool:
+    """Whether the app's runs or sweeps folder is worth reading: it exists and is not an empty folder."""
+    if not os.path.isdir(folder):
+        return os.path.lexists(folder)  # a file where the folder should be: said in one line
+    try:
+        with os.scandir(folder) as entries:
+            return any(True for _ in entries)
+    except OSError:
+        return True  # unreadable: said in one line
+
+
 def run(args: argparse.Namespace) -> int:
-    paths = list(args.runs) or [str(default_runs_dir())]
-    if not args.runs and not os.path.lexists(paths[0]):
-        print(f"no runs in {paths[0]}: the app has kept none yet", file=sys.stderr)
+    paths = list(args.runs) or [str(p) for p in (default_runs_dir(), sweeps_folder(default_runs_dir())) if _kept(p)]
+    if not paths:
+        print(f"no runs in {default_runs_dir()}: the app has kept none yet", file=sys.stderr)
         return 0
     records, problems = read_runs(paths)
     if args.action != "list":

@@ -46,6 +46,7 @@ __all__ = [
     "RUN_VERSION",
     "STATUSES",
     "RunRecord",
+    "SweepTag",
     "RunStoreError",
     "RunSummary",
     "Segment",
@@ -266,6 +267,26 @@ def events_of(metrics: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+@dataclass(frozen=True)
+class SweepTag:
+    """The plan sweep a run belongs to: its run folder is ``<sweep folder>/runs/<candidate>/``.
+
+    Attributes:
+        sweep: the sweep folder's name (the app names it by its start time).
+        candidate: the candidate's run folder name (``c00-head-only``: its id and name).
+        folder: the sweep folder.
+    """
+
+    sweep: str
+    candidate: str
+    folder: Path
+
+    @property
+    def text(self) -> str:
+        """``<sweep> · <candidate>``: the Runs tab's and ``workbench runs``' tag."""
+        return f"{self.sweep} · {self.candidate}"
+
+
 @dataclass
 class RunRecord:
     """One training run.
@@ -296,6 +317,8 @@ class RunRecord:
         metrics_loaded: whether :attr:`metrics` holds the run's records.
         metrics_file: the metrics file's name in :attr:`folder` (``metrics.csv`` for the app's
             runs, ``metrics.jsonl`` for ``workbench train --save`` folders).
+        sweep: the plan sweep whose candidate this run is (read from where its folder lies, never
+            written to ``run.json``), or None.
     """
 
     id: str
@@ -318,6 +341,7 @@ class RunRecord:
     metrics: list[dict[str, Any]] = field(default_factory=list)
     metrics_loaded: bool = True
     metrics_file: str = "metrics.csv"
+    sweep: SweepTag | None = None
 
     # ------------------------------------------------------------ derived numbers
     @property

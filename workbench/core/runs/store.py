@@ -14,6 +14,11 @@ files only, size and depth capped), metrics streamed a line at a time with every
 kept past :data:`MAX_KEPT_METRICS_BYTES`; no file that links outside its run folder is read.
 
 A run that was still ``running`` when the app ended is listed as ``interrupted``.
+
+Plan sweeps keep their candidates as run folders too (:mod:`workbench.core.runs.sweeps`): a
+run read from ``<sweep>/runs/<candidate>/`` carries its :class:`~workbench.core.runs.record.SweepTag`;
+the app lists its sweeps' runs with its own (:meth:`RunStore.list` with ``sweeps=True``), and
+never deletes one on its own (:meth:`RunStore.delete` says why in one line).
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ from typing import Any
 from workbench.core import safe_json
 from workbench.core.errors import WorkbenchError
 from workbench.core.runs.record import RUN_FILE, RunRecord, RunStoreError, events_of, write_run_file
+from workbench.core.runs.sweeps import is_sweep_folder, refusal, sweep_run_folders, sweep_tag_of, sweeps_folder
 from workbench.core.training.metrics import MetricsError, MetricsWriter, StepMetrics, iter_metrics
 
 __all__ = [
@@ -45,6 +51,7 @@ __all__ = [
     "load_metrics",
     "open_run",
     "read_runs",
+    "read_sweep_runs",
 ]
 
 APP_METRICS_FILE = "metrics.csv"
@@ -208,6 +215,7 @@ def open_run(path: str | os.PathLike[str]) -> RunRecord:
     if rec.status == "running":
         rec.status = "interrupted"
         rec.message = rec.message or "the app ended while this run was training"
+    rec.sweep = sweep_tag_of(folder)
     return rec
 
 
@@ -215,11 +223,48 @@ def _is_run_folder(p: Path) -> bool:
     return os.path.lexists(p / RUN_FILE) or os.path.lexists(p / SAVE_SUMMARY_FILE)
 
 
-def read_runs(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[RunRecord], list[str]]:
-    """The runs named: each path is a run folder or a folder of runs (the app's store).
+def _open_each(folders: Sequence[Path]) -> tuple[list[RunRecord], list[str]]:
+    """Every run folder read, oldest first; one line per folder that cannot be read."""
+    records: list[RunRecord] = []
+    problems: list[str] = []
+    for folder in folders:
+        try:
+            records.append(open_run(folder))
+        except RunStoreError as e:
+            problems.append(_one_line(e))
+        except Exception as e:  # a hand-edited run.json must never stop a listing
+            problems.append(f"{folder}: unreadable run ({type(e).__name__}: {_one_line(e)})")
+    records.sort(key=lambda r: (r.created, r.id))
+    return records, problems
+
+
+def read_sweep_runs(folders: Sequence[str | os.PathLike[str]]) -> tuple[list[RunRecord], list[str]]:
+    """The candidates' runs of sweep folders, or of folders of sweeps (each tagged with its sweep).
 
     Args:
-        paths: run folders or folders holding run folders.
+        folders: sweep folders or folders holding them (:func:`~workbench.core.runs.sweeps.sweep_run_folders`).
+
+    Returns:
+        ``(records, problems)``: the runs oldest first, one line per folder that could not be read.
+    """
+    found, problems = sweep_run_folders(folders)
+    records, trouble = _open_each(found)
+    return records, problems + trouble
+
+
+def _holds_sweeps(folder: Path) -> bool:
+    try:
+        return any(is_sweep_folder(p) for p in folder.iterdir() if not p.is_symlink())
+    except OSError:
+        return False
+
+
+def read_runs(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[RunRecord], list[str]]:
+    """The runs named: each path is a run folder, a folder of runs (the app's store), a sweep
+    folder or a folder of sweeps (their candidates' runs, tagged with their sweep).
+
+    Args:
+        paths: run folders, folders holding run folders, sweep folders or folders of sweeps.
 
     Returns:
         ``(records, problems)``: the runs in the order named (a store's runs oldest first),
@@ -240,7 +285,13 @@ def read_runs(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[RunRecord],
             except RunStoreError as e:
                 problems.append(str(e))
             continue
-        found, trouble = RunStore(p).list(save_folders=True)
+        if is_sweep_folder(p):
+            found, trouble = read_sweep_runs([p])
+        else:
+            found, trouble = RunStore(p).list(save_folders=True)
+            if _holds_sweeps(p):
+                more, other = read_sweep_runs([p])
+                found, trouble = found + more, trouble + other
         problems.extend(trouble)
         if not found and not trouble:
             problems.append(f"{p}: no runs in this folder; name a run folder or a folder of runs")
@@ -306,13 +357,47 @@ class RunStore:
             raise RunStoreError(f"cannot save the run to {folder} ({e}); check that the folder is writable") from None
         return folder
 
-    def list(self, *, save_folders: bool = False) -> tuple[builtins.list[RunRecord], builtins.list[str]]:
+    @property
+    def sweeps_folder(self) -> Path:
+        """The app's folder of sweeps, beside the store (``<store>/../sweeps``)."""
+        return sweeps_folder(self.folder)
+
+    def list_sweeps(self) -> tuple[builtins.list[RunRecord], builtins.list[str]]:
+        """The runs of the app's sweeps (:attr:`sweeps_folder`), oldest first, each tagged with its sweep.
+
+        Returns:
+            ``(records, problems)`` as :meth:`list`.
+        """
+        return read_sweep_runs([self.sweeps_folder])
+
+    def merge_sweeps(self, records: Sequence[RunRecord]) -> tuple[builtins.list[RunRecord], builtins.list[str]]:
+        """``records`` with the app's sweeps' runs read again: new ones added, gone ones dropped.
+
+        A sweep's run already in ``records`` whose ``run.json`` has not changed (the same
+        start, end and status) stays the same object (its selection, loaded metrics); the
+        user's own runs stay as they are.
+
+        Args:
+            records: the runs listed now.
+
+        Returns:
+            ``(records, problems)``: oldest first.
+        """
+        found, problems = self.list_sweeps()
+        known = {(r.folder, r.created, r.finished, r.status): r for r in records if r.sweep is not None}
+        fresh = [known.get((r.folder, r.created, r.finished, r.status), r) for r in found]
+        merged = [r for r in records if r.sweep is None] + fresh
+        merged.sort(key=lambda r: (r.created, r.id))
+        return merged, problems
+
+    def list(self, *, save_folders: bool = False, sweeps: bool = False) -> tuple[builtins.list[RunRecord], builtins.list[str]]:
         """Every run in the store, oldest first (metrics not loaded).
 
         Args:
             save_folders: also read ``workbench train --save`` folders among the sub-folders,
                 and read a store that is not writable (``workbench runs`` reads; the app lists
                 its own runs only, and says once that a store it cannot write keeps no runs).
+            sweeps: also list the runs of the app's sweeps (:meth:`list_sweeps`).
 
         Returns:
             ``(records, problems)``: unreadable runs are skipped and described in
@@ -347,6 +432,10 @@ class RunStore:
                 problems.append(f"{f}: unreadable run ({type(e).__name__}: {_one_line(e)})")
                 continue
             records.append(rec)
+        if sweeps:
+            more, trouble = self.list_sweeps()
+            records.extend(more)
+            problems.extend(trouble)
         records.sort(key=lambda r: (r.created, r.id))
         return records, problems
 
@@ -401,14 +490,18 @@ class RunStore:
         return dest
 
     def delete(self, record: RunRecord) -> None:
-        """Remove a run's folder.
+        """Remove a run's folder (never a sweep's run: its study holds the candidate's result).
 
         Args:
             record: the run.
 
         Raises:
-            RunStoreError: the folder cannot be removed.
+            RunStoreError: the run is a sweep's (one line naming the sweep), or the folder
+                cannot be removed.
         """
+        tag = record.sweep or (sweep_tag_of(record.folder) if record.folder is not None else None)
+        if tag is not None:
+            raise RunStoreError(refusal(tag, record.name))
         folder = record.folder or self.folder / record.id
         if not folder.exists():
             return
