@@ -5,13 +5,18 @@ with ``WORKBENCH_STARTUP_TRACE=1`` so the app prints when it reached each point
 (:mod:`workbench.gui.startup`). Times are measured from just before the process is started:
 
 - ``first paint``: the start-up window (model bar, empty tree saying what loads) is painted;
-- ``imports done``: torch, torchvision and the library are imported (on a thread, behind it);
+- ``torch``, ``torchvision``: each imported (on a thread, behind the start-up window);
+- ``imports done``: torch, torchvision and the library are imported;
+- ``window modules``: the full window's modules (pyqtgraph, the panels) are imported;
 - ``full window``: the full window replaced the start-up one;
 - ``tree``: the default model is loaded and its tree populated;
 - ``exit``: the screenshot is written and the process has ended.
 
-It prints the median and best of ``--runs`` runs and asserts nothing. On a machine shared
-with other work, the best time is the steadier figure.
+It prints, over ``--runs`` runs, the median and best wall time to each event, the median
+CPU time the process had used by then (user + system, all threads; ``exit``: the whole
+process) and each phase's share of it (from the event before), the machine's load average
+before and after, and asserts nothing. On a machine shared with other work the wall times
+stretch with the load; the CPU times are the steadier figures.
 
 Run::
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -30,7 +36,15 @@ import tempfile
 import time
 from pathlib import Path
 
-EVENTS = (("first-paint", "first paint"), ("imports-done", "imports done"), ("window", "full window"), ("tree", "tree"))
+EVENTS = (
+    ("first-paint", "first paint"),
+    ("imported-torch", "torch"),
+    ("imported-torchvision", "torchvision"),
+    ("imports-done", "imports done"),
+    ("window-modules", "window modules"),
+    ("window", "full window"),
+    ("tree", "tree"),
+)
 
 
 def one_run(folder: Path) -> dict[str, float]:
@@ -40,7 +54,9 @@ def one_run(folder: Path) -> dict[str, float]:
         folder: a scratch folder (the screenshot goes there).
 
     Returns:
-        Seconds from process start per event (``first paint`` ... ``exit``).
+        Seconds from process start per event (``first paint`` ... ``exit``), and the CPU
+        seconds the process had used by then as ``"<event> cpu"`` (``exit cpu``: user +
+        system of the whole process).
 
     Raises:
         RuntimeError: the app failed (its stderr's last lines are in the message).
@@ -48,22 +64,35 @@ def one_run(folder: Path) -> dict[str, float]:
     env = dict(os.environ, WORKBENCH_STARTUP_TRACE="1", QT_QPA_PLATFORM=os.environ.get("QT_QPA_PLATFORM", "offscreen"))
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     proc = subprocess.run(
         [sys.executable, "-m", "workbench", "--screenshot", str(folder / "startup.png")],
         env=env, capture_output=True, text=True, check=False,
     )
     t_exit = time.time() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise RuntimeError(f"the app exited with {proc.returncode}: {' | '.join(proc.stderr.splitlines()[-3:])}")
-    seen: dict[str, float] = {}
+    out: dict[str, float] = {}
+    labels = dict(EVENTS)
     for line in proc.stderr.splitlines():
         parts = line.split()
-        if len(parts) == 3 and parts[0] == "startup:":
-            seen.setdefault(parts[1], float(parts[2]) - t0)
-    out = {label: seen[event] for event, label in EVENTS if event in seen}
+        if len(parts) == 4 and parts[0] == "startup:" and parts[1] in labels and labels[parts[1]] not in out:
+            out[labels[parts[1]]] = float(parts[2]) - t0
+            out[f"{labels[parts[1]]} cpu"] = float(parts[3])
     out["exit"] = t_exit
+    out["exit cpu"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return out
+
+
+def load_average() -> str:
+    """The machine's 1-minute load average and its core count, as ``uptime`` says them.
+
+    Returns:
+        ``"load 1.32 on 2 CPUs"``.
+    """
+    return f"load {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3, help="fresh processes to start (default: 3)")
     args = p.parse_args(argv)
     rows: list[dict[str, float]] = []
+    load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(max(1, args.runs)):
             try:
@@ -87,12 +117,17 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"run {i + 1}: {e}", file=sys.stderr)
                 return 1
             print(f"run {i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in rows[-1].items()), flush=True)
-    print(f"\nstart-up of `python -m workbench --screenshot` ({len(rows)} fresh processes, {os.cpu_count()} CPUs)")
-    print(f"{'':<14}{'median':>9}{'best':>9}")
+    print(f"\nstart-up of `python -m workbench --screenshot` ({len(rows)} fresh processes; "
+          f"{load_before} before, {load_average()} after)")
+    print(f"{'':<16}{'wall median':>12}{'best':>8}{'CPU median':>12}{'CPU phase':>11}")
+    previous = 0.0
     for label in [lbl for _e, lbl in EVENTS] + ["exit"]:
         xs = [r[label] for r in rows if label in r]
-        if xs:
-            print(f"{label:<14}{statistics.median(xs):>8.2f}s{min(xs):>8.2f}s")
+        cpu = [r[f"{label} cpu"] for r in rows if f"{label} cpu" in r]
+        if xs and cpu:
+            at = statistics.median(cpu)
+            print(f"{label:<16}{statistics.median(xs):>11.2f}s{min(xs):>7.2f}s{at:>11.2f}s{at - previous:>10.2f}s")
+            previous = at
     return 0
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, ms
+from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, SUBPROCESS_S, ms
 from workbench.gui.app import _open_window
 from workbench.gui.startup import HeavyImports, StartupWindow, loading_text
 
@@ -88,3 +89,34 @@ def test_the_start_up_placeholder_spans_the_empty_tree(qtbot: Any) -> None:
     label, viewport = shell.loading_label, shell.tree.viewport()
     qtbot.waitUntil(lambda: label.width() >= viewport.width() - 24, timeout=ms(GUI_EVENT_S))
     assert label.fontMetrics().horizontalAdvance(label.text()) < label.width()  # the whole text, not cut
+
+
+# Run in a fresh interpreter: records each request for a heavy module (on any thread) and each
+# start-up event, and ends the process at the first paint with what it saw by then.
+_ORDER_PROBE = """
+import importlib.abc, json, os, sys
+seen = []
+class Probe(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name in ("torch", "torchvision", "pyqtgraph", "workbench.gui.main_window"):
+            seen.append("import " + name)
+        return None
+sys.meta_path.insert(0, Probe())
+from workbench.gui import app, startup
+def trace(event):
+    seen.append(event)
+    if event == "first-paint":
+        print(json.dumps(seen), flush=True)
+        os._exit(0)
+startup.trace = trace
+sys.exit(app.main([]))
+"""
+
+
+def test_the_window_is_painted_before_torch_or_the_full_window_is_imported(tmp_path: Path) -> None:
+    env = {"PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen", "PATH": "", "HOME": str(tmp_path),
+           "XDG_CONFIG_HOME": str(tmp_path / "config")}
+    proc = subprocess.run([sys.executable, "-c", _ORDER_PROBE], cwd=ROOT, capture_output=True, text=True,
+                          check=False, env=env, timeout=SUBPROCESS_S)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == ["first-paint"], proc.stdout

@@ -19,7 +19,11 @@ from workbench.resources import APP_ID, ResourceError, icon_paths
 if TYPE_CHECKING:
     from workbench.gui.main_window import MainWindow
 
-__all__ = ["app_icon", "create_application", "main"]
+__all__ = ["UNPAINTED_START_MS", "app_icon", "create_application", "main"]
+
+#: Start-up imports begin once the first window is painted, or after this many milliseconds
+#: when it is not (a minimized window, a platform that paints nothing).
+UNPAINTED_START_MS = 1000
 
 
 def app_icon() -> QIcon:
@@ -147,7 +151,18 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
         window.controller.modelChanged.connect(lambda: trace("tree") if window.controller.tree is not None else None)
 
     imports.imported.connect(imported, Qt.ConnectionType.QueuedConnection)
-    QTimer.singleShot(0, imports.start)  # after the first window has been painted
+    # once the first window has been painted (a thread importing torch would hold Python's lock
+    # while it paints), or after a short wait when the platform paints nothing (minimized)
+    started = False
+
+    def start_imports() -> None:
+        nonlocal started
+        if not started:
+            started = True
+            imports.start()
+
+    shell.painted.connect(start_imports, Qt.ConnectionType.QueuedConnection)
+    QTimer.singleShot(UNPAINTED_START_MS, start_imports)
     code = app.exec()
     with contextlib.suppress(RuntimeError):  # already deleted with the start-up window it replaced
         imports.wait()  # closed during start-up: let the import thread finish before Python exits
@@ -170,7 +185,9 @@ def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> Main
     from workbench.gui import dialogs
     from workbench.gui.main_window import MainWindow
     from workbench.gui.model_loading import LoadRequest, default_request
+    from workbench.gui.startup import trace
 
+    trace("window-modules")
     reserve_cores_for_workers()  # on the GUI thread, before it runs any torch op
     window = MainWindow(load_default=False)
     window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)

@@ -9,9 +9,9 @@ place and loads the model in the background (its tree shows the same loading sta
 
 This module imports nothing but Qt and the standard library.
 
-``WORKBENCH_STARTUP_TRACE=1`` prints ``startup: <event> <unix time>`` lines on stderr
-(``first-paint``, ``imports-done``, ``window``, ``tree``); ``tests/benchmarks/bench_startup.py``
-reads them.
+``WORKBENCH_STARTUP_TRACE=1`` prints ``startup: <event> <unix time> <CPU seconds>`` lines on stderr
+(``first-paint``, ``imported-<module>`` for each of :data:`HEAVY_MODULES`, ``imports-done``,
+``window-modules``, ``window``, ``tree``); ``tests/benchmarks/bench_startup.py`` reads them.
 """
 
 from __future__ import annotations
@@ -55,13 +55,15 @@ HEAVY_MODULES: tuple[str, ...] = (
 
 
 def trace(event: str) -> None:
-    """Print ``startup: EVENT TIME`` on stderr when ``$WORKBENCH_STARTUP_TRACE`` is set.
+    """Print ``startup: EVENT TIME CPU`` on stderr when ``$WORKBENCH_STARTUP_TRACE`` is set.
+
+    ``TIME`` is the Unix time, ``CPU`` the process's CPU seconds so far (all threads).
 
     Args:
         event: what just happened (``first-paint``, ``tree`` ...).
     """
     if os.environ.get(STARTUP_TRACE_ENV):
-        print(f"startup: {event} {time.time():.4f}", file=sys.stderr, flush=True)
+        print(f"startup: {event} {time.time():.4f} {time.process_time():.4f}", file=sys.stderr, flush=True)
 
 
 def loading_text(model: str | None) -> str:
@@ -99,6 +101,7 @@ class HeavyImports(QThread):
         for name in self._modules:
             try:
                 importlib.import_module(name)
+                trace(f"imported-{name}")
             except Exception as e:  # a broken installation: say which module, keep the traceback
                 first = (str(e).strip().splitlines() or [type(e).__name__])[0]
                 self.imported.emit(
@@ -110,7 +113,9 @@ class HeavyImports(QThread):
 
 
 class _TracedTree(QTreeWidget):
-    """The start-up tree; reports its first paint once."""
+    """The start-up tree; reports its first paint once (``painted``, and the trace)."""
+
+    painted = Signal()
 
     def __init__(self, parent: QWidget) -> None:
         super().__init__(parent)
@@ -121,10 +126,14 @@ class _TracedTree(QTreeWidget):
         if not self._painted:
             self._painted = True
             trace("first-paint")
+            self.painted.emit()
 
 
 class StartupWindow(QMainWindow):
     """The window as it first shows: title, model bar, an empty tree that says what loads.
+
+    Signals:
+        painted(): once, when the window (its tree) has been painted the first time.
 
     Args:
         model: the model that will load (shown in the model bar and the tree).
@@ -134,6 +143,8 @@ class StartupWindow(QMainWindow):
     Attributes:
         model_box / tree / loading_label / progress: the widgets (read by tests).
     """
+
+    painted = Signal()
 
     def __init__(self, model: str | None, settings: QSettings | None = None, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -154,6 +165,7 @@ class StartupWindow(QMainWindow):
         layout = QVBoxLayout(central)
         layout.setContentsMargins(6, 6, 6, 6)
         self.tree = _TracedTree(central)
+        self.tree.painted.connect(self.painted)
         self.tree.setHeaderLabels(["Module", "Type", "Params", "Trainable", "Frozen"])
         self.loading_label = QLabel(loading_text(model), self.tree.viewport())
         self.loading_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
