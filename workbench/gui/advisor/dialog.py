@@ -125,6 +125,10 @@ class SuggestDialog(QDialog):
         dataset: training data given to the app in Python, used instead of the config's data.
         parent: the window.
 
+    Signals:
+        sweepRunsWritten(): a candidate of *Train each* finished, or the sweep ended: its run
+            folders changed (the window's Runs tab reads them again).
+
     Attributes:
         advice: the last advice (None before the first one or after a failure).
         budget / batch / input_size: the input fields.
@@ -134,6 +138,8 @@ class SuggestDialog(QDialog):
         steps / retain: *Train each*'s steps per candidate and retain data (a dataset spec).
         trainer: the sweep runner (its ``report`` is the last sweep's).
     """
+
+    sweepRunsWritten = Signal()
 
     def __init__(self, controller: Controller, *, device: str = "auto", batch_size: int = 32,
                  image_size: int = 0, amp: str = "off", seq_len: int = 0,
@@ -810,6 +816,8 @@ class SuggestDialog(QDialog):
 
     def _on_sweep_event(self, kind: str, data: dict[str, Any]) -> None:
         """A sweep event on the GUI thread: progress, a row marked training, or a row filled."""
+        if kind == "finished":
+            self.sweepRunsWritten.emit()
         advice = self.advice
         if advice is None or data.get("id") not in self._swept:
             return
@@ -841,6 +849,7 @@ class SuggestDialog(QDialog):
         cancelled = self.trainer.cancel.is_set()
         self._running = ""
         self._finish()
+        self.sweepRunsWritten.emit()
         total = len(self._swept)
         if report is None:
             self.status.setText(f"Train each failed after {self.trained_rows()} of {total} candidates: {error}")

@@ -95,7 +95,7 @@ class RunController(QObject):
         super().__init__(parent)
         self.controller = controller
         self.store = store
-        self.records, self._load_problems = store.list()
+        self.records, self._load_problems = store.list(sweeps=True)  # the app's sweeps' runs too
         self.current: RunRecord | None = None
         self.trainer_kwargs: dict[str, Any] = {"module_stats_every": DEFAULT_EVERY}
         self.module_stats: ModuleStats | None = None
@@ -437,6 +437,16 @@ class RunController(QObject):
             self.statusMessage.emit(f"Cannot read the metrics of {record.name}: {e}")
             record.metrics_loaded = True
             return []
+
+    def reload_sweeps(self) -> None:
+        """Read the app's sweeps' runs again (a candidate or a sweep finished): new runs are listed,
+        those listed stay as they are (:meth:`RunStore.merge_sweeps`)."""
+        records, problems = self.store.merge_sweeps(self.records)
+        if problems:
+            self.statusMessage.emit(f"{len(problems)} run(s) of the sweeps unreadable: {problems[0]}")
+        if [id(r) for r in records] != [id(r) for r in self.records]:
+            self.records[:] = records
+            self.runsChanged.emit()
 
     def delete(self, records: list[RunRecord]) -> int:
         """Delete runs from the list and the store (never the one in progress).

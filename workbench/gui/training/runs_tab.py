@@ -17,6 +17,13 @@ their words (:mod:`workbench.core.runs.text`) and the comparison line
 A run is renamed in place (double-click or F2 on its name); the tags and notes of the
 selected run are edited below the table. Both are kept in the run's ``run.json``.
 
+The candidates of the app's plan sweeps (Suggest… ▸ *Train each*, kept in ``<runs>/../sweeps``)
+are listed too, each with its sweep in the *Sweep* column (``<sweep> · <candidate>``, shown
+when a listed run has one); the list takes in a sweep's runs as each candidate finishes and
+when the sweep ends. A sweep's run is renamed and annotated like any other, but not deleted
+on its own: its sweep's study holds the candidate's result, so *Delete* keeps it and says so
+in one line that names the sweep (delete the sweep's folder to remove the sweep with its runs).
+
 Runs are stored in :func:`default_runs_dir` (``$WORKBENCH_RUNS_DIR`` when set), so they come
 back when the app starts again.
 """
@@ -48,6 +55,7 @@ from workbench.core.runs.compare import compare_runs
 from workbench.core.runs.compare import compare_text as core_compare_text
 from workbench.core.runs.record import RunRecord, RunStoreError, RunSummary, Validation
 from workbench.core.runs.store import RUNS_DIR_ENV
+from workbench.core.runs.sweeps import refusal
 from workbench.core.runs.text import (
     NO_VALUE,
     cache_text,
@@ -79,9 +87,10 @@ __all__ = [
 #: Table columns.
 COLUMNS = (
     "Run", "Status", "Steps", "Step time", "Peak memory", "Trainable", "Final loss", "Val loss", "Val acc", "Setup",
-    "Tags · notes",
+    "Sweep", "Tags · notes",
 )
 _NOTES_COLUMN = COLUMNS.index("Tags · notes")
+_SWEEP_COLUMN = COLUMNS.index("Sweep")
 #: The Run column's width range (pixels): as wide as its longest name within these.
 NAME_WIDTH_MIN, NAME_WIDTH_MAX = 112, 360
 #: Milliseconds after the last keystroke in the notes before they are saved.
@@ -149,6 +158,16 @@ def _val_cells(v: Validation | None) -> tuple[tuple[str, float | None, str], tup
         best = v.best_acc if v.best_acc is not None else v.acc
         acc = (val_acc_text(v), v.acc, f"last: {100 * v.acc:.1f} % after step {v.step}\nbest: {100 * best:.1f} %")
     return (val_loss_text(v), v.loss, loss_tip), acc
+
+
+def _sweep_item(r: RunRecord) -> _Item:
+    """The Sweep cell: ``<sweep> · <candidate>`` for a sweep's run, its folder in the tooltip; empty otherwise."""
+    if r.sweep is None:
+        return _Item("")
+    item = _Item(r.sweep.text)
+    item.setToolTip(f"Candidate {r.sweep.candidate} of the sweep {r.sweep.sweep}\nfolder: {r.sweep.folder}\n"
+                    "Kept with its sweep: delete the sweep's folder to remove it")
+    return item
 
 
 def _swatch(color: QColor) -> QIcon:
@@ -219,6 +238,8 @@ class RunsPanel(QWidget):
             (COLUMNS.index("Val acc"), "The last validation accuracy (classifiers), and the best one where it was higher"),
             (0, "The run's name: double-click or F2 to rename it"),
             (_NOTES_COLUMN, "Your tags and notes (edit them below the table)"),
+            (_SWEEP_COLUMN, "The plan sweep (Suggest… ▸ Train each, workbench sweep) whose candidate the run is: "
+                            "its folder's name · the candidate"),
         ):
             item = self.table.horizontalHeaderItem(column)
             if item is not None:
@@ -307,6 +328,7 @@ class RunsPanel(QWidget):
             self.table.setRowCount(len(records))
             for row, r in enumerate(records):
                 self._fill(row, r)
+            self.table.setColumnHidden(_SWEEP_COLUMN, not any(r.sweep is not None for r in records))
             self.select([r for r in records if r.id in selected])
         finally:
             self._updating = False
@@ -373,9 +395,10 @@ class RunsPanel(QWidget):
             *val_items,
             _Item(setup_text(r.config, num_classes=r.num_classes(), plan=r.plan, seq_len=r.summary.get("seq_len"),
                              frozen_cache=r.summary.get("frozen_cache"))),
+            _sweep_item(r),
             _Item(" ".join(f"[{t}]" for t in r.tags) + (" " if r.tags and r.notes else "") + " ".join(r.notes.split())),
         ]
-        cells[-2].setToolTip(
+        cells[COLUMNS.index("Setup")].setToolTip(
             ", ".join(f"{k}={v}" for k, v in r.config.items() if v not in (None, False, ""))
             + f"\nplan: {plan_text(r.plan, most=50)}"
             + _cache_tip(r.summary.get("frozen_cache"), r.summary.get("frozen_cache_note"))
@@ -532,10 +555,21 @@ class RunsPanel(QWidget):
 
     def _delete(self) -> None:
         sel = [r for r in self.selected() if r is not self.runs.current]
+        kept = [r for r in sel if r.sweep is not None]  # a sweep's study holds their results: never deleted alone
+        sel = [r for r in sel if r.sweep is None]
+        line = ""
+        if kept:
+            line = refusal(kept[0].sweep, kept[0].name) if len(kept) == 1 else (  # type: ignore[arg-type]
+                f"{len(kept)} runs of sweeps are kept: each sweep's study holds its candidates' results; delete a "
+                f"sweep's folder (here {kept[0].sweep.folder}) to remove the sweep with its runs")  # type: ignore[union-attr]
+            self.note.setText(line)
         if not sel:
+            if line:
+                dialogs.info(self, "Runs of a sweep are kept", line)
             return
         what = sel[0].name if len(sel) == 1 else f"{len(sel)} runs"
-        answer = dialogs.ask(self, "Delete runs", f"Delete {what} from the list and from disk?", ("Delete", "Cancel"), "Cancel")
+        question = f"Delete {what} from the list and from disk?" + (f"\n\n{line}" if line else "")
+        answer = dialogs.ask(self, "Delete runs", question, ("Delete", "Cancel"), "Cancel")
         if answer == "Delete":
             self.runs.delete(sel)
 
