@@ -135,3 +135,34 @@ def test_a_saved_auto_freeze_share_out_of_range_is_ignored_and_said(make_panel: 
     qtbot.addWidget(window)
     message = window.statusBar().currentMessage()
     assert "training settings: saved option auto_freeze_threshold = nan was ignored" in message, message
+
+
+def test_the_image_size_is_shown_only_for_data_the_run_resizes(make_panel: Any) -> None:
+    panel = make_panel()
+    image = (panel.image_size, panel._labels["Image"])
+
+    def shown() -> bool:
+        assert len({w.isHidden() for w in image}) == 1  # the control and its label together
+        return not panel.image_size.isHidden()
+
+    panel.set_values(image_size=48, data="imagefolder:/data/pets")
+    assert shown() and panel.config().image_size == 48
+    panel.set_values(data="py:data.py:make")  # your items come as they are: no size to choose
+    assert not shown() and panel.config().image_size is None
+    panel.set_values(val="imagefolder:/data/val")  # ... unless the validation images are resized
+    assert shown() and panel.config().image_size == 48
+    panel.set_values(val=None)
+    panel.set_options(dataclasses.replace(panel.options, validate=False))
+    assert not shown()
+    panel.set_values(data="hf-dataset:/data/frames", input_column="frames")  # arrays
+    assert not shown() and panel.config().image_size is None
+    panel.set_values(input_column="")  # its images
+    assert shown()
+    panel.set_values(data="synthetic", input_shape="1024")  # generated samples of that shape
+    assert not shown() and panel.config().image_size is None
+    panel.set_values(input_shape="")
+    assert shown() and panel.config().image_size == 48
+    panel.set_text_model(True)  # tokens
+    assert not shown() and panel.config().image_size is None and not panel.seq_len.isHidden()
+    panel.set_text_model(False)
+    assert shown() and panel.seq_len.isHidden()

@@ -54,8 +54,10 @@ from workbench.gui.training.options_dialog import (
 )
 from workbench.gui.training.panel_fields import (
     PANEL_FIELDS,
+    PanelField,
     StepSetup,
     default_image_size,
+    image_size_applies,
     options_from_settings,
     options_settings,
     show_value,
@@ -463,7 +465,7 @@ class TrainingPanel(QWidget):
             data = f"{kind}:{path}"
         length = "epochs" if self.length_kind.currentData() == "epochs" else "steps"
         fields: dict[str, Any] = {f.config: f.to_config(widget_value(getattr(self, f.widget))) for f in PANEL_FIELDS
-                                  if f.config and f.model in ("", self.model_kind)}
+                                  if f.config and self._applies(f)}
         return TrainConfig(
             data=data,
             optimizer=self._c.optimizer,
@@ -475,6 +477,27 @@ class TrainingPanel(QWidget):
     def model_kind(self) -> str:
         """``"text"`` for a model that takes token ids, else ``"image"`` (which fields apply)."""
         return "text" if self._text else "image"
+
+    def image_size_applies(self) -> bool:
+        """The next run resizes images to the Image size (an image model, and data of image files or
+        generated images; see :func:`~workbench.gui.training.panel_fields.image_size_applies`)."""
+        return not self._text and image_size_applies(str(self.data_box.currentData()), self.options)
+
+    def _applies(self, f: PanelField) -> bool:
+        """A field says something about the next run: one of the model's kind, the image size only for data it resizes."""
+        return f.model in ("", self.model_kind) and (f.config != "image_size" or self.image_size_applies())
+
+    def _show_inputs(self) -> None:
+        """Show the input controls that apply to the chosen model and data (Image size, Tokens). The ones
+        going away are hidden first: a row holding both for a moment would widen the window for good."""
+        shown = {"Image": self.image_size_applies(), "Tokens": self._text}
+        if not self._text:
+            self.seq_label.hide()  # the length the tokens come to (shown by _show_sequence)
+        for visible in (False, True):
+            for label, w in (("Image", self.image_size), ("Tokens", self.seq_len)):
+                if shown[label] == visible:
+                    w.setVisible(visible)
+                    self._labels[label].setVisible(visible)
 
     def step_setup(self) -> StepSetup:
         """What the next run's step memory depends on: device, batch, input size, precision, tokens.
@@ -496,6 +519,7 @@ class TrainingPanel(QWidget):
             options: the values (kept as given).
         """
         self.options = options
+        self._show_inputs()  # an input shape, columns or validation data decide whether images are resized
         self.options_label.set_full_text(options.summary())
         self.options_button.setToolTip(options_tooltip(options))
         self.options_label.setToolTip(options_tooltip(options))
@@ -614,12 +638,8 @@ class TrainingPanel(QWidget):
             i = self.data_box.findData(current)
             self.data_box.setCurrentIndex(max(i, 0))
             self.data_box.blockSignals(False)
-        for w in (self.image_size, self._labels["Image"], self.channels_last):
-            w.setVisible(not text)
-        for w in (self.seq_len, self._labels["Tokens"]):
-            w.setVisible(text)
-        if not text:
-            self.seq_label.hide()
+        self.channels_last.setVisible(not text)
+        self._show_inputs()
         self.data_box.setToolTip(
             "Training data: synthetic token ids (no files) or a JSON-lines file of {\"text\": ..., \"label\": ...} "
             "tokenized with the model folder's tokenizer" if text else
@@ -667,6 +687,7 @@ class TrainingPanel(QWidget):
         files = self.data_box.currentData() != "synthetic"
         self.data_path.setVisible(files)
         self.browse.setVisible(files)
+        self._show_inputs()
         if source is not None and not self._text:
             self.data_path.setPlaceholderText(source.placeholder or "folder…")
         if self._text:

@@ -19,10 +19,11 @@ from typing import Any
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLineEdit, QSpinBox, QWidget
 
 from workbench.core.training.config import MAX_SEQ_LEN, ConfigError, TrainConfig
-from workbench.gui.training.options_dialog import COLUMN_ROLES, TrainingOptions
+from workbench.core.training.data_sources import DATA_SOURCES
+from workbench.gui.training.options_dialog import COLUMN_ROLES, HELD_OUT, TrainingOptions
 
-__all__ = ["OPTION_LIMITS", "PANEL_FIELDS", "PanelField", "StepSetup", "default_image_size", "options_from_settings",
-           "options_settings", "parse_float", "show_value", "widget_value"]
+__all__ = ["OPTION_LIMITS", "PANEL_FIELDS", "PanelField", "StepSetup", "default_image_size", "image_size_applies",
+           "options_from_settings", "options_settings", "parse_float", "show_value", "widget_value"]
 
 
 def _same(v: Any) -> Any:
@@ -109,6 +110,33 @@ PANEL_FIELDS: tuple[PanelField, ...] = (
     PanelField("channels_last", "channels_last", "channels_last", False, to_widget=bool, model="image"),
     PanelField("scheduler", "schedule_box", "scheduler", "constant", to_widget=str),
 )
+
+def image_size_applies(data_kind: str, options: TrainingOptions) -> bool:
+    """Whether the run resizes images to the panel's image size: the training data, or the validation
+    data of Options…, is image files or generated images. Your own code's items (``py:``), a text
+    file, an ``hf-dataset:`` input column of arrays and generated samples of Options…' input shape
+    come as they are.
+
+    Args:
+        data_kind: the chosen data's kind (a key of the data-source table).
+        options: the options (input shape, ``hf-dataset:`` columns, validation data).
+
+    Returns:
+        True when the image size says anything about the run.
+    """
+    def resized(kind: str) -> bool:
+        source = DATA_SOURCES.get(kind)
+        if source is None or source.runs_code or source.key == "text":
+            return False
+        if source.key == "synthetic":
+            return not options.input_shape.strip()
+        if source.key == "hf-dataset":
+            return not options.columns.get("input", "").strip()
+        return True
+
+    validation = options.validate and options.val_kind != HELD_OUT and resized(options.val_kind)
+    return resized(data_kind) or validation
+
 
 #: The largest count a setting may hold (Qt's spin boxes take 32-bit ints).
 _MAX_INT = 2**31 - 1
