@@ -49,7 +49,7 @@ from workbench.core.advisor.sweep_study import (
     storage_url,
     waiting_count,
 )
-from workbench.core.advisor.sweep_trial import TrialOutcome, train_candidate
+from workbench.core.advisor.sweep_trial import SweepInputs, TrialOutcome, train_candidate
 from workbench.core.errors import WorkbenchError
 from workbench.core.plan import FreezePlan
 from workbench.core.training.config import TrainConfig
@@ -241,7 +241,9 @@ class Sweep:
             each candidate sets its plan, lr, steps, validation and run folder on a copy.
         settings: budget, pruning, objective and recommendation.
         retain: the retention data (a dataset spec or a dataset), or None.
-        model_factory: builds a fresh model per candidate instead of ``config.model``.
+        model_factory: builds a fresh model per candidate instead of ``config.model`` (without it
+            and ``dataset``, the config's model and data are built once in each process and every
+            candidate trains a copy: :class:`~workbench.core.advisor.sweep_trial.SweepInputs`).
         dataset: training data instead of ``config.data``.
         loss_fn: the loss instead of the config's.
         trust_pickle: allow pickled checkpoints (only files the user trusts).
@@ -266,6 +268,9 @@ class Sweep:
         self.loss_fn = loss_fn
         self.trust_pickle = trust_pickle
         self._by_id = {c.id: c for c in self.candidates}
+        #: the model and data every candidate starts from, built once in this process
+        self.inputs = SweepInputs(config, trust_pickle=trust_pickle,
+                                  build_once=model_factory is None and dataset is None)
         self._lock = _FolderLock(self.folder)
         self._study: Any = None
 
@@ -432,6 +437,7 @@ class Sweep:
                 cfg, eval_every=s.eval_every, steps=s.steps, seconds=s.seconds, report=report,
                 loss_objective=s.objective == "loss", retain=self.retain, model_factory=self.model_factory,
                 dataset=self.dataset, loss_fn=self.loss_fn, cancel=cancel, trust_pickle=self.trust_pickle,
+                inputs=self.inputs,
                 on_step=(lambda step, total: on_event("step", {"id": cid, "step": step, "total": total}))
                 if on_event is not None else None,
             )

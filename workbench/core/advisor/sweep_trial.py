@@ -7,20 +7,32 @@ with the candidate's plan and learning rate, the sweep's seed, data and budget, 
 each validation the objective goes to ``report(step, value)``; when that answers True (the
 pruner's decision) the run stops at the step boundary. After the run the metric on the
 retention data is measured, when the sweep has some.
+
+What every candidate starts from is built once per process (:class:`SweepInputs`): the model
+as the engine builds it, the training data and the retention data. Each candidate trains a
+deep copy of that model and reads the same datasets, from the random state the build left, so
+it trains exactly as ``workbench train`` with its plan and the sweep's seed would, without
+building the model and the data again.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import math
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from workbench.core.errors import WorkbenchError, first_line
+from workbench.core.plan import FreezePlan
+from workbench.core.training import setup as build
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data_common import DataError
 from workbench.core.training.data_sources import make_dataset
@@ -29,7 +41,7 @@ from workbench.core.training.metrics import StepMetrics
 from workbench.core.training.run_folder import check_save_folder
 from workbench.core.training.validation import Validation, evaluate
 
-__all__ = ["TrialOutcome", "metric_of", "open_retain", "train_candidate"]
+__all__ = ["SweepInputs", "TrialOutcome", "metric_of", "open_retain", "train_candidate"]
 
 #: Steps of a run whose budget is in seconds (it stops when the time is up).
 _UNBOUNDED_STEPS = 10**9
@@ -121,11 +133,74 @@ def open_retain(spec: str, config: TrainConfig, *, image_size: int = 224, num_cl
     return ds
 
 
-def _retention(trainer: Trainer, retain: str | Dataset[Any], loss_objective: bool) -> float | None:
+class SweepInputs:
+    """What every candidate of a sweep starts from, built once per process.
+
+    The model is built as the engine builds it (before its head is fitted to the data) and the
+    training data opened from the config, under the config's seed; each candidate gets a deep
+    copy of the model (:meth:`model`), the same dataset object and the random state the build
+    left, so it trains as a run that built them itself. Synthetic data is opened by each run
+    (it is generated, not read); a sweep with a ``model_factory`` or a dataset of its own, a
+    model named only by its plan files, or ``strategy="fsdp"`` builds per candidate as before.
+
+    Args:
+        config: the sweep's base config.
+        trust_pickle: allow pickled checkpoints.
+        build_once: build the model and data here (else only the retention data is kept).
+    """
+
+    def __init__(self, config: TrainConfig, *, trust_pickle: bool = False, build_once: bool = True) -> None:
+        self.config = config
+        self.trust_pickle = trust_pickle
+        self.build_once = build_once and self.applies(config)
+        self._built: build.BuiltModel | None = None
+        self.dataset: Dataset[Any] | None = None
+        self._retain: Dataset[Any] | None = None
+
+    @staticmethod
+    def applies(config: TrainConfig) -> bool:
+        """Whether a sweep of ``config`` builds its model and data once (see the class)."""
+        return config.model is not None and config.strategy != "fsdp"
+
+    def model(self) -> build.BuiltModel:
+        """A fresh copy of the model, built at the first call.
+
+        Returns:
+            The model for one candidate's run (hand it to the engine as ``model``).
+
+        Raises:
+            WorkbenchError: the model or the data cannot be built (each call tries again).
+        """
+        if self._built is None:
+            cfg = self.config
+            torch.manual_seed(cfg.seed)  # as the engine's setup: seed, model, data
+            random.seed(cfg.seed)
+            built = build.build_model(cfg, FreezePlan(), trust_pickle=self.trust_pickle)
+            if not cfg.data.strip().lower().startswith("synthetic"):
+                self.dataset = build.build_dataset(cfg, built)[0]
+            self._built = dataclasses.replace(built, rng_state=(torch.get_rng_state(), random.getstate()))
+        return dataclasses.replace(self._built, model=copy.deepcopy(self._built.model))
+
+    def retain(self, spec: str | Dataset[Any], trainer: Trainer) -> Dataset[Any]:
+        """The retention data, opened at the first call (as the run opens ``--retain``)."""
+        if not isinstance(spec, str):
+            return spec
+        if self._retain is None:
+            self._retain = open_retain(spec, trainer.config, image_size=trainer.image_size or 224,
+                                       num_classes=trainer.num_classes or 10, model=trainer.model)
+        return self._retain
+
+
+def _retention(trainer: Trainer, retain: str | Dataset[Any], loss_objective: bool,
+               inputs: SweepInputs | None) -> float | None:
     assert trainer.model is not None
     cfg = trainer.config
-    ds = retain if not isinstance(retain, str) else open_retain(
-        retain, cfg, image_size=trainer.image_size or 224, num_classes=trainer.num_classes or 10, model=trainer.model)
+    if inputs is not None:
+        ds = inputs.retain(retain, trainer)
+    else:
+        ds = retain if not isinstance(retain, str) else open_retain(
+            retain, cfg, image_size=trainer.image_size or 224, num_classes=trainer.num_classes or 10,
+            model=trainer.model)
     loader: DataLoader[Any] = DataLoader(ds, batch_size=cfg.batch_size, shuffle=False)
     v = evaluate(trainer.model, loader, trainer.loss_fn, trainer.device, metric=trainer.metric)
     return metric_of(v, loss_objective)
@@ -146,6 +221,7 @@ def train_candidate(
     cancel: threading.Event | None = None,
     on_step: Callable[[int, int], None] | None = None,
     trust_pickle: bool = False,
+    inputs: SweepInputs | None = None,
 ) -> TrialOutcome:
     """Train one candidate for the budget and measure it.
 
@@ -163,6 +239,8 @@ def train_candidate(
         cancel: set to stop this run at the next step boundary (status ``stopped``).
         on_step: ``on_step(step, total)`` after each reported step.
         trust_pickle: allow pickled checkpoints (only files the user trusts).
+        inputs: the sweep's model and data built once (where ``inputs.build_once``), and its
+            retention data opened once.
 
     Returns:
         The outcome.
@@ -200,6 +278,10 @@ def train_candidate(
     kwargs: dict[str, Any] = {"on_metrics": on_metrics, "trust_pickle": trust_pickle}
     if model_factory is not None:
         kwargs["model"] = model_factory()
+    elif inputs is not None and inputs.build_once:
+        kwargs["model"] = inputs.model()
+        if inputs.dataset is not None:
+            kwargs["dataset"] = inputs.dataset
     if dataset is not None:
         kwargs["dataset"] = dataset
     if loss_fn is not None:
@@ -232,7 +314,7 @@ def train_candidate(
             outcome.curve.append((result.steps, outcome.metric))
     if retain is not None:
         try:
-            outcome.retention = _retention(trainer, retain, loss_objective)
+            outcome.retention = _retention(trainer, retain, loss_objective, inputs)
         except WorkbenchError:
             raise
         except Exception as e:  # the model's output does not fit the retention data

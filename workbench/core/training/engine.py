@@ -95,8 +95,8 @@ class Trainer:
 
     Args:
         config: the run's settings (defaults: ``TrainConfig()``).
-        model: use this model instead of building ``config.model`` (its head is still
-            replaced when ``config.num_classes`` differs).
+        model: use this model instead of building ``config.model`` (its head is still replaced when
+            ``config.num_classes`` differs); a ``setup.BuiltModel``: as built (``setup.given_model``).
         plan: a :class:`FreezePlan` (or dict, or path) overriding ``config.plan``.
         dataset: a map-style dataset of ``(input, target)`` overriding ``config.data``.
         loss_fn: ``loss_fn(model_output, targets) -> loss``; default: ``config.loss``.
@@ -115,7 +115,7 @@ class Trainer:
         self,
         config: TrainConfig | None = None,
         *,
-        model: nn.Module | None = None,
+        model: nn.Module | build.BuiltModel | None = None,
         plan: FreezePlan | Mapping[str, Any] | str | os.PathLike[str] | None = None,
         dataset: Dataset[Any] | None = None,
         loss_fn: LossFn | None = None,
@@ -320,7 +320,7 @@ class Trainer:
         plan, self._base_dir = build.load_plan(self._plan_arg if self._plan_arg is not None else cfg.plan)
         self.full_plan = plan
         if self._model_arg is not None:
-            built = build.BuiltModel(self._model_arg, provided=True)
+            built = build.given_model(self._model_arg)
         else:
             built = build.build_model(cfg, plan, trust_pickle=self._trust_pickle)
         self.loss_fn, self.metric = build.build_task(cfg, self._loss_arg)

@@ -9,6 +9,7 @@ is built, not with this module.
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -138,6 +139,9 @@ class BuiltModel:
         own_head: the model brings a trained head of its own (``py:`` code, a Hugging Face
             folder, named weights or a checkpoint): synthetic data keeps it, as for a model
             handed in; only data whose class count differs replaces it.
+        rng_state: for a model built once for several runs (a sweep's candidates): the torch and
+            Python random states right after it and the run's data were built from the seed;
+            :func:`given_model` restores them, so each run draws what a run that built them draws.
     """
 
     model: nn.Module
@@ -147,6 +151,26 @@ class BuiltModel:
     provided: bool = False
     materialize_from: Path | None = None
     own_head: bool = False
+    rng_state: tuple[torch.Tensor, Any] | None = None
+
+
+def given_model(model: nn.Module | BuiltModel) -> BuiltModel:
+    """The model a caller handed to the run.
+
+    Args:
+        model: a module (then :attr:`BuiltModel.provided`), or a :class:`BuiltModel` built as
+            :func:`build_model` builds it (a sweep's copy of the model it built once), used as
+            it is: its ``rng_state``, when set, is restored.
+
+    Returns:
+        The model as the run takes it.
+    """
+    if not isinstance(model, BuiltModel):
+        return BuiltModel(model, provided=True)
+    if model.rng_state is not None:
+        torch.set_rng_state(model.rng_state[0])
+        random.setstate(model.rng_state[1])
+    return model
 
 
 def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = False) -> BuiltModel:
