@@ -110,7 +110,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--auto-freeze", action="store_true", default=None,
                    help="freeze the front blocks whose gradient norm has flattened, while training; the decisions "
                    "are written to auto_freeze.plan.json in the --save folder")
-    p.add_argument("--auto-freeze-every", type=int, metavar="N", help="with --auto-freeze: decide every N steps (default 50)")
+    p.add_argument("--auto-freeze-every", type=int, metavar="N", help="with --auto-freeze: decide every N steps (default: 5 %% of the run's steps, at least 10)")
     p.add_argument("--auto-freeze-threshold", type=float, metavar="X",
                    help="with --auto-freeze: a block has flattened when its mean gradient norm changed by less than "
                    "this share between two windows (default 0.1)")

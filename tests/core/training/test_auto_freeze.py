@@ -10,9 +10,17 @@ from typing import Any
 import pytest
 import torch
 import torchvision
+from torch import nn
 
 from workbench.core.plan.rules import FreezePlan
-from workbench.core.training.auto_freeze import PLAN_FILE, AutoFreezer, front_paths
+from workbench.core.training.auto_freeze import (
+    AUTO_EVERY_FLOOR,
+    AUTO_EVERY_SHARE,
+    PLAN_FILE,
+    AutoFreezer,
+    auto_interval,
+    front_paths,
+)
 from workbench.core.training.config import ConfigError, TrainConfig
 from workbench.core.training.engine import Trainer
 from workbench.core.training.fsdp import block_paths
@@ -83,6 +91,72 @@ def test_each_evaluation_says_what_it_found() -> None:
     auto.decide(9, plan)
     assert auto.take_events() == ["auto-freeze, step 10: nothing more to freeze (2 of 8 blocks frozen, the maximum "
                                   "is 25 %)"]
+
+
+def test_the_default_interval_is_a_share_of_the_run_with_a_floor() -> None:
+    assert [auto_interval(n) for n in (1, 100, 200, 300, 1000, 10_000)] == [10, 10, 10, 15, 50, 500]
+    assert auto_interval(None) == auto_interval(0) == 50  # the length is not known: the old fixed interval
+
+
+def _settling_run(steps: int, every: int | None = None) -> tuple[AutoFreezer, list[int]]:
+    """Four blocks whose gradient norms fall by 22 % every 5 % of a ``steps``-step run (``3 e^(-5 t)``,
+    t the share of the run done) until they settle at 10 %, 20 % and 50 % of the run (the fourth
+    never does), measured as the engine measures them; a decision freezes its blocks as the engine
+    would. Returns the freezer and the step each block froze at (-1: never)."""
+    model = nn.Sequential(*(nn.Linear(2, 2) for _ in range(4)))
+    blocks = ["0", "1", "2", "3"]
+    settle = [0.1, 0.2, 0.5, math.inf]
+    auto = AutoFreezer(model, blocks, every=every, threshold=0.1, max_fraction=1.0, total_steps=steps)
+    plan = FreezePlan()
+    frozen_at = [-1] * 4
+    for step in range(steps):
+        if step % auto.measure_every == 0:
+            norms = {b: 3 * math.exp(-5 * min(step / steps, s)) for b, s in zip(blocks, settle)}
+            auto.observe(_stats(step, norms))
+        new = auto.decide(step, plan)
+        if new is not None:
+            plan = new
+            for b in auto.decisions[-1].blocks:
+                model.get_submodule(b).requires_grad_(False)
+                frozen_at[blocks.index(b)] = step + 1
+    return auto, frozen_at
+
+
+@pytest.mark.parametrize("steps", [100, 300, 1000])
+def test_the_default_freezes_at_the_same_point_of_runs_of_any_length(steps: int) -> None:
+    auto, frozen_at = _settling_run(steps)
+    assert auto.every == auto_interval(steps)
+    share = [at / steps if at >= 0 else None for at in frozen_at]
+    # each block freezes within two intervals of settling (the two windows compared), in order; the
+    # fourth, still moving, never
+    assert share[0] is not None and share[1] is not None and share[0] < share[1] <= 0.4, frozen_at
+    assert share[2] is not None and 0.5 < share[2] <= 0.7, frozen_at
+    assert share[3] is None, frozen_at
+    if steps * AUTO_EVERY_SHARE >= AUTO_EVERY_FLOOR:  # above the floor the decisions fall at the same shares
+        assert share == [0.2, 0.3, 0.6, None], frozen_at
+
+
+def test_a_fixed_interval_decides_too_late_for_a_short_run() -> None:
+    """What the default replaces: every 50 steps, a 100-step run compares two windows once."""
+    _, fixed = _settling_run(100, every=50)
+    _, default = _settling_run(100)
+    assert fixed[0] == -1 and 0 < default[0] <= 40, (fixed, default)
+
+
+def test_the_first_evaluation_says_how_the_interval_was_chosen() -> None:
+    auto, _ = _settling_run(300)
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    first = AutoFreezer(model, ["0", "1"], every=None, threshold=0.1, max_fraction=1.0, total_steps=300)
+    first.observe(_stats(0, {"0": 1.0, "1": 1.0}))
+    first.decide(14, FreezePlan())
+    assert first.take_events() == ["auto-freeze, step 15: first window measured (2 blocks, every 15 steps: 5 % of "
+                                   "300, at least 10); the next evaluation compares with it"]
+    unknown = AutoFreezer(model, ["0", "1"], every=None, threshold=0.1, max_fraction=1.0)
+    unknown.observe(_stats(0, {"0": 1.0, "1": 1.0}))
+    unknown.decide(49, FreezePlan())
+    assert unknown.take_events() == ["auto-freeze, step 50: first window measured (2 blocks, every 50 steps: the "
+                                     "run's length is not known); the next evaluation compares with it"]
+    assert auto.summary()["every"] == 15
 
 
 @pytest.mark.parametrize("field, value", [

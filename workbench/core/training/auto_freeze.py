@@ -15,6 +15,12 @@ prefix (never a block after a trainable one), together with what runs before the
 of the blocks. Frozen modules are locked in eval mode (``eval: true``) so the prefix is
 deterministic and the cache applies.
 
+By default the interval scales with the run (:func:`auto_interval`): 5 % of its steps, at
+least 10. A fixed interval came too late for short runs (every 50 steps, a 100-step run
+compares its windows once, at its midpoint) and too often for long ones, where short windows
+are noise. As in FreezeOut (Brock et al., 2017), whose freezing schedule is a share of the
+training budget, a run of any length gets the same number of evaluations, 20.
+
 Each decision is a plan **stage** at the next step, handed to the trainer through
 :meth:`~workbench.core.training.engine.Trainer.request_plan` (the normal path: a plan-change
 event, a marker on the plots, the tree's rows turn frozen). The stages together are a plan
@@ -37,10 +43,32 @@ from torch import nn
 from workbench.core.plan.rules import FreezePlan, Rule, Stage
 from workbench.core.training.module_stats import ModuleStats
 
-__all__ = ["PLAN_FILE", "AutoFreezeDecision", "AutoFreezer", "front_paths"]
+__all__ = ["AUTO_EVERY_FLOOR", "AUTO_EVERY_SHARE", "PLAN_FILE", "AutoFreezeDecision", "AutoFreezer", "auto_interval",
+           "front_paths"]
 
 #: The file the decisions are written to, in the run's save folder.
 PLAN_FILE = "auto_freeze.plan.json"
+#: The default interval is this share of the run's steps ...
+AUTO_EVERY_SHARE = 0.05
+#: ... and at least this many steps (a window of a few gradient-norm measurements).
+AUTO_EVERY_FLOOR = 10
+#: The interval when the run's length is not known.
+AUTO_EVERY_UNKNOWN = 50
+
+
+def auto_interval(total_steps: int | None) -> int:
+    """The default decision interval of a run of ``total_steps`` steps.
+
+    Args:
+        total_steps: the run's steps (None or 0: not known).
+
+    Returns:
+        :data:`AUTO_EVERY_SHARE` of the steps, rounded, at least :data:`AUTO_EVERY_FLOOR`;
+        :data:`AUTO_EVERY_UNKNOWN` when the length is not known.
+    """
+    if not total_steps or total_steps < 1:
+        return AUTO_EVERY_UNKNOWN
+    return max(AUTO_EVERY_FLOOR, round(total_steps * AUTO_EVERY_SHARE))
 
 
 @dataclass
@@ -95,18 +123,27 @@ class AutoFreezer:
         model: the model (plan applied).
         blocks: the model's repeated blocks in execution order (see
             :func:`~workbench.core.training.fsdp.block_paths`).
-        every: decide every N steps.
+        every: decide every N steps; None: :func:`auto_interval` of ``total_steps``.
         threshold: a block has flattened when its mean gradient norm changed by less than
             this share between the last two windows.
         max_fraction: freeze at most this share of the blocks.
+        total_steps: the run's steps (for the default interval; None: not known).
 
     Raises:
         ValueError: no blocks, or settings out of range.
     """
 
-    def __init__(self, model: nn.Module, blocks: list[str], every: int, threshold: float, max_fraction: float) -> None:
+    def __init__(self, model: nn.Module, blocks: list[str], every: int | None, threshold: float, max_fraction: float,
+                 total_steps: int | None = None) -> None:
         if not blocks:
             raise ValueError("the model has no repeated blocks to freeze one by one")
+        #: how the interval was chosen, for the first evaluation's line ("" when it was given)
+        self.interval_source = ""
+        if every is None:
+            every = auto_interval(total_steps)
+            self.interval_source = (f"every {every} steps: {_pct(AUTO_EVERY_SHARE)} of {total_steps}, at least "
+                                    f"{AUTO_EVERY_FLOOR}" if total_steps else
+                                    f"every {every} steps: the run's length is not known")
         if every < 1 or not 0 < max_fraction <= 1 or not threshold > 0:
             raise ValueError("auto-freeze needs every >= 1, 0 < max fraction <= 1 and a threshold > 0")
         self.model = model
@@ -205,7 +242,8 @@ class AutoFreezer:
             return (f"nothing more to freeze ({start} of {len(self.blocks)} blocks frozen, the maximum is "
                     f"{_pct(self.max_blocks / len(self.blocks))})")
         if not previous:
-            return f"first window measured ({len(means)} blocks); the next evaluation compares with it"
+            how = f", {self.interval_source}" if self.interval_source else ""
+            return f"first window measured ({len(means)} blocks{how}); the next evaluation compares with it"
         candidates = self.blocks[start : self.max_blocks]
         change = {b: abs(means[b] - previous[b]) / previous[b] for b in candidates
                   if b in means and previous.get(b, 0) > 0}
@@ -221,6 +259,7 @@ class AutoFreezer:
     def summary(self) -> dict[str, Any]:
         """JSON-ready: the decisions and the blocks frozen."""
         return {
+            "every": self.every,
             "blocks": len(self.blocks),
             "frozen_blocks": sum(len(d.blocks) for d in self.decisions),
             "decisions": [{"at_step": d.at_step, "blocks": d.blocks, "changes": d.changes} for d in self.decisions],

@@ -154,7 +154,8 @@ class TrainConfig:
             device memory (RAM on the CPU).
         auto_freeze: freeze the front blocks whose gradient norm has flattened, while
             training (each decision a plan stage; see :mod:`workbench.core.training.auto_freeze`).
-        auto_freeze_every: decide every N steps.
+        auto_freeze_every: decide every N steps; None (the default): 5 % of the run's steps, at
+            least 10 (:func:`workbench.core.training.auto_freeze.auto_interval`).
         auto_freeze_threshold: a block has flattened when its mean gradient norm changed by
             less than this share between the last two windows of N steps.
         auto_freeze_max: freeze at most this share of the model's blocks (0 < f <= 1).
@@ -254,7 +255,7 @@ class TrainConfig:
     cache_budget: str | int | None = None
     # ---- auto-freeze (see workbench.core.training.auto_freeze)
     auto_freeze: bool = False
-    auto_freeze_every: int = 50
+    auto_freeze_every: int | None = None
     auto_freeze_threshold: float = 0.1
     auto_freeze_max: float = 0.75
     # ---- your own task: loss, metric, input shape (see losses.py, task_metrics.py, data_sources.py)
@@ -352,7 +353,7 @@ class TrainConfig:
             raise bad("cache_budget", str(e)) from None
         if not isinstance(self.auto_freeze, bool):
             raise bad("auto_freeze", f"must be true or false, got {self.auto_freeze!r}")
-        _positive_int(self, "auto_freeze_every", optional=False, bad=bad)
+        _positive_int(self, "auto_freeze_every", optional=True, bad=bad)
         v = self.auto_freeze_threshold
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v < float("inf"):
             raise bad("auto_freeze_threshold", f"must be a number > 0 (a share such as 0.1), got {v!r}")

@@ -384,7 +384,7 @@ class Trainer:
             if self.dist is not None:
                 raise ValueError("auto-freeze runs in one process, not under torchrun")
             return AutoFreezer(model, wfsdp.block_paths(model), cfg.auto_freeze_every, cfg.auto_freeze_threshold,
-                               cfg.auto_freeze_max)
+                               cfg.auto_freeze_max, total_steps=self.total_steps)
         except ValueError as e:
             if self.cache is not None:
                 self.cache.close()

@@ -75,7 +75,8 @@ class TrainingOptions:
             is exact (``TrainConfig.cache_frozen`` ``auto``; unchecked: ``off``).
         auto_freeze: freeze the front blocks whose gradient norm flattened, while training
             (``TrainConfig.auto_freeze``).
-        auto_freeze_every: decide every N steps (``TrainConfig.auto_freeze_every``).
+        auto_freeze_every: decide every N steps; 0: 5 % of the run's steps, at least 10
+            (``TrainConfig.auto_freeze_every`` None).
         auto_freeze_threshold: a block has flattened when its gradient norm changed by less
             than this share (``TrainConfig.auto_freeze_threshold``).
         auto_freeze_max: freeze at most this share of the blocks (``TrainConfig.auto_freeze_max``).
@@ -99,7 +100,7 @@ class TrainingOptions:
     tensorboard: bool = False
     cache_frozen: bool = True
     auto_freeze: bool = False
-    auto_freeze_every: int = 50
+    auto_freeze_every: int = 0
     auto_freeze_threshold: float = 0.1
     auto_freeze_max: float = 0.75
     columns: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -128,7 +129,7 @@ class TrainingOptions:
             "tensorboard_dir": TENSORBOARD_IN_RUN if self.tensorboard else None,
             "cache_frozen": "auto" if self.cache_frozen else "off",
             "auto_freeze": bool(self.auto_freeze),
-            "auto_freeze_every": max(1, int(self.auto_freeze_every)),
+            "auto_freeze_every": max(0, int(self.auto_freeze_every)) or None,
             **self.auto_freeze_shares(),
             **{f"{role}_column": self.columns.get(role, "").strip() or None for role in COLUMN_ROLES},
             "loss": self.loss.strip() or "cross_entropy",
@@ -178,7 +179,7 @@ class TrainingOptions:
         if not self.cache_frozen:
             parts.append("no frozen cache")
         if self.auto_freeze:
-            parts.append(f"auto-freeze every {self.auto_freeze_every}")
+            parts.append(f"auto-freeze every {self.auto_freeze_every}" if self.auto_freeze_every > 0 else "auto-freeze")
         if named := self.named_columns():
             parts.append("columns " + ", ".join(f"{r}={c}" for r, c in named.items()))
         if self.loss.strip() not in ("", "cross_entropy"):
@@ -239,10 +240,12 @@ class TrainingOptionsDialog(QDialog):
                                     "(a plan change, marked on the plots); the frozen part stays a prefix, so the cache "
                                     "can skip it")
         self.auto_every = QSpinBox(self)
-        self.auto_every.setRange(1, 10_000_000)
+        self.auto_every.setRange(0, 10_000_000)
         self.auto_every.setPrefix("every ")
         self.auto_every.setSuffix(" steps")
-        self.auto_every.setToolTip("How often auto-freeze compares each block's gradient norm with the window before")
+        self.auto_every.setSpecialValueText("every 5 % of the run")
+        self.auto_every.setToolTip("How often auto-freeze compares each block's gradient norm with the window before; "
+                                   "0: every 5 % of the run's steps, at least 10")
         self.auto_threshold = QSpinBox(self)
         self.auto_threshold.setRange(1, 1000)
         self.auto_threshold.setPrefix("threshold ")
@@ -358,7 +361,7 @@ class TrainingOptionsDialog(QDialog):
         self.tensorboard.setChecked(bool(o.tensorboard) and self.tensorboard.isEnabled())
         self.cache_frozen.setChecked(bool(o.cache_frozen))
         self.auto_freeze.setChecked(bool(o.auto_freeze))
-        self.auto_every.setValue(max(1, int(o.auto_freeze_every)))
+        self.auto_every.setValue(max(0, int(o.auto_freeze_every)))
         shares = o.auto_freeze_shares()
         self.auto_threshold.setValue(round(shares["auto_freeze_threshold"] * 100))
         self.auto_max.setValue(round(shares["auto_freeze_max"] * 100))
@@ -480,7 +483,8 @@ def options_tooltip(o: TrainingOptions) -> str:
     lines.append("TensorBoard: " + ("<run folder>/tensorboard" if o.tensorboard else "off"))
     lines.append("frozen-prefix cache: " + ("where exact" if o.cache_frozen else "off"))
     shares = o.auto_freeze_shares()
-    lines.append("auto-freeze: " + (f"every {o.auto_freeze_every} steps, threshold {shares['auto_freeze_threshold'] * 100:.0f} %, "
+    every = f"every {o.auto_freeze_every} steps" if o.auto_freeze_every > 0 else "every 5 % of the run's steps"
+    lines.append("auto-freeze: " + (f"{every}, threshold {shares['auto_freeze_threshold'] * 100:.0f} %, "
                                     f"at most {shares['auto_freeze_max'] * 100:.0f} % of the blocks" if o.auto_freeze else "off"))
     named = o.named_columns()
     lines.append("hf-dataset columns: " + (", ".join(f"{r} = {c}" for r, c in named.items()) if named else "text, label, image"))
