@@ -139,6 +139,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("workbench.core.plan.rules", "workbench.core.freezing.state_reader"): "FreezePlan.from_model",
     ("workbench.core.training.engine", "workbench.core.runs.record"): "the engine writes the run record (run.json) "
     "into the save folder; record.py imports nothing of training",
+    ("workbench.core.export.from_run", "workbench.core.runs.store"): "export --run reads a run folder with the "
+    "reader `workbench runs` uses (one reader, one set of refusals); core/runs imports nothing of export",
+    ("workbench.core.export.from_run", "workbench.core.runs.record"): "the reader's refusal (RunStoreError)",
 }
 
 

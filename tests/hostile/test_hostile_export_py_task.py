@@ -8,6 +8,7 @@ import ast
 import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,6 +21,11 @@ from workbench.core.training.config import TrainConfig
 MODEL = {"source": "torchvision", "name": "resnet18", "num_classes": 4}
 
 
+def _record(config: dict[str, Any]) -> dict[str, Any]:
+    """An app run's ``run.json`` with ``config``."""
+    return {"format": "workbench-run", "version": 1, "id": "run", "name": "#1", "config": config, "plan": {"rules": []}}
+
+
 @pytest.mark.parametrize("field", ["data", "loss", "metric"])
 def test_py_code_named_by_a_run_record_is_refused_and_never_runs(field: str, tmp_path: Path):
     marker = tmp_path / "ran"
@@ -28,7 +34,7 @@ def test_py_code_named_by_a_run_record_is_refused_and_never_runs(field: str, tmp
     folder = tmp_path / "run"
     folder.mkdir()
     config = {"model": MODEL, "data": "synthetic:16", "steps": 2, "val_every": 1, field: f"py:{code}:f"}
-    (folder / "run.json").write_text(json.dumps({"format": "workbench-run", "config": config, "plan": {"rules": []}}))
+    (folder / "run.json").write_text(json.dumps(_record(config)))
     saved = load_run(folder)
     with pytest.raises(ExportError) as info:
         render_script(saved.plan, saved.spec, config=saved.config)
@@ -67,7 +73,7 @@ def test_export_run_refuses_the_records_py_data_until_it_is_typed(tmp_path: Path
     folder = tmp_path / "run"
     folder.mkdir()
     config = {"model": MODEL, "data": f"py:{code}:data", "steps": 2}
-    (folder / "run.json").write_text(json.dumps({"format": "workbench-run", "config": config, "plan": {"rules": []}}))
+    (folder / "run.json").write_text(json.dumps(_record(config)))
     dest = tmp_path / "out.py"
     rc = main(["export", "--run", str(folder), "--to", str(dest)])
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]

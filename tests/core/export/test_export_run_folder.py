@@ -74,18 +74,22 @@ def test_an_app_run_record_exports(saved_run, tmp_path):
 
 def test_bad_run_folders_are_one_line_each(saved_run, tmp_path):
     folder, _ = saved_run
-    with pytest.raises(ExportError, match="is not a folder"):
+    # the refusals of the run reader `workbench runs` and the app use, each one line naming the folder
+    with pytest.raises(ExportError, match="missing: does not exist"):
         load_run(tmp_path / "missing")
-    with pytest.raises(ExportError, match="holds no run"):
+    with pytest.raises(ExportError, match="not a run folder"):
         load_run(tmp_path)
     moved = tmp_path / "moved"
     moved.mkdir()
-    config = json.loads((folder / "run" / "config.json").read_text())
-    (moved / "config.json").write_text(json.dumps({**config, "plan": "no_such_plan.json"}))
+    record = json.loads((folder / "run" / "run.json").read_text())
+    record["config"] = {**record["config"], "plan": "no_such_plan.json"}
+    (moved / "run.json").write_text(json.dumps(record))
     with pytest.raises(ExportError, match="plan file 'no_such_plan.json' is not found"):
         load_run(moved)
     assert load_run(moved, plan=FreezePlan()).plan.rules == []  # --plan gives it
-    (moved / "config.json").unlink()
     (moved / "run.json").write_text(json.dumps({"format": "something-else"}))
-    with pytest.raises(ExportError, match="not a workbench run record"):
+    with pytest.raises(ExportError, match="not a workbench run file"):
+        load_run(moved)
+    (moved / "run.json").write_text(json.dumps({**record, "version": 99}))
+    with pytest.raises(ExportError, match="newer than this app reads"):  # what `workbench runs` refuses too
         load_run(moved)

@@ -1,17 +1,15 @@
 """The run a saved run folder holds, as the exporter needs it: plan, model spec and config.
 
-Two folder formats hold a run:
-
-- ``workbench train --save DIR``: ``config.json`` (the :class:`TrainConfig`) beside the run's
-  files; the config names the plan (a dict, or a plan file read relative to the working
-  directory, then to the folder's parent) and the model;
-- the app's run store: ``run.json`` (``format: workbench-run``) with the config, the plan the
-  run started with and the model's spec.
+The folder is read by :func:`workbench.core.runs.store.open_run`, the reader ``workbench runs``
+and the app use (an app run's ``run.json``, a ``workbench train --save DIR`` folder's ``run.json``
+or, written by an earlier version, its ``summary.json`` and ``config.json``): a folder it refuses
+is refused here with its line. The run's config names the plan (a dict, or a plan file read
+relative to the working directory, then to the folder's parent, then to the folder); a config
+without one exports the plan the record says the run started with.
 
 A run with auto-freeze is exported from ``auto_freeze.plan.json`` (its decisions as stages)
-with auto-freeze off: the same steps, replayed. Files are read through the bounded JSON reader;
-nothing in a run folder runs code (a ``py:`` model named there is built only when the caller
-names it again).
+with auto-freeze off: the same steps, replayed. Nothing in a run folder runs code (a ``py:``
+model, data, loss or metric named there is used only when the caller names it again).
 """
 
 from __future__ import annotations
@@ -21,11 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.core import safe_json
 from workbench.core.errors import WorkbenchError
 from workbench.core.export.common import ExportError
 from workbench.core.models.spec import ModelSpec
 from workbench.core.plan.rules import FreezePlan
+from workbench.core.runs.record import RunStoreError
+from workbench.core.runs.store import open_run
 from workbench.core.training.auto_freeze import PLAN_FILE as AUTO_FREEZE_PLAN
 from workbench.core.training.config import CODE_FIELDS, TrainConfig
 
@@ -47,13 +46,6 @@ class SavedRun:
     spec: ModelSpec
     config: TrainConfig
     base_dir: Path
-
-
-def _read(path: Path, what: str) -> Any:
-    try:
-        return safe_json.loads(safe_json.read_text(path, what=what), what=what)
-    except (safe_json.JsonInputError, ValueError, OSError, UnicodeDecodeError) as e:
-        raise ExportError(f"cannot read {what} {path}: {str(e).splitlines()[0][:200]}") from None
 
 
 def _plan_of(raw: Any, folder: Path) -> tuple[FreezePlan, Path]:
@@ -105,36 +97,25 @@ def load_run(folder: str | os.PathLike[str], *, plan: FreezePlan | None = None) 
         The run.
 
     Raises:
-        ExportError: not a run folder, an unreadable or invalid file, a plan file not found.
+        ExportError: what :func:`~workbench.core.runs.store.open_run` refuses (not a run folder,
+            an unreadable run file), an invalid config, a plan file not found.
     """
     p = Path(folder).expanduser()
-    if not p.is_dir():
-        raise ExportError(f"--run {p} is not a folder; give a run folder (workbench train --save DIR, or the app's runs)")
+    try:
+        record = open_run(p)
+    except RunStoreError as e:
+        raise ExportError(f"--run {e}") from None
     origin = f"run folder {p}"
-    model_block: dict[str, Any] | None = None
-    if (p / "config.json").is_file():
-        try:
-            config = TrainConfig.load(p / "config.json")
-        except WorkbenchError as e:
-            raise ExportError(str(e)) from None
-        raw_plan: Any = config.plan
-    elif (p / "run.json").is_file():
-        record = _read(p / "run.json", "run record")
-        if not isinstance(record, dict) or record.get("format") != "workbench-run":
-            raise ExportError(f"{p / 'run.json'} is not a workbench run record")
-        try:
-            config = TrainConfig.from_dict(record.get("config") or {})
-        except WorkbenchError as e:
-            raise ExportError(f"{p / 'run.json'}: {e}") from None
-        named: dict[str, Any] = record["config"] if isinstance(record.get("config"), dict) else {}
-        config.__dict__["_code_origins"] = {  # py: data, loss, metric the record names run only when typed
-            name: origin for name in CODE_FIELDS[1:] if isinstance(named.get(name), str)}
-        raw_plan = record.get("plan")
-        model = record.get("model")
-        block = model.get("spec") if isinstance(model, dict) else None
-        model_block = block if isinstance(block, dict) else None
-    else:
-        raise ExportError(f"{p} holds no run (no config.json or run.json); give a run folder")
+    try:
+        config = TrainConfig.from_dict(record.config)
+    except WorkbenchError as e:
+        raise ExportError(f"{origin}: {e}") from None
+    config.__dict__["_code_origins"] = {  # py: data, loss, metric the record names run only when typed
+        name: origin for name in CODE_FIELDS[1:] if isinstance(record.config.get(name), str)}
+    named_plan = record.config.get("plan")
+    raw_plan: Any = named_plan if isinstance(named_plan, (str, dict)) else (record.plan or None)
+    block = record.model.get("spec")
+    model_block = block if isinstance(block, dict) else None
     if plan is not None:
         the_plan, base = plan, p
     elif config.auto_freeze and (p / AUTO_FREEZE_PLAN).is_file():  # the decisions, replayed as stages
