@@ -22,8 +22,9 @@ if TYPE_CHECKING:
 __all__ = ["UNPAINTED_START_MS", "app_icon", "create_application", "main"]
 
 #: Start-up imports begin once the first window is painted, or after this many milliseconds
-#: when it is not (a minimized window, a platform that paints nothing).
-UNPAINTED_START_MS = 1000
+#: when it is not (a minimized window, a platform that paints nothing); on a busy machine the
+#: first paint can take well over a second.
+UNPAINTED_START_MS = 2000
 
 
 def app_icon() -> QIcon:
