@@ -67,11 +67,13 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.models.sources import default_input_size
 from workbench.core.plan import FreezePlan
+from workbench.core.runs.sweeps import sweeps_folder
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.metrics import fmt_memory
 from workbench.gui import dialogs
 from workbench.gui.advisor.budget import device_budget, format_budget
 from workbench.gui.advisor.chart import FrontChart
+from workbench.gui.advisor.resume import ResumeButton
 from workbench.gui.advisor.sweep_chart import SweepChart
 from workbench.gui.advisor.train_each import (
     AUTO_FREEZE,
@@ -247,6 +249,8 @@ class SuggestDialog(QDialog):
                            "fill in with the metric, retention, time and peak as candidates finish")
         self.train_button.setToolTip(self.train_off_reason() or self._train_tip)
         self.train_button.clicked.connect(self.train_each)
+        self.resume_button = ResumeButton(self, self)
+        self._resuming = False
         self.cancel_button = QPushButton("Cancel", self)
         self.cancel_button.setToolTip("Stop measuring at the next training step (or once the model being built is "
                                       "built); the rows measured so far stay")
@@ -261,8 +265,8 @@ class SuggestDialog(QDialog):
         close.clicked.connect(self.reject)
         buttons = QHBoxLayout()
         buttons.addWidget(self.progress, 1)
-        for b in (self.measure_button, self.train_button, self.cancel_button, self.save_button, self.apply_button,
-                  close):
+        for b in (self.measure_button, self.train_button, self.resume_button, self.cancel_button, self.save_button,
+                  self.apply_button, close):
             buttons.addWidget(b)
 
         layout = QVBoxLayout(self)
@@ -496,6 +500,7 @@ class SuggestDialog(QDialog):
         self.save_button.setEnabled(have)
         self.measure_button.setEnabled(self.advice is not None and not self.busy and not self.measure_off_reason())
         self.train_button.setEnabled(self.advice is not None and not self.busy and not self.train_off_reason())
+        self.resume_button.setEnabled(self.train_button.isEnabled())
         self.steps.setEnabled(not self.busy)
         self.retain.setEnabled(not self.busy)
         self.budget.setEnabled(not self.busy)
@@ -717,12 +722,67 @@ class SuggestDialog(QDialog):
                            steps=self.steps.value(), epochs=None, log_every=1, save_dir=None, metrics_path=None,
                            tensorboard_dir=None, allow_download=False, auto_freeze=False)
 
-    def train_each(self) -> bool:
+    def _sweep_rows(self) -> tuple[list[int], str]:
+        """The table's rows *Train each* trains (they fit the budget and the memory available), or why none."""
+        advice = self.advice
+        assert advice is not None
+        memory = device_memory(self._device)
+        rows = [i for i in self.table_indices() if (advice.auto_freeze.fits and advice.auto_freeze.peak_bytes <= memory.available
+                if i == AUTO_FREEZE and advice.auto_freeze is not None
+                else advice.assessed[i].fits and advice.assessed[i].memory.peak <= memory.available)]
+        why = "" if rows else (f"Nothing to train: no candidate fits in {fmt_bytes(advice.budget_bytes)} and the "
+                               f"{fmt_bytes(memory.available)} of {memory.what} on {memory.device}.")
+        return rows, why
+
+    def _sweep_candidates(self, rows: list[int]) -> tuple[TrainConfig, list[Any]]:
+        """The sweep's settings and its candidates, one per row (raises WorkbenchError on bad settings)."""
+        from workbench.core.advisor.sweep import cross_learning_rates
+        from workbench.core.advisor.sweep_candidates import auto_freeze_choice
+
+        advice = self.advice
+        assert advice is not None
+        cfg = self._learning_config(advice)
+        return cfg, cross_learning_rates([auto_freeze_choice(advice.auto_freeze)
+                                          if i == AUTO_FREEZE and advice.auto_freeze is not None
+                                          else (advice.assessed[i].candidate.name, advice.assessed[i].candidate.plan, {})
+                                          for i in rows], [cfg.lr])
+
+    def _runs_dir(self) -> Path:
+        from workbench.gui.training.runs_tab import default_runs_dir
+
+        return self._runs_folder or default_runs_dir()
+
+    def sweeps_dir(self) -> Path:
+        """The app's folder of sweeps, beside its runs folder (``<runs>/../sweeps``)."""
+        return sweeps_folder(self._runs_dir())
+
+    def say(self, text: str) -> None:
+        """Show one line in the status."""
+        self.status.setText(text)
+
+    def sweep_identity(self) -> dict[str, Any] | str:
+        """The sweep *Train each* would run now (:meth:`TrainEach.identity`), or why there is none (one line)."""
+        if self.advice is None or self.train_off_reason():
+            return self.train_off_reason() or "Suggest first"
+        rows, nothing = self._sweep_rows()
+        if not rows:
+            return nothing
+        try:
+            cfg, candidates = self._sweep_candidates(rows)
+            return self.trainer.identity(candidates, cfg, steps=self.steps.value(),
+                                         retain=self.retain.text().strip() or None)
+        except WorkbenchError as e:
+            return str(e)
+
+    def train_each(self, folder: Path | None = None) -> bool:
         """Train each candidate that fits for the same steps on a worker thread (a plan sweep).
 
         The candidates are the table's rows that fit the budget and whose predicted peak is within
         the memory the device has available. Each row's learning columns fill in as its candidate
         finishes; the *Learning* chart is redrawn each time.
+
+        Args:
+            folder: a sweep folder to resume (its done rows fill at once, the rest train); None: a new one.
 
         Returns:
             True when the sweep started (False: nothing to train, bad settings, or busy; the
@@ -735,26 +795,15 @@ class SuggestDialog(QDialog):
         if off:
             self.status.setText(off)
             return False
-        memory = device_memory(self._device)
-        rows = [i for i in self.table_indices() if (advice.auto_freeze.fits and advice.auto_freeze.peak_bytes <= memory.available
-                if i == AUTO_FREEZE and advice.auto_freeze is not None
-                else advice.assessed[i].fits and advice.assessed[i].memory.peak <= memory.available)]
+        rows, nothing = self._sweep_rows()
         if not rows:
-            self.status.setText(f"Nothing to train: no candidate fits in {fmt_bytes(advice.budget_bytes)} and the "
-                                f"{fmt_bytes(memory.available)} of {memory.what} on {memory.device}.")
+            self.status.setText(nothing)
             return False
-        from workbench.core.advisor.sweep import cross_learning_rates
-        from workbench.core.advisor.sweep_candidates import auto_freeze_choice
         from workbench.gui.training.code_confirm import confirm_task_code
-        from workbench.gui.training.runs_tab import default_runs_dir
 
         try:
-            cfg = self._learning_config(advice)
-            candidates = cross_learning_rates([auto_freeze_choice(advice.auto_freeze)
-                                               if i == AUTO_FREEZE and advice.auto_freeze is not None
-                                               else (advice.assessed[i].candidate.name, advice.assessed[i].candidate.plan,
-                                                     {}) for i in rows], [cfg.lr])
-            folder = sweep_folder(self._runs_folder or default_runs_dir())
+            cfg, candidates = self._sweep_candidates(rows)
+            folder = folder or sweep_folder(self._runs_dir())
             work = self.trainer.work(candidates, cfg, steps=self.steps.value(), folder=folder, model=model,
                                      model_lock=self._c.model_lock, retain=self.retain.text().strip() or None,
                                      dataset=self._dataset)
@@ -769,6 +818,7 @@ class SuggestDialog(QDialog):
             return False
         self._swept = {c.id: i for c, i in zip(candidates, rows, strict=True)}
         self._running = ""
+        self._resuming = folder.exists()
         self.sweep_chart.set_report(None)
         self._show_learning(retain=bool(self.retain.text().strip()))
         self._fill()
@@ -780,7 +830,8 @@ class SuggestDialog(QDialog):
         self.cancel_button.setEnabled(True)
         left_out = len([i for i in self.table_indices() if i not in rows])
         skipped = f"; {left_out} left out: above the budget or the memory available" if left_out else ""
-        self.status.setText(f"Training {len(rows)} candidates for {self.steps.value()} steps each in {folder}"
+        verb = "Resuming" if self._resuming else "Training"
+        self.status.setText(f"{verb} {len(rows)} candidates for {self.steps.value()} steps each in {folder}"
                             f"{skipped} …")
         self._start(work, self._train_done)
         return True
@@ -818,6 +869,8 @@ class SuggestDialog(QDialog):
         """A sweep event on the GUI thread: progress, a row marked training, or a row filled."""
         if kind == "finished":
             self.sweepRunsWritten.emit()
+        if kind == "resumed":  # the rows done in the folder fill at once
+            data = {**data, "id": next(iter(self._swept), None)}
         advice = self.advice
         if advice is None or data.get("id") not in self._swept:
             return
@@ -832,7 +885,7 @@ class SuggestDialog(QDialog):
             item = self.table.item(row, len(COLUMNS) + LEARNING_COLUMNS.index("stopped early"))
             if item is not None:
                 item.setText("training …")
-        elif kind == "finished":
+        elif kind in ("finished", "resumed"):
             report = data.get("report")
             if report is not None:
                 self.trainer.report = report
@@ -852,7 +905,9 @@ class SuggestDialog(QDialog):
         self.sweepRunsWritten.emit()
         total = len(self._swept)
         if report is None:
-            self.status.setText(f"Train each failed after {self.trained_rows()} of {total} candidates: {error}")
+            resume = self._resuming and not details and self.trained_rows() == 0  # another sweep's folder, a bad study
+            self.status.setText(f"Not resumed: {error}" if resume else
+                                f"Train each failed after {self.trained_rows()} of {total} candidates: {error}")
             return
         self.trainer.report = report
         self.sweep_chart.set_report(report)
@@ -862,7 +917,7 @@ class SuggestDialog(QDialog):
                 self._set_learning(r, i)
         if cancelled and self.trained_rows() < total:
             self.status.setText(f"Cancelled: {self.trained_rows()} of {total} candidates trained; the rows trained "
-                                f"so far stay (runs in {self.trainer.folder}).")
+                                f"so far stay (runs in {self.trainer.folder}); Resume trains the rest.")
             return
         rec = report.rows[report.recommended] if report.recommended is not None else None
         if rec is not None and advice is not None and rec.id in self._swept:

@@ -7,6 +7,11 @@ halving stops the weak ones early. The sweep's events come back to the GUI threa
 signal (:attr:`TrainEach.changed`); the dialog fills each row as its candidate finishes (:func:`learning_cells`) and
 redraws the chart. *Cancel* sets a flag the run reads after every step, so it stops within
 one step.
+
+A sweep given an existing folder resumes it (:mod:`workbench.gui.advisor.resume`): the
+candidates done there are not trained again, and their rows fill at once (a ``resumed``
+event with the report); the rest train. Each folder keeps a note of its sweep
+(``identity.json``) and its report, written again as each candidate finishes.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from workbench.core.advisor.auto_freeze_option import AutoFreezeOption
 from workbench.core.advisor.profile import InputShape
 from workbench.core.advisor.sweep_report import SweepReport, SweepRow
 from workbench.core.formatting import fmt_count
+from workbench.core.runs.sweeps import sweeps_folder
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.metrics import fmt_memory
 
@@ -60,7 +66,7 @@ def sweep_folder(runs_folder: Path) -> Path:
     Returns:
         The folder (not created).
     """
-    base = runs_folder.parent / "sweeps"
+    base = sweeps_folder(runs_folder)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     folder, n = base / stamp, 1
     while folder.exists():
@@ -160,7 +166,8 @@ class TrainEach(QObject):
 
     Attributes:
         changed: ``(kind, data)``, emitted on the worker thread and received on the GUI thread: ``started`` ({id, name}), ``step`` ({id, step,
-            total}), ``finished`` ({id, row, report}).
+            total}), ``finished`` ({id, row, report}), ``resumed`` ({report, queued}: a folder with candidates
+            done, once its study is open).
         cancel: set to stop at the next step (the candidate training then is left unfinished).
         report: the last report (None before the first candidate finishes).
         folder: the sweep's folder (None before the first sweep).
@@ -194,15 +201,14 @@ class TrainEach(QObject):
         Raises:
             SweepError: bad settings (a budget of 0, no candidate), raised here, before any thread.
         """
-        from workbench.core.advisor.sweep import Sweep, SweepSettings, opened
-
-        settings = SweepSettings(steps=steps, eval_every=max(1, steps // 10)).validate()
+        from workbench.core.advisor.sweep import opened
+        from workbench.gui.advisor.resume import DONE, write_identity
 
         def build() -> Any:
             with model_lock:  # a run or a check may be changing the loaded model
                 return copy.deepcopy(model)
 
-        sweep = Sweep(folder, candidates, config, settings, retain=retain, model_factory=build, dataset=dataset)
+        sweep = self._sweep(folder, candidates, config, steps, retain, model_factory=build, dataset=dataset)
         emit, cancel = self.changed.emit, self.cancel
         cancel.clear()
         self.folder, self.report = folder, None
@@ -210,6 +216,7 @@ class TrainEach(QObject):
         def on_event(kind: str, data: dict[str, Any]) -> None:
             if kind == "finished":
                 data = {**data, "report": sweep.report()}
+                sweep.write_report(data["report"])  # a kill now still leaves the rows done for a resume
             emit(kind, data)
 
         def run() -> SweepReport:
@@ -217,10 +224,40 @@ class TrainEach(QObject):
                 from workbench.core.advisor.sweep_trial import open_retain
 
                 open_retain(retain, config, image_size=config.image_size or 224, num_classes=config.num_classes or 10)
-            with opened(sweep):
+            with opened(sweep) as queued:
+                write_identity(folder, sweep.identity())
+                before = sweep.report()
+                if any(r.status in DONE for r in before.rows):  # a resumed sweep: its done rows fill now
+                    emit("resumed", {"report": before, "queued": queued})
                 sweep.work(cancel=cancel, on_event=on_event)
                 report = sweep.report()
                 sweep.write_report(report)
             return report
 
         return run
+
+    @staticmethod
+    def _sweep(folder: Path, candidates: Sequence[Any], config: TrainConfig, steps: int, retain: str | None,
+               **kwargs: Any) -> Any:
+        from workbench.core.advisor.sweep import Sweep, SweepSettings
+
+        settings = SweepSettings(steps=steps, eval_every=max(1, steps // 10)).validate()
+        return Sweep(folder, candidates, config, settings, retain=retain, **kwargs)
+
+    def identity(self, candidates: Sequence[Any], config: TrainConfig, *, steps: int,
+                 retain: str | None = None) -> dict[str, Any]:
+        """What makes a sweep of these candidates and settings the same sweep (a folder to resume must hold it).
+
+        Args:
+            candidates: as :meth:`work`.
+            config: as :meth:`work`.
+            steps: as :meth:`work`.
+            retain: as :meth:`work`.
+
+        Returns:
+            :meth:`Sweep.identity <workbench.core.advisor.sweep.Sweep.identity>`.
+
+        Raises:
+            SweepError: bad settings or no candidate.
+        """
+        return dict(self._sweep(Path(), candidates, config, steps, retain).identity())
