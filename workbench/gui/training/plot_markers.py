@@ -2,6 +2,9 @@
 the layout of their labels.
 
 Markers closer than :data:`MERGE_FRACTION` of the x range share one label (``"3 changes"``).
+Auto-freeze evaluations are faint ticks without a label; a run that decides often (every step of a
+long run) draws at most :data:`MAX_TICK_LINES` of them: neighbours merge into one line whose
+tooltip counts them (the run's events and the status line still say each).
 Labels are laid out so that none overlaps another: each label goes right of its line when it
 fits before the next marker line, else left of it, else to the edge of the plot; a label that
 would overlap one already placed takes the next free height (:data:`LABEL_SLOTS`); a label
@@ -22,7 +25,8 @@ from PySide6.QtGui import QColor, QFont, QFontMetricsF
 
 from workbench.gui.training.plot_style import pen
 
-__all__ = ["EVALUATION_HEAD", "LABEL_SLOTS", "MERGE_FRACTION", "Marker", "MarkerLayer", "STAGE_RE", "marker_text"]
+__all__ = ["EVALUATION_HEAD", "LABEL_SLOTS", "MAX_TICK_LINES", "MERGE_FRACTION", "Marker", "MarkerLayer", "STAGE_RE",
+           "marker_text"]
 
 _MARKER_STYLE = {
     "change": ((230, 120, 0), Qt.PenStyle.SolidLine),
@@ -36,6 +40,9 @@ _MARKER_STYLE = {
 EVALUATION_HEAD = "auto-freeze, step "
 #: Markers closer than this share of the x range share one label ("3 changes").
 MERGE_FRACTION = 0.06
+#: Most auto-freeze tick lines on a plot: past it, each two neighbouring lines become one (a line
+#: then stands for 2, 4, 8 ... evaluations in a row, and says how many in its tooltip).
+MAX_TICK_LINES = 48
 #: Rows of marker labels, tried in turn: from the top (after freezing, step time, memory and
 #: trainable parameters drop, so the space above the newer data is free), one label height
 #: apart; on the trainable count (a step function at the top and bottom of its plot) from
@@ -137,6 +144,10 @@ class MarkerLayer:
         self.font = font
         self.markers: list[Marker] = []
         self.x_mode = "step"
+        #: The auto-freeze evaluations, in the order added; the first of each run of
+        #: :attr:`_per_tick_line` of them holds the lines that stand for the run.
+        self._ticks: list[Marker] = []
+        self._per_tick_line = 1
 
     def _x(self, m: Marker) -> float | None:
         return m.step if self.x_mode == "step" else m.wall
@@ -156,23 +167,75 @@ class MarkerLayer:
         Returns:
             The marker.
         """
-        color, style = _MARKER_STYLE.get(kind, _MARKER_STYLE["change"])
         marker = Marker(step, wall, label, full or label, kind, stage)
-        faint = kind == "tick"
+        self.markers.append(marker)
+        if kind == "tick":  # no label: nothing to lay out
+            self._add_tick(marker)
+            return marker
+        self._draw(marker)
+        self.layout()
+        return marker
+
+    def _draw(self, marker: Marker) -> None:
+        """Give a marker its line on every plot, at its x."""
+        color, style = _MARKER_STYLE.get(marker.kind, _MARKER_STYLE["change"])
+        faint = marker.kind == "tick"
         for key in self.plots:
             line = pg.InfiniteLine(
-                angle=90, movable=False, pen=pen(color, 1.0, style, alpha=110) if faint else pen(color, 1.5, style), label=label,
-                labelOpts={"position": 0.9, "color": QColor(*color), "movable": False},
+                angle=90, movable=False, pen=pen(color, 1.0, style, alpha=110) if faint else pen(color, 1.5, style),
+                label=marker.label, labelOpts={"position": 0.9, "color": QColor(*color), "movable": False},
             )
             line.label.setFont(self.font)
             line.setToolTip(marker.full)
             line.setZValue(-21 if faint else -20)  # under every curve: a label never hides data
             self.plots[key].addItem(line, ignoreBounds=True)
             marker.lines.append(line)
-        self.markers.append(marker)
         self.place(marker)
-        self.layout()
-        return marker
+
+    def _undraw(self, marker: Marker) -> None:
+        for key, line in self._lines(marker):
+            self.plots[key].removeItem(line)
+        marker.lines.clear()
+
+    # ------------------------------------------------------------ auto-freeze ticks
+    def tick_lines(self) -> int:
+        """How many tick lines each plot draws (at most :data:`MAX_TICK_LINES`)."""
+        return sum(1 for m in self._ticks if m.lines)
+
+    def _add_tick(self, marker: Marker) -> None:
+        self._ticks.append(marker)
+        n = len(self._ticks) - 1
+        if n % self._per_tick_line == 0:  # it starts a line of its own
+            self._draw(marker)
+            if self.tick_lines() > MAX_TICK_LINES:
+                self._per_tick_line *= 2
+                for i, m in enumerate(self._ticks):
+                    if m.lines and i % self._per_tick_line:  # the second of two neighbours: merged into the first
+                        self._undraw(m)
+                for i in range(0, len(self._ticks), self._per_tick_line):
+                    self._tick_tooltip(i)
+                return
+        self._tick_tooltip(n - n % self._per_tick_line)
+
+    def _tick_tooltip(self, first: int) -> None:
+        """The tooltip of the tick line the evaluations from index ``first`` share."""
+        group = self._ticks[first:first + self._per_tick_line]
+        head = group[0]
+        if len(group) == 1:
+            tip = head.full
+        else:
+            tip = (f"{len(group)} auto-freeze evaluations, steps {group[0].step:g}–{group[-1].step:g} (the run's "
+                   f"events list each); the last:\n{group[-1].full}")
+        for line in head.lines:
+            line.setToolTip(tip)
+
+    def _redraw_ticks(self) -> None:
+        """Draw the ticks again from the first (after one was taken off)."""
+        ticks, self._ticks, self._per_tick_line = self._ticks, [], 1
+        for m in ticks:
+            self._undraw(m)
+        for m in ticks:
+            self._add_tick(m)
 
     def groups(self) -> list[list[Marker]]:
         """The shown markers grouped as their labels are: markers closer than
@@ -279,11 +342,13 @@ class MarkerLayer:
 
     def remove(self, m: Marker) -> None:
         """Take a marker off every plot."""
-        for key, line in self._lines(m):
-            self.plots[key].removeItem(line)
-        m.lines.clear()
+        self._undraw(m)
         if m in self.markers:
             self.markers.remove(m)
+        if m in self._ticks:
+            self._ticks.remove(m)
+            self._redraw_ticks()
+            return
         self.layout()
 
     def remove_planned(self, stage: int) -> None:
@@ -293,6 +358,10 @@ class MarkerLayer:
 
     def clear(self) -> None:
         """Remove every marker."""
+        for m in self._ticks:
+            self._undraw(m)
+        self._ticks, self._per_tick_line = [], 1
+        self.markers[:] = [m for m in self.markers if m.kind != "tick"]
         for m in list(self.markers):
             self.remove(m)
 
