@@ -13,7 +13,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -34,6 +34,9 @@ from workbench.core.training.data import (
 from workbench.core.training.data_sources import make_dataset
 from workbench.core.training.user_data import UserDataset, sample_shape
 from workbench.core.training.validation import ValidationError, holdout_split
+
+if TYPE_CHECKING:
+    from workbench.core.models.spec import ModelSpec
 
 __all__ = [
     "BuiltModel",
@@ -142,6 +145,7 @@ class BuiltModel:
         rng_state: for a model built once for several runs (a sweep's candidates): the torch and
             Python random states right after it and the run's data were built from the seed;
             :func:`given_model` restores them, so each run draws what a run that built them draws.
+        spec: the model spec it was built from (None: a model handed in).
     """
 
     model: nn.Module
@@ -152,6 +156,31 @@ class BuiltModel:
     materialize_from: Path | None = None
     own_head: bool = False
     rng_state: tuple[torch.Tensor, Any] | None = None
+    spec: ModelSpec | None = None
+
+    def weights_preset(self) -> Any | None:
+        """The registry entry the model's weights name, as its source's row says
+        (:meth:`ModelSpec.weights_preset`, which the exporter asks too): torchvision's weights enum
+        member for a torchvision model, None for a source without registry weights (timm, Hugging
+        Face) and for a model handed in."""
+        return self.spec.weights_preset() if self.spec is not None else None
+
+    def input_size(self) -> int | None:
+        """The side the model's source says it takes (its row's ``input_size``), or None when the
+        source says none (the exporter's rule too)."""
+        from workbench.core.models.sources import SOURCES
+        from workbench.core.models.zoo import ModelSourceError
+
+        spec = self.spec
+        if spec is None or not spec.name:
+            return None
+        row = SOURCES[spec.architecture_source]
+        if row.input_size is None:
+            return None
+        try:
+            return row.input_size(spec.name)
+        except ModelSourceError:
+            return None
 
 
 def given_model(model: nn.Module | BuiltModel) -> BuiltModel:
@@ -223,7 +252,7 @@ def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = F
     except ModelSourceError as e:
         raise TrainError(str(e)) from e
     own = SOURCES[spec.architecture_source].own_weights is not None or bool(spec.weights) or bool(spec.checkpoint)
-    return BuiltModel(model, spec.name, spec.weights, spec_classes, materialize_from=shards, own_head=own)
+    return BuiltModel(model, spec.name, spec.weights, spec_classes, materialize_from=shards, own_head=own, spec=spec)
 
 
 def _unsaved_buffers(model: nn.Module) -> list[str]:
@@ -240,17 +269,6 @@ def _safetensors_folder(spec: Any) -> Path | None:
     if row is None or row.safetensors_folder is None or spec.checkpoint is not None or not spec.name:
         return None
     return row.safetensors_folder(spec.name)
-
-
-def _model_input_size(name: str | None) -> int | None:
-    if not name:
-        return None
-    from workbench.core.models.zoo import ModelSourceError, model_input_size
-
-    try:
-        return model_input_size(name)
-    except ModelSourceError:
-        return None
 
 
 def weights_transform(member: Any, image_size: int | None) -> Callable[[Any], torch.Tensor]:
@@ -290,10 +308,9 @@ def build_dataset(
     Raises:
         TrainError: the dataset cannot be provided.
     """
-    from workbench.core.models.zoo import crop_size, current_num_classes, weights_member
+    from workbench.core.models.zoo import crop_size, current_num_classes
 
-    member = weights_member(built.name, built.weights)
-    size = config.image_size or crop_size(member) or _model_input_size(built.name) or 224
+    size = config.image_size or crop_size(built.weights_preset()) or built.input_size() or 224
     if dataset is not None:
         return dataset, size
     n = synthetic_classes(config, built, current_num_classes(built.model))
@@ -302,9 +319,7 @@ def build_dataset(
 
 def _open_dataset(config: TrainConfig, built: BuiltModel, spec: str, size: int, classes: int, *, train: bool) -> Dataset[Any]:
     """A dataset spec opened for the run: real images get the weights' preset transforms."""
-    from workbench.core.models.zoo import weights_member
-
-    member = weights_member(built.name, built.weights)
+    member = built.weights_preset()
     transform = None
     if not spec.strip().lower().startswith("synthetic") and member is not None:
         transform = weights_transform(member, config.image_size)
