@@ -291,7 +291,8 @@ def read_runs(paths: Sequence[str | os.PathLike[str]]) -> tuple[list[RunRecord],
             found, trouble = RunStore(p).list(save_folders=True)
             if _holds_sweeps(p):
                 more, other = read_sweep_runs([p])
-                found, trouble = found + more, trouble + other
+                said = {line.partition(": ")[0] for line in trouble}  # a link both readers met: said once
+                found, trouble = found + more, trouble + [line for line in other if line.partition(": ")[0] not in said]
         problems.extend(trouble)
         if not found and not trouble:
             problems.append(f"{p}: no runs in this folder; name a run folder or a folder of runs")
