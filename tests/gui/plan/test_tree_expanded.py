@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 from PySide6.QtCore import Qt
 from torch import nn
 
@@ -20,7 +21,7 @@ from workbench.core.training.module_stats import ModuleStats
 from workbench.gui.main_window import MainWindow
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.plan.tree_columns import column_index
-from workbench.gui.plan.tree_model import LIVE_COLUMNS, PATH_ROLE
+from workbench.gui.plan.tree_model import LIVE_COLUMNS, PATH_ROLE, ModuleTreeModel
 from workbench.gui.plan.tree_view import EXPAND_AT_ONCE_BELOW
 
 
@@ -208,3 +209,64 @@ def test_expand_all_shows_every_row(window: MainWindow, qtbot: Any) -> None:
     idx = window.proxy.mapFromSource(window.tree_model.index_of("7"))
     assert window.view.isExpanded(idx)
     assert window.view.isExpanded(window.proxy.index(0, 0))
+
+
+def _count_calls(monkeypatch: Any, names: tuple[str, ...]) -> dict[str, int]:
+    """Count calls of these ``ModuleTreeModel`` methods (by Qt and by Python)."""
+    counts = dict.fromkeys(names, 0)
+    for name in names:
+        original = getattr(ModuleTreeModel, name)
+
+        def counted(self: Any, *a: Any, _name: str = name, _f: Any = original) -> Any:
+            counts[_name] += 1
+            return _f(self, *a)
+
+        monkeypatch.setattr(ModuleTreeModel, name, counted)
+    return counts
+
+
+def test_a_paint_asks_the_model_once_per_cell(window: MainWindow, qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    load(window, wide())
+    expand_all(window, qtbot)
+    view = window.view
+    rows = len(view.visible_rows())
+    header, width = view.header(), view.viewport().width()
+    columns = sum(  # the columns in view (a narrow window scrolls the others out)
+        not header.isSectionHidden(c) and header.sectionViewportPosition(c) < width
+        and header.sectionViewportPosition(c) + header.sectionSize(c) > 0
+        for c in range(header.count())
+    )
+    counts = _count_calls(monkeypatch, ("data", "multiData", "index"))
+    view.viewport().repaint()
+    cells = rows * columns
+    assert cells <= counts["multiData"] <= cells + columns  # every role of a cell in one call (a row may be cut)
+    # one call per role (seven a cell) each mapped through the proxy would be 7 data + 7 index calls a cell
+    assert counts["data"] <= rows
+    assert counts["index"] <= 4 * (cells + columns)
+
+
+def test_a_filter_typed_on_looks_among_the_previous_matches_only(window: MainWindow) -> None:
+    load(window, wide(200))
+    model = window.tree_model
+    n = len(model.rows())
+    assert model.search_rows("19").sum() > 0 and model.searched == n  # a first pattern: every row
+    ones = int(model.searched)
+    model.search_rows("19")
+    assert model.searched == 0  # kept
+    narrower = model.search_rows("199")
+    assert 0 < model.searched < n / 10  # only the rows "19" matched (typing extends the pattern)
+    assert ones == n
+    model.search_rows("19")
+    assert model.searched == 0  # Backspace: the kept pattern
+    # the same rows as a full search, ancestors included
+    full = np.array([("199" in f"{r.path} {r.type_name}") for r in model.rows()])
+    parents = model.parent_ids()
+    for i in np.flatnonzero(full):
+        j = int(parents[i])
+        while j >= 0:
+            full[j] = True
+            j = int(parents[j])
+    assert (narrower == full).all()
+    window.controller.set_loaded(loaded_from_model(wide(3), "other"))  # a new model forgets them
+    model.search_rows("19")
+    assert model.searched == len(model.rows())

@@ -34,6 +34,8 @@ import numpy as np
 from PySide6.QtCore import (
     QAbstractItemModel,
     QModelIndex,
+    QModelRoleData,
+    QModelRoleDataSpan,
     QObject,
     QPersistentModelIndex,
     QSortFilterProxyModel,
@@ -55,6 +57,7 @@ __all__ = [
     "HEADERS",
     "LIVE_COLUMNS",
     "LIVE_INTERVAL_MS",
+    "MATCH_CACHE",
     "ModuleFilterProxy",
     "ModuleTreeModel",
     "PATH_ROLE",
@@ -80,6 +83,8 @@ ANNOUNCE_ALL_BELOW = 64
 LIVE_COLUMNS: tuple[int, ...] = tuple(i for i, c in enumerate(COLUMNS) if c.live is not None)
 #: The largest subtree (rows) that :meth:`ModuleTreeModel.expand_order` lets a view lay out at once.
 EXPAND_BLOCK = 2000
+#: Filter patterns whose matches are kept (Backspace, and typing that extends a pattern).
+MATCH_CACHE = 32
 #: Minimum milliseconds between two updates of the live columns.
 LIVE_INTERVAL_MS = 1000
 _LIVE_ROLES = [
@@ -88,6 +93,20 @@ _LIVE_ROLES = [
 
 #: The invalid index Qt passes for "no parent" (one shared default).
 _ROOT = QModelIndex()
+
+# Roles as plain ints: ``data`` and ``multiData`` run once per painted cell and role, and reading
+# ``Qt.ItemDataRole.X`` goes through the enum's attribute lookup each time.
+_DISPLAY = int(Qt.ItemDataRole.DisplayRole)
+_EDIT = int(Qt.ItemDataRole.EditRole)
+_TOOLTIP = int(Qt.ItemDataRole.ToolTipRole)
+_FONT = int(Qt.ItemDataRole.FontRole)
+_ALIGN = int(Qt.ItemDataRole.TextAlignmentRole)
+_BACKGROUND = int(Qt.ItemDataRole.BackgroundRole)
+_FOREGROUND = int(Qt.ItemDataRole.ForegroundRole)
+_CHECK_ROLE = int(Qt.ItemDataRole.CheckStateRole)
+_BASE_FLAGS = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+_CHECKABLE_FLAGS = _BASE_FLAGS | Qt.ItemFlag.ItemIsUserCheckable
+_EDITABLE_FLAGS = _BASE_FLAGS | Qt.ItemFlag.ItemIsEditable
 
 class ModuleTreeModel(QAbstractItemModel):
     """The module tree with the plan's settings, for a ``QTreeView``.
@@ -121,9 +140,15 @@ class ModuleTreeModel(QAbstractItemModel):
         self._c = controller
         self._nodes: list[ModuleNode] = []
         self._ids: dict[str, int] = {}
+        self._kids: list[list[int]] = []  # child row ids per row id
+        self._row: list[int] = []  # row under the parent per row id (0 for the root)
+        self._up: list[int] = []  # parent's row id per row id (-1 for the root)
         self._parent: Any = None  # parent row per row (numpy)
         self._end: Any = None  # one past the last row of each row's subtree (numpy)
         self._search: list[str] | None = None  # "path type" per row, case-folded, for the filter
+        self._matches: dict[str, np.ndarray] = {}  # case-folded pattern -> row ids it matches
+        #: Rows the last filter match tested (0: a kept pattern; fewer than the tree: a narrower one).
+        self.searched = 0
         self._signed: PlanState | None = None  # the state the signatures are of
         self._bold = QFont()
         self._bold.setBold(True)
@@ -141,7 +166,14 @@ class ModuleTreeModel(QAbstractItemModel):
         self._ids = lay.index if lay is not None else {}
         self._parent = lay.parent if lay is not None else None
         self._end = lay.end if lay is not None else None
+        self._kids = [[] for _ in self._nodes]
+        self._up = self._parent.tolist() if self._parent is not None else []
+        for i, pid in enumerate(self._up):
+            if pid >= 0:
+                self._kids[pid].append(i)
+        self._row = [n.row if n.parent is not None else 0 for n in self._nodes]
         self._search = None
+        self._matches = {}
         self._signed = self._c.state
         self._stats, self._pending_stats, self._has_pending = None, None, False
         self.endResetModel()
@@ -206,8 +238,8 @@ class ModuleTreeModel(QAbstractItemModel):
         """The id of the ``row``-th child of ``parent`` (None when there is none)."""
         if not parent.isValid():
             return 0 if row == 0 and self._nodes else None
-        children = self._nodes[parent.internalId()].children
-        return self._ids[children[row].path] if 0 <= row < len(children) else None
+        kids = self._kids[parent.internalId()]
+        return kids[row] if 0 <= row < len(kids) else None
 
     def search_rows(self, text: str) -> np.ndarray:
         """Which rows a filter for ``text`` shows: a match in the path or class name (any case)
@@ -222,17 +254,46 @@ class ModuleTreeModel(QAbstractItemModel):
         n = len(self._nodes)
         if not text:
             return np.ones(n, dtype=bool)
+        shown = np.zeros(n, dtype=bool)
+        ids = self._direct_matches(text.casefold())
+        shown[ids] = True
+        parent = self._parent
+        while len(ids):  # ancestors, one level per pass
+            up = parent[ids]
+            up = up[up >= 0]
+            ids = np.unique(up[~shown[up]])
+            shown[ids] = True
+        return shown
+
+    def _direct_matches(self, needle: str) -> np.ndarray:
+        """Row ids whose "path type" text contains ``needle`` (case-folded), sorted.
+
+        A pattern's matches are kept (the last :data:`MATCH_CACHE` patterns): Backspace finds
+        its pattern's matches again, and a pattern that contains a kept one (typing extends
+        it) is looked for among that one's matches only. :attr:`searched` says how many rows
+        the last call tested."""
+        hit = self._matches.get(needle)
+        if hit is not None:
+            self._matches[needle] = self._matches.pop(needle)  # most recently used last
+            self.searched = 0
+            return hit
         if self._search is None:
             self._search = [f"{nd.path} {nd.type_name}".casefold() for nd in self._nodes]
-        needle = text.casefold()
-        shown = np.fromiter((needle in s for s in self._search), dtype=bool, count=n)
-        parent = self._parent
-        for i in np.flatnonzero(shown).tolist():
-            j = int(parent[i])
-            while j >= 0 and not shown[j]:
-                shown[j] = True
-                j = int(parent[j])
-        return shown
+        search = self._search
+        base: np.ndarray | None = None
+        for prev, ids in self._matches.items():
+            if prev in needle and (base is None or len(ids) < len(base)):
+                base = ids
+        if base is None:
+            hit = np.flatnonzero(np.fromiter((needle in s for s in search), dtype=bool, count=len(search)))
+            self.searched = len(search)
+        else:
+            hit = base[np.fromiter((needle in search[i] for i in base.tolist()), dtype=bool, count=len(base))]
+            self.searched = len(base)
+        if len(self._matches) >= MATCH_CACHE:
+            del self._matches[next(iter(self._matches))]
+        self._matches[needle] = hit
+        return hit
 
     def index(self, row: int, column: int, parent: Index = _ROOT) -> QModelIndex:
         if column < 0 or column >= len(COLUMNS) or row < 0:
@@ -243,27 +304,25 @@ class ModuleTreeModel(QAbstractItemModel):
             return QModelIndex()
         if parent.column() != 0:
             return QModelIndex()
-        p = self._nodes[parent.internalId()]
-        if row >= len(p.children):
+        kids = self._kids[parent.internalId()]
+        if row >= len(kids):
             return QModelIndex()
-        child = p.children[row]
-        return self.createIndex(row, column, self._ids[child.path])
+        return self.createIndex(row, column, kids[row])
 
     def parent(self, index: Index = _ROOT) -> QModelIndex:  # type: ignore[override]
         if not index.isValid():
             return QModelIndex()
-        node = self._nodes[index.internalId()]
-        if node.parent is None:
+        pid = self._up[index.internalId()]
+        if pid < 0:
             return QModelIndex()
-        par = node.parent
-        return self.createIndex(0 if par.parent is None else par.row, 0, self._ids[par.path])
+        return self.createIndex(self._row[pid], 0, pid)
 
     def rowCount(self, parent: Index = _ROOT) -> int:
         if not parent.isValid():
             return 1 if self._nodes else 0
         if parent.column() != 0:
             return 0
-        return len(self._nodes[parent.internalId()].children)
+        return len(self._kids[parent.internalId()])
 
     def columnCount(self, parent: Index = _ROOT) -> int:
         return len(COLUMNS)
@@ -288,27 +347,55 @@ class ModuleTreeModel(QAbstractItemModel):
         if not index.isValid():
             return None
         state = self._c.state
-        node = self._nodes[index.internalId()]
         if state is None:
             return None
-        st = state.nodes[node.path]
-        col = COLUMNS[index.column()]
+        i = index.internalId()
+        column = index.column()
+        return self._cell(self._nodes[i], state.nodes.at(i), COLUMNS[column], column, int(role))
+
+    def multiData(self, index: Index, roleDataSpan: QModelRoleDataSpan | QModelRoleData) -> None:  # noqa: N803 - Qt's name
+        """Every role a view asks for one cell, in one call (a view's item delegate asks for
+        seven roles per cell it paints; one ``data`` call each crosses into Python seven times).
+
+        Args:
+            index: the cell.
+            roleDataSpan: the roles asked for; each gets its value (or stays empty).
+        """
+        items: Any = (roleDataSpan,) if isinstance(roleDataSpan, QModelRoleData) else roleDataSpan
+        state = self._c.state
+        if not index.isValid() or state is None:
+            for k in range(len(items)):
+                items[k].clearData()
+            return
+        i = index.internalId()
+        column = index.column()
+        node, st, col = self._nodes[i], state.nodes.at(i), COLUMNS[column]
+        for k in range(len(items)):
+            item = items[k]
+            value = self._cell(node, st, col, column, item.role())
+            if value is None:
+                item.clearData()
+            else:
+                item.setData(value)
+
+    def _cell(self, node: ModuleNode, st: Any, col: Any, column: int, role: int) -> Any:
+        """One role of one cell (``data`` and ``multiData``)."""
         if col.live is not None:
-            return self._live_data(col, index.column(), node, st.trainable, role)
-        if role in (Qt.ItemDataRole.DisplayRole, Qt.ItemDataRole.EditRole):
+            return self._live_data(col, column, node, st.trainable, role)
+        if role in (_DISPLAY, _EDIT):
             return col.display(node, st)
-        if role == Qt.ItemDataRole.CheckStateRole:
+        if role == _CHECK_ROLE:
             return col.check(st) if col.check is not None else None
-        if role == Qt.ItemDataRole.ToolTipRole:
-            tip = col.tip(self._c, node, st) if col.tip is not None else None
-            note = self._notes.get(node.path) if index.column() == 0 else None
-            return f"{tip}\n{note}" if tip and note else (tip or note)
-        if role == Qt.ItemDataRole.TextAlignmentRole:
+        if role == _ALIGN:
             return col.alignment
-        if role == Qt.ItemDataRole.ForegroundRole:
+        if role == _FOREGROUND:
             return col.foreground(node, st) if col.foreground is not None else None
-        if role == Qt.ItemDataRole.FontRole:
+        if role == _FONT:
             return self._bold if col.bold is not None and col.bold(self._c, node) else None
+        if role == _TOOLTIP:
+            tip = col.tip(self._c, node, st) if col.tip is not None else None
+            note = self._notes.get(node.path) if column == 0 else None
+            return f"{tip}\n{note}" if tip and note else (tip or note)
         if role == PATH_ROLE:
             return node.path
         if role == SEARCH_ROLE:
@@ -320,18 +407,17 @@ class ModuleTreeModel(QAbstractItemModel):
     def flags(self, index: Index) -> Qt.ItemFlag:
         if not index.isValid():
             return Qt.ItemFlag.NoItemFlags
-        base = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
         state = self._c.state
         if state is None:
-            return base
+            return _BASE_FLAGS
         col = COLUMNS[index.column()]
         if col.toggle and col.check is not None:
-            if col.check(state.nodes[self._nodes[index.internalId()].path]) is not None:
-                return base | Qt.ItemFlag.ItemIsUserCheckable
-            return base
+            if col.check(state.nodes.at(index.internalId())) is not None:
+                return _CHECKABLE_FLAGS
+            return _BASE_FLAGS
         if col.editable:
-            return base | Qt.ItemFlag.ItemIsEditable
-        return base
+            return _EDITABLE_FLAGS
+        return _BASE_FLAGS
 
     def setData(self, index: Index, value: Any, role: int = Qt.ItemDataRole.EditRole) -> bool:
         """Turn an edit of a cell into a plan edit (one undo step).
@@ -491,19 +577,19 @@ class ModuleTreeModel(QAbstractItemModel):
     def _live_data(self, col: Any, column: int, node: ModuleNode, trainable: int, role: int) -> Any:
         stats = self._stats
         value = col.live(stats, node.path) if stats is not None and trainable else None
-        if role == Qt.ItemDataRole.DisplayRole:
+        if role == _DISPLAY:
             return col.live_format(value) if value is not None else ""
         if role == VALUE_ROLE:
             return value
-        if role == Qt.ItemDataRole.TextAlignmentRole:
+        if role == _ALIGN:
             return col.alignment
-        if role == Qt.ItemDataRole.BackgroundRole:
+        if role == _BACKGROUND:
             rng = self._heat.get(column)
             if value is None or value <= 0 or rng is None:
                 return None
             lo, hi = rng
             return heat_color((math.log10(value) - lo) / (hi - lo) if hi > lo else 1.0)
-        if role == Qt.ItemDataRole.ToolTipRole:
+        if role == _TOOLTIP:
             if stats is None:
                 return f"{col.tooltip}. Start a run to measure it."
             if not trainable:
@@ -634,6 +720,16 @@ class ModuleFilterProxy(QSortFilterProxyModel):
             self._shown = src.search_rows(self._pattern)
             self._shown_for = src.rows()
         return self._shown
+
+    def multiData(self, index: Index, roleDataSpan: QModelRoleDataSpan | QModelRoleData) -> None:  # noqa: N803 - Qt's name
+        """Every role asked for one cell, from the tree model in one call (a proxy's own
+        ``multiData`` maps the index and calls the tree model once per role).
+
+        Args:
+            index: a cell of this proxy.
+            roleDataSpan: the roles asked for; each gets its value (or stays empty).
+        """
+        self.sourceModel().multiData(self.mapToSource(index), roleDataSpan)
 
     def filterAcceptsRow(self, source_row: int, source_parent: Index) -> bool:
         if not self._pattern:

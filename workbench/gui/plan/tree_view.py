@@ -56,16 +56,44 @@ EXPAND_AT_ONCE_BELOW = 2000
 Index = QModelIndex | QPersistentModelIndex
 
 
-def _indicator_rect(option: QStyleOptionViewItem, widget: QWidget | None, centered: bool) -> QRect:
-    style = widget.style() if widget is not None else QApplication.style()
-    opt = QStyleOptionButton()
-    size = style.subElementRect(QStyle.SubElement.SE_CheckBoxIndicator, opt, widget).size()
+_SIZES: dict[int, tuple[QStyle, QSize]] = {}  # the check indicator's size per style
+
+
+def _indicator_size(style: QStyle, widget: QWidget | None) -> QSize:
+    """The style's check box size (asked once per style: a paint draws ~100 boxes)."""
+    hit = _SIZES.get(id(style))
+    if hit is not None and hit[0] is style:
+        return hit[1]
+    size = style.subElementRect(QStyle.SubElement.SE_CheckBoxIndicator, QStyleOptionButton(), widget).size()
     if not size.isValid() or size.isEmpty():
         size = QSize(16, 16)
+    _SIZES[id(style)] = (style, size)
+    return size
+
+
+def _indicator_rect(option: QStyleOptionViewItem, widget: QWidget | None, centered: bool) -> QRect:
+    size = _indicator_size(widget.style() if widget is not None else QApplication.style(), widget)
     r = option.rect
     y = r.top() + (r.height() - size.height()) // 2
     x = r.left() + (r.width() - size.width()) // 2 if centered else r.left() + 6
     return QRect(QPoint(x, y), size)
+
+
+# Flag arithmetic done once: each enum operation is a Python call, and a paint draws ~100 boxes.
+_NO_CHECK_FEATURE = ~QStyleOptionViewItem.ViewItemFeature.HasCheckIndicator
+_HAS_CHECK_FEATURE = QStyleOptionViewItem.ViewItemFeature.HasCheckIndicator
+_BOX_CLEAR = ~(
+    QStyle.StateFlag.State_HasFocus | QStyle.StateFlag.State_On | QStyle.StateFlag.State_Off
+    | QStyle.StateFlag.State_NoChange
+)
+_BOX_STATE = {
+    int(Qt.CheckState.Checked.value): QStyle.StateFlag.State_On,
+    int(Qt.CheckState.Unchecked.value): QStyle.StateFlag.State_Off,
+    int(Qt.CheckState.PartiallyChecked.value): QStyle.StateFlag.State_NoChange,
+}
+_CHECK_ELEMENT = QStyle.PrimitiveElement.PE_IndicatorItemViewItemCheck
+_ITEM_ELEMENT = QStyle.ControlElement.CE_ItemViewItem
+_NOTE_ALIGN = int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter)
 
 
 class CheckDelegate(QStyledItemDelegate):
@@ -77,37 +105,29 @@ class CheckDelegate(QStyledItemDelegate):
 
     def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: Index) -> None:
         opt = QStyleOptionViewItem(option)
-        self.initStyleOption(opt, index)
+        self.initStyleOption(opt, index)  # one multiData call: the check state and the note too
         widget = opt.widget
         style = widget.style() if widget is not None else QApplication.style()
-        state = index.data(Qt.ItemDataRole.CheckStateRole)
+        has_check = bool(opt.features & _HAS_CHECK_FEATURE)
         text = opt.text
         # background (selection, alternate rows) without the default check and text
-        opt.features &= ~QStyleOptionViewItem.ViewItemFeature.HasCheckIndicator
+        opt.features &= _NO_CHECK_FEATURE
         opt.text = ""
-        style.drawControl(QStyle.ControlElement.CE_ItemViewItem, opt, painter, widget)
-        if state is None:
+        style.drawControl(_ITEM_ELEMENT, opt, painter, widget)
+        if not has_check:
             return
         box = QStyleOptionViewItem(opt)
         box.rect = _indicator_rect(option, widget, centered=not text)
-        box.state = box.state & ~QStyle.StateFlag.State_HasFocus
-        check = Qt.CheckState(state) if not isinstance(state, Qt.CheckState) else state
-        box.state &= ~(QStyle.StateFlag.State_On | QStyle.StateFlag.State_Off | QStyle.StateFlag.State_NoChange)
-        box.state |= {
-            Qt.CheckState.Checked: QStyle.StateFlag.State_On,
-            Qt.CheckState.Unchecked: QStyle.StateFlag.State_Off,
-            Qt.CheckState.PartiallyChecked: QStyle.StateFlag.State_NoChange,
-        }[check]
-        if not (index.flags() & Qt.ItemFlag.ItemIsEnabled):
-            box.state &= ~QStyle.StateFlag.State_Enabled
-        style.drawPrimitive(QStyle.PrimitiveElement.PE_IndicatorItemViewItemCheck, box, painter, widget)
+        # the view cleared State_Enabled for a disabled cell (it reads the cell's flags)
+        box.state = (box.state & _BOX_CLEAR) | _BOX_STATE[int(opt.checkState.value)]
+        style.drawPrimitive(_CHECK_ELEMENT, box, painter, widget)
         outline_dark_box(painter, box)
         if text:
             r = QRect(opt.rect)
             r.setLeft(box.rect.right() + 6)
             painter.save()
             painter.setPen(opt.palette.color(QPalette.ColorRole.PlaceholderText))
-            painter.drawText(r, int(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignVCenter), text)
+            painter.drawText(r, _NOTE_ALIGN, text)
             painter.restore()
 
     def editorEvent(self, event: QEvent, model: QAbstractItemModel, option: QStyleOptionViewItem, index: Index) -> bool:
