@@ -71,6 +71,12 @@ def test_what_it_cannot_stand_for_runs_fresh() -> None:
     assert r.returncode == 0 and r.stdout == "fresh\n" and "import time:" in r.stderr
 
 
+def test_unbuffered_programs_are_served() -> None:
+    # torchrun starts each worker as `$PYTHON_EXEC -u ...`: served, with its streams unbuffered
+    r = _run("-u", "-c", "import sys; print('torch' in sys.modules, sys.stdout.write_through)")
+    assert r.returncode == 0 and r.stdout == "True True\n", r.stderr
+
+
 def test_a_killed_caller_takes_its_program_down(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     caller = subprocess.Popen(python_argv("-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"))

@@ -6,8 +6,9 @@ for the ``workbench`` command; the suite puts shims named ``python``, ``python3`
 it costs milliseconds). The server named by ``WB_PRELOAD_SOCKET`` runs the program with this
 process's standard streams; this process forwards signals to it and exits as it did.
 
-Anything the server cannot stand for (interpreter options other than ``-m`` and ``-c``, a
-program read from stdin, no server) runs the real program instead: ``WB_PRELOAD_PYTHON``.
+A leading ``-u`` is served as ``PYTHONUNBUFFERED=1``. Anything the server cannot stand for
+(other interpreter options, a program read from stdin, no server) runs the real program
+instead: ``WB_PRELOAD_PYTHON``.
 With ``WB_PRELOAD_LOG=FILE`` each served program appends its CPU seconds and argv to FILE.
 """
 
@@ -43,6 +44,9 @@ def _servable(mode: str, args: list[str]) -> bool:
 
 def main() -> None:
     mode, args = sys.argv[1], sys.argv[2:]
+    if mode == "python" and args[:1] == ["-u"]:  # unbuffered streams (torchrun starts its workers so)
+        args = args[1:]
+        os.environ["PYTHONUNBUFFERED"] = "1"
     path = os.environ.get("WB_PRELOAD_SOCKET", "")
     if not path or not _servable(mode, args):
         _fallback(mode, args)
