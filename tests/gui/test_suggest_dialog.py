@@ -3,6 +3,7 @@ step, Save writes a valid plan, Measure fills rows as candidates finish (a real 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from typing import Any
@@ -18,7 +19,7 @@ from workbench.core.advisor.sizes import parse_size
 from workbench.core.plan import FreezePlan
 from workbench.core.training.metrics import fmt_memory
 from workbench.gui.advisor.budget import device_budget, format_budget
-from workbench.gui.advisor.dialog import COLUMNS, NOISE_MARK, SKIPPED, SuggestDialog
+from workbench.gui.advisor.dialog import AUTO_FREEZE, COLUMNS, NOISE_MARK, SKIPPED, SuggestDialog
 from workbench.gui.main_window import MainWindow
 
 
@@ -75,6 +76,17 @@ def test_chart_and_table_show_the_front_with_the_chosen_plan_selected(qtbot: Any
     assert d.chart.budget_line.value() == pytest.approx(60.0)  # MB
     assert not d.chart.budget_clipped
     assert "Chosen:" in d.status.text()
+
+
+def test_the_auto_freeze_row_is_predicted_for_the_panels_maximum(qtbot: Any, window: MainWindow) -> None:
+    panel = window.training.panel
+    panel.set_options(dataclasses.replace(panel.options, auto_freeze_max=0.5))
+    d = _ready(qtbot, window)
+    af = d.advice.auto_freeze if d.advice is not None else None
+    assert af is not None, d.status.text()
+    # the share Train each's run takes from the panel (0.75 by default): resnet18's 8 blocks, 4 of them
+    assert af.max_fraction == 0.5 == panel.config().auto_freeze_max and (af.max_frozen, af.blocks) == (4, 8)
+    assert "up to 4 of 8 blocks" in _cell(d, d.table_indices().index(AUTO_FREEZE), 0).text()
 
 
 def test_a_budget_far_beyond_the_candidates_is_marked_at_the_edge(qtbot: Any, window: MainWindow) -> None:

@@ -184,6 +184,7 @@ def advise(
     param_dtype: torch.dtype | None = None,
     block_order: list[str] | None = None,
     ranks: tuple[int, ...] = LOW_RANKS,
+    auto_freeze_max: float = 0.75,
 ) -> Advice:
     """Propose the plans that fit ``budget_bytes`` and choose the one that trains the most.
 
@@ -201,6 +202,8 @@ def advise(
         block_order: blocks in the order to unfreeze them (the gradient-signal probe's
             :attr:`~workbench.core.advisor.grad_signal.GradSignal.order`); None: last blocks first.
         ranks: ranks of the low-rank A+B candidates.
+        auto_freeze_max: the ``TrainConfig.auto_freeze_max`` the auto-freeze prediction is for
+            (the share of the blocks a run may freeze).
 
     Returns:
         The advice.
@@ -247,7 +250,7 @@ def advise(
         settings={"optimizer": optimizer, "amp": amp, "device_type": device_type,
                   "param_dtype": str(param_dtype).removeprefix("torch.") if param_dtype is not None else None},
         auto_freeze=auto_freeze_option(model, profile, budget_bytes, optimizer=optimizer, amp=amp,
-                                       device_type=device_type),
+                                       device_type=device_type, max_fraction=auto_freeze_max),
     )
 
 

@@ -48,7 +48,7 @@ def open_suggest_dialog(controller: Controller, panel: TrainingPanel, parent: QW
                            amp=setup.amp, seq_len=setup.tokens or 0, train_config=panel.config,
                            runs_folder=panel.runs.store.folder, dataset=panel.runs.trainer_kwargs.get("dataset"),
                            set_auto_freeze=lambda on: panel.set_options(dataclasses.replace(panel.options, auto_freeze=on)),
-                           parent=parent)
+                           auto_freeze_max=panel.options.auto_freeze_shares()["auto_freeze_max"], parent=parent)
     if panel.length_kind.currentData() == "steps":  # Train each: the run's own length
         dialog.steps.setValue(panel.length.value())
     dialog.sweepRunsWritten.connect(panel.runs.reload_sweeps)  # the Runs tab lists each candidate as it finishes

@@ -125,6 +125,10 @@ class SuggestDialog(QDialog):
             None: *Train each* is off).
         runs_folder: the app's runs folder; sweeps go beside it (``../sweeps/<time>``).
         dataset: training data given to the app in Python, used instead of the config's data.
+        set_auto_freeze: turns the training panel's auto-freeze option on or off (Apply on the
+            auto-freeze row).
+        auto_freeze_max: the training panel's auto-freeze maximum (the share of the blocks a run
+            may freeze): the auto-freeze row's prediction is for it, as *Train each*'s run.
         parent: the window.
 
     Signals:
@@ -147,7 +151,7 @@ class SuggestDialog(QDialog):
                  image_size: int = 0, amp: str = "off", seq_len: int = 0,
                  train_config: Callable[[], TrainConfig] | None = None, runs_folder: Path | None = None,
                  dataset: Any = None, set_auto_freeze: Callable[[bool], None] | None = None,
-                 parent: QWidget | None = None) -> None:
+                 auto_freeze_max: float = 0.75, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Suggest a plan")
         self.setObjectName("SuggestDialog")
@@ -163,6 +167,7 @@ class SuggestDialog(QDialog):
         self._runs_folder = runs_folder
         self._dataset = dataset
         self._set_auto_freeze = set_auto_freeze
+        self._auto_freeze_max = auto_freeze_max
         self._swept: dict[str, int] = {}  # candidate id -> index into advice.assessed
         self._running = ""  # the id of the candidate training now
         self.trainer = TrainEach(self)
@@ -319,6 +324,7 @@ class SuggestDialog(QDialog):
             self.status.setText(str(e))
             return False
         shape, optimizer, amp = self.input_shape(), self._c.optimizer, self._amp
+        auto_freeze_max = self._auto_freeze_max  # the panel's, which Train each's run takes too
         device_type = self._device_type()
         lock = self._c.model_lock
         data = self._data_config()
@@ -332,7 +338,8 @@ class SuggestDialog(QDialog):
         def work() -> Advice:
             batch_shape = data_input_shape(data, shape[0]) if data is not None else shape
             with lock:  # a training run or a check may be reading the model
-                return advise(model, budget, batch_shape, optimizer=optimizer, amp=amp, device_type=device_type)
+                return advise(model, budget, batch_shape, optimizer=optimizer, amp=amp, device_type=device_type,
+                              auto_freeze_max=auto_freeze_max)
 
         self.status.setText("Profiling the model on the meta device …")
         self._start(work, self._advice_done)
