@@ -148,15 +148,19 @@ class PlanActions:
     # ------------------------------------------------------------------ tree helpers
     def expand_to_depth(self, depth: int) -> None:
         """Expand the tree: 0 shows the root's children, -1 everything (the Expand box says which)."""
-        box = self.depth_box
-        i = box.findData(-1 if depth is None or depth < 0 else depth)
-        if i >= 0 and i != box.currentIndex():
-            box.setCurrentIndex(i)
+        self._say_depth(depth)
         self.view.collapseAll()
         if depth is None or depth < 0:
             self.view.expand_rows(self.proxy.rows_to_expand())  # a large tree in slices: clicks need not wait
         else:
             self.view.expandToDepth(depth)
+
+    def _say_depth(self, depth: int | None) -> None:
+        """Set the Expand box to what the tree shows (-1 or None: every row expanded)."""
+        box = self.depth_box
+        i = box.findData(-1 if depth is None or depth < 0 else depth)
+        if i >= 0 and i != box.currentIndex():
+            box.setCurrentIndex(i)
 
     def focus_filter(self) -> None:
         """Put the keyboard focus in the filter box (Ctrl+F)."""
@@ -186,6 +190,7 @@ class PlanActions:
         path = current.data(PATH_ROLE) if current.isValid() else None
         self.proxy.set_pattern(text)
         if text.strip():
+            self._say_depth(-1)  # every row the filter shows is expanded
             self.view.expand_rows(self.proxy.rows_to_expand())
         else:
             self.expand_to_depth(DEFAULT_DEPTH)

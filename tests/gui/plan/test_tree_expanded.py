@@ -270,3 +270,14 @@ def test_a_filter_typed_on_looks_among_the_previous_matches_only(window: MainWin
     window.controller.set_loaded(loaded_from_model(wide(3), "other"))  # a new model forgets them
     model.search_rows("19")
     assert model.searched == len(model.rows())
+
+
+def test_the_expand_box_says_what_a_filter_shows(window: MainWindow) -> None:
+    load(window, wide(8))
+    box = window.depth_box
+    assert box.currentData() == 0
+    window.filter_edit.setText("7.1")  # a small tree filters at each keystroke
+    assert box.currentData() == -1  # every row the filter shows is expanded
+    assert window.view.isExpanded(window.proxy.mapFromSource(window.tree_model.index_of("7")))
+    window.filter_edit.clear()
+    assert box.currentData() == 0  # back at the top level
