@@ -42,7 +42,7 @@ def test_a_sweep_folder_that_is_a_link_is_one_line_and_not_read(tmp_path: Path) 
     (sweeps / "b").symlink_to(elsewhere, target_is_directory=True)
     before = _snapshot(tmp_path)
     records, problems = read_sweep_runs([sweeps])
-    assert [r.sweep.text for r in records if r.sweep] == ["a · c00-head"]
+    assert [r.sweep.text for r in records if r.sweep] == ["a · c00"]
     assert len(problems) == 1 and "links outside" in problems[0] and "\n" not in problems[0]
     assert find_resumable(sweeps, IDENTITY) is None  # the linked sweep is not offered either
     records, problems = read_runs([sweeps])  # `workbench runs list SWEEPS`

@@ -30,7 +30,7 @@ def test_a_sweep_s_run_carries_its_tag_and_the_user_s_own_runs_none(tmp_path: Pa
     own = app_run(store, "#1 mine", [10, 10], [5, 5])
     sweep = make_sweep(sweeps_folder(store.folder) / "20261202-120000", "c00-head-only", "c01-full")
     rec = open_run(sweep / "runs" / "c00-head-only")
-    assert rec.sweep is not None and rec.sweep.text == "20261202-120000 · c00-head-only" and rec.sweep.folder == sweep
+    assert rec.sweep is not None and rec.sweep.text == "20261202-120000 · c00" and rec.sweep.folder == sweep
     assert open_run(own.folder).sweep is None  # type: ignore[arg-type]
     assert sweep_tag_of(tmp_path / "runs" / "x") is None  # a folder called runs is not a sweep's on its own
 
@@ -47,9 +47,9 @@ def test_runs_reads_a_sweep_folder_and_a_folder_of_sweeps(tmp_path: Path) -> Non
     (a / "runs" / ".c01-full.lock").write_text("")  # a candidate's lock and a run being written: left out
     (a / "runs" / ".c01-full.tmp-1234").mkdir()
     records, problems = read_runs([a])
-    assert [r.sweep.text for r in records if r.sweep] == ["a · c00-head"] and not problems
+    assert [r.sweep.text for r in records if r.sweep] == ["a · c00"] and not problems
     records, problems = read_runs([tmp_path / "sweeps"])
-    assert sorted(r.sweep.text for r in records if r.sweep) == ["a · c00-head", "b · c00-head", "b · c01-full"]
+    assert sorted(r.sweep.text for r in records if r.sweep) == ["a · c00", "b · c00", "b · c01"]
     assert not problems
 
 
@@ -91,9 +91,9 @@ def test_runs_list_shows_the_sweep_column_only_when_a_run_has_one(tmp_path: Path
     assert main(["runs", "list"]) == 0  # the app's runs and the app's sweeps
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[-1] == "Sweep" and len(lines) == 3
-    assert lines[-1].endswith("s1 · c00-head") and "#1 mine" in lines[1]
+    assert lines[-1].endswith("s1 · c00") and "#1 mine" in lines[1]
     assert main(["runs", "list", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [d["sweep"] and d["sweep"]["sweep"] for d in data] == [None, "s1"]
     assert main(["runs", "show", str(sweeps_folder(store.folder) / "s1")]) == 0
-    assert re.search(r"^sweep +s1 · c00-head \(", capsys.readouterr().out, re.M)
+    assert re.search(r"^sweep +s1 · c00 \(", capsys.readouterr().out, re.M)

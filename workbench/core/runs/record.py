@@ -283,8 +283,8 @@ class SweepTag:
 
     @property
     def text(self) -> str:
-        """``<sweep> · <candidate>``: the Runs tab's and ``workbench runs``' tag."""
-        return f"{self.sweep} · {self.candidate}"
+        """``<sweep> · <candidate id>`` (``20261202-143501 · c01``): the Runs tab's and ``workbench runs``' tag."""
+        return f"{self.sweep} · {self.candidate.partition('-')[0]}"
 
 
 @dataclass

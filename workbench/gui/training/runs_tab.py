@@ -226,6 +226,7 @@ class RunsPanel(QWidget):
         header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Interactive)
         header.setStretchLastSection(True)
+        header.moveSection(header.visualIndex(_SWEEP_COLUMN), 1)  # shown beside the name; COLUMNS keeps its order
         self._name_width_by_user = False
         self._sizing_names = True
         self.table.setColumnWidth(0, NAME_WIDTH_MIN)
