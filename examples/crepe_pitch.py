@@ -21,9 +21,9 @@ Two domains:
 - :func:`room_data` is a second new task: the same tones in a reverberant room where the
   previous note still rings. Each frame holds the note to track and the decaying tail of an
   earlier note at another pitch (starting 1-2x as loud, fading with a 30 ms time constant),
-  through a short room response (50 ms of decaying noise) with a little noise. The pretrained
-  model follows the louder tail about half the time (55 % raw pitch accuracy); the target is the
-  steady note.
+  through a room response (echoes decaying with a 25 ms time constant) with a little noise.
+  The pretrained model follows the louder tail about half the time (55 % raw pitch accuracy);
+  the target is the steady note.
 
 Use it from the command line (every ``py:`` reference runs code: it runs because you typed it)::
 
@@ -258,7 +258,7 @@ def room_dataset(n: int, seed: int) -> TensorDataset:
     t = torch.arange(WINDOW_SIZE, dtype=torch.float32) / SAMPLE_RATE
     loudness = 1.0 + torch.rand(n, 1, generator=gen)  # the tail starts 1-2x as loud as the note
     x = _normalise(x) + loudness * _normalise(tail) * torch.exp(-t / 0.03)[None, :]
-    length = 1600  # 100 ms of room response: a direct path and 50 ms-ish of decaying echoes
+    length = 1600  # 100 ms of room response: a direct path and echoes decaying with a 25 ms time constant
     response = 0.15 * torch.randn(n, length, generator=gen) * torch.exp(-torch.arange(length) / (0.025 * SAMPLE_RATE))
     response[:, 0] = 1.0
     size = WINDOW_SIZE + length
