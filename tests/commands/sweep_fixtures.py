@@ -6,6 +6,8 @@ import json
 import sys
 from pathlib import Path
 
+from tests.preload import python_argv
+
 MODEL = '''
 import torch
 from torch import nn
@@ -53,6 +55,7 @@ def sweep_argv(tmp: Path, folder: Path, *extra: str, steps: int = 4) -> list[str
             "--steps", str(steps), "--eval-every", "2", "--out", str(folder), "--no-chart", *extra]
 
 
-def command(argv: list[str]) -> list[str]:
-    """The command line running ``argv`` in a fresh interpreter."""
-    return [sys.executable, "-m", "workbench", *argv]
+def command(argv: list[str], fresh: bool = False) -> list[str]:
+    """The command line running ``argv``: in the suite's preloaded interpreter (``tests/preload``),
+    or in a fresh one with ``fresh`` (a process the test kills: the kill must reach the sweep itself)."""
+    return [sys.executable, "-m", "workbench", *argv] if fresh else python_argv("-m", "workbench", *argv)

@@ -46,7 +46,7 @@ def test_table_fronts_recommendation_report_and_chart(tmp_path: Path, capsys: py
 def test_a_killed_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:
     folder = tmp_path / "sw"
     argv = sweep_argv(tmp_path, folder, "--no-prune", steps=30)
-    proc = subprocess.Popen(command(argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(command(argv, fresh=True), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + SUBPROCESS_LONG_S
     try:
         while time.monotonic() < deadline and proc.poll() is None:
