@@ -5,6 +5,7 @@
 - :mod:`~workbench.gui.advisor.dialog`: the dialog (advice off the GUI thread, Apply / Save… / Measure /
   Train each);
 - :mod:`~workbench.gui.advisor.train_each`: *Train each*, the plan sweep over the dialog's candidates;
+- :mod:`~workbench.gui.advisor.resume`: *Resume*, an unfinished *Train each* found again;
 - :mod:`~workbench.gui.advisor.sweep_chart`: the sweep's chart (live in the dialog, a PNG from the CLI).
 
 :func:`add_suggest_action` puts *Suggest…* in a window's menu.

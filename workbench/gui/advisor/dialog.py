@@ -23,8 +23,11 @@ sweep (:mod:`workbench.gui.advisor.train_each`) trains each row that fits for th
 with the training panel's data, loss, metric and seed, stopping weak ones early; the learning
 columns (metric, retention with *Retain* data, training time, the run's peak, where and why
 it stopped early) fill in as candidates finish, and the *Learning* tab draws the sweep's chart
-live. The recommended plan is selected at the end, for *Apply*. It is off, with the reason in
-its tooltip, for a structure-only model. The table's last row is auto-freeze (full fine-tuning
+live. The recommended plan is selected at the end, for *Apply*. *Resume* (:mod:`workbench.gui.advisor.resume`)
+offers the last unfinished *Train each* of the same rows and settings, or a sweep folder to
+pick: the rows done there fill at once and the rest train. Each finished candidate (and the
+sweep's end) is announced by :attr:`SuggestDialog.sweepRunsWritten`, which the window's Runs tab
+follows. *Train each* is off, with the reason in its tooltip, for a structure-only model. The table's last row is auto-freeze (full fine-tuning
 with ``auto_freeze`` on, the candidate ``workbench sweep`` includes): *Train each* trains it
 with the rows, *Measure* leaves it out, and *Apply* on it makes every parameter trainable and
 turns auto-freeze on in the training options (a training setting, not a plan: *Undo* reverts
