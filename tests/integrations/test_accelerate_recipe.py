@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
 from tests.fixtures.ranks import run_ranks
+from tests.fixtures.torchrun import launcher
 from tests.timeouts import SUBPROCESS_LONG_S
 
 pytest.importorskip("accelerate")
@@ -40,7 +40,8 @@ def _launch(script: Path) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", HF_HUB_OFFLINE="1")
     for var in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
-    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+    python, env = launcher(env)  # the launcher and the ranks are forks of the preloaded interpreter
+    cmd = [python, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
            "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
            str(script)]
     if torch.cuda.is_available():  # the recipe picks the GPU when there is one; this test is about CPU processes
