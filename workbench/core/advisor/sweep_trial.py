@@ -166,7 +166,8 @@ class SweepInputs:
         """A fresh copy of the model, built at the first call.
 
         Returns:
-            The model for one candidate's run (hand it to the engine as ``model``).
+            The model for one candidate's run (hand it to the engine as ``model``). A model that
+            cannot be deep-copied is handed over itself, and :attr:`build_once` turns off.
 
         Raises:
             WorkbenchError: the model or the data cannot be built (each call tries again).
@@ -179,7 +180,12 @@ class SweepInputs:
             if not cfg.data.strip().lower().startswith("synthetic"):
                 self.dataset = build.build_dataset(cfg, built)[0]
             self._built = dataclasses.replace(built, rng_state=(torch.get_rng_state(), random.getstate()))
-        return dataclasses.replace(self._built, model=copy.deepcopy(self._built.model))
+        try:
+            return dataclasses.replace(self._built, model=copy.deepcopy(self._built.model))
+        except Exception:  # a model that cannot be copied: this run takes it, the next ones build their own
+            self.build_once = False
+            built, self._built = self._built, None
+            return built
 
     def retain(self, spec: str | Dataset[Any], trainer: Trainer) -> Dataset[Any]:
         """The retention data, opened at the first call (as the run opens ``--retain``)."""
