@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from tests.hostile.makers import one_line_exit_2 as _one_line
+from tests.preload import python_argv
 from tests.timeouts import SUBPROCESS_S
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def test_image_size_preflight_runs_before_allocating() -> None:
         sys.exit(main(["train", "--model", "resnet18", "--image-size", "100000", "--batch-size", "1",
                        "--steps", "1", "--device", "cpu"]))
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=SUBPROCESS_S)
+    r = subprocess.run(python_argv("-c", code), capture_output=True, text=True, cwd=ROOT, timeout=SUBPROCESS_S)
     assert r.returncode == 2 and "for one batch of inputs alone" in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
@@ -63,7 +63,7 @@ def test_second_ctrl_c_aborts_train_at_once(tmp_path: Path) -> None:
     argv = ["train", "--model", "resnet18", "--num-classes", "2", "--image-size", "32", "--batch-size", "2",
             "--data", "synthetic:64", "--steps", "1000000", "--device", "cpu", "--threads", "1",
             "--save", str(tmp_path / "run")]
-    p = subprocess.Popen([sys.executable, "-c", code, *argv], stderr=subprocess.PIPE, cwd=ROOT,
+    p = subprocess.Popen(python_argv("-c", code, *argv), stderr=subprocess.PIPE, cwd=ROOT,
                          env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert p.stderr is not None
     err = b""

@@ -8,13 +8,13 @@ import contextlib
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.preload import python_argv
 from tests.timeouts import RECOVERY_S
 from workbench.core.training import run_folder
 from workbench.core.training.run_folder import (
@@ -188,7 +188,7 @@ def test_a_hostile_journal_is_one_line_exit_2_and_left_in_place(tmp_path: Path) 
                            "--overwrite"])
             print(json.dumps([rc, err.getvalue()]), flush=True)
     """)
-    r = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], capture_output=True, text=True, cwd=ROOT,
+    r = subprocess.run(python_argv("-c", code, json.dumps(cases)), capture_output=True, text=True, cwd=ROOT,
                        timeout=RECOVERY_S)
     assert r.returncode == 0, r.stderr
     results = [json.loads(line) for line in r.stdout.splitlines()]

@@ -76,13 +76,13 @@ def test_example_file_is_in_canonical_form(name):
 def test_the_commands_the_docs_give_do_not_warn_with_an_example(tmp_path):
     """`workbench train --plan EXAMPLE` builds a 10-class head: the example still fits, silently."""
     import subprocess
-    import sys
 
+    from tests.preload import python_argv
     from tests.timeouts import SUBPROCESS_S
 
     path = example_plans()["resnet18-layer4-fc"]
-    cmd = [sys.executable, "-m", "workbench", "train", "--model", "resnet18", "--plan", str(path),
-           "--steps", "1", "--image-size", "32", "--batch-size", "2"]
+    cmd = python_argv("-m", "workbench", "train", "--model", "resnet18", "--plan", str(path),
+           "--steps", "1", "--image-size", "32", "--batch-size", "2")
     proc = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=SUBPROCESS_S)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "warning" not in proc.stderr.lower(), proc.stderr[-2000:]
