@@ -18,7 +18,7 @@ from workbench.core.models.spec import ModelSpec
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.training.config import TrainConfig
 
-MODEL = {"source": "torchvision", "name": "resnet18", "num_classes": 4}
+MODEL: dict[str, Any] = {"source": "torchvision", "name": "resnet18", "num_classes": 4}
 
 
 def _record(config: dict[str, Any]) -> dict[str, Any]:
