@@ -91,6 +91,7 @@ def test_a_cancelled_train_each_resumes_and_the_done_row_is_not_trained_again(qt
     assert [r.id for r in resumed.rows if r.status == "completed" or r.status == "pruned"] == [done]
     assert done not in second["started"] and len(second["started"]) == total - 1, second["started"]
     assert again.trained_rows() == total and again.trainer.folder == folder, again.status.text()
+    assert "1 of them before this resume" in again.status.text()
     study = optuna.load_study(study_name="sweep", storage=f"sqlite:///{folder / 'study.db'}")
     finished = [t for t in study.trials if t.params.get("candidate") == done
                 and t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)]

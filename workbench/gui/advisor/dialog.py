@@ -258,7 +258,7 @@ class SuggestDialog(QDialog):
         self.train_button.setToolTip(self.train_off_reason() or self._train_tip)
         self.train_button.clicked.connect(self.train_each)
         self.resume_button = ResumeButton(self, self)
-        self._resuming = False
+        self._resuming, self._done_before = False, 0
         self.cancel_button = QPushButton("Cancel", self)
         self.cancel_button.setToolTip("Stop measuring at the next training step (or once the model being built is "
                                       "built); the rows measured so far stay")
@@ -828,7 +828,7 @@ class SuggestDialog(QDialog):
             return False
         self._swept = {c.id: i for c, i in zip(candidates, rows, strict=True)}
         self._running = ""
-        self._resuming = folder.exists()
+        self._resuming, self._done_before = folder.exists(), 0
         self.sweep_chart.set_report(None)
         self._show_learning(retain=bool(self.retain.text().strip()))
         self._fill()
@@ -880,6 +880,7 @@ class SuggestDialog(QDialog):
         if kind == "finished":
             self.sweepRunsWritten.emit()
         if kind == "resumed":  # the rows done in the folder fill at once
+            self._done_before = sum(1 for r in data["report"].rows if r.status in ("completed", "pruned", "failed"))
             data = {**data, "id": next(iter(self._swept), None)}
         advice = self.advice
         if advice is None or data.get("id") not in self._swept:
@@ -934,7 +935,8 @@ class SuggestDialog(QDialog):
             self.table.selectRow(self.table_indices().index(self._swept[rec.id]))
         pruned = sum(1 for r in report.rows if r.status == "pruned")
         apply = " (selected: Apply puts it in force)" if rec is not None else ""
-        self.status.setText(f"Trained {total} candidates ({pruned} stopped early), runs in {self.trainer.folder}. "
+        before = f"; {self._done_before} of them before this resume" if self._done_before else ""
+        self.status.setText(f"Trained {total} candidates ({pruned} stopped early{before}), runs in {self.trainer.folder}. "
                             f"{report.recommendation[:1].upper()}{report.recommendation[1:]}{apply}")
 
     # ------------------------------------------------------------------ closing
