@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from torch import nn
 
+from tests.preload import python_argv
 from tests.timeouts import REGEX_FAMILY_S
 from workbench.core.plan.peft_config import target_paths
 from workbench.core.plan.rules import FreezePlan, PlanError
@@ -49,7 +50,7 @@ _FAMILY = textwrap.dedent("""
 
 def test_catastrophic_patterns_are_answered_within_the_bound() -> None:
     """The whole family, 200 paths each, in one process; a hang fails at the named ceiling."""
-    r = subprocess.run([sys.executable, "-c", _FAMILY], input=json.dumps([CATASTROPHIC, PATHS]), capture_output=True,
+    r = subprocess.run(python_argv("-c", _FAMILY), input=json.dumps([CATASTROPHIC, PATHS]), capture_output=True,
                        text=True, cwd=ROOT, timeout=REGEX_FAMILY_S)
     assert r.returncode == 0 and r.stderr.strip() == "", r.stderr  # nothing of the matcher's own on stderr
     answers = [json.loads(line) for line in r.stdout.splitlines()]

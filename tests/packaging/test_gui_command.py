@@ -6,11 +6,11 @@ import os
 import re
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.preload import python_argv
 from workbench.cli import main
 from workbench.resources import example_plan
 
@@ -20,7 +20,7 @@ def run_gui(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")}
     env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"))
     return subprocess.run(
-        [sys.executable, "-m", "workbench", "gui", *args], capture_output=True, text=True, cwd=tmp_path, env=env
+        python_argv("-m", "workbench", "gui", *args), capture_output=True, text=True, cwd=tmp_path, env=env
     )
 
 
