@@ -49,3 +49,12 @@ def test_the_run_and_its_script_take_the_sources_preset(source: str, side: int, 
 def test_a_model_handed_in_has_no_preset() -> None:
     built = BuiltModel(_net(), provided=True)
     assert built.weights_preset() is None and built.input_size() is None
+
+
+def test_a_built_model_keeps_its_spec() -> None:
+    pytest.importorskip("timm")
+    from workbench.core.training.setup import build_model
+
+    built = build_model(TrainConfig(model={"source": "timm", "name": "test_vit"}), FreezePlan())  # random init
+    assert built.spec is not None and (built.spec.source, built.spec.name) == ("timm", "test_vit")
+    assert built.weights_preset() is None and built.input_size() is None
