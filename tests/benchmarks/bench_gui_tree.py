@@ -166,12 +166,25 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(1)
 
-    from PySide6.QtCore import QEventLoop, QSettings, QTimer
+    from PySide6.QtCore import QEvent, QEventLoop, QObject, QSettings, QTimer
     from PySide6.QtWidgets import QApplication
 
     from workbench.gui.app import create_application
     from workbench.gui.main_window import MainWindow
     from workbench.gui.model_loading import loaded_from_model
+
+    class PaintCounter(QObject):
+        """Counts the paint events of a widget."""
+
+        def __init__(self, widget: QObject) -> None:
+            super().__init__(widget)
+            self.count = 0
+            widget.installEventFilter(self)
+
+        def eventFilter(self, watched: QObject, event: QEvent) -> bool:  # noqa: N802 - Qt's name
+            if event.type() == QEvent.Type.Paint:
+                self.count += 1
+            return False
 
     settings_dir = tempfile.mkdtemp(prefix="bench-gui-settings-")
     QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, settings_dir)
@@ -183,9 +196,15 @@ def main(argv: list[str] | None = None) -> int:
     c = window.controller
     view = window.view
 
+    painted = PaintCounter(view.viewport())
+
     def settle() -> None:
+        """Until the view is painted once: the events the step posted (a view paints its pending
+        updates among them), or a paint of the view when they did not paint it."""
+        before = painted.count
         app.processEvents()
-        view.viewport().repaint()
+        if painted.count == before:
+            view.viewport().repaint()
 
     def drain(seconds: float = 0.5) -> None:
         """Let the work a step leaves for later (the plan's lint, the idle-time garbage

@@ -370,13 +370,14 @@ class ModuleTreeModel(QAbstractItemModel):
         i = index.internalId()
         column = index.column()
         node, st, col = self._nodes[i], state.nodes.at(i), COLUMNS[column]
+        cell = self._cell
         for k in range(len(items)):
             item = items[k]
-            value = self._cell(node, st, col, column, item.role())
-            if value is None:
-                item.clearData()
-            else:
+            value = cell(node, st, col, column, item.role())
+            if value is not None:
                 item.setData(value)
+            elif item.data() is not None:  # a view hands empty items; clear one that is not
+                item.clearData()
 
     def _cell(self, node: ModuleNode, st: Any, col: Any, column: int, role: int) -> Any:
         """One role of one cell (``data`` and ``multiData``)."""
