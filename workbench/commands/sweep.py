@@ -127,7 +127,7 @@ def _config(args: argparse.Namespace) -> Any:
     return TrainConfig().replace(**changes, log_every=1)
 
 
-def _candidates(args: argparse.Namespace, cfg: Any) -> list[Any]:
+def _candidates(args: argparse.Namespace, cfg: Any, inputs: Any = None) -> list[Any]:
     from workbench.core.advisor.sweep import cross_learning_rates
     from workbench.core.plan import FreezePlan
 
@@ -141,7 +141,7 @@ def _candidates(args: argparse.Namespace, cfg: Any) -> list[Any]:
     from workbench.core.advisor.sweep_candidates import advised_plans
 
     _advice, plans = advised_plans(cfg, parse_size(args.memory), front_only=args.candidates == "front",
-                                   trust_pickle=args.trust_pickle)
+                                   trust_pickle=args.trust_pickle, inputs=inputs)
     if args.limit is not None:
         if args.limit < 1:
             raise CommandError(f"--limit must be a positive integer, got {args.limit}")
@@ -196,15 +196,16 @@ def _wait_for_peers(folder: Path, launch: str, expected: int) -> None:
 
 def _train(args: argparse.Namespace, *, join: bool) -> tuple[Any, SweepReport | None]:
     from workbench.core.advisor.sweep import Sweep, opened
-    from workbench.core.advisor.sweep_trial import open_retain
+    from workbench.core.advisor.sweep_trial import SweepInputs, open_retain
 
     settings = _settings(args)
     cfg = _config(args)
     import_optuna()  # one line naming the extra, before anything is built
     if args.retain is not None and not join:
         open_retain(args.retain, cfg, image_size=cfg.image_size or 224, num_classes=cfg.num_classes or 10)
-    cands = _candidates(args, cfg)
-    sweep = Sweep(args.out, cands, cfg, settings, retain=args.retain, trust_pickle=args.trust_pickle)
+    inputs = SweepInputs(cfg, trust_pickle=args.trust_pickle)  # the model and data: for the advisor and every candidate
+    cands = _candidates(args, cfg, inputs)
+    sweep = Sweep(args.out, cands, cfg, settings, retain=args.retain, trust_pickle=args.trust_pickle, inputs=inputs)
     procs: list[Any] = []
     with opened(sweep, join=join) as queued:
         launch = args.join or f"{time.time_ns():x}"

@@ -153,3 +153,19 @@ def test_a_model_that_cannot_be_copied_is_built_for_each_candidate(tmp_path: Pat
         assert [r.status for r in sweep.report().rows] == ["completed"] * 2
     assert not sweep.inputs.build_once
     assert builds.read_text().split() == ["model", "data", "model", "data"]
+
+
+def test_the_advisor_and_the_candidates_share_one_build(tmp_path: Path) -> None:
+    from workbench.core.advisor.sweep_candidates import advised_plans
+    from workbench.core.advisor.sweep_trial import SweepInputs
+
+    code, builds, _ = _task(tmp_path)
+    cfg = _config(code)
+    inputs = SweepInputs(cfg)
+    _advice, plans = advised_plans(cfg, 1 << 30, inputs=inputs)
+    cands = cross_learning_rates(plans[:1] + plans[-1:], [0.05])
+    sweep = Sweep(tmp_path / "sw", cands, cfg, SweepSettings(steps=1, eval_every=1, prune=False), inputs=inputs)
+    with opened(sweep):
+        sweep.work()
+        assert [r.status for r in sweep.report().rows] == ["completed"] * 2
+    assert builds.read_text().split() == ["model", "data"]

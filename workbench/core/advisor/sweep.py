@@ -247,6 +247,9 @@ class Sweep:
         dataset: training data instead of ``config.data``.
         loss_fn: the loss instead of the config's.
         trust_pickle: allow pickled checkpoints (only files the user trusts).
+        inputs: the model and data built once, when the caller built them already (for the
+            advisor's candidates: :func:`~workbench.core.advisor.sweep_candidates.advised_plans`);
+            None: the sweep makes its own.
 
     Raises:
         SweepError: bad settings or no candidate.
@@ -255,7 +258,7 @@ class Sweep:
     def __init__(self, folder: str | os.PathLike[str], candidates: Sequence[SweepCandidate], config: TrainConfig,
                  settings: SweepSettings, *, retain: str | Dataset[Any] | None = None,
                  model_factory: Callable[[], nn.Module] | None = None, dataset: Dataset[Any] | None = None,
-                 loss_fn: Any = None, trust_pickle: bool = False) -> None:
+                 loss_fn: Any = None, trust_pickle: bool = False, inputs: SweepInputs | None = None) -> None:
         if not candidates:
             raise SweepError("the sweep has no candidate; give --plans FILE ... or a --memory budget some plan fits")
         self.folder = Path(folder)
@@ -269,8 +272,8 @@ class Sweep:
         self.trust_pickle = trust_pickle
         self._by_id = {c.id: c for c in self.candidates}
         #: the model and data every candidate starts from, built once in this process
-        self.inputs = SweepInputs(config, trust_pickle=trust_pickle,
-                                  build_once=model_factory is None and dataset is None)
+        self.inputs = inputs if inputs is not None else SweepInputs(
+            config, trust_pickle=trust_pickle, build_once=model_factory is None and dataset is None)
         self._lock = _FolderLock(self.folder)
         self._study: Any = None
 

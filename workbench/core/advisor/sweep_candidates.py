@@ -9,7 +9,7 @@ auto-freeze when it fits, as ``(name, plan, config overrides)`` for
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -20,6 +20,9 @@ from workbench.core.advisor.sweep_study import SweepError
 from workbench.core.formatting import fmt_bytes
 from workbench.core.plan import FreezePlan
 from workbench.core.training.config import TrainConfig
+
+if TYPE_CHECKING:
+    from workbench.core.advisor.sweep_trial import SweepInputs
 
 __all__ = ["advice_plans", "advised_plans", "auto_freeze_choice", "sample_input_shape"]
 
@@ -77,7 +80,8 @@ def advice_plans(advice: Advice, *, front_only: bool = True) -> list[PlanChoice]
 
 
 def advised_plans(config: TrainConfig, budget_bytes: int, *, front_only: bool = True, trust_pickle: bool = False,
-                  model: torch.nn.Module | None = None, dataset: Any = None) -> tuple[Advice, list[PlanChoice]]:
+                  model: torch.nn.Module | None = None, dataset: Any = None,
+                  inputs: SweepInputs | None = None) -> tuple[Advice, list[PlanChoice]]:
     """Ask the advisor for the plans of ``config``'s model and data that fit ``budget_bytes``.
 
     Args:
@@ -86,6 +90,8 @@ def advised_plans(config: TrainConfig, budget_bytes: int, *, front_only: bool = 
         front_only: as :func:`advice_plans`.
         trust_pickle: allow pickled checkpoints.
         model / dataset: a model and data to use instead of the config's.
+        inputs: the sweep's model and data built once: the advisor measures a copy of them
+            (when neither ``model`` nor ``dataset`` is given), so the sweep does not build them again.
 
     Returns:
         The advice and its plans.
@@ -96,6 +102,10 @@ def advised_plans(config: TrainConfig, budget_bytes: int, *, front_only: bool = 
     from workbench.core.training.engine import Trainer
 
     kwargs: dict[str, Any] = {"trust_pickle": trust_pickle}
+    if inputs is not None and inputs.build_once and model is None and dataset is None:
+        kwargs["model"] = inputs.model()
+        if inputs.dataset is not None:
+            kwargs["dataset"] = inputs.dataset
     if model is not None:
         kwargs["model"] = model
     if dataset is not None:
