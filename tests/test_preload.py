@@ -109,7 +109,8 @@ def test_the_server_dies_with_the_process_that_started_it(tmp_path: Path) -> Non
     starter = subprocess.Popen(
         [sys.executable, "-c", "import os, sys; sys.path.insert(0, os.getcwd()); from tests.preload import preloaded; "
          "s = preloaded(); print(s.bin_dir, flush=True); import time; time.sleep(600)"],
-        cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": ""},
+        cwd=Path(__file__).resolve().parents[1], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": "", "WB_PRELOAD_MODULES": ""},  # its life, not its imports, is the point
     )
     assert starter.stdout is not None
     bin_dir = Path(starter.stdout.readline().strip())

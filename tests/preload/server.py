@@ -25,6 +25,8 @@ import reads per-run settings (the Hugging Face libraries read ``HF_HOME`` and t
 flags) and Qt are not preloaded.
 
 Run: ``python -m tests.preload.server SOCKET_PATH`` (the suite's fixture starts it).
+``WB_PRELOAD_MODULES=a,b`` preloads those modules instead of ``PRELOAD`` (tests of the server's
+own life, which need none of them).
 """
 
 from __future__ import annotations
@@ -204,7 +206,8 @@ def serve(path: str) -> None:
     import importlib
 
     _die_with_parent()
-    for name in PRELOAD:
+    listed = os.environ.get("WB_PRELOAD_MODULES")  # a test of the server itself: what it preloads (comma-separated)
+    for name in PRELOAD if listed is None else [n for n in listed.split(",") if n]:
         importlib.import_module(name)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # the supervisors are reaped by the kernel
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
