@@ -684,6 +684,7 @@ class ModuleFilterProxy(QSortFilterProxyModel):
         self._pattern = ""
         self._shown: Any = None  # numpy bool per row of the source model, or None: every row
         self._shown_for: Any = None  # the source's row list the flags are for
+        self._tree: ModuleTreeModel | None = None  # the source model, when it is a tree model
 
     def set_pattern(self, text: str) -> None:
         """Show only rows whose path or type contains ``text`` (and their ancestors).
@@ -732,11 +733,15 @@ class ModuleFilterProxy(QSortFilterProxyModel):
         """
         self.sourceModel().multiData(self.mapToSource(index), roleDataSpan)
 
+    def setSourceModel(self, sourceModel: QAbstractItemModel) -> None:  # noqa: N803 - Qt's name
+        """Filter this model's rows (a :class:`ModuleTreeModel`; any other model shows every row)."""
+        self._tree = sourceModel if isinstance(sourceModel, ModuleTreeModel) else None
+        super().setSourceModel(sourceModel)
+
     def filterAcceptsRow(self, source_row: int, source_parent: Index) -> bool:
-        if not self._pattern:
-            return True
-        src = self.sourceModel()
-        if not isinstance(src, ModuleTreeModel):
+        # asked once per child of every row the proxy maps: thousands of times after a reset
+        src = self._tree
+        if not self._pattern or src is None:
             return True
         i = src.row_id(source_row, source_parent)
         return i is not None and bool(self._flags(src)[i])
