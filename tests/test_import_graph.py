@@ -4,6 +4,7 @@ docs/architecture.md (type-only imports counted), and core/gui use real imports 
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1] / "workbench"
@@ -16,6 +17,12 @@ def _module_name(path: Path) -> str:
 
 def _modules() -> dict[str, Path]:
     return {_module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for all the checks of this file (none changes a tree)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
 
 
 def _is_type_checking(node: ast.If) -> bool:
@@ -64,7 +71,7 @@ def _graph(*, typing: bool = False) -> dict[str, set[str]]:
     mods = _modules()
     known = set(mods)
     return {
-        name: _imports(ast.parse(path.read_text(encoding="utf-8")), name, path.name == "__init__.py", known, typing=typing)
+        name: _imports(_tree(path), name, path.name == "__init__.py", known, typing=typing)
         for name, path in mods.items()
     }
 
@@ -209,7 +216,7 @@ def test_core_and_gui_import_workbench_modules_for_real():
     found = []
     for sub in ("core", "gui"):
         for path in sorted((ROOT / sub).rglob("*.py")):
-            for line, target in _string_imports(ast.parse(path.read_text(encoding="utf-8"))):
+            for line, target in _string_imports(_tree(path)):
                 found.append(f"{path.relative_to(ROOT.parent)}:{line}: import_module({target!r})")
     assert not found, "string-path imports of workbench modules:\n" + "\n".join(found)
 
@@ -253,7 +260,7 @@ def _private_imports(tree: ast.AST, name: str) -> list[str]:
 
 def test_no_private_name_is_imported_across_modules():
     found = [f"{path.relative_to(ROOT.parent)}:{hit}" for name, path in sorted(_modules().items())
-             for hit in _private_imports(ast.parse(path.read_text(encoding="utf-8")), name)]
+             for hit in _private_imports(_tree(path), name)]
     assert not found, "private names used across modules (make them public, or move them):\n" + "\n".join(found)
 
 
@@ -328,7 +335,7 @@ def test_no_new_switch_on_model_source_names():
     for path in sorted(ROOT.rglob("*.py")):
         if path == SOURCE_TABLE:
             continue
-        n = _source_switches(ast.parse(path.read_text(encoding="utf-8")), names)
+        n = _source_switches(_tree(path), names)
         if n:
             found[path.relative_to(ROOT).as_posix()] = n
     grown = {p: n for p, n in found.items() if n > SOURCE_NAME_SWITCHES.get(p, 0)}
