@@ -141,3 +141,27 @@ def test_imports_start_when_the_first_window_is_never_painted(tmp_path: Path) ->
         "startup.HeavyImports = Light",
     )
     assert _run_probe(code, tmp_path) == ["imported-json", "imports-done"]
+
+
+def test_a_window_that_cannot_be_built_is_one_dialog_and_exit_code_2(tmp_path: Path) -> None:
+    # a main-window module that fails to import (or a window that raises while it is built) ends
+    # start-up with the error dialog and exit code 2, instead of leaving the start-up window waiting
+    code = _ORDER_PROBE.replace('event == "first-paint"', 'False').replace(
+        "startup.trace = trace",
+        "startup.trace = trace\n"
+        "class Light(startup.HeavyImports):\n"
+        "    def __init__(self, parent=None):\n"
+        "        super().__init__(['json'], parent)\n"
+        "startup.HeavyImports = Light\n"
+        "def broken(shell, **kwargs):\n"
+        "    raise ImportError('cannot import name SweepTag')\n"
+        "app._open_window = broken\n"
+        "from workbench.gui import dialogs\n"
+        "dialogs.error = lambda parent, title, message, details='': seen.append(title + ': ' + message)\n"
+        "code = app.main([])\n"
+        "print(json.dumps(seen + ['exit %d' % code]), flush=True)\n"
+        "os._exit(0)",
+    )
+    seen = _run_probe(code, tmp_path)
+    assert seen[-2:] == ["Cannot start Freeze Workbench: the main window could not be built: ImportError: "
+                         "cannot import name SweepTag", "exit 2"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -147,7 +148,15 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
             shell.close()
             QApplication.exit(2)
             return
-        window = _open_window(shell, path=path, model=model)
+        try:
+            window = _open_window(shell, path=path, model=model)
+        except Exception as e:  # a window module that fails to import or build: say it, never hang
+            dialogs.error(shell, "Cannot start Freeze Workbench",
+                          f"the main window could not be built: {type(e).__name__}: {e}",
+                          traceback.format_exc())
+            shell.close()
+            QApplication.exit(2)
+            return
         trace("window")
         window.controller.modelChanged.connect(lambda: trace("tree") if window.controller.tree is not None else None)
 
