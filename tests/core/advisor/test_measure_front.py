@@ -17,9 +17,9 @@ from workbench.core.training.metrics import MEMORY_SOURCES
 
 @pytest.fixture(scope="module")
 def advice_and_config():
-    advice = advise(resnet18(num_classes=10), 60 * 10**6, (4, 3, 32, 32), optimizer="sgd")
+    advice = advise(resnet18(num_classes=10), 60 * 10**6, (4, 3, 16, 16), optimizer="sgd")
     config = TrainConfig(model={"source": "torchvision", "name": "resnet18"}, num_classes=10, data="synthetic",
-                         image_size=32, batch_size=4, optimizer="sgd", device="cpu", allow_download=False)
+                         image_size=16, batch_size=4, optimizer="sgd", device="cpu", allow_download=False)
     return advice, config
 
 
