@@ -89,7 +89,9 @@ def test_live_numbers_on_an_expanded_tree_announce_the_rows_in_view(window: Main
     expand_all(window, qtbot)
     emitted: list[tuple[int, int, int, int]] = []
     window.tree_model.dataChanged.connect(lambda a, b, *_: emitted.append((a.row(), b.row(), a.column(), b.column())))
-    paths = tuple(window.controller.tree.paths())
+    tree = window.controller.tree
+    assert tree is not None
+    paths = tuple(tree.paths())
     n = len(paths)
     window.tree_model.set_module_stats(ModuleStats(1, paths, (1.0,) * n, (1e-6,) * n, (1.0,) * n))
     rows = sum(b - a + 1 for a, b, _c, _d in emitted)
