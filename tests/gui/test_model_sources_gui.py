@@ -13,6 +13,7 @@ import pytest
 from PySide6.QtCore import QMimeData, QPointF, Qt, QUrl
 from PySide6.QtGui import QDropEvent
 
+from tests.fixtures.exported import BLOCK_WORKBENCH
 from tests.preload import python_argv
 from tests.timeouts import GUI_WORKER_S, SUBPROCESS_LONG_S, SUBPROCESS_S, ms
 from workbench.core.models.memory import estimate_memory
@@ -187,8 +188,7 @@ def test_exports_a_plain_script_for_a_hugging_face_folder(
     text = script.read_text()
     assert "import transformers" in text and "import torchvision" not in text and "import workbench" not in text
     state_file = tmp_path / "state.json"
-    blocker = ("import sys, runpy; [sys.modules.pop(m) for m in list(sys.modules) if m.split('.')[0] == 'workbench']; "
-               "sys.modules['workbench'] = None; "  # the preloaded interpreter's workbench modules dropped, the package blocked
+    blocker = (BLOCK_WORKBENCH + "import runpy; "
                f"sys.argv = [{str(script)!r}, '--describe', {str(state_file)!r}]; runpy.run_path(sys.argv[0], run_name='__main__')")
     subprocess.run(python_argv("-c", blocker), check=True, timeout=SUBPROCESS_S, capture_output=True, cwd=tmp_path,
                    env={**os.environ, "HF_HUB_OFFLINE": "1"})

@@ -15,7 +15,7 @@ import torchvision
 from safetensors.torch import save_file
 from torch import nn
 
-from tests.fixtures.exported import run_exported_script
+from tests.fixtures.exported import BLOCK_WORKBENCH, run_exported_script
 from tests.preload import python_argv
 from workbench.cli import main
 from workbench.core.export import ExportError, export_script, render_script
@@ -62,11 +62,8 @@ def test_script_in_subprocess_equals_workbench(tmp_path):
     assert not re.search(r"^\s*(import|from)\s+workbench\b|import_module|__import__", text, re.M)
     compile(text, str(script), "exec")
     out = tmp_path / "state.json"
-    # a clean process (a fork of the preloaded interpreter: its workbench modules dropped) where
-    # no workbench module can be imported
     blocker = (
-        "import sys, runpy; [sys.modules.pop(m) for m in list(sys.modules) if m.split('.')[0] == 'workbench']; "
-        "sys.modules['workbench'] = None; "
+        BLOCK_WORKBENCH + "import runpy; "
         f"sys.argv = [{str(script)!r}, '--describe', {str(out)!r}]; runpy.run_path(sys.argv[0], run_name='__main__')"
     )
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
