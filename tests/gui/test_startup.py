@@ -125,6 +125,15 @@ def _run_probe(code: str, tmp_path: Path) -> list[str]:
     return seen
 
 
+# Replaces torch and the library in the start-up imports by one light module.
+_LIGHT_IMPORTS = (
+    "class Light(startup.HeavyImports):\n"
+    "    def __init__(self, parent=None):\n"
+    "        super().__init__(['json'], parent)\n"
+    "startup.HeavyImports = Light"
+)
+
+
 def test_the_window_is_painted_before_torch_or_the_full_window_is_imported(tmp_path: Path) -> None:
     assert _run_probe(_ORDER_PROBE, tmp_path) == ["first-paint"]
 
@@ -134,11 +143,7 @@ def test_imports_start_when_the_first_window_is_never_painted(tmp_path: Path) ->
     code = _ORDER_PROBE.replace('event == "first-paint"', 'event == "imports-done"').replace(
         "startup.trace = trace",
         "startup.trace = trace\n"
-        "startup.StartupWindow.show = lambda self: None\n"
-        "class Light(startup.HeavyImports):\n"
-        "    def __init__(self, parent=None):\n"
-        "        super().__init__(['json'], parent)\n"
-        "startup.HeavyImports = Light",
+        "startup.StartupWindow.show = lambda self: None\n" + _LIGHT_IMPORTS,
     )
     assert _run_probe(code, tmp_path) == ["imported-json", "imports-done"]
 
@@ -148,11 +153,7 @@ def test_a_window_that_cannot_be_built_is_one_dialog_and_exit_code_2(tmp_path: P
     # start-up with the error dialog and exit code 2, instead of leaving the start-up window waiting
     code = _ORDER_PROBE.replace('event == "first-paint"', 'False').replace(
         "startup.trace = trace",
-        "startup.trace = trace\n"
-        "class Light(startup.HeavyImports):\n"
-        "    def __init__(self, parent=None):\n"
-        "        super().__init__(['json'], parent)\n"
-        "startup.HeavyImports = Light\n"
+        "startup.trace = trace\n" + _LIGHT_IMPORTS + "\n"
         "def broken(shell, **kwargs):\n"
         "    raise ImportError('cannot import name SweepTag')\n"
         "app._open_window = broken\n"
