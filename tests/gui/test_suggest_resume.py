@@ -11,38 +11,25 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt
 
-from tests.commands.sweep_fixtures import MODEL as TINY
-from tests.timeouts import GUI_RUN_S, GUI_WORKER_S, ms
+from tests.gui.suggest_helpers import load_tiny, open_suggest
+from tests.timeouts import GUI_RUN_S, ms
 from workbench.gui.advisor.dialog import SuggestDialog
 from workbench.gui.main_window import MainWindow
-from workbench.gui.model_loading import LoadRequest
 
 optuna = pytest.importorskip("optuna")
 
 STEPS = 2
 
 
-def _dialog(qtbot: Any, window: MainWindow) -> SuggestDialog:
-    d = window.suggest_dialog()
-    qtbot.addWidget(d)
-    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
-    d.budget.setText("1GB")
-    assert d.suggest()
-    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
-    assert d.advice is not None and len([i for i in d.advice.front if d.advice.assessed[i].fits]) >= 2, d.status.text()
-    d.steps.setValue(STEPS)
-    return d
-
-
 @pytest.fixture
 def tiny(qtbot: Any, window: MainWindow, tmp_path: Path) -> MainWindow:
-    code = tmp_path / "tiny.py"
-    code.write_text(TINY)
-    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
-        assert window.controller.load(LoadRequest(f"py:{code}:build"))
-    assert blocker.args[0], "the tiny model did not load"
-    window.training.panel.set_values(batch_size=4, image_size=16, device="cpu", data="synthetic", steps=STEPS)
-    return window
+    return load_tiny(qtbot, window, tmp_path, steps=STEPS)
+
+
+def _dialog(qtbot: Any, window: MainWindow) -> SuggestDialog:
+    d = open_suggest(qtbot, window)
+    d.steps.setValue(STEPS)
+    return d
 
 
 def _events(d: SuggestDialog, kinds: dict[str, list[Any]], *, cancel_after_first: bool = False) -> None:

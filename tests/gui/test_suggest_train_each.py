@@ -14,34 +14,13 @@ from typing import Any
 import pytest
 from PySide6.QtCore import Qt
 
-from tests.commands.sweep_fixtures import MODEL as TINY
+from tests.gui.suggest_helpers import load_tiny, open_suggest
 from tests.timeouts import GUI_EVENT_S, GUI_RUN_S, GUI_WORKER_S, ms
 from workbench.gui.advisor.dialog import COLUMNS, LEARNING_COLUMNS, SuggestDialog
 from workbench.gui.main_window import MainWindow
 from workbench.gui.model_loading import LoadRequest
 
 pytest.importorskip("optuna")
-
-
-
-def _tiny(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
-    code = tmp_path / "tiny.py"
-    code.write_text(TINY)
-    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
-        assert window.controller.load(LoadRequest(f"py:{code}:build"))
-    assert blocker.args[0], "the tiny model did not load"
-    window.training.panel.set_values(batch_size=4, image_size=16, device="cpu", data="synthetic", steps=6)
-
-
-def _dialog(qtbot: Any, window: MainWindow, budget: str = "1GB", fitting: int = 2) -> SuggestDialog:
-    d = window.suggest_dialog()
-    qtbot.addWidget(d)
-    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
-    d.budget.setText(budget)
-    assert d.suggest()
-    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
-    assert d.advice is not None and len([i for i in d.advice.front if d.advice.assessed[i].fits]) >= fitting, d.status.text()
-    return d
 
 
 def _column(name: str) -> int:
@@ -61,8 +40,8 @@ def _swept_rows(d: SuggestDialog) -> list[int]:
 
 def test_train_each_fills_rows_as_candidates_finish_and_applies_the_recommendation(
         qtbot: Any, window: MainWindow, tmp_path: Path, runs_dir: Path) -> None:
-    _tiny(qtbot, window, tmp_path)
-    d = _dialog(qtbot, window)
+    load_tiny(qtbot, window, tmp_path, steps=6)
+    d = open_suggest(qtbot, window)
     assert d.steps.value() == 6  # the training panel's length
     assert d.table.isColumnHidden(_column("metric"))  # no sweep yet: cost columns only
     filled: list[int] = []  # rows with a metric each time a candidate finished
@@ -110,8 +89,8 @@ def test_train_each_trains_auto_freeze_and_apply_turns_it_on(qtbot: Any, window:
 
     from workbench.gui.advisor.train_each import AUTO_FREEZE
 
-    _tiny(qtbot, window, tmp_path)
-    d = _dialog(qtbot, window)
+    load_tiny(qtbot, window, tmp_path, steps=6)
+    d = open_suggest(qtbot, window)
     af = d.advice.auto_freeze if d.advice is not None else None
     assert af is not None and af.fits
     last = d.table.rowCount() - 1
@@ -143,8 +122,8 @@ def test_train_each_trains_auto_freeze_and_apply_turns_it_on(qtbot: Any, window:
 
 
 def test_retention_is_measured_on_the_retain_data(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
-    _tiny(qtbot, window, tmp_path)
-    d = _dialog(qtbot, window)
+    load_tiny(qtbot, window, tmp_path, steps=6)
+    d = open_suggest(qtbot, window)
     d.steps.setValue(2)
     d.retain.setText("synthetic:16")
     assert d.train_each()
@@ -158,8 +137,8 @@ def test_retention_is_measured_on_the_retain_data(qtbot: Any, window: MainWindow
 
 def test_a_broken_retain_dataset_is_one_line_and_nothing_trains(qtbot: Any, window: MainWindow,
                                                                  tmp_path: Path) -> None:
-    _tiny(qtbot, window, tmp_path)
-    d = _dialog(qtbot, window)
+    load_tiny(qtbot, window, tmp_path, steps=6)
+    d = open_suggest(qtbot, window)
     d.retain.setText(f"folder:{tmp_path / 'missing'}")
     assert d.train_each()
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
@@ -169,8 +148,8 @@ def test_a_broken_retain_dataset_is_one_line_and_nothing_trains(qtbot: Any, wind
 
 
 def test_cancel_stops_within_one_step(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
-    _tiny(qtbot, window, tmp_path)
-    d = _dialog(qtbot, window)
+    load_tiny(qtbot, window, tmp_path, steps=6)
+    d = open_suggest(qtbot, window)
     d.steps.setValue(50)
     cancel = d.trainer.cancel  # the flag itself: the worker must not keep the dialog alive
     steps: list[int] = []
@@ -198,8 +177,8 @@ def test_a_candidate_that_raises_leaves_the_app_working(qtbot: Any, window: Main
                                                         monkeypatch: Any) -> None:
     import workbench.core.advisor.sweep as sweep_module
 
-    _tiny(qtbot, window, tmp_path)
-    d = _dialog(qtbot, window)
+    load_tiny(qtbot, window, tmp_path, steps=6)
+    d = open_suggest(qtbot, window)
     d.steps.setValue(2)
     real = sweep_module.train_candidate
     calls: list[int] = []
@@ -228,15 +207,15 @@ def test_train_each_is_off_for_a_structure_only_model(qtbot: Any, window: MainWi
     window.source_bar.set_current({"name": "resnet18"})
     with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)):
         window.source_bar.load_button.click()
-    d = _dialog(qtbot, window, "80GB")
+    d = open_suggest(qtbot, window, "80GB")
     assert not d.train_button.isEnabled()
     assert "structure only" in d.train_button.toolTip() and "Structure only" in d.train_button.toolTip()
     assert not d.train_each() and "structure only" in d.status.text()
 
 
 def test_nothing_to_train_when_no_candidate_fits(qtbot: Any, window: MainWindow, tmp_path: Path) -> None:
-    _tiny(qtbot, window, tmp_path)
-    d = _dialog(qtbot, window, "2KB", fitting=0)
+    load_tiny(qtbot, window, tmp_path, steps=6)
+    d = open_suggest(qtbot, window, "2KB", fitting=0)
     assert not d.train_each() and not d.busy
     assert d.status.text().startswith("Nothing to train: no candidate fits in") and d.trainer.folder is None
 
