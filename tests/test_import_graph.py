@@ -149,6 +149,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("workbench.core.export.from_run", "workbench.core.runs.store"): "export --run reads a run folder with the "
     "reader `workbench runs` uses (one reader, one set of refusals); core/runs imports nothing of export",
     ("workbench.core.export.from_run", "workbench.core.runs.record"): "the reader's refusal (RunStoreError)",
+    ("workbench.core.advisor.sweep", "workbench.core.runs.sweeps"): "the sweep writes the folder core/runs reads: "
+    "one set of file names; core/runs imports nothing of the advisor",
+    ("workbench.core.advisor.sweep_study", "workbench.core.runs.sweeps"): "the study's file name in the sweep folder",
 }
 
 

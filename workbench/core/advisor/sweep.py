@@ -52,6 +52,7 @@ from workbench.core.advisor.sweep_study import (
 from workbench.core.advisor.sweep_trial import SweepInputs, TrialOutcome, train_candidate
 from workbench.core.errors import WorkbenchError
 from workbench.core.plan import FreezePlan
+from workbench.core.runs.sweeps import LOCK_FILE, REPORT_FILE, SWEEP_RUNS
 from workbench.core.training.config import TrainConfig
 
 __all__ = ["OBJECTIVES", "Sweep", "SweepCandidate", "SweepError", "SweepSettings", "cross_learning_rates", "opened"]
@@ -60,8 +61,6 @@ __all__ = ["OBJECTIVES", "Sweep", "SweepCandidate", "SweepError", "SweepSettings
 OBJECTIVES: tuple[str, ...] = ("metric", "loss")
 #: Most candidates one sweep takes (a study is a queue of them, each a full run).
 MAX_CANDIDATES = 256
-_RUNS = "runs"
-_LOCK = ".sweep.lock"
 
 
 @dataclass(frozen=True)
@@ -196,7 +195,7 @@ class _FolderLock:
     """An OS lock on the sweep folder: exclusive while the study is prepared, shared while workers train."""
 
     def __init__(self, folder: Path) -> None:
-        self.path = folder / _LOCK
+        self.path = folder / LOCK_FILE
         self._fd: int | None = None
 
     def acquire(self, *, shared: bool) -> bool:
@@ -298,7 +297,7 @@ class Sweep:
             raise SweepError(f"the sweep folder {self.folder} is not a folder; give another path")
         url = storage_url(self.folder, self.settings.storage)
         try:
-            (self.folder / _RUNS).mkdir(parents=True, exist_ok=True)
+            (self.folder / SWEEP_RUNS).mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise SweepError(f"cannot create the sweep folder {self.folder}: {e.strerror or e}") from None
         return url
@@ -432,7 +431,7 @@ class Sweep:
                 return True
             return False
 
-        cfg = self.config.replace(plan=cand.plan, lr=cand.lr, save_dir=str(self.folder / _RUNS / cand.folder_name),
+        cfg = self.config.replace(plan=cand.plan, lr=cand.lr, save_dir=str(self.folder / SWEEP_RUNS / cand.folder_name),
                                   metrics_path=None, **cand.overrides)
         s = self.settings
         try:
@@ -552,7 +551,7 @@ class Sweep:
         """
         from workbench.core.atomic import atomic_write
 
-        path = self.folder / "report.json"
+        path = self.folder / REPORT_FILE
         atomic_write(path, json.dumps(report.to_dict(), indent=1) + "\n")
         return path
 

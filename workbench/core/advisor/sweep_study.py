@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.runs.sweeps import STUDY_FILE
 
 if TYPE_CHECKING:
     import optuna
@@ -42,8 +43,6 @@ __all__ = [
 
 #: The one line that says how to get the optional dependency.
 INSTALL_HINT = "pip install 'freeze-workbench[sweep]'"
-#: The study's SQLite file in the sweep folder.
-STUDY_FILE = "study.db"
 #: Seconds between a running trial's heartbeats; a trial silent for three of them is stale.
 HEARTBEAT_S = 10
 _SQLITE_MAGIC = b"SQLite format 3\x00"

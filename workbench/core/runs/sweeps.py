@@ -11,8 +11,8 @@ user's own. :func:`sweep_run_folders` finds the run folders of one sweep folder 
 of sweeps; a link that leaves the folder, a ``runs`` that is not a folder, a sweep folder that
 cannot be read: one line each, nothing is changed.
 
-This package ranks with the advisor and cannot import it: the sweep folder's file names
-(:data:`SWEEP_MARKERS`) are the ones :mod:`workbench.core.advisor.sweep` writes.
+The sweep folder's file names are defined here once; :mod:`workbench.core.advisor.sweep`, which
+writes the folder, takes them from here (this package imports nothing of the advisor).
 """
 
 from __future__ import annotations
@@ -24,6 +24,9 @@ from pathlib import Path
 from workbench.core.runs.record import SweepTag
 
 __all__ = [
+    "LOCK_FILE",
+    "REPORT_FILE",
+    "STUDY_FILE",
     "SWEEPS_FOLDER",
     "SWEEP_MARKERS",
     "SWEEP_RUNS",
@@ -38,8 +41,14 @@ __all__ = [
 SWEEPS_FOLDER = "sweeps"
 #: A sweep folder's folder of candidate runs.
 SWEEP_RUNS = "runs"
+#: A sweep folder's Optuna study (SQLite), when no database URL is given.
+STUDY_FILE = "study.db"
+#: A sweep folder's report: rows, fronts and recommendation.
+REPORT_FILE = "report.json"
+#: A sweep folder's lock, held by the processes working on it.
+LOCK_FILE = ".sweep.lock"
 #: Files only a sweep folder holds (any one is enough): its study, its report, its lock.
-SWEEP_MARKERS: tuple[str, ...] = ("study.db", "report.json", ".sweep.lock")
+SWEEP_MARKERS: tuple[str, ...] = (STUDY_FILE, REPORT_FILE, LOCK_FILE)
 
 
 def sweeps_folder(runs_folder: str | os.PathLike[str]) -> Path:

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import QMenu, QPushButton, QWidget
 
 from workbench.core import safe_json
 from workbench.core.atomic import atomic_write
-from workbench.core.runs.sweeps import is_sweep_folder
+from workbench.core.runs.sweeps import REPORT_FILE, is_sweep_folder
 
 __all__ = ["DONE", "IDENTITY_FILE", "ResumeButton", "Resumable", "find_resumable", "progress_of", "write_identity"]
 
@@ -33,7 +33,6 @@ __all__ = ["DONE", "IDENTITY_FILE", "ResumeButton", "Resumable", "find_resumable
 IDENTITY_FILE = "identity.json"
 #: Report statuses of a candidate that a resume does not train again.
 DONE = frozenset({"completed", "pruned", "failed"})
-_REPORT = "report.json"
 
 
 @dataclass(frozen=True)
@@ -91,7 +90,7 @@ def progress_of(folder: Path, total: int) -> int | None:
     Returns:
         The count, or None when every candidate is done (nothing to resume).
     """
-    report = _read(folder / _REPORT)
+    report = _read(folder / REPORT_FILE)
     rows = report.get("rows") if isinstance(report, dict) else None
     done = sum(1 for r in rows if isinstance(r, dict) and r.get("status") in DONE) if isinstance(rows, list) else 0
     return None if done >= total else done
