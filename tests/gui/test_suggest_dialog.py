@@ -49,6 +49,14 @@ def _ready(qtbot: Any, window: MainWindow, budget: str | None = None) -> Suggest
     return d
 
 
+def _load_small(qtbot: Any, window: MainWindow) -> MainWindow:
+    """``window`` with squeezenet1_1 loaded (1.2M parameters, random init): for the tests that measure for real."""
+    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
+        assert window.controller.load(LoadRequest("squeezenet1_1"))
+    assert blocker.args[0], "squeezenet1_1 did not load"
+    return window
+
+
 def test_budget_is_prefilled_from_the_device(qtbot: Any, window: MainWindow) -> None:
     d = _ready(qtbot, window)
     budget = parse_size(d.budget.text())
@@ -141,10 +149,7 @@ def test_a_budget_below_the_weights_says_what_could_work(qtbot: Any, window: Mai
 def test_measure_fills_rows_one_by_one_with_a_real_peak(qtbot: Any, window: MainWindow) -> None:
     """On squeezenet1_1 (1.2M parameters: its 5 front rows measure in a tenth of resnet18's 14, each a real build
     and real steps)."""
-    with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
-        assert window.controller.load(LoadRequest("squeezenet1_1"))
-    assert blocker.args[0]
-    d = _ready(qtbot, window, "16MB")
+    d = _ready(qtbot, _load_small(qtbot, window), "16MB")
     advice = d.advice
     assert advice is not None
     filled: list[int] = []
@@ -342,7 +347,7 @@ def test_cancel_during_a_slow_model_build_stops_once_it_is_built(qtbot: Any, win
     the measurement ends when that build is done, before any of its steps and before the next build."""
     from workbench.core.training.engine import Trainer
 
-    d = _ready(qtbot, window, "60MB")
+    d = _ready(qtbot, _load_small(qtbot, window), "16MB")
     advice = d.advice
     assert advice is not None and len(advice.front) > 1, d.status.text()
     builds: list[int] = []
