@@ -170,8 +170,8 @@ def test_config_rejects_bad_auto_freeze_settings(field: str, value: Any) -> None
 
 def _run(tmp_path: Path, name: str, **kw: Any) -> tuple[Trainer, list[float], list[Any]]:
     torch.manual_seed(0)
-    cfg = TrainConfig(model="resnet18", num_classes=10, data="synthetic:64", image_size=32, batch_size=16, steps=24,
-                      device="cpu", seed=0, save_dir=str(tmp_path / name), **kw)
+    cfg = TrainConfig(model="resnet18", num_classes=10, data="synthetic:32", image_size=16, batch_size=8, steps=24,
+                      optimizer="sgd", device="cpu", seed=0, save_dir=str(tmp_path / name), **kw)
     t = Trainer(cfg)
     seen = list(t.steps())
     assert t.result is not None and t.result.ok, t.result and t.result.message
