@@ -26,7 +26,7 @@ def test_a_crepe_sweep_measures_pitch_accuracy_and_retention(tmp_path: Path) -> 
              ("last layer + head", FreezePlan([Rule("*", frozen=True), Rule("conv6", frozen=False),
                                                Rule("conv6_BN", frozen=False), Rule("classifier", frozen=False)]), {})]
     sweep = Sweep(tmp_path / "sw", cross_learning_rates(plans, [1e-3]), cfg,
-                  SweepSettings(steps=2, eval_every=1, prune=False), retain=f"py:{ex}:clean_tones")
+                  SweepSettings(steps=2, eval_every=2, prune=False), retain=f"py:{ex}:clean_tones")
     with opened(sweep):
         sweep.work()
         report = sweep.report()
