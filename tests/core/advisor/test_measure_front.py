@@ -18,6 +18,13 @@ from workbench.core.training.metrics import MEMORY_SOURCES
 @pytest.fixture(scope="module")
 def advice_and_config():
     advice = advise(resnet18(num_classes=10), 60 * 10**6, (4, 3, 16, 16), optimizer="sgd")
+    # one candidate of each kind (head, low-rank, a block with BN eval, full): how measure_front
+    # hands results out does not depend on how many there are; every candidate of the 14 is
+    # measured by test_advise_cli.py::test_measure_adds_measured_cost
+    kinds = ("head only", "low-rank A+B r=4 ", "last 1 block (layer4) + head · BN eval", "full fine-tuning")
+    advice.front = [i for i in advice.front if advice.assessed[i].candidate.name.startswith(kinds)
+                    and not advice.assessed[i].candidate.name.startswith("full fine-tuning ·")]
+    assert len(advice.front) == 4
     config = TrainConfig(model={"source": "torchvision", "name": "resnet18"}, num_classes=10, data="synthetic",
                          image_size=16, batch_size=4, optimizer="sgd", device="cpu", allow_download=False)
     return advice, config
