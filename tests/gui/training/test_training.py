@@ -274,7 +274,7 @@ def test_stages_show_as_markers_and_x_axis_switches(window: MainWindow, qtbot: A
     path = tmp_path / "staged.json"
     plan.save(path)
     assert window.documents.open_plan(str(path))
-    t.panel.set_values(steps=10)
+    t.panel.set_values(steps=6)  # the stage at step 4 and two steps after it
     with qtbot.waitSignal(t.runs.prepared, timeout=ms(GUI_WORKER_S)):
         assert t.panel.start()
     assert any(m.kind == "planned" and "stage 0" in m.label for m in t.plots.markers)
@@ -302,7 +302,7 @@ def test_stages_show_as_markers_and_x_axis_switches(window: MainWindow, qtbot: A
     dialogs.script("save_file", str(tmp_path / "metrics"))
     t.plots.csv_button.click()
     rows = load_metrics(tmp_path / "metrics.csv")
-    assert len(rows) == record.steps() == 10
+    assert len(rows) == record.steps() == 6
 
 
 # ---------------------------------------------------------------- runs
