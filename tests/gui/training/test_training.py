@@ -308,9 +308,9 @@ def test_stages_show_as_markers_and_x_axis_switches(window: MainWindow, qtbot: A
 # ---------------------------------------------------------------- runs
 def test_runs_persist_compare_and_overlay(window: MainWindow, qtbot: Any, runs_dir: Path, dialogs: Any) -> None:
     t = window.training
-    full = run_short(qtbot, window, steps=4)
+    full = run_short(qtbot, window, steps=3)
     window.controller.set_value(["layer1", "layer2", "layer3"], "frozen", True)
-    frozen = run_short(qtbot, window, steps=4)
+    frozen = run_short(qtbot, window, steps=3)
     assert [r.name for r in t.runs.records] == ["#1 resnet18", "#2 resnet18"]
     table = t.runs_panel.table
     assert table.rowCount() == 2 and table.item(0, 0).text() == "#2 resnet18"  # newest first
@@ -325,7 +325,7 @@ def test_runs_persist_compare_and_overlay(window: MainWindow, qtbot: Any, runs_d
     # the shown run (#2) is drawn in full; #1 is overlaid with its own colour and named in the legend
     assert set(t.plots.overlays) == {full.id}
     x, y = t.plots.overlays[full.id].curves["step_ms_ema"].getData()
-    assert len(x) == 4
+    assert len(x) == 3
     legend = t.plots.legends["step_time"].names()
     assert "#1 resnet18" in legend
     # use a run's plan
@@ -345,7 +345,7 @@ def test_runs_persist_compare_and_overlay(window: MainWindow, qtbot: Any, runs_d
     assert again[1].verify["ok"] is True
     w2.training.runs_panel.select(again)
     assert set(w2.training.plots.overlays) == {r.id for r in again}
-    assert len(again[0].metrics) == 4  # loaded from metrics.csv when selected
+    assert len(again[0].metrics) == 3  # loaded from metrics.csv when selected
     w2.training.runs_panel.select([again[0]])
     assert w2.training.verify.ok is True  # selecting one run shows its verification
     # delete
