@@ -18,7 +18,7 @@ from workbench.core.training.frozen_cache import cache_line
 
 def _run(plan: dict[str, Any], mode: str, **kw: Any) -> tuple[dict[str, Any], list[float], list[str]]:
     t, losses, events = run_cached(lambda: torchvision.models.resnet18(num_classes=10), plan, mode,
-                                   **{"steps": 14, "image_size": 32, **kw})
+                                   **{"steps": 14, "image_size": 16, "optimizer": "sgd", **kw})
     assert t.result is not None
     return t.result.summary, losses, events
 
