@@ -123,8 +123,8 @@ def test_tiny_bert_layer_cut_losses_match_uncached() -> None:
 def test_stage_unfreezing_the_prefix_drops_the_cache_and_stays_exact() -> None:
     stages = [{"at_step": 6, "rules": [{"select": "layer4", "frozen": False}]}]
     plan = _plan("fc", stages=stages)
-    _, off, _ = run_cached(_resnet18, plan, "off", image_size=32, steps=14)
-    t_on, on, events = run_cached(_resnet18, plan, "on", image_size=32, steps=14)
+    _, off, _ = run_cached(_resnet18, plan, "off", image_size=16, steps=14, optimizer="sgd")
+    t_on, on, events = run_cached(_resnet18, plan, "on", image_size=16, steps=14, optimizer="sgd")
     _assert_same(off, on)
     assert any("frozen-prefix cache dropped" in e for e in events)
     stats = t_on.result.summary["frozen_cache"]
@@ -210,7 +210,7 @@ def test_on_refuses_at_setup_where_it_cannot_work() -> None:
 
 
 def test_auto_stays_off_for_full_fine_tuning_and_single_epoch_runs() -> None:
-    t, _, events = run_cached(_resnet18, _plan("*"), "auto", image_size=16)
+    t, _, events = run_cached(_resnet18, _plan("*"), "auto", image_size=16, optimizer="sgd")
     assert t.cache is None and not any("cache" in e for e in events)
     t, _, events = run_cached(_resnet18, _plan("fc"), "auto", image_size=16, steps=3)
     assert t.cache is None and not any("cache" in e for e in events)
