@@ -131,3 +131,19 @@ def test_dora_candidates_train_u_v_and_the_magnitude(vit):
     applied_names = trainable_names(cands[0], model)  # the plan applied to a meta copy
     assert adapted_meta_copy(model, cands[0])[1] == applied_names  # the advisor's fast copy agrees
     assert {n.rpartition(".")[2] for n in applied_names if ".wb_lowrank." in n} == {"U", "V", "M"}
+
+
+def test_low_rank_candidates_leave_out_grouped_convolutions():
+    # MobileNet's blocks hold depthwise convolutions (groups = channels), which low-rank A+B does not
+    # adapt: the candidates name only its pointwise ones, and each applies, instead of the first
+    # depthwise layer refusing the whole advice
+    model = torchvision.models.mobilenet_v3_small(weights=None)
+    prof = profile_model(model, (2, 3, 32, 32))
+    cands = [c for c in generate_candidates(model, prof, ranks=(4,)) if c.kind == "low_rank"]
+    assert cands
+    for c in cands:
+        adapted = {n.split(".wb_lowrank.")[0] for n in trainable_names(c, model) if ".wb_lowrank." in n}
+        assert adapted, c.name
+        convs = [model.get_submodule(p) for p in adapted if isinstance(model.get_submodule(p), torch.nn.Conv2d)]
+        assert convs and all(m.groups == 1 for m in convs)
+        assert any(m.groups > 1 for m in model.modules() if isinstance(m, torch.nn.Conv2d))  # there were some

@@ -185,13 +185,24 @@ def _span(blocks: list[str]) -> str:
     return blocks[0] if len(blocks) == 1 else f"{blocks[0]}..{blocks[-1].rpartition('.')[2]}"
 
 
+def _adapts(module: nn.Module) -> bool:
+    """Low-rank A+B can adapt this layer: a linear or convolution layer, and a convolution only
+    ungrouped with zero padding (a depthwise convolution's weight has no low-rank product; the
+    installer refuses it, so a candidate naming it would stop the whole advice)."""
+    kind = layer_kind(module)
+    if kind not in _LOW_RANK_KINDS:
+        return False
+    return kind != "conv" or (getattr(module, "groups", 1) == 1 and getattr(module, "padding_mode", "zeros") == "zeros")
+
+
 def low_rank_targets(model: nn.Module, blocks: list[str]) -> list[str]:
     """Selectors of the linear and convolution layers in ``blocks`` that low-rank A+B adapts.
 
     Layers at the same place in every block of one list become one glob
     (``bert.encoder.layer.*.attention.self.query``). The output projection of
     ``nn.MultiheadAttention`` is left out: its weight is read directly, never through the
-    layer, so a fused adapter would not run.
+    layer, so a fused adapter would not run; so are grouped (depthwise) convolutions and those
+    padded other than with zeros, which low-rank A+B does not adapt.
 
     Args:
         model: the model.
@@ -204,11 +215,11 @@ def low_rank_targets(model: nn.Module, blocks: list[str]) -> list[str]:
     for b in blocks:
         mod = model.get_submodule(b)
         mha = {f"{n}.out_proj" for n, m in mod.named_modules() if isinstance(m, nn.MultiheadAttention)}
-        if layer_kind(mod) in _LOW_RANK_KINDS:  # a layer of a model without blocks: itself
+        if _adapts(mod):  # a layer of a model without blocks: itself
             per_block.append([""])
             continue
         per_block.append([n for n, m in mod.named_modules()
-                          if n and n not in mha and layer_kind(m) in _LOW_RANK_KINDS])
+                          if n and n not in mha and _adapts(m)])
     if any(rels == [""] for rels in per_block):
         return [f"{b}.{rel}" if rel else b for b, rels in zip(blocks, per_block) for rel in rels]
     parents = {b.rpartition(".")[0] for b in blocks}
@@ -233,7 +244,7 @@ def _max_rank(model: nn.Module, blocks: list[str]) -> int:
     for b in blocks:
         for _, m in model.get_submodule(b).named_modules():
             w = getattr(m, "weight", None)
-            if layer_kind(m) in _LOW_RANK_KINDS and w is not None:
+            if _adapts(m) and w is not None:
                 dims.append(min(int(w.shape[0]), int(w[0].numel())) if layer_kind(m) == "conv" else min(w.shape))
     return min(dims, default=0)
 
