@@ -350,8 +350,11 @@ CASES = {
         ],
         32,
     ),
-    "vit_b_16": (
-        lambda: torchvision.models.vit_b_16(weights=None, num_classes=10, image_size=32),
+    # vit_b_16's modules (12 encoder layers, class token, heads) at a width of 32; the full-size
+    # model is checked by test_no_findings_on_full_size_vit_b_16_static
+    "vit_b_16_layout": (
+        lambda: torchvision.models.VisionTransformer(image_size=32, patch_size=16, num_layers=12, num_heads=2,
+                                                     hidden_dim=32, mlp_dim=64, num_classes=10),
         [
             {"select": "*", "frozen": True},
             {"select": "encoder.layers.encoder_layer_11", "frozen": False, "lr_scale": 0.5},
