@@ -232,7 +232,7 @@ def _open_each(folders: Sequence[Path]) -> tuple[list[RunRecord], list[str]]:
             records.append(open_run(folder))
         except RunStoreError as e:
             problems.append(_one_line(e))
-        except Exception as e:  # a hand-edited run.json must never stop a listing
+        except Exception as e:  # a hand-edited run.json must never stop a listing or the app's start
             problems.append(f"{folder}: unreadable run ({type(e).__name__}: {_one_line(e)})")
     records.sort(key=lambda r: (r.created, r.id))
     return records, problems
@@ -415,24 +415,22 @@ class RunStore:
             subs = sorted(p for p in self.folder.iterdir() if p.is_dir())
         except OSError as e:
             return records, [f"{self.folder}: the run store cannot be read ({e.strerror or e}); check its permissions"]
+        runs: builtins.list[Path] = []
         for sub in subs:
             f = sub / RUN_FILE
             if not _inside(sub, self.folder) or (os.path.lexists(f) and not _inside(f, sub)):
                 problems.append(f"{sub}: links outside the run store; not read")
                 continue
             try:
-                if not f.is_file() and not (save_folders and os.path.lexists(sub / SAVE_SUMMARY_FILE)):
-                    if not os.access(sub, os.R_OK | os.X_OK):
-                        problems.append(f"{sub}: unreadable run folder (permission denied); check its permissions")
-                    continue
-                rec = open_run(sub)
-            except RunStoreError as e:
-                problems.append(_one_line(e))
-                continue
-            except Exception as e:  # a hand-edited run.json must never stop the app from starting
-                problems.append(f"{f}: unreadable run ({type(e).__name__}: {_one_line(e)})")
-                continue
-            records.append(rec)
+                held = f.is_file() or (save_folders and os.path.lexists(sub / SAVE_SUMMARY_FILE))
+            except OSError:  # open_run says what is wrong with it
+                held = True
+            if held:
+                runs.append(sub)
+            elif not os.access(sub, os.R_OK | os.X_OK):
+                problems.append(f"{sub}: unreadable run folder (permission denied); check its permissions")
+        records, trouble = _open_each(runs)
+        problems.extend(trouble)
         if sweeps:
             more, trouble = self.list_sweeps()
             records.extend(more)
