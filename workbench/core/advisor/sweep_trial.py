@@ -192,9 +192,14 @@ class SweepInputs:
         if not isinstance(spec, str):
             return spec
         if self._retain is None:
-            self._retain = open_retain(spec, trainer.config, image_size=trainer.image_size or 224,
-                                       num_classes=trainer.num_classes or 10, model=trainer.model)
+            self._retain = _open_retain_for(trainer, spec)
         return self._retain
+
+
+def _open_retain_for(trainer: Trainer, spec: str) -> Dataset[Any]:
+    """The retention data ``spec`` opened for the run ``trainer`` set up (its size and classes)."""
+    return open_retain(spec, trainer.config, image_size=trainer.image_size or 224,
+                       num_classes=trainer.num_classes or 10, model=trainer.model)
 
 
 def _retention(trainer: Trainer, retain: str | Dataset[Any], loss_objective: bool,
@@ -204,9 +209,7 @@ def _retention(trainer: Trainer, retain: str | Dataset[Any], loss_objective: boo
     if inputs is not None:
         ds = inputs.retain(retain, trainer)
     else:
-        ds = retain if not isinstance(retain, str) else open_retain(
-            retain, cfg, image_size=trainer.image_size or 224, num_classes=trainer.num_classes or 10,
-            model=trainer.model)
+        ds = retain if not isinstance(retain, str) else _open_retain_for(trainer, retain)
     loader: DataLoader[Any] = DataLoader(ds, batch_size=cfg.batch_size, shuffle=False)
     v = evaluate(trainer.model, loader, trainer.loss_fn, trainer.device, metric=trainer.metric)
     return metric_of(v, loss_objective)
