@@ -64,3 +64,9 @@ def test_the_tensor_peak_counts_a_watched_step_from_the_live_tensors() -> None:
 
 def test_fmt_memory_is_one_format() -> None:
     assert fmt_memory(1_234_567_890) == "1,235 MB" and fmt_memory(None) == "–" and fmt_memory(0) == "0 MB"
+
+
+def test_fmt_memory_small_peak_is_not_zero() -> None:
+    # a measured peak under half a megabyte is not "0 MB" (nothing measured): it is under one
+    assert fmt_memory(1) == fmt_memory(400_000) == fmt_memory(500_000) == "<1 MB"  # 0.5 rounds to even
+    assert fmt_memory(500_001) == "1 MB" and fmt_memory(0) == "0 MB" and fmt_memory(float("nan")) == "–"

@@ -21,6 +21,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from workbench.core.training.metrics import fmt_memory
+
 __all__ = ["COSTS", "SweepReport", "SweepRow", "front_2d", "recommend"]
 
 #: What "cheapest" is measured in: training time or peak memory.
@@ -221,14 +223,10 @@ def recommend(rows: Sequence[SweepRow], *, within: float, min_retention: float |
     sign = -1.0 if maximize else 1.0
     chosen = min(near, key=lambda i: (rows[i].cost(by), sign * values[i], i))
     r = rows[chosen]
-    cost = f"{r.time_s:.1f} s" if by == "time" and r.time_s is not None else _bytes(r.peak_bytes)
+    cost = f"{r.time_s:.1f} s" if by == "time" and r.time_s is not None else fmt_memory(r.peak_bytes)
     text = (f"recommended: {r.name}: the cheapest by {by} ({cost}) within {within:.0%} of the best "
             f"{objective} ({_fmt(values[chosen])} vs {_fmt(best)}, {rows[best_i].name})")
     if min_retention is not None:
         text += f", retention {_fmt(r.retention or 0.0)} >= {_fmt(min_retention)}"
     return chosen, text
 
-
-def _bytes(n: int | None) -> str:
-    """Measured memory as every read-out shows it (``fmt_memory``): decimal megabytes."""
-    return "–" if n is None else f"{n / 1e6:,.0f} MB"

@@ -512,15 +512,19 @@ TENSOR_STEPS = 3
 def fmt_memory(n: float | None) -> str:
     """A memory figure as every read-out shows it: decimal megabytes, no decimals.
 
+    A figure above zero that rounds to no megabyte (0.5 MB or less) reads ``"<1 MB"``, so that
+    a small measured peak is not taken for nothing measured; zero reads ``"0 MB"``.
+
     Args:
         n: bytes, or None.
 
     Returns:
-        ``"1,234 MB"``, or ``"–"`` for None.
+        ``"1,234 MB"``, ``"<1 MB"`` for 0 < n <= 0.5 MB, or ``"–"`` for None (or not finite).
     """
     if n is None or not math.isfinite(float(n)):
         return "–"
-    return f"{float(n) / 1e6:,.0f} MB"
+    text = f"{float(n) / 1e6:,.0f}"
+    return "<1 MB" if float(n) > 0 and text == "0" else f"{text} MB"
 
 
 def process_rss() -> int | None:
