@@ -60,6 +60,12 @@ def test_a_newer_version_or_a_folder_that_is_not_a_run_is_one_line(tmp_path: Pat
     with pytest.raises(RunStoreError, match="newer than this app reads") as e:
         open_run(rec.folder)
     assert "\n" not in str(e.value) and str(e.value).startswith(str(rec.folder))
+    for version, says in ((None, "has no 'version'"), ("2", "'2' is not a version number"),
+                          (True, "True is not a version number"), (0, "0 is not a version number")):
+        (rec.folder / "run.json").write_text(json.dumps({**data, "version": version}))
+        with pytest.raises(RunStoreError, match=says) as e:
+            open_run(rec.folder)
+        assert "newer than" not in str(e.value) and "\n" not in str(e.value)
     (tmp_path / "empty").mkdir()
     with pytest.raises(RunStoreError, match="not a run folder"):
         open_run(tmp_path / "empty")

@@ -515,12 +515,16 @@ class RunRecord:
             The record, without metrics (``metrics_loaded`` False).
 
         Raises:
-            RunStoreError: not a run file, or a newer version.
+            RunStoreError: not a run file; its version missing, not a version number, or newer.
         """
         if not isinstance(data, Mapping) or data.get("format") != RUN_FORMAT:
             raise RunStoreError("not a workbench run file (format is not 'workbench-run')")
         version = data.get("version")
-        if not isinstance(version, int) or isinstance(version, bool) or version > RUN_VERSION:
+        if version is None:
+            raise RunStoreError(f"run file has no 'version' (this app reads versions 1 to {RUN_VERSION})")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+            raise RunStoreError(f"run file version {version!r} is not a version number (this app reads 1 to {RUN_VERSION})")
+        if version > RUN_VERSION:
             raise RunStoreError(f"run file version {version!r} is newer than this app reads ({RUN_VERSION}); update the workbench")
         if not isinstance(data.get("id"), str) or not isinstance(data.get("name"), str):
             raise RunStoreError("run file lacks 'id' or 'name'")
