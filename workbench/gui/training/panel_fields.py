@@ -111,6 +111,7 @@ PANEL_FIELDS: tuple[PanelField, ...] = (
     PanelField("scheduler", "schedule_box", "scheduler", "constant", to_widget=str),
 )
 
+
 def image_size_applies(data_kind: str, options: TrainingOptions) -> bool:
     """Whether the run resizes images to the panel's image size: the training data, or the validation
     data of Options…, is image files or generated images. Your own code's items (``py:``), a text
