@@ -146,9 +146,10 @@ def test_the_image_size_is_shown_only_for_data_the_run_resizes(make_panel: Any) 
         return not panel.image_size.isHidden()
 
     panel.set_values(image_size=48, data="imagefolder:/data/pets")
-    assert shown() and panel.config().image_size == 48
+    assert shown() and panel.config().image_size == 48 == panel.step_setup().image_size
     panel.set_values(data="py:data.py:make")  # your items come as they are: no size to choose
     assert not shown() and panel.config().image_size is None
+    assert panel.step_setup().image_size is None  # what the estimate and Suggest… read: no hidden size
     panel.set_values(val="imagefolder:/data/val")  # ... unless the validation images are resized
     assert shown() and panel.config().image_size == 48
     panel.set_values(val=None)

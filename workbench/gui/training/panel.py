@@ -503,12 +503,14 @@ class TrainingPanel(QWidget):
         """What the next run's step memory depends on: device, batch, input size, precision, tokens.
 
         Returns:
-            The setup as the panel is set now (valid even while other fields are not).
+            The setup as the panel is set now (valid even while other fields are not); its image
+            size is None where the run resizes no images (a text model, your code's items, arrays),
+            as in :meth:`config`.
         """
+        size = (self.image_size.value() or None) if self.image_size_applies() else None
         return StepSetup(
-            device=str(self.device_box.currentData()), batch_size=self.batch_size.value(),
-            image_size=None if self._text else (self.image_size.value() or None), amp=str(self.amp_box.currentData()),
-            tokens=self.tokens(),
+            device=str(self.device_box.currentData()), batch_size=self.batch_size.value(), image_size=size,
+            amp=str(self.amp_box.currentData()), tokens=self.tokens(),
         )
 
     # ------------------------------------------------------------ options

@@ -272,7 +272,8 @@ class StepSetup:
     Attributes:
         device: ``auto``, ``cpu``, ``cuda:N`` or ``mps``.
         batch_size: samples per step.
-        image_size: the input side (None: the model's own; None too for a text model).
+        image_size: the input side (None: the model's own; None too where the run resizes no
+            images: a text model, your code's items, arrays, generated samples of a set shape).
         amp: ``off``, ``bf16`` or ``fp16``.
         tokens: tokens per sample the run feeds a text model (the chosen data's length, capped at
             the model's positions); None: not a text model.
