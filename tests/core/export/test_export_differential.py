@@ -145,10 +145,19 @@ def test_image_run_and_its_script_agree_step_for_step(cell: str, net_file: Path,
     _compare(tmp_path, plan, ModelSpec(source="py", name=name), cfg)
 
 
-def test_a_torchvision_model_with_a_new_head_starts_from_the_runs_weights(tmp_path: Path):
-    """The engine builds the architecture, then a head of the run's classes: the script too (same draws)."""
-    plan = FreezePlan.from_dict({"rules": [{"select": "layer1", "frozen": True}]})
-    spec = {"source": "torchvision", "name": "resnet18", "num_classes": 10}
+@pytest.mark.parametrize("classes", ["spec", "data"])
+def test_a_torchvision_model_with_a_new_head_starts_from_the_runs_weights(classes: str, tmp_path: Path):
+    """The engine builds the architecture, then a head of the run's classes: the script too (same draws).
+
+    The classes come from the model spec, or from the data (the 1000-class head replaced by one of 10,
+    with LoRA on it: the docstring counts the run's parameters, not the pretrained head's)."""
+    rules: list[dict[str, Any]] = [{"select": "layer1", "frozen": True}]
+    spec: dict[str, Any] = {"source": "torchvision", "name": "resnet18"}
+    if classes == "spec":
+        spec["num_classes"] = 10
+    else:
+        rules.append({"select": "fc", "reparam": {"rank": 2, "alpha": 4}})
+    plan = FreezePlan.from_dict({"rules": rules})
     cfg = TrainConfig(model=spec, plan=plan.to_dict(), data="synthetic:32", image_size=16, batch_size=4, steps=4,
                       device="cpu", log_every=1)
     _compare(tmp_path, plan, ModelSpec(**spec), cfg)

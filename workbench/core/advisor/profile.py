@@ -22,7 +22,6 @@ again. A profile is plain data: it holds no reference to the model.
 from __future__ import annotations
 
 import contextlib
-import copy
 import itertools
 from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +33,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
+from workbench.core.advisor.meta_kernels import fast_meta_kernel
 from workbench.core.errors import WorkbenchError
+from workbench.core.models.meta_copy import Checkpoint, meta_copy
 from workbench.core.models.tree import is_batchnorm
 from workbench.core.training.data import text_task_of
 
@@ -242,47 +243,8 @@ class ModelProfile:
         return [p for p in self.params if p.owner in modules]
 
 
-#: Called often (between ops, modules, copied objects) by a long pass; it may pause the calling
-#: thread or raise to stop the pass (see :class:`workbench.core.advisor.activations.Pacer`).
-Checkpoint = Callable[[], None]
-
-
 def _nothing() -> None:
     return None
-
-
-class _PacedMemo(dict[int, Any]):  # copy.deepcopy's memo: {id: copy}
-    """A ``copy.deepcopy`` memo that calls a checkpoint on every object the copy visits."""
-
-    def __init__(self, checkpoint: Checkpoint) -> None:
-        super().__init__()
-        self._checkpoint = checkpoint
-
-    def get(self, key: Any, default: Any = None) -> Any:
-        self._checkpoint()
-        return super().get(key, default)
-
-
-def meta_copy(model: nn.Module, checkpoint: Checkpoint | None = None) -> nn.Module:
-    """A copy of ``model`` whose parameters and buffers live on the ``meta`` device.
-
-    Tensors are replaced before copying, so a large model is never duplicated in memory;
-    shared parameters stay shared.
-
-    Args:
-        model: any module, on any device.
-        checkpoint: called for every object copied (a long copy can pause or stop there).
-
-    Returns:
-        The copy (``model`` itself is not changed).
-    """
-    memo: dict[int, Any] = _PacedMemo(checkpoint) if checkpoint is not None else {}
-    for t in itertools.chain(model.parameters(), model.buffers()):
-        if id(t) in memo:
-            continue
-        meta = torch.empty_like(t, device="meta")
-        memo[id(t)] = nn.Parameter(meta, requires_grad=t.requires_grad) if isinstance(t, nn.Parameter) else meta
-    return copy.deepcopy(model, memo)
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -440,7 +402,9 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         self.checkpoint()
-        out = func(*args, **kwargs)
+        out = fast_meta_kernel(func, args, kwargs)
+        if out is None:
+            out = func(*args, **kwargs)
         flat_in = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
         in_storages = {_key(a) for a in flat_in}
         params = tuple(dict.fromkeys(

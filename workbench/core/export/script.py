@@ -67,6 +67,8 @@ from workbench.core.export.tables import (
     stage_tables,
     uses,
 )
+from workbench.core.models.heads import current_num_classes, replace_head
+from workbench.core.models.meta_copy import meta_copy
 from workbench.core.models.script_code import HEAD_CODE, heads_line
 from workbench.core.models.sources import DEFAULT_SOURCE, source_of
 from workbench.core.models.spec import ModelSpec
@@ -130,6 +132,16 @@ HERE = Path(__file__).resolve().parent
 def _docstring_safe(text: str) -> str:
     """Text that cannot end the docstring, make an escape or start a line (a path, a spec, a description)."""
     return text.replace("\\", "/").replace('"' * 3, "'" * 3).replace("\r", " ").replace("\n", " ")
+
+
+def _with_head(model: nn.Module, head_classes: int | None) -> nn.Module:
+    """``model`` as the run trains it: a meta copy with a head of ``head_classes`` outputs when the
+    run replaces the head (the model itself is never changed), else ``model``."""
+    if head_classes is None or current_num_classes(model) in (None, head_classes):
+        return model
+    copy = meta_copy(model)
+    replace_head(copy, head_classes)
+    return copy
 
 
 def _docstring(plan: FreezePlan, name: str, section: ModelSection, c: dict[str, int], has_reparam: bool,
@@ -278,17 +290,18 @@ def render_script(
         arch = model_spec.name
         if not arch and model_spec.from_checkpoint_file:  # every other spec has a name
             raise ExportError("the model spec has no architecture name; give the torchvision model name")
-    tree = ModelTree.from_model(model)
+    check_plain(model)
+    run = run_section(config, model_spec, model, provided=provided, fit_always=as_engine)
+    trained = _with_head(model, run.head_classes)  # the model the run trains: its tables and counts
+    tree = ModelTree.from_model(trained)
     plan.validate(tree)
     eff = plan.resolve(tree)
-    check_plain(model)
-    layers, partial = low_rank_layers(model, eff), partial_table(model, eff)
-    facts = ModelFacts(model, tree, config.no_decay)
+    layers, partial = low_rank_layers(trained, eff), partial_table(trained, eff)
+    facts = ModelFacts(trained, tree, config.no_decay)
     sdir = Path(script_dir) if script_dir is not None else None
     base_spec = ModelSpec(source=model_spec.source, name=model_spec.name, weights=model_spec.weights,
                           checkpoint=model_spec.checkpoint, num_classes=None, origin=model_spec.origin)
     section = model_section(base_spec if as_engine else model_spec, arch, model, sdir, config.image_size)
-    run = run_section(config, model_spec, model, provided=provided, fit_always=as_engine)
     base = plan_tables(plan, facts)
     reparam = reparam_table(tree, eff)
     relocate_files(reparam, Path(base_dir) if base_dir is not None else Path.cwd(), sdir)
