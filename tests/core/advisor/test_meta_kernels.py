@@ -1,0 +1,96 @@
+"""The advisor's own meta kernels give what torch's meta implementations give, field by field."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from torch import nn
+
+from workbench.core.advisor import profile as profile_module
+from workbench.core.advisor.meta_kernels import batch_norm_on_meta, fast_meta_kernel
+from workbench.core.advisor.profile import profile_model
+
+_BN = torch.ops.aten.native_batch_norm.default
+
+SHAPES = [(4, 8), (4, 8, 5), (4, 8, 5, 5), (4, 8, 1, 1), (1, 8, 5, 5), (4, 1, 3, 3), (4, 8, 1, 7),
+          (2, 8, 3, 4, 5), (2, 8, 1, 1, 1), (1, 4, 1, 1, 2)]
+LAYOUTS = {"contiguous": lambda x: x,
+           "channels_last": lambda x: x.to(memory_format={4: torch.channels_last, 5: torch.channels_last_3d}[x.dim()])
+           if x.dim() in (4, 5) else None,
+           "transposed": lambda x: x.transpose(0, -1) if x.dim() > 2 else None}
+
+
+def _inputs(x: torch.Tensor, affine: bool, stats: bool) -> list[torch.Tensor | None]:
+    c = x.shape[1]
+    return [torch.empty(c, device="meta", dtype=x.dtype) if on else None for on in (affine, affine, stats, stats)]
+
+
+def _fields(t: torch.Tensor) -> tuple[object, ...]:
+    return t.shape, t.dtype, t.stride(), t.device, t.storage_offset()
+
+
+def _cases() -> list[tuple[tuple[int, ...], str, torch.dtype, bool, bool, bool]]:
+    """Every shape and layout in float32; the 16- and 64-bit dtypes (their statistics' dtype) on two shapes."""
+    cases = [(shape, layout, torch.float32, training, k % 2 == 0, stats)
+             for k, (shape, layout, training, stats) in enumerate(
+                 itertools.product(SHAPES, LAYOUTS, (True, False), (True, False)))]
+    cases += [(shape, layout, dtype, training, True, stats) for dtype, shape, layout, training, stats in itertools.product(
+        (torch.bfloat16, torch.float16, torch.float64), [(4, 8, 5, 5), (2, 8, 1, 1, 1)], LAYOUTS, (True, False),
+        (True, False))]
+    return cases
+
+
+def test_batch_norm_outputs_are_torchs_own() -> None:
+    compared = 0
+    for case in _cases():
+        shape, layout, dtype, training, affine, stats = case
+        x = LAYOUTS[layout](torch.empty(shape, device="meta", dtype=dtype))
+        if x is None or (not training and not stats):
+            continue
+        w, b, rm, rv = _inputs(x, affine, stats)
+        ref_stats = [torch.empty(x.shape[1], device="meta", dtype=dtype) if stats else None for _ in range(2)]
+        expected = _BN(x, w, b, *ref_stats, training, 0.1, 1e-5)
+        got = batch_norm_on_meta(x, w, b, rm, rv, training, 0.1, 1e-5)
+        assert got is not None, case
+        assert [_fields(t) for t in got] == [_fields(t) for t in expected], case
+        for mine, theirs in zip((rm, rv), ref_stats):  # the running statistics' version counters as torch's
+            assert (None if mine is None else mine._version) == (None if theirs is None else theirs._version), case
+        compared += 1
+    assert compared > 80
+
+
+def test_torch_decides_what_the_fast_kernel_does_not_cover() -> None:
+    x = torch.empty(1, 8, 1, 1, device="meta")  # one value per channel in training: torch's own error
+    _, _, rm, rv = _inputs(x, False, True)
+    with pytest.raises(ZeroDivisionError):
+        _BN(x, None, None, rm, rv, True, 0.1, 1e-5)
+    assert batch_norm_on_meta(x, None, None, rm, rv, True, 0.1, 1e-5) is None
+    strided = torch.empty(4, 8, 6, 6, device="meta")[:, :, ::2]  # memory that is not dense
+    assert batch_norm_on_meta(strided, None, None, None, None, True, 0.1, 1e-5) is None
+    real = torch.randn(4, 8, 3, 3)
+    assert batch_norm_on_meta(real, None, None, None, None, True, 0.1, 1e-5) is None
+    assert fast_meta_kernel(_BN, (x,), {"training": True}) is None
+    assert fast_meta_kernel(torch.ops.aten.relu.default, (x,), {}) is None
+    empty = torch.empty(0, 8, 3, 3, device="meta")
+    assert batch_norm_on_meta(empty, None, None, None, None, True, 0.1, 1e-5) is None
+
+
+def _net() -> nn.Module:
+    """Convolutions with BatchNorm2d (one of them downsampling), then a Linear with BatchNorm1d."""
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2),
+                         nn.BatchNorm2d(8), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 6), nn.BatchNorm1d(6),
+                         nn.Linear(6, 3))
+
+
+@pytest.mark.parametrize(("bn_eval", "param_dtype"), [(False, None), (True, None), (False, torch.bfloat16)],
+                         ids=["train", "bn-eval", "bf16"])
+def test_a_profile_is_the_same_with_torchs_kernels(monkeypatch: pytest.MonkeyPatch, bn_eval: bool,
+                                                   param_dtype: torch.dtype | None) -> None:
+    fast = profile_model(_net(), (2, 3, 12, 12), bn_eval=bn_eval, param_dtype=param_dtype)
+    monkeypatch.setattr(profile_module, "fast_meta_kernel", lambda func, args, kwargs: None)
+    slow = profile_model(_net(), (2, 3, 12, 12), bn_eval=bn_eval, param_dtype=param_dtype)
+    assert fast == slow
+    assert {op.module for op in slow.ops} >= {"1", "4", "8"}  # every BatchNorm ran
