@@ -1,6 +1,7 @@
 """The engine and the exporter ask the model's source for its weights preset (ModelSpec.weights_preset):
 a ``timm:`` model whose weights name reads like a torchvision one gets no torchvision transforms or crop
-size in the run, as in its exported script. Nothing is built with weights, nothing downloads."""
+size in the run, as in its exported script; both take the image size from run_image_size. Nothing is
+built with weights, nothing downloads."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from workbench.core.export import render_script
 from workbench.core.models.spec import ModelSpec
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.training.config import TrainConfig
-from workbench.core.training.setup import BuiltModel, build_dataset
+from workbench.core.training.setup import BuiltModel, build_dataset, run_image_size
 
 
 def _net() -> nn.Module:
@@ -48,7 +49,26 @@ def test_the_run_and_its_script_take_the_sources_preset(source: str, side: int, 
 
 def test_a_model_handed_in_has_no_preset() -> None:
     built = BuiltModel(_net(), provided=True)
-    assert built.weights_preset() is None and built.input_size() is None
+    assert built.weights_preset() is None and run_image_size(None, built.spec, built.model) == 224
+
+
+def test_a_hugging_face_vit_runs_and_exports_at_its_configs_image_size(tmp_path: Path) -> None:
+    # a ViT's position embeddings are sized for config.image_size: the run and its script both feed 32 px
+    pytest.importorskip("transformers")
+    from transformers import ViTConfig, ViTForImageClassification
+
+    from tests.core.models.hf_fixtures import save_folder
+
+    config = ViTConfig(image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                       intermediate_size=16, num_labels=3, architectures=["ViTForImageClassification"])
+    model = ViTForImageClassification(config)
+    spec = ModelSpec(source="hf", name=str(save_folder(model, tmp_path / "vit", weights="none")))
+    run = TrainConfig(model=spec.to_dict(), data="synthetic:4", steps=2)
+    dataset, size = build_dataset(run, BuiltModel(model, spec.name, spec=spec))
+    assert size == run_image_size(None, spec, model) == 32 and tuple(dataset[0][0].shape) == (3, 32, 32)
+    script = render_script(FreezePlan(), spec, config=run, model=model)
+    assert re.findall(r"^IMAGE_SIZE = (\d+)", script, re.MULTILINE) == ["32"]
+    assert run_image_size(48, spec, model) == 48  # the run's own size first
 
 
 def test_a_built_model_keeps_its_spec() -> None:
@@ -57,4 +77,4 @@ def test_a_built_model_keeps_its_spec() -> None:
 
     built = build_model(TrainConfig(model={"source": "timm", "name": "test_vit"}), FreezePlan())  # random init
     assert built.spec is not None and (built.spec.source, built.spec.name) == ("timm", "test_vit")
-    assert built.weights_preset() is None and built.input_size() is None
+    assert built.weights_preset() is None and run_image_size(None, built.spec, built.model) == 160  # its pretrained_cfg

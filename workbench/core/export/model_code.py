@@ -16,10 +16,11 @@ from torch import nn
 
 from workbench.core.export.common import ExportError
 from workbench.core.models.script_code import ScriptModel, ScriptRequest
-from workbench.core.models.sources import default_input_size, source_of
+from workbench.core.models.sources import source_of
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import ModelSourceError, current_num_classes
 from workbench.core.training.data import SYNTHETIC_SEQ_LEN, DataError, text_task_of
+from workbench.core.training.setup import run_image_size
 
 __all__ = ["ModelSection", "model_section"]
 
@@ -107,14 +108,7 @@ def _add_data(section: ModelSection, spec: ModelSpec, arch: str, model: nn.Modul
     outputs = current_num_classes(model) or getattr(model, "num_classes", None) or getattr(config, "num_labels", None)
     if not isinstance(outputs, int) or outputs < 1:
         raise ExportError(f"no classification head found in {type(model).__name__}; the script's training loop needs one")
-    if image_size is None:
-        row = source_of(spec.architecture_source)
-        if row.input_size is not None and arch:
-            image_size = row.input_size(arch)
-        elif isinstance(side := getattr(config, "image_size", None), int):
-            image_size = side
-        else:
-            image_size = default_input_size(row.key, spec.name, model)
+    image_size = run_image_size(image_size, spec, model, arch or None)  # the engine's
     section.data_constants = [f"OUTPUTS = {outputs!r}  # classes of the random labels", f"IMAGE_SIZE = {image_size!r}"]
     section.data_code = _IMAGE_DATA
 

@@ -25,9 +25,8 @@ from workbench.core.export.run_code import (
     holdout_code,
 )
 from workbench.core.export.text_data_code import HF_IMAGE_CODE, TEXT_DATA_CODE
-from workbench.core.models.sources import SOURCES
 from workbench.core.models.spec import ModelSpec
-from workbench.core.models.zoo import crop_size, current_num_classes
+from workbench.core.models.zoo import current_num_classes
 from workbench.core.optimizers import optimizer_kind
 from workbench.core.training.config import DEFAULT_STEPS, TrainConfig
 from workbench.core.training.data import (
@@ -37,6 +36,7 @@ from workbench.core.training.data import (
     run_seq_len,
     text_task_of,
 )
+from workbench.core.training.setup import run_image_size
 
 __all__ = ["DATA_KINDS", "EXPORTED_LOSSES", "RunSection", "run_section"]
 
@@ -108,23 +108,6 @@ def _needs(ref: tuple[str, str]) -> str:
 
 def _kind(spec: str) -> str:
     return spec.strip().partition(":")[0].strip().lower()
-
-
-def _image_size(config: TrainConfig, spec: ModelSpec, model: nn.Module) -> int:
-    """The engine's image size: the config's, the weights preset's crop, the model's input size, 224."""
-    if config.image_size:
-        return config.image_size
-    size = crop_size(spec.weights_preset())
-    if size:
-        return size
-    row = SOURCES[spec.architecture_source]
-    if row.input_size is not None and spec.name:
-        try:
-            return row.input_size(spec.name)
-        except Exception:  # an architecture without a known input size
-            return 224
-    side = getattr(getattr(model, "config", None), "image_size", None)
-    return side if isinstance(side, int) else 224
 
 
 def _weights_code(config: TrainConfig, spec: ModelSpec) -> str:
@@ -206,7 +189,7 @@ def run_section(
     out = RunSection()
     kind = _kind(config.data)
     task = _task_of(config, kind, model)
-    image_size = _image_size(config, spec, model)
+    image_size = run_image_size(config.image_size, spec, model)  # the engine's
     seq_len = run_seq_len(model, config.seq_len, config.data)
     head_now = spec.num_classes or current_num_classes(model)
     if kind == "synthetic":

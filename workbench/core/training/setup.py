@@ -55,6 +55,7 @@ __all__ = [
     "make_amp",
     "make_optimizer",
     "resolve_device",
+    "run_image_size",
     "synthetic_classes",
     "weights_transform",
 ]
@@ -165,23 +166,6 @@ class BuiltModel:
         Face) and for a model handed in."""
         return self.spec.weights_preset() if self.spec is not None else None
 
-    def input_size(self) -> int | None:
-        """The side the model's source says it takes (its row's ``input_size``), or None when the
-        source says none (the exporter's rule too)."""
-        from workbench.core.models.sources import SOURCES
-        from workbench.core.models.zoo import ModelSourceError
-
-        spec = self.spec
-        if spec is None or not spec.name:
-            return None
-        row = SOURCES[spec.architecture_source]
-        if row.input_size is None:
-            return None
-        try:
-            return row.input_size(spec.name)
-        except ModelSourceError:
-            return None
-
 
 def given_model(model: nn.Module | BuiltModel) -> BuiltModel:
     """The model a caller handed to the run.
@@ -289,13 +273,57 @@ def weights_transform(member: Any, image_size: int | None) -> Callable[[Any], to
         return member.transforms()
 
 
+def run_image_size(image_size: int | None, spec: ModelSpec | None, model: nn.Module, name: str | None = None) -> int:
+    """The square side a run feeds a vision model: the engine's and its exported script's.
+
+    The given size, else the crop size of the weights' preset (torchvision), else the side the
+    model's source says the architecture takes (its row's ``input_size``), else the model's own
+    configuration (a Hugging Face ``config.image_size``, timm's ``pretrained_cfg["input_size"]``),
+    else 224.
+
+    Args:
+        image_size: the run's ``image_size`` (None or 0: the model's).
+        spec: where the model comes from (None: a model handed in).
+        model: the model (meta tensors are fine).
+        name: the architecture's name when it is not the spec's (a checkpoint's ``arch``).
+
+    Returns:
+        The side in pixels.
+    """
+    from workbench.core.models.sources import SOURCES
+    from workbench.core.models.zoo import ModelSourceError, crop_size
+
+    if image_size:
+        return image_size
+    if spec is not None:
+        size = crop_size(spec.weights_preset())
+        if size:
+            return size
+        row, arch = SOURCES[spec.architecture_source], name or spec.name
+        if row.input_size is not None and arch:
+            try:
+                return row.input_size(arch)
+            except ModelSourceError:  # an architecture the source does not know the size of
+                pass
+    side = getattr(getattr(model, "config", None), "image_size", None)
+    if isinstance(side, (list, tuple)) and len(side) == 2 and side[0] == side[1]:
+        side = side[0]
+    if isinstance(side, int) and not isinstance(side, bool) and side > 0:
+        return side
+    pretrained = getattr(model, "pretrained_cfg", None)
+    shape = pretrained.get("input_size") if isinstance(pretrained, dict) else None
+    if isinstance(shape, (list, tuple)) and len(shape) == 3 and shape[1] == shape[2] and isinstance(shape[2], int):
+        return shape[2]
+    return 224
+
+
 def build_dataset(
     config: TrainConfig, built: BuiltModel, dataset: Dataset[Any] | None = None
 ) -> tuple[Dataset[Any], int]:
     """The run's dataset and image size.
 
-    The image size is the config's, else the weights preset's crop size, else the model's
-    input size, else 224. Real images get the weights' preset transforms.
+    The image size is :func:`run_image_size`'s (the config's, else the model's), as the exported
+    script's. Real images get the weights' preset transforms.
 
     Args:
         config: the run's settings (``data``, ``image_size``, ``num_classes``, ``seed``).
@@ -308,9 +336,9 @@ def build_dataset(
     Raises:
         TrainError: the dataset cannot be provided.
     """
-    from workbench.core.models.zoo import crop_size, current_num_classes
+    from workbench.core.models.zoo import current_num_classes
 
-    size = config.image_size or crop_size(built.weights_preset()) or built.input_size() or 224
+    size = run_image_size(config.image_size, built.spec, built.model)
     if dataset is not None:
         return dataset, size
     n = synthetic_classes(config, built, current_num_classes(built.model))
