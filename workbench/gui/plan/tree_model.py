@@ -38,7 +38,6 @@ from PySide6.QtCore import (
     QModelRoleDataSpan,
     QObject,
     QPersistentModelIndex,
-    QSortFilterProxyModel,
     Qt,
     QTimer,
     Signal,
@@ -50,6 +49,7 @@ from workbench.core.plan.fast.layout import layout
 from workbench.gui.controller import Controller
 from workbench.gui.plan.state import PlanState
 from workbench.gui.plan.tree_columns import COLUMNS, HEADERS, Column, check_value, heat_color, parse_lr
+from workbench.gui.plan.tree_filter import ModuleFilterProxy
 
 __all__ = [
     "EXPAND_BLOCK",
@@ -195,6 +195,17 @@ class ModuleTreeModel(QAbstractItemModel):
         if i is None:
             return QModelIndex()
         return self.createIndex(self._nodes[i].row, column, i)
+
+    def index_for_id(self, row_id: int, column: int = 0) -> QModelIndex:
+        """The index of a row id (:meth:`row_id`; invalid when there is none).
+
+        Args:
+            row_id: the row's id (its place in :meth:`rows`).
+            column: the column.
+        """
+        if not 0 <= row_id < len(self._nodes) or not 0 <= column < len(COLUMNS):
+            return QModelIndex()
+        return self.createIndex(self._row[row_id], column, row_id)
 
     def rows(self) -> list[ModuleNode]:
         """The rows in pre-order (row ids index it); a new list after each :meth:`reload`."""
@@ -667,81 +678,3 @@ class ModuleTreeModel(QAbstractItemModel):
             return
         self._announce(changed, 0, last)
 
-
-class ModuleFilterProxy(QSortFilterProxyModel):
-    """Filter rows by path or class name; matching rows keep their ancestors visible.
-
-    The match runs over the tree's names once per pattern
-    (:meth:`ModuleTreeModel.search_rows`: a flag per row, ancestors of matches included), not
-    row by row through ``data()``; the proxy then asks only about the children of rows it
-    shows, so a filter on a 50,000-module tree touches the rows it shows and their siblings.
-    """
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.setRecursiveFilteringEnabled(False)  # the shown rows include their ancestors already
-        self.setDynamicSortFilter(False)  # the searched text never changes with the plan
-        self._pattern = ""
-        self._shown: Any = None  # numpy bool per row of the source model, or None: every row
-        self._shown_for: Any = None  # the source's row list the flags are for
-        self._tree: ModuleTreeModel | None = None  # the source model, when it is a tree model
-
-    def set_pattern(self, text: str) -> None:
-        """Show only rows whose path or type contains ``text`` (and their ancestors).
-
-        The proxy is reset (its views collapse and lose their selection) rather than
-        re-filtered: re-filtering an expanded 50,000-row tree inserts or removes rows under
-        each expanded parent, one view update at a time (seconds); after a reset the views ask
-        only about the rows they show. Expand the matches with :meth:`rows_to_expand`.
-
-        Args:
-            text: the search text, any case (empty shows everything).
-        """
-        self.beginResetModel()
-        self._pattern = text.strip()
-        self._shown, self._shown_for = None, None
-        self.endResetModel()
-
-    def rows_to_expand(self) -> np.ndarray:
-        """The rows to expand to show every row the filter shows: the ancestors of the matches
-        (without a pattern: every row with children).
-
-        Returns:
-            Row ids of the tree model, sorted (pre-order: parents first).
-        """
-        src = self.sourceModel()
-        if not isinstance(src, ModuleTreeModel) or not src.rows():
-            return np.zeros(0, dtype=np.int64)
-        parents = src.parent_ids()
-        if self._pattern:
-            parents = parents[np.flatnonzero(self._flags(src))]
-        return np.unique(parents[parents >= 0])
-
-    def _flags(self, src: ModuleTreeModel) -> Any:
-        if self._shown is None or self._shown_for is not src.rows():  # a pattern, or a new model
-            self._shown = src.search_rows(self._pattern)
-            self._shown_for = src.rows()
-        return self._shown
-
-    def multiData(self, index: Index, roleDataSpan: QModelRoleDataSpan | QModelRoleData) -> None:  # noqa: N803 - Qt's name
-        """Every role asked for one cell, from the tree model in one call (a proxy's own
-        ``multiData`` maps the index and calls the tree model once per role).
-
-        Args:
-            index: a cell of this proxy.
-            roleDataSpan: the roles asked for; each gets its value (or stays empty).
-        """
-        self.sourceModel().multiData(self.mapToSource(index), roleDataSpan)
-
-    def setSourceModel(self, sourceModel: QAbstractItemModel) -> None:  # noqa: N803 - Qt's name
-        """Filter this model's rows (a :class:`ModuleTreeModel`; any other model shows every row)."""
-        self._tree = sourceModel if isinstance(sourceModel, ModuleTreeModel) else None
-        super().setSourceModel(sourceModel)
-
-    def filterAcceptsRow(self, source_row: int, source_parent: Index) -> bool:
-        # asked once per child of every row the proxy maps: thousands of times after a reset
-        src = self._tree
-        if not self._pattern or src is None:
-            return True
-        i = src.row_id(source_row, source_parent)
-        return i is not None and bool(self._flags(src)[i])

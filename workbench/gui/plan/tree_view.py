@@ -41,6 +41,7 @@ from PySide6.QtWidgets import (
 
 from workbench.gui.plan.tree_columns import COLUMNS, Editor, column_index
 from workbench.gui.plan.tree_expand import SlicedExpander
+from workbench.gui.plan.tree_filter import ModuleFilterProxy
 from workbench.gui.plan.tree_model import LIVE_COLUMNS, PATH_ROLE, VALUE_ROLE, ModuleTreeModel
 from workbench.gui.theme import outline_dark_box
 
@@ -257,11 +258,13 @@ class ModuleTreeView(QTreeView):
 
     def _view_index(self, row_id: int) -> QModelIndex:
         """The index in the view's model of a tree model's row id (invalid when not shown)."""
+        model = self.model()
+        if isinstance(model, ModuleFilterProxy):  # the same row ids: one look-up
+            return model.index_for_id(row_id)
         source = self._tree_model()
-        if source is None or not 0 <= row_id < len(source.rows()):
+        if source is None:
             return QModelIndex()
-        idx = source.index_of(source.rows()[row_id].path)
-        return self._from_source(idx)
+        return self._from_source(source.index_for_id(row_id))
 
     def _from_source(self, idx: QModelIndex) -> QModelIndex:
         chain: list[QAbstractProxyModel] = []
