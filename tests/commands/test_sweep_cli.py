@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ optuna = pytest.importorskip("optuna")
 from tests.commands.sweep_fixtures import command, sweep_argv
 from tests.timeouts import SUBPROCESS_LONG_S
 from workbench.cli import main
+from workbench.commands import sweep as sweep_command
 
 
 def _trials(folder: Path) -> list:
@@ -27,8 +29,10 @@ def test_table_fronts_recommendation_report_and_chart(tmp_path: Path, capsys: py
     folder = tmp_path / "sw"
     argv = [a for a in sweep_argv(tmp_path, folder, "--no-prune", steps=2) if a != "--no-chart"]
     code = main(argv)
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
     assert code == 0, out
+    assert "sweep: c02 full: training" in captured.err and "sweep: c00 done (3 here" in captured.err
     assert "3 candidates, 2 steps each" in out and "no pruning" in out
     for name in ("head", "block", "full"):
         assert f"  {name}  " in out
@@ -41,6 +45,15 @@ def test_table_fronts_recommendation_report_and_chart(tmp_path: Path, capsys: py
     runs = sorted(p.name for p in (folder / "runs").iterdir() if not p.name.startswith("."))
     assert runs == ["c00-head", "c01-block", "c02-full"]
     assert all((folder / "runs" / r / "summary.json").is_file() for r in runs)
+
+
+def test_no_progress_lines_with_no_progress_or_json() -> None:
+    def args(**flags: bool) -> argparse.Namespace:
+        return argparse.Namespace(**{"no_progress": False, "json": False, **flags})
+
+    assert sweep_command._progress(args(no_progress=True)) is None  # the sweep then builds no row per candidate
+    assert sweep_command._progress(args(json=True)) is None
+    assert callable(sweep_command._progress(args()))
 
 
 def test_a_killed_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:

@@ -151,13 +151,15 @@ def _candidates(args: argparse.Namespace, cfg: Any, inputs: Any = None) -> list[
     return cross_learning_rates(plans, lrs)
 
 
-def _progress(args: argparse.Namespace, total: int) -> Any:
+def _progress(args: argparse.Namespace) -> Any:
+    """The progress lines' callback, or None with ``--no-progress`` or ``--json`` (the sweep then builds
+    no row for a finished candidate: nothing would print it)."""
+    if args.no_progress or args.json:
+        return None
     started = time.perf_counter()
     finished = [0]
 
     def on_event(kind: str, data: dict[str, Any]) -> None:
-        if args.no_progress or args.json:
-            return
         if kind == "started":
             print(f"sweep: {data['id']} {data['name']}: training", file=sys.stderr, flush=True)
         elif kind == "finished" and data.get("row") is not None:
@@ -166,7 +168,6 @@ def _progress(args: argparse.Namespace, total: int) -> Any:
             what = r.status if r.status != "pruned" else f"pruned: {r.reason}"
             print(f"sweep: {r.id} done ({finished[0]} here, {time.perf_counter() - started:.0f} s): {what}",
                   file=sys.stderr, flush=True)
-    del total
     return on_event
 
 
@@ -223,13 +224,13 @@ def _train(args: argparse.Namespace, *, join: bool) -> tuple[Any, SweepReport | 
             _wait_for_peers(Path(args.out), launch, args.workers)
         stop = threading.Event()
         try:
-            sweep.work(cancel=stop, on_event=_progress(args, len(cands)))
+            sweep.work(cancel=stop, on_event=_progress(args))
         finally:
             for proc in procs:
                 proc.join()
         if procs and args.storage is None and sweep.requeue_orphans():  # a worker that died left its candidate
             print("sweep: a worker process ended early; its candidates train here", file=sys.stderr)
-            sweep.work(cancel=stop, on_event=_progress(args, len(cands)))
+            sweep.work(cancel=stop, on_event=_progress(args))
         report = None if join else sweep.report()
         if report is not None:
             sweep.write_report(report)
