@@ -30,15 +30,21 @@ def advice_and_config():
     return advice, config
 
 
-def test_results_arrive_one_candidate_at_a_time(advice_and_config):
+def test_results_arrive_one_candidate_at_a_time(advice_and_config, monkeypatch):
+    from workbench.core.training import setup
+
     advice, config = advice_and_config
     for a in advice.assessed:
         a.measured = None
+    builds: list[object] = []
+    real_build = setup.build_model
+    monkeypatch.setattr(setup, "build_model", lambda *a, **k: builds.append(1) or real_build(*a, **k))
     seen: list[tuple[int, Measured]] = []
     ticks: list[tuple[int, int]] = []
     count = measure_front(advice, config, 2, on_result=lambda i, m: seen.append((i, m)),
                           progress=lambda d, t: ticks.append((d, t)))
     assert count == len(advice.front) == len(seen)
+    assert len(builds) == 1  # built once; the warm-up and every candidate train a copy (as a sweep's candidates)
     assert sorted(i for i, _ in seen) == sorted(advice.front)
     full = next(i for i in advice.front if advice.assessed[i].candidate.kind == "full"
                 and not advice.assessed[i].candidate.bn_eval)

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from workbench.core.advisor.advice import Advice, Measured, step_ratio_noise
+from workbench.core.advisor.sweep_trial import SweepInputs
 from workbench.core.advisor.tracking import LiveTensorBytes, storage_bytes
 from workbench.core.errors import WorkbenchError
 from workbench.core.models.spec import ModelSpec
@@ -201,15 +202,25 @@ def _young_objects_only(fn: Callable[..., int]) -> Callable[..., int]:
 
 
 def _candidate_inputs(config: TrainConfig, seq_len: int | None, param_dtype: torch.dtype | None,
-                      length: int) -> dict[str, Any]:
-    """Trainer arguments for one candidate: its own model (in ``param_dtype``) and token data."""
+                      length: int, shared: SweepInputs | None = None) -> dict[str, Any]:
+    """Trainer arguments for one candidate: its own model (in ``param_dtype``) and token data.
+
+    With ``shared`` (image models), a deep copy of the model built once, and the data and random
+    state that build left, as a sweep's candidates get them: each run trains what building them
+    itself would give, without building resnet18 again for every candidate.
+    """
     if seq_len is None and param_dtype is None:
-        return {}
+        if shared is None or not shared.build_once:
+            return {}
+        out: dict[str, Any] = {"model": shared.model()}
+        if shared.dataset is not None:
+            out["dataset"] = shared.dataset
+        return out
     spec = config.model if isinstance(config.model, dict) else {"name": config.model}
     model = ModelSpec.from_dict(spec, origin=config.model_origin).build(allow_download=config.allow_download)
     if param_dtype is not None:
         model.to(param_dtype)
-    out: dict[str, Any] = {"model": model}
+    out = {"model": model}
     if seq_len is not None:
         out["dataset"] = synthetic_for_model(model, length, seq_len=seq_len, seed=config.seed)
     return out
@@ -274,9 +285,10 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
         if progress is not None:
             progress(done, work)
 
+    shared = SweepInputs(config) if SweepInputs.applies(config) else None
     if order and not stopped():  # libraries load and kernels initialize once: not in the first candidate's peak
         cfg = config.replace(plan=advice.assessed[order[0]].candidate.plan.to_dict(), steps=_WARM_STEPS).validate()
-        warm = Trainer(cfg, **_candidate_inputs(cfg, seq_len, param_dtype, _WARM_STEPS * cfg.batch_size))
+        warm = Trainer(cfg, **_candidate_inputs(cfg, seq_len, param_dtype, _WARM_STEPS * cfg.batch_size, shared))
         warm.setup()
         warm_gen = warm.steps()
         try:
@@ -302,7 +314,7 @@ def measure_front(advice: Advice, config: TrainConfig, steps: int = 5, *, memory
         gen: Iterator[StepMetrics] | None = None
         try:
             with meter:
-                trainer = Trainer(cfg, **_candidate_inputs(cfg, seq_len, param_dtype, total * cfg.batch_size))
+                trainer = Trainer(cfg, **_candidate_inputs(cfg, seq_len, param_dtype, total * cfg.batch_size, shared))
                 trainer.setup()
                 gen = trainer.steps()
                 for s in range(memory_steps):
