@@ -183,6 +183,8 @@ def test_decisions_are_plan_changes_and_their_plan_reruns_the_run(tmp_path: Path
                            auto_freeze_max=0.5)
     summary = t.result.summary["auto_freeze"]
     assert summary["decisions"] and summary["decisions"][0]["at_step"] == 16
+    assert set(summary["compute_shares"]) == set(block_paths(t.model))  # counted on the first forward
+    assert 0.3 < summary["decisions"][0]["saves"] < 0.9  # the stem and four of the eight blocks
     changed = [m for m in seen if any(e.startswith("stage") and "auto-freeze" in e for e in m.events)]
     evaluations = [e for m in seen for e in m.events if e.startswith("auto-freeze, step")]
     assert evaluations[0] == "auto-freeze, step 8: first window measured (8 blocks); the next evaluation compares with it"

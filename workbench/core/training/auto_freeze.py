@@ -15,6 +15,23 @@ prefix (never a block after a trainable one), together with what runs before the
 of the blocks. Frozen modules are locked in eval mode (``eval: true``) so the prefix is
 deterministic and the cache applies.
 
+**A freeze must pay.** Freezing a block stops its learning; what it buys is the block's share
+of each step's compute (its backward pass, and its forward once the cache serves). Those shares
+are uneven on real models: on CREPE tiny ``conv1`` and ``conv2`` hold 91 % of the forward
+multiply-accumulates and the eleven other layers 9 %, so after the first two every further
+freeze costs learning and saves about 1 % of a step. :class:`AutoFreezer` counts each block's
+share on the model's first forward pass (:class:`~workbench.core.training.auto_freeze_cost.BlockCosts`)
+and freezes a flattened block only if it, or a block after it in the same flattened run, holds
+at least :data:`WORTH_SHARE` (half) of an even share, ``1 / blocks``: the run is cut after its
+last such block, and the cheap blocks behind it wait. A cheap block in front of a costly one (a
+normalisation layer before the next convolution) goes when that one goes. Once no block left
+to freeze (up to ``max_fraction``) holds that much, auto-freeze stops: "nothing more worth
+freezing". Half an even share keeps every block of a model of similar blocks (a transformer's
+layers; a ResNet's blocks, whose shares differ by a fifth) and leaves out layers an order of
+magnitude cheaper than the average. The flattening test says when a block may freeze (AutoFreeze);
+the share says whether freezing it is worth its learning, the trade FreezeOut (Brock et al.,
+2017) makes per layer for the backward passes it saves.
+
 By default the interval scales with the run (:func:`auto_interval`): 5 % of its steps, at
 least 10. A fixed interval came too late for short runs (every 50 steps, a 100-step run
 compares its windows once, at its midpoint) and too often for long ones, where short windows
@@ -41,10 +58,11 @@ from typing import Any
 from torch import nn
 
 from workbench.core.plan.rules import FreezePlan, Rule, Stage
+from workbench.core.training.auto_freeze_cost import BlockCosts
 from workbench.core.training.module_stats import ModuleStats
 
-__all__ = ["AUTO_EVERY_FLOOR", "AUTO_EVERY_SHARE", "PLAN_FILE", "AutoFreezeDecision", "AutoFreezer", "auto_interval",
-           "front_paths"]
+__all__ = ["AUTO_EVERY_FLOOR", "AUTO_EVERY_SHARE", "PLAN_FILE", "WORTH_SHARE", "AutoFreezeDecision", "AutoFreezer",
+           "auto_interval", "front_paths"]
 
 #: The file the decisions are written to, in the run's save folder.
 PLAN_FILE = "auto_freeze.plan.json"
@@ -54,6 +72,9 @@ AUTO_EVERY_SHARE = 0.05
 AUTO_EVERY_FLOOR = 10
 #: The interval when the run's length is not known.
 AUTO_EVERY_UNKNOWN = 50
+#: A block is worth freezing when it holds at least this share of what an even split of the
+#: compute over the blocks would give it (see the module's docstring).
+WORTH_SHARE = 0.5
 
 
 def auto_interval(total_steps: int | None) -> int:
@@ -79,11 +100,13 @@ class AutoFreezeDecision:
         at_step: the step the freeze takes effect.
         blocks: blocks frozen by it.
         changes: each frozen block's relative gradient-norm change over the last window.
+        saves: the share of a step's compute the freeze saves (None: the costs were not counted).
     """
 
     at_step: int
     blocks: list[str]
     changes: dict[str, float] = field(default_factory=dict)
+    saves: float | None = None
 
 
 def front_paths(model: nn.Module, first_block: str) -> list[str]:
@@ -156,6 +179,11 @@ class AutoFreezer:
         self._previous: dict[str, float] = {}
         self._front_done = False
         self._events: list[str] = []
+        #: each block's share of the compute, counted on the model's first forward pass
+        self.costs = BlockCosts(model, self.blocks, [p for p in front_paths(model, self.blocks[0])
+                                                     if not p.startswith("param:")])
+        #: a block is worth freezing when it holds at least this share of the compute
+        self.min_share = WORTH_SHARE / len(self.blocks)
 
     def take_events(self) -> list[str]:
         """What each evaluation since the last call found, one line each (for the run's events)."""
@@ -206,6 +234,11 @@ class AutoFreezer:
         means = {b: sum(v) / len(v) for b, v in self._window.items() if v}
         previous, self._previous, self._window = self._previous, means, {}
         start = self.frozen_blocks()
+        left = self.blocks[start : self.max_blocks]
+        if left and not self._worth_freezing(left):
+            self._say(step, f"nothing more worth freezing: {_span(left)} would save {_pct(self._saving(left))} of the "
+                            f"step's compute ({self._little()})")
+            return None
         chosen: list[str] = []
         changes: dict[str, float] = {}
         blocker = ""
@@ -223,8 +256,18 @@ class AutoFreezer:
         if not chosen:
             self._say(step, self._why_not(start, means, previous, blocker))
             return None
+        flattened, chosen = chosen, self._worth_freezing(chosen)
+        if not chosen:
+            self._say(step, f"{_span(flattened)} flattened but would save {_pct(self._saving(flattened))} of the "
+                            f"step's compute ({self._little()}): not frozen")
+            return None
+        waits = flattened[len(chosen):]
+        saves = self._saving(chosen, front=start == 0 and not self._front_done)
         self._say(step, f"{_span(chosen)} flattened (change {', '.join(_pct(changes[b]) for b in chosen)}, threshold "
-                        f"{_pct(self.threshold)}): frozen from step {step + 2}")
+                        f"{_pct(self.threshold)}): frozen from step {step + 2}"
+                  + (f", saving {_pct(saves)} of the step's compute" if self.costs.known else "")
+                  + (f"; {_span(waits)} flattened too but would save {_pct(self._saving(waits))} "
+                     f"({self._little()}): not frozen" if waits else ""))
         rules = []
         if start == 0 and not self._front_done:
             rules += [Rule(sel, frozen=True, eval=True) for sel in front_paths(self.model, self.blocks[0])]
@@ -233,8 +276,25 @@ class AutoFreezer:
         label = f"auto-freeze {_span(chosen)}"
         new = plan.copy()
         new.add_stage(Stage(rules=rules, at_step=step + 1, label=label))  # in time order: a later stage of the plan still wins
-        self.decisions.append(AutoFreezeDecision(step + 1, chosen, changes))
+        self.decisions.append(AutoFreezeDecision(step + 1, chosen, {b: changes[b] for b in chosen},
+                                                 saves if self.costs.known else None))
         return new
+
+    def _worth_freezing(self, run: list[str]) -> list[str]:
+        """The head of a front run of blocks worth freezing: through its last block that holds at least
+        :data:`WORTH_SHARE` of an even share of the compute (all of it while the costs are not counted)."""
+        if not self.costs.known:
+            return run
+        worth = [i for i, b in enumerate(run) if self.costs.share(b) >= self.min_share]
+        return run[: worth[-1] + 1] if worth else []
+
+    def _saving(self, blocks: list[str], front: bool = False) -> float:
+        """The share of the step's compute freezing ``blocks`` saves (and what runs before the first block)."""
+        return sum(self.costs.share(b) for b in blocks) + (self.costs.front_share() if front else 0.0)
+
+    def _little(self) -> str:
+        """Why a saving is too small, in a few words."""
+        return f"a block is worth freezing from {_pct(self.min_share)}, half an even share"
 
     def _why_not(self, start: int, means: dict[str, float], previous: dict[str, float], blocker: str) -> str:
         """Why an evaluation froze nothing, in a few words."""
@@ -262,7 +322,9 @@ class AutoFreezer:
             "every": self.every,
             "blocks": len(self.blocks),
             "frozen_blocks": sum(len(d.blocks) for d in self.decisions),
-            "decisions": [{"at_step": d.at_step, "blocks": d.blocks, "changes": d.changes} for d in self.decisions],
+            "decisions": [{"at_step": d.at_step, "blocks": d.blocks, "changes": d.changes, "saves": d.saves}
+                          for d in self.decisions],
+            "compute_shares": {b: round(v, 5) for b, v in self.costs.shares().items()},
         }
 
 
