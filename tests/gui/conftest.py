@@ -2,7 +2,8 @@
 
 - ``QT_QPA_PLATFORM=offscreen`` is set here, before anything imports Qt.
 - ``QSettings`` writes to a temporary folder for the whole session (never the user's), and
-  training runs are stored in a temporary folder per test (``WORKBENCH_RUNS_DIR``).
+  training runs are stored in a temporary folder per test (``WORKBENCH_RUNS_DIR``), and so are
+  the start-up tree descriptions (``WORKBENCH_CACHE_DIR``).
 - Every dialog of :mod:`workbench.gui.dialogs` is replaced by :class:`DialogRecorder`,
   which records it and returns a scripted answer; the Qt static dialogs raise, so a dialog
   that bypasses the seam fails the test instead of blocking it.
@@ -90,6 +91,14 @@ def runs_dir(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
     """A private runs folder for each test (``WORKBENCH_RUNS_DIR``)."""
     folder = tmp_path / "runs"
     monkeypatch.setenv("WORKBENCH_RUNS_DIR", str(folder))
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def cache_dir(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A private cache folder for each test (``WORKBENCH_CACHE_DIR``: the start-up tree descriptions)."""
+    folder = tmp_path / "cache"
+    monkeypatch.setenv("WORKBENCH_CACHE_DIR", str(folder))
     return folder
 
 

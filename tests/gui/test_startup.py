@@ -8,8 +8,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from PySide6.QtCore import Qt
+
 from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, ms
-from workbench.gui.app import _open_window
+from workbench.core.models import tree_cache
+from workbench.core.models.tree import ModelTree
+from workbench.gui.app import _described_tree, _open_window
 from workbench.gui.startup import HeavyImports, StartupWindow, loading_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -113,10 +117,10 @@ sys.exit(app.main([]))
 """
 
 
-def _run_probe(code: str, tmp_path: Path) -> list[str]:
-    """Run ``code`` in a fresh interpreter (offscreen, settings in ``tmp_path``); its last line, as JSON."""
+def _run_probe(code: str, tmp_path: Path, **extra_env: str) -> list[Any]:
+    """Run ``code`` in a fresh interpreter (offscreen, settings and cache in ``tmp_path``); its last line, as JSON."""
     env = {"PYTHONPATH": str(ROOT), "QT_QPA_PLATFORM": "offscreen", "PATH": "", "HOME": str(tmp_path),
-           "XDG_CONFIG_HOME": str(tmp_path / "config")}
+           "XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_CACHE_HOME": str(tmp_path / "cache"), **extra_env}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           check=False, env=env, timeout=GUI_EVENT_S)
     assert proc.returncode == 0, proc.stderr
@@ -166,3 +170,73 @@ def test_a_window_that_cannot_be_built_is_one_dialog_and_exit_code_2(tmp_path: P
     seen = _run_probe(code, tmp_path)
     assert seen[-2:] == ["Cannot start Freeze Workbench: the main window could not be built: ImportError: "
                          "cannot import name SweepTag", "exit 2"]
+
+
+def _describe_resnet18(model: Any, folder: Path) -> Path:
+    path = tree_cache.write_tree("torchvision", "resnet18", None, tree_cache.rows_of_tree(ModelTree.from_model(model)),
+                                 folder=folder)
+    assert path is not None
+    return path
+
+
+# Ends at the first paint of a described tree, with what the start-up window shows by then.
+_PREVIEW_PROBE = _ORDER_PROBE.replace('event == "first-paint"', 'event == "cached-tree"').replace(
+    "        print(json.dumps(seen), flush=True)",
+    "        from PySide6.QtWidgets import QApplication\n"
+    "        shell = next(w for w in QApplication.topLevelWidgets() if w.objectName() == 'StartupWindow')\n"
+    "        root = shell.tree.topLevelItem(0)\n"
+    "        seen.extend([root.text(2), root.childCount(), shell.notice.text(), 'torch' in sys.modules])\n"
+    "        print(json.dumps(seen), flush=True)",
+)
+
+
+def test_a_described_tree_is_painted_before_torch_is_imported(tmp_path: Path, resnet18: Any) -> None:
+    _describe_resnet18(resnet18, tmp_path / "described")
+    seen = _run_probe(_PREVIEW_PROBE, tmp_path, WORKBENCH_CACHE_DIR=str(tmp_path / "described"))
+    assert seen == ["first-paint", "cached-tree", "11.7M", 10,
+                    "Loading PyTorch… resnet18's tree is from the last start; the checkboxes work once the model "
+                    "has loaded.", False]
+
+
+def test_the_live_tree_replaces_the_described_one(qtbot: Any, cache_dir: Path, resnet18: Any) -> None:
+    path = _describe_resnet18(resnet18, cache_dir)
+    shell = StartupWindow("resnet18", preview=_described_tree("resnet18"))  # deleted when the window replaces it
+    shell.show()
+    assert shell.tree.topLevelItemCount() == 1 and not shell.loading_label.isVisible() and shell.notice.isVisible()
+    layer1 = shell.tree.topLevelItem(0).child(4)
+    shell.tree.setCurrentItem(layer1)
+    layer1.setExpanded(True)
+    shell.tree.itemClicked.emit(layer1, 0)  # the plan waits for the model, and the status bar says so
+    assert shell.status_label.text().startswith("layer1: still loading resnet18; this row stays selected")
+    assert not layer1.flags() & Qt.ItemFlag.ItemIsUserCheckable
+    path.unlink()
+    window = _open_window(shell, path=None, model=None)
+    c = window.controller
+    gone: list[bool] = []
+    try:
+        assert c.busy and c.tree is None and not window.isVisible() and shell.isVisible()
+        shell.destroyed.connect(lambda: gone.append(True))
+        qtbot.waitUntil(window.isVisible, timeout=ms(GUI_WORKER_S))
+        assert c.tree is not None and window.tree_model.rowCount() > 0
+        qtbot.waitUntil(lambda: bool(gone), timeout=ms(GUI_EVENT_S))  # closed and deleted
+        current = window.proxy.mapToSource(window.view.currentIndex())
+        assert window.tree_model.path(current) == "layer1"  # the picked row and the opened one carry over
+        assert window.view.isExpanded(window.proxy.mapFromSource(window.tree_model.index_of("layer1")))
+        qtbot.waitUntil(path.is_file, timeout=ms(GUI_EVENT_S))  # described again for the next start
+        assert len(tree_cache.read_tree_checked("torchvision", "resnet18", folder=cache_dir).rows) == len(c.tree.nodes)
+    finally:
+        qtbot.waitUntil(lambda: not c.busy and not c.checking, timeout=ms(GUI_WORKER_S))
+        window.close()
+
+
+def test_closing_the_start_up_window_while_the_model_loads_closes_the_window(
+    qtbot: Any, cache_dir: Path, resnet18: Any
+) -> None:
+    _describe_resnet18(resnet18, cache_dir)
+    shell = StartupWindow("resnet18", preview=_described_tree("resnet18"))
+    shell.show()
+    window = _open_window(shell, path=None, model=None)
+    closed: list[bool] = []
+    window.destroyed.connect(lambda: closed.append(True))
+    shell.close()  # the user closes the only window on screen: the app ends, nothing left loading
+    qtbot.waitUntil(lambda: bool(closed), timeout=ms(GUI_WORKER_S))

@@ -15,9 +15,11 @@ from PySide6.QtWidgets import QApplication, QWidget
 
 from workbench import __version__
 from workbench.gui.settings import APPLICATION, ORGANIZATION
+from workbench.gui.startup import StartupWindow
 from workbench.resources import APP_ID, ResourceError, icon_paths
 
 if TYPE_CHECKING:
+    from workbench.core.models.tree_cache import CachedTree
     from workbench.gui.main_window import MainWindow
 
 __all__ = ["UNPAINTED_START_MS", "app_icon", "create_application", "main"]
@@ -117,8 +119,10 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
     """Run the desktop app until its window closes.
 
     The window shows at once (:class:`~workbench.gui.startup.StartupWindow`: model bar, an
-    empty tree saying what loads); torch and the library are imported on a thread behind it,
-    then the full window takes its place and loads the model in the background.
+    empty tree saying what loads, or the model's tree as described the last time it loaded);
+    torch and the library are imported on a thread behind it, then the full window loads the
+    model in the background and takes its place (once the live tree is there, when the
+    start-up window shows a described tree).
 
     Args:
         argv: Qt command-line arguments.
@@ -131,10 +135,10 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
     """
     from workbench.gui import dialogs
     from workbench.gui.settings import settings
-    from workbench.gui.startup import HeavyImports, StartupWindow, trace
+    from workbench.gui.startup import HeavyImports, trace
 
     app = create_application(argv, reserve_cores=False)
-    shell = StartupWindow(model or "resnet18", settings())
+    shell = StartupWindow(model or "resnet18", settings(), preview=_described_tree(model or "resnet18"))
     shell.show()
     imports = HeavyImports(parent=shell)
 
@@ -179,8 +183,104 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
     return code
 
 
+def _described_tree(model: str) -> CachedTree | None:
+    """The start-up model's tree as described the last time it loaded, if it may be shown.
+
+    Args:
+        model: the start-up model spec (``resnet18``, ``timm:resnet10t``).
+
+    Returns:
+        The described tree, or None (no description, another version, a broken file, a
+        model whose name does not say its architecture).
+    """
+    from workbench.core.models.tree_cache import read_tree, startup_model
+
+    key = startup_model(model)
+    return read_tree(*key) if key is not None else None  # never an error on screen: the app starts as without one
+
+
+def _remember_tree(window: MainWindow) -> None:
+    """Describe the loaded model's tree for the next start (:mod:`workbench.core.models.tree_cache`).
+
+    Only a model named by its source alone (torchvision, timm) with its own head is described;
+    a cache folder that cannot be written costs nothing but the next start's preview.
+
+    Args:
+        window: the window whose model has just loaded.
+    """
+    from workbench.core.models.tree_cache import rows_of_tree, write_tree
+
+    loaded = window.controller.loaded
+    if loaded is None or loaded.spec.get("num_classes") is not None or loaded.meta:
+        return
+    source, name = loaded.spec.get("source"), loaded.spec.get("name")
+    if isinstance(source, str) and isinstance(name, str):
+        with contextlib.suppress(OSError):
+            write_tree(source, name, loaded.spec.get("weights"), rows_of_tree(loaded.tree))
+
+
+def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
+    """Keep the start-up window's described tree on screen until the live tree is there.
+
+    The full window (already built, loading the model) then takes its place: with the row the
+    user picked in the described tree current, and the rows they opened open. It takes its
+    place as well when loading fails (its dialog names the error), and closes with the
+    start-up window when the user closes that first.
+
+    Args:
+        shell: the start-up window showing a described tree.
+        window: the full window, hidden.
+    """
+    from workbench.gui.plan.tree_preview import carry_over, preview_state
+
+    c = window.controller
+    done = False
+
+    def expand(path: str) -> bool:
+        index = window.proxy.mapFromSource(window.tree_model.index_of(path))
+        if index.isValid():
+            window.view.expand(index)
+        return index.isValid()
+
+    def select(path: str) -> bool:
+        index = window.proxy.mapFromSource(window.tree_model.index_of(path))
+        if index.isValid():
+            window.view.setCurrentIndex(index)
+            window.view.scrollTo(index)
+        return index.isValid()
+
+    def replace(*_args: object) -> None:
+        nonlocal done
+        if done or (c.busy and c.tree is None):
+            return
+        done = True
+        shell.closed.disconnect(window.close)
+        state = preview_state(shell.tree)
+        _show_in_place_of(shell, window)
+        if c.tree is not None:
+            missing = carry_over(state, expand, select)
+            if missing:
+                window.statusBar().showMessage(
+                    f"not in the loaded model (it changed since the last start): {', '.join(missing[:3])}", 15000)
+
+    shell.closed.connect(window.close)
+    c.modelChanged.connect(replace)
+    c.loadFinished.connect(replace)
+    replace()  # already loaded, or nothing loading
+
+
+def _show_in_place_of(shell: QWidget, window: MainWindow) -> None:
+    """Show the full window where the start-up window was (both restore the saved geometry)."""
+    window.show()
+    shell.close()
+    shell.deleteLater()
+
+
 def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> MainWindow:
     """Replace the start-up window by the full window at its place; start loading the model.
+
+    When the start-up window shows a described tree, the full window takes its place once the
+    live tree is there (:func:`_replace_when_loaded`), else at once.
 
     Args:
         shell: the start-up window (closed here).
@@ -201,9 +301,10 @@ def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> Main
     reserve_cores_for_workers()  # on the GUI thread, before it runs any torch op
     window = MainWindow(load_default=False)
     window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-    window.show()  # at the place the start-up window took (both restore the saved geometry)
-    shell.close()
-    shell.deleteLater()
+    window.controller.modelChanged.connect(lambda: QTimer.singleShot(0, window, lambda: _remember_tree(window)))
+    described = isinstance(shell, StartupWindow) and shell.preview is not None and (not path or Path(path).is_file())
+    if not described:
+        _show_in_place_of(shell, window)
     if model:
         window.source_bar.set_current({"name": model})  # picks cached weights, if any
         request = window.source_bar.request() if window.source_bar.current_name() == model else LoadRequest(name=model)
@@ -236,4 +337,7 @@ def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> Main
             window.controller.loadFinished.connect(open_after_load)
         else:
             window.documents.open_path(path)
+    if described:
+        assert isinstance(shell, StartupWindow)
+        _replace_when_loaded(shell, window)
     return window

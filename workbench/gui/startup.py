@@ -7,10 +7,17 @@ empty tree that says what is loading. :class:`HeavyImports` imports torch and th
 library on a thread meanwhile; then the real window replaces the start-up one at the same
 place and loads the model in the background (its tree shows the same loading state).
 
-This module imports nothing but Qt and the standard library.
+When the start-up model's tree was described the last time it loaded
+(:mod:`workbench.core.models.tree_cache`), the start-up window shows those rows at once,
+read-only, under one line saying they are from the last start (:mod:`workbench.gui.plan.tree_preview`);
+the live tree replaces them once the model has loaded.
+
+This module imports nothing but Qt, the standard library and the Qt-free tree description
+(no torch).
 
 ``WORKBENCH_STARTUP_TRACE=1`` prints ``startup: <event> <unix time> <CPU seconds>`` lines on stderr
-(``first-paint``, ``imported-<module>`` for each of :data:`HEAVY_MODULES`, ``imports-done``,
+(``first-paint``, ``cached-tree`` when the first paint showed a described tree, ``imported-<module>``
+for each of :data:`HEAVY_MODULES`, ``imports-done``,
 ``window-modules``, ``window``, ``tree``); ``tests/benchmarks/bench_startup.py`` reads them.
 """
 
@@ -25,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import QSettings, Qt, QThread, Signal
-from PySide6.QtGui import QPaintEvent
+from PySide6.QtGui import QCloseEvent, QPaintEvent
 from PySide6.QtWidgets import (
     QComboBox,
     QLabel,
@@ -33,10 +40,13 @@ from PySide6.QtWidgets import (
     QProgressBar,
     QToolBar,
     QTreeWidget,
+    QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
+from workbench.core.models.tree_cache import CachedTree
+from workbench.gui.plan.tree_preview import PATH_ROLE, fill_preview, preview_notice, row_click_text
 from workbench.gui.window_geometry import restore_geometry
 
 __all__ = ["HEAVY_MODULES", "STARTUP_TRACE_ENV", "HeavyImports", "StartupWindow", "loading_text", "trace"]
@@ -126,6 +136,8 @@ class _TracedTree(QTreeWidget):
         if not self._painted:
             self._painted = True
             trace("first-paint")
+            if self.topLevelItemCount():
+                trace("cached-tree")
             self.painted.emit()
 
 
@@ -134,19 +146,32 @@ class StartupWindow(QMainWindow):
 
     Signals:
         painted(): once, when the window (its tree) has been painted the first time.
+        closed(): when the window closes (by the user, or when the full window replaces it).
 
     Args:
         model: the model that will load (shown in the model bar and the tree).
         settings: where the window's geometry was saved (the real window's place).
         parent: Qt parent.
+        preview: the model's described tree, shown read-only until the live tree replaces
+            the window (None: the empty tree saying what loads).
 
     Attributes:
-        model_box / tree / loading_label / progress: the widgets (read by tests).
+        model_box / tree / loading_label / progress / notice / status_label: the widgets
+            (read by tests).
+        preview: the described tree shown, or None.
     """
 
     painted = Signal()
+    closed = Signal()
 
-    def __init__(self, model: str | None, settings: QSettings | None = None, parent: QWidget | None = None) -> None:
+    def __init__(
+        self,
+        model: str | None,
+        settings: QSettings | None = None,
+        parent: QWidget | None = None,
+        *,
+        preview: CachedTree | None = None,
+    ) -> None:
         super().__init__(parent)
         self.setObjectName("StartupWindow")
         self.setWindowTitle("Freeze Workbench")
@@ -172,13 +197,41 @@ class StartupWindow(QMainWindow):
         self.loading_label.setWordWrap(True)
         self.loading_label.setStyleSheet("color: palette(mid); font-size: 13pt")
         QVBoxLayout(self.tree.viewport()).addWidget(self.loading_label)  # the whole viewport, as it resizes
+        self.notice = QLabel(self)
+        self.notice.setWordWrap(True)
+        self.notice.hide()
+        layout.addWidget(self.notice)
         layout.addWidget(self.tree)
         self.setCentralWidget(central)
         self.progress = QProgressBar(self)
         self.progress.setRange(0, 0)
         self.progress.setMaximumWidth(140)
         self.progress.setMaximumHeight(14)
-        self.statusBar().addWidget(QLabel("Starting…", self))
+        self.status_label = QLabel("Starting…", self)
+        self.statusBar().addWidget(self.status_label)
         self.statusBar().addWidget(self.progress)
+        self.preview = preview
+        if preview is not None:
+            self._show_preview(preview)
         # the full window's rules: a saved geometry only when it fits this screen
         restore_geometry(self, settings.value("window/geometry") if settings is not None else None)
+
+    def _show_preview(self, cached: CachedTree) -> None:
+        """The described rows, read-only, with the line saying where they come from."""
+        fill_preview(self.tree, cached)
+        self.loading_label.hide()
+        self.notice.setText(preview_notice(cached))
+        self.notice.show()
+        self.tree.setColumnWidth(0, max(self.tree.columnWidth(0), self.tree.fontMetrics().horizontalAdvance("M" * 18)))
+        self.tree.itemClicked.connect(self._preview_clicked)
+
+    def _preview_clicked(self, item: QTreeWidgetItem, _column: int) -> None:
+        """A click on a preview row: the row stays picked, the status bar says the plan waits."""
+        path = item.data(0, PATH_ROLE)
+        name = self.preview.name if self.preview is not None else "the model"
+        self.status_label.setText(row_click_text(path if isinstance(path, str) else "", name))
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        super().closeEvent(event)
+        if event.isAccepted():
+            self.closed.emit()

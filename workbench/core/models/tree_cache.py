@@ -1,0 +1,408 @@
+"""A small description of a model's module tree, kept on disk to show at the next start.
+
+Importing torch and torchvision takes seconds; the app's window can show the start-up model's
+tree before that, from the description written the last time that model was loaded (like an
+IDE showing its cached project index while it loads). The live tree replaces it once the model
+is there.
+
+A description holds the rows in pre-order: path, class name, the module's own parameter count
+and the index of its parent row. It is keyed by the model (source, name, weights) and by the
+versions of torch, torchvision, timm and the app, so a different version never shows a stale
+tree. Only models named by a registry name are kept (:func:`describable`: a source the window
+offers no folder, file or code for, such as torchvision and timm): a folder, a file or code can
+change without a version saying so.
+
+Nothing here imports torch (the versions are read from the packages' ``version.py`` files),
+so the start-up window can read a description before torch is imported. Files are written
+atomically (:mod:`workbench.core.atomic`), capped at :data:`MAX_CACHED_ROWS` rows and
+:data:`MAX_CACHE_BYTES` bytes, and read with :func:`workbench.core.safe_json.read_text` (regular
+files only, bounded); a link, a broken file or another version is ignored, never an error on
+screen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import stat
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workbench.core import safe_json
+from workbench.core.atomic import atomic_write
+from workbench.core.errors import WorkbenchError
+from workbench.core.version import __version__
+
+if TYPE_CHECKING:
+    from workbench.core.plan.tree import ModelTree
+
+__all__ = [
+    "CACHE_DIR_ENV",
+    "MAX_CACHED_ROWS",
+    "MAX_CACHE_BYTES",
+    "TREE_CACHE_FORMAT",
+    "CachedTree",
+    "TreeCacheError",
+    "TreeRow",
+    "cache_file",
+    "default_cache_dir",
+    "describable",
+    "library_versions",
+    "read_tree",
+    "read_tree_checked",
+    "rows_of_tree",
+    "startup_model",
+    "write_tree",
+]
+
+#: The ``format`` field of a tree description (with ``version`` 1).
+TREE_CACHE_FORMAT = "workbench-tree-cache"
+_FORMAT_VERSION = 1
+#: Environment variable that overrides the cache folder (tests point it at a temporary folder).
+CACHE_DIR_ENV = "WORKBENCH_CACHE_DIR"
+#: Largest tree kept: a model with more modules is not described (a 49k-module MoE would take
+#: longer to show from the cache than the start-up it would shorten).
+MAX_CACHED_ROWS = 4000
+#: Largest description file read (4,000 rows take about 300 kB).
+MAX_CACHE_BYTES = 1024 * 1024
+#: The packages whose versions key a description (beside the app's); one not installed counts as such.
+_LIBRARIES: tuple[str, ...] = ("torch", "torchvision", "timm")
+_NOT_INSTALLED = "not installed"
+_ORGANIZATION, _APPLICATION = "FreezeWorkbench", "Freeze Workbench"
+_MAX_TEXT = 300  # longest path or class name accepted in a row
+_VERSION_LINE = re.compile(r"""^__version__\s*=\s*['"]([^'"\n]{1,64})['"]""", re.MULTILINE)
+
+
+class TreeCacheError(WorkbenchError, ValueError):
+    """A tree description that cannot be used (broken, another version, not a tree)."""
+
+
+@dataclass(frozen=True)
+class TreeRow:
+    """One module of a described tree.
+
+    Attributes:
+        path: dotted module path (``""`` for the root).
+        type_name: class name (``"Conv2d"``).
+        own_params: parameter elements the module registers itself.
+        parent: index of the parent row (-1 for the root).
+    """
+
+    path: str
+    type_name: str
+    own_params: int
+    parent: int
+
+    @property
+    def name(self) -> str:
+        """The last segment of the path, ``"(root)"`` for the root (as the live tree names it)."""
+        return self.path.rsplit(".", 1)[-1] if self.path else "(root)"
+
+
+@dataclass(frozen=True)
+class CachedTree:
+    """A model's tree as described on disk.
+
+    Attributes:
+        source: the model source (``"torchvision"``).
+        name: the model's name in it (``"resnet18"``).
+        weights: the weights it had when described (None: random initialisation).
+        rows: the rows in pre-order (row 0 is the root).
+        total_params: parameters of each row's subtree, by row.
+    """
+
+    source: str
+    name: str
+    weights: str | None
+    rows: tuple[TreeRow, ...]
+    total_params: tuple[int, ...]
+
+    def children(self) -> list[list[int]]:
+        """The child rows of each row, in order.
+
+        Returns:
+            One list of row indices per row.
+        """
+        kids: list[list[int]] = [[] for _ in self.rows]
+        for i, row in enumerate(self.rows):
+            if row.parent >= 0:
+                kids[row.parent].append(i)
+        return kids
+
+
+def default_cache_dir() -> Path:
+    """The app's cache folder without Qt: ``$WORKBENCH_CACHE_DIR``, else the per-user cache folder.
+
+    Returns:
+        ``~/.cache/FreezeWorkbench/Freeze Workbench`` on Linux (``$XDG_CACHE_HOME`` when set),
+        ``~/Library/Caches/...`` on macOS, ``%LOCALAPPDATA%\\...\\cache`` on Windows.
+    """
+    env = os.environ.get(CACHE_DIR_ENV)
+    if env:
+        return Path(env).expanduser()
+    if sys.platform == "win32":
+        base = Path(os.environ.get("LOCALAPPDATA") or Path.home() / "AppData" / "Local")
+        return base / _ORGANIZATION / _APPLICATION / "cache"
+    if sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    else:
+        base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / _ORGANIZATION / _APPLICATION
+
+
+def startup_model(text: str) -> tuple[str, str] | None:
+    """The source and name of a start-up model spec, without the source table (it imports torch).
+
+    Args:
+        text: the spec as the command line names it (``resnet18``, ``timm:resnet10t``).
+
+    Returns:
+        ``(source, name)`` (a plain name is torchvision's), or None for an empty or overlong spec.
+        Only :func:`describable` sources have descriptions to find.
+    """
+    source, sep, name = text.partition(":")
+    if not sep:
+        source, name = "torchvision", text
+    if not source or not name or len(text) > _MAX_TEXT:
+        return None
+    return source, name
+
+
+def describable(source: str) -> bool:
+    """A model of ``source`` is named by a registry name: its tree may be described.
+
+    A source the window offers a folder, a file or code for (its row's ``browse``, or
+    ``runs_code``: Hugging Face folders, your code) is not: those change without a version
+    saying so. Imports the source table (and so torch): for the writing side only.
+
+    Args:
+        source: the model source (a key of :data:`~workbench.core.models.sources.SOURCES`).
+
+    Returns:
+        Whether :func:`write_tree` keeps its models.
+    """
+    from workbench.core.models.sources import SOURCES
+
+    row = SOURCES.get(source)
+    return row is not None and row.browse is None and not row.runs_code
+
+
+def _package_version(package: str) -> str | None:
+    """A package's ``__version__`` from its ``version.py`` in the first ``sys.path`` folder that
+    has the package, without importing it or asking the import system (whose hooks may)."""
+    for entry in sys.path:
+        folder = Path(entry or ".") / package
+        if not (folder / "__init__.py").is_file():
+            continue
+        try:
+            text = safe_json.read_text(folder / "version.py", what="version file", max_bytes=64 * 1024)
+        except (OSError, safe_json.JsonInputError):
+            return None
+        m = _VERSION_LINE.search(text)
+        return m.group(1) if m else None
+    return None
+
+
+def library_versions() -> dict[str, str] | None:
+    """The versions a description is valid for, read without importing the packages.
+
+    Returns:
+        ``{"app": ..., "torch": ..., "torchvision": ..., "timm": ...}`` (``"not installed"``
+        for timm when it is not), or None when torch's or torchvision's version cannot be read
+        (then nothing is described).
+    """
+    out = {"app": __version__}
+    for package in _LIBRARIES:
+        version = _package_version(package)
+        if version is None and package != "timm":
+            return None
+        out[package] = version or _NOT_INSTALLED
+    return out
+
+
+def cache_file(source: str, name: str, folder: str | os.PathLike[str] | None = None) -> Path:
+    """Where the description of a model is kept.
+
+    Args:
+        source: the model source.
+        name: the model's name in it.
+        folder: the cache folder (default: :func:`default_cache_dir`).
+
+    Returns:
+        ``FOLDER/trees/<hash of source and name>.json``.
+    """
+    digest = hashlib.sha256(f"{source}:{name}".encode()).hexdigest()[:24]
+    return Path(folder if folder is not None else default_cache_dir()) / "trees" / f"{digest}.json"
+
+
+def rows_of_tree(tree: ModelTree) -> Iterator[TreeRow]:
+    """The rows of a live tree in pre-order.
+
+    Args:
+        tree: the tree (:class:`~workbench.core.plan.tree.ModelTree`).
+
+    Yields:
+        One row per module, the root first.
+    """
+    stack = [(tree.root, -1)]
+    index = 0
+    while stack:
+        node, parent = stack.pop()
+        yield TreeRow(node.path, node.type_name, int(node.own_params), parent)
+        stack.extend((child, index) for child in reversed(node.children))
+        index += 1
+
+
+def write_tree(
+    source: str,
+    name: str,
+    weights: str | None,
+    rows: Iterable[TreeRow],
+    *,
+    folder: str | os.PathLike[str] | None = None,
+) -> Path | None:
+    """Describe a loaded model's tree for the next start (atomically).
+
+    Args:
+        source: the model source; only :func:`describable` ones are kept.
+        name: the model's name in it.
+        weights: its weights (None: random initialisation).
+        rows: its rows in pre-order (:func:`rows_of_tree`).
+        folder: the cache folder (default: :func:`default_cache_dir`).
+
+    Returns:
+        The file written, or None when the model is not kept (a source that is not
+        :func:`describable`, more than :data:`MAX_CACHED_ROWS` rows, versions that cannot be read).
+
+    Raises:
+        OSError: the cache folder cannot be written.
+    """
+    versions = library_versions()
+    if versions is None or not describable(source):
+        return None
+    table: list[list[Any]] = []
+    for row in rows:
+        if len(table) >= MAX_CACHED_ROWS:
+            return None
+        table.append([row.path, row.type_name, row.own_params, row.parent])
+    payload = {"format": TREE_CACHE_FORMAT, "version": _FORMAT_VERSION,
+               "model": {"source": source, "name": name, "weights": weights}, "versions": versions, "rows": table}
+    text = json.dumps(payload, separators=(",", ":"))
+    if len(text.encode()) > MAX_CACHE_BYTES:
+        return None
+    path = cache_file(source, name, folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, text)
+    return path
+
+
+def read_tree_checked(source: str, name: str, *, folder: str | os.PathLike[str] | None = None) -> CachedTree:
+    """The description of a model for the installed versions.
+
+    Args:
+        source: the model source.
+        name: the model's name in it.
+        folder: the cache folder (default: :func:`default_cache_dir`).
+
+    Returns:
+        The described tree.
+
+    Raises:
+        TreeCacheError: no description, or one that cannot be used (one line saying why).
+    """
+    path = cache_file(source, name, folder)
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            raise TreeCacheError(f"{path} is a link; a tree description is a plain file")
+        text = safe_json.read_text(path, what="tree description", max_bytes=MAX_CACHE_BYTES)
+        data = safe_json.loads(text, what=f"tree description {path}", max_depth=4)
+    except FileNotFoundError:
+        raise TreeCacheError(f"no tree description of {source}:{name}") from None
+    except (OSError, safe_json.JsonInputError, json.JSONDecodeError) as e:
+        raise TreeCacheError(f"{path} cannot be read ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    if not isinstance(data, dict) or data.get("format") != TREE_CACHE_FORMAT or data.get("version") != _FORMAT_VERSION:
+        raise TreeCacheError(f"{path} is not a tree description of this program's format")
+    model = data.get("model")
+    if not isinstance(model, dict) or model.get("source") != source or model.get("name") != name:
+        raise TreeCacheError(f"{path} describes another model")
+    weights = model.get("weights")
+    if weights is not None and not isinstance(weights, str):
+        raise TreeCacheError(f"{path} names its weights with a {type(weights).__name__}")
+    if data.get("versions") != library_versions():
+        raise TreeCacheError(f"{path} was written with other versions of the app, torch or the model library")
+    rows = _rows(data.get("rows"), path)
+    return CachedTree(source, name, weights, rows, _totals(rows))
+
+
+def read_tree(source: str, name: str, *, folder: str | os.PathLike[str] | None = None) -> CachedTree | None:
+    """Like :func:`read_tree_checked`, None instead of an error: a cache never stops anything.
+
+    Args:
+        source: the model source.
+        name: the model's name in it.
+        folder: the cache folder (default: :func:`default_cache_dir`).
+
+    Returns:
+        The described tree, or None.
+    """
+    with contextlib.suppress(TreeCacheError):
+        return read_tree_checked(source, name, folder=folder)
+    return None
+
+
+def _rows(table: Any, path: Path) -> tuple[TreeRow, ...]:
+    """The rows of a description, checked to form one tree in pre-order."""
+    if not isinstance(table, list) or not table:
+        raise TreeCacheError(f"{path} has no rows")
+    if len(table) > MAX_CACHED_ROWS:
+        raise TreeCacheError(f"{path} has {len(table):,} rows, more than the {MAX_CACHED_ROWS:,} kept")
+    rows: list[TreeRow] = []
+    seen: set[str] = set()
+    for i, item in enumerate(table):
+        if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str) and isinstance(item[1], str)
+                and type(item[2]) is int and type(item[3]) is int):
+            raise TreeCacheError(f"{path}: row {i} is not [path, class, parameters, parent]")
+        p, type_name, own, parent = item
+        if own < 0 or not type_name or len(type_name) > _MAX_TEXT or len(p) > _MAX_TEXT:
+            raise TreeCacheError(f"{path}: row {i} has a bad class name, path or parameter count")
+        if i == 0:
+            ok = parent == -1 and p == ""
+        else:
+            ok = 0 <= parent < i and _on_open_path(parent, i - 1, rows) and _child_path(rows[parent].path, p)
+        if not ok or p in seen:
+            raise TreeCacheError(f"{path}: row {i} ({p!r}) does not follow its parent in one tree")
+        seen.add(p)
+        rows.append(TreeRow(p, type_name, own, parent))
+    return tuple(rows)
+
+
+def _on_open_path(parent: int, previous: int, rows: list[TreeRow]) -> bool:
+    """``parent`` is ``previous`` or one of its ancestors (so the rows stay in pre-order)."""
+    i = previous
+    while i >= 0:
+        if i == parent:
+            return True
+        i = rows[i].parent
+    return False
+
+
+def _child_path(parent: str, path: str) -> bool:
+    """``path`` is a direct child's path of ``parent`` (one more non-empty segment)."""
+    if parent:
+        prefix, dot, segment = path.rpartition(".")
+        return bool(dot) and prefix == parent and bool(segment)
+    return bool(path) and "." not in path
+
+
+def _totals(rows: tuple[TreeRow, ...]) -> tuple[int, ...]:
+    """Parameters of each row's subtree (children come after their parent in pre-order)."""
+    totals = [row.own_params for row in rows]
+    for i in range(len(rows) - 1, 0, -1):
+        totals[rows[i].parent] += totals[i]
+    return tuple(totals)
