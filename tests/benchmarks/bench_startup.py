@@ -1,22 +1,27 @@
-"""App start-up: process start to the first painted window, and to the populated module tree.
+"""App start-up: process start to the first painted window, to the cached tree, and to the live tree.
 
 Each run is a fresh process, ``python -m workbench --screenshot OUT.png`` (offscreen), started
 with ``WORKBENCH_STARTUP_TRACE=1`` so the app prints when it reached each point
-(:mod:`workbench.gui.startup`). Times are measured from just before the process is started:
+(:mod:`workbench.gui.startup`). Each round starts the app twice in a private cache folder
+(``WORKBENCH_CACHE_DIR``): first with the folder empty (the first start ever: no tree
+description, today's path), then with the description that start wrote (every later start).
+Times are measured from just before the process is started:
 
 - ``first paint``: the start-up window (model bar, empty tree saying what loads) is painted;
+- ``cached tree``: the start-up window painted resnet18's tree from its description (later
+  starts only; the same paint as ``first paint``);
 - ``torch``, ``torchvision``: each imported (on a thread, behind the start-up window);
 - ``imports done``: torch, torchvision and the library are imported;
 - ``window modules``: the full window's modules (pyqtgraph, the panels) are imported;
 - ``full window``: the full window replaced the start-up one;
-- ``tree``: the default model is loaded and its tree populated;
+- ``live tree``: the default model is loaded and its live tree populated;
 - ``exit``: the screenshot is written and the process has ended.
 
-It prints, over ``--runs`` runs, the median and best wall time to each event, the median
-CPU time the process had used by then (user + system, all threads; ``exit``: the whole
-process) and each phase's share of it (from the event before), the machine's load average
-before and after, and asserts nothing. On a machine shared with other work the wall times
-stretch with the load; the CPU times are the steadier figures.
+It prints, over ``--runs`` rounds, for the first start and for later starts side by side, the
+median wall time to each event, the median CPU time the process had used by then (user +
+system, all threads; ``exit``: the whole process), the machine's load average before and
+after, and asserts nothing. On a machine shared with other work the wall times stretch with
+the load; the CPU times are the steadier figures.
 
 Run::
 
@@ -38,12 +43,13 @@ from pathlib import Path
 
 EVENTS = (
     ("first-paint", "first paint"),
+    ("cached-tree", "cached tree"),
     ("imported-torch", "torch"),
     ("imported-torchvision", "torchvision"),
     ("imports-done", "imports done"),
     ("window-modules", "window modules"),
     ("window", "full window"),
-    ("tree", "tree"),
+    ("tree", "live tree"),
 )
 
 
@@ -51,7 +57,7 @@ def one_run(folder: Path) -> dict[str, float]:
     """Start the app once and time its start-up.
 
     Args:
-        folder: a scratch folder (the screenshot goes there).
+        folder: a scratch folder (the screenshot goes there; ``cache`` in it is the app's cache folder).
 
     Returns:
         Seconds from process start per event (``first paint`` ... ``exit``), and the CPU
@@ -61,7 +67,8 @@ def one_run(folder: Path) -> dict[str, float]:
     Raises:
         RuntimeError: the app failed (its stderr's last lines are in the message).
     """
-    env = dict(os.environ, WORKBENCH_STARTUP_TRACE="1", QT_QPA_PLATFORM=os.environ.get("QT_QPA_PLATFORM", "offscreen"))
+    env = dict(os.environ, WORKBENCH_STARTUP_TRACE="1", QT_QPA_PLATFORM=os.environ.get("QT_QPA_PLATFORM", "offscreen"),
+               WORKBENCH_CACHE_DIR=str(folder / "cache"))
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -105,29 +112,32 @@ def main(argv: list[str] | None = None) -> int:
         0, or 1 when a run failed.
     """
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=3, help="fresh processes to start (default: 3)")
+    p.add_argument("--runs", type=int, default=3, help="rounds, each a first start and a later start (default: 3)")
     args = p.parse_args(argv)
-    rows: list[dict[str, float]] = []
+    rows: dict[str, list[dict[str, float]]] = {"first start": [], "later start": []}
     load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(max(1, args.runs)):
-            try:
-                rows.append(one_run(Path(tmp)))
-            except RuntimeError as e:
-                print(f"run {i + 1}: {e}", file=sys.stderr)
-                return 1
-            print(f"run {i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in rows[-1].items()), flush=True)
-    print(f"\nstart-up of `python -m workbench --screenshot` ({len(rows)} fresh processes; "
-          f"{load_before} before, {load_average()} after)")
-    print(f"{'':<16}{'wall median':>12}{'best':>8}{'CPU median':>12}{'CPU phase':>11}")
-    previous = 0.0
+            folder = Path(tmp) / f"round{i + 1}"  # empty for the first start; its description for the later
+            folder.mkdir()
+            for kind in rows:
+                try:
+                    rows[kind].append(one_run(folder))
+                except RuntimeError as e:
+                    print(f"round {i + 1}, {kind}: {e}", file=sys.stderr)
+                    return 1
+                print(f"round {i + 1}, {kind}: " + ", ".join(f"{k} {v:.2f} s" for k, v in rows[kind][-1].items()),
+                      flush=True)
+    print(f"\nstart-up of `python -m workbench --screenshot` ({args.runs} rounds of two fresh processes; "
+          f"{load_before} before, {load_average()} after); medians")
+    print(f"{'':<16}" + "".join(f"{kind + ' wall':>18}{'CPU':>8}" for kind in rows))
     for label in [lbl for _e, lbl in EVENTS] + ["exit"]:
-        xs = [r[label] for r in rows if label in r]
-        cpu = [r[f"{label} cpu"] for r in rows if f"{label} cpu" in r]
-        if xs and cpu:
-            at = statistics.median(cpu)
-            print(f"{label:<16}{statistics.median(xs):>11.2f}s{min(xs):>7.2f}s{at:>11.2f}s{at - previous:>10.2f}s")
-            previous = at
+        cells = []
+        for runs in rows.values():
+            xs = [r[label] for r in runs if label in r]
+            cpu = [r[f"{label} cpu"] for r in runs if f"{label} cpu" in r]
+            cells.append(f"{statistics.median(xs):>17.2f}s{statistics.median(cpu):>7.2f}s" if xs and cpu else f"{'—':>18}{'—':>8}")
+        print(f"{label:<16}" + "".join(cells))
     return 0
 
 

@@ -16,9 +16,10 @@ from workbench.resources import example_plan
 
 
 def run_gui(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """``python -m workbench gui ARGS`` with no display and private config folders."""
+    """``python -m workbench gui ARGS`` with no display and private config, data and cache folders."""
     env = {k: v for k, v in os.environ.items() if k not in ("QT_QPA_PLATFORM", "DISPLAY", "WAYLAND_DISPLAY")}
-    env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"))
+    env.update(XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"),
+               WORKBENCH_CACHE_DIR=str(tmp_path / "cache"))
     return subprocess.run(
         python_argv("-m", "workbench", "gui", *args), capture_output=True, text=True, cwd=tmp_path, env=env
     )

@@ -222,7 +222,9 @@ class StartupWindow(QMainWindow):
         self.loading_label.hide()
         self.notice.setText(preview_notice(cached))
         self.notice.show()
-        self.tree.setColumnWidth(0, max(self.tree.columnWidth(0), self.tree.fontMetrics().horizontalAdvance("M" * 18)))
+        metrics = self.tree.fontMetrics()
+        self.tree.setColumnWidth(0, max(self.tree.columnWidth(0), metrics.horizontalAdvance("M" * 18)))
+        self.tree.setColumnWidth(1, max(self.tree.columnWidth(1), metrics.horizontalAdvance("AdaptiveAvgPool2d  ")))
         self.tree.itemClicked.connect(self._preview_clicked)
 
     def _preview_clicked(self, item: QTreeWidgetItem, _column: int) -> None:
