@@ -22,6 +22,7 @@ Modules:
         tree_columns   the tree's columns as one table (header, tooltip, display, check, editor, setData).
         tree_model     QAbstractItemModel over the tree and the plan, and its filter proxy.
         tree_view      the tree view and its check/LR × delegates; Space emits ``frozenToggleRequested``.
+        tree_preview   the start-up window's tree from the description of the last start (before torch).
         cost_panel     parameter totals, training memory, lint findings.
         partial_dialog sub-tensor freezing ranges.
         state          (Qt-free) per-row states and counts derived from plan + tree.
