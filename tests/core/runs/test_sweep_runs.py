@@ -12,6 +12,7 @@ import pytest
 from tests.fixtures.run_folders import app_run, save_folder
 from workbench.cli import main
 from workbench.core.runs.record import RunStoreError
+from workbench.core.runs.rescan import StoreScan
 from workbench.core.runs.store import RunStore, open_run, read_runs
 from workbench.core.runs.sweeps import sweep_tag_of, sweeps_folder
 
@@ -72,9 +73,10 @@ def test_merging_sweeps_again_keeps_the_runs_listed_and_adds_the_new_ones(tmp_pa
     app_run(store, "#1 mine", [10, 10], [5, 5])
     sweep = make_sweep(sweeps_folder(store.folder) / "s1", "c00-head")
     records, _ = store.list(sweeps=True)
+    scan = StoreScan(store, records)
     first = next(r for r in records if r.sweep is not None)
     save_folder(sweep / "runs" / "c01-full", [9.0, 9.0], [10, 10])  # a candidate finished
-    merged, problems = store.merge_sweeps(records)
+    merged, problems = scan.merge(records)
     assert not problems and len(merged) == 3
     assert any(r is first for r in merged)  # the same object: its selection and metrics stay
     assert any(r.name == "#1 mine" for r in merged)

@@ -45,16 +45,16 @@ def test_the_runs_tab_tags_a_sweep_s_runs_and_reads_new_ones(qtbot: Any, tmp_pat
     sweep = make_sweep(sweeps_folder(store.folder) / "20261202-120000", "c00-head")
     changed: list[int] = []
     panel.runs.runsChanged.connect(lambda: changed.append(1))
-    panel.runs.reload_sweeps()  # what a finished candidate of Train each calls
+    panel.runs.reload()  # what a finished candidate of Train each calls
     assert changed and not panel.table.isColumnHidden(COLUMNS.index("Sweep"))
     assert _sweep_cells(panel) == {"#1 mine": "", "c00-head": "20261202-120000 · c00"}
     first = next(r for r in panel.runs.records if r.sweep is not None)
     save_folder(sweep / "runs" / "c01-full", [9.0, 9.0], [10, 10])
-    panel.runs.reload_sweeps()
+    panel.runs.reload()
     assert _sweep_cells(panel)["c01-full"] == "20261202-120000 · c01"
     assert any(r is first for r in panel.runs.records)  # the runs listed stay the same objects
     changed.clear()
-    panel.runs.reload_sweeps()
+    panel.runs.reload()
     assert not changed  # nothing new: no refresh
 
 

@@ -371,26 +371,6 @@ class RunStore:
         """
         return read_sweep_runs([self.sweeps_folder])
 
-    def merge_sweeps(self, records: Sequence[RunRecord]) -> tuple[builtins.list[RunRecord], builtins.list[str]]:
-        """``records`` with the app's sweeps' runs read again: new ones added, gone ones dropped.
-
-        A sweep's run already in ``records`` whose ``run.json`` has not changed (the same
-        start, end and status) stays the same object (its selection, loaded metrics); the
-        user's own runs stay as they are.
-
-        Args:
-            records: the runs listed now.
-
-        Returns:
-            ``(records, problems)``: oldest first.
-        """
-        found, problems = self.list_sweeps()
-        known = {(r.folder, r.created, r.finished, r.status): r for r in records if r.sweep is not None}
-        fresh = [known.get((r.folder, r.created, r.finished, r.status), r) for r in found]
-        merged = [r for r in records if r.sweep is None] + fresh
-        merged.sort(key=lambda r: (r.created, r.id))
-        return merged, problems
-
     def list(self, *, save_folders: bool = False, sweeps: bool = False) -> tuple[builtins.list[RunRecord], builtins.list[str]]:
         """Every run in the store, oldest first (metrics not loaded).
 
@@ -404,18 +384,40 @@ class RunStore:
             ``(records, problems)``: unreadable runs are skipped and described in
             ``problems``; a run left ``running`` by an app that ended is ``interrupted``.
         """
-        records: builtins.list[RunRecord] = []
-        problems: builtins.list[str] = []
+        runs, problems = self.run_folders(save_folders=save_folders)
+        records, trouble = _open_each(runs)
+        problems.extend(trouble)
+        if sweeps:
+            more, trouble = self.list_sweeps()
+            records.extend(more)
+            problems.extend(trouble)
+        records.sort(key=lambda r: (r.created, r.id))
+        return records, problems
+
+    def run_folders(self, *, save_folders: bool = False) -> tuple[builtins.list[Path], builtins.list[str]]:
+        """The store's run folders (those holding ``run.json``), without reading them.
+
+        A sub-folder without a run file yet (one being written) is not a run folder.
+
+        Args:
+            save_folders: also ``workbench train --save`` folders, and a store that is not
+                writable (see :meth:`list`).
+
+        Returns:
+            ``(folders, problems)``: the folders by name; one line per folder that links out
+            of the store or cannot be read, or for a store that cannot hold runs.
+        """
         store_problem = self.problem()
         if store_problem and not (save_folders and self.folder.is_dir()):
-            return records, [store_problem]
+            return [], [store_problem]
         if not self.folder.exists():
-            return records, problems
+            return [], []
         try:
             subs = sorted(p for p in self.folder.iterdir() if p.is_dir())
         except OSError as e:
-            return records, [f"{self.folder}: the run store cannot be read ({e.strerror or e}); check its permissions"]
+            return [], [f"{self.folder}: the run store cannot be read ({e.strerror or e}); check its permissions"]
         runs: builtins.list[Path] = []
+        problems: builtins.list[str] = []
         for sub in subs:
             f = sub / RUN_FILE
             if not _inside(sub, self.folder) or (os.path.lexists(f) and not _inside(f, sub)):
@@ -429,14 +431,7 @@ class RunStore:
                 runs.append(sub)
             elif not os.access(sub, os.R_OK | os.X_OK):
                 problems.append(f"{sub}: unreadable run folder (permission denied); check its permissions")
-        records, trouble = _open_each(runs)
-        problems.extend(trouble)
-        if sweeps:
-            more, trouble = self.list_sweeps()
-            records.extend(more)
-            problems.extend(trouble)
-        records.sort(key=lambda r: (r.created, r.id))
-        return records, problems
+        return runs, problems
 
     def problem(self) -> str | None:
         """Why the store's folder cannot hold runs (it is a file, or not writable), if it cannot.

@@ -52,7 +52,7 @@ def open_suggest_dialog(controller: Controller, panel: TrainingPanel, parent: QW
                            auto_freeze_max=panel.options.auto_freeze_shares()["auto_freeze_max"], parent=parent)
     if panel.length_kind.currentData() == "steps":  # Train each: the run's own length
         dialog.steps.setValue(panel.length.value())
-    dialog.sweepRunsWritten.connect(panel.runs.reload_sweeps)  # the Runs tab lists each candidate as it finishes
+    dialog.sweepRunsWritten.connect(panel.runs.reload)  # the Runs tab lists each candidate as it finishes
     dialog.suggest()
     return dialog
 

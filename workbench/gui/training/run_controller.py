@@ -22,6 +22,7 @@ from PySide6.QtCore import QObject, Signal, Slot
 
 from workbench.core.plan.rules import PlanError
 from workbench.core.runs.record import RunRecord, RunStoreError, clean_name, clean_tags
+from workbench.core.runs.rescan import StoreScan
 from workbench.core.runs.store import RunStore
 from workbench.core.runs.text import validation_text
 from workbench.core.training.config import TrainConfig
@@ -96,6 +97,7 @@ class RunController(QObject):
         self.controller = controller
         self.store = store
         self.records, self._load_problems = store.list(sweeps=True)  # the app's sweeps' runs too
+        self._scan = StoreScan(store, self.records)  # what changes on disk from outside (reload)
         self.current: RunRecord | None = None
         self.trainer_kwargs: dict[str, Any] = {"module_stats_every": DEFAULT_EVERY}
         self.module_stats: ModuleStats | None = None
@@ -438,12 +440,23 @@ class RunController(QObject):
             record.metrics_loaded = True
             return []
 
-    def reload_sweeps(self) -> None:
-        """Read the app's sweeps' runs again (a candidate or a sweep finished): new runs are listed,
-        those listed stay as they are (:meth:`RunStore.merge_sweeps`)."""
-        records, problems = self.store.merge_sweeps(self.records)
+    def watched(self) -> tuple[list[str], list[str]]:
+        """The folders and files to watch for runs arriving or changing (:meth:`StoreScan.watched`).
+
+        Returns:
+            ``(folders, files)``.
+        """
+        return self._scan.watched()
+
+    def reload(self) -> None:
+        """Read again the runs of the store and of the app's sweeps that changed on disk (a candidate or
+        a sweep finished, ``workbench train --save`` or ``workbench sweep`` wrote into them): new runs
+        are listed, those gone dropped, only changed run files are read, and a run whose file did not
+        change stays as it is (:class:`~workbench.core.runs.rescan.StoreScan`); the run in progress
+        is never replaced."""
+        records, problems = self._scan.merge(self.records, keep=self.current)
         if problems:
-            self.statusMessage.emit(f"{len(problems)} run(s) of the sweeps unreadable: {problems[0]}")
+            self.statusMessage.emit(f"{len(problems)} run(s) unreadable: {problems[0]}")
         if [id(r) for r in records] != [id(r) for r in self.records]:
             self.records[:] = records
             self.runsChanged.emit()

@@ -25,7 +25,9 @@ on its own: its sweep's study holds the candidate's result, so *Delete* keeps it
 in one line that names the sweep (delete the sweep's folder to remove the sweep with its runs).
 
 Runs are stored in :func:`default_runs_dir` (``$WORKBENCH_RUNS_DIR`` when set), so they come
-back when the app starts again.
+back when the app starts again. Runs written into the store or the app's sweeps while the app is
+open (``workbench train --save``, ``workbench sweep``) are listed within a moment
+(:class:`~workbench.gui.training.runs_watch.RunsWatcher`).
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ from workbench.core.training.metrics import fmt_memory
 from workbench.gui import dialogs
 from workbench.gui.training.plots import run_color
 from workbench.gui.training.run_controller import RunController
+from workbench.gui.training.runs_watch import RunsWatcher
 
 __all__ = [
     "COLUMNS",
@@ -303,6 +306,7 @@ class RunsPanel(QWidget):
         runs.runStarted.connect(lambda _r: self.refresh())
         runs.metricsReceived.connect(self._live_update)
         runs.runEnded.connect(self._ended)
+        self.watcher = RunsWatcher(runs, self)  # runs written into the store or the sweeps from outside
         self._updating = False
         self.refresh()
         self._load_notes()
