@@ -1,4 +1,4 @@
-"""The advisor's own meta kernels give what torch's meta implementations give, field by field."""
+"""The advisor's own meta kernels (BatchNorm, elementwise arithmetic) give what torch's give, field by field."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from workbench.core.advisor import profile as profile_module
-from workbench.core.advisor.meta_kernels import batch_norm_on_meta, fast_meta_kernel
+from workbench.core.advisor.meta_kernels import batch_norm_on_meta, binary_on_meta, fast_meta_kernel
 from workbench.core.advisor.profile import profile_model
 
 _BN = torch.ops.aten.native_batch_norm.default
@@ -77,10 +77,57 @@ def test_torch_decides_what_the_fast_kernel_does_not_cover() -> None:
     assert batch_norm_on_meta(empty, None, None, None, None, True, 0.1, 1e-5) is None
 
 
+ATEN = torch.ops.aten
+BINARY_SHAPES = [(4, 8, 5, 5), (4, 1, 5), (1, 16, 32), (2, 3), (5,), (), (1,), (4, 8, 1, 1), (1, 8, 1, 1), (3, 1),
+                 (2, 1, 3, 1)]
+DTYPE_PAIRS = [(torch.float32, torch.float32), (torch.bfloat16, torch.float32), (torch.bfloat16, torch.bfloat16),
+               (torch.float16, torch.float64)]
+
+
+def test_elementwise_outputs_are_torchs_own() -> None:
+    compared = 0
+    for k, (op, sa, sb) in enumerate(itertools.product((ATEN.add.Tensor, ATEN.sub.Tensor, ATEN.mul.Tensor,
+                                                        ATEN.div.Tensor), BINARY_SHAPES, BINARY_SHAPES)):
+        da, db = DTYPE_PAIRS[k % len(DTYPE_PAIRS)]
+        a, b = torch.empty(sa, device="meta", dtype=da), torch.empty(sb, device="meta", dtype=db)
+        try:
+            expected = op(a, b)
+        except RuntimeError:  # shapes that do not broadcast: torch says so
+            assert binary_on_meta(a, b) is None and fast_meta_kernel(op, (a, b), {}) is None
+            continue
+        got = fast_meta_kernel(op, (a, b), {})
+        assert got is not None and _fields(got) == _fields(expected), (op, sa, sb, da, db)
+        compared += 1
+    assert compared > 300
+
+
+def test_torch_makes_the_elementwise_outputs_the_fast_kernel_does_not_cover() -> None:
+    x = torch.empty(4, 8, device="meta")
+    assert fast_meta_kernel(ATEN.add.Tensor, (x, x), {"alpha": 2}) is not None  # alpha changes no field
+    assert fast_meta_kernel(ATEN.div.Tensor, (x, x), {"rounding_mode": "floor"}) is None
+    assert binary_on_meta(x.t(), x.t()) is None  # laid out other than row-major
+    assert binary_on_meta(x, torch.empty(4, 8, device="meta", dtype=torch.int64)) is None
+    assert binary_on_meta(x, 2.0) is None and binary_on_meta(x, torch.ones(4, 8)) is None
+    assert binary_on_meta(x, torch.empty(0, 8, device="meta")) is None
+
+
+class _Residual(nn.Module):
+    """``x + conv(x) * w - x / s``: meta-tensor arithmetic (one product with a Python number)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(8, 8, 3, padding=1)
+        self.w = nn.Parameter(torch.ones(8, 1, 1))
+        self.s = nn.Parameter(torch.ones(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.conv(x) * self.w - x / self.s * 0.5
+
+
 def _net() -> nn.Module:
-    """Convolutions with BatchNorm2d (one of them downsampling), then a Linear with BatchNorm1d."""
+    """Convolutions with BatchNorm2d (one of them downsampling), a residual, then a Linear with BatchNorm1d."""
     torch.manual_seed(0)
-    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 8, 3, stride=2),
+    return nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), _Residual(), nn.Conv2d(8, 8, 3, stride=2),
                          nn.BatchNorm2d(8), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 6), nn.BatchNorm1d(6),
                          nn.Linear(6, 3))
 
@@ -93,4 +140,4 @@ def test_a_profile_is_the_same_with_torchs_kernels(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(profile_module, "fast_meta_kernel", lambda func, args, kwargs: None)
     slow = profile_model(_net(), (2, 3, 12, 12), bn_eval=bn_eval, param_dtype=param_dtype)
     assert fast == slow
-    assert {op.module for op in slow.ops} >= {"1", "4", "8"}  # every BatchNorm ran
+    assert {op.module for op in slow.ops} >= {"1", "3", "5", "9"}  # every BatchNorm and the residual ran

@@ -1,13 +1,17 @@
 """Shape-only kernels the advisor's pass runs in place of torch's slow ones on the ``meta`` device.
 
-``aten.native_batch_norm`` has no C++ kernel for meta tensors: torch runs its Python
-decomposition (a variance, a mean, a reciprocal square root and half a dozen elementwise ops,
-each through the prims' meta functions), which made BatchNorm about half the CPU time of
-profiling a ResNet. The pass needs only the outputs' shapes, dtypes and strides, and those
-follow from the inputs: :func:`batch_norm_on_meta` makes them directly, the same ones the
-decomposition gives (``tests/core/advisor/test_meta_kernels.py`` checks every field, case by
-case). Inputs it does not cover (real tensors, memory that is not dense, a single value per
-channel, any keyword argument) are left to torch, whatever it says about them.
+Torch computes many ops on meta tensors in Python: ``aten.native_batch_norm`` through its
+decomposition (a variance, a mean, a reciprocal square root and half a dozen elementwise ops),
+``add``, ``sub``, ``mul`` and ``div`` through the reference implementations (broadcasting, type
+promotion and the output's memory layout, worked out in Python for every call: 1-5 ms each).
+BatchNorm was about half the CPU time of profiling a ResNet, elementwise arithmetic most of a
+transformer's. The pass needs only the outputs' shapes, dtypes and strides, and for the common
+cases those follow directly from the inputs: :func:`batch_norm_on_meta` and
+:func:`binary_on_meta` make them, the same ones torch gives
+(``tests/core/advisor/test_meta_kernels.py`` checks every field, case by case). Inputs they do
+not cover (real tensors, memory laid out other than row-major or not dense, integer dtypes,
+Python numbers, a single value per channel, keyword arguments) are left to torch, whatever it
+says about them.
 """
 
 from __future__ import annotations
@@ -16,12 +20,24 @@ from typing import Any
 
 import torch
 
-__all__ = ["batch_norm_on_meta", "fast_meta_kernel"]
+__all__ = ["batch_norm_on_meta", "binary_on_meta", "fast_meta_kernel"]
 
 #: The dtype torch's decomposition computes (and keeps the saved statistics) in, by input dtype.
 _COMPUTATION_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
 
 _BATCH_NORM = torch.ops.aten.native_batch_norm.default
+_BINARY = frozenset({torch.ops.aten.add.Tensor, torch.ops.aten.sub.Tensor, torch.ops.aten.mul.Tensor,
+                     torch.ops.aten.div.Tensor})
+
+
+def _row_major(shape: torch.Size) -> tuple[int, ...]:
+    """The strides of a tensor of ``shape`` laid out row-major (``torch.empty(shape).stride()``)."""
+    strides: list[int] = []
+    step = 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= max(size, 1)
+    return tuple(reversed(strides))
 
 
 def _dense(t: torch.Tensor) -> bool:
@@ -66,6 +82,28 @@ def batch_norm_on_meta(x: torch.Tensor, weight: torch.Tensor | None, bias: torch
     return out, save_mean, save_invstd
 
 
+def binary_on_meta(a: Any, b: Any) -> torch.Tensor | None:
+    """The output of ``add``, ``sub``, ``mul`` or ``div`` (no rounding mode) of two meta tensors, made directly.
+
+    Two floating meta tensors laid out row-major give a row-major tensor of their broadcast
+    shape in their promoted dtype, whichever of the four ops it is (``alpha`` changes neither).
+
+    Returns:
+        The output, or None where torch's own kernel must run: anything but two non-empty
+        floating meta tensors laid out row-major, or shapes that do not broadcast (torch's own
+        error then).
+    """
+    for t in (a, b):
+        if (not isinstance(t, torch.Tensor) or t.device.type != "meta" or not t.is_floating_point()
+                or t.numel() == 0 or t.stride() != _row_major(t.shape)):
+            return None
+    try:
+        shape = torch.broadcast_shapes(a.shape, b.shape)
+    except RuntimeError:
+        return None
+    return torch.empty(shape, dtype=torch.result_type(a, b), device="meta")
+
+
 def fast_meta_kernel(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any | None:
     """The outputs of ``func(*args, **kwargs)`` where this module makes them faster than torch, else None.
 
@@ -79,4 +117,8 @@ def fast_meta_kernel(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     """
     if func is _BATCH_NORM and not kwargs and len(args) == 8:
         return batch_norm_on_meta(*args)
+    if func in _BINARY and len(args) == 2 and (not kwargs or (func is not torch.ops.aten.mul.Tensor
+                                                             and func is not torch.ops.aten.div.Tensor
+                                                             and set(kwargs) == {"alpha"})):
+        return binary_on_meta(*args)
     return None
