@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,8 @@ from typing import Any
 
 from PySide6.QtCore import Qt
 
-from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, ms
+from tests.preload import python_argv
+from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, SUBPROCESS_S, ms
 from workbench.core.models import tree_cache
 from workbench.core.models.tree import ModelTree
 from workbench.gui.app import _described_tree, _open_window
@@ -210,6 +212,8 @@ def test_the_live_tree_replaces_the_described_one(qtbot: Any, cache_dir: Path, r
     assert shell.status_label.text().startswith("layer1: still loading resnet18; this row stays selected")
     assert not layer1.flags() & Qt.ItemFlag.ItemIsUserCheckable
     path.unlink()
+    shell.imports_done()  # torch is there: the line says the model loads
+    assert shell.notice.text().startswith("Loading resnet18… resnet18's tree is from the last start")
     window = _open_window(shell, path=None, model=None)
     c = window.controller
     gone: list[bool] = []
@@ -240,3 +244,18 @@ def test_closing_the_start_up_window_while_the_model_loads_closes_the_window(
     window.destroyed.connect(lambda: closed.append(True))
     shell.close()  # the user closes the only window on screen: the app ends, nothing left loading
     qtbot.waitUntil(lambda: bool(closed), timeout=ms(GUI_WORKER_S))
+
+
+def test_a_start_with_a_description_ends_on_the_live_tree(tmp_path: Path, resnet18: Any) -> None:
+    # the whole start in a process of its own: the described tree first, the live one at the end
+    path = _describe_resnet18(resnet18, tmp_path / "cache")
+    env = dict(os.environ, QT_QPA_PLATFORM="offscreen", WORKBENCH_STARTUP_TRACE="1",
+               WORKBENCH_CACHE_DIR=str(tmp_path / "cache"), XDG_CONFIG_HOME=str(tmp_path / "config"))
+    proc = subprocess.run(python_argv("-m", "workbench", "--screenshot", str(tmp_path / "w.png")), cwd=tmp_path,
+                          env=env, capture_output=True, text=True, check=False, timeout=SUBPROCESS_S)
+    assert proc.returncode == 0, proc.stderr
+    events = [line.split()[1] for line in proc.stderr.splitlines() if line.startswith("startup: ")]
+    assert events[:2] == ["first-paint", "cached-tree"] and events[-1] == "tree"
+    assert "model: resnet18, 11,689,512 parameters" in proc.stdout
+    assert tree_cache.read_tree("torchvision", "resnet18", folder=tmp_path / "cache") is not None
+    assert path.is_file()

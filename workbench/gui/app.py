@@ -152,6 +152,7 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
             shell.close()
             QApplication.exit(2)
             return
+        shell.imports_done()
         try:
             window = _open_window(shell, path=path, model=model)
         except Exception as e:  # a window module that fails to import or build: say it, never hang

@@ -227,6 +227,12 @@ class StartupWindow(QMainWindow):
         self.tree.setColumnWidth(1, max(self.tree.columnWidth(1), metrics.horizontalAdvance("AdaptiveAvgPool2d  ")))
         self.tree.itemClicked.connect(self._preview_clicked)
 
+    def imports_done(self) -> None:
+        """Torch and the library are imported: the lines say that the model loads now."""
+        if self.preview is not None:
+            self.notice.setText(preview_notice(self.preview, torch_imported=True))
+        self.status_label.setText(f"Loading {self.model_box.currentText()}…")
+
     def _preview_clicked(self, item: QTreeWidgetItem, _column: int) -> None:
         """A click on a preview row: the row stays picked, the status bar says the plan waits."""
         path = item.data(0, PATH_ROLE)

@@ -26,16 +26,19 @@ PATH_ROLE = Qt.ItemDataRole.UserRole + 1
 _MODULE, _TYPE, _PARAMS = 0, 1, 2
 
 
-def preview_notice(cached: CachedTree) -> str:
+def preview_notice(cached: CachedTree, *, torch_imported: bool = False) -> str:
     """The line above the preview: what is loading and where the rows come from.
 
     Args:
         cached: the described tree.
+        torch_imported: torch is there and the model loads (else torch is loading).
 
     Returns:
         ``Loading PyTorch… resnet18's tree is from the last start; the checkboxes work once the model has loaded.``
+        (``Loading resnet18…`` once torch is imported).
     """
-    return f"Loading PyTorch… {cached.name}'s tree is from the last start; the checkboxes work once the model has loaded."
+    loading = cached.name if torch_imported else "PyTorch"
+    return f"Loading {loading}… {cached.name}'s tree is from the last start; the checkboxes work once the model has loaded."
 
 
 def row_click_text(path: str, model: str) -> str:
