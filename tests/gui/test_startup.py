@@ -205,7 +205,9 @@ def test_the_live_tree_replaces_the_described_one(qtbot: Any, cache_dir: Path, r
     shell = StartupWindow("resnet18", preview=_described_tree("resnet18"))  # deleted when the window replaces it
     shell.show()
     assert shell.tree.topLevelItemCount() == 1 and not shell.loading_label.isVisible() and shell.notice.isVisible()
-    layer1 = shell.tree.topLevelItem(0).child(4)
+    root = shell.tree.topLevelItem(0)
+    layer1 = root.child(4) if root is not None else None
+    assert layer1 is not None and layer1.text(0) == "layer1"
     shell.tree.setCurrentItem(layer1)
     layer1.setExpanded(True)
     shell.tree.itemClicked.emit(layer1, 0)  # the plan waits for the model, and the status bar says so
