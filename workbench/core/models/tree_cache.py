@@ -6,9 +6,10 @@ IDE showing its cached project index while it loads). The live tree replaces it 
 is there.
 
 A description holds the rows in pre-order: path, class name, the module's own parameter count
-and the index of its parent row. It is keyed by the model (source, name, weights) and by the
+and the index of its parent row. It is keyed by the model's source and name and by the
 versions of torch, torchvision, timm and the app, so a different version never shows a stale
-tree. Only models named by a registry name are kept (:func:`describable`: a source the window
+tree; the weights it was loaded with are recorded beside them (they do not change the tree, and
+which weights the start-up model gets is known only once torch is imported). Only models named by a registry name are kept (:func:`describable`: a source the window
 offers no folder, file or code for, such as torchvision and timm): a folder, a file or code can
 change without a version saying so.
 
