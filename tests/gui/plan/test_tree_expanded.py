@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, QObject, Qt
 from torch import nn
 
 from tests.timeouts import GUI_EVENT_S, ms
@@ -21,7 +21,7 @@ from workbench.core.training.module_stats import ModuleStats
 from workbench.gui.main_window import MainWindow
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.plan.tree_columns import column_index
-from workbench.gui.plan.tree_model import LIVE_COLUMNS, PATH_ROLE, ModuleTreeModel
+from workbench.gui.plan.tree_model import LIVE_COLUMNS, PATH_ROLE, SEARCH_TEXT_ABOVE, ModuleTreeModel
 from workbench.gui.plan.tree_view import EXPAND_AT_ONCE_BELOW
 
 
@@ -283,3 +283,44 @@ def test_the_expand_box_says_what_a_filter_shows(window: MainWindow) -> None:
     assert window.view.isExpanded(window.proxy.mapFromSource(window.tree_model.index_of("7")))
     window.filter_edit.clear()
     assert box.currentData() == 0  # back at the top level
+
+
+class _SlicesAtPaint(QObject):
+    """Records the expander's slice count at each paint of a viewport."""
+
+    def __init__(self, window: MainWindow) -> None:
+        super().__init__(window)
+        self.window = window
+        self.seen: list[int] = []
+        window.view.viewport().installEventFilter(self)
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Paint:
+            self.seen.append(self.window.view.expander.slices)
+        return False
+
+
+def test_the_first_slice_is_painted_before_the_next_runs(window: MainWindow, qtbot: Any) -> None:
+    n = EXPAND_AT_ONCE_BELOW // 5 + 100
+    load(window, wide(n, 4))
+    window.view.expander._slice_s = 0.0  # one row a slice: many slices whatever the machine's speed
+    seen = _SlicesAtPaint(window)
+    window.filter_edit.setText("10")  # blocks 10, 100-109, 110, 210, …: some 70 rows to expand
+    window.plan_actions.apply_filter()
+    expander = window.view.expander
+    assert expander.busy and expander.slices == 1
+    qtbot.waitUntil(lambda: not expander.busy, timeout=ms(GUI_EVENT_S))
+    assert expander.slices > 2
+    assert seen.seen and seen.seen[0] == 1  # the top of the matches on screen before any other slice
+
+
+def test_a_large_tree_makes_its_filter_text_once_idle(window: MainWindow, qtbot: Any) -> None:
+    load(window, wide(SEARCH_TEXT_ABOVE // 4 + 1))  # more rows than SEARCH_TEXT_ABOVE
+    model = window.tree_model
+    qtbot.waitUntil(lambda: model._search is not None, timeout=ms(GUI_EVENT_S))  # made without a filter
+    text = model.search_text()
+    window.filter_edit.setText("7.1")
+    window.plan_actions.apply_filter()
+    assert model.search_text() is text and model.searched == len(model.rows())  # looked in, not made again
+    load(window, wide(3))
+    assert not model._search_timer.isActive()  # a small tree makes it when a filter asks

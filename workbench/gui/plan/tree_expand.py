@@ -4,7 +4,9 @@ Expanding a row makes the view ask the model about each of its children; a filte
 matches 60,000 modules has 16,000 rows to expand, seconds of such calls into a Python model.
 :class:`SlicedExpander` expands the rows it is given top down, for at most
 :data:`SLICE_MS` at a time: the first slice at once (the top of the view is filled before the
-call returns), the rest from the event loop between the user's clicks and keystrokes. A new
+call returns), the rest from the event loop between the user's clicks and keystrokes. The second slice waits for the view to
+paint the first (or :data:`PAINT_WAIT_MS`, for a view that does not paint), so the rows a
+filter or Expand All shows at the top are on screen before more rows are laid out. A new
 request, collapsing the view or a model reset cancels what is left.
 """
 
@@ -14,13 +16,15 @@ import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from PySide6.QtCore import QModelIndex, QObject, QTimer, Signal
+from PySide6.QtCore import QEvent, QModelIndex, QObject, QTimer, Signal
 from PySide6.QtWidgets import QTreeView
 
-__all__ = ["SLICE_MS", "SlicedExpander"]
+__all__ = ["PAINT_WAIT_MS", "SLICE_MS", "SlicedExpander"]
 
 #: Longest run of expanding at a time, in milliseconds.
 SLICE_MS = 30
+#: Longest wait for the view to paint the first slice before the second runs, in milliseconds.
+PAINT_WAIT_MS = 100
 
 
 class SlicedExpander(QObject):
@@ -49,6 +53,7 @@ class SlicedExpander(QObject):
         self._timer.setSingleShot(True)
         self._timer.setInterval(0)
         self._timer.timeout.connect(self._run_slice)
+        self._await_paint: QObject | None = None  # after the first slice: the viewport whose paint we wait for
         self.slices = 0  # slices run for the latest request (read by tests and the benchmark)
 
     @property
@@ -67,11 +72,28 @@ class SlicedExpander(QObject):
         self._ids, self._next, self.slices = ids, 0, 0
         self._view.doItemsLayout()  # after a reset: lay out the top now, so each expand below shows at once
         self._run_slice()
+        if self.busy and self._view.isVisible():  # the top on screen first, then the rest
+            self._await_paint = self._view.viewport()
+            self._await_paint.installEventFilter(self)
+            self._timer.start(PAINT_WAIT_MS)
 
     def cancel(self) -> None:
         """Forget the rows not expanded yet."""
         self._timer.stop()
+        self._stop_waiting()
         self._ids, self._next = (), 0
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        """After the first slice: the view's viewport paints it, so the next slice may run."""
+        if watched is self._await_paint and event.type() == QEvent.Type.Paint:
+            self._stop_waiting()
+            self._timer.start(0)
+        return False
+
+    def _stop_waiting(self) -> None:
+        if self._await_paint is not None:
+            self._await_paint.removeEventFilter(self)
+            self._await_paint = None
 
     def finish(self) -> None:
         """Expand every row left now, in one go (tests, and a caller that must see them all)."""
@@ -92,8 +114,9 @@ class SlicedExpander(QObject):
                 break
         self._next = i
         self.slices += 1
+        self._stop_waiting()
         if self.busy:
-            self._timer.start()
+            self._timer.start(0)
         elif len(ids):
             self._ids, self._next = (), 0
             self.finished.emit()

@@ -58,6 +58,8 @@ __all__ = [
     "LIVE_COLUMNS",
     "LIVE_INTERVAL_MS",
     "MATCH_CACHE",
+    "SEARCH_TEXT_ABOVE",
+    "SEARCH_TEXT_AFTER_MS",
     "ModuleFilterProxy",
     "ModuleTreeModel",
     "PATH_ROLE",
@@ -85,6 +87,10 @@ LIVE_COLUMNS: tuple[int, ...] = tuple(i for i, c in enumerate(COLUMNS) if c.live
 EXPAND_BLOCK = 2000
 #: Filter patterns whose matches are kept (Backspace, and typing that extends a pattern).
 MATCH_CACHE = 32
+#: A tree of more modules than this makes its filter's text once the window is idle after a load
+#: (milliseconds after the load: :data:`SEARCH_TEXT_AFTER_MS`), not at the first filter.
+SEARCH_TEXT_ABOVE = 2000
+SEARCH_TEXT_AFTER_MS = 300
 #: Minimum milliseconds between two updates of the live columns.
 LIVE_INTERVAL_MS = 1000
 _LIVE_ROLES = [
@@ -137,6 +143,10 @@ class ModuleTreeModel(QAbstractItemModel):
         self._live_timer.setSingleShot(True)
         self._live_timer.setInterval(LIVE_INTERVAL_MS)
         self._live_timer.timeout.connect(self._apply_pending)
+        self._search_timer = QTimer(self)
+        self._search_timer.setSingleShot(True)
+        self._search_timer.setInterval(SEARCH_TEXT_AFTER_MS)
+        self._search_timer.timeout.connect(self.search_text)
         self._c = controller
         self._nodes: list[ModuleNode] = []
         self._ids: dict[str, int] = {}
@@ -174,6 +184,10 @@ class ModuleTreeModel(QAbstractItemModel):
         self._row = [n.row if n.parent is not None else 0 for n in self._nodes]
         self._search = None
         self._matches = {}
+        if len(self._nodes) > SEARCH_TEXT_ABOVE:
+            self._search_timer.start()
+        else:
+            self._search_timer.stop()
         self._signed = self._c.state
         self._stats, self._pending_stats, self._has_pending = None, None, False
         self.endResetModel()
@@ -276,6 +290,21 @@ class ModuleTreeModel(QAbstractItemModel):
             shown[ids] = True
         return shown
 
+    def search_text(self) -> list[str]:
+        """The text the filter looks in, per row id: ``"path type"``, case-folded.
+
+        Made once per model: at the first filter, or once the window is idle after the load of
+        a tree of more than :data:`SEARCH_TEXT_ABOVE` modules (so the first filter does not wait
+        for it).
+
+        Returns:
+            One string per row (the model's list: do not change it).
+        """
+        self._search_timer.stop()
+        if self._search is None:
+            self._search = [f"{nd.path} {nd.type_name}".casefold() for nd in self._nodes]
+        return self._search
+
     def _direct_matches(self, needle: str) -> np.ndarray:
         """Row ids whose "path type" text contains ``needle`` (case-folded), sorted.
 
@@ -288,18 +317,16 @@ class ModuleTreeModel(QAbstractItemModel):
             self._matches[needle] = self._matches.pop(needle)  # most recently used last
             self.searched = 0
             return hit
-        if self._search is None:
-            self._search = [f"{nd.path} {nd.type_name}".casefold() for nd in self._nodes]
-        search = self._search
+        search = self.search_text()
         base: np.ndarray | None = None
         for prev, ids in self._matches.items():
             if prev in needle and (base is None or len(ids) < len(base)):
                 base = ids
         if base is None:
-            hit = np.flatnonzero(np.fromiter((needle in s for s in search), dtype=bool, count=len(search)))
+            hit = np.array([i for i, s in enumerate(search) if needle in s], dtype=np.int64)
             self.searched = len(search)
         else:
-            hit = base[np.fromiter((needle in search[i] for i in base.tolist()), dtype=bool, count=len(base))]
+            hit = np.array([i for i in base.tolist() if needle in search[i]], dtype=np.int64)
             self.searched = len(base)
         if len(self._matches) >= MATCH_CACHE:
             del self._matches[next(iter(self._matches))]
