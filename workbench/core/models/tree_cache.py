@@ -365,6 +365,7 @@ def _rows(table: Any, path: Path) -> tuple[TreeRow, ...]:
         raise TreeCacheError(f"{path} has {len(table):,} rows, more than the {MAX_CACHED_ROWS:,} kept")
     rows: list[TreeRow] = []
     seen: set[str] = set()
+    open_path: list[int] = []  # pre-order: a row's parent is the row before or one of its ancestors
     for i, item in enumerate(table):
         if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str) and isinstance(item[1], str)
                 and type(item[2]) is int and type(item[3]) is int):
@@ -372,25 +373,15 @@ def _rows(table: Any, path: Path) -> tuple[TreeRow, ...]:
         p, type_name, own, parent = item
         if own < 0 or not type_name or len(type_name) > _MAX_TEXT or len(p) > _MAX_TEXT:
             raise TreeCacheError(f"{path}: row {i} has a bad class name, path or parameter count")
-        if i == 0:
-            ok = parent == -1 and p == ""
-        else:
-            ok = 0 <= parent < i and _on_open_path(parent, i - 1, rows) and _child_path(rows[parent].path, p)
+        while open_path and open_path[-1] != parent:
+            open_path.pop()
+        ok = (parent == -1 and p == "") if i == 0 else (bool(open_path) and _child_path(rows[parent].path, p))
         if not ok or p in seen:
             raise TreeCacheError(f"{path}: row {i} ({p!r}) does not follow its parent in one tree")
         seen.add(p)
+        open_path.append(i)
         rows.append(TreeRow(p, type_name, own, parent))
     return tuple(rows)
-
-
-def _on_open_path(parent: int, previous: int, rows: list[TreeRow]) -> bool:
-    """``parent`` is ``previous`` or one of its ancestors (so the rows stay in pre-order)."""
-    i = previous
-    while i >= 0:
-        if i == parent:
-            return True
-        i = rows[i].parent
-    return False
 
 
 def _child_path(parent: str, path: str) -> bool:
