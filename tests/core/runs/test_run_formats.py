@@ -46,6 +46,7 @@ def test_an_app_run_of_the_first_version_opens_and_lists(tmp_path: Path) -> None
 def test_an_app_run_of_today_round_trips(tmp_path: Path) -> None:
     store = RunStore(tmp_path)
     rec = app_run(store, "#2 new", [10, 10, 5], [4, 4, 1], events={2: "froze"}, notes="n", tags=["a"])
+    assert rec.folder is not None
     back = open_run(rec.folder)
     assert back.to_dict() == rec.to_dict() and json.loads((rec.folder / "run.json").read_text())["version"] == RUN_VERSION
     load_metrics(back)
@@ -55,6 +56,7 @@ def test_an_app_run_of_today_round_trips(tmp_path: Path) -> None:
 def test_a_newer_version_or_a_folder_that_is_not_a_run_is_one_line(tmp_path: Path) -> None:
     store = RunStore(tmp_path / "store")
     rec = app_run(store, "#1", [10], [1])
+    assert rec.folder is not None
     data = json.loads((rec.folder / "run.json").read_text())
     (rec.folder / "run.json").write_text(json.dumps({**data, "version": RUN_VERSION + 1}))
     with pytest.raises(RunStoreError, match="newer than this app reads") as e:
@@ -91,7 +93,7 @@ def test_compare_is_by_the_oldest_run_whichever_comes_first(tmp_path: Path) -> N
     for order in ([a, b], [b, a]):
         c = compare_runs(order)
         assert c is not None and c.text() == "#2 vs #1: step time 0.50×, peak memory 1.00× (1 MB vs 1 MB), trainable 0.33×"
-    assert "<b>0.50×</b>" in c.text(as_html=True)
+    assert c is not None and "<b>0.50×</b>" in c.text(as_html=True)
     assert compare_runs([a]) is None
 
 

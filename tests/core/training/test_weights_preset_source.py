@@ -60,7 +60,8 @@ def test_a_hugging_face_vit_runs_and_exports_at_its_configs_image_size(tmp_path:
     from tests.core.models.hf_fixtures import save_folder
 
     config = ViTConfig(image_size=32, patch_size=8, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                       intermediate_size=16, num_labels=3, architectures=["ViTForImageClassification"])
+                       intermediate_size=16, architectures=["ViTForImageClassification"])
+    config.num_labels = 3
     model = ViTForImageClassification(config)
     spec = ModelSpec(source="hf", name=str(save_folder(model, tmp_path / "vit", weights="none")))
     run = TrainConfig(model=spec.to_dict(), data="synthetic:4", steps=2)
