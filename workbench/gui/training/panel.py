@@ -202,8 +202,8 @@ class TrainingPanel(QWidget):
         self.image_size.setSingleStep(16)
         self.image_size.setSpecialValueText("model")
         self.image_size.setSuffix(" px")
-        self.image_size.setToolTip("Input side in pixels (model: the weights' crop size, usually 224). "
-                                   "Small images make quick CPU runs")
+        self.image_size.setToolTip("Input side in pixels (model: the model's own, the weights' crop size or its "
+                                   "configured size, usually 224). Small images make quick CPU runs")
 
         self.seq_len = QSpinBox(self)  # text models, in place of the image size
         self.seq_len.setRange(0, MAX_SEQ_LEN)
