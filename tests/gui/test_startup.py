@@ -261,3 +261,30 @@ def test_a_start_with_a_description_ends_on_the_live_tree(tmp_path: Path, resnet
     assert "model: resnet18, 11,689,512 parameters" in proc.stdout
     assert tree_cache.read_tree("torchvision", "resnet18", folder=tmp_path / "cache") is not None
     assert path.is_file()
+
+
+def test_a_load_that_fails_behind_a_described_tree_shows_the_window_then_the_error(
+    qtbot: Any, cache_dir: Path, resnet18: Any, dialogs: Any, monkeypatch: Any
+) -> None:
+    from workbench.core.models.zoo import ModelSourceError
+    from workbench.gui import controller
+
+    def broken(request: Any) -> Any:
+        raise ModelSourceError("the weights file is damaged; delete it and download again")
+
+    monkeypatch.setattr(controller, "load_model", broken)
+    _describe_resnet18(resnet18, cache_dir)
+    shell = StartupWindow("resnet18", preview=_described_tree("resnet18"))
+    shell.show()
+    window = _open_window(shell, path=None, model=None)
+    c = window.controller
+    seen: list[bool] = []
+    from workbench.gui import dialogs as real_dialogs
+
+    monkeypatch.setattr(real_dialogs, "error", lambda *args, **kwargs: seen.append(window.isVisible()))
+    try:
+        qtbot.waitUntil(lambda: bool(seen), timeout=ms(GUI_WORKER_S))
+        assert seen == [True] and c.tree is None  # the window, never the start-up one left waiting
+    finally:
+        qtbot.waitUntil(lambda: not c.busy and not c.checking, timeout=ms(GUI_WORKER_S))
+        window.close()

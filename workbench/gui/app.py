@@ -221,12 +221,13 @@ def _remember_tree(window: MainWindow) -> None:
 
 
 def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
-    """Keep the start-up window's described tree on screen until the live tree is there.
+    """Keep the start-up window's described tree on screen until the model has loaded.
 
-    The full window (already built, loading the model) then takes its place: with the row the
-    user picked in the described tree current, and the rows they opened open. It takes its
-    place as well when loading fails (its dialog names the error), and closes with the
-    start-up window when the user closes that first.
+    The full window (already built, loading the model) then takes its place, before the live
+    tree is filled in the same pass of the event loop, so no empty tree shows between them; the
+    row the user picked in the described tree is current and the rows they opened are open.
+    It takes the place as well when loading fails (before its dialog names the error), and
+    closes with the start-up window when the user closes that first.
 
     Args:
         shell: the start-up window showing a described tree.
@@ -235,7 +236,7 @@ def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
     from workbench.gui.plan.tree_preview import carry_over, preview_state
 
     c = window.controller
-    done = False
+    state: tuple[str | None, list[str]] | None = None
 
     def expand(path: str) -> bool:
         index = window.proxy.mapFromSource(window.tree_model.index_of(path))
@@ -250,24 +251,29 @@ def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
             window.view.scrollTo(index)
         return index.isValid()
 
-    def replace(*_args: object) -> None:
-        nonlocal done
-        if done or (c.busy and c.tree is None):
+    def take_place(busy: bool = False, _what: str = "") -> None:
+        nonlocal state
+        if busy or state is not None:
             return
-        done = True
-        shell.closed.disconnect(window.close)
         state = preview_state(shell.tree)
+        c.busyChanged.disconnect(take_place)
+        shell.closed.disconnect(window.close)
         _show_in_place_of(shell, window)
-        if c.tree is not None:
-            missing = carry_over(state, expand, select)
-            if missing:
-                window.statusBar().showMessage(
-                    f"not in the loaded model (it changed since the last start): {', '.join(missing[:3])}", 15000)
+
+    def carry(*_args: object) -> None:
+        if state is None or c.tree is None:
+            return
+        c.modelChanged.disconnect(carry)
+        missing = carry_over(state, expand, select)
+        if missing:
+            window.statusBar().showMessage(
+                f"not in the loaded model (it changed since the last start): {', '.join(missing[:3])}", 15000)
 
     shell.closed.connect(window.close)
-    c.modelChanged.connect(replace)
-    c.loadFinished.connect(replace)
-    replace()  # already loaded, or nothing loading
+    c.busyChanged.connect(take_place)  # emitted before the tree is filled or the error is said
+    c.modelChanged.connect(carry)  # after the window's own handler: its default expansion first
+    take_place(c.busy)  # nothing loading: at once
+    carry()  # and the model already there
 
 
 def _show_in_place_of(shell: QWidget, window: MainWindow) -> None:
