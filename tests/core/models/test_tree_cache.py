@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,18 @@ def test_the_file_is_plain_json_of_the_documented_format(tmp_path: Path) -> None
     assert data["format"] == tc.TREE_CACHE_FORMAT and data["version"] == 1
     assert data["model"] == {"source": "torchvision", "name": "tiny", "weights": None}
     assert data["rows"][0] == ["", "Tiny", 0, -1]
+
+
+def test_only_the_most_recently_written_descriptions_are_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tc, "MAX_CACHED_MODELS", 2)
+    rows = [tc.TreeRow("", "R", 0, -1)]
+    for name in ("a", "b"):
+        tc.write_tree("torchvision", name, None, rows, folder=tmp_path)
+    os.utime(tc.cache_file("torchvision", "a", tmp_path), ns=(1, 1))  # "a" is the older
+    os.utime(tc.cache_file("torchvision", "b", tmp_path), ns=(2, 2))
+    (tmp_path / "trees" / "notes.txt").write_text("not a description", encoding="utf-8")
+    tc.write_tree("torchvision", "c", None, rows, folder=tmp_path)
+    assert tc.read_tree("torchvision", "a", folder=tmp_path) is None
+    assert tc.read_tree("torchvision", "b", folder=tmp_path) is not None
+    assert tc.read_tree("torchvision", "c", folder=tmp_path) is not None
+    assert (tmp_path / "trees" / "notes.txt").is_file()  # only descriptions are removed

@@ -16,7 +16,7 @@ change without a version saying so.
 Nothing here imports torch (the versions are read from the packages' ``version.py`` files),
 so the start-up window can read a description before torch is imported. Files are written
 atomically (:mod:`workbench.core.atomic`), capped at :data:`MAX_CACHED_ROWS` rows and
-:data:`MAX_CACHE_BYTES` bytes, and read with :func:`workbench.core.safe_json.read_text` (regular
+:data:`MAX_CACHE_BYTES` bytes, the :data:`MAX_CACHED_MODELS` most recently written kept, and read with :func:`workbench.core.safe_json.read_text` (regular
 files only, bounded); a link, a broken file or another version is ignored, never an error on
 screen.
 """
@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CACHE_DIR_ENV",
+    "MAX_CACHED_MODELS",
     "MAX_CACHED_ROWS",
     "MAX_CACHE_BYTES",
     "TREE_CACHE_FORMAT",
@@ -72,6 +73,8 @@ CACHE_DIR_ENV = "WORKBENCH_CACHE_DIR"
 MAX_CACHED_ROWS = 4000
 #: Largest description file read (4,000 rows take about 300 kB).
 MAX_CACHE_BYTES = 1024 * 1024
+#: Descriptions kept: writing one more removes the least recently written beyond this many.
+MAX_CACHED_MODELS = 32
 #: The packages whose versions key a description (beside the app's); one not installed counts as such.
 _LIBRARIES: tuple[str, ...] = ("torch", "torchvision", "timm")
 _NOT_INSTALLED = "not installed"
@@ -300,7 +303,21 @@ def write_tree(
     path = cache_file(source, name, folder)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, text)
+    _prune(path.parent)
     return path
+
+
+def _prune(folder: Path) -> None:
+    """Remove the least recently written descriptions beyond :data:`MAX_CACHED_MODELS` (files only)."""
+    kept: list[tuple[int, Path]] = []
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.name.endswith(".json") and not entry.name.startswith(".") and entry.is_file(follow_symlinks=False):
+                kept.append((entry.stat(follow_symlinks=False).st_mtime_ns, Path(entry.path)))
+    kept.sort(reverse=True)
+    for _mtime, old in kept[MAX_CACHED_MODELS:]:
+        with contextlib.suppress(OSError):
+            old.unlink()
 
 
 def read_tree_checked(source: str, name: str, *, folder: str | os.PathLike[str] | None = None) -> CachedTree:
