@@ -191,7 +191,8 @@ class StartupWindow(QMainWindow):
         layout.setContentsMargins(6, 6, 6, 6)
         self.tree = _TracedTree(central)
         self.tree.painted.connect(self.painted)
-        self.tree.setHeaderLabels(["Module", "Type", "Params", "Trainable", "Frozen"])
+        self.tree.setHeaderLabels(["Module", "Type", "Params"])  # what a described tree holds (fill_preview)
+        self.tree.header().setStretchLastSection(False)  # Params stays beside its label
         self.loading_label = QLabel(loading_text(model), self.tree.viewport())
         self.loading_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.loading_label.setWordWrap(True)

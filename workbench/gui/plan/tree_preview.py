@@ -81,6 +81,8 @@ def fill_preview(tree: QTreeWidget, cached: CachedTree) -> None:
             items[row.parent].addChild(item)
         items.append(item)
     tree.expandToDepth(0)
+    for column in (_MODULE, _TYPE, _PARAMS):
+        tree.resizeColumnToContents(column)
 
 
 def preview_state(tree: QTreeWidget) -> tuple[str | None, list[str]]:
