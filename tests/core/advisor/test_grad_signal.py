@@ -96,7 +96,7 @@ def test_block_order_must_name_the_blocks():
 
 
 def test_cli_rank_by_grad_signal(capsys):
-    rc = main(["advise", "resnet18", "--memory", "1GB", "--image-size", "16", "--batch-size", "4", "--device", "cpu",
+    rc = main(["advise", "resnet18", "--memory", "1GB", "--image-size", "32", "--batch-size", "4", "--device", "cpu",
                "--rank-by", "grad-signal"])
     out, _ = capsys.readouterr()
     assert rc == 0

@@ -48,7 +48,6 @@ def run_cached(model_fn: Any, plan: dict[str, Any], mode: str, **kw: Any) -> tup
 
 
 def _resnet18() -> nn.Module:
-    """resnet18 with 10 classes; at 16 px, as at 32, layer4 ends at 1x1: fc reads the same 512 features per sample."""
     return torchvision.models.resnet18(num_classes=10)
 
 
@@ -60,8 +59,8 @@ def _assert_same(a: list[float], b: list[float]) -> None:
 
 def test_resnet18_head_only_losses_match_uncached() -> None:
     plan = _plan("fc")
-    t_off, off, _ = run_cached(_resnet18, plan, "off", image_size=16)
-    t_on, on, events = run_cached(_resnet18, plan, "auto", image_size=16)
+    t_off, off, _ = run_cached(_resnet18, plan, "off", image_size=32)
+    t_on, on, events = run_cached(_resnet18, plan, "auto", image_size=32)
     _assert_same(off, on)
     stats = t_on.result.summary["frozen_cache"]
     assert stats["cut"] == "fc" and stats["hits"] == 6 and stats["misses"] == 4 and stats["rows"] == 32
@@ -133,7 +132,7 @@ def test_stage_unfreezing_the_prefix_drops_the_cache_and_stays_exact() -> None:
 
 
 def test_cut_falls_back_to_the_enclosing_block() -> None:
-    t, _, _ = run_cached(_resnet18, _plan("layer3.1.conv2", "fc"), "on", image_size=16)
+    t, _, _ = run_cached(_resnet18, _plan("layer3.1.conv2", "fc"), "on", image_size=32)
     assert t.result.summary["frozen_cache"]["cut"] == "layer3.1"
 
 
@@ -166,9 +165,9 @@ def test_skip_connection_around_the_cut_is_refused() -> None:
 
 def test_budget_zero_spills_to_the_run_folder_and_cleans_up(tmp_path: Path) -> None:
     plan = _plan("fc")
-    _, off, _ = run_cached(_resnet18, plan, "off", image_size=16)
+    _, off, _ = run_cached(_resnet18, plan, "off", image_size=32)
     save = tmp_path / "run"
-    t, on, _ = run_cached(_resnet18, plan, "on", image_size=16, cache_budget=0, save_dir=str(save))
+    t, on, _ = run_cached(_resnet18, plan, "on", image_size=32, cache_budget=0, save_dir=str(save))
     _assert_same(off, on)
     stats = t.result.summary["frozen_cache"]
     assert stats["bytes_memory"] == 0 and stats["bytes_disk"] == 32 * 512 * 4 and stats["hits"] == 6
@@ -177,7 +176,7 @@ def test_budget_zero_spills_to_the_run_folder_and_cleans_up(tmp_path: Path) -> N
 
 
 def test_budget_zero_without_a_run_folder_uses_a_private_temporary_file() -> None:
-    t, _, _ = run_cached(_resnet18, _plan("fc"), "on", image_size=16, cache_budget="0")
+    t, _, _ = run_cached(_resnet18, _plan("fc"), "on", image_size=32, cache_budget="0")
     assert t.result.summary["frozen_cache"]["bytes_disk"] == 32 * 512 * 4
 
 
