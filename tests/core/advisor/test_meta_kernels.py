@@ -7,9 +7,10 @@ import itertools
 import pytest
 import torch
 from torch import nn
+from torch.utils._pytree import tree_flatten
 
 from workbench.core.advisor import profile as profile_module
-from workbench.core.advisor.meta_kernels import batch_norm_on_meta, binary_on_meta, fast_meta_kernel
+from workbench.core.advisor.meta_kernels import batch_norm_on_meta, binary_on_meta, fast_meta_kernel, tensors_in
 from workbench.core.advisor.profile import profile_model
 
 _BN = torch.ops.aten.native_batch_norm.default
@@ -111,6 +112,19 @@ def test_torch_makes_the_elementwise_outputs_the_fast_kernel_does_not_cover() ->
     assert binary_on_meta(x, torch.empty(0, 8, device="meta")) is None
 
 
+def _pytree_tensors(tree: object) -> list[torch.Tensor]:
+    return [t for t in tree_flatten(tree)[0] if isinstance(t, torch.Tensor)]
+
+
+def test_tensors_in_are_pytrees_tensor_leaves() -> None:
+    a, b, c = torch.empty(1, device="meta"), torch.ones(2), torch.empty(3, 3, device="meta")
+    result = torch.ones(2, 3).max(dim=1)  # a structseq, as ops return
+    trees = [a, (a, 2, None), ([a, b], {"x": c, "alpha": 1.0}), ((), [], {}), ([[a], (b, [c])], {"k": [a, b]}),
+             (result, [torch.float32, "cpu"]), ((a, b), {"y": (c,), "x": a})]
+    for tree in trees:
+        assert [id(t) for t in tensors_in(tree)] == [id(t) for t in _pytree_tensors(tree)], tree
+
+
 class _Residual(nn.Module):
     """``x + conv(x) * w - x / s``: meta-tensor arithmetic (one product with a Python number)."""
 
@@ -134,10 +148,11 @@ def _net() -> nn.Module:
 
 @pytest.mark.parametrize(("bn_eval", "param_dtype"), [(False, None), (True, None), (False, torch.bfloat16)],
                          ids=["train", "bn-eval", "bf16"])
-def test_a_profile_is_the_same_with_torchs_kernels(monkeypatch: pytest.MonkeyPatch, bn_eval: bool,
+def test_a_profile_is_the_same_with_torchs_kernels_and_pytree(monkeypatch: pytest.MonkeyPatch, bn_eval: bool,
                                                    param_dtype: torch.dtype | None) -> None:
     fast = profile_model(_net(), (2, 3, 12, 12), bn_eval=bn_eval, param_dtype=param_dtype)
     monkeypatch.setattr(profile_module, "fast_meta_kernel", lambda func, args, kwargs: None)
+    monkeypatch.setattr(profile_module, "tensors_in", _pytree_tensors)
     slow = profile_model(_net(), (2, 3, 12, 12), bn_eval=bn_eval, param_dtype=param_dtype)
     assert fast == slow
     assert {op.module for op in slow.ops} >= {"1", "3", "5", "9"}  # every BatchNorm and the residual ran

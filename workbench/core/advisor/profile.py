@@ -30,10 +30,9 @@ from typing import Any
 import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
-from workbench.core.advisor.meta_kernels import fast_meta_kernel
+from workbench.core.advisor.meta_kernels import fast_meta_kernel, tensors_in
 from workbench.core.errors import WorkbenchError
 from workbench.core.models.meta_copy import Checkpoint, meta_copy
 from workbench.core.models.tree import is_batchnorm
@@ -405,12 +404,12 @@ class _Recorder(TorchDispatchMode):
         out = fast_meta_kernel(func, args, kwargs)
         if out is None:
             out = func(*args, **kwargs)
-        flat_in = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        flat_in = tensors_in((args, kwargs))
         in_storages = {_key(a) for a in flat_in}
         params = tuple(dict.fromkeys(
             self.param_storages[k] for k in (_key(a) for a in flat_in) if k in self.param_storages
         ))
-        outs = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        outs = tensors_in(out)
         new = [t for t in outs if _key(t) not in in_storages]
         here = len(self.ops)
         for k in in_storages:
