@@ -10,8 +10,8 @@ from torch import nn
 from torch.utils._pytree import tree_flatten
 
 from workbench.core.advisor import profile as profile_module
-from workbench.core.advisor.meta_kernels import batch_norm_on_meta, binary_on_meta, fast_meta_kernel, tensors_in
-from workbench.core.advisor.profile import profile_model
+from workbench.core.advisor.meta_kernels import batch_norm_on_meta, binary_on_meta, fast_meta_kernel
+from workbench.core.advisor.profile import profile_model, tensors_in
 
 _BN = torch.ops.aten.native_batch_norm.default
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["batch_norm_on_meta", "binary_on_meta", "fast_meta_kernel", "tensors_in"]
+__all__ = ["batch_norm_on_meta", "binary_on_meta", "fast_meta_kernel"]
 
 #: The dtype torch's decomposition computes (and keeps the saved statistics) in, by input dtype.
 _COMPUTATION_DTYPE = {torch.float16: torch.float32, torch.bfloat16: torch.float32}
@@ -123,26 +123,3 @@ def fast_meta_kernel(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
         return binary_on_meta(*args)
     return None
 
-
-def tensors_in(tree: Any) -> list[torch.Tensor]:
-    """The tensors an op's arguments or outputs hold, in order: what ``torch.utils._pytree.tree_flatten``
-    leaves as tensor leaves, for the lists, tuples (op results included) and dicts aten ops take and
-    return, without building the tree spec a dispatch mode never reads.
-
-    Args:
-        tree: a tensor, or lists, tuples and dicts of them and other values, nested.
-
-    Returns:
-        The tensors, depth first, dict values in insertion order.
-    """
-    out: list[torch.Tensor] = []
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, torch.Tensor):
-            out.append(node)
-        elif isinstance(node, (list, tuple)):
-            stack.extend(reversed(node))
-        elif isinstance(node, dict):
-            stack.extend(reversed(list(node.values())))
-    return out

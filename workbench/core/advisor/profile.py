@@ -32,7 +32,7 @@ from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import flop_registry
 
-from workbench.core.advisor.meta_kernels import fast_meta_kernel, tensors_in
+from workbench.core.advisor.meta_kernels import fast_meta_kernel
 from workbench.core.errors import WorkbenchError
 from workbench.core.models.meta_copy import Checkpoint, meta_copy
 from workbench.core.models.tree import is_batchnorm
@@ -53,6 +53,7 @@ __all__ = [
     "meta_batch",
     "meta_copy",
     "profile_model",
+    "tensors_in",
 ]
 
 
@@ -383,6 +384,30 @@ def _output_storages(out: Any, depth: int = 0, seen: set[int] | None = None) -> 
             if isinstance(v, (torch.Tensor, dict, list, tuple)) or hasattr(v, "__dict__"):
                 found |= _output_storages(v, depth + 1, seen)
     return found
+
+
+def tensors_in(tree: Any) -> list[torch.Tensor]:
+    """The tensors an op's arguments or outputs hold, in order: what ``torch.utils._pytree.tree_flatten``
+    leaves as tensor leaves, for the lists, tuples (op results included) and dicts aten ops take and
+    return, without building the tree spec a dispatch mode never reads.
+
+    Args:
+        tree: a tensor, or lists, tuples and dicts of them and other values, nested.
+
+    Returns:
+        The tensors, depth first, dict values in insertion order.
+    """
+    out: list[torch.Tensor] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, torch.Tensor):
+            out.append(node)
+        elif isinstance(node, (list, tuple)):
+            stack.extend(reversed(node))
+        elif isinstance(node, dict):
+            stack.extend(reversed(list(node.values())))
+    return out
 
 
 class _Recorder(TorchDispatchMode):
