@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +20,7 @@ from tests.commands.sweep_fixtures import command, sweep_argv
 from tests.timeouts import SUBPROCESS_LONG_S
 from workbench.cli import main
 from workbench.commands import sweep as sweep_command
+from workbench.core.advisor.sweep import Sweep
 
 
 def _trials(folder: Path) -> list:
@@ -25,13 +28,26 @@ def _trials(folder: Path) -> list:
     return study.get_trials(deepcopy=False)
 
 
-def test_table_fronts_recommendation_report_and_chart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_table_fronts_recommendation_report_and_chart(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     folder = tmp_path / "sw"
     argv = [a for a in sweep_argv(tmp_path, folder, "--no-prune", steps=2) if a != "--no-chart"]
+    frozen_before = gc.get_freeze_count()
+    frozen_while_training: list[int] = []
+    work = Sweep.work
+
+    def recording_work(self: Sweep, **kwargs: Any) -> int:
+        frozen_while_training.append(gc.get_freeze_count())
+        return work(self, **kwargs)
+
+    monkeypatch.setattr(Sweep, "work", recording_work)
     code = main(argv)
     captured = capsys.readouterr()
     out = captured.out
     assert code == 0, out
+    # what the process held before the candidates is left out of the collections after each, and given back
+    assert frozen_while_training and all(n > frozen_before for n in frozen_while_training)
+    assert gc.get_freeze_count() == frozen_before
     assert "sweep: c02 full: training" in captured.err and "sweep: c00 done (3 here" in captured.err
     assert "3 candidates, 2 steps each" in out and "no pruning" in out
     for name in ("head", "block", "full"):
@@ -54,6 +70,19 @@ def test_no_progress_lines_with_no_progress_or_json() -> None:
     assert sweep_command._progress(args(no_progress=True)) is None  # the sweep then builds no row per candidate
     assert sweep_command._progress(args(json=True)) is None
     assert callable(sweep_command._progress(args()))
+
+
+def test_a_collector_frozen_by_someone_else_is_left_as_it_was() -> None:
+    if gc.get_freeze_count():
+        pytest.skip("this process froze objects already")
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with sweep_command._long_lived_left_out():
+            assert gc.get_freeze_count() == frozen
+        assert gc.get_freeze_count() == frozen  # not thawed: the freeze was not the sweep's
+    finally:
+        gc.unfreeze()
 
 
 def test_a_killed_sweep_resumes_where_it_stopped(tmp_path: Path) -> None:

@@ -21,7 +21,6 @@ database) take candidates from one queue. One candidate's run is
 from __future__ import annotations
 
 import contextlib
-import gc
 import hashlib
 import importlib.util
 import json
@@ -473,10 +472,6 @@ class Sweep:
 
         Returns:
             Trials this process finished.
-
-        Optuna collects garbage after each candidate (``gc_after_trial``: what a candidate's run
-        leaves in reference cycles is freed before the next); what the process held before the
-        first one is left out of those collections (:func:`_long_lived_left_out`).
         """
         study = self.study
         done = 0
@@ -495,13 +490,12 @@ class Sweep:
             if (cancel is not None and cancel.is_set()) or waiting_count(st) == 0:
                 st.stop()
 
-        with _long_lived_left_out():
-            while waiting_count(study) and not (cancel is not None and cancel.is_set()):
-                try:
-                    study.optimize(lambda t: self._objective(t, cancel, on_event), callbacks=[after],
-                                   catch=(_CandidateFailedError, _SpareTrialError), gc_after_trial=True)
-                except _CancelledError:
-                    break
+        while waiting_count(study) and not (cancel is not None and cancel.is_set()):
+            try:
+                study.optimize(lambda t: self._objective(t, cancel, on_event), callbacks=[after],
+                               catch=(_CandidateFailedError, _SpareTrialError), gc_after_trial=True)
+            except _CancelledError:
+                break
         return done
 
     # ------------------------------------------------------------ the answer
@@ -560,31 +554,6 @@ class Sweep:
         path = self.folder / REPORT_FILE
         atomic_write(path, json.dumps(report.to_dict(), indent=1) + "\n")
         return path
-
-
-@contextlib.contextmanager
-def _long_lived_left_out() -> Iterator[None]:
-    """Within the block, the objects alive at its start are left out of every garbage collection.
-
-    With torch, Optuna and the workbench imported a process holds some 350,000 objects; a full
-    collection walks them all, 0.2 to 0.3 s of CPU, and Optuna runs one after each candidate
-    (eight on an eight-candidate sweep, in a pruned sweep as in one that trains every candidate
-    to the end). Collected once here and then frozen (``gc.freeze``: the modules, the model the
-    candidates copy, the study), they are not walked again, and a collection after a candidate
-    walks only what was made since: that candidate's run, which is what it is there to free.
-    Thawed when the block ends, however it ends, so a caller in the same process (the app, a
-    test) gets its collector back as it was; where something else froze objects already, the
-    collector is left as it is.
-    """
-    if gc.get_freeze_count():
-        yield
-        return
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
 
 
 class _CandidateFailedError(Exception):
