@@ -76,9 +76,9 @@ def batch_norm_on_meta(x: torch.Tensor, weight: torch.Tensor | None, bias: torch
         return None
     stats_dtype = _COMPUTATION_DTYPE.get(x.dtype, x.dtype)
     width = channels if training else running_mean.shape[0]  # type: ignore[union-attr]  # checked above
-    out = x.new_empty_strided(x.shape, x.stride())
-    save_mean = x.new_empty((width,), dtype=stats_dtype)
-    save_invstd = x.new_empty((width,), dtype=stats_dtype)
+    out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    save_mean = torch.empty((width,), dtype=stats_dtype, device="meta")
+    save_invstd = torch.empty((width,), dtype=stats_dtype, device="meta")
     return out, save_mean, save_invstd
 
 
