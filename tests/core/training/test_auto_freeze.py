@@ -181,6 +181,7 @@ def _run(tmp_path: Path, name: str, **kw: Any) -> tuple[Trainer, list[float], li
 def test_decisions_are_plan_changes_and_their_plan_reruns_the_run(tmp_path: Path) -> None:
     t, losses, seen = _run(tmp_path, "auto", auto_freeze=True, auto_freeze_every=8, auto_freeze_threshold=100.0,
                            auto_freeze_max=0.5)
+    assert t.result is not None and isinstance(t.model, torchvision.models.ResNet)
     summary = t.result.summary["auto_freeze"]
     assert summary["decisions"] and summary["decisions"][0]["at_step"] == 16
     assert set(summary["compute_shares"]) == set(block_paths(t.model))  # counted on the first forward
@@ -199,7 +200,7 @@ def test_decisions_are_plan_changes_and_their_plan_reruns_the_run(tmp_path: Path
     assert t.result.summary["frozen_cache"]["cut"] == "layer3"  # the cache picked the frozen prefix up
     # the decisions as a plan, without auto-freeze: the same run
     t2, again, _ = _run(tmp_path, "rerun", plan=str(saved))
-    assert t2.result.summary["auto_freeze"] is None
+    assert t2.result is not None and t2.result.summary["auto_freeze"] is None
     assert len(again) == len(losses)
     for a, b in zip(losses, again):
         assert math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6), (losses, again)

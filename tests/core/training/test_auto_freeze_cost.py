@@ -68,7 +68,7 @@ def _decide(auto: AutoFreezer, step: int, plan: FreezePlan, norms: dict[str, flo
     return new
 
 
-def test_a_flattened_block_that_saves_little_waits_for_one_that_saves_much() -> None:
+def test_auto_freeze_stops_after_the_last_block_worth_freezing() -> None:
     model, blocks = _uneven()
     auto = AutoFreezer(model, blocks, every=2, threshold=0.1, max_fraction=1.0)
     _first_forward(model)
@@ -78,20 +78,23 @@ def test_a_flattened_block_that_saves_little_waits_for_one_that_saves_much() -> 
     plan = FreezePlan()
     flat = dict.fromkeys(blocks, 1.0)
     assert _decide(auto, 0, plan, flat) is None  # the first window
-    moving = dict(flat, **{"2": 2.0})  # 0 and 1 flattened, 2 not: 1 saves nothing alone
+    moving = dict(flat, **{"2": 2.0})  # 0 and 1 flattened, 2 not: 1, cheap, is on the way to 2
     plan = _decide(auto, 2, plan, moving) or plan
-    assert [d.blocks for d in auto.decisions] == [["0"]]
-    events = auto.take_events()
-    assert events[-1].startswith("auto-freeze, step 4: 0 flattened (change 0 %, threshold 10 %): frozen from step 5, "
-                                 "saving ") and events[-1].endswith("; 1 flattened too but would save 0.5 % (a block is "
-                                                                    "worth freezing from 10 %, half an even share): "
-                                                                    "not frozen"), events
-    plan = _decide(auto, 4, plan, moving) or plan  # 2 flattened now: 1 goes with it
-    assert [d.blocks for d in auto.decisions] == [["0"], ["1", "2"]]
-    assert auto.decisions[1].saves == pytest.approx(shares["1"] + shares["2"])
-    # what is left (3 and 4, flattened) would save a few per cent: nothing more is worth freezing
-    assert _decide(auto, 6, plan, moving) is None
-    assert auto.take_events()[-1].startswith("auto-freeze, step 8: nothing more worth freezing: 3 .. 4 would save ")
+    assert [d.blocks for d in auto.decisions] == [["0", "1"]]
+    assert auto.take_events()[-1] == ("auto-freeze, step 4: 0 .. 1 flattened (change 0 %, 0 %, threshold 10 %): "
+                                      "frozen from step 5, saving 33 % of the step's compute")
+    later = dict(flat, **{"2": 3.0})
+    plan = _decide(auto, 4, plan, later) or plan  # 2 still moving: it waits, and so do 3 and 4
+    assert len(auto.decisions) == 1
+    plan = _decide(auto, 6, plan, later) or plan  # 2 flattened: the last block worth freezing
+    assert [d.blocks for d in auto.decisions] == [["0", "1"], ["2"]]
+    assert auto.decisions[1].saves == pytest.approx(shares["2"])
+    assert auto.take_events()[-1].endswith("; the last worth freezing: 3 .. 4 would save 2 % (a block is worth "
+                                           "freezing from 10 %, half an even share)")
+    # 3 and 4, flattened, would save 2 % of a step: auto-freeze stops
+    assert _decide(auto, 8, plan, later) is None
+    assert auto.take_events()[-1] == ("auto-freeze, step 10: nothing more worth freezing: 3 .. 4 would save 2 % of "
+                                      "the step's compute (a block is worth freezing from 10 %, half an even share)")
     assert len(plan.stages) == 2 and auto.summary()["frozen_blocks"] == 3
 
 

@@ -20,17 +20,16 @@ of each step's compute (its backward pass, and its forward once the cache serves
 are uneven on real models: on CREPE tiny ``conv1`` and ``conv2`` hold 91 % of the forward
 multiply-accumulates and the eleven other layers 9 %, so after the first two every further
 freeze costs learning and saves about 1 % of a step. :class:`AutoFreezer` counts each block's
-share on the model's first forward pass (:class:`~workbench.core.training.auto_freeze_cost.BlockCosts`)
-and freezes a flattened block only if it, or a block after it in the same flattened run, holds
-at least :data:`WORTH_SHARE` (half) of an even share, ``1 / blocks``: the run is cut after its
-last such block, and the cheap blocks behind it wait. A cheap block in front of a costly one (a
-normalisation layer before the next convolution) goes when that one goes. Once no block left
-to freeze (up to ``max_fraction``) holds that much, auto-freeze stops: "nothing more worth
-freezing". Half an even share keeps every block of a model of similar blocks (a transformer's
-layers; a ResNet's blocks, whose shares differ by a fifth) and leaves out layers an order of
-magnitude cheaper than the average. The flattening test says when a block may freeze (AutoFreeze);
-the share says whether freezing it is worth its learning, the trade FreezeOut (Brock et al.,
-2017) makes per layer for the backward passes it saves.
+share on the model's first forward pass (:class:`~workbench.core.training.auto_freeze_cost.BlockCosts`);
+a block is worth freezing when it holds at least :data:`WORTH_SHARE` (half) of an even share,
+``1 / blocks``, and auto-freeze stops after the last block worth freezing (within
+``max_fraction``): "nothing more worth freezing". The blocks before that one freeze by the
+flattening test as before, a cheap one among them too (a normalisation layer on the way to
+the next convolution). Half an even share keeps every block of a model of similar blocks (a
+transformer's layers; a ResNet's blocks, whose shares differ by a fifth) and leaves out layers
+an order of magnitude cheaper than the average. The flattening test says when a block may
+freeze (AutoFreeze); the share says whether freezing it is worth its learning, the trade
+FreezeOut (Brock et al., 2017) makes per layer for the backward passes it saves.
 
 By default the interval scales with the run (:func:`auto_interval`): 5 % of its steps, at
 least 10. A fixed interval came too late for short runs (every 50 steps, a 100-step run
@@ -235,14 +234,15 @@ class AutoFreezer:
         previous, self._previous, self._window = self._previous, means, {}
         start = self.frozen_blocks()
         left = self.blocks[start : self.max_blocks]
-        if left and not self._worth_freezing(left):
+        limit = start + len(self._worth_freezing(left))  # nothing after the last block worth freezing
+        if left and limit == start:
             self._say(step, f"nothing more worth freezing: {_span(left)} would save {_pct(self._saving(left))} of the "
                             f"step's compute ({self._little()})")
             return None
         chosen: list[str] = []
         changes: dict[str, float] = {}
         blocker = ""
-        for b in self.blocks[start : self.max_blocks]:
+        for b in self.blocks[start:limit]:
             now, before = means.get(b), previous.get(b)
             if now is None or before is None or before <= 0:
                 blocker = blocker or b
@@ -256,18 +256,13 @@ class AutoFreezer:
         if not chosen:
             self._say(step, self._why_not(start, means, previous, blocker))
             return None
-        flattened, chosen = chosen, self._worth_freezing(chosen)
-        if not chosen:
-            self._say(step, f"{_span(flattened)} flattened but would save {_pct(self._saving(flattened))} of the "
-                            f"step's compute ({self._little()}): not frozen")
-            return None
-        waits = flattened[len(chosen):]
         saves = self._saving(chosen, front=start == 0 and not self._front_done)
+        rest = self.blocks[limit : self.max_blocks] if start + len(chosen) == limit else []
         self._say(step, f"{_span(chosen)} flattened (change {', '.join(_pct(changes[b]) for b in chosen)}, threshold "
                         f"{_pct(self.threshold)}): frozen from step {step + 2}"
                   + (f", saving {_pct(saves)} of the step's compute" if self.costs.known else "")
-                  + (f"; {_span(waits)} flattened too but would save {_pct(self._saving(waits))} "
-                     f"({self._little()}): not frozen" if waits else ""))
+                  + (f"; the last worth freezing: {_span(rest)} would save {_pct(self._saving(rest))} "
+                     f"({self._little()})" if rest else ""))
         rules = []
         if start == 0 and not self._front_done:
             rules += [Rule(sel, frozen=True, eval=True) for sel in front_paths(self.model, self.blocks[0])]
@@ -281,8 +276,8 @@ class AutoFreezer:
         return new
 
     def _worth_freezing(self, run: list[str]) -> list[str]:
-        """The head of a front run of blocks worth freezing: through its last block that holds at least
-        :data:`WORTH_SHARE` of an even share of the compute (all of it while the costs are not counted)."""
+        """``run`` through its last block worth freezing, one that holds at least :data:`WORTH_SHARE` of an
+        even share of the compute (all of ``run`` while the costs are not counted)."""
         if not self.costs.known:
             return run
         worth = [i for i, b in enumerate(run) if self.costs.share(b) >= self.min_share]
