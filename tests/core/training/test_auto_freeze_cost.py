@@ -9,7 +9,7 @@ from torch import nn
 
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.training.auto_freeze import WORTH_SHARE, AutoFreezer
-from workbench.core.training.auto_freeze_cost import BlockCosts, leaf_macs
+from workbench.core.training.auto_freeze_cost import BlockCosts, module_macs
 from workbench.core.training.module_stats import ModuleStats
 
 
@@ -18,17 +18,34 @@ def _stats(step: int, norms: dict[str, float]) -> ModuleStats:
     return ModuleStats(step, paths, tuple(v * v for v in norms.values()), (0.0,) * len(paths), (1.0,) * len(paths))
 
 
-def test_leaf_macs_of_convolutions_and_linear_layers() -> None:
+def test_module_macs_of_convolutions_and_linear_layers() -> None:
     conv = nn.Conv2d(4, 6, kernel_size=3, groups=2)
     x = torch.zeros(2, 4, 8, 8)
-    assert leaf_macs(conv, (x,), conv(x)) == 2 * 6 * 6 * 6 * (2 * 3 * 3)  # output elements x (in / groups) x kernel
+    assert module_macs(conv, (x,), conv(x)) == 2 * 6 * 6 * 6 * (2 * 3 * 3)  # output elements x (in / groups) x kernel
     up = nn.ConvTranspose1d(3, 5, kernel_size=4)
     y = torch.zeros(2, 3, 7)
-    assert leaf_macs(up, (y,), up(y)) == 2 * 3 * 7 * (5 * 4)  # input elements x out channels x kernel
+    assert module_macs(up, (y,), up(y)) == 2 * 3 * 7 * (5 * 4)  # input elements x out channels x kernel
     lin = nn.Linear(10, 3)
     z = torch.zeros(4, 10)
-    assert leaf_macs(lin, (z,), lin(z)) == 4 * 3 * 10
-    assert leaf_macs(nn.ReLU(), (z,), z) == 40 and leaf_macs(nn.Identity(), (z,), None) == 0
+    assert module_macs(lin, (z,), lin(z)) == 4 * 3 * 10
+    assert module_macs(nn.ReLU(), (z,), z) == 40 and module_macs(nn.Identity(), (z,), None) == 0
+    emb = nn.Embedding(100, 6)
+    ids = torch.zeros(2, 5, dtype=torch.long)
+    assert module_macs(emb, (ids,), emb(ids)) == 2 * 5 * 6  # a lookup: one per output element
+
+
+def test_recurrent_and_attention_layers_count_their_own_matrices() -> None:
+    lstm = nn.LSTM(4, 8, batch_first=True)
+    x = torch.zeros(3, 5, 4)
+    assert module_macs(lstm, (x,), lstm(x)) == 3 * 5 * (4 * 8 * 4 + 4 * 8 * 8)  # 4 gates, per time step and sample
+    attn = nn.MultiheadAttention(8, 2, batch_first=True)
+    q = torch.zeros(2, 5, 8)
+    # the input projection only (its out_proj is a Linear child, counted as one)
+    assert module_macs(attn, (q, q, q), attn(q, q, q)) == 2 * 5 * 3 * 8 * 8
+    model = nn.Sequential(nn.Linear(4, 4), nn.LSTM(4, 8, batch_first=True))
+    costs = BlockCosts(model, ["0", "1"])
+    model(torch.zeros(3, 5, 4))
+    assert costs.macs == {"0": 3 * 5 * 16, "1": 3 * 5 * (4 * 32 + 8 * 32)}
 
 
 def test_shares_are_counted_on_the_first_forward_then_the_hooks_go() -> None:
@@ -127,3 +144,19 @@ def test_equal_blocks_all_stay_worth_freezing() -> None:
     _decide(auto, 0, plan, flat)
     assert _decide(auto, 2, plan, flat) is not None and auto.decisions[0].blocks == ["0", "1", "2"]
     assert auto.decisions[0].saves == pytest.approx(0.5)
+
+
+def test_tables_that_are_added_or_looked_up_multiply_nothing() -> None:
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.pos_embedding = nn.Parameter(torch.zeros(1, 5, 8))  # added to the input, not a product
+            self.layer = nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.layer(x + self.pos_embedding)
+
+    model = nn.Sequential(nn.Embedding(50, 8), Encoder())
+    costs = BlockCosts(model, ["1.layer"], front=["0"])
+    model(torch.zeros(2, 5, dtype=torch.long))
+    assert costs.macs == {"1.layer": 2 * 5 * 64} and costs.total == 2 * 5 * 64 + 2 * 5 * 8
