@@ -31,7 +31,7 @@ Measured (median of ``--repeat`` runs), as the user experiences them:
 - ``freeze root exp`` / ``unfreeze root exp``: the root's Frozen box clicked with the whole
   tree expanded (only the rows in view are announced);
 - ``filter type`` / ``filter backspace`` / ``filter clear``: with the tree expanded, a filter
-  word (``experts.2`` on the MoE: the last numbered module's collection and first digit) applied
+  word (``experts.9`` on the MoE: the deepest module's last numbered collection and first digit) applied
   as the filter box applies it once typing pauses, then one Backspace (a broader filter), then
   the clear button; each until the view is painted (the first slice of matches);
 - ``longest slice``: the longest pass of the event loop while expansions run in slices (what a
