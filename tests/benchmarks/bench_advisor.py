@@ -110,7 +110,7 @@ def _text_case(batch: int, seq_len: int, args: argparse.Namespace, which: str = 
     device_type = torch.device(args.device).type
     advice = advise(build(), 10**13, (batch, seq_len), optimizer=args.optimizer, device_type=device_type)
     lastk = [a for a in advice.assessed if a.candidate.kind == "last_k"]
-    low = [a for a in advice.assessed if a.candidate.kind == "low_rank"]
+    low = [a for a in advice.assessed if a.candidate.kind == "low_rank" and a.candidate.name.startswith("low-rank")]
     chosen = [next(a for a in advice.assessed if a.candidate.kind == "full"), lastk[0], lastk[len(lastk) // 2],
               low[0], low[-1]]
     rows = []

@@ -37,6 +37,10 @@ def test_json_contract(capsys, resnet18):
     # 180 MB fits head only and layer4 (~173 MB) with AdamW at this size, not full fine-tuning (~206 MB)
     assert not all(c["fits"] for c in data["candidates"])
     assert chosen["name"].startswith("last 1 block (layer4)")
+    # DoRA and full-rank A+B are on the front although the cost does not rank them: the sweep measures them
+    names = [c["name"] for c in data["candidates"]]
+    assert "DoRA r=16 on the conv layers of 4 blocks + head" in names
+    assert "full-rank A+B on the conv layers of 4 blocks + head" in names
 
 
 def test_table_marks_the_chosen_plan(capsys):

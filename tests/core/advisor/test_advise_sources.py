@@ -41,7 +41,7 @@ def test_text_candidates_are_valid_plans_that_train_what_they_predict(make):
     model = make()
     advice = advise(model, 10**9, (2, 16))
     kinds = {a.candidate.kind for a in advice.assessed}
-    assert kinds == {"head", "last_k", "low_rank", "full"}
+    assert kinds == {"head", "last_k", "low_rank", "full_rank", "full"}
     for a in advice.assessed:
         plan = FreezePlan.from_dict(a.candidate.plan.to_dict())
         plan.validate(model, strict=True)

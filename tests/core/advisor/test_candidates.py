@@ -60,10 +60,16 @@ def test_candidates_are_valid_plans_for_the_model(fixture, request):
     model, prof = request.getfixturevalue(fixture)
     cands = generate_candidates(model, prof)
     kinds = [c.kind for c in cands if not c.bn_eval]
-    # ViT blocks hold linear layers, ResNet stages convolutions: low rank adapts both
-    low_rank = ["low_rank"] * 3
+    # ViT blocks hold linear layers, ResNet stages convolutions: low rank adapts both, at
+    # ranks 4, 16 and 64, then DoRA at 16, then full-rank A+B on the same layers
+    low_rank = ["low_rank"] * 4 + ["full_rank"]
     # the stem makes k = n differ from full fine-tuning
     assert kinds == ["head"] + ["last_k"] * len(block_sequence(model, prof)) + low_rank + ["full"]
+    adapted = [c.name.partition(" on ")[::2] for c in cands if c.kind in ("low_rank", "full_rank")]
+    assert [what for what, _ in adapted] == ["low-rank A+B r=4", "low-rank A+B r=16", "low-rank A+B r=64",
+                                             "DoRA r=16", "full-rank A+B"]
+    assert len({where for _, where in adapted}) == 1  # the same layers
+    assert not any(c.bn_eval and c.kind in ("low_rank", "full_rank") for c in cands)
     for c in cands:
         c.plan.validate(model, strict=True)
         again = FreezePlan.from_dict(c.plan.to_dict())  # schema v1 round trip
@@ -90,7 +96,8 @@ def test_resnet_candidates_train_what_their_name_says(r18):
 @pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
 def test_more_trainable_blocks_never_predict_less(fixture, optimizer, request):
     model, prof = request.getfixturevalue(fixture)
-    cands = [c for c in generate_candidates(model, prof, ranks=()) if not c.bn_eval]  # head, last 1..n-1, full
+    cands = [c for c in generate_candidates(model, prof, ranks=(), dora_ranks=(), full_rank=False)
+             if not c.bn_eval]  # head, last 1..n-1, full
     peaks, ratios = [], []
     for c in cands:
         names = trainable_names(c, model)
@@ -147,3 +154,18 @@ def test_low_rank_candidates_leave_out_grouped_convolutions():
         convs = [model.get_submodule(p) for p in adapted if isinstance(model.get_submodule(p), torch.nn.Conv2d)]
         assert convs and all(m.groups == 1 for m in convs)
         assert any(m.groups > 1 for m in model.modules() if isinstance(m, torch.nn.Conv2d))  # there were some
+
+
+def test_full_rank_candidate_trains_b_as_large_as_each_weight_and_keeps_a_fixed(r18):
+    from workbench.core.advisor.adapters import full_rank_names
+
+    model, prof = r18
+    cand = next(c for c in generate_candidates(model, prof) if c.kind == "full_rank")
+    assert cand.name == "full-rank A+B on the conv layers of 4 blocks + head" and cand.k == 4
+    trains, anchored = full_rank_names(model, cand)
+    assert trainable_names(cand, model) == trains
+    convs = {p for p, m in model.named_modules() if p.startswith("layer") and isinstance(m, torch.nn.Conv2d)}
+    assert {n.rpartition(".")[0] for n in anchored} == convs  # every conv of the blocks, downsample too
+    assert trains - anchored == {"fc.weight", "fc.bias"}  # the head trains plainly; BatchNorm stays frozen
+    spec = next(r.reparam for r in cand.plan.rules if r.reparam is not None)
+    assert spec.rank is None and spec.mode == "fused" and spec.starts_at_loaded

@@ -8,6 +8,7 @@ from torch import nn
 from workbench.core.advisor.advice import advise
 from workbench.core.advisor.candidates import generate_candidates, layer_sequence, trainable_names
 from workbench.core.advisor.profile import profile_model
+from workbench.core.advisor.sweep_candidates import advice_plans
 
 
 class Flat(nn.Module):
@@ -52,8 +53,12 @@ def test_a_model_without_blocks_gets_last_k_layers_and_low_rank_convolutions() -
 
 
 def test_the_advisor_predicts_every_candidate_of_a_model_without_blocks() -> None:
-    advice = advise(Flat(), 2**30, (4, 64), ranks=(2,))
+    advice = advise(Flat(), 2**30, (4, 64), ranks=(2,), dora_ranks=(2,))
     kinds = {a.candidate.kind for a in advice.assessed}
-    assert {"head", "last_k", "low_rank", "full"} <= kinds
+    assert {"head", "last_k", "low_rank", "full_rank", "full"} <= kinds
     low = next(a for a in advice.assessed if a.candidate.kind == "low_rank")
     assert 0 < low.trainable_params < sum(p.numel() for p in Flat().parameters())
+    # the sweep's plans (the front, then auto-freeze) include DoRA and full-rank A+B on the convolutions
+    plans = [name for name, _plan, _over in advice_plans(advice)]
+    assert "DoRA r=2 on the conv layers of 3 layers + head" in plans
+    assert "full-rank A+B on the conv layers of 3 layers + head" in plans

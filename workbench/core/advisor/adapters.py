@@ -1,4 +1,5 @@
-"""Low-rank A+B adapters on a ``meta`` copy, for profiling a low-rank candidate quickly.
+"""Low-rank A+B adapters on a ``meta`` copy, for profiling a low-rank candidate quickly; what a
+full-rank A+B candidate trains and keeps fixed.
 
 Applying a low-rank plan through the plan machinery draws initial ``U``/``V`` values and
 checks every layer for tied weights: right for training, but on a 7B model with hundreds of
@@ -22,7 +23,7 @@ from workbench.core.advisor.candidates import Candidate
 from workbench.core.advisor.profile import AdvisorError, meta_copy
 from workbench.core.freezing.reparam.low_rank import CHILD, VARIANTS, LowRankDelta, add_fused, geometry, layer_kind
 
-__all__ = ["adapted_meta_copy"]
+__all__ = ["adapted_meta_copy", "full_rank_names"]
 
 
 def _selected(paths: list[str], select: str) -> list[str]:
@@ -80,3 +81,28 @@ def adapted_meta_copy(model: nn.Module, candidate: Candidate) -> tuple[nn.Module
                 owner == h or owner.startswith(h + ".") for h in head):
             names.add(n)
     return meta, names
+
+
+def full_rank_names(model: nn.Module, candidate: Candidate) -> tuple[set[str], set[str]]:
+    """What a full-rank A+B candidate trains, and which weights it keeps a fixed copy ``A`` of.
+
+    Fused full-rank A+B leaves the model as it is (the layers train ``W``; ``A`` lives beside
+    it), so the model's own profile holds its ops; the plan is applied to a meta copy for the names.
+
+    Args:
+        model: the model (any device; not changed).
+        candidate: a ``full_rank`` candidate.
+
+    Returns:
+        ``(names of the parameters that train, names of the parameters with a copy A)``.
+
+    Raises:
+        AdvisorError: not a full-rank candidate.
+    """
+    if candidate.kind != "full_rank":
+        raise AdvisorError(f"candidate {candidate.name!r} has no full-rank A+B")
+    meta = meta_copy(model)
+    applied = candidate.plan.apply(meta)
+    trains = {n for n, p in meta.named_parameters() if p.requires_grad}
+    anchored = {n.removesuffix(".A") for h in applied.installed("reparam").values() for n, _ in h.fixed()}
+    return trains, anchored

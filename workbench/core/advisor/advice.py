@@ -9,15 +9,15 @@ one's peak memory and step time, and picks the plan that trains the most within 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 from torch import nn
 
-from workbench.core.advisor.adapters import adapted_meta_copy
+from workbench.core.advisor.adapters import adapted_meta_copy, full_rank_names
 from workbench.core.advisor.auto_freeze_option import AutoFreezeOption, auto_freeze_option
-from workbench.core.advisor.candidates import LOW_RANKS, Candidate, generate_candidates, trainable_names
+from workbench.core.advisor.candidates import DORA_RANKS, LOW_RANKS, Candidate, generate_candidates, trainable_names
 from workbench.core.advisor.front import Point, choose, pareto_front
 from workbench.core.advisor.memory import MemoryEstimate, estimate_memory
 from workbench.core.advisor.predict import cache_row_bytes, cached_step_flops, step_flops
@@ -26,7 +26,7 @@ from workbench.core.formatting import fmt_bytes
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan import FreezePlan
 
-__all__ = ["Advice", "Assessment", "Measured", "advise", "predict_plan", "step_ratio_noise"]
+__all__ = ["Advice", "Assessment", "Measured", "advise", "front_of", "predict_plan", "step_ratio_noise"]
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,8 @@ class Advice:
     Attributes:
         budget_bytes: the memory budget.
         assessed: every candidate, least trained first.
-        front: indices into ``assessed`` of the Pareto front, by predicted peak.
+        front: indices into ``assessed`` of the Pareto front, by predicted peak (with the
+            A+B variants the cost cannot rank against plain plans, see :func:`front_of`).
         chosen: index into ``assessed`` of the chosen plan (None: nothing fits).
         input_shape: the input batch shape the predictions are for (a :class:`DictBatch` for dict inputs).
         settings: the optimizer, amp, device type and weight dtype the predictions are for.
@@ -160,6 +161,43 @@ class Advice:
 _EXACT_KINDS = ("low_rank", "top_k")
 
 
+def _family(candidate: Candidate) -> str | None:
+    """``"full_rank"``, or a low-rank variant's name (``"dora"``); None for every other candidate."""
+    if candidate.kind == "full_rank":
+        return candidate.kind
+    for rule in candidate.plan.rules:
+        lr = rule.reparam.low_rank if rule.reparam is not None else None
+        if lr is not None and lr.label is not None:
+            return lr.variant
+    return None
+
+
+def front_of(assessed: Sequence[Assessment]) -> list[int]:
+    """The Pareto front of predicted cost, by predicted peak, with DoRA and full-rank A+B kept unless one of their own kind beats them.
+
+    The cost coordinates (peak, trainable parameters, step time) cannot rank those against plain
+    plans: what they buy (a learned magnitude per output; weight decay towards the loaded weights)
+    is no parameter count, and full-rank A+B mostly costs more than full fine-tuning. Only a
+    sweep measures it, and a sweep trains the front.
+
+    Args:
+        assessed: the candidates with their predictions.
+
+    Returns:
+        Indices into ``assessed``, by predicted peak (then the most trainable parameters).
+    """
+    points = [a.point for a in assessed]
+    front = set(pareto_front(points))
+    families: dict[str, list[int]] = {}
+    for i, a in enumerate(assessed):
+        fam = _family(a.candidate)
+        if fam is not None:
+            families.setdefault(fam, []).append(i)
+    for members in families.values():
+        front |= {members[j] for j in pareto_front([points[i] for i in members])}
+    return sorted(front, key=lambda i: (points[i].peak_bytes, -points[i].trainable_params, i))
+
+
 def _exact_profile(model: nn.Module, tree: ModelTree, candidate: Candidate, input_shape: InputShape,
                    param_dtype: torch.dtype | None, device_type: str) -> tuple[ModelProfile, set[str]]:
     """Profile a meta copy of ``model`` with ``candidate`` applied and only its parameters training."""
@@ -184,6 +222,7 @@ def advise(
     param_dtype: torch.dtype | None = None,
     block_order: list[str] | None = None,
     ranks: tuple[int, ...] = LOW_RANKS,
+    dora_ranks: tuple[int, ...] = DORA_RANKS,
     auto_freeze_max: float = 0.75,
 ) -> Advice:
     """Propose the plans that fit ``budget_bytes`` and choose the one that trains the most.
@@ -202,6 +241,7 @@ def advise(
         block_order: blocks in the order to unfreeze them (the gradient-signal probe's
             :attr:`~workbench.core.advisor.grad_signal.GradSignal.order`); None: last blocks first.
         ranks: ranks of the low-rank A+B candidates.
+        dora_ranks: ranks of the DoRA candidates.
         auto_freeze_max: the ``TrainConfig.auto_freeze_max`` the auto-freeze prediction is for
             (the share of the blocks a run may freeze).
 
@@ -213,7 +253,7 @@ def advise(
             smallest memory that could work); the model cannot be profiled; bad settings.
     """
     profile = profile_model(model, input_shape, param_dtype=param_dtype, device_type=device_type)
-    candidates = generate_candidates(model, profile, block_order=block_order, ranks=ranks)
+    candidates = generate_candidates(model, profile, block_order=block_order, ranks=ranks, dora_ranks=dora_ranks)
     bn_profile = (profile_model(model, input_shape, bn_eval=True, param_dtype=param_dtype, device_type=device_type)
                   if any(c.bn_eval for c in candidates) else None)
     full_flops = step_flops(profile, [p.name for p in profile.params], optimizer)
@@ -222,10 +262,14 @@ def advise(
     for c in candidates:
         if c.kind in _EXACT_KINDS:
             prof, names = _exact_profile(model, tree, c, input_shape, param_dtype, device_type)
+            fixed: set[str] = set()
         else:
             prof = bn_profile if c.bn_eval and bn_profile is not None else profile
-            names = trainable_names(c, model, tree)
+            names, fixed = full_rank_names(model, c) if c.kind == "full_rank" else (trainable_names(c, model, tree), set())
         mem = estimate_memory(prof, names, optimizer=optimizer, amp=amp, device_type=device_type)
+        if fixed:  # full-rank A+B's fixed copies A, beside the model: counted with the weights
+            extra = sum(p.nbytes for p in prof.params if p.name in fixed)
+            mem = replace(mem, weights=mem.weights + extra, peak=mem.peak + extra)
         count = sum(p.numel for p in prof.params if p.name in names)
         ratio = step_flops(prof, names, optimizer) / full_flops if full_flops else 1.0
         cached = cached_step_flops(prof, names, optimizer)
@@ -239,13 +283,11 @@ def advise(
             f"a budget of {fmt_bytes(budget_bytes)} is below the model's own weights ({fmt_bytes(weights)}); "
             f"the smallest plan needs about {fmt_bytes(smallest)} ({smallest} bytes): give at least that much"
         )
-    points = [a.point for a in assessed]
-    front = sorted(pareto_front(points), key=lambda i: (points[i].peak_bytes, -points[i].trainable_params, i))
     return Advice(
         budget_bytes=budget_bytes,
         assessed=assessed,
-        front=front,
-        chosen=choose(points, budget_bytes),
+        front=front_of(assessed),
+        chosen=choose([a.point for a in assessed], budget_bytes),
         input_shape=input_shape if isinstance(input_shape, DictBatch) else tuple(input_shape),
         settings={"optimizer": optimizer, "amp": amp, "device_type": device_type,
                   "param_dtype": str(param_dtype).removeprefix("torch.") if param_dtype is not None else None},

@@ -15,9 +15,12 @@ From it: head only; the last k blocks for k = 1..n (n: unless that trains everyt
 them (final norm, head) — or, given a block order from the gradient-signal probe
 (:mod:`~workbench.core.advisor.grad_signal`), the top k blocks of that order instead; low-rank
 A+B (fused, ``alpha = 2 r``) on every linear and convolution layer of the blocks at the ranks of
-:data:`LOW_RANKS`, with the head training fully; full fine-tuning; and, for models with
-BatchNorm, each of those with BatchNorm kept in eval mode (running statistics, affine
-parameters still training).
+:data:`LOW_RANKS`, and DoRA (the same with a learned magnitude per output) at those of
+:data:`DORA_RANKS`, with the head training fully; full-rank A+B on the same layers (fused
+``W = A + B``: ``A`` the loaded weights kept fixed, ``B`` as large as ``W``, starting at zero and
+training: weight decay pulls towards the loaded weights, not towards zero), the head training fully;
+full fine-tuning; and, for models with BatchNorm, the plain freezing candidates (not the A+B
+ones) with BatchNorm kept in eval mode (running statistics, affine parameters still training).
 Every candidate is a :class:`~workbench.core.plan.FreezePlan` valid for the model.
 """
 
@@ -34,9 +37,10 @@ from workbench.core.freezing.reparam.low_rank import layer_kind
 from workbench.core.models.tree import ModelTree, is_batchnorm
 from workbench.core.models.zoo import find_head
 from workbench.core.plan import FreezePlan, Rule
-from workbench.core.plan.reparam_spec import parse_spec
+from workbench.core.plan.reparam_spec import ReparamSpec, parse_spec
 
 __all__ = [
+    "DORA_RANKS",
     "LOW_RANKS",
     "Candidate",
     "block_sequence",
@@ -52,6 +56,15 @@ _LOW_RANK_KINDS = ("linear", "conv1d_hf", "conv")
 #: Ranks of the low-rank A+B candidates (those larger than a target layer allows are left out).
 LOW_RANKS = (4, 16, 64)
 
+#: Ranks of the DoRA candidates: one, the middle low rank (DoRA costs a weight-sized product
+#: per adapted layer and step, so one rank shows what the learned magnitude buys).
+DORA_RANKS = (16,)
+
+#: Full-rank A+B: ``A`` the loaded weights, ``B`` starting at zero. Fused: the layer trains ``W``
+#: itself (``B = W - A``, weight decay pulls ``W`` towards ``A``), so a step costs what training
+#: those layers costs, plus the fixed copy ``A``; exact mode would add ``A + B`` to every forward.
+_FULL_RANK = parse_spec({"kind": "a_plus_b", "a": "current", "b_init": "zeros", "mode": "fused"})
+
 #: A child holding at least this share of its parent's parameters is looked into.
 _DOMINANT_SHARE = 0.9
 _BN_SELECT = "type:_BatchNorm"
@@ -65,9 +78,10 @@ class Candidate:
         name: what it trains, for people (``"last 2 blocks (layer3..layer4) + head"``).
         plan: the freeze plan.
         kind: ``"head"``, ``"last_k"``, ``"top_k"`` (blocks by gradient signal), ``"low_rank"``
+            (plain or DoRA: the rule's ``reparam`` says which), ``"full_rank"`` (full-rank A+B)
             or ``"full"``.
-        k: blocks trained (0 for head only; all blocks for full fine-tuning; the rank for
-            low-rank A+B).
+        k: blocks trained (0 for head only; all blocks for full fine-tuning and full-rank A+B;
+            the rank for low-rank A+B and DoRA).
         bn_eval: BatchNorm modules run on running statistics.
     """
 
@@ -273,7 +287,8 @@ def generate_candidates(
     *,
     block_order: Sequence[str] | None = None,
     ranks: Sequence[int] = LOW_RANKS,
-    dora_ranks: Sequence[int] = (),
+    dora_ranks: Sequence[int] = DORA_RANKS,
+    full_rank: bool = True,
 ) -> list[Candidate]:
     """The candidate plans for ``model``, from the least to the most trained.
 
@@ -284,11 +299,12 @@ def generate_candidates(
             :mod:`~workbench.core.advisor.grad_signal`); None: the last blocks first.
         ranks: ranks of the low-rank A+B candidates (empty: none).
         dora_ranks: ranks of DoRA candidates (low rank with ``"dora": true``; empty: none).
+        full_rank: add full-rank A+B on the layers the low-rank candidates adapt.
 
     Returns:
         Head only (when a head is found), last k (or top k) blocks for k = 1..n, low-rank
-        A+B at each rank, full fine-tuning, and BatchNorm-eval variants of each when the
-        model has BatchNorm modules.
+        A+B at each rank, DoRA at each of its ranks, full-rank A+B, full fine-tuning, and
+        BatchNorm-eval variants of the plain freezing ones when the model has BatchNorm modules.
 
     Raises:
         AdvisorError: ``block_order`` is not an ordering of the model's blocks.
@@ -326,22 +342,28 @@ def generate_candidates(
     targets = low_rank_targets(model, blocks) if blocks else []
     limit = _max_rank(model, blocks) if targets else 0
     variants = [(r, False) for r in sorted(set(ranks))] + [(r, True) for r in sorted(set(dora_ranks))]
+    if targets:
+        kinds = {layer_kind(model.get_submodule(m)) for t in targets for m in _matching(model, t)}
+        layers = " and ".join(w for w, k in (("linear", {"linear", "conv1d_hf"}), ("conv", {"conv"})) if kinds & k)
+        where = f"the {layers} layers of {len(blocks)} {unit}s + head"
     for r, dora in variants:
         if not targets or r > limit:
             continue
         spec = parse_spec({"kind": "a_plus_b", "mode": "fused", "rank": r, "alpha": 2 * r, "dora": dora})
-        rules = [Rule("*", frozen=True)] + [Rule(t, frozen=False, reparam=spec) for t in targets]
-        rules += [Rule(h, frozen=False) for h in head]
-        what = "DoRA" if dora else "low-rank A+B"
-        kinds = {layer_kind(model.get_submodule(m)) for t in targets for m in _matching(model, t)}
-        layers = " and ".join(w for w, k in (("linear", {"linear", "conv1d_hf"}), ("conv", {"conv"})) if kinds & k)
-        where = f"{len(blocks)} blocks" if unit == "block" else f"{len(blocks)} layers"
-        out.append(Candidate(f"{what} r={r} on the {layers} layers of {where} + head",
-                             FreezePlan(rules), "low_rank", r))
+        out.append(Candidate(f"{'DoRA' if dora else 'low-rank A+B'} r={r} on {where}",
+                             _adapted(targets, spec, head), "low_rank", r))
+    if targets and full_rank:
+        out.append(Candidate(f"full-rank A+B on {where}", _adapted(targets, _FULL_RANK, head), "full_rank", len(blocks)))
     out.append(Candidate("full fine-tuning", FreezePlan([Rule("*", frozen=False)]), "full", len(blocks)))
     if any(is_batchnorm(m) for m in model.modules()):
-        out += [_with_bn_eval(c) for c in out if c.kind not in ("head", "low_rank")]
+        out += [_with_bn_eval(c) for c in out if c.kind not in ("head", "low_rank", "full_rank")]
     return out
+
+
+def _adapted(targets: list[str], spec: ReparamSpec, head: list[str]) -> FreezePlan:
+    """Everything frozen, A+B (``spec``) on ``targets``, the head training fully."""
+    rules = [Rule("*", frozen=True)] + [Rule(t, frozen=False, reparam=spec) for t in targets]
+    return FreezePlan(rules + [Rule(h, frozen=False) for h in head])
 
 
 def _matching(model: nn.Module, selector: str) -> list[str]:
@@ -359,10 +381,11 @@ def trainable_names(candidate: Candidate, model: nn.Module, tree: ModelTree | No
             on a large model, and every candidate needs the same one).
 
     Returns:
-        Dotted parameter names (for low-rank A+B: the adapters' ``U`` and ``V`` and the
-        parameters of the fully trained head, named as in the model with the plan applied).
+        Dotted parameter names (for low-rank A+B: the adapters' ``U`` and ``V``, for full-rank
+        A+B the adapted layers' own parameters, and the parameters of the fully trained head,
+        named as in the model with the plan applied).
     """
-    if candidate.kind == "low_rank":
+    if candidate.kind in ("low_rank", "full_rank"):
         meta = meta_copy(model)
         candidate.plan.apply(meta)
         return {n for n, p in meta.named_parameters() if p.requires_grad}

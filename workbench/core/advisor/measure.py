@@ -78,7 +78,8 @@ def measure_peak(trainer: Trainer, gen: Iterator[StepMetrics], steps: int, label
         WorkbenchError: the run stopped early.
     """
     assert trainer.model is not None and trainer.device is not None
-    own = storage_bytes([*trainer.model.parameters(), *trainer.model.buffers()])
+    held = [t for h in trainer.applied.installed().values() for _, t in h.fixed()] if trainer.applied is not None else []
+    own = storage_bytes([*trainer.model.parameters(), *trainer.model.buffers(), *held])  # held: a fused full-rank A
     if trainer.device.type == "cuda":
         torch.cuda.synchronize(trainer.device)
         others = torch.cuda.memory_allocated(trainer.device) - own
