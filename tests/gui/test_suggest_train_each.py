@@ -222,6 +222,7 @@ def test_nothing_to_train_when_no_candidate_fits(qtbot: Any, window: MainWindow,
 
 # ---------------------------------------------------------------- 36 §8: one scale on the cost chart
 def test_the_cost_chart_of_a_7b_model_is_scaled_once(qtbot: Any) -> None:
+    from workbench.core.advisor.front import Point
     from workbench.gui.advisor.chart import FrontChart
 
     chart = FrontChart()
@@ -229,7 +230,8 @@ def test_the_cost_chart_of_a_7b_model_is_scaled_once(qtbot: Any) -> None:
     chart.resize(800, 400)
 
     def cand(peak: float, params: float) -> Any:
-        return SimpleNamespace(memory=SimpleNamespace(peak=int(peak)), trainable_params=int(params))
+        return SimpleNamespace(memory=SimpleNamespace(peak=int(peak)), trainable_params=int(params),
+                               point=Point(int(peak), int(params), 1.0))
 
     assessed = [cand(20e9, 4e6), cand(40e9, 1e9), cand(80e9, 7e9)]
     chart.show_advice(SimpleNamespace(assessed=assessed, front=[0, 1, 2], chosen=1, budget_bytes=int(80e9)))  # type: ignore[arg-type]

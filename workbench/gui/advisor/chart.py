@@ -1,6 +1,6 @@
 """The Pareto chart of the Suggest dialog: predicted peak memory against trainable parameters.
 
-Every candidate is a grey point; the front is drawn in colour and joined by a line, the chosen
+Every candidate is a grey point; the front is drawn in colour and the cost front joined by a line, the chosen
 plan is a larger star, and the budget is a vertical dashed line. The x axis spans the
 candidates: a budget far beyond them (an 80 GB GPU for a 1 GB model) is marked at the right
 edge with its value, instead of squeezing every candidate into the left few per cent. The
@@ -18,6 +18,7 @@ from PySide6.QtGui import QColor, QPen
 from PySide6.QtWidgets import QWidget
 
 from workbench.core.advisor.advice import Advice
+from workbench.core.advisor.front import pareto_front
 from workbench.core.formatting import fmt_bytes, fmt_count
 
 __all__ = ["FrontChart"]
@@ -100,9 +101,10 @@ class FrontChart(pg.PlotWidget):
             return [a.memory.peak / scale for a in items], [max(a.trainable_params, 1) for a in items]
 
         self._all.setData(*xy(list(range(len(advice.assessed)))))
-        fx, fy = xy(advice.front)
-        self._front.setData(fx, fy)
-        self._front_line.setData(fx, fy)
+        self._front.setData(*xy(advice.front))
+        # the line joins the cost front; DoRA and full-rank A+B are marked on the front beside it (front_of)
+        cost = set(pareto_front([a.point for a in advice.assessed]))
+        self._front_line.setData(*xy([i for i in advice.front if i in cost]))
         mark = selected if selected is not None else advice.chosen
         self._chosen.setData(*xy([mark] if mark is not None else []))
         budget = advice.budget_bytes / scale
