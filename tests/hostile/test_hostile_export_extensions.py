@@ -19,7 +19,8 @@ SPEC = ModelSpec(source="py", name="hostile:make")
 
 
 class Odd(nn.Module):
-    """A grouped convolution, an embedding, a weight tied to a head, a Linear subclass."""
+    """A grouped convolution, an embedding, a weight tied to a head, a Linear subclass, and a head of
+    the synthetic data's 10 classes (the run keeps it: a head the run replaced would be a plain Linear)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -29,6 +30,7 @@ class Odd(nn.Module):
         self.tied = nn.Linear(4, 10)
         self.tied.weight = self.emb.weight
         self.sub = type("MyLinear", (nn.Linear,), {})(4, 3)
+        self.out = nn.Linear(3, 10)
 
 
 def _refused(tmp_path: Path, rules: list[dict[str, Any]], *, stages: list[dict[str, Any]] | None = None) -> str:
