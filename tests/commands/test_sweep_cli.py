@@ -132,7 +132,12 @@ def test_two_worker_processes_share_one_study(tmp_path: Path) -> None:
     finished = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     seen = [(t.params.get("candidate"), t.state.name, t.user_attrs) for t in trials]
     assert sorted(t.params["candidate"] for t in finished) == ["c00", "c01", "c02"], (seen, done.stderr)
-    assert len({t.user_attrs["worker"] for t in finished}) == 2
+    assert len(finished) == len(trials)  # each candidate taken once: no trial failed as a double
+    # Both processes took part in the one launch; which one trains which candidate is the scheduler's
+    # choice (a loaded machine may let one take all three), so that is not asserted.
+    (launch,) = (folder / ".workers").iterdir()
+    pids = {int(f.name) for f in launch.iterdir()}
+    assert len(pids) == 2 and {t.user_attrs["worker"] for t in finished} <= pids, (pids, seen)
 
 
 def test_advise_sweep_trains_the_plans_the_advisor_proposes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
