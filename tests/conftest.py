@@ -24,20 +24,6 @@ settings.load_profile("ci" if os.environ.get("CI") else "dev")
 torch.set_num_threads(1)
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
-    """``-n auto``: half as many workers again as the CPUs this process may use (3 on 2 cores).
-
-    About a quarter of the suite's time is spent waiting, not computing: on child processes
-    (torchrun ranks, fresh interpreters, the docs' commands), on Qt timers and on files. With one
-    worker per CPU those waits leave a CPU idle; one more worker fills them. ``-n N`` and
-    ``PYTEST_XDIST_AUTO_NUM_WORKERS`` still decide when given.
-    """
-    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
-        return None  # xdist's own hook reads it
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return cpus + max(1, cpus // 2)
-
-
 @pytest.fixture
 def resnet18():
     """A fresh resnet18 with random weights (no download)."""
