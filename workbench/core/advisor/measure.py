@@ -44,6 +44,7 @@ from workbench.core.training.metrics import (
     StepMetrics,
     process_rss,
     release_freed_heap,
+    training_tensors,
 )
 
 __all__ = ["PeakMeter", "measure_front", "measure_peak", "step_ratio_noise"]
@@ -78,8 +79,7 @@ def measure_peak(trainer: Trainer, gen: Iterator[StepMetrics], steps: int, label
         WorkbenchError: the run stopped early.
     """
     assert trainer.model is not None and trainer.device is not None
-    held = [t for h in trainer.applied.installed().values() for _, t in h.fixed()] if trainer.applied is not None else []
-    own = storage_bytes([*trainer.model.parameters(), *trainer.model.buffers(), *held])  # held: a fused full-rank A
+    own = storage_bytes(training_tensors(trainer.model, None, trainer.applied))  # weights, buffers, a fused A
     if trainer.device.type == "cuda":
         torch.cuda.synchronize(trainer.device)
         others = torch.cuda.memory_allocated(trainer.device) - own

@@ -371,9 +371,7 @@ class Trainer:
         self.cache, self.loader, self.cache_note = decided.cache, decided.loader, decided.note
         if cfg.auto_freeze:
             self.auto_freezer = self._auto_freezer(model)
-        # CPU peak's start: the run's tensors, and those its A+B keeps beside the model (a fused full-rank A)
-        live = None if cfg.compile_backend else lambda: [*training_tensors(self.model, self.optimizer), *(
-            t for h in (self.applied.installed().values() if self.applied is not None else ()) for _, t in h.fixed())]
+        live = None if cfg.compile_backend else lambda: training_tensors(self.model, self.optimizer, self.applied)
         self._probe = MemoryProbe(self.device, baseline=self._setup_rss, live=live)
         self._recount()
         self._tree = self.applied.tree

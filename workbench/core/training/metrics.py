@@ -647,17 +647,20 @@ class LiveTensorBytes(TorchDispatchMode):
         return out
 
 
-def training_tensors(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None) -> list[torch.Tensor]:
+def training_tensors(model: torch.nn.Module | None, optimizer: torch.optim.Optimizer | None,
+                     applied: Any = None) -> list[torch.Tensor]:
     """The tensors a run keeps between steps: weights, buffers, gradients and optimizer state.
 
     Args:
         model: the model (None: no tensors of its own).
         optimizer: its optimizer, or None.
+        applied: the plan applied to the model (an ``AppliedPlan``), or None: the tensors its A+B
+            keeps beside the model count too (a fused full-rank ``A``).
 
     Returns:
         The tensors (a storage may appear more than once).
     """
-    out: list[torch.Tensor] = []
+    out: list[torch.Tensor] = [] if applied is None else [t for h in applied.installed().values() for _, t in h.fixed()]
     if model is not None:
         out += [*model.parameters(), *model.buffers()]
         out += [p.grad for p in model.parameters() if p.grad is not None]
