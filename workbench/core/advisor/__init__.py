@@ -15,6 +15,7 @@
 
 from workbench.core.advisor.advice import Advice, Assessment, Measured, advise, predict_plan
 from workbench.core.advisor.candidates import (
+    DORA_RANKS,
     LOW_RANKS,
     Candidate,
     block_sequence,
@@ -37,6 +38,7 @@ from workbench.core.advisor.sizes import parse_size
 from workbench.core.advisor.tracking import LiveTensorBytes, storage_bytes
 
 __all__ = [
+    "DORA_RANKS",
     "LOW_RANKS",
     "Advice",
     "AdvisorError",
