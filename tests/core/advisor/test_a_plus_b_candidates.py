@@ -73,7 +73,7 @@ def test_predicted_peak_within_15_percent_of_a_real_run(advice, name):
     trainer.setup()
     gen = trainer.steps()
     measured = measure_peak(trainer, gen, 3, name)
-    last = [m for m in gen][-1]
+    last = list(gen)[-1]
     assert sum(p.numel() for p in model.parameters() if p.requires_grad) == a.trainable_params
     assert abs(a.memory.peak - measured) <= 0.15 * measured, (name, a.memory.peak, measured)
     # the run's own CPU peak (peak tensor bytes) holds what a fused full-rank A keeps beside the model
