@@ -245,11 +245,10 @@ def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
         return index.isValid()
 
     def select(path: str) -> bool:
-        index = window.proxy.mapFromSource(window.tree_model.index_of(path))
-        if index.isValid():
-            window.view.setCurrentIndex(index)
-            window.view.scrollTo(index)
-        return index.isValid()
+        if not window.tree_model.index_of(path).isValid():
+            return False
+        window.plan_actions.select_path(path)  # current, shown and selected, as a clicked finding
+        return True
 
     def take_place(busy: bool = False, _what: str = "") -> None:
         nonlocal state
