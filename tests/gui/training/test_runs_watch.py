@@ -49,13 +49,13 @@ def test_runs_written_from_outside_appear_and_go(qtbot: Any, runs_panel: RunsPan
     qtbot.waitUntil(lambda: names(runs_panel) == ["#1 from the CLI"], timeout=ms(GUI_EVENT_S))
     listed = runs_panel.runs.records[0]
     opened: list[Path] = []
-    real_open = rescan.open_run
+    real_read = rescan.read_run_folder
 
-    def open_run(folder: Path) -> RunRecord:
+    def read_run_folder(folder: Path) -> RunRecord | str:
         opened.append(Path(folder))
-        return real_open(folder)
+        return real_read(folder)
 
-    monkeypatch.setattr(rescan, "open_run", open_run)
+    monkeypatch.setattr(rescan, "read_run_folder", read_run_folder)
     make_sweep(sweeps_folder(store.folder) / "20261202-120000", "c00-head")  # workbench sweep, beside the store
     qtbot.waitUntil(lambda: "c00-head" in names(runs_panel), timeout=ms(GUI_EVENT_S))
     assert runs_panel.runs.records[0] is listed  # the run listed stays the same object (selection, metrics)

@@ -20,8 +20,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from workbench.core.runs.record import RUN_FILE, RunRecord, RunStoreError
-from workbench.core.runs.store import SAVE_SUMMARY_FILE, RunStore, open_run
+from workbench.core.runs.record import RUN_FILE, RunRecord
+from workbench.core.runs.store import SAVE_SUMMARY_FILE, RunStore, read_run_folder
 from workbench.core.runs.sweeps import SWEEP_RUNS, is_sweep_folder, sweep_run_folders
 
 __all__ = ["StoreScan", "file_state", "run_file"]
@@ -126,11 +126,10 @@ class StoreScan:
                 if old is not None:
                     merged.append(old)
                 continue
-            try:
-                rec = open_run(folder)
-            except RunStoreError as e:
+            rec = read_run_folder(folder)
+            if isinstance(rec, str):  # what the store's listing says of it
                 self._bad.add(run_file(folder))
-                problems.append(str(e).splitlines()[0])
+                problems.append(rec)
                 self._said[folder] = state
                 if old is not None:  # the run as it was last read, until its file is whole again
                     merged.append(old)

@@ -50,6 +50,7 @@ __all__ = [
     "default_runs_dir",
     "load_metrics",
     "open_run",
+    "read_run_folder",
     "read_runs",
     "read_sweep_runs",
 ]
@@ -223,17 +224,34 @@ def _is_run_folder(p: Path) -> bool:
     return os.path.lexists(p / RUN_FILE) or os.path.lexists(p / SAVE_SUMMARY_FILE)
 
 
+def read_run_folder(folder: Path) -> RunRecord | str:
+    """One run folder read for a listing: its record, or one line saying why it cannot be read.
+
+    Args:
+        folder: a run folder (``run.json``, or a ``--save`` folder of an earlier version).
+
+    Returns:
+        The record, or the line (any error: a hand-edited ``run.json`` must never stop a
+        listing or the app's start).
+    """
+    try:
+        return open_run(folder)
+    except RunStoreError as e:
+        return _one_line(e)
+    except Exception as e:
+        return f"{folder}: unreadable run ({type(e).__name__}: {_one_line(e)})"
+
+
 def _open_each(folders: Sequence[Path]) -> tuple[list[RunRecord], list[str]]:
     """Every run folder read, oldest first; one line per folder that cannot be read."""
     records: list[RunRecord] = []
     problems: list[str] = []
     for folder in folders:
-        try:
-            records.append(open_run(folder))
-        except RunStoreError as e:
-            problems.append(_one_line(e))
-        except Exception as e:  # a hand-edited run.json must never stop a listing or the app's start
-            problems.append(f"{folder}: unreadable run ({type(e).__name__}: {_one_line(e)})")
+        got = read_run_folder(folder)
+        if isinstance(got, str):
+            problems.append(got)
+        else:
+            records.append(got)
     records.sort(key=lambda r: (r.created, r.id))
     return records, problems
 
