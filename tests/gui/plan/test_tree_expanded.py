@@ -130,9 +130,10 @@ def test_clearing_the_filter_keeps_the_current_row_in_view(window: MainWindow, q
 def test_many_matches_are_expanded_in_slices(window: MainWindow, qtbot: Any) -> None:
     n = EXPAND_AT_ONCE_BELOW // 5 + 100
     load(window, wide(n, 4))  # more rows than EXPAND_BLOCK: the root is expanded first, then each block
+    expander = window.view.expander
+    expander.slice_ms = 0.0  # one row a slice: however fast the machine, the first slice leaves rows
     window.filter_edit.setText("0")  # every block with a 0 in its name, and each block's first leaf
     window.plan_actions.apply_filter()
-    expander = window.view.expander
     assert expander.busy  # the rest from the event loop
     top = window.proxy.index(0, 0)
     assert window.view.isExpanded(top)  # the top is shown at once
@@ -303,7 +304,7 @@ class _SlicesAtPaint(QObject):
 def test_the_first_slice_is_painted_before_the_next_runs(window: MainWindow, qtbot: Any) -> None:
     n = EXPAND_AT_ONCE_BELOW // 5 + 100
     load(window, wide(n, 4))
-    window.view.expander._slice_s = 0.0  # one row a slice: many slices whatever the machine's speed
+    window.view.expander.slice_ms = 0.0  # one row a slice: many slices whatever the machine's speed
     seen = _SlicesAtPaint(window)
     window.filter_edit.setText("10")  # blocks 10, 100-109, 110, 210, …: some 70 rows to expand
     window.plan_actions.apply_filter()

@@ -46,7 +46,7 @@ class SlicedExpander(QObject):
         super().__init__(view)
         self._view = view
         self._index_of = index_of
-        self._slice_s = slice_ms / 1000.0
+        self.slice_ms = slice_ms  # a slice expands at least one row, however small this is
         self._ids: Sequence[int] | np.ndarray = ()
         self._next = 0
         self._timer = QTimer(self)
@@ -103,7 +103,7 @@ class SlicedExpander(QObject):
 
     def _run_slice(self) -> None:
         ids, view = self._ids, self._view
-        end = time.perf_counter() + self._slice_s
+        end = time.perf_counter() + self.slice_ms / 1000.0
         i = self._next
         while i < len(ids):
             idx = self._index_of(int(ids[i]))
