@@ -60,6 +60,7 @@ from workbench.core.training.data import dataset_num_classes, dataset_seq_len, m
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
 from workbench.core.training.frozen_cache import CacheRefusedError, FrozenPrefixCache, build_cache
 from workbench.core.training.loop_state import LoopState
+from workbench.core.training.loop_validation import record_validation, validate_model, validation_due
 from workbench.core.training.metrics import (
     MemoryProbe,
     MetricsWriter,
@@ -76,10 +77,9 @@ from workbench.core.training.run_result import STATUSES, RunResult
 from workbench.core.training.schedule import LrSchedule
 from workbench.core.training.setup import TrainError, resolve_device
 from workbench.core.training.step import ClassificationLoss, LossFn, StepFailure, TrainStep, clear_grads
-from workbench.core.training.task_metrics import higher_is_better, task_summary
+from workbench.core.training.task_metrics import task_summary
 from workbench.core.training.tensorboard import TensorBoardWriter, open_tensorboard
 from workbench.core.training.trainable_state import write_trainable_state
-from workbench.core.training.validation import evaluate
 
 __all__ = [
     "STATUSES",
@@ -675,43 +675,24 @@ class Trainer:
         return min(every) if every else None
 
     def _validation_due(self, st: LoopState) -> bool:
-        """Validate now: every ``val_every`` steps and after the last step."""
-        if self.val_loader is None or st.status != "completed" or st.step == 0:
-            return False
-        every = self.config.val_every
-        return st.step >= self.total_steps or (every is not None and st.step % every == 0)
+        return self.val_loader is not None and validation_due(st, self.total_steps, self.config.val_every)
 
     def _validate(self, st: LoopState, step: int) -> float:
-        """One validation pass after ``step``; returns its seconds (not metrics overhead)."""
+        """One validation pass after ``step`` (-1: before the first); returns its seconds (not metrics overhead)."""
         assert self.model is not None and self.val_loader is not None
         t0 = time.perf_counter()
         try:
-            if self.shards is not None:  # rank 0's BatchNorm statistics, as DDP validates with
-                wfsdp.sync_buffers(self.model)
-            v = evaluate(
-                self.model, self.val_loader, self.loss_fn, self.device,
+            v = validate_model(
+                self.model, self.val_loader, self.loss_fn, self.device, sharded=self.shards is not None,
                 amp_dtype=self._amp_dtype, channels_last=self.config.channels_last, metric=self.metric,
             )
-            if self.shards is not None:
-                wfsdp.reshard(self.model)
         except Exception as e:
             self._fail(st, e, f"validation after step {step} failed: {type(e).__name__}: {first_line(e)}{hint(e)}")
             return time.perf_counter() - t0
         if step < 0:  # before the first step: the starting point, apart from the run's validations
             self.start_validation = v
-            return time.perf_counter() - t0
-        st.window.val_loss = st.val_loss = v.loss
-        st.window.val_acc = st.val_acc = v.acc
-        st.window.val_metric = st.val_metric = v.metric
-        if v.metric is not None and math.isfinite(v.metric) and (
-                st.best_val_metric is None or (v.metric > st.best_val_metric) == higher_is_better(self.config.metric)):
-            st.best_val_metric = v.metric
-        st.val_step, st.val_samples = step, v.samples
-        if v.loss is not None and math.isfinite(v.loss) and (st.best_val_loss is None or v.loss < st.best_val_loss):
-            st.best_val_loss, st.best_val_step = v.loss, step
-        if v.acc is not None and (st.best_val_acc is None or v.acc > st.best_val_acc):
-            st.best_val_acc = v.acc
-        st.val_time += v.seconds
+        else:
+            record_validation(st, v, step, self.config.metric)
         return time.perf_counter() - t0
 
     def _held_or_stopped(self, st: LoopState) -> bool:
