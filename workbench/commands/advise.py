@@ -26,11 +26,11 @@ from workbench.core.advisor.profile import DictBatch, InputShape, batch_template
 from workbench.core.advisor.sizes import parse_size
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
-from workbench.core.models.sources import default_input_size
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.zoo import current_num_classes
 from workbench.core.training.config import AMP_MODES, OPTIMIZER_NAMES, TrainConfig
 from workbench.core.training.data import model_positions
+from workbench.core.training.setup import run_image_size
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -174,8 +174,7 @@ def _input_shape(args: argparse.Namespace, spec: ModelSpec, model: nn.Module) ->
         if args.image_size is not None:
             raise CommandError("give --image-size or the input shape (--input-shape, --data), not both")
         return batch
-    assert spec.name is not None
-    size = args.image_size or default_input_size(spec.source, spec.name, model)
+    size = run_image_size(args.image_size, spec, model)  # the side the run takes
     return (args.batch_size, 3, size, size)
 
 

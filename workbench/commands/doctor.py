@@ -98,14 +98,14 @@ def _watch(model: nn.Module, optimizer: torch.optim.Optimizer, args: argparse.Na
     """Watch ``args.steps`` steps on ``--data``, synthetic ``--input-shape`` tensors, or synthetic images."""
     from torch.utils.data import default_collate
 
-    from workbench.core.models.sources import default_input_size
     from workbench.core.models.zoo import current_num_classes
     from workbench.core.training.batches import batch_to_device, forward_loss
     from workbench.core.training.data_sources import make_dataset
     from workbench.core.training.losses import make_loss
+    from workbench.core.training.setup import run_image_size
 
     shape = input_shape_from_arg(args.input_shape)
-    size = args.image_size or (default_input_size(spec.source, spec.name, model) if spec.name else 224)
+    size = run_image_size(args.image_size, spec, model)  # the side the run takes
     classes = current_num_classes(model) or 1000
     n = args.steps * args.batch_size
     data = make_dataset(args.data or f"synthetic:{n}", image_size=size, num_classes=min(classes, 1000), input_shape=shape,

@@ -84,7 +84,6 @@ __all__ = [
     "architecture_source",
     "build_from_source",
     "check_code_origin",
-    "default_input_size",
     "is_structure_only",
     "missing_extra_message",
     "model_block",
@@ -174,7 +173,8 @@ class ModelSource:
         searchable: Whether ``names`` lists models (each marked ● when it opens offline).
         cache_where: Where ``cached`` looks, for the list's tooltips.
         input_size: ``input_size(name)``: the square input side the name's weights expect,
-            or ``None`` to read it from the built model (see :func:`default_input_size`).
+            or ``None`` to read it from the built model (see
+            :func:`workbench.core.training.setup.run_image_size`).
         short_name: ``short_name(name)``: the model's name in the title and status bar.
         structure_only: ``structure_only(name)``: whether the model has no weights to read
             (it then opens on the meta device); ``None``: always has weights.
@@ -468,27 +468,6 @@ def is_structure_only(source: str, name: str) -> bool:
     """
     row = SOURCES.get(source)
     return row is not None and row.structure_only is not None and row.structure_only(name)
-
-
-def default_input_size(source: str, name: str | None, model: nn.Module) -> int:
-    """The square input side a vision model expects (224 when nothing says otherwise).
-
-    Args:
-        source: Source key.
-        name: Name within the source (torchvision: read from its weights metadata).
-        model: The built model (timm: its ``pretrained_cfg["input_size"]``).
-
-    Returns:
-        The side in pixels.
-    """
-    row = SOURCES.get(source)
-    if row is not None and row.input_size is not None and name:
-        return row.input_size(name)
-    cfg = getattr(model, "pretrained_cfg", None)
-    size = cfg.get("input_size") if isinstance(cfg, dict) else None
-    if isinstance(size, (tuple, list)) and size and isinstance(size[-1], int):
-        return int(size[-1])
-    return 224
 
 
 def build_from_source(

@@ -60,6 +60,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+from torch import nn
 
 from workbench.core.advisor.activations import DeviceMemory, device_memory
 from workbench.core.advisor.advice import Advice, Assessment, Measured, advise, step_ratio_noise
@@ -68,11 +69,13 @@ from workbench.core.advisor.sizes import parse_size
 from workbench.core.advisor.sweep_report import SweepReport
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
-from workbench.core.models.sources import default_input_size
+from workbench.core.models.source_errors import ModelSourceError
+from workbench.core.models.spec import ModelSpec
 from workbench.core.plan import FreezePlan
 from workbench.core.runs.sweeps import sweeps_folder
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.metrics import fmt_memory
+from workbench.core.training.setup import run_image_size
 from workbench.gui import dialogs
 from workbench.gui.advisor.budget import device_budget, format_budget
 from workbench.gui.advisor.chart import FrontChart
@@ -292,10 +295,13 @@ class SuggestDialog(QDialog):
 
     # ------------------------------------------------------------------ inputs
     def _model_size(self) -> int:
-        model, spec = self._c.model, self._c.spec
-        if model is None:
-            return 224
-        return default_input_size(str(spec.get("source") or "torchvision"), spec.get("name"), model)
+        """The side a run of the loaded model takes when the panel leaves it to the model (run_image_size's)."""
+        model = self._c.model
+        try:
+            spec = ModelSpec.from_dict(self._c.spec) if self._c.spec else None
+        except ModelSourceError:  # a spec that names no source row: the model's own configuration says
+            spec = None
+        return run_image_size(None, spec, model if model is not None else nn.Module())
 
     def input_shape(self) -> tuple[int, ...]:
         """The batch shape the advice is for: ``(batch, seq_len)`` or ``(batch, 3, size, size)``."""
