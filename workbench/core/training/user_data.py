@@ -5,7 +5,9 @@
 or a number. :class:`UserDataset` wraps each: an item that is not such a pair, an input whose
 shape differs from the first item's (a batch could not be stacked), a target that is NaN, or
 an exception inside ``__getitem__`` becomes a :class:`~workbench.core.training.data_common.DataError`
-of one line that names the item's index.
+of one line that names the item's index. A loader fetches a batch's items at once
+(``__getitems__``): their floating-point targets are checked for NaN in one pass, and only a batch
+that holds one is searched for the item to name.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from workbench.core.training.data_common import DataError
 from workbench.core.training.py_code import load_py_function
 
 __all__ = ["UserDataset", "load_user_data", "sample_shape"]
+
+_NONFINITE = "has a target that is NaN or infinite"
 
 
 def _shape_of(x: Any) -> Any:
@@ -76,6 +80,37 @@ class UserDataset(Dataset[Any]):
         return DataError(f"{self.name}: item {index} {what}")
 
     def __getitem__(self, index: int) -> Any:
+        x, y = self._item(index)
+        if isinstance(y, torch.Tensor) and y.is_floating_point() and not bool(torch.isfinite(y).all()):
+            raise self._bad(index, _NONFINITE)
+        return x, y
+
+    def __getitems__(self, indices: list[int]) -> list[tuple[Any, Any]]:
+        """A batch's items, as a ``DataLoader`` fetches them: each checked as by ``dataset[i]``.
+
+        The floating-point target tensors are checked for NaN and infinity together, in one
+        pass over their values; only when that fails is each looked at, to name the item.
+
+        Args:
+            indices: the batch's indices into this dataset.
+
+        Returns:
+            The ``(input, target)`` items, in the order of ``indices``.
+
+        Raises:
+            DataError: an item is bad (one line naming its index).
+            IndexError: an index is out of range.
+        """
+        items = [self._item(i) for i in indices]
+        floats = [y.reshape(-1) for _, y in items if isinstance(y, torch.Tensor) and y.is_floating_point()]
+        if floats and not bool(torch.isfinite(torch.cat(floats)).all()):
+            for i, (_, y) in zip(indices, items, strict=True):
+                if isinstance(y, torch.Tensor) and y.is_floating_point() and not bool(torch.isfinite(y).all()):
+                    raise self._bad(i, _NONFINITE)
+        return items
+
+    def _item(self, index: int) -> tuple[Any, Any]:
+        """Item ``index``, checked except for NaN in a target tensor (the caller's check, alone or batched)."""
         try:
             item = self.dataset[index]
         except IndexError:
@@ -99,13 +134,10 @@ class UserDataset(Dataset[Any]):
         elif shape != self._first[1]:
             raise self._bad(index, f"has an input of shape {shape}, item {self._first[0]} one of {self._first[1]}; "
                             "every item must have the same shape to be batched")
-        if isinstance(y, torch.Tensor):
-            if y.is_floating_point() and not bool(torch.isfinite(y).all()):
-                raise self._bad(index, "has a target that is NaN or infinite")
-        elif isinstance(y, numbers.Number) and not isinstance(y, bool):
+        if isinstance(y, numbers.Number) and not isinstance(y, bool):
             if isinstance(y, float) and not math.isfinite(y):
-                raise self._bad(index, "has a target that is NaN or infinite")
-        else:
+                raise self._bad(index, _NONFINITE)
+        elif not isinstance(y, torch.Tensor):
             raise self._bad(index, f"has a target of type {type(y).__name__}, not a tensor or a number")
         return x, y
 
