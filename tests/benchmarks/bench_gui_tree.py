@@ -70,11 +70,16 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from workbench.core.plan.tree import ModelTree
+    from workbench.core.training.module_stats import ModuleStats
 
 TARGETS = {"populate": 0.3, "freeze root": 0.1, "unfreeze root": 0.1, "freeze leaf": 0.1, "live stats": 0.1,
            "filter key": 0.05}
@@ -134,17 +139,20 @@ def timed(fn: Callable[[], object]) -> Seconds:
     return out
 
 
-def all_module_stats(tree: object) -> object:
-    """Module statistics with a value for every module of the tree."""
+def all_module_stats(tree: ModelTree | None) -> ModuleStats:
+    """Module statistics with a value for every module of the tree (the one loaded)."""
     from workbench.core.training.module_stats import ModuleStats
 
-    paths = tuple(tree.paths())  # type: ignore[attr-defined]
+    assert tree is not None
+    paths = tuple(tree.paths())
     n = len(paths)
     return ModuleStats(1, paths, tuple(float(i % 97 + 1) for i in range(n)), (1e-6,) * n, (1.0,) * n)
 
 
-def deepest_leaf(tree: object) -> str:
-    paths = tree.paths()  # type: ignore[attr-defined]
+def deepest_leaf(tree: ModelTree | None) -> str:
+    """The path of the tree's deepest module (the one loaded)."""
+    assert tree is not None
+    paths = tree.paths()
     return max(paths, key=lambda p: (p.count("."), p))
 
 
@@ -214,6 +222,14 @@ def main(argv: list[str] | None = None) -> int:
         QTimer.singleShot(int(seconds * 1000), loop.quit)
         loop.exec()
 
+    def painted_after(*calls: Callable[[], object]) -> Callable[[], None]:
+        """One step as the user sees it: the calls in order, then :func:`settle` (until the view is painted)."""
+        def step() -> None:
+            for call in calls:
+                call()
+            settle()
+        return step
+
     def timed_step(fn: Callable[[], object]) -> float:
         drain()
         return timed(fn)
@@ -251,41 +267,41 @@ def main(argv: list[str] | None = None) -> int:
                     arrived[0] = time.perf_counter()
 
             est.changed.connect(estimated)
-            runs["populate"].append(timed(lambda: (c.set_loaded(loaded), settle())))
+            runs["populate"].append(timed(painted_after(lambda: c.set_loaded(loaded))))
             emitted = [0]
             conn = window.tree_model.dataChanged.connect(lambda *a: emitted.__setitem__(0, emitted[0] + 1))
-            runs["freeze root"].append(timed_step(lambda: (c.set_value([""], "frozen", True), settle())))
+            runs["freeze root"].append(timed_step(painted_after(lambda: c.set_value([""], "frozen", True))))
             ranges = emitted[0]
             window.tree_model.dataChanged.disconnect(conn)
-            runs["unfreeze root"].append(timed_step(lambda: (c.set_value([""], "frozen", False), settle())))
+            runs["unfreeze root"].append(timed_step(painted_after(lambda: c.set_value([""], "frozen", False))))
             leaf = deepest_leaf(c.tree)
-            runs["freeze leaf"].append(timed_step(lambda: (c.set_value([leaf], "frozen", True), settle())))
-            runs["findings"].append(timed(lambda: (window.cost_panel.refresh_findings(), settle())))
-            runs["expand all"].append(timed_step(lambda: (window.plan_actions.expand_to_depth(-1), settle())))
+            runs["freeze leaf"].append(timed_step(painted_after(lambda: c.set_value([leaf], "frozen", True))))
+            runs["findings"].append(timed(painted_after(window.cost_panel.refresh_findings)))
+            runs["expand all"].append(timed_step(painted_after(lambda: window.plan_actions.expand_to_depth(-1))))
             done, longest = slices_done()
             runs["expand all done"].append(runs["expand all"][-1] + done)
-            runs["freeze root exp"].append(timed_step(lambda: (c.set_value([""], "frozen", True), settle())))
-            runs["unfreeze root exp"].append(timed_step(lambda: (c.set_value([""], "frozen", False), settle())))
+            runs["freeze root exp"].append(timed_step(painted_after(lambda: c.set_value([""], "frozen", True))))
+            runs["unfreeze root exp"].append(timed_step(painted_after(lambda: c.set_value([""], "frozen", False))))
             word = filter_word(leaf)
             for key, text in (("filter type", word), ("filter backspace", word[:-1])):
                 window.filter_edit.blockSignals(True)  # as the box applies it once typing pauses
                 window.filter_edit.setText(text)
                 window.filter_edit.blockSignals(False)
-                runs[key].append(timed_step(lambda: (window.plan_actions.apply_filter(), settle())))
+                runs[key].append(timed_step(painted_after(window.plan_actions.apply_filter)))
                 longest = max(longest, slices_done()[1])
-            runs["filter clear"].append(timed_step(lambda: (window.filter_edit.clear(), settle())))
+            runs["filter clear"].append(timed_step(painted_after(window.filter_edit.clear)))
             runs["longest slice"].append(longest)
             window.plan_actions.expand_to_depth(0)
-            runs["filter key"].append(timed_step(lambda: (window.filter_edit.setText(leaf.rsplit(".", 1)[-1] + "x"), settle())))
+            runs["filter key"].append(timed_step(painted_after(lambda: window.filter_edit.setText(leaf.rsplit(".", 1)[-1] + "x"))))
             window.filter_edit.setText(leaf)
-            runs["filter"].append(timed_step(lambda: (window.plan_actions.apply_filter(), settle())))
+            runs["filter"].append(timed_step(painted_after(window.plan_actions.apply_filter)))
             window.filter_edit.clear()
             settle()
             c.set_value([leaf], "frozen", False)
             stats = all_module_stats(c.tree)
             window.tree_model.set_module_stats(None)
             window.tree_model._live_timer.stop()
-            runs["live stats"].append(timed_step(lambda: (window.tree_model.set_module_stats(stats), view.update_heat(), settle())))
+            runs["live stats"].append(timed_step(painted_after(lambda: window.tree_model.set_module_stats(stats), view.update_heat)))
             window.tree_model._live_timer.stop()
             while not arrived[0]:
                 drain(0.05)
