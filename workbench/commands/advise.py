@@ -121,8 +121,8 @@ def _print_table(advice: Advice, args: argparse.Namespace) -> None:
           "the frozen part runs in eval mode)")
     if af is not None:
         print("  auto-freeze (train --auto-freeze): starts as full fine-tuning (its peak) and freezes converged front "
-              f"blocks, up to {af.max_frozen} of {af.blocks}; trainable and step time fall from the first figure to "
-              "the second at most, and to the cached one once the cache serves the frozen front")
+              f"blocks, up to {af.max_frozen} of {af.blocks} ({af.stop_reason}); trainable and step time fall from "
+              "the first figure to the second at most, and to the cached one once the cache serves the frozen front")
     signal = advice.settings.get("grad_signal")
     if signal:
         ranked = ", ".join(f"{b} {signal['signal'][b]:.2g}" for b in signal["order"])

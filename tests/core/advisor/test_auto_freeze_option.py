@@ -70,3 +70,31 @@ def test_cli_table_has_an_auto_freeze_row(capsys) -> None:
     assert rc == 0
     row = next(line for line in out.splitlines() if "auto-freeze (up to 6 of 8 blocks, through layer3.1)" in line)
     assert "→" in row and "yes" in row
+
+
+def _uneven() -> nn.Module:
+    """CREPE tiny's shape in small: two heavy convolutions, each followed by a cheap normalisation, a light
+    convolution and a head. The blocks are the six layers with parameters; at --auto-freeze-max 0.75 four may
+    freeze, but the run stops after block 2, the last one worth freezing (0 and 2 hold nearly all the compute)."""
+    return nn.Sequential(nn.Conv1d(4, 16, 17, padding=8), nn.BatchNorm1d(16), nn.Conv1d(16, 8, 17, padding=8),
+                         nn.BatchNorm1d(8), nn.Conv1d(8, 2, 3, padding=1), nn.Flatten(), nn.Linear(64, 3))
+
+
+def test_the_name_and_the_predicted_end_are_where_the_cost_rule_stops_the_run() -> None:
+    torch.manual_seed(0)
+    model = _uneven()
+    af = auto_freeze_option(model, profile_model(model, (4, 4, 32)), 10**9)
+    assert af is not None and (af.cap, af.max_frozen, af.blocks) == (4, 3, 6)
+    assert af.name == "full fine-tuning, auto-freeze (up to 3 of 6 blocks, through 2)"
+    assert af.stop_reason.startswith("the block after 2 that --auto-freeze-max 0.75 allows would save too little")
+    assert af.trainable_end == sum(p.numel() for p in model[3:].parameters())  # blocks 3, 4 and the head train
+    # every block flattens at once (threshold 1e9): the run freezes as far as its rule lets it
+    cfg = TrainConfig(data="synthetic:16", input_shape=(4, 32), num_classes=3, batch_size=4, steps=8, device="cpu",
+                      seed=0, optimizer="sgd", auto_freeze=True, auto_freeze_every=2, auto_freeze_threshold=1e9,
+                      cache_frozen="off")
+    t = Trainer(cfg, model=model)
+    seen = list(t.steps())
+    assert t.result is not None and t.result.ok, t.result and t.result.message
+    assert seen[-1].trainable_params == af.trainable_end
+    assert t.result.summary["auto_freeze"]["frozen_blocks"] == af.max_frozen
+    assert advise(model, 10**9, (4, 4, 32)).to_dict()["auto_freeze"]["max_frozen"] == af.max_frozen

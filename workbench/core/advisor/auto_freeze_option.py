@@ -2,16 +2,21 @@
 
 An auto-freeze run starts as full fine-tuning (so its peak memory is full fine-tuning's: the
 first steps reach it before anything freezes) and, as the blocks' gradient norms flatten,
-freezes the front-most blocks, up to ``auto_freeze_max`` of them (the blocks the training
-engine uses: :func:`~workbench.core.training.fsdp.block_paths`), together with what runs
-before the first block. Its step time falls from full fine-tuning's to that of the plan it
-ends in, and further once the frozen-prefix cache serves that plan (after an epoch). The
-prediction is the two ends of that range; where in it a run ends depends on the data.
+freezes the front-most blocks (the blocks the training engine uses:
+:func:`~workbench.core.training.fsdp.block_paths`), together with what runs before the first
+block. It stops at ``auto_freeze_max`` of them, or earlier, after the last block worth freezing
+(:func:`~workbench.core.training.auto_freeze.worth_freezing`: a block holding at least half an
+even share of the compute). The advisor prices the blocks as the run does, with the same count
+(:class:`~workbench.core.training.auto_freeze_cost.BlockCosts`) on the multiply-accumulates its
+shape-only pass recorded (:attr:`~workbench.core.advisor.profile.ModelProfile.module_macs`), so
+the blocks the candidate's name says it freezes are the most the run can freeze. Its step time
+falls from full fine-tuning's to that of the plan it ends in, and further once the frozen-prefix
+cache serves that plan (after an epoch). The prediction is the two ends of that range; where in
+it a run ends depends on the data.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,8 +35,10 @@ class AutoFreezeOption:
 
     Attributes:
         blocks: the model's blocks as the engine finds them.
-        max_frozen: blocks it may freeze (``floor(max_fraction * blocks)``).
+        max_frozen: blocks it may freeze: ``floor(max_fraction * blocks)`` of them, through the last
+            one worth freezing.
         last_frozen: the last block it may freeze.
+        cap: blocks ``max_fraction`` alone would let it freeze (``floor(max_fraction * blocks)``).
         peak_bytes: predicted peak memory (full fine-tuning's: reached before anything freezes).
         fits: the peak is within the budget.
         trainable_start: parameters trained at the start (all).
@@ -56,11 +63,22 @@ class AutoFreezeOption:
     cached_step_ratio_end: float | None
     cache_row_bytes: int | None
     max_fraction: float
+    cap: int
 
     @property
     def name(self) -> str:
         """For people: ``full fine-tuning, auto-freeze (up to 6 of 8 blocks, through layer3.1)``."""
         return f"full fine-tuning, auto-freeze (up to {self.max_frozen} of {self.blocks} blocks, through {self.last_frozen})"
+
+    @property
+    def stop_reason(self) -> str:
+        """Why it stops where it does, for a tooltip or a note: the maximum, or the blocks after it saving too little."""
+        rest = self.cap - self.max_frozen
+        if rest:
+            what = "the block" if rest == 1 else f"the {rest} blocks"
+            return (f"{what} after {self.last_frozen} that --auto-freeze-max {self.max_fraction:g} allows would save "
+                    f"too little to freeze (each under half an even share of the compute)")
+        return f"the most --auto-freeze-max {self.max_fraction:g} allows"
 
     def to_dict(self) -> dict[str, Any]:
         """The ``auto_freeze`` entry of ``workbench advise --json``."""
@@ -69,6 +87,7 @@ class AutoFreezeOption:
             "train": {"auto_freeze": True, "auto_freeze_max": self.max_fraction},
             "blocks": self.blocks,
             "max_frozen": self.max_frozen,
+            "stops": self.stop_reason,
             "predicted": {
                 "peak_bytes": self.peak_bytes,
                 "step_ratio": [round(self.step_ratio_start, 4), round(self.step_ratio_end, 4)],
@@ -109,14 +128,20 @@ def auto_freeze_option(
         max_fraction: ``TrainConfig.auto_freeze_max``.
 
     Returns:
-        The prediction, or None when the model has fewer than two blocks or the fraction
-        allows none to freeze.
+        The prediction, or None when the model has fewer than two blocks, the fraction allows
+        none to freeze, or none it allows is worth freezing.
     """
+    from workbench.core.training.auto_freeze import front_modules, max_frozen_blocks, worth_freezing
+    from workbench.core.training.auto_freeze_cost import BlockCosts
     from workbench.core.training.fsdp import block_paths
 
     blocks = block_paths(model)
-    max_frozen = int(math.floor(max_fraction * len(blocks) + 1e-9))
-    if len(blocks) < 2 or max_frozen < 1:
+    cap = max_frozen_blocks(max_fraction, len(blocks))
+    if len(blocks) < 2 or cap < 1:
+        return None
+    costs = BlockCosts(model, blocks, front_modules(model, blocks[0]), counts=profile.module_macs)
+    max_frozen = len(worth_freezing(blocks[:cap], costs))  # where the run stops: the cap, or the last block worth it
+    if max_frozen < 1:
         return None
     everything = [p.name for p in profile.params]
     frozen = _frozen_at_end(model, blocks, max_frozen)
@@ -134,5 +159,5 @@ def auto_freeze_option(
         fits=peak <= budget_bytes, trainable_start=sum(sizes.values()), trainable_end=sum(sizes[n] for n in end),
         step_ratio_start=1.0, step_ratio_end=step_flops(profile, end, optimizer) / full_flops,
         cached_step_ratio_end=cached / full_flops if cached is not None else None,
-        cache_row_bytes=cache_row_bytes(profile, end), max_fraction=max_fraction,
+        cache_row_bytes=cache_row_bytes(profile, end), max_fraction=max_fraction, cap=cap,
     )

@@ -36,6 +36,7 @@ from workbench.core.advisor.meta_kernels import fast_meta_kernel
 from workbench.core.errors import WorkbenchError
 from workbench.core.models.meta_copy import Checkpoint, meta_copy
 from workbench.core.models.tree import is_batchnorm
+from workbench.core.training.auto_freeze_cost import counts_macs, module_macs
 from workbench.core.training.data import text_task_of
 
 __all__ = [
@@ -209,6 +210,9 @@ class ModelProfile:
             nbytes, saves)``: the op that made it, the last op that read it, its bytes and
             the op positions whose backward saved it (what a frozen forward keeps alive
             between ops: inputs of later ops, residual branches, outputs not yet consumed).
+        module_macs: multiply-accumulates per module path on the pass, as auto-freeze counts them on a run's
+            first forward (:func:`~workbench.core.training.auto_freeze_cost.module_macs`, for the modules
+            :func:`~workbench.core.training.auto_freeze_cost.counts_macs` takes).
     """
 
     input_shape: InputShape
@@ -220,6 +224,7 @@ class ModelProfile:
     module_order: list[str] = field(default_factory=list)
     bn_eval: bool = False
     transients: list[tuple[int, int, int, tuple[int, ...]]] = field(default_factory=list)
+    module_macs: dict[str, int] = field(default_factory=dict)
 
     @property
     def param_bytes(self) -> int:
@@ -587,6 +592,7 @@ def profile_model(
         return t
 
     hooks = []
+    macs: dict[str, int] = {}
     for path, mod in meta.named_modules():
         tick()
         if bn_eval and is_batchnorm(mod):
@@ -597,9 +603,11 @@ def profile_model(
             first_seen.setdefault(path, len(recorder.ops))
             recorder.stack.append(path)
 
-        def post(_m: nn.Module, _a: Any, o: Any, path: str = path) -> None:
+        def post(m: nn.Module, a: Any, o: Any, path: str = path, counted: bool = counts_macs(mod)) -> None:
             tick()
             recorder.stack.pop()
+            if counted:
+                macs[path] = macs.get(path, 0) + module_macs(m, a, o)
             if outputs is not None:
                 outputs(path, o)
 
@@ -655,4 +663,5 @@ def profile_model(
         module_order=sorted(first_seen, key=lambda p: first_seen[p]),
         transients=[(c, u, b, tuple(saved[k][1]) if k in saved else ()) for k, (c, u, b) in recorder.made.items()],
         bn_eval=bn_eval,
+        module_macs=macs,
     )

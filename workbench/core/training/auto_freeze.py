@@ -61,7 +61,7 @@ from workbench.core.training.auto_freeze_cost import BlockCosts
 from workbench.core.training.module_stats import ModuleStats
 
 __all__ = ["AUTO_EVERY_FLOOR", "AUTO_EVERY_SHARE", "PLAN_FILE", "WORTH_SHARE", "AutoFreezeDecision", "AutoFreezer",
-           "auto_interval", "front_paths"]
+           "auto_interval", "front_modules", "front_paths", "max_frozen_blocks", "worth_freezing"]
 
 #: The file the decisions are written to, in the run's save folder.
 PLAN_FILE = "auto_freeze.plan.json"
@@ -89,6 +89,39 @@ def auto_interval(total_steps: int | None) -> int:
     if not total_steps or total_steps < 1:
         return AUTO_EVERY_UNKNOWN
     return max(AUTO_EVERY_FLOOR, round(total_steps * AUTO_EVERY_SHARE))
+
+
+def max_frozen_blocks(max_fraction: float, blocks: int) -> int:
+    """The most blocks auto-freeze may freeze: ``floor(max_fraction * blocks)``.
+
+    Args:
+        max_fraction: ``TrainConfig.auto_freeze_max``.
+        blocks: the model's blocks.
+
+    Returns:
+        The count (0 when the fraction allows none).
+    """
+    return int(math.floor(max_fraction * blocks + 1e-9))
+
+
+def worth_freezing(run: list[str], costs: BlockCosts) -> list[str]:
+    """``run`` through its last block worth freezing: one that holds at least :data:`WORTH_SHARE` of an even
+    share of the compute (``1 / len(costs.blocks)``); all of ``run`` while the costs are not counted.
+
+    Auto-freeze never freezes past that block; the advisor's auto-freeze candidate ends there too.
+
+    Args:
+        run: consecutive blocks from the front, in order.
+        costs: the model's counted compute shares.
+
+    Returns:
+        A prefix of ``run`` (empty: none of it is worth freezing).
+    """
+    if not costs.known:
+        return run
+    least = WORTH_SHARE / len(costs.blocks)
+    worth = [i for i, b in enumerate(run) if costs.share(b) >= least]
+    return run[: worth[-1] + 1] if worth else []
 
 
 @dataclass
@@ -138,6 +171,20 @@ def front_paths(model: nn.Module, first_block: str) -> list[str]:
     return out
 
 
+def front_modules(model: nn.Module, first_block: str) -> list[str]:
+    """The modules of :func:`front_paths` (its ``param:`` selectors left out): what :class:`BlockCosts`
+    prices as the front.
+
+    Args:
+        model: the model.
+        first_block: the first block's path.
+
+    Returns:
+        Module paths.
+    """
+    return [p for p in front_paths(model, first_block) if not p.startswith("param:")]
+
+
 class AutoFreezer:
     """Decides, from measured gradient norms, which front blocks to freeze.
 
@@ -172,15 +219,14 @@ class AutoFreezer:
         self.blocks = list(blocks)
         self.every = every
         self.threshold = threshold
-        self.max_blocks = int(math.floor(max_fraction * len(blocks) + 1e-9))
+        self.max_blocks = max_frozen_blocks(max_fraction, len(blocks))
         self.decisions: list[AutoFreezeDecision] = []
         self._window: dict[str, list[float]] = {}
         self._previous: dict[str, float] = {}
         self._front_done = False
         self._events: list[str] = []
         #: each block's share of the compute, counted on the model's first forward pass
-        self.costs = BlockCosts(model, self.blocks, [p for p in front_paths(model, self.blocks[0])
-                                                     if not p.startswith("param:")])
+        self.costs = BlockCosts(model, self.blocks, front_modules(model, self.blocks[0]))
         #: a block is worth freezing when it holds at least this share of the compute
         self.min_share = WORTH_SHARE / len(self.blocks)
 
@@ -234,7 +280,7 @@ class AutoFreezer:
         previous, self._previous, self._window = self._previous, means, {}
         start = self.frozen_blocks()
         left = self.blocks[start : self.max_blocks]
-        limit = start + len(self._worth_freezing(left))  # nothing after the last block worth freezing
+        limit = start + len(worth_freezing(left, self.costs))  # nothing after the last block worth freezing
         if left and limit == start:
             self._say(step, f"nothing more worth freezing: {_span(left)} would save {_pct(self._saving(left))} of the "
                             f"step's compute ({self._little()})")
@@ -274,14 +320,6 @@ class AutoFreezer:
         self.decisions.append(AutoFreezeDecision(step + 1, chosen, {b: changes[b] for b in chosen},
                                                  saves if self.costs.known else None))
         return new
-
-    def _worth_freezing(self, run: list[str]) -> list[str]:
-        """``run`` through its last block worth freezing, one that holds at least :data:`WORTH_SHARE` of an
-        even share of the compute (all of ``run`` while the costs are not counted)."""
-        if not self.costs.known:
-            return run
-        worth = [i for i, b in enumerate(run) if self.costs.share(b) >= self.min_share]
-        return run[: worth[-1] + 1] if worth else []
 
     def _saving(self, blocks: list[str], front: bool = False) -> float:
         """The share of the step's compute freezing ``blocks`` saves (and what runs before the first block)."""

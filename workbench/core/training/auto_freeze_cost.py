@@ -29,13 +29,25 @@ every further freeze saves at most 3 % of a step.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["BlockCosts", "module_macs"]
+__all__ = ["BlockCosts", "counts_macs", "module_macs"]
+
+
+def counts_macs(module: nn.Module) -> bool:
+    """Whether :class:`BlockCosts` counts a module's calls: a leaf, or a module with parameters of its own.
+
+    Args:
+        module: the module.
+
+    Returns:
+        True for the modules whose :func:`module_macs` make up the model's total.
+    """
+    return not any(True for _ in module.children()) or any(True for _ in module.parameters(recurse=False))
 
 
 def module_macs(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> int:
@@ -56,11 +68,13 @@ def module_macs(module: nn.Module, inputs: tuple[Any, ...], output: Any) -> int:
     """
     out = _numel(output)
     weight = getattr(module, "weight", None)
+    # one filter's elements from the shape alone: no tensor op runs (the advisor counts inside a dispatch mode)
+    per_filter = weight.numel() // weight.shape[0] if isinstance(weight, torch.Tensor) and weight.dim() and weight.shape[0] else 0
     if isinstance(module, nn.modules.conv._ConvTransposeNd) and isinstance(weight, torch.Tensor):
         first = inputs[0] if inputs and isinstance(inputs[0], torch.Tensor) else None
-        return (first.numel() if first is not None else 0) * int(weight[0].numel())
+        return (first.numel() if first is not None else 0) * per_filter
     if isinstance(module, nn.modules.conv._ConvNd) and isinstance(weight, torch.Tensor):
-        return out * int(weight[0].numel())  # (in / groups) x kernel per output element
+        return out * per_filter  # (in / groups) x kernel per output element
     if isinstance(module, nn.Linear):
         return out * module.in_features
     matrices = 0 if isinstance(module, (nn.Embedding, nn.EmbeddingBag)) else sum(  # a lookup multiplies nothing
@@ -98,6 +112,9 @@ class BlockCosts:
         blocks: the blocks to price, in execution order.
         front: modules that run before the first block (priced together as the front); any
             other module outside the blocks (a head) counts for the total only.
+        counts: MACs per module path already counted on a pass of the same model (the advisor's
+            shape-only pass, :attr:`~workbench.core.advisor.profile.ModelProfile.module_macs`):
+            priced from them at once, with no hooks; None: counted on the model's next forward.
 
     Attributes:
         macs: per block, the MACs of its leaves on the counted pass (empty until then).
@@ -105,16 +122,23 @@ class BlockCosts:
         total: MACs of every leaf of the model on that pass (0 until then).
     """
 
-    def __init__(self, model: nn.Module, blocks: list[str], front: list[str] | None = None) -> None:
+    def __init__(self, model: nn.Module, blocks: list[str], front: list[str] | None = None,
+                 counts: Mapping[str, int] | None = None) -> None:
         self.blocks = list(blocks)
         self.macs: dict[str, int] = {}
         self.front_macs = 0
         self.total = 0
         self._seen: dict[str, int] = {}
         owners = {name: _owner(name, [*self.blocks, *(front or [])]) for name, m in model.named_modules()
-                  if not any(m.children()) or any(True for _ in m.parameters(recurse=False))}
-        self._handles = [model.get_submodule(name).register_forward_hook(self._hook(name)) for name in owners]
+                  if counts_macs(m)}
         self._owners = owners
+        self._handles: list[Any] = []
+        self._done: Any = None
+        if counts is not None:
+            self._seen = {name: counts[name] for name in owners if counts.get(name)}
+            self._finish()
+            return
+        self._handles = [model.get_submodule(name).register_forward_hook(self._hook(name)) for name in owners]
         self._done = model.register_forward_hook(lambda *_: self._finish())
 
     def _hook(self, name: str) -> Callable[[nn.Module, tuple[Any, ...], Any], None]:
@@ -141,8 +165,9 @@ class BlockCosts:
     def close(self) -> None:
         """Remove the hooks (what was counted so far is kept for :meth:`_finish`)."""
         for h in (*self._handles, self._done):
-            h.remove()
-        self._handles = []
+            if h is not None:
+                h.remove()
+        self._handles, self._done = [], None
 
     @property
     def known(self) -> bool:

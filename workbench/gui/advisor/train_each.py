@@ -116,7 +116,7 @@ def auto_freeze_cells(option: AutoFreezeOption) -> tuple[list[str], list[str]]:
     trainable = f"{fmt_count(option.trainable_start)}–{fmt_count(option.trainable_end)}"
     texts = [option.name, fmt_memory(option.peak_bytes), ratio, trainable, "yes" if option.fits else "no", "", ""]
     tips = ["Full fine-tuning with auto-freeze on (a training setting, not a plan): Apply makes every parameter "
-            "trainable and turns auto-freeze on in the training options",
+            f"trainable and turns auto-freeze on in the training options. It stops there: {option.stop_reason}",
             "Full fine-tuning's peak: the first steps reach it before anything freezes",
             "From full fine-tuning's step at the start to the step once the front blocks froze",
             "Trained at the start, and once the front blocks froze", "", "Measure leaves auto-freeze out", ""]
