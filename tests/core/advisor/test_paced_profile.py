@@ -10,7 +10,7 @@ import pytest
 from torch import nn
 
 from workbench.core.advisor.activations import Pacer, ProfileCancelledError, output_shapes, profile_activations
-from workbench.core.advisor.profile import meta_copy
+from workbench.core.advisor.profile import meta_copy, paced_train
 
 
 def _net() -> nn.Module:
@@ -114,3 +114,30 @@ def test_in_place_profiles_a_meta_copy_without_copying_it_again() -> None:
     copying = Pacer(slice_s=600.0)
     profile_activations(model, 2, 16, checkpoint=copying)
     assert copying.steps > pacer.steps  # the copy's checkpoints
+
+
+class _KeepsNormInEval(nn.Module):
+    """A block whose own train() leaves its norm in eval mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+        self.norm = nn.BatchNorm2d(3)
+
+    def train(self, mode: bool = True) -> _KeepsNormInEval:
+        super().train(mode)
+        self.norm.eval()
+        return self
+
+
+def test_paced_train_sets_the_modes_train_sets_and_calls_the_checkpoint_per_module() -> None:
+    def build() -> nn.Module:
+        return nn.Sequential(nn.Conv2d(3, 3, 1), _KeepsNormInEval(), nn.Sequential(nn.Dropout(), _KeepsNormInEval()))
+
+    plain, paced = build().eval(), build().eval()
+    plain.train()
+    calls: list[int] = []
+    paced_train(paced, lambda: calls.append(1))
+    assert [m.training for m in paced.modules()] == [m.training for m in plain.modules()]
+    assert not paced[1].norm.training and paced[2][1].conv.training
+    assert len(calls) == len(list(paced.modules()))

@@ -43,8 +43,10 @@ from workbench.core.advisor.profile import (
     batch_text,
     meta_batch,
     meta_copy,
+    paced_train,
     profile_model,
 )
+from workbench.core.models.meta_copy import no_checkpoint
 
 __all__ = [
     "ActivationProfile",
@@ -286,9 +288,9 @@ def output_shapes(model: nn.Module, input_shape: InputShape, *, dtype: torch.dty
     Raises:
         AdvisorError: the model cannot run on the meta device with that input.
     """
-    tick = checkpoint if checkpoint is not None else _nothing
+    tick = checkpoint if checkpoint is not None else no_checkpoint
     meta = meta_copy(model, checkpoint)
-    meta.train()
+    paced_train(meta, tick)
     if dtype is None:
         dtype = next((p.dtype for p in meta.parameters() if p.is_floating_point()), torch.float32)
     record = _Outputs()
@@ -319,10 +321,6 @@ def output_shapes(model: nn.Module, input_shape: InputShape, *, dtype: torch.dty
         for h in hooks:
             h.remove()
     return record.shapes, record.nbytes
-
-
-def _nothing() -> None:
-    return None
 
 
 def profile_activations(

@@ -47,6 +47,7 @@ from workbench.core.advisor.activations import (
     unfrozen_param_names,
 )
 from workbench.core.advisor.profile import DictBatch, batch_template, meta_copy
+from workbench.core.collector import collector_paused
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes
 from workbench.core.training.config import TrainConfig
@@ -224,6 +225,7 @@ class ActivationEstimator(QObject):
         lock = self._c.model_lock
         _, _, batch, size, bn_eval, text = key
 
+        @collector_paused()  # the copy's objects are freed before the collector sees them (see collector.py)
         def run() -> ActivationProfile:
             sample = _data_sample(size) if isinstance(size, tuple) and size[:1] == (_DATA,) else None
             with lock:  # the meta copy reads the module tree
