@@ -204,3 +204,40 @@ def test_decisions_are_plan_changes_and_their_plan_reruns_the_run(tmp_path: Path
     assert len(again) == len(losses)
     for a, b in zip(losses, again):
         assert math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-6), (losses, again)
+
+
+def test_nothing_is_decided_at_the_runs_last_step() -> None:
+    """A freeze decided at the last step would apply to no step: that evaluation is skipped, and the step before
+    says so."""
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    auto = AutoFreezer(model, ["0", "1"], every=3, threshold=0.1, max_fraction=1.0, total_steps=6)
+    plan = FreezePlan()
+    lines = []
+    for step in range(6):
+        auto.observe(_stats(step, {"0": 1.0, "1": 1.0}))  # flat from the start: the second window would freeze both
+        assert auto.decide(step, plan) is None, step
+        lines += auto.take_events()
+    assert auto.decisions == [] and auto.summary()["frozen_blocks"] == 0
+    assert lines == ["auto-freeze, step 3: first window measured (2 blocks); the next evaluation compares with it",
+                     "auto-freeze, step 5: the evaluation due at step 6 is skipped: it is the run's last step, where a "
+                     "freeze would train no step"]
+    longer = AutoFreezer(model, ["0", "1"], every=3, threshold=0.1, max_fraction=1.0, total_steps=7)
+    for step in range(6):
+        longer.observe(_stats(step, {"0": 1.0, "1": 1.0}))
+        new = longer.decide(step, plan)
+    assert new is not None and [d.at_step for d in longer.decisions] == [6]  # step 6 of 7 freezes for the last one
+
+
+def test_a_run_whose_last_step_is_an_evaluation_reports_no_freeze(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    cfg = TrainConfig(data="synthetic:8", input_shape=(4,), num_classes=2, batch_size=2, steps=4, device="cpu",
+                      seed=0, optimizer="sgd", auto_freeze=True, auto_freeze_every=2, auto_freeze_threshold=1e9,
+                      save_dir=str(tmp_path / "run"))
+    t = Trainer(cfg, model=nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 2)))
+    seen = list(t.steps())
+    assert t.result is not None and t.result.ok, t.result and t.result.message
+    assert t.result.summary["auto_freeze"]["decisions"] == [] and seen[-1].trainable_params == seen[0].trainable_params
+    assert FreezePlan.load(tmp_path / "run" / PLAN_FILE).stages == []
+    events = [e for m in seen for e in m.events if e.startswith("auto-freeze")]
+    assert events[-1] == ("auto-freeze, step 3: the evaluation due at step 4 is skipped: it is the run's last step, "
+                          "where a freeze would train no step")

@@ -218,6 +218,7 @@ class AutoFreezer:
         self.model = model
         self.blocks = list(blocks)
         self.every = every
+        self.total_steps = total_steps if total_steps and total_steps > 0 else None
         self.threshold = threshold
         self.max_blocks = max_frozen_blocks(max_fraction, len(blocks))
         self.decisions: list[AutoFreezeDecision] = []
@@ -272,10 +273,18 @@ class AutoFreezer:
 
         Returns:
             ``plan`` plus a stage at ``step + 1`` freezing the next flattened front blocks,
-            or None.
+            or None. Never at the run's last step (a stage after it would apply to no step):
+            the step before says that evaluation is skipped.
         """
-        if (step + 1) % self.every:
-            return None
+        last = self.total_steps is not None and step + 1 >= self.total_steps
+        new = None if last or (step + 1) % self.every else self._evaluate(step, plan)
+        if self.total_steps is not None and step + 2 == self.total_steps and self.total_steps % self.every == 0:
+            self._say(step, f"the evaluation due at step {self.total_steps} is skipped: it is the run's last step, "
+                            "where a freeze would train no step")
+        return new
+
+    def _evaluate(self, step: int, plan: FreezePlan) -> FreezePlan | None:
+        """An evaluation at the end of ``step`` (see :meth:`decide`)."""
         means = {b: sum(v) / len(v) for b, v in self._window.items() if v}
         previous, self._previous, self._window = self._previous, means, {}
         start = self.frozen_blocks()
