@@ -21,9 +21,10 @@ from torch import Tensor, nn
 
 from workbench.core.advisor.candidates import Candidate
 from workbench.core.advisor.profile import AdvisorError, meta_copy
+from workbench.core.freezing.plan_handle import AppliedPlan
 from workbench.core.freezing.reparam.low_rank import CHILD, VARIANTS, LowRankDelta, add_fused, geometry, layer_kind
 
-__all__ = ["adapted_meta_copy", "full_rank_names"]
+__all__ = ["adapted_meta_copy", "fixed_beside_bytes", "full_rank_names"]
 
 
 def _selected(paths: list[str], select: str) -> list[str]:
@@ -106,3 +107,30 @@ def full_rank_names(model: nn.Module, candidate: Candidate) -> tuple[set[str], s
     trains = {n for n, p in meta.named_parameters() if p.requires_grad}
     anchored = {n.removesuffix(".A") for h in applied.installed("reparam").values() for n, _ in h.fixed()}
     return trains, anchored
+
+
+def fixed_beside_bytes(meta: nn.Module, applied: AppliedPlan) -> int:
+    """Bytes of the fixed tensors an applied plan keeps beside the model: fused A+B's copies ``A``, held by the
+    plan's handles rather than by a parameter or buffer of the model (exact mode's ``A`` is a buffer of its
+    parametrization, counted with the model's buffers).
+
+    Args:
+        meta: the model the plan was applied to (meta tensors are fine).
+        applied: what :meth:`~workbench.core.plan.rules.FreezePlan.apply` returned for it.
+
+    Returns:
+        The bytes, each storage once.
+    """
+    held = {_storage(t) for t in (*meta.parameters(), *meta.buffers())}
+    extra: dict[int, int] = {}
+    for handle in applied.installed("reparam").values():
+        for _, t in handle.fixed():
+            key = _storage(t)
+            if key not in held:
+                extra[key] = t.untyped_storage().nbytes()
+    return sum(extra.values())
+
+
+def _storage(t: Tensor) -> int:
+    """The identity of a tensor's storage."""
+    return int(t.untyped_storage()._cdata)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from workbench.core.advisor.adapters import adapted_meta_copy, full_rank_names
+from workbench.core.advisor.adapters import adapted_meta_copy, fixed_beside_bytes, full_rank_names
 from workbench.core.advisor.auto_freeze_option import AutoFreezeOption, auto_freeze_option
 from workbench.core.advisor.candidates import DORA_RANKS, LOW_RANKS, Candidate, generate_candidates, trainable_names
 from workbench.core.advisor.front import Point, choose, pareto_front
@@ -308,7 +308,8 @@ def predict_plan(
     """Predict the peak memory of a training step of ``model`` under any freeze plan.
 
     The plan is applied to a meta copy (A+B, low rank and all), and the pass is profiled with
-    exactly the parameters the plan trains.
+    exactly the parameters the plan trains; what the plan keeps beside the model (fused A+B's
+    fixed copies ``A``) counts with the weights.
 
     Args:
         model: the model (any device; not changed).
@@ -326,10 +327,12 @@ def predict_plan(
     """
     meta = meta_copy(model)
     bn_eval = any(getattr(r, "bn_eval", None) for r in plan.rules)
-    plan.apply(meta)
+    applied = plan.apply(meta)
     names = {n for n, p in meta.named_parameters() if p.requires_grad}
+    beside = fixed_beside_bytes(meta, applied)  # fused A+B's copies A: in the plan's handles, not in the model
     prof = profile_model(meta, input_shape, bn_eval=bn_eval, trainable=names, in_place=True, device_type=device_type)
-    return estimate_memory(prof, names, optimizer=optimizer, amp=amp, device_type=device_type)
+    mem = estimate_memory(prof, names, optimizer=optimizer, amp=amp, device_type=device_type)
+    return replace(mem, weights=mem.weights + beside, peak=mem.peak + beside) if beside else mem
 
 
 def step_ratio_noise(rows: Sequence[tuple[str, Measured | None]]) -> list[str]:
