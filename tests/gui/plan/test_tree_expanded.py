@@ -21,6 +21,7 @@ from workbench.core.training.module_stats import ModuleStats
 from workbench.gui.main_window import MainWindow
 from workbench.gui.model_loading import loaded_from_model
 from workbench.gui.plan.tree_columns import column_index
+from workbench.gui.plan.tree_expand import SLICE_MS
 from workbench.gui.plan.tree_model import LIVE_COLUMNS, PATH_ROLE, SEARCH_TEXT_ABOVE, ModuleTreeModel
 from workbench.gui.plan.tree_view import EXPAND_AT_ONCE_BELOW
 
@@ -135,6 +136,7 @@ def test_many_matches_are_expanded_in_slices(window: MainWindow, qtbot: Any) -> 
     window.filter_edit.setText("0")  # every block with a 0 in its name, and each block's first leaf
     window.plan_actions.apply_filter()
     assert expander.busy  # the rest from the event loop
+    expander.slice_ms = SLICE_MS  # the rest in the app's own slices: one row a slice relays the view out per row
     top = window.proxy.index(0, 0)
     assert window.view.isExpanded(top)  # the top is shown at once
     qtbot.waitUntil(lambda: not expander.busy, timeout=ms(GUI_EVENT_S))
