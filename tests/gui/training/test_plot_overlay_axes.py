@@ -95,3 +95,15 @@ def test_the_trainable_axis_counts_the_compared_runs_in_millions(qtbot: Any, sho
     assert panel.title_text("trainable") == "Trainable parameters (M)"
     _x, y = panel.overlays["u"].curves["trainable"].getData()
     assert np.allclose(y, 3.0)
+
+
+def test_a_plot_shown_after_the_run_ended_fits_its_y_range(qtbot: Any, shown_plots: Any) -> None:
+    panel = shown_plots(500, 700)  # narrow: the default set leaves the learning rate out
+    assert "lr" not in panel.shown_keys
+    constant = [dict(m, lr=[1e-3], lr_scales=[1.0]) for m in _records(40, 1e-3, 1000)]
+    panel.show_record(RunRecord(id="c", name="#1 c", status="completed"), constant)
+    qtbot.wait(20)
+    panel.resize(1600, 900)  # wide enough for every plot: nothing is drawn again after the run
+    qtbot.waitUntil(lambda: "lr" in panel.shown_keys)
+    lo, hi = panel.y_range("lr")
+    assert lo < 1e-3 < hi and hi - lo < 1e-3  # around the learning rate, not pyqtgraph's 0..1

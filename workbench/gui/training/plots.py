@@ -592,6 +592,7 @@ class PlotsPanel(QWidget):
             self._layout = layout
             self.columns = plot_grid.place(grid, self.plots, self.readout, self.shown_keys, w, self.columns,
                                            self.enlarged)
+            self.axes.fit_y()  # a plot shown just now was left out while hidden (a run that ended draws no more)
         self._fit_legends()
 
     def _check_shown_actions(self) -> None:
