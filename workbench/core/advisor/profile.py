@@ -434,6 +434,11 @@ def tensors_in(tree: Any) -> list[torch.Tensor]:
     return out
 
 
+def _in_parametrization(path: str) -> bool:
+    """Whether a module path lies in a ``torch.nn.utils.parametrize`` parametrization (``conv.parametrizations.weight.0``)."""
+    return ".parametrizations." in f".{path}."
+
+
 class _Recorder(TorchDispatchMode):
     """Counts ops, their FLOPs and the parameters they read, and which module ran them."""
 
@@ -445,6 +450,9 @@ class _Recorder(TorchDispatchMode):
         self.ops: list[OpRecord] = []
         #: storage key -> [created op, last op that read it, bytes]; storages kept referenced
         self.made: dict[int, list[int]] = {}
+        #: storage key -> the parameters a parametrization computed it from (exact A+B's ``W = A + B``): an op
+        #: that reads it reads them, so its weight gradient counts (the gradient reaches them through it)
+        self.derived: dict[int, tuple[str, ...]] = {}
         self._keep: list[Any] = []
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -454,11 +462,16 @@ class _Recorder(TorchDispatchMode):
         if out is None:
             out = func(*args, **kwargs)
         flat_in = tensors_in((args, kwargs))
-        in_storages = {_key(a) for a in flat_in}
+        keys = [_key(a) for a in flat_in]
+        in_storages = set(keys)
         params = tuple(dict.fromkeys(
-            self.param_storages[k] for k in (_key(a) for a in flat_in) if k in self.param_storages
+            n for k in keys
+            for n in ((self.param_storages[k],) if k in self.param_storages else self.derived.get(k, ()))
         ))
         outs = tensors_in(out)
+        if params and _in_parametrization(self.stack[-1]):  # a weight computed from parameters
+            for t in outs:
+                self.derived[_key(t)] = params
         new = [t for t in outs if _key(t) not in in_storages]
         here = len(self.ops)
         for k in in_storages:
@@ -663,16 +676,17 @@ def profile_model(
         for h in hooks:
             h.remove()
     uses: dict[str, list[int]] = {}
+    computing: dict[str, list[int]] = {}  # reads by a parametrization computing a weight: the layer's read counts
     for i, op in enumerate(recorder.ops):
         if op.params:
             tick()
         for n in op.params:
-            uses.setdefault(n, []).append(i)
+            (computing if _in_parametrization(op.module) else uses).setdefault(n, []).append(i)
     params = []
     for name in names.values():
         tick()
         p = meta.get_parameter(name)
-        u = uses.get(name)
+        u = uses.get(name) or computing.get(name)
         params.append(ParamRecord(name, name.rpartition(".")[0], p.numel(), _nbytes(p),
                                   u[0] if u else None, u[-1] if u else None))
     return ModelProfile(
