@@ -44,6 +44,9 @@ def test_no_option_where_nothing_can_freeze() -> None:
     assert auto_freeze_option(two, prof, 10**9, max_fraction=0.4) is None  # floor(0.4 * 2) = 0 blocks
     opt = auto_freeze_option(two, prof, 10**9)
     assert opt is not None and opt.max_frozen == 1 and opt.trainable_end == 4 * 2 + 2
+    # the two front layers it may freeze hold under 1 % of the compute: a run would freeze nothing
+    light_front = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 256), nn.Linear(256, 256))
+    assert auto_freeze_option(light_front, profile_model(light_front, (2, 2)), 10**9) is None
 
 
 def test_predicted_end_matches_what_a_run_freezes() -> None:
