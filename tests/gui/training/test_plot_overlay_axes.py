@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 from PySide6.QtGui import QImage, QPainter
 
+from tests.timeouts import GUI_EVENT_S, ms
 from workbench.core.runs.record import RunRecord
 from workbench.gui.training.plots import PlotsPanel
 
@@ -104,6 +105,6 @@ def test_a_plot_shown_after_the_run_ended_fits_its_y_range(qtbot: Any, shown_plo
     panel.show_record(RunRecord(id="c", name="#1 c", status="completed"), constant)
     qtbot.wait(20)
     panel.resize(1600, 900)  # wide enough for every plot: nothing is drawn again after the run
-    qtbot.waitUntil(lambda: "lr" in panel.shown_keys)
+    qtbot.waitUntil(lambda: "lr" in panel.shown_keys, timeout=ms(GUI_EVENT_S))
     lo, hi = panel.y_range("lr")
     assert lo < 1e-3 < hi and hi - lo < 1e-3  # around the learning rate, not pyqtgraph's 0..1
