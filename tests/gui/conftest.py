@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 from tests.timeouts import GUI_EVENT_S, ms
@@ -188,6 +189,16 @@ def dialogs(monkeypatch: pytest.MonkeyPatch) -> DialogRecorder:
         for name in names:
             monkeypatch.setattr(cls, name, _refuse)
     return rec
+
+
+@pytest.fixture(autouse=True)
+def collector_thawed() -> Iterator[None]:
+    """Hand back what a window froze: the controller freezes a loaded model's objects
+    (``gc.freeze``) and only its next load thaws them, so a later test in the same process (a
+    sweep or measurement that freezes its own, and checks it thawed them) would start frozen."""
+    yield
+    if gc.get_freeze_count():
+        gc.unfreeze()
 
 
 @pytest.fixture(autouse=True)

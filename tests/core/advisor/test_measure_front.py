@@ -63,10 +63,11 @@ def test_stop_ends_between_steps(advice_and_config):
     for a in advice.assessed:
         a.measured = None
     seen: list[int] = []
+    frozen = gc.get_freeze_count()  # 0 unless a test before this one froze objects in this process
     count = measure_front(advice, config, 2, on_result=lambda i, m: seen.append(i), stop=lambda: len(seen) >= 1)
     assert count == 1 == len(seen)
     assert sum(a.measured is not None for a in advice.front_assessed) == 1
-    assert gc.get_freeze_count() == 0  # the objects frozen for the measurement's collections are thawed
+    assert gc.get_freeze_count() == frozen  # the objects frozen for the measurement's collections are thawed
 
 
 def test_a_failing_candidate_thaws_the_frozen_objects(advice_and_config):
@@ -75,9 +76,27 @@ def test_a_failing_candidate_thaws_the_frozen_objects(advice_and_config):
     def fail(i: int, m: Measured) -> None:
         raise RuntimeError("caller's callback failed")
 
+    frozen = gc.get_freeze_count()
     with pytest.raises(RuntimeError, match="callback failed"):
         measure_front(advice, config, 1, on_result=fail)
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == frozen
+
+
+def test_objects_frozen_by_someone_else_stay_frozen(advice_and_config):
+    """The app freezes a loaded model's objects: a measurement keeps that freeze (thawing it would
+    make every later collection, a sweep's after each candidate, walk the whole process again)."""
+    advice, config = advice_and_config
+    mine = not gc.get_freeze_count()
+    held = [object()]  # a tracked container, frozen with the rest
+    gc.freeze()
+    try:
+        seen: list[int] = []
+        measure_front(advice, config, 1, on_result=lambda i, m: seen.append(i), stop=lambda: len(seen) >= 1)
+        assert seen and gc.get_freeze_count() > 0
+        assert not any(o is held for o in gc.get_objects())  # still in the permanent generation, not thawed
+    finally:
+        if mine:
+            gc.unfreeze()
 
 
 def test_peak_meter_sees_memory_freed_before_the_block_ends():

@@ -187,11 +187,15 @@ def _young_objects_only(fn: Callable[..., int]) -> Callable[..., int]:
     collection walks them all (0.1-0.3 s). Frozen after one last collection, they stay out of
     the collection before each candidate, which then walks only what was made since: the
     previous candidates' trainers, which is what it is there to free. Thawed when ``fn`` ends,
-    however it ends.
+    however it ends. Where something else froze objects already (the app freezes a loaded
+    model's objects), the collector is left as it is: thawing would hand that freeze back, and
+    every later collection (a sweep's after each candidate) would walk the whole process again.
     """
 
     @functools.wraps(fn)
     def run(*args: Any, **kwargs: Any) -> int:
+        if gc.get_freeze_count():
+            return fn(*args, **kwargs)
         gc.collect()
         gc.freeze()
         try:
