@@ -179,3 +179,36 @@ def test_csv_written_before_the_validation_columns_still_loads(tmp_path: Path):
     path.write_text("step,bogus\n1,2\n")
     with pytest.raises(MetricsError, match="unexpected CSV columns"):
         load_metrics(path)
+
+
+def test_an_exact_a_plus_b_runs_peak_counts_the_buffer_it_writes_w_into(monkeypatch: pytest.MonkeyPatch):
+    """Exact-mode full-rank A+B writes ``W = A + B`` into one weight-sized buffer per tensor, made at set-up and kept:
+    a tensor the run keeps between steps, so its measured peak (peak tensor bytes) holds it."""
+    from workbench.core.freezing.reparam.full import APlusB
+    from workbench.core.training import engine
+    from workbench.core.training import metrics as wmetrics
+    from workbench.core.training.config import TrainConfig
+    from workbench.core.training.data import synthetic_for_model
+
+    rules = [{"select": "*", "frozen": True}, {"select": "1", "frozen": False},
+             {"select": "0", "frozen": False, "reparam": {"kind": "a_plus_b", "a": "current", "b_init": "zeros",
+                                                          "mode": "exact"}}]
+
+    def run() -> tuple[int, int]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.Flatten(), nn.Linear(32 * 8 * 8, 4))
+        data = synthetic_for_model(model, 8, image_size=8, num_classes=4)
+        cfg = TrainConfig(plan={"rules": rules}, batch_size=2, optimizer="sgd", steps=2, device="cpu",
+                          allow_download=False).validate()
+        trainer = engine.Trainer(cfg, model=model, dataset=data)
+        trainer.setup()
+        peak = list(trainer.steps())[-1].mem_peak
+        buffers = [m._w for m in model.modules() if isinstance(m, APlusB) and m._w is not None]
+        assert peak is not None and len(buffers) == 2  # the convolution's weight and bias
+        return peak, sum(b.untyped_storage().nbytes() for b in buffers)
+
+    peak, buffer_bytes = run()
+    # the same run counting only the model's own tensors (the count before A+B's buffer was one of them)
+    monkeypatch.setattr(engine, "training_tensors", lambda m, o, a: wmetrics.training_tensors(m, o, None))
+    without, _ = run()
+    assert buffer_bytes == 4 * (32 * 3 * 9 + 32) and peak == without + buffer_bytes

@@ -14,7 +14,8 @@ naming the measure); :func:`fmt_memory` writes it the same way everywhere:
 - MPS: the largest ``torch.mps.current_allocated_memory`` sampled (driver memory as reserved);
 - CPU: **peak tensor bytes**: the most bytes of live tensor storages during a training step
   (:class:`LiveTensorBytes`, a dispatch mode that counts every storage an op creates and
-  subtracts it when it is freed), weights, buffers, gradients and optimizer state included:
+  subtracts it when it is freed), weights, buffers, gradients, optimizer state and what A+B
+  keeps beside the model (:func:`training_tensors`) included:
   the quantity the advisor predicts and its measurement reads. The mode costs Python work
   per op, so it watches the first :data:`TENSOR_STEPS` steps of the run and of each plan
   change (the step's memory repeats while the plan and the batch do), not every step. A run
@@ -655,12 +656,18 @@ def training_tensors(model: torch.nn.Module | None, optimizer: torch.optim.Optim
         model: the model (None: no tensors of its own).
         optimizer: its optimizer, or None.
         applied: the plan applied to the model (an ``AppliedPlan``), or None: the tensors its A+B
-            keeps beside the model count too (a fused full-rank ``A``).
+            keeps beside the model count too (a fused full-rank ``A``, the buffer exact mode
+            writes ``W = A + B`` into).
 
     Returns:
         The tensors (a storage may appear more than once).
     """
-    out: list[torch.Tensor] = [] if applied is None else [t for h in applied.installed().values() for _, t in h.fixed()]
+    out: list[torch.Tensor] = []
+    for h in applied.installed().values() if applied is not None else ():
+        out += [t for _, t in h.fixed()]
+        work = getattr(h, "work_buffers", None)  # A+B handles; sub-tensor freezing keeps none
+        if work is not None:
+            out += work()
     if model is not None:
         out += [*model.parameters(), *model.buffers()]
         out += [p.grad for p in model.parameters() if p.grad is not None]

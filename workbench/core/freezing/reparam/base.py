@@ -201,6 +201,11 @@ class DeltaHandle:
         """Tensors (full dotted names) that never train and must stay bit-identical."""
         raise NotImplementedError
 
+    def work_buffers(self) -> list[Tensor]:
+        """Tensors kept between steps outside the model's parameters and buffers that are neither
+        trained nor fixed (exact full-rank A+B's ``W``, rewritten each step); none by default."""
+        return []
+
     def acts_in(self) -> list[str]:
         """Where the trainable tensors act: the module A+B is on (exact mode computes its weight
         there; fused mode's forward hook on it adds B's path, its ``wb_lowrank`` child never runs)."""

@@ -165,6 +165,14 @@ class FullRankHandle(DeltaHandle):
             return [(f"{self.raw_prefix(n)}.0.A", self.a(n)) for n in self.names]
         return [(f"{self.param_path(n)}.A", self.a(n)) for n in self.names]
 
+    def work_buffers(self) -> list[Tensor]:
+        """Exact mode: the weight-sized buffer each parametrization writes ``W = A + B`` into, once made."""
+        m = self._module_ref()
+        if self.mode != "exact" or m is None:
+            return []
+        fns = [_parametrizations(m)[n][0] for n in self.names if parametrize.is_parametrized(m, n)]
+        return [f._w for f in fns if isinstance(f, APlusB) and f._w is not None]
+
     def _restore_value(self, name: str) -> Tensor | None:
         return self._orig[name] if name in self._orig else self.a(name)
 
