@@ -79,3 +79,28 @@ def test_a_built_model_keeps_its_spec() -> None:
     built = build_model(TrainConfig(model={"source": "timm", "name": "test_vit"}), FreezePlan())  # random init
     assert built.spec is not None and (built.spec.source, built.spec.name) == ("timm", "test_vit")
     assert built.weights_preset() is None and run_image_size(None, built.spec, built.model) == 160  # its pretrained_cfg
+
+
+
+def test_a_checkpoint_without_a_name_runs_and_exports_at_its_architectures_size(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the file names squeezenet1_1, given 299 px here: the run and its script ask run_image_size with that name
+    import dataclasses
+
+    from torchvision.models import squeezenet1_1
+
+    from workbench.core.models.checkpoints import save_checkpoint
+    from workbench.core.models.sources import SOURCES
+    from workbench.core.training.setup import build_model
+
+    row = SOURCES["torchvision"]
+    monkeypatch.setitem(SOURCES, "torchvision", dataclasses.replace(row, input_size=lambda n: 299 if n == "squeezenet1_1"
+                                                                     else row.input_size(n)))  # type: ignore[misc]
+    path = save_checkpoint(squeezenet1_1(num_classes=3), tmp_path / "net.pt", arch="squeezenet1_1")
+    config = TrainConfig(checkpoint=str(path), data="synthetic:4", steps=2)
+    built = build_model(config, FreezePlan())
+    assert built.spec is not None and built.spec.name is None and built.name == "squeezenet1_1"
+    assert build_dataset(config, built)[1] == 299
+    script = render_script(FreezePlan(), built.spec, config=config)
+    assert re.findall(r"^IMAGE_SIZE = (\d+)", script, re.MULTILINE) == ["299"]

@@ -166,7 +166,8 @@ def _task_of(config: TrainConfig, kind: str, model: nn.Module) -> str | None:
 
 
 def run_section(
-    config: TrainConfig, spec: ModelSpec, model: nn.Module, *, provided: bool = False, fit_always: bool = False
+    config: TrainConfig, spec: ModelSpec, model: nn.Module, *, provided: bool = False, fit_always: bool = False,
+    arch: str | None = None,
 ) -> RunSection:
     """The run's constants and data code for the script.
 
@@ -178,6 +179,8 @@ def run_section(
             head, as :func:`workbench.core.training.setup.fit_head` does.
         fit_always: the script builds the model without ``spec.num_classes`` (as the engine
             does) and gives the head the run's classes after it (a no-op when they agree).
+        arch: the architecture's name when it is not the spec's (a checkpoint's ``arch``), as
+            the engine's ``BuiltModel.name``.
 
     Returns:
         The section.
@@ -189,7 +192,7 @@ def run_section(
     out = RunSection()
     kind = _kind(config.data)
     task = _task_of(config, kind, model)
-    image_size = run_image_size(config.image_size, spec, model)  # the engine's
+    image_size = run_image_size(config.image_size, spec, model, arch)  # the engine's
     seq_len = run_seq_len(model, config.seq_len, config.data)
     head_now = spec.num_classes or current_num_classes(model)
     if kind == "synthetic":

@@ -291,7 +291,7 @@ def render_script(
         if not arch and model_spec.from_checkpoint_file:  # every other spec has a name
             raise ExportError("the model spec has no architecture name; give the torchvision model name")
     check_plain(model)
-    run = run_section(config, model_spec, model, provided=provided, fit_always=as_engine)
+    run = run_section(config, model_spec, model, provided=provided, fit_always=as_engine, arch=arch)
     trained = _with_head(model, run.head_classes)  # the model the run trains: its tables and counts
     tree = ModelTree.from_model(trained)
     plan.validate(tree)

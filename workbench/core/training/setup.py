@@ -132,7 +132,8 @@ class BuiltModel:
 
     Attributes:
         model: the model (head not fitted yet).
-        name: its registry name, when it has one.
+        name: its architecture's registry name, when it has one (a checkpoint spec without a
+            name: the architecture the file names, which the exported script builds too).
         weights: its weights name, when it has one.
         spec_classes: ``num_classes`` from the model block, when it gives one.
         provided: the caller handed the model in (its head is only replaced when the run's
@@ -202,7 +203,7 @@ def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = F
     """
     from workbench.core.models.sources import SOURCES
     from workbench.core.models.spec import ModelSpec
-    from workbench.core.models.zoo import ModelSourceError
+    from workbench.core.models.zoo import ModelSourceError, load_checkpoint
 
     origin = config.model_origin
     if isinstance(config.model, dict):
@@ -229,14 +230,21 @@ def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = F
     try:
         spec = ModelSpec.from_dict(d, origin=origin)  # a py: model named by a file is refused here
         shards = _safetensors_folder(spec) if config.strategy == "fsdp" else None
-        model = spec.build(allow_download=config.allow_download, trust_pickle=trust_pickle, meta=shards is not None)
+        name = spec.name
+        if spec.from_checkpoint_file and not name:  # spec.build, keeping the architecture the file names
+            spec.validate()
+            assert spec.checkpoint is not None  # validate() says so
+            loaded = load_checkpoint(spec.checkpoint, trust_pickle=trust_pickle)
+            model, name = loaded.model, loaded.arch
+        else:
+            model = spec.build(allow_download=config.allow_download, trust_pickle=trust_pickle, meta=shards is not None)
         if shards is not None and _unsaved_buffers(model):  # values the files do not hold: build it whole
             shards = None
             model = spec.build(allow_download=config.allow_download, trust_pickle=trust_pickle)
     except ModelSourceError as e:
         raise TrainError(str(e)) from e
     own = SOURCES[spec.architecture_source].own_weights is not None or bool(spec.weights) or bool(spec.checkpoint)
-    return BuiltModel(model, spec.name, spec.weights, spec_classes, materialize_from=shards, own_head=own, spec=spec)
+    return BuiltModel(model, name, spec.weights, spec_classes, materialize_from=shards, own_head=own, spec=spec)
 
 
 def _unsaved_buffers(model: nn.Module) -> list[str]:
@@ -322,8 +330,8 @@ def build_dataset(
 ) -> tuple[Dataset[Any], int]:
     """The run's dataset and image size.
 
-    The image size is :func:`run_image_size`'s (the config's, else the model's), as the exported
-    script's. Real images get the weights' preset transforms.
+    The image size is :func:`run_image_size`'s (the config's, else the model's, the architecture
+    named by ``built.name``), as the exported script's. Real images get the weights' preset transforms.
 
     Args:
         config: the run's settings (``data``, ``image_size``, ``num_classes``, ``seed``).
@@ -338,7 +346,7 @@ def build_dataset(
     """
     from workbench.core.models.zoo import current_num_classes
 
-    size = run_image_size(config.image_size, built.spec, built.model)
+    size = run_image_size(config.image_size, built.spec, built.model, built.name)
     if dataset is not None:
         return dataset, size
     n = synthetic_classes(config, built, current_num_classes(built.model))
