@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from workbench.core.training.metrics import (
+    LiveTensorBytes,
     MemoryProbe,
     MetricsError,
     MetricsWriter,
@@ -212,3 +213,19 @@ def test_an_exact_a_plus_b_runs_peak_counts_the_buffer_it_writes_w_into(monkeypa
     monkeypatch.setattr(engine, "training_tensors", lambda m, o, a: wmetrics.training_tensors(m, o, None))
     without, _ = run()
     assert buffer_bytes == 4 * (32 * 3 * 9 + 32) and peak == without + buffer_bytes
+
+
+def test_live_tensor_bytes_reads_tensors_inside_tuples_and_lists() -> None:
+    """Ops that return several tensors (a tuple, a list) or take a list: each new storage counted
+    once, the views a split returns not at all."""
+    a = torch.arange(1000, dtype=torch.float32)
+    with LiveTensorBytes() as live:
+        values, indices = torch.sort(a, descending=True)  # a tuple of two new tensors: 4000 + 8000
+        assert live.live == 4000 + 8000
+        parts = a.split(100)  # a tuple of views of a: nothing new
+        assert live.live == 12000 and len(parts) == 10
+        both = torch.cat([values, a])  # a list in: one new tensor of 8000
+        assert live.live == 20000
+        del values, indices, both
+        assert live.live == 0
+    assert live.peak == 20000

@@ -56,7 +56,6 @@ from typing import IO, Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
 from workbench.core.atomic import atomic_path
 from workbench.core.errors import WorkbenchError
@@ -577,6 +576,20 @@ def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(seen.values())
 
 
+def _tensors_in(value: Any, out: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The tensors in an operator's arguments or results (tuples, lists and dicts of them, nested),
+    appended to ``out``: what ``tree_flatten`` finds there, without its generic walk on every op."""
+    if isinstance(value, torch.Tensor):
+        out.append(value)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            _tensors_in(v, out)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _tensors_in(v, out)
+    return out
+
+
 class LiveTensorBytes(TorchDispatchMode):
     """Count the bytes of live tensor storages created while the mode is active.
 
@@ -630,15 +643,19 @@ class LiveTensorBytes(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        inputs = {id(a.untyped_storage()) for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)}
-        for t in tree_flatten(out)[0]:
-            if not isinstance(t, torch.Tensor) or t.device.type == "meta":
+        inputs: set[int] | None = None  # the inputs' storages, read once an output is not known already
+        for t in _tensors_in(out, []):
+            if t.device.type == "meta":
                 continue
             if self.device_type is not None and t.device.type != self.device_type:
                 continue
             st = t.untyped_storage()
             key = id(st)
-            if key in self._seen or key in inputs:  # a view or an in-place result: not new memory
+            if key in self._seen:
+                continue
+            if inputs is None:
+                inputs = {id(a.untyped_storage()) for a in _tensors_in((args, kwargs), [])}
+            if key in inputs:  # a view or an in-place result: not new memory
                 continue
             nbytes = st.nbytes()
             self._seen.add(key)
