@@ -30,7 +30,7 @@ from workbench.core.training.module_stats import DEFAULT_EVERY, ModuleStats, Mod
 from workbench.gui.controller import Controller
 from workbench.gui.training.options_dialog import TENSORBOARD_IN_RUN
 from workbench.gui.training.plot_markers import EVALUATION_HEAD
-from workbench.gui.training.session import TrainingJob, TrainingSession
+from workbench.gui.training.session import TrainingJob, TrainingSession, run_spec
 from workbench.gui.wording import sentence
 
 __all__ = ["LIVE_PLAN_KINDS", "RunController"]
@@ -198,8 +198,8 @@ class RunController(QObject):
             config = dataclasses.replace(config, tensorboard_dir=str(record.folder / "tensorboard"))
             record.config["tensorboard_dir"] = config.tensorboard_dir
         job = TrainingJob(
-            config, c.model, plan, model_lock=c.model_lock, trainer_kwargs=dict(self.trainer_kwargs),
-            watch_steps=watch_steps,
+            config, c.model, plan, spec=run_spec(c.loaded.spec), model_lock=c.model_lock,
+            trainer_kwargs=dict(self.trainer_kwargs), watch_steps=watch_steps,
         )
         session = TrainingSession(job, self)
         session.prepared.connect(self._on_prepared)

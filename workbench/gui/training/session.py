@@ -26,7 +26,7 @@ import copy
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,12 +35,14 @@ from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
 from torch import nn
 
 from workbench.core.errors import WorkbenchError
+from workbench.core.models.source_errors import ModelSourceError
+from workbench.core.models.spec import ModelSpec
 from workbench.core.plan.rules import FreezePlan
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.cpu_threads import use_worker_threads
 from workbench.gui.background import track_thread, untrack_thread
 
-__all__ = ["EMIT_INTERVAL_S", "MetricsBatcher", "TrainingJob", "TrainingSession", "TrainingWorker"]
+__all__ = ["EMIT_INTERVAL_S", "MetricsBatcher", "TrainingJob", "TrainingSession", "TrainingWorker", "run_spec"]
 
 #: Minimum seconds between two ``metricsBatch`` signals (at most 20 per second).
 EMIT_INTERVAL_S = 0.05
@@ -92,6 +94,22 @@ class MetricsBatcher:
         return items
 
 
+def run_spec(spec: Mapping[str, Any]) -> ModelSpec | None:
+    """The spec a run of the loaded model comes from, as the command line builds it.
+
+    Args:
+        spec: the loaded model's plan ``model`` block (:attr:`Controller.spec`).
+
+    Returns:
+        The spec, or None when the block names no model (one handed to the window): then the
+        run, like :func:`~workbench.core.training.setup.run_image_size`, reads the model alone.
+    """
+    try:
+        return ModelSpec.from_dict(spec) if spec else None
+    except ModelSourceError:
+        return None
+
+
 @dataclass
 class TrainingJob:
     """What one run trains.
@@ -100,6 +118,9 @@ class TrainingJob:
         config: the training settings (``model``/``plan`` fields are ignored: see below).
         model: the model to train a copy of (the loaded model; never modified).
         plan: the plan to start with (copied).
+        spec: where the model comes from (:func:`run_spec`), or None: the run takes the
+            image size and the weights' preset transforms from it, as the command line's
+            run of that spec and the exported script do.
         model_lock: held while the model is copied (other threads that modify the loaded
             model in place, like the doctor check, hold it too).
         trainer_kwargs: further :class:`~workbench.core.training.engine.Trainer` arguments
@@ -113,6 +134,7 @@ class TrainingJob:
     config: TrainConfig
     model: nn.Module
     plan: FreezePlan
+    spec: ModelSpec | None = None
     model_lock: Any = None
     trainer_kwargs: dict[str, Any] = field(default_factory=dict)
     watch_steps: int | None = None
@@ -211,6 +233,7 @@ class TrainingWorker(QObject):
 
     def _run(self) -> None:
         from workbench.core.training.engine import Trainer
+        from workbench.core.training.setup import BuiltModel
 
         job = self._job
         assert job is not None
@@ -219,7 +242,10 @@ class TrainingWorker(QObject):
         if job.copy_model:
             with job.model_lock if job.model_lock is not None else contextlib.nullcontext():
                 model = copy.deepcopy(model)
-        trainer = Trainer(job.config, model=model, plan=job.plan, **job.trainer_kwargs)
+        given: nn.Module | BuiltModel = model
+        if job.spec is not None:  # handed in (its head kept as it is), with where it came from
+            given = BuiltModel(model, job.spec.name, job.spec.weights, provided=True, spec=job.spec)
+        trainer = Trainer(job.config, model=given, plan=job.plan, **job.trainer_kwargs)
         self._control.attach(trainer)
         trainer.setup()  # bad input raises WorkbenchError: reported by run()
         assert trainer.applied is not None and trainer.optimizer is not None
