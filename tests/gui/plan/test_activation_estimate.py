@@ -54,7 +54,9 @@ def test_start_asks_first_when_the_batch_will_not_fit(window: MainWindow, qtbot:
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     w = window
     _estimated(qtbot, w)
-    need = w.activations.estimate().prediction.peak
+    pred = w.activations.estimate().prediction
+    assert pred is not None
+    need = pred.peak
     _small_device(monkeypatch, total=100 * need, available=need // 2)  # below the weights: no batch fits
     w.activations.request()
     qtbot.waitUntil(lambda: "does not fit" in w.cost_panel.activation_label.text(), timeout=ms(GUI_EVENT_S))
@@ -182,3 +184,35 @@ def test_tokens_and_the_estimate_agree_before_a_jsonl_file_is_chosen(window: Mai
     finally:
         panel.set_values(data="synthetic", seq_len=0)
         panel.save_settings()
+
+
+def test_the_models_own_size_is_the_side_the_run_takes(qtbot: Any) -> None:
+    """Image size *model*: the estimate profiles the side run_image_size gives the loaded model and its spec, the
+    one the run, Suggest… and ``workbench train`` use: 299 px for a model loaded as torchvision's inception_v3
+    (a tiny stand-in, random init: nothing is built with weights or downloaded)."""
+    from PySide6.QtWidgets import QWidget
+    from torch import nn
+
+    from workbench.core.training.config import TrainConfig
+    from workbench.core.training.setup import run_image_size
+    from workbench.gui.controller import Controller
+    from workbench.gui.model_loading import loaded_from_model
+    from workbench.gui.training.session import run_spec
+
+    owner = QWidget()
+    qtbot.addWidget(owner)
+    c = Controller(owner)
+    model = nn.Sequential(nn.Conv2d(3, 2, 3, stride=8), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2, 3))
+    c.set_loaded(loaded_from_model(model, "inception_v3", spec={"source": "torchvision", "name": "inception_v3"}))
+    est = activation_estimate.ActivationEstimator(c, owner)
+    settings = TrainConfig(batch_size=2, device="cpu")  # image_size None: the model's
+    est.set_settings_source(lambda: settings)
+    try:
+        side = run_image_size(None, run_spec(c.spec), model)
+        pred = est.estimate(compute=True).prediction
+        assert side == 299 and pred is not None and pred.input_text == "299 px"
+        settings = TrainConfig(batch_size=2, device="cpu", image_size=16)  # the panel's own size first
+        pred = est.estimate(compute=True).prediction
+        assert pred is not None and pred.input_text == "16 px"
+    finally:
+        est.shutdown()

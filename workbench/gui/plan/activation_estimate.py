@@ -9,7 +9,8 @@ and predicts the step's peak for the current plan, optimizer and precision in mi
 from it. The cost panel shows the prediction and the Start path asks :meth:`preflight` whether
 the batch fits the device.
 
-A sample's shape is the data's: images of the panel's size, tokens of the Tokens control's
+A sample's shape is the data's: images of the panel's size (*model*: the side the run takes,
+:func:`~workbench.core.training.setup.run_image_size` of the loaded model and its spec), tokens of the Tokens control's
 length (the chosen data's default when it is left at *default*, before a file is chosen too),
 generated samples of Options… ▸ Input shape, and for your own data (``py:``) or an
 ``hf-dataset:`` column of arrays one item read from the data on the worker thread (a dict input's
@@ -54,14 +55,14 @@ from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import run_seq_len
 from workbench.core.training.data_sources import data_source_of, make_dataset
 from workbench.core.training.py_code import is_py_spec
+from workbench.core.training.setup import run_image_size
 from workbench.gui.background import BackgroundTask
 from workbench.gui.controller import Controller
 from workbench.gui.training.code_confirm import is_confirmed
+from workbench.gui.training.session import run_spec
 
-__all__ = ["ActivationEstimator", "Estimate", "FALLBACK_IMAGE_SIZE"]
+__all__ = ["ActivationEstimator", "Estimate"]
 
-#: Image side assumed when the run uses the model's own size ("model" in the panel).
-FALLBACK_IMAGE_SIZE = 224
 _CACHE = 6
 #: Seconds the profile runs on its worker thread before it waits for the GUI's event loop.
 PACE_SLICE_S = 0.005
@@ -87,11 +88,11 @@ def _data_sample(key: tuple[Any, ...]) -> tuple[int, ...] | DictBatch:
     Raises:
         WorkbenchError: the data cannot be opened, or its first item is not ``(tensor or dict of tensors, target)``.
     """
-    _, spec, columns, origin, may_run = key
+    _, spec, columns, origin, may_run, side = key
     if not may_run:
         raise WorkbenchError("the input shape is read from one sample of your data once Start has shown its code "
                              "and you chose Run (Options… ▸ Input shape gives it before)")
-    ds = make_dataset(spec, image_size=FALLBACK_IMAGE_SIZE, num_classes=10, columns=dict(columns), origin=origin)
+    ds = make_dataset(spec, image_size=side, num_classes=10, columns=dict(columns), origin=origin)
     template = batch_template(ds[0], 1)
     return template if isinstance(template, DictBatch) else template[1:]
 
@@ -207,13 +208,13 @@ class ActivationEstimator(QObject):
         st = c.state
         bn_eval = st.bn_modules > 0 and st.bn_eval_modules == st.bn_modules
         tokens = run_seq_len(c.model, cfg.seq_len, cfg.data)  # a text model: a token batch of that length
-        size = tokens if tokens is not None else cfg.image_size or FALLBACK_IMAGE_SIZE
+        size = tokens if tokens is not None else run_image_size(cfg.image_size, run_spec(c.spec), c.model)  # the run's
         # the data's own samples: read one (on the worker); your code only once Start has shown it
         may_run = not is_py_spec(cfg.data) or is_confirmed(cfg.data)
         if tokens is None and _shaped_by_data(cfg) and (may_run or cfg.input_shape is None):
             columns = {"text_column": cfg.text_column, "label_column": cfg.label_column,
                        "image_column": cfg.image_column, "input_column": cfg.input_column}
-            data = (_DATA, cfg.data, tuple(columns.items()), cfg.origin_of("data"), may_run)
+            data = (_DATA, cfg.data, tuple(columns.items()), cfg.origin_of("data"), may_run, size)
             return (id(c.model), c.tree.fingerprint, cfg.batch_size, data, bn_eval, False)
         if tokens is None and cfg.input_shape is not None:  # generated samples of Options…' shape (audio, features)
             return (id(c.model), c.tree.fingerprint, cfg.batch_size, cfg.input_shape, bn_eval, False)
