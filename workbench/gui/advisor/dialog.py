@@ -69,8 +69,6 @@ from workbench.core.advisor.sizes import parse_size
 from workbench.core.advisor.sweep_report import SweepReport
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes, fmt_count
-from workbench.core.models.source_errors import ModelSourceError
-from workbench.core.models.spec import ModelSpec
 from workbench.core.plan import FreezePlan
 from workbench.core.runs.sweeps import sweeps_folder
 from workbench.core.training.config import TrainConfig
@@ -95,6 +93,7 @@ from workbench.gui.advisor.train_each import (
 )
 from workbench.gui.background import BackgroundTask
 from workbench.gui.controller import Controller
+from workbench.gui.training.session import run_spec
 
 __all__ = ["COLUMNS", "LEARNING_COLUMNS", "MEASURE_STEPS", "NOISE_MARK", "SKIPPED", "SuggestDialog"]
 
@@ -297,11 +296,7 @@ class SuggestDialog(QDialog):
     def _model_size(self) -> int:
         """The side a run of the loaded model takes when the panel leaves it to the model (run_image_size's)."""
         model = self._c.model
-        try:
-            spec = ModelSpec.from_dict(self._c.spec) if self._c.spec else None
-        except ModelSourceError:  # a spec that names no source row: the model's own configuration says
-            spec = None
-        return run_image_size(None, spec, model if model is not None else nn.Module())
+        return run_image_size(None, run_spec(self._c.spec), model if model is not None else nn.Module())
 
     def input_shape(self) -> tuple[int, ...]:
         """The batch shape the advice is for: ``(batch, seq_len)`` or ``(batch, 3, size, size)``."""
