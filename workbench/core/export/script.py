@@ -43,7 +43,7 @@ from workbench.core.export.extension_tables import (
     low_rank_layers,
     partial_table,
 )
-from workbench.core.export.model_code import ModelSection, model_section
+from workbench.core.export.model_code import model_section
 from workbench.core.export.plan_code import (
     APLUSB_CODE,
     DESCRIBE_CODE,
@@ -69,7 +69,7 @@ from workbench.core.export.tables import (
 )
 from workbench.core.models.heads import current_num_classes, replace_head
 from workbench.core.models.meta_copy import meta_copy
-from workbench.core.models.script_code import HEAD_CODE, heads_line
+from workbench.core.models.script_code import HEAD_CODE, ScriptModel, heads_line
 from workbench.core.models.sources import DEFAULT_SOURCE, source_of
 from workbench.core.models.spec import ModelSpec
 from workbench.core.models.tree import ModelTree
@@ -144,7 +144,7 @@ def _with_head(model: nn.Module, head_classes: int | None) -> nn.Module:
     return copy
 
 
-def _docstring(plan: FreezePlan, name: str, section: ModelSection, c: dict[str, int], has_reparam: bool,
+def _docstring(plan: FreezePlan, name: str, section: ScriptModel, c: dict[str, int], has_reparam: bool,
                config: TrainConfig, run: RunSection, layers: list[LowRankLayer], partial: list[Any]) -> list[str]:
     desc = f" ({plan.description})" if plan.description else ""
     desc = _docstring_safe(desc)
@@ -301,7 +301,7 @@ def render_script(
     sdir = Path(script_dir) if script_dir is not None else None
     base_spec = ModelSpec(source=model_spec.source, name=model_spec.name, weights=model_spec.weights,
                           checkpoint=model_spec.checkpoint, num_classes=None, origin=model_spec.origin)
-    section = model_section(base_spec if as_engine else model_spec, arch, model, sdir, config.image_size)
+    section = model_section(base_spec if as_engine else model_spec, arch, model, sdir)
     base = plan_tables(plan, facts)
     reparam = reparam_table(tree, eff)
     relocate_files(reparam, Path(base_dir) if base_dir is not None else Path.cwd(), sdir)
