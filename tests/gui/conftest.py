@@ -191,6 +191,31 @@ def dialogs(monkeypatch: pytest.MonkeyPatch) -> DialogRecorder:
     return rec
 
 
+#: Longer than any test: the window's idle freeze of a loaded model's objects never comes.
+_NEVER_MS = 24 * 3600 * 1000
+
+
+@pytest.fixture(autouse=True)
+def idle_freeze_off(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests run without the controller's idle freeze of a loaded model's objects unless they ask for
+    ``idle_freeze`` (``pytest.mark.usefixtures("idle_freeze")``).
+
+    The freeze is a full collection (``gc.unfreeze``, ``gc.collect``, ``gc.freeze``): in the app it walks
+    the app's objects once per model, in a test process every earlier test's imports and leftovers too,
+    0.3-0.7 s of CPU for almost every window. ``test_idle_freeze.py`` proves what it does; tests that train
+    many sweep candidates ask for it, as each candidate's collection then walks only what was made since.
+    """
+    if "idle_freeze" not in request.fixturenames:
+        from workbench.gui import controller
+
+        monkeypatch.setattr(controller, "FREEZE_OBJECTS_AFTER_MS", _NEVER_MS)
+
+
+@pytest.fixture
+def idle_freeze() -> None:
+    """The controller freezes a loaded model's objects once the window is idle, as in the app."""
+
+
 @pytest.fixture(autouse=True)
 def collector_thawed() -> Iterator[None]:
     """Hand back what a window froze: the controller freezes a loaded model's objects

@@ -16,6 +16,10 @@ from tests.timeouts import GUI_RUN_S, ms
 from workbench.gui.advisor.dialog import SuggestDialog
 from workbench.gui.main_window import MainWindow
 
+#: the app's idle freeze, as a user has it: each candidate's collection (Optuna's after each trial) walks what it made
+pytestmark = pytest.mark.usefixtures("idle_freeze")
+
+
 optuna = pytest.importorskip("optuna")
 
 STEPS = 2

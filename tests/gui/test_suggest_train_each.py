@@ -22,6 +22,9 @@ from workbench.gui.model_loading import LoadRequest
 
 pytest.importorskip("optuna")
 
+#: the app's idle freeze, as a user has it: each candidate's collection (Optuna's after each trial) walks what it made
+pytestmark = pytest.mark.usefixtures("idle_freeze")
+
 
 def _column(name: str) -> int:
     return len(COLUMNS) + LEARNING_COLUMNS.index(name)
