@@ -16,6 +16,9 @@ from workbench.core.advisor.sweep import Sweep, SweepError, SweepSettings, cross
 from workbench.core.plan import FreezePlan, Rule
 from workbench.core.training.config import TrainConfig
 
+#: each candidate's collection walks what the module made, as in `workbench sweep` and the app (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("long_lived_frozen")
+
 
 class Net(nn.Module):
     def __init__(self) -> None:

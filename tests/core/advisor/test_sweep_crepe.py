@@ -15,6 +15,9 @@ from workbench.core.advisor.sweep import Sweep, SweepSettings, cross_learning_ra
 from workbench.core.plan import FreezePlan, Rule
 from workbench.core.training.config import TrainConfig
 
+#: each candidate's collection walks what the module made, as in `workbench sweep` and the app (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("long_lived_frozen")
+
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "crepe_pitch.py"
 
 

@@ -15,6 +15,9 @@ from workbench.core.plan import FreezePlan, Rule
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.engine import Trainer
 
+#: each candidate's collection walks what the module made, as in `workbench sweep` and the app (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("long_lived_frozen")
+
 TASK = '''
 import threading
 
