@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import os
 import sys
 from collections.abc import Iterator
@@ -59,15 +58,11 @@ def fresh_code_confirmations() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def long_lived_frozen() -> Iterator[None]:
     """The objects alive when a module's first test starts, left out of every garbage collection until its last
-    ends (``gc.freeze``), as ``workbench sweep`` and the app's idle freeze leave them for a sweep: its collection
-    after each candidate (Optuna's ``gc_after_trial``) then walks what was made since, not the test process's
-    hundreds of thousands of objects (0.3 s each). Where something froze objects already, nothing changes."""
-    if gc.get_freeze_count():
+    ends: ``workbench sweep``'s own freeze (``gc.freeze``), as it and the app's idle freeze leave them for a sweep,
+    whose collection after each candidate (Optuna's ``gc_after_trial``) then walks what was made since, not the
+    test process's hundreds of thousands of objects (0.3 s each). Where something froze objects already, nothing
+    changes."""
+    from workbench.commands import sweep
+
+    with sweep._long_lived_left_out():
         yield
-        return
-    gc.collect()
-    gc.freeze()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
