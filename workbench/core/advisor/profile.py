@@ -39,6 +39,7 @@ from workbench.core.models.meta_copy import Checkpoint, meta_copy, no_checkpoint
 from workbench.core.models.tree import is_batchnorm
 from workbench.core.training.auto_freeze_cost import counts_macs, module_macs
 from workbench.core.training.data import text_task_of
+from workbench.core.training.metrics import tensors_in
 
 __all__ = [
     "AdvisorError",
@@ -56,7 +57,6 @@ __all__ = [
     "paced_train",
     "meta_copy",
     "profile_model",
-    "tensors_in",
 ]
 
 
@@ -408,30 +408,6 @@ def _output_storages(out: Any, depth: int = 0, seen: set[int] | None = None) -> 
             if isinstance(v, (torch.Tensor, dict, list, tuple)) or hasattr(v, "__dict__"):
                 found |= _output_storages(v, depth + 1, seen)
     return found
-
-
-def tensors_in(tree: Any) -> list[torch.Tensor]:
-    """The tensors an op's arguments or outputs hold, in order: what ``torch.utils._pytree.tree_flatten``
-    leaves as tensor leaves, for the lists, tuples (op results included) and dicts aten ops take and
-    return, without building the tree spec a dispatch mode never reads.
-
-    Args:
-        tree: a tensor, or lists, tuples and dicts of them and other values, nested.
-
-    Returns:
-        The tensors, depth first, dict values in insertion order.
-    """
-    out: list[torch.Tensor] = []
-    stack = [tree]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, torch.Tensor):
-            out.append(node)
-        elif isinstance(node, (list, tuple)):
-            stack.extend(reversed(node))
-        elif isinstance(node, dict):
-            stack.extend(reversed(list(node.values())))
-    return out
 
 
 def _in_parametrization(path: str) -> bool:

@@ -79,6 +79,7 @@ __all__ = [
     "release_freed_heap",
     "storage_bytes",
     "tensor_bytes",
+    "tensors_in",
     "training_tensors",
 ]
 
@@ -576,17 +577,27 @@ def storage_bytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(seen.values())
 
 
-def _tensors_in(value: Any, out: list[torch.Tensor]) -> list[torch.Tensor]:
-    """The tensors in an operator's arguments or results (tuples, lists and dicts of them, nested),
-    appended to ``out``: what ``tree_flatten`` finds there, without its generic walk on every op."""
-    if isinstance(value, torch.Tensor):
-        out.append(value)
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            _tensors_in(v, out)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _tensors_in(v, out)
+def tensors_in(tree: Any) -> list[torch.Tensor]:
+    """The tensors an op's arguments or outputs hold, in order: what ``torch.utils._pytree.tree_flatten``
+    leaves as tensor leaves, for the lists, tuples (op results included) and dicts aten ops take and
+    return, without building the tree spec a dispatch mode never reads.
+
+    Args:
+        tree: a tensor, or lists, tuples and dicts of them and other values, nested.
+
+    Returns:
+        The tensors, depth first, dict values in insertion order.
+    """
+    out: list[torch.Tensor] = []
+    stack = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, torch.Tensor):
+            out.append(node)
+        elif isinstance(node, (list, tuple)):
+            stack.extend(reversed(node))
+        elif isinstance(node, dict):
+            stack.extend(reversed(list(node.values())))
     return out
 
 
@@ -644,7 +655,7 @@ class LiveTensorBytes(TorchDispatchMode):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
         inputs: set[int] | None = None  # the inputs' storages, read once an output is not known already
-        for t in _tensors_in(out, []):
+        for t in tensors_in(out):
             if t.device.type == "meta":
                 continue
             if self.device_type is not None and t.device.type != self.device_type:
@@ -654,7 +665,7 @@ class LiveTensorBytes(TorchDispatchMode):
             if key in self._seen:
                 continue
             if inputs is None:
-                inputs = {id(a.untyped_storage()) for a in _tensors_in((args, kwargs), [])}
+                inputs = {id(a.untyped_storage()) for a in tensors_in((args, kwargs))}
             if key in inputs:  # a view or an in-place result: not new memory
                 continue
             nbytes = st.nbytes()
