@@ -198,7 +198,7 @@ class RunController(QObject):
             config = dataclasses.replace(config, tensorboard_dir=str(record.folder / "tensorboard"))
             record.config["tensorboard_dir"] = config.tensorboard_dir
         job = TrainingJob(
-            config, c.model, plan, spec=run_spec(c.loaded.spec), model_lock=c.model_lock,
+            config, c.model, plan, spec=run_spec(c.spec), model_lock=c.model_lock,
             trainer_kwargs=dict(self.trainer_kwargs), watch_steps=watch_steps,
         )
         session = TrainingSession(job, self)
