@@ -104,3 +104,21 @@ def test_a_checkpoint_without_a_name_runs_and_exports_at_its_architectures_size(
     assert build_dataset(config, built)[1] == 299
     script = render_script(FreezePlan(), built.spec, config=config)
     assert re.findall(r"^IMAGE_SIZE = (\d+)", script, re.MULTILINE) == ["299"]
+
+
+def test_a_checkpoint_spec_without_a_name_builds_with_the_files_architecture_and_the_specs_head(
+    tmp_path: Path,
+) -> None:
+    from torchvision.models import squeezenet1_1
+
+    from workbench.core.models.checkpoints import save_checkpoint
+    from workbench.core.training.setup import build_model
+
+    path = save_checkpoint(squeezenet1_1(num_classes=3), tmp_path / "net.pt", arch="squeezenet1_1")
+    spec = ModelSpec(source="checkpoint", checkpoint=str(path), num_classes=5)
+    model, arch = spec.build_named()
+    assert spec.name is None and arch == "squeezenet1_1"
+    assert model.classifier[1].out_channels == 5  # the spec's head, as build() fits it
+    assert spec.build().classifier[1].out_channels == 5
+    built = build_model(TrainConfig(model=spec.to_dict(), data="synthetic:4", steps=2), FreezePlan())
+    assert built.name == "squeezenet1_1"  # the head is fitted later, from spec_classes

@@ -188,13 +188,36 @@ class ModelSpec:
 
         Args:
             allow_download: Passed to :func:`build_model`.
+            trust_pickle: Passed to :func:`load_checkpoint`.
+            meta: Build on the ``meta`` device; ignored when a checkpoint is given.
+
+        Returns:
+            The model (see :meth:`build_named`).
+
+        Raises:
+            CodeFromFileError: A spec that runs code (``py``) with an ``origin``: a file named it.
+            ModelSourceError: Any failure of :func:`build_model`, :func:`load_checkpoint`
+                or of the model source.
+        """
+        return self.build_named(allow_download, trust_pickle=trust_pickle, meta=meta)[0]
+
+    def build_named(
+        self, allow_download: bool = True, *, trust_pickle: bool = False, meta: bool = False
+    ) -> tuple[nn.Module, str | None]:
+        """:meth:`build`, with the name of the model's architecture: the spec's, or, for a
+        checkpoint spec without one, the architecture the file names (what decides the run's
+        image size and what the exported script builds).
+
+        Args:
+            allow_download: Passed to :func:`build_model`.
             trust_pickle: Passed to :func:`load_checkpoint` (never stored in the spec, so a
                 shared spec/plan file cannot switch it on).
             meta: Build on the ``meta`` device (shapes only, nothing allocated or read);
                 ignored when a checkpoint is given.
 
         Returns:
-            The model, on CPU (or on the meta device).
+            ``(model, name)``: the model, on CPU (or on the meta device), and its architecture's
+            name (None when neither the spec nor the file names one).
 
         Raises:
             CodeFromFileError: A spec that runs code (``py``) with an ``origin``: a file named it.
@@ -204,22 +227,22 @@ class ModelSpec:
         self.validate()
         if not self.from_checkpoint_file:
             check_code_origin(self.source, self.name, self.origin)
+        name = self.name
         if self.from_checkpoint_file:
             assert self.checkpoint is not None
-            model = load_checkpoint(
-                self.checkpoint, arch=self.name, trust_pickle=trust_pickle
-            ).model
+            loaded = load_checkpoint(self.checkpoint, arch=self.name, trust_pickle=trust_pickle)
+            model, name = loaded.model, self.name or loaded.arch
         else:
             assert self.name is not None
             if self.checkpoint is None and (meta or self.source in _table_sources()):
                 return build_from_source(
                     self.source, self.name, self.weights, self.num_classes,
                     meta=meta, allow_download=allow_download, trust_pickle=trust_pickle,
-                )
+                ), name
             if self.checkpoint is None:
                 return build_model(
                     self.name, self.weights, self.num_classes, allow_download=allow_download
-                )
+                ), name
             if self.source in _table_sources():
                 model = build_from_source(
                     self.source, self.name, self.weights,
@@ -230,4 +253,4 @@ class ModelSpec:
             load_weights_into(model, self.checkpoint, trust_pickle=trust_pickle)
         if self.num_classes is not None:
             replace_head(model, self.num_classes)
-        return model
+        return model, name

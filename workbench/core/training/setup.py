@@ -203,7 +203,7 @@ def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = F
     """
     from workbench.core.models.sources import SOURCES
     from workbench.core.models.spec import ModelSpec
-    from workbench.core.models.zoo import ModelSourceError, load_checkpoint
+    from workbench.core.models.zoo import ModelSourceError
 
     origin = config.model_origin
     if isinstance(config.model, dict):
@@ -230,14 +230,8 @@ def build_model(config: TrainConfig, plan: FreezePlan, *, trust_pickle: bool = F
     try:
         spec = ModelSpec.from_dict(d, origin=origin)  # a py: model named by a file is refused here
         shards = _safetensors_folder(spec) if config.strategy == "fsdp" else None
-        name = spec.name
-        if spec.from_checkpoint_file and not name:  # spec.build, keeping the architecture the file names
-            spec.validate()
-            assert spec.checkpoint is not None  # validate() says so
-            loaded = load_checkpoint(spec.checkpoint, trust_pickle=trust_pickle)
-            model, name = loaded.model, loaded.arch
-        else:
-            model = spec.build(allow_download=config.allow_download, trust_pickle=trust_pickle, meta=shards is not None)
+        model, name = spec.build_named(allow_download=config.allow_download, trust_pickle=trust_pickle,
+                                       meta=shards is not None)  # name: a checkpoint's file may give it
         if shards is not None and _unsaved_buffers(model):  # values the files do not hold: build it whole
             shards = None
             model = spec.build(allow_download=config.allow_download, trust_pickle=trust_pickle)
