@@ -29,6 +29,11 @@ __all__ = ["UserDataset", "load_user_data", "sample_shape"]
 _NONFINITE = "has a target that is NaN or infinite"
 
 
+def _nonfinite(y: Any) -> bool:
+    """Whether a target is a floating-point tensor holding NaN or infinity."""
+    return isinstance(y, torch.Tensor) and y.is_floating_point() and not bool(torch.isfinite(y).all())
+
+
 def _shape_of(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return tuple(x.shape)
@@ -81,7 +86,7 @@ class UserDataset(Dataset[Any]):
 
     def __getitem__(self, index: int) -> Any:
         x, y = self._item(index)
-        if isinstance(y, torch.Tensor) and y.is_floating_point() and not bool(torch.isfinite(y).all()):
+        if _nonfinite(y):
             raise self._bad(index, _NONFINITE)
         return x, y
 
@@ -105,7 +110,7 @@ class UserDataset(Dataset[Any]):
         floats = [y.reshape(-1) for _, y in items if isinstance(y, torch.Tensor) and y.is_floating_point()]
         if floats and not bool(torch.isfinite(torch.cat(floats)).all()):
             for i, (_, y) in zip(indices, items, strict=True):
-                if isinstance(y, torch.Tensor) and y.is_floating_point() and not bool(torch.isfinite(y).all()):
+                if _nonfinite(y):
                     raise self._bad(i, _NONFINITE)
         return items
 
