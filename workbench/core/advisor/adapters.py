@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from workbench.core.advisor.candidates import Candidate
-from workbench.core.advisor.profile import AdvisorError, meta_copy
+from workbench.core.advisor.profile import AdvisorError, meta_copy, storage_key
 from workbench.core.freezing.plan_handle import AppliedPlan
 from workbench.core.freezing.reparam.low_rank import CHILD, VARIANTS, LowRankDelta, add_fused, geometry, layer_kind
 
@@ -121,16 +121,12 @@ def fixed_beside_bytes(meta: nn.Module, applied: AppliedPlan) -> int:
     Returns:
         The bytes, each storage once.
     """
-    held = {_storage(t) for t in (*meta.parameters(), *meta.buffers())}
+    held = {storage_key(t) for t in (*meta.parameters(), *meta.buffers())}
     extra: dict[int, int] = {}
     for handle in applied.installed("reparam").values():
         for _, t in handle.fixed():
-            key = _storage(t)
+            key = storage_key(t)
             if key not in held:
                 extra[key] = t.untyped_storage().nbytes()
     return sum(extra.values())
 
-
-def _storage(t: Tensor) -> int:
-    """The identity of a tensor's storage."""
-    return int(t.untyped_storage()._cdata)

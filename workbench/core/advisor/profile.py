@@ -55,6 +55,7 @@ __all__ = [
     "is_text_model",
     "meta_batch",
     "paced_train",
+    "storage_key",
     "meta_copy",
     "profile_model",
 ]
@@ -275,8 +276,15 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def _key(t: torch.Tensor) -> int:
-    """The identity of a tensor's storage (its C++ object: Python storage wrappers come and go)."""
+def storage_key(t: torch.Tensor) -> int:
+    """The identity of a tensor's storage (its C++ object: Python storage wrappers come and go).
+
+    Args:
+        t: a tensor.
+
+    Returns:
+        An int, the same for every tensor that shares the storage.
+    """
     return int(t.untyped_storage()._cdata)
 
 
@@ -396,7 +404,7 @@ def _output_storages(out: Any, depth: int = 0, seen: set[int] | None = None) -> 
         return found
     seen.add(id(out))
     if isinstance(out, torch.Tensor):
-        found.add(_key(out))
+        found.add(storage_key(out))
     elif isinstance(out, dict):
         for v in out.values():
             found |= _output_storages(v, depth + 1, seen)
@@ -438,7 +446,7 @@ class _Recorder(TorchDispatchMode):
         if out is None:
             out = func(*args, **kwargs)
         flat_in = tensors_in((args, kwargs))
-        keys = [_key(a) for a in flat_in]
+        keys = [storage_key(a) for a in flat_in]
         in_storages = set(keys)
         params = tuple(dict.fromkeys(
             n for k in keys
@@ -447,15 +455,15 @@ class _Recorder(TorchDispatchMode):
         outs = tensors_in(out)
         if params and _in_parametrization(self.stack[-1]):  # a weight computed from parameters
             for t in outs:
-                self.derived[_key(t)] = params
-        new = [t for t in outs if _key(t) not in in_storages]
+                self.derived[storage_key(t)] = params
+        new = [t for t in outs if storage_key(t) not in in_storages]
         here = len(self.ops)
         for k in in_storages:
             rec = self.made.get(k)
             if rec is not None:
                 rec[1] = here
         for t in new:
-            k = _key(t)
+            k = storage_key(t)
             if k not in self.made and not getattr(func, "is_view", False):
                 self.made[k] = [here, here, _nbytes(t)]
                 self._keep.append(t.untyped_storage())
@@ -579,8 +587,8 @@ def profile_model(
     for name, p in meta.named_parameters():
         tick()
         p.requires_grad_(trainable is None or name in trainable)
-        names.setdefault(_key(p), name)
-    buffers = {_key(b): b for b in meta.buffers()}
+        names.setdefault(storage_key(p), name)
+    buffers = {storage_key(b): b for b in meta.buffers()}
     if dtype is None:
         dtype = next((p.dtype for p in meta.parameters() if p.is_floating_point()), torch.float32)
     shape = input_shape if isinstance(input_shape, DictBatch) else tuple(input_shape)
@@ -590,11 +598,11 @@ def profile_model(
     first_seen: dict[str, int] = {}
     saved: dict[int, tuple[int, list[int]]] = {}
     keep: list[Any] = []  # storages stay referenced so their ids are not reused during the pass
-    skip = set(names) | set(buffers) | {_key(t) for t in batch}
+    skip = set(names) | set(buffers) | {storage_key(t) for t in batch}
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         st = t.untyped_storage()
-        k = _key(t)
+        k = storage_key(t)
         if k not in skip:
             if k not in saved:
                 keep.append(st)
