@@ -418,6 +418,25 @@ def _output_storages(out: Any, depth: int = 0, seen: set[int] | None = None) -> 
     return found
 
 
+#: What the pass's saved-tensor hook keeps of a tensor: its storage, offset, shape, stride and dtype.
+_StorageView = tuple[torch.UntypedStorage, int, torch.Size, tuple[int, ...], torch.dtype]
+
+
+def _storage_view(t: torch.Tensor) -> _StorageView:
+    """What autograd keeps of a saved tensor during the pass: the tensor rebuilt from it is the
+    same view of the same storage, but it holds no ``grad_fn``. Kept itself, a saved output would
+    hold the node that saves it (tensor, node and saved tensor a cycle through C++ that no
+    collection frees), and with it the hook's closure: the recorder, its checkpoint and whatever
+    the checkpoint's caller holds (the app's window, whose estimate profiled the model)."""
+    return t.untyped_storage(), int(t.storage_offset()), t.shape, t.stride(), t.dtype
+
+
+def _from_storage_view(view: _StorageView) -> torch.Tensor:
+    """The saved tensor again, for a backward pass (autograd gives it back its ``grad_fn``)."""
+    storage, offset, shape, stride, dtype = view
+    return torch.empty(0, dtype=dtype, device=storage.device).set_(storage, offset, shape, stride)
+
+
 def _in_parametrization(path: str) -> bool:
     """Whether a module path lies in a ``torch.nn.utils.parametrize`` parametrization (``conv.parametrizations.weight.0``)."""
     return ".parametrizations." in f".{path}."
@@ -600,7 +619,7 @@ def profile_model(
     keep: list[Any] = []  # storages stay referenced so their ids are not reused during the pass
     skip = set(names) | set(buffers) | {storage_key(t) for t in batch}
 
-    def pack(t: torch.Tensor) -> torch.Tensor:
+    def pack(t: torch.Tensor) -> _StorageView:
         st = t.untyped_storage()
         k = storage_key(t)
         if k not in skip:
@@ -608,7 +627,7 @@ def profile_model(
                 keep.append(st)
                 saved[k] = (st.nbytes(), [])
             saved[k][1].append(len(recorder.ops))
-        return t
+        return _storage_view(t)
 
     hooks = []
     macs: dict[str, int] = {}
@@ -633,7 +652,7 @@ def profile_model(
         hooks.append(mod.register_forward_pre_hook(pre))
         hooks.append(mod.register_forward_hook(post))
     try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), _fused_attention_on_meta(device_type), \
+        with torch.autograd.graph.saved_tensors_hooks(pack, _from_storage_view), _fused_attention_on_meta(device_type), \
                 _no_value_checks(meta, tick), recorder:
             out = meta(**x) if isinstance(x, dict) else meta(x)
             # what the model returns (logits, and e.g. GPT-2's key/value cache) lives to the
