@@ -40,7 +40,7 @@ _EXPORTS: dict[str, str] = {
     "Stage": "workbench.core.plan.rules",
     "ModelTree": "workbench.core.plan.tree",
     "ModuleNode": "workbench.core.plan.tree",
-    "fingerprint": "workbench.core.plan.tree",
+    "fingerprint": "workbench.core.plan.tree_from_model",
     "VerifyReport": "workbench.core.checks.verify",
     "WorkbenchError": "workbench.core.errors",
     "Trainer": "workbench.core.training.engine",
@@ -56,7 +56,8 @@ if TYPE_CHECKING:  # for type checkers and IDEs
     from workbench.core.errors import WorkbenchError
     from workbench.core.freezing.apply import AppliedPlan, Counts, PlanDiff, apply_plan
     from workbench.core.plan.rules import Effective, FreezePlan, PlanError, PlanWarning, Rule, Stage
-    from workbench.core.plan.tree import ModelTree, ModuleNode, fingerprint
+    from workbench.core.plan.tree import ModelTree, ModuleNode
+    from workbench.core.plan.tree_from_model import fingerprint
     from workbench.core.training.config import TrainConfig
     from workbench.core.training.engine import RunResult, Trainer
     from workbench.core.training.metrics import StepMetrics

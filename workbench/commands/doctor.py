@@ -21,8 +21,8 @@ from workbench.commands.common import (
 from workbench.core.checks import doctor
 from workbench.core.checks.findings import SEVERITIES, Finding
 from workbench.core.checks.lint import unfreeze_head_fix
-from workbench.core.models.tree import ModelTree
 from workbench.core.optimizers import CHOICES, optimizer_kind
+from workbench.core.plan.tree import ModelTree
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -28,11 +28,11 @@ from workbench.core.formatting import fmt_bytes, fmt_count
 from workbench.core.freezing.counts import Counts, count_parameters
 from workbench.core.freezing.plan_handle import INSTALLERS
 from workbench.core.models.memory import DTYPE_BYTES, GPU_SIZES, estimate_memory
-from workbench.core.models.tree import ModelTree, ModuleNode
 from workbench.core.plan.fast.counts import Own, count_plan
 from workbench.core.plan.fast.layout import layout
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.rules import FreezePlan
+from workbench.core.plan.tree import ModelTree, ModuleNode
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

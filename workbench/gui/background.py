@@ -15,7 +15,6 @@ from typing import Any
 from PySide6.QtCore import QObject, QThread, Signal, Slot
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.training.cpu_threads import use_worker_threads
 
 __all__ = ["BackgroundTask", "running_threads", "track_thread", "untrack_thread"]
 
@@ -64,6 +63,10 @@ class _Job(QObject):
     @Slot()
     def run(self) -> None:
         try:
+            # torch's thread settings for this thread (imported here: the start-up window's
+            # controller holds no model and runs no task, and imports no torch)
+            from workbench.core.training.cpu_threads import use_worker_threads
+
             use_worker_threads()
             result = self._fn()
         except WorkbenchError as e:

@@ -67,9 +67,9 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.freezing.apply import AppliedPlan, apply_plan
 from workbench.core.models.sources import source_of
 from workbench.core.models.spec import ModelSpec
-from workbench.core.models.tree import ModelTree
 from workbench.core.models.zoo import ModelSourceError
 from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.plan.tree import ModelTree
 from workbench.integrations.common import (
     check_same_plan,
     check_stage,

@@ -23,8 +23,8 @@ from workbench.core.advisor.memory import MemoryEstimate, estimate_memory
 from workbench.core.advisor.predict import cache_row_bytes, cached_step_flops, step_flops
 from workbench.core.advisor.profile import AdvisorError, DictBatch, InputShape, ModelProfile, meta_copy, profile_model
 from workbench.core.formatting import fmt_bytes
-from workbench.core.models.tree import ModelTree
 from workbench.core.plan import FreezePlan
+from workbench.core.plan.tree import ModelTree
 
 __all__ = ["Advice", "Assessment", "Measured", "advise", "front_of", "predict_plan", "step_ratio_noise"]
 

@@ -10,12 +10,15 @@
 
 from __future__ import annotations
 
-from torch import nn
+from typing import TYPE_CHECKING
 
 from workbench.core.checks.findings import Finding
-from workbench.core.models.tree import ModelTree
 from workbench.core.plan.peft_config import SUPPORTED_LAYERS
 from workbench.core.plan.rules import FreezePlan
+from workbench.core.plan.tree import ModelTree
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = ["adapter_findings", "lint_low_rank"]
 
@@ -73,6 +76,8 @@ def adapter_findings(model: nn.Module, tree: ModelTree) -> list[Finding]:
     Returns:
         Findings, one per layer.
     """
+    from torch import nn  # a model comes with torch imported
+
     out: list[Finding] = []
     for path, module in model.named_modules():
         if path not in tree.nodes:

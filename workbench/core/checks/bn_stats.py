@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from workbench.core.checks.findings import Finding
 from workbench.core.checks.grouping import common_path, names_text
-from workbench.core.models.tree import ModelTree
+from workbench.core.plan.tree import ModelTree
 
 __all__ = ["CODE", "bn_eval_rule", "fixed_stats_finding"]
 

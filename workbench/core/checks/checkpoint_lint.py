@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from workbench.core.checks.findings import Finding
-from workbench.core.models.tree import ModelTree
 from workbench.core.plan.checkpoint_fit import outermost_fitting
 from workbench.core.plan.keys import Effective
+from workbench.core.plan.tree import ModelTree
 
 __all__ = ["checkpoint_findings", "frozen_prefix_end"]
 

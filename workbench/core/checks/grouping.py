@@ -9,12 +9,14 @@ Shared by the static check (:mod:`workbench.core.checks.static_check`) and the r
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from workbench.core.checks.findings import SEVERITIES, Finding
-from workbench.core.freezing.capture import cover_paths
-from workbench.core.models.tree import ModelTree
+from workbench.core.plan.covering import cover_paths
+from workbench.core.plan.tree import ModelTree
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = [
     "common_path",
@@ -73,6 +75,8 @@ def unique_params(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
 def own_parameters(module: nn.Module) -> list[nn.Parameter]:
     """A module's own parameters, those moved under A+B (``parametrizations``) included."""
     own = list(module.parameters(recurse=False))
+    from torch import nn  # a module comes with torch imported
+
     param = getattr(module, "parametrizations", None)
     if isinstance(param, nn.Module):
         own += list(param.parameters())

@@ -13,10 +13,10 @@ from workbench.core.checks.adapters import lint_low_rank
 from workbench.core.checks.bn_stats import fixed_stats_finding
 from workbench.core.checks.checkpoint_lint import checkpoint_findings
 from workbench.core.checks.findings import Finding
-from workbench.core.models.tree import ModelTree, ModuleNode
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.readiness import plan_leaves_trainable
 from workbench.core.plan.rules import FreezePlan, select_paths
+from workbench.core.plan.tree import ModelTree, ModuleNode
 
 __all__ = ["head_path", "lint_plan", "unfreeze_head_fix"]
 

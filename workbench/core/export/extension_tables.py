@@ -23,11 +23,10 @@ from workbench.core.freezing.partial import check_module, is_partial
 from workbench.core.freezing.reparam.base import shared_names
 from workbench.core.freezing.reparam.low_rank import CHILD, LowRankAPlusB, layer_kind
 from workbench.core.freezing.reparam.variants import VARIANTS, geometry
-from workbench.core.models.tree import ModelTree
 from workbench.core.plan.keys import Effective
 from workbench.core.plan.partial_spec import PartialSpec, trainable_fraction
 from workbench.core.plan.reparam_spec import LowRank
-from workbench.core.plan.tree import visible_path
+from workbench.core.plan.tree import ModelTree, visible_path
 
 __all__ = ["EXPORTED_VARIANTS", "LowRankLayer", "check_plain", "extension_counts", "low_rank_layers", "partial_table"]
 

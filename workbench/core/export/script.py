@@ -72,9 +72,9 @@ from workbench.core.models.meta_copy import meta_copy
 from workbench.core.models.script_code import HEAD_CODE, ScriptModel, heads_line
 from workbench.core.models.sources import DEFAULT_SOURCE, source_of
 from workbench.core.models.spec import ModelSpec
-from workbench.core.models.tree import ModelTree
 from workbench.core.optimizers import CHOICES
 from workbench.core.plan.rules import FreezePlan
+from workbench.core.plan.tree import ModelTree
 from workbench.core.training.config import ConfigError, TrainConfig
 
 __all__ = ["export_script", "render_script", "structure_model"]

@@ -26,12 +26,12 @@ from typing import Any, TypeVar
 from torch import nn
 
 from workbench.core.export.common import ExportError, script_path
-from workbench.core.freezing.capture import cover_paths, minimal_assignments
 from workbench.core.freezing.plan_handle import no_decay_names
 from workbench.core.freezing.plan_registry import plan_in_force
-from workbench.core.models.tree import ModelTree
+from workbench.core.plan.covering import cover_paths, minimal_assignments
 from workbench.core.plan.reparam_spec import ReparamSpec
 from workbench.core.plan.rules import Effective, FreezePlan
+from workbench.core.plan.tree import ModelTree
 
 __all__ = [
     "ModelFacts",

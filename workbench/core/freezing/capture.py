@@ -2,7 +2,7 @@
 
 :func:`capture_plan` parses what :func:`workbench.core.freezing.state_reader.observed_plan` reads
 from a live model; the tree helpers it uses (also used by :mod:`workbench.core.export` and
-:mod:`workbench.core.checks.doctor`) are re-exported here.
+:mod:`workbench.core.checks.doctor`, from :mod:`workbench.core.plan.covering`) are re-exported here.
 """
 
 from __future__ import annotations
@@ -16,12 +16,11 @@ from torch import nn
 from workbench.core.freezing.state_reader import (
     a_plus_b_names,
     bn_eval_locked,
-    cover_paths,
     fixed_parameter_ids,
-    minimal_assignments,
     observed_plan,
     partial_spec,
 )
+from workbench.core.plan.covering import cover_paths, minimal_assignments
 from workbench.core.plan.rules import FreezePlan
 
 __all__ = [

@@ -5,12 +5,13 @@ from __future__ import annotations
 import fnmatch
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.optimizers import OPTIMIZER_TABLE, state_copies
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
+    from torch import nn
 
 __all__ = ["Counts", "count_parameters", "no_decay_names", "optimizer_state_factor", "tied_parameters"]
 
@@ -66,7 +67,7 @@ def optimizer_state_factor(optimizer: str | torch.optim.Optimizer) -> int:
     Raises:
         ValueError: unknown optimizer name.
     """
-    if isinstance(optimizer, torch.optim.Optimizer):
+    if not isinstance(optimizer, str):  # an optimizer instance
         name = type(optimizer).__name__.lower()
         d = optimizer.defaults
         if name == "sgd":

@@ -15,12 +15,13 @@ Typical use::
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.optimizers import state_copies
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
 
 __all__ = ["DTYPE_BYTES", "GPU_SIZES", "ParamMemory", "estimate_memory"]
 

@@ -21,15 +21,16 @@ import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from workbench.core import safe_json
 from workbench.core.plan.lora_variants import VARIANTS
 from workbench.core.plan.problems import PlanError, PlanProblem
 from workbench.core.plan.reparam_spec import LOW_RANK_LAYERS
 from workbench.core.plan.safe_regex import RegexRefusedError, linear_fullmatch
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = ["CONFIG_FILE", "SUPPORTED_LAYERS", "peft_plan_dict", "read_peft_config", "target_paths"]
 

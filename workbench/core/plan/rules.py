@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from torch import nn
-
 from workbench.core import safe_json
 from workbench.core.atomic import atomic_write
 from workbench.core.plan.checkpoint_fit import checkpoint_problems
@@ -52,6 +50,8 @@ from workbench.core.plan.specs import check_extensions
 from workbench.core.plan.tree import ModelTree
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
+
     from workbench.core.freezing.plan_handle import AppliedPlan
 
 __all__ = [

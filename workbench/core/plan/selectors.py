@@ -4,11 +4,13 @@ and which parameters a ``param:GLOB`` selector reaches."""
 from __future__ import annotations
 
 import fnmatch
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from workbench.core.plan.tree import ModelTree
 from workbench.core.suggest import close_matches
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = ["PARAM_PREFIX", "Matcher", "as_tree", "is_param_selector", "is_pattern", "matcher", "select_paths"]
 
@@ -147,6 +149,8 @@ def as_tree(model_or_tree: nn.Module | ModelTree) -> ModelTree:
     """
     if isinstance(model_or_tree, ModelTree):
         return model_or_tree
+    from torch import nn  # a model comes with torch imported; a tree needs none
+
     if isinstance(model_or_tree, nn.Module):
         return ModelTree.from_model(model_or_tree)
     raise TypeError(f"expected an nn.Module or a ModelTree, got {type(model_or_tree).__name__}")

@@ -8,191 +8,35 @@ Internals that the workbench itself adds to a model (the ``parametrizations`` co
 :mod:`torch.nn.utils.parametrize`, or modules that declare ``_workbench_internal = True``)
 are folded into the module that owns them: the tree of a model with a plan applied has the
 same paths as the tree of the plain model.
+
+This module is plain data and imports no torch, so the window can hold a tree described on
+disk before torch is imported (:meth:`ModelTree.from_dict`); reading a model into a tree is
+:mod:`workbench.core.plan.tree_from_model` (:meth:`ModelTree.from_model` imports it).
 """
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
-from torch.nn.utils import parametrize
+from workbench.core.errors import WorkbenchError
+from workbench.core.plan.module_paths import INTERNAL_SEGMENTS, split_internal, visible_path
 
-from workbench.core.plan.layers import parameter_layers
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = [
-    "ModuleNode",
+    "INTERNAL_SEGMENTS",
     "ModelTree",
-    "bn_stats_fixed",
-    "canonical_parameters",
-    "fingerprint",
-    "is_batchnorm",
+    "ModuleNode",
+    "TreeFormatError",
+    "split_internal",
     "visible_path",
 ]
 
-_PARAMETRIZATIONS = "parametrizations"
-#: Child names of workbench internals folded into their owner (low-rank A+B's U and V).
-_INTERNAL_SEGMENTS = (_PARAMETRIZATIONS, "wb_lowrank")
-
-
-def is_batchnorm(module: nn.Module) -> bool:
-    """Whether ``module`` is a BatchNorm-family module with running statistics.
-
-    Args:
-        module: any module.
-
-    Returns:
-        True for BatchNorm1d/2d/3d, SyncBatchNorm, lazy variants and their subclasses
-        (such as timm's ``BatchNormAct2d``).
-    """
-    return isinstance(module, _BatchNorm)
-
-
-def bn_stats_fixed(module: nn.Module) -> bool:
-    """Whether a BatchNorm keeps running statistics that train mode never updates.
-
-    ``momentum=0`` (CREPE's, converted from Keras) or ``track_running_stats`` switched off with
-    the buffers kept: in train mode such a module normalises with each batch's statistics, in
-    eval mode with stored ones that training never moved.
-
-    Args:
-        module: any module.
-
-    Returns:
-        True for such a BatchNorm; False for other modules, for BatchNorm whose statistics follow
-        the batches, and for BatchNorm without running statistics (eval normalises by batch too).
-    """
-    if not isinstance(module, _BatchNorm) or getattr(module, "running_mean", None) is None:
-        return False
-    return not module.track_running_stats or module.momentum == 0
-
-
-def _split_internal(path: str) -> tuple[str, str]:
-    """Split a raw dotted path at the first workbench-internal segment.
-
-    Returns ``(visible_owner_path, rest)`` where ``rest`` is empty for ordinary paths.
-    """
-    parts = path.split(".") if path else []
-    for i, part in enumerate(parts):
-        if part in _INTERNAL_SEGMENTS:
-            return ".".join(parts[:i]), ".".join(parts[i:])
-    return path, ""
-
-
-def visible_path(path: str) -> str:
-    """Map a raw module path to the path shown in the tree (internals folded in).
-
-    Args:
-        path: a dotted path from ``named_modules()``.
-
-    Returns:
-        The path of the visible module that owns ``path``.
-    """
-    return _split_internal(path)[0]
-
-
-def _canonical_name(raw_name: str) -> str:
-    """``conv.parametrizations.weight.original`` → ``conv.weight``."""
-    owner, rest = _split_internal(raw_name.rsplit(".", 1)[0] if "." in raw_name else "")
-    if rest:
-        # rest = "parametrizations.<tensor>[.original...]"
-        tensor = rest.split(".")[1] if rest.count(".") >= 1 else raw_name.rsplit(".", 1)[1]
-        return f"{owner}.{tensor}" if owner else tensor
-    return raw_name
-
-
-def canonical_parameters(model: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
-    """The model's parameters as ``(name, shape)`` in the names of the plain model.
-
-    Parametrized tensors are reported under their public name (``conv.weight``), once.
-    Modules that replace a parameter by several (sub-tensor freezing) may define
-    ``_workbench_canonical_parameters() -> list[tuple[str, tuple[int, ...]]]`` giving
-    their own names relative to themselves.
-
-    Args:
-        model: the model.
-
-    Returns:
-        A list of ``(dotted name, shape)`` in registration order, shared tensors once.
-    """
-    out: list[tuple[str, tuple[int, ...]]] = []
-    seen: set[str] = set()
-    custom: dict[str, nn.Module] = {}
-    for path, module in model.named_modules():
-        if hasattr(module, "_workbench_canonical_parameters"):
-            custom[path] = module
-    emitted: set[str] = set()
-    for raw, p in model.named_parameters():
-        # a custom module's names go where its first parameter is, keeping registration order
-        owner = next((c for c in custom if c == "" or raw.startswith(c + ".")), None)
-        if owner is not None:
-            if owner not in emitted:
-                emitted.add(owner)
-                canonical: Any = custom[owner]._workbench_canonical_parameters
-                for name, shape in canonical():
-                    full = f"{owner}.{name}" if owner else name
-                    if full not in seen:
-                        seen.add(full)
-                        out.append((full, tuple(shape)))
-            continue
-        name = _canonical_name(raw)
-        if name in seen:
-            continue
-        seen.add(name)
-        if name != raw:
-            # The public tensor of a parametrization: report its shape, not the original's.
-            owner, _, tensor = name.rpartition(".")
-            module = model.get_submodule(owner) if owner else model
-            shape = tuple(getattr(module, tensor).shape)
-        else:
-            shape = tuple(p.shape)
-        out.append((name, shape))
-    return _plain_order(model, out)
-
-
-def _plain_order(model: nn.Module, out: list[tuple[str, tuple[int, ...]]]) -> list[tuple[str, tuple[int, ...]]]:
-    """Put parametrized tensors back where the plain model has them.
-
-    parametrize moves a tensor into a ``parametrizations`` child, behind the module's other
-    parameters and children. Sort by owning module (``named_modules`` order), then by the
-    module's ``_workbench_param_order`` hint (set by A+B), else keep the order found.
-    """
-    if not any(parametrize.is_parametrized(m) for m in model.modules()):
-        return out
-    index: dict[str, tuple[int, tuple[str, ...]]] = {}
-    for i, (path, m) in enumerate(model.named_modules()):
-        if visible_path(path) == path and path not in index:
-            index[path] = (i, tuple(getattr(m, "_workbench_param_order", ())))
-
-    def key(item: tuple[int, tuple[str, tuple[int, ...]]]) -> tuple[int, int, int]:
-        j, (name, _) = item
-        owner, _, short = name.rpartition(".")
-        mi, hint = index.get(owner, (len(index), ()))
-        return (mi, hint.index(short) if short in hint else len(hint), j)
-
-    return [x for _, x in sorted(enumerate(out), key=key)]
-
-
-def fingerprint(model: nn.Module) -> str:
-    """SHA-256 over the model's ``(parameter name, shape)`` list.
-
-    Two models with the same architecture (and head size) have the same fingerprint whatever
-    their weights; a plan stores it to warn when it is applied to a different model.
-
-    Args:
-        model: the model.
-
-    Returns:
-        A hex digest.
-    """
-    h = hashlib.sha256()
-    for name, shape in canonical_parameters(model):
-        h.update(f"{name}:{','.join(map(str, shape))};".encode())
-    return h.hexdigest()
+class TreeFormatError(WorkbenchError):
+    """A tree's plain-data form (:meth:`ModelTree.to_dict`) is not one tree."""
 
 
 @dataclass(eq=False)
@@ -277,7 +121,7 @@ class ModelTree:
 
     @classmethod
     def from_model(cls, model: nn.Module) -> ModelTree:
-        """Build the tree of ``model``.
+        """Build the tree of ``model`` (from :mod:`workbench.core.plan.tree_from_model`'s rows).
 
         Args:
             model: any ``nn.Module``.
@@ -285,44 +129,101 @@ class ModelTree:
         Returns:
             The tree, with parameter counts and trainable counts as the model stands now.
         """
+        # torch: there with the model
+        from workbench.core.plan.layers import parameter_layers
+        from workbench.core.plan.tree_from_model import fingerprint, module_rows, parameter_rows
+
         nodes: dict[str, ModuleNode] = {}
-        mro_cache: dict[type, tuple[str, ...]] = {}
-        root: ModuleNode | None = None
-        for order, (path, module) in enumerate(model.named_modules(remove_duplicate=True)):
-            if visible_path(path) != path or getattr(module, "_workbench_internal", False):
-                continue
-            t = parametrize.type_before_parametrizations(module)  # not ParametrizedConv2d
-            names = mro_cache.get(t)
-            if names is None:
-                names = tuple(
-                    c.__name__ for c in t.__mro__ if issubclass(c, nn.Module) and c is not nn.Module
-                )
-                mro_cache[t] = names
-            node = ModuleNode(
-                path=path,
-                type_name=t.__name__,
-                type_names=names,
-                is_bn=isinstance(module, _BatchNorm),
-                bn_stats_fixed=bn_stats_fixed(module),
-                training=module.training,
-                order=order,
-            )
-            if path:
-                parent_path = path.rpartition(".")[0]
+        for row in module_rows(model):
+            node = ModuleNode(path=row.path, type_name=row.type_name, type_names=row.type_names, is_bn=row.is_bn,
+                              bn_stats_fixed=row.bn_stats_fixed, training=row.training, order=row.order)
+            if row.path:
+                parent_path = row.path.rpartition(".")[0]
                 parent = nodes.get(parent_path)
                 if parent is None:  # child of an internal module: attach to its visible owner
                     parent = nodes[visible_path(parent_path)]
-                node.parent = parent
-                node.row = len(parent.children)
+                node.parent, node.row = parent, len(parent.children)
                 parent.children.append(node)
-            else:
-                root = node
-            nodes[path] = node
-        assert root is not None
-        tree = cls(root, nodes, "")
-        tree._count(model)
-        tree.fingerprint = fingerprint(model)
+            nodes[row.path] = node
+        tree = cls(nodes[""], nodes, fingerprint(model))
+        tree.count(parameter_rows(model))
         tree.layer_ids = {tree.param_name(raw): i for raw, i in parameter_layers(model).items()}
+        return tree
+
+    def to_dict(self) -> dict[str, Any]:
+        """The tree as plain JSON data, read back by :meth:`from_dict` without torch.
+
+        Returns:
+            ``{"modules": [...], "parameters": [...], "fingerprint": ...}``: one module row per
+            node in pre-order, ``[path, class name, class names, parent row, order, own
+            parameters, own trainable, parameter names, flags]`` (flags: 1 BatchNorm, 2 its
+            statistics fixed, 4 in train mode; the root's parent row is -1), and one
+            ``[canonical name, shape, layer index or None]`` per parameter.
+        """
+        nodes = list(self.root.walk())
+        row = {id(n): i for i, n in enumerate(nodes)}
+        modules = [
+            [n.path, n.type_name, list(n.type_names), row[id(n.parent)] if n.parent is not None else -1, n.order,
+             n.own_params, n.own_trainable, list(n.param_names),
+             _BN * n.is_bn | _FIXED * n.bn_stats_fixed | _TRAINING * n.training]
+            for n in nodes
+        ]
+        parameters = [[name, list(shape), self.layer_ids.get(name)] for name, shape in self.param_shapes.items()]
+        return {"modules": modules, "parameters": parameters, "fingerprint": self.fingerprint}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ModelTree:
+        """The tree :meth:`to_dict` wrote, checked to be one tree in pre-order.
+
+        Args:
+            data: the dict (from JSON).
+
+        Returns:
+            The tree, with the subtree sums recomputed.
+
+        Raises:
+            TreeFormatError: not one tree (the first bad row or field is named).
+        """
+        modules, parameters, fp = data.get("modules"), data.get("parameters"), data.get("fingerprint")
+        if not isinstance(modules, list) or not modules:
+            raise TreeFormatError("the tree has no modules")
+        if not isinstance(parameters, list) or not isinstance(fp, str):
+            raise TreeFormatError("the tree has no parameter list or fingerprint")
+        nodes: list[ModuleNode] = []
+        by_path: dict[str, ModuleNode] = {}
+        open_rows: list[int] = []  # pre-order: a row's parent is the row before or one of its ancestors
+        for i, item in enumerate(modules):
+            node = _module_row(item, i)
+            parent = item[3]
+            while open_rows and open_rows[-1] != parent:
+                open_rows.pop()
+            if i == 0:
+                ok = parent == -1 and node.path == ""
+            else:
+                ok = bool(open_rows) and _child_path(nodes[parent].path, node.path)
+            if not ok or node.path in by_path:
+                raise TreeFormatError(f"module row {i} ({node.path!r}) does not follow its parent in one tree")
+            if i:
+                owner = nodes[parent]
+                node.parent, node.row = owner, len(owner.children)
+                owner.children.append(node)
+            open_rows.append(i)
+            nodes.append(node)
+            by_path[node.path] = node
+        tree = cls(nodes[0], by_path, fp)
+        for j, item in enumerate(parameters):
+            if not (isinstance(item, list) and len(item) == 3 and isinstance(item[0], str) and isinstance(item[1], list)
+                    and all(type(d) is int and d >= 0 for d in item[1]) and (item[2] is None or type(item[2]) is int)):
+                raise TreeFormatError(f"parameter row {j} is not [name, shape, layer]")
+            tree.param_shapes[item[0]] = tuple(item[1])
+            if item[2] is not None:
+                tree.layer_ids[item[0]] = item[2]
+        for node in reversed(nodes):
+            node.total_params += node.own_params
+            node.trainable_params += node.own_trainable
+            if node.parent is not None:
+                node.parent.total_params += node.total_params
+                node.parent.trainable_params += node.trainable_params
         return tree
 
     def param_name(self, raw_param_name: str) -> str:
@@ -352,7 +253,7 @@ class ModelTree:
 
     def _owner(self, raw_param_name: str) -> tuple[ModuleNode, str]:
         owner_raw, _, short = raw_param_name.rpartition(".")
-        owner, rest = _split_internal(owner_raw)
+        owner, rest = split_internal(owner_raw)
         node = self.nodes.get(owner)
         while node is None:  # inside a workbench-internal module
             owner = owner.rpartition(".")[0]
@@ -361,17 +262,22 @@ class ModelTree:
             short = rest.split(".")[1]
         return node, short
 
-    def _count(self, model: nn.Module) -> None:
+    def count(self, parameters: Iterable[tuple[str, tuple[int, ...], int, bool]]) -> None:
+        """Set the parameter counts, names and shapes from the model's parameters.
+
+        Args:
+            parameters: ``(name in named_parameters(), shape, elements, requires_grad)`` per
+                parameter, shared tensors once.
+        """
         for node in self.nodes.values():
             node.own_params = node.own_trainable = node.total_params = node.trainable_params = 0
         names: dict[str, list[str]] = {}
         self.param_shapes = {}
-        for raw, p in model.named_parameters():
+        for raw, shape, n, trainable in parameters:
             node, short = self._owner(raw)
-            self.param_shapes.setdefault(f"{node.path}.{short}" if node.path else short, tuple(p.shape))
-            n = p.numel()
+            self.param_shapes.setdefault(f"{node.path}.{short}" if node.path else short, tuple(shape))
             node.own_params += n
-            if p.requires_grad:
+            if trainable:
                 node.own_trainable += n
             lst = names.setdefault(node.path, [])
             if short not in lst:
@@ -391,7 +297,9 @@ class ModelTree:
         Args:
             model: the model this tree was built from.
         """
-        self._count(model)
+        from workbench.core.plan.tree_from_model import parameter_rows
+
+        self.count(parameter_rows(model))
         for path, module in model.named_modules():
             node = self.nodes.get(path)
             if node is not None:
@@ -425,6 +333,30 @@ class ModelTree:
         return self.root.trainable_params
 
 
-def tensor_bytes(t: torch.Tensor) -> int:
-    """Bytes a tensor's elements take."""
-    return t.numel() * t.element_size()
+_BN, _FIXED, _TRAINING = 1, 2, 4  # a module row's flags (ModelTree.to_dict)
+
+
+def _module_row(item: Any, i: int) -> ModuleNode:
+    """One module row of :meth:`ModelTree.to_dict`, checked field by field."""
+    if not (isinstance(item, list) and len(item) == 9):
+        raise TreeFormatError(f"module row {i} is not [path, class, classes, parent, order, parameters, trainable, names, flags]")
+    path, type_name, type_names, parent, order, own, trainable, names, flags = item
+    texts = (isinstance(path, str) and isinstance(type_name, str) and bool(type_name) and isinstance(type_names, list)
+             and all(isinstance(t, str) for t in type_names) and isinstance(names, list)
+             and all(isinstance(n, str) for n in names))
+    numbers = all(type(v) is int for v in (parent, order, own, trainable, flags))
+    if not (texts and numbers and parent < i and 0 <= trainable <= own and 0 <= flags < 8 and order >= 0):
+        raise TreeFormatError(f"module row {i} has a bad field")
+    return ModuleNode(
+        path=path, type_name=type_name, type_names=tuple(type_names), own_params=own, own_trainable=trainable,
+        param_names=tuple(names), is_bn=bool(flags & _BN), bn_stats_fixed=bool(flags & _FIXED),
+        training=bool(flags & _TRAINING), order=order,
+    )
+
+
+def _child_path(parent: str, path: str) -> bool:
+    """``path`` is a direct child's path of ``parent`` (one more non-empty segment)."""
+    if parent:
+        prefix, dot, segment = path.rpartition(".")
+        return bool(dot) and prefix == parent and bool(segment)
+    return bool(path) and "." not in path

@@ -45,9 +45,9 @@ from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.freezing.apply import AppliedPlan, PlanDiff, apply_plan
 from workbench.core.freezing.snapshot import GradWatch
-from workbench.core.models.tree import ModelTree
 from workbench.core.plan.readiness import check_plan
 from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.plan.tree import ModelTree
 from workbench.core.runs.record import RunRecord, write_run_file  # the run record of the save folder
 from workbench.core.training import distributed as wdist
 from workbench.core.training import fsdp as wfsdp

@@ -13,12 +13,12 @@ from typing import Any
 
 import numpy as np
 
-from workbench.core.models.tree import ModelTree
 from workbench.core.plan.fast.layout import layout
 from workbench.core.plan.fast.resolve import resolve_groups, supported
 from workbench.core.plan.keys import INHERITED_KEYS, Effective, PlanKey, rule_key
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.plan.selectors import is_pattern
+from workbench.core.plan.tree import ModelTree
 
 __all__ = [
     "A_PLUS_B",

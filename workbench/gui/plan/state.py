@@ -22,9 +22,8 @@ import numpy as np
 
 from workbench.core.checks.findings import Finding
 from workbench.core.checks.lint import lint_plan
-from workbench.core.freezing.apply import Counts, optimizer_state_factor
+from workbench.core.freezing.counts import Counts, optimizer_state_factor
 from workbench.core.models.memory import ParamMemory, estimate_memory
-from workbench.core.models.tree import ModelTree, ModuleNode
 from workbench.core.plan.fast import counts as fast_counts
 from workbench.core.plan.fast.counts import SUMMED, Own, PlanRows
 from workbench.core.plan.fast.layout import Layout, LazyMap, layout
@@ -33,6 +32,7 @@ from workbench.core.plan.keys import INHERITED_KEYS, PlanKey, rule_key
 from workbench.core.plan.partial_spec import PartialSpec
 from workbench.core.plan.readiness import PlanReadiness, check_plan
 from workbench.core.plan.rules import Effective, FreezePlan, PlanProblem, Rule, select_paths
+from workbench.core.plan.tree import ModelTree, ModuleNode
 
 __all__ = [
     "NodeState",

@@ -27,18 +27,20 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, IntEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QGuiApplication, QPalette
 
 from workbench.core.formatting import fmt_count, fmt_lr
-from workbench.core.models.tree import ModuleNode
 from workbench.core.plan.keys import rule_key
 from workbench.core.plan.spec_base import ExtensionSpec
-from workbench.gui.controller import Controller
+from workbench.core.plan.tree import ModuleNode
 from workbench.gui.plan.edits import A_PLUS_B
 from workbench.gui.plan.state import NodeState, deciding_rule
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from workbench.gui.controller import Controller
 
 __all__ = [
     "COLUMNS",

@@ -44,8 +44,8 @@ from PySide6.QtCore import (
 )
 from PySide6.QtGui import QFont
 
-from workbench.core.models.tree import ModuleNode
 from workbench.core.plan.fast.layout import layout
+from workbench.core.plan.tree import ModuleNode
 from workbench.gui.controller import Controller
 from workbench.gui.plan.state import PlanState
 from workbench.gui.plan.tree_columns import COLUMNS, HEADERS, Column, check_value, heat_color, parse_lr
