@@ -1,4 +1,5 @@
-"""Package data: the application icon, the desktop entry, AppStream metainfo, example plans.
+"""Package data: the application icon, the desktop entry, AppStream metainfo, example plans, the
+start-up model's described tree.
 
 Everything is found through :mod:`importlib.resources`, so it works the same from a source
 checkout, an installed wheel and a PyInstaller bundle. The accessors return real file paths
@@ -13,6 +14,8 @@ Layout::
       icons/hicolor/scalable/apps/<APP_ID>.svg                  icon source
       icons/hicolor/<N>x<N>/apps/<APP_ID>.png                   rendered sizes (ICON_SIZES)
       plans/*.json                                              example freeze plans
+      trees/<source>-<name>.json                                the start-up model's tree, described
+                                                                (shown before torch is imported)
 
 The icon folder mirrors the freedesktop ``hicolor`` theme, so installing the desktop entry
 (:mod:`workbench.resources.install`) is a plain copy.

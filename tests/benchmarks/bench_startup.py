@@ -2,14 +2,15 @@
 
 Each run is a fresh process, ``python -m workbench --screenshot OUT.png`` (offscreen), started
 with ``WORKBENCH_STARTUP_TRACE=1`` so the app prints when it reached each point
-(:mod:`workbench.gui.startup`). Each round starts the app twice in a private cache folder
-(``WORKBENCH_CACHE_DIR``): first with the folder empty (the first start ever: no tree
-description, today's path), then with the description that start wrote (every later start).
-Times are measured from just before the process is started:
+(:mod:`workbench.gui.startup`). Each round starts the app three times in a private cache folder
+(``WORKBENCH_CACHE_DIR``): first with the folder empty (the first start ever: the tree the app
+ships of resnet18), then with the description that start wrote (every later start), then on
+another model the folder has no description of (``--model resnet34``: the empty tree saying
+what loads, until the live tree). Times are measured from just before the process is started:
 
-- ``first paint``: the start-up window (model bar, empty tree saying what loads) is painted;
-- ``cached tree``: the start-up window painted resnet18's tree from its description (later
-  starts only; the same paint as ``first paint``);
+- ``first paint``: the start-up window (model bar, the described tree or the empty one) is painted;
+- ``described tree``: the start-up window painted the model's described tree, whose checkboxes
+  edit the plan (the same paint as ``first paint``; not without a description);
 - ``torch``, ``torchvision``: each imported (on a thread, behind the start-up window);
 - ``imports done``: torch, torchvision and the library are imported;
 - ``window modules``: the full window's modules (pyqtgraph, the panels) are imported;
@@ -43,7 +44,7 @@ from pathlib import Path
 
 EVENTS = (
     ("first-paint", "first paint"),
-    ("cached-tree", "cached tree"),
+    ("cached-tree", "described tree"),
     ("imported-torch", "torch"),
     ("imported-torchvision", "torchvision"),
     ("imports-done", "imports done"),
@@ -53,11 +54,12 @@ EVENTS = (
 )
 
 
-def one_run(folder: Path) -> dict[str, float]:
+def one_run(folder: Path, model: str | None = None) -> dict[str, float]:
     """Start the app once and time its start-up.
 
     Args:
         folder: a scratch folder (the screenshot goes there; ``cache`` in it is the app's cache folder).
+        model: the model to start on (``--model``), or None for the default (resnet18).
 
     Returns:
         Seconds from process start per event (``first paint`` ... ``exit``), and the CPU
@@ -74,7 +76,8 @@ def one_run(folder: Path) -> dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.time()
     proc = subprocess.run(
-        [sys.executable, "-m", "workbench", "--screenshot", str(folder / "startup.png")],
+        [sys.executable, "-m", "workbench", "--screenshot", str(folder / "startup.png"),
+         *(["--model", model] if model else [])],
         env=env, capture_output=True, text=True, check=False,
     )
     t_exit = time.time() - t0
@@ -112,9 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         0, or 1 when a run failed.
     """
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--runs", type=int, default=3, help="rounds, each a first start and a later start (default: 3)")
+    p.add_argument("--runs", type=int, default=3, help="rounds, each a first, a later and an undescribed start (default: 3)")
     args = p.parse_args(argv)
-    rows: dict[str, list[dict[str, float]]] = {"first start": [], "later start": []}
+    kinds: dict[str, str | None] = {"first start": None, "later start": None, "resnet34": "resnet34"}
+    rows: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
     load_before = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(max(1, args.runs)):
@@ -122,13 +126,13 @@ def main(argv: list[str] | None = None) -> int:
             folder.mkdir()
             for kind in rows:
                 try:
-                    rows[kind].append(one_run(folder))
+                    rows[kind].append(one_run(folder, kinds[kind]))
                 except RuntimeError as e:
                     print(f"round {i + 1}, {kind}: {e}", file=sys.stderr)
                     return 1
                 print(f"round {i + 1}, {kind}: " + ", ".join(f"{k} {v:.2f} s" for k, v in rows[kind][-1].items()),
                       flush=True)
-    print(f"\nstart-up of `python -m workbench --screenshot` ({args.runs} rounds of two fresh processes; "
+    print(f"\nstart-up of `python -m workbench --screenshot` ({args.runs} rounds of three fresh processes; "
           f"{load_before} before, {load_average()} after); medians")
     print(f"{'':<16}" + "".join(f"{kind + ' wall':>18}{'CPU':>8}" for kind in rows))
     for label in [lbl for _e, lbl in EVENTS] + ["exit"]:

@@ -16,6 +16,7 @@ from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, SUBPROCESS_S, ms
 from workbench.core.models import tree_cache
 from workbench.core.models.tree import ModelTree
 from workbench.gui.app import _described_tree, _open_window
+from workbench.gui.plan.tree_columns import column_index
 from workbench.gui.startup import HeavyImports, StartupWindow, loading_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,6 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_first_window_needs_neither_torch_nor_pyqtgraph() -> None:
     code = (
         "import sys; import workbench.cli, workbench.commands.gui, workbench.gui.app, workbench.gui.startup; "
+        # the described tree: the plan engine, the controller and the window's tree view
+        "import workbench.core.plan, workbench.core.plan.fast.counts, workbench.gui.plan.tree_preview; "
         "heavy = [m for m in ('torch', 'torchvision', 'pyqtgraph') if m in sys.modules]; "
         "assert not heavy, heavy"
     )
@@ -38,7 +41,7 @@ def test_startup_window_shows_the_model_bar_and_a_loading_tree(qtbot: Any) -> No
     shell.show()
     assert shell.model_box.currentText() == "vit_b_16" and not shell.model_box.isEnabled()
     assert shell.loading_label.isVisible() and shell.loading_label.text() == "Loading PyTorch and vit_b_16…"
-    assert shell.tree.topLevelItemCount() == 0
+    assert shell.described is None and shell.tree.model().rowCount() == 0
     assert loading_text(None) == "Loading PyTorch…"
 
 
@@ -175,8 +178,7 @@ def test_a_window_that_cannot_be_built_is_one_dialog_and_exit_code_2(tmp_path: P
 
 
 def _describe_resnet18(model: Any, folder: Path) -> Path:
-    path = tree_cache.write_tree("torchvision", "resnet18", None, tree_cache.rows_of_tree(ModelTree.from_model(model)),
-                                 folder=folder)
+    path = tree_cache.write_tree("torchvision", "resnet18", None, ModelTree.from_model(model), folder=folder)
     assert path is not None
     return path
 
@@ -186,8 +188,8 @@ _PREVIEW_PROBE = _ORDER_PROBE.replace('event == "first-paint"', 'event == "cache
     "        print(json.dumps(seen), flush=True)",
     "        from PySide6.QtWidgets import QApplication\n"
     "        shell = next(w for w in QApplication.topLevelWidgets() if w.objectName() == 'StartupWindow')\n"
-    "        root = shell.tree.topLevelItem(0)\n"
-    "        seen.extend([root.text(2), root.childCount(), shell.notice.text(), 'torch' in sys.modules])\n"
+    "        model = shell.tree.model(); root = model.index(0, 0)\n"
+    "        seen.extend([model.rowCount(root), shell.tree.isExpanded(root), shell.notice.text(), 'torch' in sys.modules])\n"
     "        print(json.dumps(seen), flush=True)",
 )
 
@@ -195,24 +197,41 @@ _PREVIEW_PROBE = _ORDER_PROBE.replace('event == "first-paint"', 'event == "cache
 def test_a_described_tree_is_painted_before_torch_is_imported(tmp_path: Path, resnet18: Any) -> None:
     _describe_resnet18(resnet18, tmp_path / "described")
     seen = _run_probe(_PREVIEW_PROBE, tmp_path, WORKBENCH_CACHE_DIR=str(tmp_path / "described"))
-    assert seen == ["first-paint", "cached-tree", "11.7M", 10,
-                    "Loading PyTorch… resnet18's tree is from the last start; the checkboxes work once the model "
-                    "has loaded.", False]
+    assert seen == ["first-paint", "cached-tree", 10, True,
+                    "Loading PyTorch… resnet18's tree is from the last start: edit the plan now; costs and Start "
+                    "come once the model has loaded.", False]
 
 
-def test_the_live_tree_replaces_the_described_one(qtbot: Any, cache_dir: Path, resnet18: Any) -> None:
+def _toggle(described: Any, path: str, key: str, on: bool) -> None:
+    """Click a checkbox of the described tree (what the view's delegate does)."""
+    index = described.tree_model.index_of(path, column_index(key))
+    assert index.flags() & Qt.ItemFlag.ItemIsUserCheckable
+    state = Qt.CheckState.Checked if on else Qt.CheckState.Unchecked
+    assert described.tree_model.setData(index, state, Qt.ItemDataRole.CheckStateRole)
+
+
+def test_the_described_tree_edits_the_plan_and_the_live_tree_takes_the_edits(
+    qtbot: Any, cache_dir: Path, resnet18: Any
+) -> None:
     path = _describe_resnet18(resnet18, cache_dir)
     shell = StartupWindow("resnet18", preview=_described_tree("resnet18"))  # deleted when the window replaces it
     shell.show()
-    assert shell.tree.topLevelItemCount() == 1 and not shell.loading_label.isVisible() and shell.notice.isVisible()
-    root = shell.tree.topLevelItem(0)
-    layer1 = root.child(4) if root is not None else None
-    assert layer1 is not None and layer1.text(0) == "layer1"
-    shell.tree.setCurrentItem(layer1)
-    layer1.setExpanded(True)
-    shell.tree.itemClicked.emit(layer1, 0)  # the plan waits for the model, and the status bar says so
-    assert shell.status_label.text().startswith("layer1: still loading resnet18; this row stays selected")
-    assert not layer1.flags() & Qt.ItemFlag.ItemIsUserCheckable
+    described = shell.described
+    assert described is not None and not shell.loading_label.isVisible() and shell.notice.isVisible()
+    assert described.controller.model is None and described.controller.tree is not None
+    _toggle(described, "layer1", "frozen", True)  # the same edits and undo steps as on a loaded model
+    _toggle(described, "layer2", "frozen", True)
+    _toggle(described, "fc", "reparam", True)
+    frozen = column_index("frozen")
+    assert described.tree_model.index_of("layer1.0.conv1", frozen).data(Qt.ItemDataRole.CheckStateRole) == \
+        Qt.CheckState.Checked  # the subtree follows, as in the live tree
+    assert described.tree_model.index_of("", frozen).data(Qt.ItemDataRole.CheckStateRole) == \
+        Qt.CheckState.PartiallyChecked
+    described.controller.undo_stack.undo()  # A+B on fc undone: not carried over
+    texts = [described.controller.undo_stack.text(i) for i in range(2)]
+    layer1 = described.proxy.mapFromSource(described.tree_model.index_of("layer1"))
+    shell.tree.setCurrentIndex(layer1)
+    shell.tree.expand(layer1)
     path.unlink()
     shell.imports_done()  # torch is there: the line says the model loads
     assert shell.notice.text().startswith("Loading resnet18… resnet18's tree is from the last start")
@@ -225,14 +244,60 @@ def test_the_live_tree_replaces_the_described_one(qtbot: Any, cache_dir: Path, r
         qtbot.waitUntil(window.isVisible, timeout=ms(GUI_WORKER_S))
         assert c.tree is not None and window.tree_model.rowCount() > 0
         qtbot.waitUntil(lambda: bool(gone), timeout=ms(GUI_EVENT_S))  # closed and deleted
+        assert [r.select for r in c.plan.rules] == ["layer1", "layer2"] and c.model is not None
+        assert c.undo_stack.count() == 2 and c.dirty  # one undo step per edit, on the loaded model
+        assert [c.undo_stack.text(i) for i in range(2)] == texts and texts[0].startswith("Freeze layer1")
+        assert c.plan.model["name"] == "resnet18"
+        c.undo_stack.undo()
+        assert [r.select for r in c.plan.rules] == ["layer1"]
         current = window.proxy.mapToSource(window.view.currentIndex())
         assert window.tree_model.path(current) == "layer1"  # the picked row and the opened one carry over
         assert window.view.isExpanded(window.proxy.mapFromSource(window.tree_model.index_of("layer1")))
         qtbot.waitUntil(path.is_file, timeout=ms(GUI_EVENT_S))  # described again for the next start
-        assert len(tree_cache.read_tree_checked("torchvision", "resnet18", folder=cache_dir).rows) == len(c.tree.nodes)
+        assert len(tree_cache.read_tree_checked("torchvision", "resnet18", folder=cache_dir).tree) == len(c.tree.nodes)
     finally:
         qtbot.waitUntil(lambda: not c.busy and not c.checking, timeout=ms(GUI_WORKER_S))
         window.close()
+
+
+def test_edits_on_a_tree_that_is_not_the_loaded_one_are_refused_in_one_line(qtbot: Any) -> None:
+    from torch import nn
+
+    from workbench.gui.controller import Controller
+
+    described, loaded = Controller(), Controller()
+    described.show_described(ModelTree.from_model(nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 1))), {"name": "a"})
+    described.set_value(["1"], "frozen", True)
+    edits = described.done_edits()
+    assert [text for text, _ in edits] == [described.undo_stack.text(0)]
+    loaded.show_described(ModelTree.from_model(nn.Sequential(nn.Linear(2, 2))), {"name": "b"})  # no module "1"
+    refused = loaded.take_edits(edits, described.tree)
+    assert refused.startswith("the 1 plan edit(s) made before the model loaded were not kept")
+    assert not loaded.plan.rules and loaded.undo_stack.count() == 0
+    assert loaded.take_edits([], described.tree) == ""
+
+
+def test_the_app_ships_the_start_up_model_s_live_tree(resnet18: Any) -> None:
+    from workbench.resources import resource_path
+
+    path = resource_path("trees", "torchvision-resnet18.json")
+    live = tree_cache.description("torchvision", "resnet18", None, ModelTree.from_model(resnet18), None)
+    assert json.loads(path.read_text(encoding="utf-8")) == live, (
+        "torchvision's resnet18 changed: rewrite resources/trees/torchvision-resnet18.json with "
+        "json.dumps(tree_cache.description('torchvision', 'resnet18', None, ModelTree.from_model(resnet18()), None))")
+    shipped = tree_cache.read_description(path, "torchvision", "resnet18", None)
+    assert shipped.shipped and shipped.tree.fingerprint == ModelTree.from_model(resnet18).fingerprint
+
+
+def test_a_first_start_shows_the_tree_the_app_ships(qtbot: Any, cache_dir: Path) -> None:
+    assert not cache_dir.exists()  # nothing described yet
+    preview = _described_tree("resnet18")
+    assert preview is not None and preview.shipped
+    assert _described_tree("resnet50") is None  # only the start-up model's tree is shipped
+    shell = StartupWindow("resnet18", preview=preview)
+    qtbot.addWidget(shell)
+    assert shell.described is not None and shell.notice.text().startswith(
+        "Loading PyTorch… resnet18's tree is as the app ships it: edit the plan now")
 
 
 def test_closing_the_start_up_window_while_the_model_loads_closes_the_window(
@@ -267,12 +332,12 @@ def test_a_load_that_fails_behind_a_described_tree_shows_the_window_then_the_err
     qtbot: Any, cache_dir: Path, resnet18: Any, dialogs: Any, monkeypatch: Any
 ) -> None:
     from workbench.core.models.zoo import ModelSourceError
-    from workbench.gui import controller
+    from workbench.gui import model_loading
 
     def broken(request: Any) -> Any:
         raise ModelSourceError("the weights file is damaged; delete it and download again")
 
-    monkeypatch.setattr(controller, "load_model", broken)
+    monkeypatch.setattr(model_loading, "load_model", broken)
     _describe_resnet18(resnet18, cache_dir)
     shell = StartupWindow("resnet18", preview=_described_tree("resnet18"))
     shell.show()

@@ -12,15 +12,23 @@ import pytest
 
 from tests.hostile.makers import nested_json
 from workbench.core.models import tree_cache as tc
+from workbench.core.plan.tree import ModelTree
 
 _SOURCE, _NAME = "torchvision", "resnet18"
 
 
+def _m(path: str, cls: str, parent: int, own: Any = 0, *, trainable: Any = None, flags: Any = 4) -> list[Any]:
+    """One module row of a description (``ModelTree.to_dict``)."""
+    return [path, cls, [cls], parent, 0, own, own if trainable is None else trainable, [], flags]
+
+
 def _valid(rows: Any = None, **changes: Any) -> str:
     versions = tc.library_versions()
+    modules = rows if rows is not None else [_m("", "ResNet", -1), _m("fc", "Linear", 0, 10)]
+    tree = {"modules": modules, "parameters": [["fc.weight", [10], None]], "fingerprint": "f"}
     data: dict[str, Any] = {
-        "format": tc.TREE_CACHE_FORMAT, "version": 1, "model": {"source": _SOURCE, "name": _NAME, "weights": None},
-        "versions": versions, "rows": rows if rows is not None else [["", "ResNet", 0, -1], ["fc", "Linear", 10, 0]],
+        "format": tc.TREE_CACHE_FORMAT, "version": 2, "model": {"source": _SOURCE, "name": _NAME, "weights": None},
+        "versions": versions, "tree": tree,
     }
     data.update(changes)
     return json.dumps(data)
@@ -30,6 +38,12 @@ def _rows(*rows: list[Any]) -> str:
     return _valid([list(r) for r in rows])
 
 
+def _tree(**changes: Any) -> str:
+    tree: dict[str, Any] = {"modules": [_m("", "ResNet", -1)], "parameters": [], "fingerprint": "f"}
+    tree.update(changes)
+    return _valid(tree=tree)
+
+
 _BAD_TEXT: dict[str, str | bytes] = {
     "truncated": _valid()[:-20],
     "non-UTF-8": b'{"format": "workbench-tree-cache", "\xff\xfe": 1}',
@@ -37,30 +51,40 @@ _BAD_TEXT: dict[str, str | bytes] = {
     "nested deep": nested_json(5000),
     "not an object": "[1, 2, 3]",
     "other format": _valid(format="freeze-plan"),
-    "other format version": _valid(version=2),
+    "other format version": _valid(version=1),
     "other model": _valid(model={"source": _SOURCE, "name": "resnet50", "weights": None}),
     "weights not text": _valid(model={"source": _SOURCE, "name": _NAME, "weights": 7}),
     "other versions": _valid(versions={"app": "0.0", "torch": "1.0", "torchvision": "0.1", "timm": "0.1"}),
     "no versions": _valid(versions=None),
+    "no tree": _valid(tree=None),
+    "tree not an object": _valid(tree=[1]),
     "no rows": _valid([]),
     "rows not a list": _valid(rows={"": 1}),
-    "row too short": _rows(["", "ResNet", 0]),
-    "count as text": _rows(["", "ResNet", "0", -1]),
-    "count as bool": _rows(["", "ResNet", True, -1]),
-    "count as float": _rows(["", "ResNet", 1.5, -1]),
-    "negative count": _rows(["", "ResNet", -1, -1]),
-    "empty class": _rows(["", "", 0, -1]),
-    "huge class name": _rows(["", "R" * 100_000, 0, -1]),
-    "root not first": _rows(["fc", "Linear", 0, -1]),
-    "two roots": _rows(["", "ResNet", 0, -1], ["", "ResNet", 0, -1]),
-    "parent after the row": _rows(["", "ResNet", 0, -1], ["fc", "Linear", 0, 2], ["fc.x", "Linear", 0, 1]),
-    "parent of itself": _rows(["", "ResNet", 0, -1], ["fc", "Linear", 0, 1]),
-    "parent out of range": _rows(["", "ResNet", 0, -1], ["fc", "Linear", 0, -5]),
-    "path not under its parent": _rows(["", "R", 0, -1], ["a", "S", 0, 0], ["b.c", "L", 0, 1]),
-    "two segments at once": _rows(["", "R", 0, -1], ["a.b", "L", 0, 0]),
-    "empty segment": _rows(["", "R", 0, -1], ["a", "S", 0, 0], ["a.", "L", 0, 1]),
-    "duplicate path": _rows(["", "R", 0, -1], ["a", "L", 1, 0], ["a", "L", 1, 0]),
-    "not pre-order": _rows(["", "R", 0, -1], ["a", "S", 0, 0], ["b", "S", 0, 0], ["a.x", "L", 0, 1]),
+    "parameters not a list": _tree(parameters={"a": 1}),
+    "parameter row too short": _tree(parameters=[["w", [1]]]),
+    "negative dimension": _tree(parameters=[["w", [-1], None]]),
+    "layer as text": _tree(parameters=[["w", [1], "0"]]),
+    "no fingerprint": _tree(fingerprint=None),
+    "row too short": _rows(["", "ResNet", ["ResNet"], -1]),
+    "count as text": _rows(_m("", "ResNet", -1, "0")),
+    "count as bool": _rows(_m("", "ResNet", -1, True)),
+    "count as float": _rows(_m("", "ResNet", -1, 1.5)),
+    "negative count": _rows(_m("", "ResNet", -1, -1)),
+    "more trainable than parameters": _rows(_m("", "ResNet", -1, 1, trainable=2)),
+    "unknown flags": _rows(_m("", "ResNet", -1, flags=64)),
+    "classes not text": _rows(["", "ResNet", [1], -1, 0, 0, 0, [], 4]),
+    "empty class": _rows(_m("", "", -1)),
+    "huge class name": _rows(_m("", "R" * 100_000, -1)),
+    "root not first": _rows(_m("fc", "Linear", -1)),
+    "two roots": _rows(_m("", "ResNet", -1), _m("", "ResNet", -1)),
+    "parent after the row": _rows(_m("", "ResNet", -1), _m("fc", "Linear", 2), _m("fc.x", "Linear", 1)),
+    "parent of itself": _rows(_m("", "ResNet", -1), _m("fc", "Linear", 1)),
+    "parent out of range": _rows(_m("", "ResNet", -1), _m("fc", "Linear", -5)),
+    "path not under its parent": _rows(_m("", "R", -1), _m("a", "S", 0), _m("b.c", "L", 1)),
+    "two segments at once": _rows(_m("", "R", -1), _m("a.b", "L", 0)),
+    "empty segment": _rows(_m("", "R", -1), _m("a", "S", 0), _m("a.", "L", 1)),
+    "duplicate path": _rows(_m("", "R", -1), _m("a", "L", 0, 1), _m("a", "L", 0, 1)),
+    "not pre-order": _rows(_m("", "R", -1), _m("a", "S", 0), _m("b", "S", 0), _m("a.x", "L", 1)),
 }
 
 
@@ -82,7 +106,7 @@ def test_the_valid_text_of_these_cases_is_read(tmp_path: Path) -> None:
     path.parent.mkdir(parents=True)
     path.write_text(_valid(), encoding="utf-8")
     cached = tc.read_tree_checked(_SOURCE, _NAME, folder=tmp_path)
-    assert cached.total_params == (10, 10)
+    assert [n.total_params for n in cached.tree.root.walk()] == [10, 10]
 
 
 def _fifo(path: Path) -> None:
@@ -105,7 +129,7 @@ def _huge(path: Path) -> None:
 
 
 def _too_many_rows(path: Path) -> None:
-    rows = [["", "R", 0, -1]] + [[f"m{i}", "L", 1, 0] for i in range(tc.MAX_CACHED_ROWS)]
+    rows = [_m("", "R", -1)] + [_m(f"m{i}", "L", 0, 1) for i in range(tc.MAX_CACHED_ROWS)]
     path.write_text(_valid(rows), encoding="utf-8")
 
 
@@ -130,16 +154,16 @@ def test_a_description_that_is_not_a_plain_small_file_is_not_read(case: str, tmp
 def test_an_unwritable_cache_folder_loses_nothing_but_the_description(tmp_path: Path) -> None:
     blocker = tmp_path / "cache"
     blocker.write_text("a file where the folder would be", encoding="utf-8")
-    rows = [tc.TreeRow("", "R", 0, -1)]
+    tree = ModelTree.from_dict(json.loads(_valid())["tree"])
     with pytest.raises(OSError):
-        tc.write_tree(_SOURCE, _NAME, None, rows, folder=blocker)
+        tc.write_tree(_SOURCE, _NAME, None, tree, folder=blocker)
     assert blocker.read_text(encoding="utf-8") == "a file where the folder would be"
 
 
 @pytest.mark.parametrize("case", ["truncated", "not pre-order", "other versions"])
 def test_the_app_starts_as_without_a_description(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                  qtbot: Any) -> None:
-    from workbench.gui.app import _described_tree
+    from workbench.gui import app
     from workbench.gui.startup import StartupWindow
 
     monkeypatch.setenv(tc.CACHE_DIR_ENV, str(tmp_path))
@@ -147,9 +171,13 @@ def test_the_app_starts_as_without_a_description(case: str, tmp_path: Path, monk
     path.parent.mkdir(parents=True)
     content = _BAD_TEXT[case]
     path.write_bytes(content if isinstance(content, bytes) else content.encode())
-    preview = _described_tree(_NAME)
-    assert preview is None
-    shell = StartupWindow(_NAME, preview=preview)  # today's path: the empty tree saying what loads
+    preview = app._described_tree(_NAME)
+    assert preview is not None and preview.shipped  # the broken one ignored: the tree the app ships
+    shipped = tmp_path / "shipped.json"
+    shipped.write_text(str(_BAD_TEXT["truncated"]), encoding="utf-8")
+    monkeypatch.setattr(app, "resource_path", lambda *parts: shipped)  # and that one broken too
+    assert app._described_tree(_NAME) is None
+    shell = StartupWindow(_NAME, preview=None)  # today's path: the empty tree saying what loads
     qtbot.addWidget(shell)
-    assert shell.tree.topLevelItemCount() == 0 and not shell.notice.isVisibleTo(shell)
+    assert shell.described is None and shell.tree.model().rowCount() == 0 and not shell.notice.isVisibleTo(shell)
     assert shell.loading_label.text() == "Loading PyTorch and resnet18…"

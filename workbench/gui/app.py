@@ -16,10 +16,11 @@ from PySide6.QtWidgets import QApplication, QWidget
 from workbench import __version__
 from workbench.gui.settings import APPLICATION, ORGANIZATION
 from workbench.gui.startup import StartupWindow
-from workbench.resources import APP_ID, ResourceError, icon_paths
+from workbench.resources import APP_ID, ResourceError, icon_paths, resource_path
 
 if TYPE_CHECKING:
     from workbench.core.models.tree_cache import CachedTree
+    from workbench.core.plan.rules import FreezePlan
     from workbench.gui.main_window import MainWindow
 
 __all__ = ["UNPAINTED_START_MS", "app_icon", "create_application", "main"]
@@ -185,7 +186,7 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
 
 
 def _described_tree(model: str) -> CachedTree | None:
-    """The start-up model's tree as described the last time it loaded, if it may be shown.
+    """The start-up model's tree as described the last time it loaded, or as the app ships it.
 
     Args:
         model: the start-up model spec (``resnet18``, ``timm:resnet10t``).
@@ -194,10 +195,19 @@ def _described_tree(model: str) -> CachedTree | None:
         The described tree, or None (no description, another version, a broken file, a
         model whose name does not say its architecture).
     """
-    from workbench.core.models.tree_cache import read_tree, startup_model
+    from workbench.core.models.tree_cache import TreeCacheError, read_description, read_tree, startup_model
 
     key = startup_model(model)
-    return read_tree(*key) if key is not None else None  # never an error on screen: the app starts as without one
+    if key is None:
+        return None
+    cached = read_tree(*key)  # never an error on screen: the app starts as without one
+    if cached is not None:
+        return cached
+    source, name = key
+    try:  # the first start: the description the app ships of its start-up model, if it is this one
+        return read_description(resource_path("trees", f"{source}-{name}.json"), source, name, None)
+    except (ResourceError, TreeCacheError):
+        return None
 
 
 def _remember_tree(window: MainWindow) -> None:
@@ -209,7 +219,7 @@ def _remember_tree(window: MainWindow) -> None:
     Args:
         window: the window whose model has just loaded.
     """
-    from workbench.core.models.tree_cache import rows_of_tree, write_tree
+    from workbench.core.models.tree_cache import write_tree
 
     loaded = window.controller.loaded
     if loaded is None or loaded.spec.get("num_classes") is not None or loaded.meta:
@@ -217,7 +227,7 @@ def _remember_tree(window: MainWindow) -> None:
     source, name = loaded.spec.get("source"), loaded.spec.get("name")
     if isinstance(source, str) and isinstance(name, str):
         with contextlib.suppress(OSError):
-            write_tree(source, name, loaded.spec.get("weights"), rows_of_tree(loaded.tree))
+            write_tree(source, name, loaded.spec.get("weights"), loaded.tree)
 
 
 def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
@@ -225,7 +235,8 @@ def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
 
     The full window (already built, loading the model) then takes its place, before the live
     tree is filled in the same pass of the event loop, so no empty tree shows between them; the
-    row the user picked in the described tree is current and the rows they opened are open.
+    plan edits made on the described tree are its undo steps, the row the user picked there is
+    current and the rows they opened are open.
     It takes the place as well when loading fails (before its dialog names the error), and
     closes with the start-up window when the user closes that first.
 
@@ -236,7 +247,11 @@ def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
     from workbench.gui.plan.tree_preview import carry_over, preview_state
 
     c = window.controller
+    described = shell.described
+    assert described is not None
+    described_tree = described.controller.tree
     state: tuple[str | None, list[str]] | None = None
+    edits: list[tuple[str, FreezePlan]] = []
 
     def expand(path: str) -> bool:
         index = window.proxy.mapFromSource(window.tree_model.index_of(path))
@@ -254,7 +269,8 @@ def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
         nonlocal state
         if busy or state is not None:
             return
-        state = preview_state(shell.tree)
+        state = preview_state(described)
+        edits[:] = described.controller.done_edits()
         c.busyChanged.disconnect(take_place)
         shell.closed.disconnect(window.close)
         _show_in_place_of(shell, window)
@@ -263,8 +279,11 @@ def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
         if state is None or c.tree is None:
             return
         c.modelChanged.disconnect(carry)
+        refused = c.take_edits(edits, described_tree)
         missing = carry_over(state, expand, select)
-        if missing:
+        if refused:
+            window.statusBar().showMessage(refused, 15000)
+        elif missing:
             window.statusBar().showMessage(
                 f"not in the loaded model (it changed since the last start): {', '.join(missing[:3])}", 15000)
 

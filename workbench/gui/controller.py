@@ -11,23 +11,26 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal, Slot
 from PySide6.QtGui import QUndoCommand, QUndoStack
-from torch import nn
 
-from workbench.core.freezing.apply import Counts
-from workbench.core.models.tree import ModelTree
+from workbench.core.freezing.counts import Counts
 from workbench.core.optimizers import CHOICES, OPTIMIZER_TABLE
 from workbench.core.plan.keys import rule_key
 from workbench.core.plan.rules import FreezePlan, PlanError
+from workbench.core.plan.tree import ModelTree
 from workbench.gui.background import BackgroundTask
-from workbench.gui.model_loading import LoadedModel, LoadRequest, load_model, request_for_plan
 from workbench.gui.plan import edits as plan_edits
 from workbench.gui.plan.state import PlanState
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
+
+    from workbench.gui.model_loading import LoadedModel, LoadRequest
 
 __all__ = ["Controller", "OPTIMIZER_LABELS", "PlanEditCommand"]
 
@@ -51,6 +54,11 @@ class PlanEditCommand(QUndoCommand):
         self._before = before
         self._after = after
         self._done_once = False
+
+    @property
+    def after(self) -> FreezePlan:
+        """The plan the edit put in force."""
+        return self._after
 
     def redo(self) -> None:
         """Put the edited plan in force."""
@@ -167,6 +175,8 @@ class Controller(QObject):
         """
         if self._task is not None or self._check_task is not None:
             return False
+        from workbench.gui.model_loading import load_model  # torch: imported behind the start-up window
+
         self._busy_text = f"Loading {request.describe()}…"
         task = BackgroundTask(lambda: load_model(request), self)
         task.done.connect(lambda result, error, details: self._load_done(result, error, details, plan, path))
@@ -232,6 +242,56 @@ class Controller(QObject):
         if kind == "open":
             self._report_problems()
 
+    def show_described(self, tree: ModelTree, spec: Mapping[str, Any]) -> None:
+        """Put a model's described tree in place before any model loads (the start-up window).
+
+        The plan is edited on it as on a loaded model's tree (same edits, same undo steps);
+        there is no model, so nothing is measured, checked or trained. The window that loads
+        the model takes the edits over (:meth:`done_edits`, :meth:`take_edits`).
+
+        Args:
+            tree: the tree as described the last time the model loaded.
+            spec: the model's spec (the plan's ``model`` block).
+        """
+        self.model, self.loaded, self.tree = None, None, tree
+        self.undo_stack.clear()
+        self.plan = FreezePlan(model=dict(spec))
+        self.path = None
+        self._meta_dirty = False
+        self._recompute()
+        self.modelChanged.emit()
+        self.planChanged.emit("model")
+
+    def done_edits(self) -> list[tuple[str, FreezePlan]]:
+        """The plan edits in force, oldest first (those undone are left out).
+
+        Returns:
+            ``(undo text, plan after the edit)`` per edit.
+        """
+        done = (self.undo_stack.command(i) for i in range(self.undo_stack.index()))
+        return [(c.text(), c.after) for c in done if isinstance(c, PlanEditCommand)]
+
+    def take_edits(self, edits: Sequence[tuple[str, FreezePlan]], described: ModelTree | None) -> str:
+        """Replay plan edits made on a described tree (the start-up window's, :meth:`done_edits`),
+        one undo step each, on this controller's loaded model.
+
+        Args:
+            edits: ``(undo text, plan after the edit)`` per edit, oldest first.
+            described: the tree they were made on.
+
+        Returns:
+            ``""`` when the edits were taken (or there were none); otherwise one line saying why
+            they were not (the loaded model's tree is not the one described).
+        """
+        if not edits or self.tree is None:
+            return ""
+        if described is None or (described.fingerprint != self.tree.fingerprint and edits[-1][1].unmatched(self.tree)):
+            return (f"the {len(edits)} plan edit(s) made before the model loaded were not kept: the loaded model's "
+                    "tree is not the one shown at start-up")
+        for text, after in edits:
+            self.undo_stack.push(PlanEditCommand(self, text, self.plan, after))
+        return ""
+
     def open_plan(self, plan: FreezePlan, path: str | Path) -> bool:
         """Put an opened plan in force, loading the model it names if that is not loaded.
 
@@ -242,6 +302,8 @@ class Controller(QObject):
         Returns:
             True when a model load was started for it (the plan follows when it ends).
         """
+        from workbench.gui.model_loading import request_for_plan
+
         request = request_for_plan(plan, self.spec, Path(path).parent)
         if request is not None:
             return self.load(request, plan, path)

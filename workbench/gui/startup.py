@@ -8,12 +8,14 @@ library on a thread meanwhile; then the real window replaces the start-up one at
 place and loads the model in the background (its tree shows the same loading state).
 
 When the start-up model's tree was described the last time it loaded
-(:mod:`workbench.core.models.tree_cache`), the start-up window shows those rows at once,
-read-only, under one line saying they are from the last start (:mod:`workbench.gui.plan.tree_preview`);
-the live tree replaces them once the model has loaded.
+(:mod:`workbench.core.models.tree_cache`), the start-up window shows it at once in the window's
+own module tree, under one line saying it is from the last start
+(:mod:`workbench.gui.plan.tree_preview`): its checkboxes edit the plan with the plan engine,
+which needs no torch. The full window takes the edits over once the model has loaded.
 
 This module imports nothing but Qt, the standard library and the Qt-free tree description
-(no torch).
+(no torch); the described tree's modules (numpy, the plan engine, the tree view) only when
+there is a description.
 
 ``WORKBENCH_STARTUP_TRACE=1`` prints ``startup: <event> <unix time> <CPU seconds>`` lines on stderr
 (``first-paint``, ``cached-tree`` when the first paint showed a described tree, ``imported-<module>``
@@ -29,25 +31,27 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QSettings, Qt, QThread, Signal
-from PySide6.QtGui import QCloseEvent, QPaintEvent
+from PySide6.QtCore import QEvent, QObject, QSettings, Qt, QThread, Signal
+from PySide6.QtGui import QCloseEvent, QKeySequence, QShortcut
 from PySide6.QtWidgets import (
     QComboBox,
     QLabel,
     QMainWindow,
     QProgressBar,
     QToolBar,
+    QTreeView,
     QTreeWidget,
-    QTreeWidgetItem,
     QVBoxLayout,
     QWidget,
 )
 
 from workbench.core.models.tree_cache import CachedTree
-from workbench.gui.plan.tree_preview import PATH_ROLE, fill_preview, preview_notice, row_click_text
 from workbench.gui.window_geometry import restore_geometry
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from workbench.gui.plan.tree_preview import DescribedTree
 
 __all__ = ["HEAVY_MODULES", "STARTUP_TRACE_ENV", "HeavyImports", "StartupWindow", "loading_text", "trace"]
 
@@ -122,23 +126,24 @@ class HeavyImports(QThread):
         self.imported.emit("", "")
 
 
-class _TracedTree(QTreeWidget):
-    """The start-up tree; reports its first paint once (``painted``, and the trace)."""
+class _FirstPaint(QObject):
+    """Watches a tree's viewport; reports its first paint once (``painted``, and the trace)."""
 
     painted = Signal()
 
-    def __init__(self, parent: QWidget) -> None:
-        super().__init__(parent)
-        self._painted = False
+    def __init__(self, tree: QTreeView) -> None:
+        super().__init__(tree)
+        self._tree = tree
+        tree.viewport().installEventFilter(self)
 
-    def paintEvent(self, event: QPaintEvent) -> None:
-        super().paintEvent(event)
-        if not self._painted:
-            self._painted = True
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if event.type() == QEvent.Type.Paint:
+            self._tree.viewport().removeEventFilter(self)
             trace("first-paint")
-            if self.topLevelItemCount():
+            if self._tree.model() is not None and self._tree.model().rowCount() > 0:
                 trace("cached-tree")
             self.painted.emit()
+        return False
 
 
 class StartupWindow(QMainWindow):
@@ -152,13 +157,15 @@ class StartupWindow(QMainWindow):
         model: the model that will load (shown in the model bar and the tree).
         settings: where the window's geometry was saved (the real window's place).
         parent: Qt parent.
-        preview: the model's described tree, shown read-only until the live tree replaces
-            the window (None: the empty tree saying what loads).
+        preview: the model's described tree, shown in the window's module tree, whose checkboxes
+            edit the plan until the full window takes the edits over (None: an empty tree saying
+            what loads).
 
     Attributes:
         model_box / tree / loading_label / progress / notice / status_label: the widgets
             (read by tests).
         preview: the described tree shown, or None.
+        described: its controller, tree model and view (None without a description).
     """
 
     painted = Signal()
@@ -189,19 +196,35 @@ class StartupWindow(QMainWindow):
         central = QWidget(self)
         layout = QVBoxLayout(central)
         layout.setContentsMargins(6, 6, 6, 6)
-        self.tree = _TracedTree(central)
-        self.tree.painted.connect(self.painted)
-        self.tree.setHeaderLabels(["Module", "Type", "Params"])  # what a described tree holds (fill_preview)
-        self.tree.header().setStretchLastSection(False)  # Params stays beside its label
+        self.notice = QLabel(self)
+        self.notice.setWordWrap(True)
+        self.notice.hide()
+        layout.addWidget(self.notice)
+        self.preview = preview
+        self.described: DescribedTree | None = None
+        if preview is not None:
+            # numpy, the plan engine and the tree view: imported only for a description
+            from workbench.gui.plan.tree_preview import described_tree, preview_notice
+
+            self.described = described_tree(preview, central)
+            self.tree: QTreeView = self.described.view
+            self.notice.setText(preview_notice(preview))
+            self.notice.show()
+            undo_stack = self.described.controller.undo_stack
+            QShortcut(QKeySequence.StandardKey.Undo, self, undo_stack.undo)
+            QShortcut(QKeySequence.StandardKey.Redo, self, undo_stack.redo)
+        else:
+            empty = QTreeWidget(central)
+            empty.setHeaderLabels(["Module", "Type", "Params"])
+            self.tree = empty
         self.loading_label = QLabel(loading_text(model), self.tree.viewport())
         self.loading_label.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self.loading_label.setWordWrap(True)
         self.loading_label.setStyleSheet("color: palette(mid); font-size: 13pt")
         QVBoxLayout(self.tree.viewport()).addWidget(self.loading_label)  # the whole viewport, as it resizes
-        self.notice = QLabel(self)
-        self.notice.setWordWrap(True)
-        self.notice.hide()
-        layout.addWidget(self.notice)
+        self.loading_label.setVisible(preview is None)
+        self._first_paint = _FirstPaint(self.tree)
+        self._first_paint.painted.connect(self.painted)
         layout.addWidget(self.tree)
         self.setCentralWidget(central)
         self.progress = QProgressBar(self)
@@ -211,34 +234,16 @@ class StartupWindow(QMainWindow):
         self.status_label = QLabel("Starting…", self)
         self.statusBar().addWidget(self.status_label)
         self.statusBar().addWidget(self.progress)
-        self.preview = preview
-        if preview is not None:
-            self._show_preview(preview)
         # the full window's rules: a saved geometry only when it fits this screen
         restore_geometry(self, settings.value("window/geometry") if settings is not None else None)
-
-    def _show_preview(self, cached: CachedTree) -> None:
-        """The described rows, read-only, with the line saying where they come from."""
-        fill_preview(self.tree, cached)
-        self.loading_label.hide()
-        self.notice.setText(preview_notice(cached))
-        self.notice.show()
-        metrics = self.tree.fontMetrics()
-        self.tree.setColumnWidth(0, max(self.tree.columnWidth(0), metrics.horizontalAdvance("M" * 18)))
-        self.tree.setColumnWidth(1, max(self.tree.columnWidth(1), metrics.horizontalAdvance("AdaptiveAvgPool2d  ")))
-        self.tree.itemClicked.connect(self._preview_clicked)
 
     def imports_done(self) -> None:
         """Torch and the library are imported: the lines say that the model loads now."""
         if self.preview is not None:
+            from workbench.gui.plan.tree_preview import preview_notice
+
             self.notice.setText(preview_notice(self.preview, torch_imported=True))
         self.status_label.setText(f"Loading {self.model_box.currentText()}…")
-
-    def _preview_clicked(self, item: QTreeWidgetItem, _column: int) -> None:
-        """A click on a preview row: the row stays picked, the status bar says the plan waits."""
-        path = item.data(0, PATH_ROLE)
-        name = self.preview.name if self.preview is not None else "the model"
-        self.status_label.setText(row_click_text(path if isinstance(path, str) else "", name))
 
     def closeEvent(self, event: QCloseEvent) -> None:
         super().closeEvent(event)

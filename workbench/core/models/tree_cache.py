@@ -5,8 +5,10 @@ tree before that, from the description written the last time that model was load
 IDE showing its cached project index while it loads). The live tree replaces it once the model
 is there.
 
-A description holds the rows in pre-order: path, class name, the module's own parameter count
-and the index of its parent row. It is keyed by the model's source and name and by the
+A description holds the tree as :meth:`~workbench.core.plan.tree.ModelTree.to_dict` writes it
+(its modules in pre-order with their classes, parameter counts and BatchNorm flags, its
+parameters' names and shapes, its fingerprint), so the start-up window edits a plan on it with
+the same plan engine as on the live tree. It is keyed by the model's source and name and by the
 versions of torch, torchvision, timm and the app, so a different version never shows a stale
 tree; the weights it was loaded with are recorded beside them (they do not change the tree, and
 which weights the start-up model gets is known only once torch is imported). Only models named by a registry name are kept (:func:`describable`: a source the window
@@ -30,18 +32,15 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workbench.core import safe_json
 from workbench.core.atomic import atomic_write
 from workbench.core.errors import WorkbenchError
+from workbench.core.plan.tree import ModelTree, TreeFormatError
 from workbench.core.version import __version__
-
-if TYPE_CHECKING:
-    from workbench.core.plan.tree import ModelTree
 
 __all__ = [
     "CACHE_DIR_ENV",
@@ -51,62 +50,40 @@ __all__ = [
     "TREE_CACHE_FORMAT",
     "CachedTree",
     "TreeCacheError",
-    "TreeRow",
     "cache_file",
     "default_cache_dir",
+    "description",
     "describable",
     "library_versions",
+    "read_description",
     "read_tree",
     "read_tree_checked",
-    "rows_of_tree",
     "startup_model",
     "write_tree",
 ]
 
-#: The ``format`` field of a tree description (with ``version`` 1).
+#: The ``format`` field of a tree description (with ``version`` 2).
 TREE_CACHE_FORMAT = "workbench-tree-cache"
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2
 #: Environment variable that overrides the cache folder (tests point it at a temporary folder).
 CACHE_DIR_ENV = "WORKBENCH_CACHE_DIR"
 #: Largest tree kept: a model with more modules is not described (a 49k-module MoE would take
 #: longer to show from the cache than the start-up it would shorten).
 MAX_CACHED_ROWS = 4000
-#: Largest description file read (4,000 rows take about 300 kB).
-MAX_CACHE_BYTES = 1024 * 1024
+#: Largest description file read (4,000 modules take about 600 kB).
+MAX_CACHE_BYTES = 2 * 1024 * 1024
 #: Descriptions kept: writing one more removes the least recently written beyond this many.
 MAX_CACHED_MODELS = 32
 #: The packages whose versions key a description (beside the app's); one not installed counts as such.
 _LIBRARIES: tuple[str, ...] = ("torch", "torchvision", "timm")
 _NOT_INSTALLED = "not installed"
 _ORGANIZATION, _APPLICATION = "FreezeWorkbench", "Freeze Workbench"
-_MAX_TEXT = 300  # longest path or class name accepted in a row
+_MAX_TEXT = 300  # longest start-up model spec looked up, and module path or class name shown
 _VERSION_LINE = re.compile(r"""^__version__\s*=\s*['"]([^'"\n]{1,64})['"]""", re.MULTILINE)
 
 
 class TreeCacheError(WorkbenchError, ValueError):
     """A tree description that cannot be used (broken, another version, not a tree)."""
-
-
-@dataclass(frozen=True)
-class TreeRow:
-    """One module of a described tree.
-
-    Attributes:
-        path: dotted module path (``""`` for the root).
-        type_name: class name (``"Conv2d"``).
-        own_params: parameter elements the module registers itself.
-        parent: index of the parent row (-1 for the root).
-    """
-
-    path: str
-    type_name: str
-    own_params: int
-    parent: int
-
-    @property
-    def name(self) -> str:
-        """The last segment of the path, ``"(root)"`` for the root (as the live tree names it)."""
-        return self.path.rsplit(".", 1)[-1] if self.path else "(root)"
 
 
 @dataclass(frozen=True)
@@ -117,27 +94,15 @@ class CachedTree:
         source: the model source (``"torchvision"``).
         name: the model's name in it (``"resnet18"``).
         weights: the weights it had when described (None: random initialisation).
-        rows: the rows in pre-order (row 0 is the root).
-        total_params: parameters of each row's subtree, by row.
+        tree: the described tree (no model behind it).
+        shipped: the description the app ships of its start-up model (not one written by a load).
     """
 
     source: str
     name: str
     weights: str | None
-    rows: tuple[TreeRow, ...]
-    total_params: tuple[int, ...]
-
-    def children(self) -> list[list[int]]:
-        """The child rows of each row, in order.
-
-        Returns:
-            One list of row indices per row.
-        """
-        kids: list[list[int]] = [[] for _ in self.rows]
-        for i, row in enumerate(self.rows):
-            if row.parent >= 0:
-                kids[row.parent].append(i)
-        return kids
+    tree: ModelTree
+    shipped: bool = False
 
 
 def default_cache_dir() -> Path:
@@ -245,29 +210,31 @@ def cache_file(source: str, name: str, folder: str | os.PathLike[str] | None = N
     return Path(folder if folder is not None else default_cache_dir()) / "trees" / f"{digest}.json"
 
 
-def rows_of_tree(tree: ModelTree) -> Iterator[TreeRow]:
-    """The rows of a live tree in pre-order.
+def description(
+    source: str, name: str, weights: str | None, tree: ModelTree, versions: dict[str, str] | None
+) -> dict[str, Any]:
+    """A description as its file holds it (JSON data).
 
     Args:
-        tree: the tree (:class:`~workbench.core.plan.tree.ModelTree`).
+        source: the model source.
+        name: the model's name in it.
+        weights: its weights (None: random initialisation).
+        tree: its tree.
+        versions: :func:`library_versions`, or None for the description the app ships.
 
-    Yields:
-        One row per module, the root first.
+    Returns:
+        ``{"format", "version", "model", "versions", "tree"}``.
     """
-    stack = [(tree.root, -1)]
-    index = 0
-    while stack:
-        node, parent = stack.pop()
-        yield TreeRow(node.path, node.type_name, int(node.own_params), parent)
-        stack.extend((child, index) for child in reversed(node.children))
-        index += 1
+    return {"format": TREE_CACHE_FORMAT, "version": _FORMAT_VERSION,
+            "model": {"source": source, "name": name, "weights": weights}, "versions": versions,
+            "tree": tree.to_dict()}
 
 
 def write_tree(
     source: str,
     name: str,
     weights: str | None,
-    rows: Iterable[TreeRow],
+    tree: ModelTree,
     *,
     folder: str | os.PathLike[str] | None = None,
 ) -> Path | None:
@@ -277,12 +244,12 @@ def write_tree(
         source: the model source; only :func:`describable` ones are kept.
         name: the model's name in it.
         weights: its weights (None: random initialisation).
-        rows: its rows in pre-order (:func:`rows_of_tree`).
+        tree: its tree.
         folder: the cache folder (default: :func:`default_cache_dir`).
 
     Returns:
         The file written, or None when the model is not kept (a source that is not
-        :func:`describable`, more than :data:`MAX_CACHED_ROWS` rows, versions that cannot be read).
+        :func:`describable`, more than :data:`MAX_CACHED_ROWS` modules, versions that cannot be read).
 
     Raises:
         OSError: the cache folder cannot be written.
@@ -290,14 +257,9 @@ def write_tree(
     versions = library_versions()
     if versions is None or not describable(source):
         return None
-    table: list[list[Any]] = []
-    for row in rows:
-        if len(table) >= MAX_CACHED_ROWS:
-            return None
-        table.append([row.path, row.type_name, row.own_params, row.parent])
-    payload = {"format": TREE_CACHE_FORMAT, "version": _FORMAT_VERSION,
-               "model": {"source": source, "name": name, "weights": weights}, "versions": versions, "rows": table}
-    text = json.dumps(payload, separators=(",", ":"))
+    if len(tree) > MAX_CACHED_ROWS:
+        return None
+    text = json.dumps(description(source, name, weights, tree, versions), separators=(",", ":"))
     if len(text.encode()) > MAX_CACHE_BYTES:
         return None
     path = cache_file(source, name, folder)
@@ -334,12 +296,31 @@ def read_tree_checked(source: str, name: str, *, folder: str | os.PathLike[str] 
     Raises:
         TreeCacheError: no description, or one that cannot be used (one line saying why).
     """
-    path = cache_file(source, name, folder)
+    return read_description(cache_file(source, name, folder), source, name, library_versions())
+
+
+def read_description(path: Path, source: str, name: str, versions: dict[str, str] | None) -> CachedTree:
+    """Read one description file (a plain, small, regular file).
+
+    Args:
+        path: the file.
+        source: the model source it must describe.
+        name: the model's name in it.
+        versions: the versions it must have been written with (:func:`library_versions`), or None
+            for the description the app ships of its start-up model (kept with the app's files,
+            written with no versions; the live tree replaces it as it replaces any description).
+
+    Returns:
+        The described tree (``shipped`` when ``versions`` is None).
+
+    Raises:
+        TreeCacheError: no such file, or one that cannot be used (one line saying why).
+    """
     try:
         if stat.S_ISLNK(os.lstat(path).st_mode):
             raise TreeCacheError(f"{path} is a link; a tree description is a plain file")
         text = safe_json.read_text(path, what="tree description", max_bytes=MAX_CACHE_BYTES)
-        data = safe_json.loads(text, what=f"tree description {path}", max_depth=4)
+        data = safe_json.loads(text, what=f"tree description {path}", max_depth=6)
     except FileNotFoundError:
         raise TreeCacheError(f"no tree description of {source}:{name}") from None
     except (OSError, safe_json.JsonInputError, json.JSONDecodeError) as e:
@@ -352,10 +333,19 @@ def read_tree_checked(source: str, name: str, *, folder: str | os.PathLike[str] 
     weights = model.get("weights")
     if weights is not None and not isinstance(weights, str):
         raise TreeCacheError(f"{path} names its weights with a {type(weights).__name__}")
-    if data.get("versions") != library_versions():
+    if versions is not None and data.get("versions") != versions:
         raise TreeCacheError(f"{path} was written with other versions of the app, torch or the model library")
-    rows = _rows(data.get("rows"), path)
-    return CachedTree(source, name, weights, rows, _totals(rows))
+    described = data.get("tree")
+    modules = described.get("modules") if isinstance(described, dict) else None
+    if isinstance(modules, list) and len(modules) > MAX_CACHED_ROWS:
+        raise TreeCacheError(f"{path} has {len(modules):,} modules, more than the {MAX_CACHED_ROWS:,} kept")
+    try:
+        tree = ModelTree.from_dict(described if isinstance(described, dict) else {})
+    except TreeFormatError as e:
+        raise TreeCacheError(f"{path}: {e}") from None
+    if any(len(n.path) > _MAX_TEXT or len(n.type_name) > _MAX_TEXT for n in tree.nodes.values()):
+        raise TreeCacheError(f"{path} has a path or class name longer than {_MAX_TEXT} characters")
+    return CachedTree(source, name, weights, tree, shipped=versions is None)
 
 
 def read_tree(source: str, name: str, *, folder: str | os.PathLike[str] | None = None) -> CachedTree | None:
@@ -372,46 +362,3 @@ def read_tree(source: str, name: str, *, folder: str | os.PathLike[str] | None =
     with contextlib.suppress(TreeCacheError):
         return read_tree_checked(source, name, folder=folder)
     return None
-
-
-def _rows(table: Any, path: Path) -> tuple[TreeRow, ...]:
-    """The rows of a description, checked to form one tree in pre-order."""
-    if not isinstance(table, list) or not table:
-        raise TreeCacheError(f"{path} has no rows")
-    if len(table) > MAX_CACHED_ROWS:
-        raise TreeCacheError(f"{path} has {len(table):,} rows, more than the {MAX_CACHED_ROWS:,} kept")
-    rows: list[TreeRow] = []
-    seen: set[str] = set()
-    open_path: list[int] = []  # pre-order: a row's parent is the row before or one of its ancestors
-    for i, item in enumerate(table):
-        if not (isinstance(item, list) and len(item) == 4 and isinstance(item[0], str) and isinstance(item[1], str)
-                and type(item[2]) is int and type(item[3]) is int):
-            raise TreeCacheError(f"{path}: row {i} is not [path, class, parameters, parent]")
-        p, type_name, own, parent = item
-        if own < 0 or not type_name or len(type_name) > _MAX_TEXT or len(p) > _MAX_TEXT:
-            raise TreeCacheError(f"{path}: row {i} has a bad class name, path or parameter count")
-        while open_path and open_path[-1] != parent:
-            open_path.pop()
-        ok = (parent == -1 and p == "") if i == 0 else (bool(open_path) and _child_path(rows[parent].path, p))
-        if not ok or p in seen:
-            raise TreeCacheError(f"{path}: row {i} ({p!r}) does not follow its parent in one tree")
-        seen.add(p)
-        open_path.append(i)
-        rows.append(TreeRow(p, type_name, own, parent))
-    return tuple(rows)
-
-
-def _child_path(parent: str, path: str) -> bool:
-    """``path`` is a direct child's path of ``parent`` (one more non-empty segment)."""
-    if parent:
-        prefix, dot, segment = path.rpartition(".")
-        return bool(dot) and prefix == parent and bool(segment)
-    return bool(path) and "." not in path
-
-
-def _totals(rows: tuple[TreeRow, ...]) -> tuple[int, ...]:
-    """Parameters of each row's subtree (children come after their parent in pre-order)."""
-    totals = [row.own_params for row in rows]
-    for i in range(len(rows) - 1, 0, -1):
-        totals[rows[i].parent] += totals[i]
-    return tuple(totals)

@@ -1,110 +1,110 @@
-"""The start-up tree from the cached description: the model's rows before torch is imported.
+"""The start-up tree from the cached description: the plan is edited before torch is imported.
 
-:class:`~workbench.gui.startup.StartupWindow` fills its tree with the rows of the
-:class:`~workbench.core.models.tree_cache.CachedTree` written the last time the model loaded
-(Module, Type, Params; read-only, no checkboxes), above it one line saying where the rows come
-from. The live tree replaces it once the model has loaded; the row the user picked and the rows
-they opened carry over (:func:`carry_over`).
+:class:`~workbench.gui.startup.StartupWindow` shows the :class:`~workbench.core.models.tree_cache.CachedTree`
+written the last time the model loaded in the window's own module tree (:func:`described_tree`):
+a :class:`~workbench.gui.controller.Controller` holding the described tree
+(:meth:`~workbench.gui.controller.Controller.show_described`), its tree model and view. The
+checkboxes and the LR × cells edit the plan with the same edits and undo steps as on a loaded
+model; above the tree one line says where the rows come from. Once the model has loaded, the
+full window takes the edits over (:meth:`~workbench.gui.controller.Controller.take_edits`), and
+the row the user picked and the rows they opened carry over (:func:`preview_state`, :func:`carry_over`).
 
-This module imports Qt, the standard library and the Qt-free tree description only (not torch).
+This module imports Qt, numpy and the Qt-free plan engine only (not torch).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QTreeWidget, QTreeWidgetItem
+from PySide6.QtCore import QModelIndex
+from PySide6.QtWidgets import QWidget
 
-from workbench.core.formatting import fmt_count
 from workbench.core.models.tree_cache import CachedTree
+from workbench.gui.controller import Controller
+from workbench.gui.plan.tree_model import PATH_ROLE, ModuleFilterProxy, ModuleTreeModel
+from workbench.gui.plan.tree_view import ModuleTreeView
 
-__all__ = ["PATH_ROLE", "carry_over", "fill_preview", "preview_notice", "preview_state", "row_click_text"]
-
-#: Item data role holding a preview row's module path.
-PATH_ROLE = Qt.ItemDataRole.UserRole + 1
-_MODULE, _TYPE, _PARAMS = 0, 1, 2
+__all__ = ["DescribedTree", "carry_over", "described_tree", "preview_notice", "preview_state"]
 
 
 def preview_notice(cached: CachedTree, *, torch_imported: bool = False) -> str:
-    """The line above the preview: what is loading and where the rows come from.
+    """The line above the described tree: what is loading and where the rows come from.
 
     Args:
         cached: the described tree.
         torch_imported: torch is there and the model loads (else torch is loading).
 
     Returns:
-        ``Loading PyTorch… resnet18's tree is from the last start; the checkboxes work once the model has loaded.``
-        (``Loading resnet18…`` once torch is imported).
+        ``Loading PyTorch… resnet18's tree is from the last start: edit the plan now; costs and
+        Start come once the model has loaded.`` (``Loading resnet18…`` once torch is imported;
+        ``as the app ships it`` for the description the app ships).
     """
     loading = cached.name if torch_imported else "PyTorch"
-    return f"Loading {loading}… {cached.name}'s tree is from the last start; the checkboxes work once the model has loaded."
+    origin = "as the app ships it" if cached.shipped else "from the last start"
+    return (f"Loading {loading}… {cached.name}'s tree is {origin}: edit the plan now; "
+            "costs and Start come once the model has loaded.")
 
 
-def row_click_text(path: str, model: str) -> str:
-    """What the status bar says when a preview row is clicked.
+@dataclass
+class DescribedTree:
+    """The start-up window's module tree over a described model.
+
+    Attributes:
+        controller: holds the described tree, the plan edited on it and its undo steps.
+        tree_model / proxy / view: the window's tree model, its filter and the view.
+    """
+
+    controller: Controller
+    tree_model: ModuleTreeModel
+    proxy: ModuleFilterProxy
+    view: ModuleTreeView
+
+
+def described_tree(cached: CachedTree, parent: QWidget) -> DescribedTree:
+    """Build the module tree of a described model, the root's children shown.
 
     Args:
-        path: the row's module path (``""`` for the root).
-        model: the model's name.
+        cached: the described tree.
+        parent: the widget that holds the view.
 
     Returns:
-        One line: the row stays picked, the plan waits for the model.
+        The controller, model, filter and view.
     """
-    where = path or "the root"
-    return f"{where}: still loading {model}; this row stays selected, and its checkboxes work once the model has loaded"
+    controller = Controller(parent)
+    spec = {"source": cached.source, "name": cached.name, "weights": cached.weights}
+    controller.show_described(cached.tree, spec)
+    tree_model = ModuleTreeModel(controller, parent)
+    proxy = ModuleFilterProxy(parent)
+    proxy.setSourceModel(tree_model)
+    view = ModuleTreeView(parent)
+    view.setModel(proxy)
+    view.expandToDepth(0)
+    return DescribedTree(controller, tree_model, proxy, view)
 
 
-def fill_preview(tree: QTreeWidget, cached: CachedTree) -> None:
-    """Fill ``tree`` with the described rows, read-only, the root's children shown.
+def preview_state(described: DescribedTree) -> tuple[str | None, list[str]]:
+    """What the user did in the described tree: the current row and the rows they opened.
 
     Args:
-        tree: an empty tree widget whose first three columns are Module, Type and Params.
-        cached: the described tree.
-    """
-    items: list[QTreeWidgetItem] = []
-    flags = Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
-    right = Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter
-    for row, total in zip(cached.rows, cached.total_params, strict=True):
-        item = QTreeWidgetItem([row.name, row.type_name, fmt_count(total)])
-        item.setFlags(flags)
-        item.setData(_MODULE, PATH_ROLE, row.path)
-        item.setToolTip(_MODULE, row.path or cached.name)
-        item.setToolTip(_PARAMS, f"{total:,} parameters")
-        item.setTextAlignment(_PARAMS, right)
-        if row.parent < 0:
-            font = item.font(_MODULE)
-            font.setBold(True)
-            item.setFont(_MODULE, font)
-            tree.addTopLevelItem(item)
-        else:
-            items[row.parent].addChild(item)
-        items.append(item)
-    tree.expandToDepth(0)
-    for column in (_MODULE, _TYPE, _PARAMS):
-        tree.resizeColumnToContents(column)
-
-
-def preview_state(tree: QTreeWidget) -> tuple[str | None, list[str]]:
-    """What the user did in the preview: the current row and the rows they opened.
-
-    Args:
-        tree: a tree filled by :func:`fill_preview`.
+        described: the start-up window's tree.
 
     Returns:
         ``(current path or None, paths of the expanded rows below the root)``.
     """
-    current = tree.currentItem()
-    path = current.data(_MODULE, PATH_ROLE) if current is not None else None
+    view, proxy = described.view, described.proxy
+    current = view.currentIndex()
+    path = current.data(PATH_ROLE) if current.isValid() else None
     expanded: list[str] = []
-    stack = [tree.topLevelItem(i) for i in range(tree.topLevelItemCount())]
+    stack = [proxy.index(i, 0) for i in range(proxy.rowCount(QModelIndex()))]
     while stack:
-        item = stack.pop()
-        if item is None:
+        index = stack.pop()
+        if not view.isExpanded(index):
             continue
-        if item.isExpanded() and item.data(_MODULE, PATH_ROLE):
-            expanded.append(item.data(_MODULE, PATH_ROLE))
-        stack.extend(item.child(i) for i in range(item.childCount()) if item.isExpanded())
+        row_path = index.data(PATH_ROLE)
+        if isinstance(row_path, str) and row_path:
+            expanded.append(row_path)
+        stack.extend(proxy.index(i, 0, index) for i in range(proxy.rowCount(index)))
     return (path if isinstance(path, str) else None), expanded
 
 
@@ -113,7 +113,7 @@ def carry_over(
     expand: Callable[[str], bool],
     select: Callable[[str], bool],
 ) -> list[str]:
-    """Apply what the user did in the preview to the live tree.
+    """Apply what the user did in the described tree to the live tree.
 
     Args:
         state: :func:`preview_state`'s result.
