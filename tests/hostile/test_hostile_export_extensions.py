@@ -68,7 +68,7 @@ def test_a_stage_that_adds_partial_freezing_is_refused(tmp_path: Path):
 
 def test_a_variant_the_script_does_not_compute_is_refused(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     """A new LoRA-family variant (class and row, as docs/architecture.md adds one) is never exported as LoRA."""
-    from tests.core.freezing.test_variant_seam import ROW
+    from tests.fixtures.scaled_variant import ROW
     from workbench.core.plan import lora_variants
 
     monkeypatch.setitem(lora_variants.VARIANTS, "scaled", ROW)

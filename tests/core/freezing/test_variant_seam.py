@@ -14,36 +14,12 @@ import torch
 from torch import Tensor, nn
 
 import workbench as wb
-from workbench.core.freezing.reparam.variants import VARIANTS, LowRankDelta, LowRankVariant, low_rank_output
+from tests.fixtures.scaled_variant import ROW, Scaled
+from workbench.core.freezing.reparam.variants import VARIANTS
 from workbench.core.plan import lora_variants
 from workbench.core.plan.reparam_spec import ReparamSpec
 
 MODES = ("exact", "fused")
-
-
-class Scaled(LowRankVariant):
-    """``W = A + 2 s U V``: the LoRA path counted twice."""
-
-    name = "scaled"
-
-    def weight(self, a: Tensor, d: LowRankDelta) -> Tensor:
-        return a + 2 * d.delta()
-
-    def output(self, module: Any, kind: str, d: LowRankDelta, x: Tensor, out: Tensor, drop: float) -> Tensor:
-        return out + 2 * d.scale * low_rank_output(module, kind, d, x, drop)
-
-    def merge(self, a: Tensor, d: LowRankDelta) -> Tensor:
-        with torch.no_grad():
-            return a + 2 * d.delta()
-
-    def unmerge(self, w: Tensor, d: LowRankDelta) -> Tensor:
-        with torch.no_grad():
-            return w - 2 * d.delta()
-
-
-ROW = lora_variants.VariantInfo(
-    "scaled", "Scaled", "twice the low-rank path", "W = A + 2 (alpha / r) U V",
-)  # the class registered itself by its name when it was defined
 
 
 @pytest.fixture(autouse=True)
