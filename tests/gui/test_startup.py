@@ -220,7 +220,9 @@ def test_the_described_tree_edits_the_plan_and_the_live_tree_takes_the_edits(
     assert described is not None and not shell.loading_label.isVisible() and shell.notice.isVisible()
     assert described.controller.model is None and described.controller.tree is not None
     _toggle(described, "layer1", "frozen", True)  # the same edits and undo steps as on a loaded model
-    _toggle(described, "layer2", "frozen", True)
+    layer2 = described.proxy.mapFromSource(described.tree_model.index_of("layer2"))
+    shell.tree.setCurrentIndex(layer2)
+    qtbot.keyClick(shell.tree, Qt.Key.Key_Space)  # Space toggles the selected rows, as in the full window
     _toggle(described, "fc", "reparam", True)
     frozen = column_index("frozen")
     assert described.tree_model.index_of("layer1.0.conv1", frozen).data(Qt.ItemDataRole.CheckStateRole) == \

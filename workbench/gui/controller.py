@@ -421,6 +421,21 @@ class Controller(QObject):
             text = _describe(paths, key, value)
         return self.edit(text, lambda plan, tree: plan_edits.set_on_paths(plan, tree, paths, key, value))
 
+    def toggle_frozen(self, paths: Sequence[str]) -> bool:
+        """Freeze the given modules, or unfreeze them when all are frozen (Space in the tree).
+
+        Args:
+            paths: module paths.
+
+        Returns:
+            True when the plan changed.
+        """
+        state = self.state
+        if not paths or state is None:
+            return False
+        all_frozen = all(state.nodes[p].frozen == "on" for p in paths if p in state.nodes)
+        return self.set_value(paths, "frozen", not all_frozen)
+
     def _set_plan(self, plan: FreezePlan, kind: str) -> None:
         """Put ``plan`` in force (undo/redo); the current ``model`` block is kept."""
         if plan.model != self.plan.model:

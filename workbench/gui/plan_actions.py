@@ -252,11 +252,7 @@ class PlanActions:
 
     def toggle_frozen(self, paths: list[str]) -> None:
         """Freeze the given modules, or unfreeze them when all are frozen (Space)."""
-        state = self.controller.state
-        if not paths or state is None:
-            return
-        all_frozen = all(state.nodes[p].frozen == "on" for p in paths if p in state.nodes)
-        self.controller.set_value(paths, "frozen", not all_frozen)
+        self.controller.toggle_frozen(paths)
 
     def train_only(self) -> None:
         """Freeze everything except the selected modules."""

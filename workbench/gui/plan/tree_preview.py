@@ -79,6 +79,7 @@ def described_tree(cached: CachedTree, parent: QWidget) -> DescribedTree:
     proxy.setSourceModel(tree_model)
     view = ModuleTreeView(parent)
     view.setModel(proxy)
+    view.frozenToggleRequested.connect(controller.toggle_frozen)  # Space, as in the full window
     view.expandToDepth(0)
     return DescribedTree(controller, tree_model, proxy, view)
 
