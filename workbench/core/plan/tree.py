@@ -21,18 +21,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from workbench.core.errors import WorkbenchError
-from workbench.core.plan.module_paths import INTERNAL_SEGMENTS, split_internal, visible_path
+from workbench.core.plan.module_paths import split_internal, visible_path
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from torch import nn
 
 __all__ = [
-    "INTERNAL_SEGMENTS",
     "ModelTree",
     "ModuleNode",
     "TreeFormatError",
-    "split_internal",
-    "visible_path",
+    "visible_path",  # the tree's paths (module_paths.py); kept here, where callers look for it
 ]
 
 class TreeFormatError(WorkbenchError):
