@@ -160,7 +160,9 @@ class SeriesBuffer:
         #: the columns (the table as it was when the buffer was made)
         self.columns: tuple[Column, ...] = COLUMNS
         self._index = {c.name: j for j, c in enumerate(self.columns)}
-        self._data = np.full((2 * self.capacity, len(self.columns)), np.nan, dtype=np.float64)
+        # left unfilled: every read is of rows written (the kept rows), and the default capacity's
+        # 2 × 100,000 rows would be tens of MB to fill (and to page in) for every plots panel
+        self._data = np.empty((2 * self.capacity, len(self.columns)), dtype=np.float64)
         self.total = 0  # rows ever appended
         self.ema = self._check_ema(ema)
         self._ema_state = {c.smooth: math.nan for c in self.columns if c.smooth}
@@ -182,7 +184,7 @@ class SeriesBuffer:
 
     def clear(self) -> None:
         """Drop every row."""
-        self._data.fill(np.nan)
+        self._data = np.empty_like(self._data)  # as in __init__: no read reaches a row before it is written
         self.total = 0
         self._ema_state = dict.fromkeys(self._ema_state, math.nan)
         self._lr_scales = []
