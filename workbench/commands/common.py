@@ -215,8 +215,13 @@ def wants_meta(args: argparse.Namespace, spec: ModelSpec) -> bool:
     return bool(getattr(args, "meta", False)) or is_structure_only(spec.source, spec.name)
 
 
-def load_model_and_plan(args: argparse.Namespace) -> tuple[nn.Module, ModelSpec, FreezePlan | None]:
+def load_model_and_plan(args: argparse.Namespace) -> tuple[nn.Module, ModelSpec, FreezePlan | None, str | None]:
     """Build the model and read the plan named by the arguments.
+
+    Returns:
+        ``(model, spec, plan, architecture)``: the architecture's name is the spec's, or for a
+        checkpoint without one the name its file gives (:meth:`ModelSpec.build_named`; what
+        decides the image side a run takes), or None.
 
     Raises:
         WorkbenchError: bad model name, weights, checkpoint or plan (one-line message).
@@ -225,5 +230,5 @@ def load_model_and_plan(args: argparse.Namespace) -> tuple[nn.Module, ModelSpec,
     spec = model_spec_from_args(args, plan)
     meta = hasattr(args, "meta") and wants_meta(args, spec)
     with checkpoint_key_policy(args, args.command):
-        model = spec.build(trust_pickle=getattr(args, "trust_pickle", False), meta=meta)
-    return model, spec, plan
+        model, arch = spec.build_named(trust_pickle=getattr(args, "trust_pickle", False), meta=meta)
+    return model, spec, plan, arch

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     check_positive(args.batch_size, "--batch-size")
     check_positive(args.image_size, "--image-size")
     device = device_from_arg(args.device)
-    model, spec, plan = load_model_and_plan(args)
+    model, spec, plan, arch = load_model_and_plan(args)
     applied = plan.apply(model) if plan is not None else None
     model.to(device)
     model.train()
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
         watched = _watch_text_model(model, optimizer, args, device)
         findings = doctor.merge_findings(findings, watched.findings(), doctor.check(model, optimizer, plan))
     elif args.steps > 0 and optimizer is not None:
-        watched = _watch(model, optimizer, args, spec, device)
+        watched = _watch(model, optimizer, args, spec, device, arch)
         findings = doctor.merge_findings(findings, watched.findings(), doctor.check(model, optimizer, plan))
     errors = sum(f.severity == "error" for f in findings)
     if args.json:
@@ -94,8 +94,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _watch(model: nn.Module, optimizer: torch.optim.Optimizer, args: argparse.Namespace, spec: Any,
-           device: torch.device) -> doctor.Watch:
-    """Watch ``args.steps`` steps on ``--data``, synthetic ``--input-shape`` tensors, or synthetic images."""
+           device: torch.device, arch: str | None) -> doctor.Watch:
+    """Watch ``args.steps`` steps on ``--data``, synthetic ``--input-shape`` tensors, or synthetic images
+    (at the side a run of the architecture ``arch`` takes)."""
     from torch.utils.data import default_collate
 
     from workbench.core.models.zoo import current_num_classes
@@ -105,7 +106,7 @@ def _watch(model: nn.Module, optimizer: torch.optim.Optimizer, args: argparse.Na
     from workbench.core.training.setup import run_image_size
 
     shape = input_shape_from_arg(args.input_shape)
-    size = run_image_size(args.image_size, spec, model)  # the side the run takes
+    size = run_image_size(args.image_size, spec, model, arch)  # the side the run takes
     classes = current_num_classes(model) or 1000
     n = args.steps * args.batch_size
     data = make_dataset(args.data or f"synthetic:{n}", image_size=size, num_classes=min(classes, 1000), input_shape=shape,

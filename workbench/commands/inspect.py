@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
     if args.depth is not None and args.depth < 0:
         raise CommandError(f"--depth must be 0 (the root) or more, got {args.depth}")
     args.optimizer = optimizer_from_arg(args.optimizer)
-    model, spec, plan = load_model_and_plan(args)
+    model, spec, plan, _arch = load_model_and_plan(args)
     tree = ModelTree.from_model(model)
     rows = _module_rows(model, tree, plan, args)
     counts = rows.counts

@@ -48,3 +48,32 @@ def test_doctor_watches_at_the_side_the_run_takes(capsys: pytest.CaptureFixture[
 def test_a_torchvision_side_follows_the_weights_the_spec_names(name: str, weights: str | None, side: int) -> None:
     spec = ModelSpec(name=name, weights=weights)
     assert run_image_size(None, spec, spec.build(meta=True)) == side
+
+
+def test_doctor_watches_a_nameless_checkpoint_at_its_architectures_side(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dataclasses
+
+    from torchvision.models import squeezenet1_1
+
+    from workbench.core.models.checkpoints import save_checkpoint
+    from workbench.core.models.sources import SOURCES
+    from workbench.core.training import data_sources
+
+    row = SOURCES["torchvision"]
+    monkeypatch.setitem(SOURCES, "torchvision", dataclasses.replace(row, input_size=lambda n: 40 if n == "squeezenet1_1"
+                                                                     else row.input_size(n)))  # type: ignore[misc]
+    path = save_checkpoint(squeezenet1_1(num_classes=3), tmp_path / "net.pt", arch="squeezenet1_1")  # named in the file only
+    sides: list[int] = []
+    make = data_sources.make_dataset
+
+    def recording(*args: object, **kwargs: object) -> object:
+        sides.append(kwargs["image_size"])  # type: ignore[arg-type]
+        return make(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(data_sources, "make_dataset", recording)
+    rc = main(["doctor", "--checkpoint", str(path), "--steps", "1", "--batch-size", "2", "--device", "cpu", "--json"])
+    out, err = capsys.readouterr()
+    assert rc in (0, 1), err
+    assert sides == [40] and json.loads(out)["watch"] is not None  # the side a run of squeezenet1_1 takes, not 224
