@@ -282,11 +282,39 @@ def nested_model() -> Any:
     return _nested_model
 
 
-@pytest.fixture
-def window(qtbot: Any) -> MainWindow:
-    """The main window, shown and exposed, with small training settings (4 × 32 px on the CPU)."""
-    from workbench.gui.main_window import MainWindow
+@pytest.fixture(scope="session")
+def _start_up_model() -> tuple[Any, Any]:
+    """The window's start-up request and the model it loads, built once per test process."""
+    from workbench.gui.model_loading import default_request, load_model
 
+    request = default_request()
+    return request, load_model(request)
+
+
+@pytest.fixture
+def window(qtbot: Any, monkeypatch: pytest.MonkeyPatch, _start_up_model: tuple[Any, Any]) -> MainWindow:
+    """The main window, shown and exposed, with small training settings (4 × 32 px on the CPU).
+
+    Its start-up model is a copy of one built once per test process (resnet18's random init is 0.1 s of
+    every window's build, a copy a third of that), wrapped as the load wraps a model it built; any other
+    load builds its model."""
+    import copy
+
+    from workbench.gui import main_window
+    from workbench.gui.main_window import MainWindow
+    from workbench.gui.model_loading import loaded_from_model
+
+    start_request, start_model = _start_up_model
+    load = main_window.load_model
+
+    def load_start_up_copy(request: Any) -> Any:
+        if request != start_request:
+            return load(request)
+        block = {k: v for k, v in start_model.spec.items() if k != "fingerprint"}
+        return loaded_from_model(copy.deepcopy(start_model.model), start_model.label, start_model.note, block,
+                                 list(start_model.messages))
+
+    monkeypatch.setattr(main_window, "load_model", load_start_up_copy)
     w = MainWindow()
     qtbot.addWidget(w)
     w.resize(1200, 800)
