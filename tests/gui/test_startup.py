@@ -15,6 +15,7 @@ from tests.preload import python_argv
 from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, SUBPROCESS_S, ms
 from workbench.core.models import tree_cache
 from workbench.core.models.tree import ModelTree
+from workbench.core.plan.rules import FreezePlan
 from workbench.gui.app import _described_tree, _open_window
 from workbench.gui.plan.tree_columns import column_index
 from workbench.gui.startup import HeavyImports, StartupWindow, loading_text
@@ -262,6 +263,44 @@ def test_the_described_tree_edits_the_plan_and_the_live_tree_takes_the_edits(
         window.close()
 
 
+def test_closing_the_start_up_window_asks_before_its_plan_edits_are_lost(
+    qtbot: Any, cache_dir: Path, dialogs: Any, tmp_path: Path
+) -> None:
+    shell = StartupWindow("resnet18", preview=_described_tree("resnet18"))
+    qtbot.addWidget(shell)
+    shell.show()
+    described = shell.described
+    assert described is not None
+    assert shell.close() and not dialogs.kinds("ask")  # nothing edited: closes without a question
+    shell.show()
+    _toggle(described, "layer1", "frozen", True)
+    dialogs.script("ask", "Cancel")
+    assert not shell.close() and shell.isVisible()  # Cancel: nothing lost
+    assert dialogs.kinds("ask")[-1][2] == ("The plan has 1 unsaved edit(s), made while resnet18 loaded. "
+                                           "Save them first?")
+    dialogs.script("ask", "Save")
+    dialogs.script("save_file", str(tmp_path / "early"))
+    assert shell.close()  # saved: the plan file holds the edit, for resnet18
+    saved = FreezePlan.load(tmp_path / "early.json")
+    assert [r.select for r in saved.rules] == ["layer1"] and saved.model["name"] == "resnet18"
+    assert saved.model["fingerprint"] == described.controller.tree.fingerprint
+    described.controller.set_value(["layer2"], "frozen", True)
+    shell.show()
+    dialogs.script("ask", "Discard")
+    assert shell.close()
+
+
+def test_an_edit_the_described_tree_refuses_is_one_dialog(qtbot: Any, cache_dir: Path, dialogs: Any) -> None:
+    shell = StartupWindow("resnet18", preview=_described_tree("resnet18"))
+    qtbot.addWidget(shell)
+    described = shell.described
+    assert described is not None
+    assert not described.controller.set_value(["fc"], "no_such_key", True)
+    errors = dialogs.kinds("error")
+    assert len(errors) == 1 and errors[0][1] == "Cannot change the plan" and "no_such_key" in errors[0][2]
+    assert not described.controller.plan.rules
+
+
 def test_edits_on_a_tree_that_is_not_the_loaded_one_are_refused_in_one_line(qtbot: Any) -> None:
     from torch import nn
 
@@ -343,6 +382,8 @@ def test_a_load_that_fails_behind_a_described_tree_shows_the_window_then_the_err
     _describe_resnet18(resnet18, cache_dir)
     shell = StartupWindow("resnet18", preview=_described_tree("resnet18"))
     shell.show()
+    assert shell.described is not None
+    _toggle(shell.described, "layer1", "frozen", True)  # an edit on a model that will not load
     window = _open_window(shell, path=None, model=None)
     c = window.controller
     seen: list[bool] = []
@@ -352,6 +393,8 @@ def test_a_load_that_fails_behind_a_described_tree_shows_the_window_then_the_err
     try:
         qtbot.waitUntil(lambda: bool(seen), timeout=ms(GUI_WORKER_S))
         assert seen == [True] and c.tree is None  # the window, never the start-up one left waiting
+        qtbot.waitUntil(lambda: "were not kept: the model did not load" in window.statusBar().currentMessage(),
+                        timeout=ms(GUI_EVENT_S))  # the edit is said to be lost, in one line
     finally:
         qtbot.waitUntil(lambda: not c.busy and not c.checking, timeout=ms(GUI_WORKER_S))
         window.close()

@@ -271,6 +271,7 @@ def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
             return
         state = preview_state(described)
         edits[:] = described.controller.done_edits()
+        shell.edits_taken = True  # the window takes them over: the start-up window closes without asking
         c.busyChanged.disconnect(take_place)
         shell.closed.disconnect(window.close)
         _show_in_place_of(shell, window)
@@ -287,7 +288,14 @@ def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
             window.statusBar().showMessage(
                 f"not in the loaded model (it changed since the last start): {', '.join(missing[:3])}", 15000)
 
+    def not_loaded(ok: bool) -> None:
+        c.loadFinished.disconnect(not_loaded)
+        if not ok and edits:
+            window.statusBar().showMessage(
+                f"the {len(edits)} plan edit(s) made before the model loaded were not kept: the model did not load", 15000)
+
     shell.closed.connect(window.close)
+    c.loadFinished.connect(not_loaded)
     c.busyChanged.connect(take_place)  # emitted before the tree is filled or the error is said
     c.modelChanged.connect(carry)  # after the window's own handler: its default expansion first
     take_place(c.busy)  # nothing loading: at once

@@ -13,6 +13,10 @@ from PySide6.QtWidgets import QDialog, QFileDialog, QInputDialog, QMessageBox, Q
 __all__ = ["ask", "choose", "error", "info", "open_dir", "open_file", "run_dialog", "save_file"]
 
 
+#: The file dialogs' filter for freeze plans.
+PLAN_FILTER = "Freeze plans (*.json);;All files (*)"
+
+
 def error(parent: QWidget | None, title: str, message: str, details: str = "") -> None:
     """Show an error: what went wrong and what to do.
 

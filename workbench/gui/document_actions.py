@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CHECKPOINT_FILTER", "CODE_FILTER", "DocumentActions", "LOAD_MODEL_NOTE", "PLAN_FILTER", "RUNS_CODE_NOTE"]
 
-PLAN_FILTER = "Freeze plans (*.json);;All files (*)"
+PLAN_FILTER = dialogs.PLAN_FILTER
 CHECKPOINT_FILTER = (
     "Checkpoints (" + " ".join(f"*{s}" for s in CHECKPOINT_SUFFIXES) + ");;All files (*)"
 )

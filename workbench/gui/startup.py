@@ -31,6 +31,7 @@ import sys
 import time
 import traceback
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QEvent, QObject, QSettings, Qt, QThread, Signal
@@ -166,6 +167,8 @@ class StartupWindow(QMainWindow):
             (read by tests).
         preview: the described tree shown, or None.
         described: its controller, tree model and view (None without a description).
+        edits_taken: the full window took the plan edits over (closing then asks nothing;
+            otherwise unsaved edits are asked about: Save, Discard, Cancel).
     """
 
     painted = Signal()
@@ -202,6 +205,8 @@ class StartupWindow(QMainWindow):
         layout.addWidget(self.notice)
         self.preview = preview
         self.described: DescribedTree | None = None
+        #: The full window took the plan edits over: closing asks nothing.
+        self.edits_taken = False
         if preview is not None:
             # numpy, the plan engine and the tree view: imported only for a description
             from workbench.gui.plan.tree_preview import described_tree, preview_notice
@@ -210,6 +215,7 @@ class StartupWindow(QMainWindow):
             self.tree: QTreeView = self.described.view
             self.notice.setText(preview_notice(preview))
             self.notice.show()
+            self.described.controller.errorOccurred.connect(self._error)
             undo_stack = self.described.controller.undo_stack
             QShortcut(QKeySequence.StandardKey.Undo, self, undo_stack.undo)
             QShortcut(QKeySequence.StandardKey.Redo, self, undo_stack.redo)
@@ -237,6 +243,12 @@ class StartupWindow(QMainWindow):
         # the full window's rules: a saved geometry only when it fits this screen
         restore_geometry(self, settings.value("window/geometry") if settings is not None else None)
 
+    def _error(self, title: str, message: str, details: str) -> None:
+        """An edit or a save that failed: one dialog, as in the full window."""
+        from workbench.gui import dialogs
+
+        dialogs.error(self, title, message, details)
+
     def imports_done(self) -> None:
         """Torch and the library are imported: the lines say that the model loads now."""
         if self.preview is not None:
@@ -246,6 +258,35 @@ class StartupWindow(QMainWindow):
         self.status_label.setText(f"Loading {self.model_box.currentText()}…")
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if not self.edits_taken and not self._edits_let_go():
+            event.ignore()
+            return
         super().closeEvent(event)
         if event.isAccepted():
             self.closed.emit()
+
+    def _edits_let_go(self) -> bool:
+        """Ask before plan edits made on the described tree are lost (Save, Discard, Cancel).
+
+        Returns:
+            True when the window may close (nothing unsaved, saved, or discarded).
+        """
+        described = self.described
+        if described is None or not described.controller.dirty:
+            return True
+        from workbench.gui import dialogs
+
+        c = described.controller
+        answer = dialogs.ask(
+            self, "Unsaved changes",
+            f"The plan has {len(c.done_edits())} unsaved edit(s), made while {c.plan.model.get('name', 'the model')} "
+            "loaded. Save them first?",
+            ("Save", "Discard", "Cancel"), "Save",
+        )
+        if answer != "Save":
+            return answer == "Discard"
+        name = c.plan.model.get("name") or "model"
+        path = dialogs.save_file(self, "Save plan as", str(Path.home() / f"{name}.plan.json"), dialogs.PLAN_FILTER)
+        if not path:
+            return False
+        return c.save(path if path.lower().endswith(".json") else path + ".json")
