@@ -181,11 +181,14 @@ class MarkerLayer:
         color, style = _MARKER_STYLE.get(marker.kind, _MARKER_STYLE["change"])
         faint = marker.kind == "tick"
         for key in self.plots:
-            line = pg.InfiniteLine(
-                angle=90, movable=False, pen=pen(color, 1.0, style, alpha=110) if faint else pen(color, 1.5, style),
-                label=marker.label, labelOpts={"position": 0.9, "color": QColor(*color), "movable": False},
-            )
-            line.label.setFont(self.font)
+            if faint:  # a tick takes no label: none is made (most of a line's cost, on every plot)
+                line = pg.InfiniteLine(angle=90, movable=False, pen=pen(color, 1.0, style, alpha=110))
+            else:
+                line = pg.InfiniteLine(
+                    angle=90, movable=False, pen=pen(color, 1.5, style),
+                    label=marker.label, labelOpts={"position": 0.9, "color": QColor(*color), "movable": False},
+                )
+                line.label.setFont(self.font)
             line.setToolTip(marker.full)
             line.setZValue(-21 if faint else -20)  # under every curve: a label never hides data
             self.plots[key].addItem(line, ignoreBounds=True)
@@ -282,7 +285,8 @@ class MarkerLayer:
                     line.setToolTip(tip)
                     line.label.setVisible(False)
         # a label's height with its margins, and a gap
-        row_px = max(metrics.height() + 6, self.markers[0].lines[0].label.boundingRect().height() if self.markers[0].lines else 0) + 2
+        first = next((m for m in self.markers if m.kind != "tick"), None)  # one with a label (a tick has none)
+        row_px = max(metrics.height() + 6, first.lines[0].label.boundingRect().height() if first and first.lines else 0) + 2
         for key, plot in self.plots.items():
             vb = plot.vb
             view = vb.sceneBoundingRect()
