@@ -8,7 +8,7 @@ so an empty box ("Structure only", "channels last", the tree's columns) is nearl
 
 from __future__ import annotations
 
-from PySide6.QtCore import QSettings, Qt
+from PySide6.QtCore import QObject, QSettings, Qt, Slot
 from PySide6.QtGui import QActionGroup, QColor, QGuiApplication, QPainter, QPalette
 from PySide6.QtWidgets import QApplication, QMenu, QProxyStyle, QStyle, QStyleFactory, QStyleOption, QWidget
 
@@ -114,6 +114,21 @@ def saved_theme(settings: QSettings | None) -> str:
     return value if isinstance(value, str) and value in dict(THEMES) else "system"
 
 
+class _FollowSystem(QObject):
+    """Applies the platform's colour scheme while "Follow System" is the saved choice. A child of
+    the window: its connection to the application's style hints ends with the window (a lambda's
+    would outlive every window, holding its settings)."""
+
+    def __init__(self, settings: QSettings | None, parent: QObject) -> None:
+        super().__init__(parent)
+        self._settings = settings
+
+    @Slot()
+    def follow(self) -> None:
+        if saved_theme(self._settings) == "system":
+            apply_theme("system")
+
+
 def add_theme_menu(menu: QMenu, settings: QSettings | None, parent: QWidget) -> dict[str, object]:
     """Add View ▸ Theme (Follow System, Light, Dark), apply the saved choice, and follow the
     platform's scheme while "Follow System" is chosen.
@@ -146,7 +161,7 @@ def add_theme_menu(menu: QMenu, settings: QSettings | None, parent: QWidget) -> 
         actions[key] = act
     hints = QGuiApplication.styleHints()
     if hints is not None:
-        hints.colorSchemeChanged.connect(lambda _s: apply_theme("system") if saved_theme(settings) == "system" else None)
+        hints.colorSchemeChanged.connect(_FollowSystem(settings, parent).follow)
     if current != "system" or _system_dark():
         apply_theme(current)
     return actions
