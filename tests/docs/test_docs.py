@@ -5,9 +5,9 @@ order in one temporary folder (files made by one block
 are there for the next), bash blocks in ``bash -e -o pipefail`` with this interpreter's
 ``bin`` folder first on PATH (the project installed; a ``torchrun`` shim runs
 ``python -m torch.distributed.run`` where torch's console scripts are not in that folder), python blocks each in a fresh interpreter
-unless a ``continue`` directive joins them. Each ``python`` and ``workbench`` program is a fork of the
-suite's preloaded interpreter (``tests/preload``: the same fresh state without importing torch
-each time). HOME and the caches point into the folder, and the
+unless a ``continue`` directive joins them. Each ``python`` and ``workbench`` program, and each ``torchrun``
+with its workers, is a fork of the suite's preloaded interpreter (``tests/preload``: the same fresh state
+without importing torch each time). HOME and the caches point into the folder, and the
 Hugging Face libraries are offline, so nothing a block does reaches the user's files or the
 network. Directives (HTML comments before a fence) skip a block with a reason, make its sizes
 small, or check its output; docs/README.md describes them. Skipped blocks are counted in the
@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.doc_blocks import Block, DirectiveError, parts, read_blocks
+from tests.fixtures.torchrun import launcher
 from tests.preload import preloaded
 from tests.timeouts import DOC_BLOCK_S
 
@@ -87,8 +88,17 @@ def _env(folder: Path, block: Block) -> dict[str, str]:
         PYTHONPATH="",
     )
     env.update(block.env)
-    server = preloaded()
-    return server.child_env(env) if server else env
+    if preloaded() is None:
+        return env
+    # torchrun and the workers it starts are forks of the preloaded interpreter too, as the suite's own jobs
+    # (tests/fixtures/torchrun.py): torchrun's command line, rendezvous and exit statuses stay the real ones
+    python, env = launcher(env)
+    shims = folder / ".bin-preloaded"
+    shims.mkdir(exist_ok=True)
+    shim = shims / "torchrun"
+    shim.write_text(f'#!/bin/sh\nexec "{python}" -m torch.distributed.run "$@"\n', encoding="utf-8")
+    shim.chmod(0o755)
+    return dict(env, PATH=str(shims) + os.pathsep + env["PATH"])
 
 
 def _run(block: Block, code: str, folder: Path) -> str:
