@@ -77,6 +77,14 @@ def test_unbuffered_programs_are_served() -> None:
     assert r.returncode == 0 and r.stdout == "True True\n", r.stderr
 
 
+def test_a_program_read_from_stdin_is_served() -> None:
+    # a shell's here-document (`python - <<'EOF'`): served, with the argv, path and traceback `python -` gives
+    code = "import sys\nprint('torch' in sys.modules, sys.argv, repr(sys.path[0]), __name__)\nraise ValueError('boom')\n"
+    r = _run("-", "a", input=code)
+    assert r.returncode == 1 and r.stdout == "True ['-', 'a'] '' __main__\n", r.stderr
+    assert r.stderr == 'Traceback (most recent call last):\n  File "<stdin>", line 3, in <module>\nValueError: boom\n'
+
+
 def test_a_killed_caller_takes_its_program_down(tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     caller = subprocess.Popen(python_argv("-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(600)"))

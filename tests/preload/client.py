@@ -6,8 +6,9 @@ for the ``workbench`` command; the suite puts shims named ``python``, ``python3`
 it costs milliseconds). The server named by ``WB_PRELOAD_SOCKET`` runs the program with this
 process's standard streams; this process forwards signals to it and exits as it did.
 
-A leading ``-u`` is served as ``PYTHONUNBUFFERED=1``. Anything the server cannot stand for
-(other interpreter options, a program read from stdin, no server) runs the real program
+A leading ``-u`` is served as ``PYTHONUNBUFFERED=1``, and ``python - ARGS...`` (the program read from
+stdin, as a shell's here-document gives it) is served too. Anything the server cannot stand for
+(other interpreter options, ``python`` with no program, no server) runs the real program
 instead: ``WB_PRELOAD_PYTHON``.
 With ``WB_PRELOAD_LOG=FILE`` each served program appends its CPU seconds and argv to FILE.
 """
@@ -39,7 +40,7 @@ def _servable(mode: str, args: list[str]) -> bool:
         return False
     if args[0] in ("-m", "-c"):
         return len(args) >= 2
-    return not args[0].startswith("-")
+    return args[0] == "-" or not args[0].startswith("-")  # ``-``: the program is read from stdin
 
 
 def main() -> None:

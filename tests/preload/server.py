@@ -9,7 +9,7 @@ else; each request forks it, so every program starts from the same pristine stat
 interpreter would have after those imports, and nothing one program does reaches the next.
 
 A request (sent by ``tests/preload/client.py``, a stdlib-only script) carries the program's
-argv (``python FILE ...``, ``python -m MOD ...``, ``python -c CODE ...`` or ``workbench ...``),
+argv (``python FILE ...``, ``python -m MOD ...``, ``python -c CODE ...``, ``python - ...`` or ``workbench ...``),
 its working folder and environment, and its standard streams as file descriptors
 (``SCM_RIGHTS``), so output goes exactly where the caller pointed it. The forked supervisor
 forks once more to run the program, waits for it and sends back its wait status, so an exit
@@ -98,12 +98,13 @@ def _run_program(argv: list[str]) -> int:
             sys.argv = [argv[1], *argv[2:]]
             sys.path[0:1] = [os.getcwd()]
             runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        elif mode == "-c":
-            sys.argv = ["-c", *argv[2:]]
+        elif mode in ("-c", "-"):
+            sys.argv = ["-c", *argv[2:]] if mode == "-c" else argv
             sys.path[0:1] = [""]
             main_module = types.ModuleType("__main__")
             sys.modules["__main__"] = main_module
-            exec(compile(argv[1], "<string>", "exec"), main_module.__dict__)
+            code, name = (argv[1], "<string>") if mode == "-c" else (sys.stdin.read(), "<stdin>")
+            exec(compile(code, name, "exec"), main_module.__dict__)
         else:
             path = os.path.abspath(mode)
             sys.argv = [mode, *argv[1:]]
