@@ -12,7 +12,7 @@ from torch.utils._pytree import tree_flatten
 from workbench.core.advisor import profile as profile_module
 from workbench.core.advisor.meta_kernels import batch_norm_on_meta, binary_on_meta, fast_meta_kernel
 from workbench.core.advisor.profile import profile_model
-from workbench.core.training.metrics import tensors_in
+from workbench.core.training.memory_probe import tensors_in
 
 _BN = torch.ops.aten.native_batch_norm.default
 

@@ -17,7 +17,8 @@ from workbench.core.errors import WorkbenchError
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.training.config import ConfigError, TrainConfig
 from workbench.core.training.engine import RunResult, Trainer, TrainError
-from workbench.core.training.metrics import StepMetrics, load_metrics, optimizer_state_bytes
+from workbench.core.training.memory_probe import optimizer_state_bytes
+from workbench.core.training.metrics import StepMetrics, load_metrics
 from workbench.core.training.optim import sync_optimizer
 
 NAN = float("nan")

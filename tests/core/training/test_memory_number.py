@@ -33,7 +33,8 @@ def test_cli_summary_and_metrics_agree(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_a_compiled_forward_is_not_watched_and_says_its_peak_is_rss_growth() -> None:
-    from workbench.core.training.metrics import RSS_GROWTH_SOURCE, MemoryProbe
+    from workbench.core.training.memory_probe import MemoryProbe
+    from workbench.core.training.metrics import RSS_GROWTH_SOURCE
 
     probe = MemoryProbe("cpu")
     with probe.step():
@@ -44,7 +45,8 @@ def test_a_compiled_forward_is_not_watched_and_says_its_peak_is_rss_growth() -> 
 
 
 def test_the_tensor_peak_counts_a_watched_step_from_the_live_tensors() -> None:
-    from workbench.core.training.metrics import TENSOR_STEPS, MemoryProbe
+    from workbench.core.training.memory_probe import MemoryProbe
+    from workbench.core.training.metrics import TENSOR_STEPS
 
     weights = torch.zeros(1000)  # 4,000 bytes alive between steps
     probe = MemoryProbe("cpu", live=lambda: [weights])

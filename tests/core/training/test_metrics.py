@@ -14,18 +14,15 @@ import pytest
 import torch
 from torch import nn
 
-from workbench.core.training.metrics import (
+from workbench.core.training.memory_probe import (
     LiveTensorBytes,
     MemoryProbe,
-    MetricsError,
-    MetricsWriter,
-    StepMetrics,
     grad_bytes,
-    load_metrics,
     optimizer_state_bytes,
     process_rss,
     release_freed_heap,
 )
+from workbench.core.training.metrics import MetricsError, MetricsWriter, StepMetrics, load_metrics
 
 
 def _metrics(step: int = 0, loss: float = 1.5, events: list[str] | None = None) -> StepMetrics:
@@ -187,7 +184,7 @@ def test_an_exact_a_plus_b_runs_peak_counts_the_buffer_it_writes_w_into(monkeypa
     a tensor the run keeps between steps, so its measured peak (peak tensor bytes) holds it."""
     from workbench.core.freezing.reparam.full import APlusB
     from workbench.core.training import engine
-    from workbench.core.training import metrics as wmetrics
+    from workbench.core.training import memory_probe as wmetrics
     from workbench.core.training.config import TrainConfig
     from workbench.core.training.data import synthetic_for_model
 

@@ -38,14 +38,8 @@ from workbench.core.models.spec import ModelSpec
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.data import synthetic_for_model
 from workbench.core.training.engine import Trainer
-from workbench.core.training.metrics import (
-    MEMORY_SOURCES,
-    RSS_GROWTH_SOURCE,
-    StepMetrics,
-    process_rss,
-    release_freed_heap,
-    training_tensors,
-)
+from workbench.core.training.memory_probe import process_rss, release_freed_heap, training_tensors
+from workbench.core.training.metrics import MEMORY_SOURCES, RSS_GROWTH_SOURCE, StepMetrics
 
 __all__ = ["PeakMeter", "measure_front", "measure_peak", "step_ratio_noise"]
 

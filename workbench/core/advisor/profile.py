@@ -39,7 +39,7 @@ from workbench.core.models.meta_copy import Checkpoint, meta_copy, no_checkpoint
 from workbench.core.models.tree import is_batchnorm
 from workbench.core.training.auto_freeze_cost import counts_macs, module_macs
 from workbench.core.training.data import text_task_of
-from workbench.core.training.metrics import tensors_in
+from workbench.core.training.memory_probe import tensors_in
 
 __all__ = [
     "AdvisorError",

@@ -11,6 +11,6 @@ CPU peak memory it is; this module names it for the advisor.
 
 from __future__ import annotations
 
-from workbench.core.training.metrics import LiveTensorBytes, storage_bytes
+from workbench.core.training.memory_probe import LiveTensorBytes, storage_bytes
 
 __all__ = ["LiveTensorBytes", "storage_bytes"]

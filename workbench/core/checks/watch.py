@@ -32,7 +32,7 @@ from workbench.core.freezing.capture import (
     cover_paths,
 )
 from workbench.core.models.tree import ModelTree, bn_stats_fixed
-from workbench.core.training.metrics import MemoryProbe
+from workbench.core.training.memory_probe import MemoryProbe
 
 __all__ = ["Watch", "watch"]
 

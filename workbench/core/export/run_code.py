@@ -68,7 +68,7 @@ def loss_code(name: str) -> str:
     """
     if name == "cross_entropy":
         return "\n\nLOSS_FN = None  # cross-entropy (see batch_loss)\n"
-    from workbench.core.training import losses as wlosses
+    from workbench.core.training import loss_functions as wlosses
 
     fn = {"bce": "F.binary_cross_entropy_with_logits", "mse": "F.mse_loss", "l1": "F.l1_loss"}[name]
     return (_source(wlosses._logits, wlosses._same_shape, wlosses._ElementLoss)
@@ -266,12 +266,13 @@ def task_code(loss: str, metric: str, loss_ref: tuple[str, str] | None, metric_r
     Returns:
         Source defining ``LOSS_FN``, ``METRIC_FN``, ``METRIC_LABEL`` and ``load_task()``.
     """
-    from workbench.core.training import losses as wlosses
-    from workbench.core.training import task_metrics as wmetrics
+    from workbench.core.training import batch_metrics as wmetrics
+    from workbench.core.training import loss_functions as wlosses
+    from workbench.core.training import task_metrics
 
     out = loss_code(loss) if loss_ref is None else "\n\nLOSS_FN = None  # your loss, set by load_task\n"
     out += f"LOSS_REF = {loss_ref!r}  # (file or module, function) of your loss, or None\n"
-    out += f"METRIC_NAME = {metric!r}\nMETRIC_LABEL = {wmetrics.metric_label(metric)!r}\n"
+    out += f"METRIC_NAME = {metric!r}\nMETRIC_LABEL = {task_metrics.metric_label(metric)!r}\n"
     out += f"METRIC_REF = {metric_ref!r}  # (file or module, function) of your metric, or None\n"
     out += "METRIC_FN = None  # the validation's metric besides accuracy, set by load_task\n"
     if loss_ref is not None:

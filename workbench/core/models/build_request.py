@@ -15,8 +15,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
-import torch
-
 from workbench.core.models.source_errors import ModelSourceError
 
 __all__ = ["BuildRequest", "device_context", "did_you_mean", "first_line", "missing_extra_message", "require_extra"]
@@ -50,6 +48,8 @@ def device_context(meta: bool) -> Iterator[None]:
     Args:
         meta: Whether to build on the meta device.
     """
+    import torch
+
     if not meta:
         yield
         return

@@ -19,16 +19,17 @@ import zipfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any, Literal
 
 from workbench.core.atomic import atomic_path
 from workbench.core.errors import first_line
 from workbench.core.models.heads import current_num_classes, find_head, replace_head
 from workbench.core.models.source_errors import CheckpointKeyMismatch, ModelSourceError
 from workbench.core.models.torchvision_models import build_model
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
+    from torch import nn
 
 __all__ = [
     "CHECKPOINT_SUFFIXES",
@@ -164,6 +165,7 @@ def _read_checkpoint(path: Path, *, trust_pickle: bool, map_location: Any) -> _R
 
 
 def _read_safetensors(path: Path, map_location: Any) -> _RawCheckpoint:
+    import torch
     from safetensors import safe_open
     from safetensors.torch import load_file
 
@@ -193,6 +195,8 @@ def _read_safetensors(path: Path, map_location: Any) -> _RawCheckpoint:
 
 
 def _read_torch(path: Path, *, trust_pickle: bool, map_location: Any) -> _RawCheckpoint:
+    import torch
+
     try:
         obj = torch.load(path, map_location=map_location, weights_only=not trust_pickle)
     except pickle.UnpicklingError as exc:
@@ -217,6 +221,9 @@ def _read_torch(path: Path, *, trust_pickle: bool, map_location: Any) -> _RawChe
 
 def _extract(obj: Any, path: Path) -> _RawCheckpoint:
     """Find the state dict (and metadata) inside whatever torch.load returned."""
+    import torch
+    from torch import nn
+
     metadata: dict[str, Any] = {}
     module: nn.Module | None = None
     current = obj
@@ -430,6 +437,8 @@ def load_checkpoint(
 
 def _state_for_safetensors(model: nn.Module) -> dict[str, torch.Tensor]:
     """CPU, contiguous tensors with no two sharing storage (safetensors refuses sharing)."""
+    import torch
+
     out: dict[str, torch.Tensor] = {}
     seen: set[tuple[str, int]] = set()
     for key, tensor in model.state_dict().items():
@@ -469,6 +478,8 @@ def save_checkpoint(
     Raises:
         ModelSourceError: Unsupported suffix or the file could not be written.
     """
+    import torch
+
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in (".safetensors", ".pt", ".pth", ".ckpt", ".bin"):

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
-import torchvision
-from torch import nn
+from typing import TYPE_CHECKING
 
 from workbench.core.models.source_errors import ModelSourceError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = [
     "current_num_classes",
     "find_head",
     "replace_head",
 ]
+
 
 def _get(model: nn.Module, path: str) -> nn.Module | None:
     try:
@@ -21,6 +24,8 @@ def _get(model: nn.Module, path: str) -> nn.Module | None:
 
 
 def _last_linear_in(module: nn.Module, prefix: str) -> str | None:
+    from torch import nn
+
     found = None
     for sub_name, sub in module.named_modules(prefix=prefix):
         if isinstance(sub, nn.Linear):
@@ -29,6 +34,8 @@ def _last_linear_in(module: nn.Module, prefix: str) -> str | None:
 
 
 def _head_out(module: nn.Module) -> int:
+    from torch import nn
+
     if isinstance(module, nn.Linear):
         return module.out_features
     if isinstance(module, nn.Conv2d):
@@ -48,6 +55,9 @@ def find_head(model: nn.Module) -> list[str]:
     Returns:
         Dotted module paths; empty if no head was recognised.
     """
+    import torchvision
+    from torch import nn
+
     tv = torchvision.models
     if isinstance(model, tv.SqueezeNet):
         return ["classifier.1"] if isinstance(_get(model, "classifier.1"), nn.Conv2d) else []
@@ -92,6 +102,8 @@ def current_num_classes(model: nn.Module) -> int | None:
 
 
 def _new_head(old: nn.Module, num_classes: int) -> nn.Module:
+    from torch import nn
+
     if isinstance(old, nn.Linear):
         return nn.Linear(
             old.in_features,

@@ -18,9 +18,7 @@ names files the folder lacks is refused, instead of building the model from rand
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.models.build_request import (
     BuildRequest,
@@ -29,6 +27,9 @@ from workbench.core.models.build_request import (
     require_extra,
 )
 from workbench.core.models.source_errors import ModelSourceError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = [
     "auto_class_name",

@@ -10,12 +10,12 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Callable
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.collector import collector_paused
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = ["Checkpoint", "meta_copy", "no_checkpoint"]
 
@@ -54,6 +54,9 @@ def meta_copy(model: nn.Module, checkpoint: Checkpoint | None = None) -> nn.Modu
     Returns:
         The copy (``model`` itself is not changed).
     """
+    import torch
+    from torch import nn
+
     tick = checkpoint if checkpoint is not None else no_checkpoint
     memo: dict[int, Any] = _PacedMemo(checkpoint) if checkpoint is not None else {}
     with collector_paused():

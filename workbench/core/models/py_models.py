@@ -17,12 +17,14 @@ import sys
 import warnings
 from pathlib import Path
 from types import ModuleType
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from workbench.core.models.build_request import BuildRequest, device_context, first_line
 from workbench.core.models.heads import replace_head
 from workbench.core.models.source_errors import ModelSourceError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = ["build_py", "code_preview", "split_py_name"]
 
@@ -150,6 +152,8 @@ def build_py(req: BuildRequest) -> nn.Module:
         ModelSourceError: Bad spec, import failure, no such factory, the factory raised or
             returned something that is not an ``nn.Module``.
     """
+    from torch import nn
+
     if req.weights is not None:
         raise ModelSourceError(
             "a py: model takes no weights name; load the weights in the factory or give a checkpoint file"

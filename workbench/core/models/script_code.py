@@ -23,14 +23,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-
-from torch import nn
+from typing import TYPE_CHECKING
 
 from workbench.core.models.heads import find_head
 from workbench.core.models.hf_models import auto_class_name, hf_local_folder, hf_weight_files
 from workbench.core.models.py_models import split_py_name
 from workbench.core.models.source_errors import ModelSourceError
 from workbench.core.models.timm_models import timm_model_name
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = [
     "ScriptModel",

@@ -36,10 +36,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
-
-import torchvision
-from torch import nn
+from typing import TYPE_CHECKING, Any, Literal
 
 from workbench.core.models import hf_models, py_models, timm_models
 from workbench.core.models.build_request import (
@@ -64,6 +61,9 @@ from workbench.core.models.torchvision_models import (
     weights_cached,
     weights_member,
 )
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 #: The source of a spec without a prefix (``resnet18``).
 DEFAULT_SOURCE = "torchvision"
@@ -227,6 +227,8 @@ class ModelSource:
 
 
 def _build_torchvision(req: BuildRequest) -> nn.Module:
+    import torchvision
+
     if not req.meta:
         return build_model(req.name, req.weights, req.num_classes, allow_download=req.allow_download)
     name = check_model_name(req.name)

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
-
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.models.checkpoints import load_checkpoint, load_weights_into
 from workbench.core.models.heads import current_num_classes, replace_head
@@ -26,6 +24,9 @@ from workbench.core.models.sources import (
     parse_model_spec,
 )
 from workbench.core.models.torchvision_models import build_model
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = ["FROM_A_FILE", "ModelSpec"]
 

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
-
-import torch
-from torch import nn
 
 from workbench.core.models.build_request import (
     BuildRequest,
@@ -24,6 +21,10 @@ from workbench.core.models.build_request import (
     require_extra,
 )
 from workbench.core.models.source_errors import ModelSourceError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
+    from torch import nn
 
 __all__ = ["build_timm", "timm_cached", "timm_model_name", "timm_names"]
 
@@ -76,6 +77,8 @@ def timm_model_name(name: str, weights: str | None) -> str:
 
 def _cached_file(model_name: str) -> Path | None:
     """The cached weights file of a timm model (safetensors preferred), or ``None``."""
+    import torch
+
     cfg = _timm().models.get_pretrained_cfg(model_name)
     if cfg is None:
         return None
@@ -115,6 +118,8 @@ def timm_cached(name: str, weights: str | None = None) -> bool:
 
 
 def _read_state(path: Path) -> dict[str, torch.Tensor]:
+    import torch
+
     try:
         if path.suffix == ".safetensors":
             from safetensors.torch import load_file

@@ -15,12 +15,8 @@ import urllib.request
 from dataclasses import dataclass
 from http.client import HTTPException
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
-
-import torch
-import torchvision
-from torch import nn
 
 from workbench.core.errors import first_line
 from workbench.core.models.heads import replace_head
@@ -28,6 +24,9 @@ from workbench.core.models.source_errors import ModelSourceError
 from workbench.core.models.weights_cache import WeightsCacheError, safe_torchvision_loading
 from workbench.core.suggest import close_matches
 from workbench.core.version import __version__
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = [
     "DOWNLOAD_TIMEOUT_S",
@@ -80,6 +79,8 @@ def classification_names() -> list[str]:
     Returns:
         Names such as ``"resnet18"``.
     """
+    import torchvision
+
     return sorted(torchvision.models.list_models(module=torchvision.models))
 
 
@@ -109,6 +110,8 @@ def check_model_name(name: str) -> str:
 
 
 def _weights_enum(name: str) -> Any:
+    import torchvision
+
     return torchvision.models.get_model_weights(name)
 
 
@@ -203,6 +206,8 @@ def weights_cache_path(name: str, weights: str) -> Path:
 
 
 def _member_cache_path(member: Any) -> Path:
+    import torch
+
     filename = os.path.basename(urlparse(member.url).path)
     return Path(torch.hub.get_dir()) / "checkpoints" / filename
 
@@ -231,6 +236,8 @@ def list_models() -> list[ModelInfo]:
     Returns:
         One :class:`ModelInfo` per model, sorted by name.
     """
+    import torch
+
     cache_dir = Path(torch.hub.get_dir()) / "checkpoints"
     try:
         cached_files = {p.name for p in cache_dir.iterdir()} if cache_dir.is_dir() else set()
@@ -294,6 +301,8 @@ def _download_weights(member: Any, dest: Path, *, progress: bool, timeout: float
     temporary file next to ``dest``, checks the SHA-256 prefix in the file name, and moves
     the file into place only when it is complete.
     """
+    import torch
+
     url = member.url
     dest.parent.mkdir(parents=True, exist_ok=True)
     match = torch.hub.HASH_REGEX.search(dest.name)
@@ -364,6 +373,8 @@ def build_model(
         ModelSourceError: Unknown model or weights; weights not cached and downloads not
             allowed; download failed; cached file unreadable.
     """
+    import torchvision
+
     name = check_model_name(name)
     member = _resolve_weights(name, weights)
     if num_classes is not None and (not isinstance(num_classes, int) or num_classes < 1):

@@ -27,8 +27,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from workbench.core.errors import WorkbenchError
 
 __all__ = ["WeightsCacheError", "cache_dir", "check_hash_prefix", "load_cached_state_dict", "safe_torchvision_loading"]
@@ -49,6 +47,8 @@ def cache_dir() -> Path:
     Returns:
         The folder (it may not exist yet).
     """
+    import torch
+
     return Path(torch.hub.get_dir()) / "checkpoints"
 
 
@@ -101,6 +101,8 @@ def load_cached_state_dict(
         WeightsCacheError: missing file, failed integrity check, a pickle that needs code, or
             an unreadable file; the message says to delete it and download it again.
     """
+    import torch
+
     p = Path(path)
     if not p.is_file():
         raise WeightsCacheError(

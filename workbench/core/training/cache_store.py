@@ -24,10 +24,12 @@ import os
 import re
 import shutil
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from workbench.core.errors import WorkbenchError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
 
 __all__ = [
     "BUDGET_FRACTION", "CacheBudgetError", "RowStore", "SPILL_HEADROOM", "SPILL_NAME", "SPILL_NAME_2", "SpillSpaceError",
@@ -103,6 +105,8 @@ def default_budget(device: torch.device) -> int:
     Returns:
         Bytes.
     """
+    import torch
+
     if device.type == "cuda":
         with contextlib.suppress(Exception):
             free, _ = torch.cuda.mem_get_info(device)
@@ -197,6 +201,8 @@ class RowStore:
         self, n: int, row_shape: tuple[int, ...], dtype: torch.dtype, device: torch.device,
         budget: int, spill_dir: Path | None, *, name: str = SPILL_NAME,
     ) -> None:
+        import torch
+
         self.n = n
         self.row_shape = tuple(row_shape)
         self.dtype = dtype
@@ -323,6 +329,8 @@ class RowStore:
         Returns:
             ``(len(idx), *row_shape)`` on the training device.
         """
+        import torch
+
         in_mem = idx < self.mem_rows
         if bool(in_mem.all()) and self.mem is not None:
             return self.mem.index_select(0, idx.to(self.mem.device))

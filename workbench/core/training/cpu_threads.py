@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import threading
 
-import torch
-
 __all__ = ["reserve_cores_for_workers", "use_worker_threads", "worker_thread_count"]
 
 _lock = threading.Lock()
@@ -40,6 +38,8 @@ def reserve_cores_for_workers() -> int:
     Returns:
         The intra-op thread count worker threads get (torch's count before the call).
     """
+    import torch
+
     global _worker_count
     with _lock:
         if _worker_count is None:
@@ -55,6 +55,8 @@ def worker_thread_count() -> int:
         What :func:`reserve_cores_for_workers` recorded, or torch's current count when it
         was never called.
     """
+    import torch
+
     with _lock:
         return _worker_count if _worker_count is not None else torch.get_num_threads()
 
@@ -71,6 +73,8 @@ def use_worker_threads(threads: int | None = None) -> int:
     Raises:
         ValueError: ``threads`` is not positive.
     """
+    import torch
+
     n = worker_thread_count() if threads is None else threads
     if n < 1:
         raise ValueError(f"threads must be positive, got {n}")

@@ -25,12 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from torch.utils.data import Dataset
-
-from workbench.core.training import data as wdata
 from workbench.core.training.data_common import DataError
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch.utils.data import Dataset
 
 __all__ = ["DATA_SOURCES", "DataRequest", "DataSource", "data_source_of", "make_dataset", "open_data"]
 
@@ -108,6 +108,8 @@ class DataSource:
 # ------------------------------------------------------------------ builders (data.py's helpers: the
 # exported script inlines their source, so they keep their names there)
 def _synthetic(req: DataRequest) -> Dataset[Any]:
+    from workbench.core.training import data as wdata
+
     n = req.length if req.length is not None else wdata.SYNTHETIC_DEFAULT_LENGTH
     if req.arg:
         try:
@@ -131,17 +133,23 @@ def _synthetic(req: DataRequest) -> Dataset[Any]:
 
 
 def _image_transform(req: DataRequest, source_channels: int) -> Callable[[Any], Any]:
+    from workbench.core.training import data as wdata
+
     base = req.transform if req.transform is not None else wdata.default_transform(req.image_size, channels=req.channels)
     return wdata._with_channels(base, source_channels=source_channels, channels=req.channels)
 
 
 def _imagefolder(req: DataRequest) -> Dataset[Any]:
+    from workbench.core.training import data as wdata
+
     ds = wdata._imagefolder(Path(req.arg).expanduser(), train=req.train, transform=_image_transform(req, 3))
     return wdata._limit(ds, req.length, req.seed)
 
 
 def _torchvision(kind: str) -> Callable[[DataRequest], Dataset[Any]]:
     def build(req: DataRequest) -> Dataset[Any]:
+        from workbench.core.training import data as wdata
+
         grayscale = wdata._TV_DATASETS[kind][2]
         ds = wdata._torchvision_dataset(kind, Path(req.arg).expanduser(), train=req.train,
                                             transform=_image_transform(req, 1 if grayscale else 3))
@@ -151,10 +159,13 @@ def _torchvision(kind: str) -> Callable[[DataRequest], Dataset[Any]]:
 
 
 def _text(req: DataRequest) -> Dataset[Any]:
+    from workbench.core.training import data as wdata
+
     return wdata._limit(wdata._text_file(req.spec, req.model, req.seq_len), req.length, req.seed)
 
 
 def _hf_dataset(req: DataRequest) -> Dataset[Any]:
+    from workbench.core.training import data as wdata
     from workbench.core.training.hf_dataset import open_hf_dataset
 
     unknown = sorted(set(req.columns) - set(_HF_COLUMNS))

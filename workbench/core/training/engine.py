@@ -61,15 +61,14 @@ from workbench.core.training.failure_text import hint, nonfinite_stop_message, n
 from workbench.core.training.frozen_cache import CacheRefusedError, FrozenPrefixCache, build_cache
 from workbench.core.training.loop_state import LoopState
 from workbench.core.training.loop_validation import record_validation, validate_model, validation_due
-from workbench.core.training.metrics import (
+from workbench.core.training.memory_probe import (
     MemoryProbe,
-    MetricsWriter,
-    StepMetrics,
     optimizer_state_bytes,
     process_rss,
     release_freed_heap,
     training_tensors,
 )
+from workbench.core.training.metrics import MetricsWriter, StepMetrics
 from workbench.core.training.module_stats import ModuleStatsProbe
 from workbench.core.training.optim import sync_optimizer
 from workbench.core.training.run_folder import RunOutputs
@@ -88,6 +87,7 @@ __all__ = [
     "Trainer",
     "resolve_device",
 ]
+
 
 # ---------------------------------------------------------------- the trainer
 class Trainer:

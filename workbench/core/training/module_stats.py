@@ -26,10 +26,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-from torch import nn
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
+    from torch import nn
+
 
 __all__ = [
     "DEFAULT_EVERY",
@@ -240,6 +242,8 @@ class ModuleStatsProbe:
             step: the step being measured.
             grad_scale: the loss scale of fp16 training (gradients are divided by it), or None.
         """
+        import torch
+
         self._build()
         pairs = [(p, r) for p, r in zip(self._params, self._rows) if p.grad is not None and not p.grad.is_sparse]
         if not pairs:
@@ -258,6 +262,8 @@ class ModuleStatsProbe:
 
     def after_step(self) -> None:
         """Take the update norms (after the optimizer step) and build the record."""
+        import torch
+
         pending, self._pending = self._pending, None
         if pending is None:
             return
@@ -284,6 +290,8 @@ class ModuleStatsProbe:
 
     def _index(self, owners: list[list[int]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
         """(parameter, row) pairs: every parameter counts for its module and all above it."""
+        import torch
+
         key = (self._built_for, tuple(map(id, owners)), device)
         if self._pairs is None or self._pairs[0] != key:
             src = [j for j, r in enumerate(owners) for _ in r]
@@ -303,6 +311,8 @@ class ModuleStatsProbe:
 
 def _stacked_norms(tensors: list[torch.Tensor]) -> torch.Tensor:
     """The L2 norm of each tensor, as one float64 vector on the first tensor's device."""
+    import torch
+
     norms = list(torch._foreach_norm(tensors))
     dev = norms[0].device
     if any(n.device != dev for n in norms):  # a model spread over devices

@@ -13,8 +13,10 @@ schedule at the current point.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    import torch
 
 __all__ = ["SCHEDULERS", "LrSchedule", "lr_factor"]
 

@@ -9,122 +9,30 @@ name             measures
                  the run reports its mean over the validation samples
 ===============  ===============================================================
 
-A new metric is one :class:`MetricKind` row and its builder. A ``py:`` metric runs code: it runs
+A new metric is one :class:`MetricKind` row and its builder (the accumulators, which need torch,
+are in :mod:`workbench.core.training.batch_metrics`; this table does not import torch, so the
+app lists the metrics before torch is imported). A ``py:`` metric runs code: it runs
 only when the caller named it (:mod:`workbench.core.training.py_code`).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.training.py_code import is_py_spec, load_py_function, table_or_py_name
 
-__all__ = ["METRICS", "BatchMetric", "MetricKind", "MetricSpecError", "higher_is_better", "make_metric", "metric_label",
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from workbench.core.training.batch_metrics import BatchMetric
+
+__all__ = ["METRICS", "MetricKind", "MetricSpecError", "higher_is_better", "make_metric", "metric_label",
            "metric_name", "task_summary"]
 
 
 class MetricSpecError(WorkbenchError, ValueError):
     """A metric name that is neither a row of :data:`METRICS` nor ``py:FILE:FUNC``."""
-
-
-class BatchMetric:
-    """Accumulates a metric over the batches of one validation pass.
-
-    Attributes:
-        name: the metric's name (``accuracy``, ``py:pitch.py:raw_accuracy``).
-    """
-
-    name = ""
-
-    def reset(self) -> None:
-        """Start a new pass."""
-        self._sum = 0.0
-        self._n = 0
-        self._off = False
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def batch_value(self, out: Any, target: Any) -> float | None:
-        """The metric of one batch (None: it does not apply to such outputs)."""
-        raise NotImplementedError
-
-    def update(self, out: Any, target: Any, batch_size: int) -> None:
-        """Add one batch (weighted by its samples).
-
-        Args:
-            out: the model's output.
-            target: the batch's targets.
-            batch_size: samples in the batch.
-        """
-        if self._off:
-            return
-        v = self.batch_value(out, target)
-        if v is None:
-            self._off = True
-            return
-        self._sum += v * batch_size
-        self._n += batch_size
-
-    def value(self) -> float | None:
-        """The mean over the samples added, None when it did not apply or nothing was added."""
-        if self._off or not self._n:
-            return None
-        v = self._sum / self._n
-        return v if math.isfinite(v) else math.nan
-
-
-def _logits(out: Any) -> torch.Tensor | None:
-    if isinstance(out, torch.Tensor):
-        return out
-    logits = getattr(out, "logits", None)
-    return logits if isinstance(logits, torch.Tensor) else None
-
-
-class TopK(BatchMetric):
-    """Top-k accuracy of class logits ``(B, C)`` against labels ``(B,)``; does not apply otherwise."""
-
-    def __init__(self, k: int, name: str) -> None:
-        self.k = k
-        self.name = name
-        super().__init__()
-
-    def batch_value(self, out: Any, target: Any) -> float | None:
-        logits = _logits(out)
-        if (logits is None or not isinstance(target, torch.Tensor) or logits.dim() != 2 or target.dim() != 1
-                or target.is_floating_point()):
-            return None
-        k = min(self.k, logits.shape[1])
-        top = logits.topk(k, dim=1).indices
-        return float((top == target[:, None]).any(dim=1).float().mean())
-
-
-class UserMetric(BatchMetric):
-    """A ``py:`` metric, its result checked: a finite number per batch (one line otherwise)."""
-
-    def __init__(self, spec: str, fn: Callable[[Any, Any], Any]) -> None:
-        self.name = spec
-        self.fn = fn
-        super().__init__()
-
-    def batch_value(self, out: Any, target: Any) -> float | None:
-        """The user's metric of one batch.
-
-        Raises:
-            TypeError: the function returned something that is not a number.
-        """
-        v = self.fn(out, target)
-        if isinstance(v, torch.Tensor) and v.numel() == 1:
-            v = v.item()
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise TypeError(f"metric {self.name} returned {type(v).__name__}, not a number; return one number per batch")
-        return float(v)
 
 
 @dataclass(frozen=True)
@@ -135,7 +43,7 @@ class MetricKind:
         name: the config value (``TrainConfig.metric``, ``--metric``).
         label: what the app shows (the validation plot's title).
         higher_is_better: whether a larger value is better (accuracy: yes).
-        builder: makes a fresh :class:`BatchMetric`.
+        builder: makes a fresh :class:`~workbench.core.training.batch_metrics.BatchMetric`.
     """
 
     name: str
@@ -144,9 +52,15 @@ class MetricKind:
     builder: Callable[[], BatchMetric]
 
 
+def _top_k(k: int, name: str) -> BatchMetric:
+    from workbench.core.training.batch_metrics import TopK
+
+    return TopK(k, name)
+
+
 METRICS: dict[str, MetricKind] = {k.name: k for k in (
-    MetricKind("accuracy", "Accuracy", True, lambda: TopK(1, "accuracy")),
-    MetricKind("top5", "Top-5 accuracy", True, lambda: TopK(5, "top5")),
+    MetricKind("accuracy", "Accuracy", True, lambda: _top_k(1, "accuracy")),
+    MetricKind("top5", "Top-5 accuracy", True, lambda: _top_k(5, "top5")),
 )}
 
 _ALIASES = {"acc": "accuracy", "top1": "accuracy", "top_1": "accuracy", "top_5": "top5"}
@@ -197,6 +111,8 @@ def make_metric(name: str, *, origin: str | None = None) -> BatchMetric:
         CodeFromFileError: a ``py:`` metric named by a file.
         PyCodeError: a ``py:`` metric that cannot be loaded.
     """
+    from workbench.core.training.batch_metrics import UserMetric
+
     name = metric_name(name)
     if is_py_spec(name):
         return UserMetric(name, load_py_function(name, what="metric", flag="--metric", origin=origin))
