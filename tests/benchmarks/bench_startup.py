@@ -11,10 +11,11 @@ what loads, until the live tree). Times are measured from just before the proces
 - ``first paint``: the start-up window (model bar, the described tree or the empty one) is painted;
 - ``described tree``: the start-up window painted the model's described tree, whose checkboxes
   edit the plan (the same paint as ``first paint``; not without a description);
-- ``torch``, ``torchvision``: each imported (on a thread, behind the start-up window);
-- ``imports done``: torch, torchvision and the library are imported;
-- ``window modules``: the full window's modules (pyqtgraph, the panels) are imported;
-- ``full window``: the full window replaced the start-up one;
+- ``window modules``: the full window's modules (pyqtgraph, the panels; no torch) are imported;
+- ``full window``: the full window replaced the start-up one, the described tree in it (before
+  torch is imported);
+- ``torch``, ``torchvision``: each imported (on a thread, behind the full window);
+- ``imports done``: torch and torchvision are imported;
 - ``live tree``: the default model is loaded and its live tree populated;
 - ``exit``: the screenshot is written and the process has ended.
 
@@ -45,11 +46,11 @@ from pathlib import Path
 EVENTS = (
     ("first-paint", "first paint"),
     ("cached-tree", "described tree"),
+    ("window-modules", "window modules"),
+    ("window", "full window"),
     ("imported-torch", "torch"),
     ("imported-torchvision", "torchvision"),
     ("imports-done", "imports done"),
-    ("window-modules", "window modules"),
-    ("window", "full window"),
     ("tree", "live tree"),
 )
 

@@ -1,4 +1,4 @@
-"""Start-up: a window with a loading state before torch and the model are there."""
+"""Start-up: the window, then the full window, before torch; the model behind them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from PySide6.QtCore import Qt
 
 from tests.preload import python_argv
@@ -16,11 +17,29 @@ from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, SUBPROCESS_S, ms
 from workbench.core.models import tree_cache
 from workbench.core.models.tree import ModelTree
 from workbench.core.plan.rules import FreezePlan
-from workbench.gui.app import _described_tree, _open_window
+from workbench.gui import torch_ready
+from workbench.gui.app import _described_tree, _load_startup_model, _open_window
 from workbench.gui.plan.tree_columns import column_index
 from workbench.gui.startup import HeavyImports, StartupWindow, loading_text
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _torch_ready_after() -> Any:
+    """A test that opens the full window without loading its model leaves the devices deferred:
+    announce them, as the app does once torch is imported, so the next test starts ready."""
+    yield
+    if not torch_ready.is_ready():
+        torch_ready.announce()
+
+
+def _start(shell: StartupWindow, *, path: str | None = None, model: str | None = None) -> Any:
+    """What the app does: the full window in the start-up window's place, then, torch being
+    imported, the model's load."""
+    window = _open_window(shell, path=path, model=model)
+    _load_startup_model(window, path=path, model=model)
+    return window
 
 
 def test_the_first_window_needs_neither_torch_nor_pyqtgraph() -> None:
@@ -62,9 +81,20 @@ def test_window_shows_a_loading_state_until_the_model_is_loaded(qtbot: Any) -> N
     window = _open_window(shell, path=None, model=None)  # deletes itself when closed
     c = window.controller
     try:
-        assert c.busy and c.tree is None  # shown first, the model loads behind it
-        assert window.isVisible() and not shell.isVisible()
-        assert window.tree_loading.isVisible() and window.tree_loading.text().startswith("Loading resnet18")
+        assert window.isVisible() and not shell.isVisible()  # the full window at once, before torch
+        assert c.waiting and not c.busy and c.tree is None
+        assert window.tree_loading.isVisible() and window.tree_loading.text() == "Loading PyTorch and resnet18…"
+        assert window.busy_label.text() == "Loading PyTorch and resnet18…" and not window.source_bar.load_button.isEnabled()
+        assert not window.act_open.isEnabled() and not window.act_new.isEnabled()  # Load and Open wait
+        assert window.device_label.text() == "device: …"  # the devices wait for torch
+        assert [window.training.panel.device_box.itemData(i) for i in range(2)] == ["auto", "cpu"]
+        assert window.source_bar.current_name() == "resnet18" and window.source_bar.model_names() == []
+        window.training.panel.act_start.trigger()  # Start before the model is there: one line
+        assert window.statusBar().currentMessage() == "The model is still loading; start once it is there."
+        _load_startup_model(window, path=None, model=None)  # torch is imported: the devices, the models, the load
+        assert c.busy and not c.waiting and window.tree_loading.text().startswith("Loading resnet18")
+        assert window.device_label.text() != "device: …" and "resnet50" in window.source_bar.model_names()
+        assert window.training.panel.device_box.itemText(0).startswith("auto (")
         assert window.tree_model.rowCount() == 0
         qtbot.waitUntil(lambda: c.tree is not None, timeout=ms(GUI_WORKER_S))
         assert not window.tree_loading.isVisible() and window.tree_model.rowCount() > 0
@@ -77,7 +107,7 @@ def test_a_missing_model_folder_says_so_and_opens_the_default(qtbot: Any, dialog
     shell = StartupWindow("hf")
     shell.show()
     missing = tmp_path / "no" / "such" / "folder"
-    window = _open_window(shell, path=None, model=f"hf:{missing}")
+    window = _start(shell, model=f"hf:{missing}")
     c = window.controller
     try:
         title, message = dialogs.kinds("error")[-1][1:3]
@@ -148,32 +178,65 @@ def test_the_window_is_painted_before_torch_or_the_full_window_is_imported(tmp_p
     assert _run_probe(_ORDER_PROBE, tmp_path) == ["first-paint"]
 
 
+def test_the_full_window_is_shown_before_torch_is_imported(tmp_path: Path) -> None:
+    code = _ORDER_PROBE.replace('event == "first-paint"', 'event == "window"').replace(
+        "        print(json.dumps(seen), flush=True)",
+        "        from PySide6.QtWidgets import QApplication\n"
+        "        window = next(w for w in QApplication.topLevelWidgets() if w.objectName() == 'MainWindow')\n"
+        "        seen.extend([window.isVisible(), window.controller.waiting, 'torch' in sys.modules])\n"
+        "        print(json.dumps(seen), flush=True)",
+    )
+    # a first start: the tree the app ships, in both windows
+    assert _run_probe(code, tmp_path) == ["first-paint", "cached-tree", "import workbench.gui.main_window",
+                                          "import pyqtgraph", "window-modules", "window", True, True, False]
+
+
 def test_imports_start_when_the_first_window_is_never_painted(tmp_path: Path) -> None:
-    # a start-up window that never shows (as when it opens minimized): the imports still start
+    # a start-up window that never shows (as when it opens minimized): the window opens and the
+    # imports start all the same
     code = _ORDER_PROBE.replace('event == "first-paint"', 'event == "imports-done"').replace(
         "startup.trace = trace",
         "startup.trace = trace\n"
         "startup.StartupWindow.show = lambda self: None\n" + _LIGHT_IMPORTS,
     )
-    assert _run_probe(code, tmp_path) == ["imported-json", "imports-done"]
+    assert _run_probe(code, tmp_path) == ["import workbench.gui.main_window", "import pyqtgraph", "window-modules",
+                                          "window", "imported-json", "imports-done"]
+
+
+def _to_the_end(setup: str) -> str:
+    """The order probe with light imports, run to the end of ``app.main`` after ``setup`` (code
+    run before it); it prints what it saw and the exit code."""
+    return _ORDER_PROBE.replace('event == "first-paint"', "False").replace(
+        "startup.trace = trace",
+        "startup.trace = trace\n" + _LIGHT_IMPORTS + "\n" + setup
+        + "code = app.main([])\n"
+        "print(json.dumps(seen + ['exit %d' % code]), flush=True)\n"
+        "os._exit(0)",
+    )
+
+
+def test_closing_the_window_while_torch_imports_ends_the_app_without_loading(tmp_path: Path) -> None:
+    seen = _run_probe(_to_the_end(
+        "from PySide6.QtWidgets import QApplication\n"
+        "def close_window(event, _trace=trace):\n"
+        "    _trace(event)\n"
+        "    if event == 'window':\n"
+        "        next(w for w in QApplication.topLevelWidgets() if w.objectName() == 'MainWindow').close()\n"
+        "startup.trace = close_window\n"
+    ), tmp_path)
+    assert seen[-4:] == ["window", "imported-json", "imports-done", "exit 0"]  # no load, no "tree"
 
 
 def test_a_window_that_cannot_be_built_is_one_dialog_and_exit_code_2(tmp_path: Path) -> None:
     # a main-window module that fails to import (or a window that raises while it is built) ends
     # start-up with the error dialog and exit code 2, instead of leaving the start-up window waiting
-    code = _ORDER_PROBE.replace('event == "first-paint"', 'False').replace(
-        "startup.trace = trace",
-        "startup.trace = trace\n" + _LIGHT_IMPORTS + "\n"
+    seen = _run_probe(_to_the_end(
         "def broken(shell, **kwargs):\n"
         "    raise ImportError('cannot import name SweepTag')\n"
         "app._open_window = broken\n"
         "from workbench.gui import dialogs\n"
         "dialogs.error = lambda parent, title, message, details='': seen.append(title + ': ' + message)\n"
-        "code = app.main([])\n"
-        "print(json.dumps(seen + ['exit %d' % code]), flush=True)\n"
-        "os._exit(0)",
-    )
-    seen = _run_probe(code, tmp_path)
+    ), tmp_path)
     assert seen[-2:] == ["Cannot start Freeze Workbench: the main window could not be built: ImportError: "
                          "cannot import name SweepTag", "exit 2"]
 
@@ -236,25 +299,32 @@ def test_the_described_tree_edits_the_plan_and_the_live_tree_takes_the_edits(
     shell.tree.setCurrentIndex(layer1)
     shell.tree.expand(layer1)
     path.unlink()
-    shell.imports_done()  # torch is there: the line says the model loads
-    assert shell.notice.text().startswith("Loading resnet18… resnet18's tree is from the last start")
     window = _open_window(shell, path=None, model=None)
     c = window.controller
     gone: list[bool] = []
     try:
-        assert c.busy and c.tree is None and not window.isVisible() and shell.isVisible()
+        # the full window at once, before torch: the described tree with the edits as undo steps
+        assert window.isVisible() and c.waiting and c.loaded is None and c.tree is not None
+        assert [r.select for r in c.plan.rules] == ["layer1", "layer2"] and c.dirty
+        assert [c.undo_stack.text(i) for i in range(c.undo_stack.count())] == texts and texts[0].startswith("Freeze layer1")
+        current = window.proxy.mapToSource(window.view.currentIndex())
+        assert window.tree_model.path(current) == "layer1"  # the picked row and the opened one carry over
+        assert window.view.isExpanded(window.proxy.mapFromSource(window.tree_model.index_of("layer1")))
+        assert window.cost_panel.isVisible() and "of 11.7M parameters" in window.cost_panel.params_label.text()  # costs
+        c.set_value(["layer3"], "frozen", True)  # edits in the full window, before the model is there
         shell.destroyed.connect(lambda: gone.append(True))
-        qtbot.waitUntil(window.isVisible, timeout=ms(GUI_WORKER_S))
-        assert c.tree is not None and window.tree_model.rowCount() > 0
         qtbot.waitUntil(lambda: bool(gone), timeout=ms(GUI_EVENT_S))  # closed and deleted
-        assert [r.select for r in c.plan.rules] == ["layer1", "layer2"] and c.model is not None
-        assert c.undo_stack.count() == 2 and c.dirty  # one undo step per edit, on the loaded model
-        assert [c.undo_stack.text(i) for i in range(2)] == texts and texts[0].startswith("Freeze layer1")
+        _load_startup_model(window, path=None, model=None)
+        qtbot.waitUntil(lambda: c.loaded is not None, timeout=ms(GUI_WORKER_S))
+        assert c.tree is not None and window.tree_model.rowCount() > 0 and c.model is not None
+        assert [r.select for r in c.plan.rules] == ["layer1", "layer2", "layer3"]
+        assert c.undo_stack.count() == 3 and c.dirty  # one undo step per edit, on the loaded model
         assert c.plan.model["name"] == "resnet18"
+        c.undo_stack.undo()
         c.undo_stack.undo()
         assert [r.select for r in c.plan.rules] == ["layer1"]
         current = window.proxy.mapToSource(window.view.currentIndex())
-        assert window.tree_model.path(current) == "layer1"  # the picked row and the opened one carry over
+        assert window.tree_model.path(current) == "layer1"  # and again on the live tree
         assert window.view.isExpanded(window.proxy.mapFromSource(window.tree_model.index_of("layer1")))
         qtbot.waitUntil(path.is_file, timeout=ms(GUI_EVENT_S))  # described again for the next start
         assert len(tree_cache.read_tree_checked("torchvision", "resnet18", folder=cache_dir).tree) == len(c.tree.nodes)
@@ -341,19 +411,6 @@ def test_a_first_start_shows_the_tree_the_app_ships(qtbot: Any, cache_dir: Path)
         "Loading PyTorch… resnet18's tree is as the app ships it: edit the plan now")
 
 
-def test_closing_the_start_up_window_while_the_model_loads_closes_the_window(
-    qtbot: Any, cache_dir: Path, resnet18: Any
-) -> None:
-    _describe_resnet18(resnet18, cache_dir)
-    shell = StartupWindow("resnet18", preview=_described_tree("resnet18"))
-    shell.show()
-    window = _open_window(shell, path=None, model=None)
-    closed: list[bool] = []
-    window.destroyed.connect(lambda: closed.append(True))
-    shell.close()  # the user closes the only window on screen: the app ends, nothing left loading
-    qtbot.waitUntil(lambda: bool(closed), timeout=ms(GUI_WORKER_S))
-
-
 def test_a_start_with_a_description_ends_on_the_live_tree(tmp_path: Path, resnet18: Any) -> None:
     # the whole start in a process of its own: the described tree first, the live one at the end
     path = _describe_resnet18(resnet18, tmp_path / "cache")
@@ -369,7 +426,7 @@ def test_a_start_with_a_description_ends_on_the_live_tree(tmp_path: Path, resnet
     assert path.is_file()
 
 
-def test_a_load_that_fails_behind_a_described_tree_shows_the_window_then_the_error(
+def test_a_load_that_fails_behind_a_described_tree_keeps_the_tree_and_its_edits(
     qtbot: Any, cache_dir: Path, resnet18: Any, dialogs: Any, monkeypatch: Any
 ) -> None:
     from workbench.core.models.zoo import ModelSourceError
@@ -384,17 +441,14 @@ def test_a_load_that_fails_behind_a_described_tree_shows_the_window_then_the_err
     shell.show()
     assert shell.described is not None
     _toggle(shell.described, "layer1", "frozen", True)  # an edit on a model that will not load
-    window = _open_window(shell, path=None, model=None)
+    window = _start(shell)
     c = window.controller
-    seen: list[bool] = []
-    from workbench.gui import dialogs as real_dialogs
-
-    monkeypatch.setattr(real_dialogs, "error", lambda *args, **kwargs: seen.append(window.isVisible()))
     try:
-        qtbot.waitUntil(lambda: bool(seen), timeout=ms(GUI_WORKER_S))
-        assert seen == [True] and c.tree is None  # the window, never the start-up one left waiting
-        qtbot.waitUntil(lambda: "were not kept: the model did not load" in window.statusBar().currentMessage(),
-                        timeout=ms(GUI_EVENT_S))  # the edit is said to be lost, in one line
+        qtbot.waitUntil(lambda: bool(dialogs.kinds("error")), timeout=ms(GUI_WORKER_S))
+        title, message = dialogs.kinds("error")[0][1:3]
+        assert title == "Cannot load model" and "damaged" in message
+        assert window.isVisible() and not c.busy and not c.waiting and c.loaded is None
+        assert c.tree is not None and [r.select for r in c.plan.rules] == ["layer1"] and c.dirty  # nothing lost
     finally:
         qtbot.waitUntil(lambda: not c.busy and not c.checking, timeout=ms(GUI_WORKER_S))
         window.close()

@@ -219,7 +219,7 @@ def screenshot(
         window = main_window()
         try:
             c = window.controller if window is not None else None
-            idle = c is not None and not c.busy and not c.checking
+            idle = c is not None and not c.busy and not c.waiting and not c.checking
             quiet_polls[0] = quiet_polls[0] + 1 if idle else 0
             if quiet_polls[0] < 3:  # idle for three polls in a row: queued loads have started
                 if time.monotonic() > deadline:

@@ -13,7 +13,6 @@ import platform
 import sys
 from importlib import metadata
 
-import torch
 from PySide6 import __version__ as pyside_version
 from PySide6.QtCore import Qt, qVersion
 from PySide6.QtWidgets import (
@@ -66,6 +65,8 @@ def torch_build() -> str:
         ``"CUDA 12.4"`` (with ``" · cuDNN 90100"`` when a GPU is present), ``"ROCm 6.1"`` or
         ``"CPU build"``.
     """
+    import torch
+
     cuda = getattr(torch.version, "cuda", None)
     hip = getattr(torch.version, "hip", None)
     if cuda:
@@ -86,6 +87,8 @@ def device_description() -> str:
         are several), ``"mps · Apple GPU"``, or ``"cpu"`` with the reason there is no GPU
         (``"cpu (CPU build of PyTorch)"``, ``"cpu (CUDA 12.4 build, no CUDA device visible)"``).
     """
+    import torch
+
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
         text = (
@@ -113,6 +116,8 @@ def environment_rows() -> list[tuple[str, str]]:
         ``(label, value)`` pairs: Freeze Workbench, Python, platform, PyTorch (and its
         CUDA/ROCm/CPU build), torchvision, Qt, PySide6, pyqtgraph, device.
     """
+    import torch
+
     frozen = " · bundled" if getattr(sys, "frozen", False) else ""
     return [
         ("Freeze Workbench", __version__ + frozen),

@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import shiboken6
 from PySide6.QtCore import QPointF, QRectF, Qt, QTimer
 from PySide6.QtGui import QColor, QIcon, QPainter, QPen, QPixmap
 from PySide6.QtWidgets import QApplication, QWidget
@@ -120,10 +121,12 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
     """Run the desktop app until its window closes.
 
     The window shows at once (:class:`~workbench.gui.startup.StartupWindow`: model bar, an
-    empty tree saying what loads, or the model's tree as described the last time it loaded);
-    torch and the library are imported on a thread behind it, then the full window loads the
-    model in the background and takes its place (once the live tree is there, when the
-    start-up window shows a described tree).
+    empty tree saying what loads, or the model's tree as described the last time it loaded).
+    Once it is painted the full window takes its place, built before torch is imported (its
+    modules import none): the described tree in its module tree, its checkboxes editing the
+    plan. Torch and torchvision are then imported on a thread behind it; the devices and the
+    model list fill in (:mod:`workbench.gui.torch_ready`) and the model loads in the background,
+    its live tree taking the described one's place with the plan edits made on it.
 
     Args:
         argv: Qt command-line arguments.
@@ -141,47 +144,49 @@ def main(argv: Sequence[str] | None = None, *, path: str | None = None, model: s
     app = create_application(argv, reserve_cores=False)
     shell = StartupWindow(model or "resnet18", settings(), preview=_described_tree(model or "resnet18"))
     shell.show()
-    imports = HeavyImports(parent=shell)
+    imports = HeavyImports()
+    window: MainWindow | None = None
+
+    def fail(parent: QWidget, message: str, details: str) -> None:
+        dialogs.error(parent, "Cannot start Freeze Workbench", message, details)
+        parent.close()
+        QApplication.exit(2)
 
     def imported(error: str, details: str) -> None:
         imports.wait()
         trace("imports-done")
-        if not shell.isVisible():  # closed while torch was loading: the app is quitting
-            return
+        if window is None or not shiboken6.isValid(window) or not window.isVisible():
+            return  # closed while torch was loading: the app is quitting
         if error:
-            dialogs.error(shell, "Cannot start Freeze Workbench", error, details)
-            shell.close()
-            QApplication.exit(2)
+            fail(window, error, details)
             return
-        shell.imports_done()
+        _load_startup_model(window, path=path, model=model)
+
+    imports.imported.connect(imported, Qt.ConnectionType.QueuedConnection)
+    # once the first window has been painted, or after a short wait when the platform paints
+    # nothing (minimized)
+    started = False
+    closed: list[bool] = []  # the user closed the start-up window first: nothing more opens
+    shell.closed.connect(lambda: closed.append(not started))
+
+    def open_window() -> None:
+        nonlocal started, window
+        if started or any(closed):
+            return
+        started = True
         try:
             window = _open_window(shell, path=path, model=model)
         except Exception as e:  # a window module that fails to import or build: say it, never hang
-            dialogs.error(shell, "Cannot start Freeze Workbench",
-                          f"the main window could not be built: {type(e).__name__}: {e}",
-                          traceback.format_exc())
-            shell.close()
-            QApplication.exit(2)
+            fail(shell, f"the main window could not be built: {type(e).__name__}: {e}", traceback.format_exc())
             return
         trace("window")
-        window.controller.modelChanged.connect(lambda: trace("tree") if window.controller.tree is not None else None)
+        window.controller.modelChanged.connect(lambda: trace("tree") if window.controller.loaded is not None else None)
+        imports.start()  # torch and torchvision, behind the full window
 
-    imports.imported.connect(imported, Qt.ConnectionType.QueuedConnection)
-    # once the first window has been painted (a thread importing torch would hold Python's lock
-    # while it paints), or after a short wait when the platform paints nothing (minimized)
-    started = False
-
-    def start_imports() -> None:
-        nonlocal started
-        if not started:
-            started = True
-            imports.start()
-
-    shell.painted.connect(start_imports, Qt.ConnectionType.QueuedConnection)
-    QTimer.singleShot(UNPAINTED_START_MS, start_imports)
+    shell.painted.connect(open_window, Qt.ConnectionType.QueuedConnection)
+    QTimer.singleShot(UNPAINTED_START_MS, open_window)
     code = app.exec()
-    with contextlib.suppress(RuntimeError):  # already deleted with the start-up window it replaced
-        imports.wait()  # closed during start-up: let the import thread finish before Python exits
+    imports.wait()  # closed during start-up: let the import thread finish before Python exits
     return code
 
 
@@ -230,28 +235,29 @@ def _remember_tree(window: MainWindow) -> None:
             write_tree(source, name, loaded.spec.get("weights"), loaded.tree)
 
 
-def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
-    """Keep the start-up window's described tree on screen until the model has loaded.
-
-    The full window (already built, loading the model) then takes its place, before the live
-    tree is filled in the same pass of the event loop, so no empty tree shows between them; the
-    plan edits made on the described tree are its undo steps, the row the user picked there is
-    current and the rows they opened are open.
-    It takes the place as well when loading fails (before its dialog names the error), and
-    closes with the start-up window when the user closes that first.
+def _take_described(shell: StartupWindow, window: MainWindow) -> None:
+    """Put the start-up window's described tree in the full window: the same rows, the plan
+    edits made on it as undo steps, the row the user picked current and the rows they opened open.
 
     Args:
         shell: the start-up window showing a described tree.
-        window: the full window, hidden.
+        window: the full window (not shown yet).
     """
     from workbench.gui.plan.tree_preview import carry_over, preview_state
 
-    c = window.controller
     described = shell.described
-    assert described is not None
-    described_tree = described.controller.tree
-    state: tuple[str | None, list[str]] | None = None
-    edits: list[tuple[str, FreezePlan]] = []
+    assert described is not None and shell.preview is not None
+    cached = shell.preview
+    c = window.controller
+    c.show_described(cached.tree, {"source": cached.source, "name": cached.name, "weights": cached.weights})
+    c.take_edits(described.controller.done_edits(), described.controller.tree)  # the same tree: all taken
+    shell.edits_taken = True  # the window has them: the start-up window closes without asking
+    window.view.expandToDepth(0)
+    carry_over(preview_state(described), _expander(window), _selector(window))
+
+
+def _expander(window: MainWindow) -> Callable[[str], bool]:
+    """Expands the window's row of a path (False: no such row)."""
 
     def expand(path: str) -> bool:
         index = window.proxy.mapFromSource(window.tree_model.index_of(path))
@@ -259,47 +265,70 @@ def _replace_when_loaded(shell: StartupWindow, window: MainWindow) -> None:
             window.view.expand(index)
         return index.isValid()
 
+    return expand
+
+
+def _selector(window: MainWindow) -> Callable[[str], bool]:
+    """Makes the window's row of a path current, shown and selected (False: no such row)."""
+
     def select(path: str) -> bool:
         if not window.tree_model.index_of(path).isValid():
             return False
         window.plan_actions.select_path(path)  # current, shown and selected, as a clicked finding
         return True
 
-    def take_place(busy: bool = False, _what: str = "") -> None:
-        nonlocal state
-        if busy or state is not None:
+    return select
+
+
+def _live_tree_takes_over(window: MainWindow) -> None:
+    """When the model loads over a described tree, keep what the user did on it.
+
+    The plan edits stay with their undo steps (the controller keeps them when the loaded tree
+    is the one described, :meth:`~workbench.gui.controller.Controller.set_loaded`); the row the
+    user picked stays current and the rows they opened open. A model whose tree changed since
+    its description so that the plan no longer fits gets one line in the status bar saying the
+    edits were not kept. A load that fails leaves the described tree and its edits as they are
+    (its error is said by the window).
+
+    Args:
+        window: the full window showing a described tree, about to load its model.
+    """
+    from workbench.gui.plan.tree_preview import DescribedTree, carry_over, preview_state
+
+    c = window.controller
+    state: tuple[str | None, list[str]] | None = None
+    before: FreezePlan | None = None
+
+    def loading_ended(busy: bool, _what: str = "") -> None:  # before the tree is replaced or an error said
+        nonlocal state, before
+        if busy:
             return
-        state = preview_state(described)
-        edits[:] = described.controller.done_edits()
-        shell.edits_taken = True  # the window takes them over: the start-up window closes without asking
-        c.busyChanged.disconnect(take_place)
-        shell.closed.disconnect(window.close)
-        _show_in_place_of(shell, window)
+        c.busyChanged.disconnect(loading_ended)
+        state = preview_state(DescribedTree(c, window.tree_model, window.proxy, window.view))
+        before = c.plan
 
     def carry(*_args: object) -> None:
-        if state is None or c.tree is None:
+        if state is None or before is None or c.loaded is None:
             return
         c.modelChanged.disconnect(carry)
-        refused = c.take_edits(edits, described_tree)
-        missing = carry_over(state, expand, select)
-        if refused:
-            window.statusBar().showMessage(refused, 15000)
+        c.loadFinished.disconnect(not_loaded)
+        missing = carry_over(state, _expander(window), _selector(window))
+        if before.rules and c.plan.rules != before.rules:
+            window.statusBar().showMessage(
+                "the plan edits made before the model loaded were not kept: the loaded model's tree is not "
+                "the one shown at start-up", 15000)
         elif missing:
             window.statusBar().showMessage(
                 f"not in the loaded model (it changed since the last start): {', '.join(missing[:3])}", 15000)
 
     def not_loaded(ok: bool) -> None:
-        c.loadFinished.disconnect(not_loaded)
-        if not ok and edits:
-            window.statusBar().showMessage(
-                f"the {len(edits)} plan edit(s) made before the model loaded were not kept: the model did not load", 15000)
+        if not ok:
+            c.loadFinished.disconnect(not_loaded)
+            c.modelChanged.disconnect(carry)
 
-    shell.closed.connect(window.close)
-    c.loadFinished.connect(not_loaded)
-    c.busyChanged.connect(take_place)  # emitted before the tree is filled or the error is said
+    c.busyChanged.connect(loading_ended)
     c.modelChanged.connect(carry)  # after the window's own handler: its default expansion first
-    take_place(c.busy)  # nothing loading: at once
-    carry()  # and the model already there
+    c.loadFinished.connect(not_loaded)
 
 
 def _show_in_place_of(shell: QWidget, window: MainWindow) -> None:
@@ -309,11 +338,11 @@ def _show_in_place_of(shell: QWidget, window: MainWindow) -> None:
     shell.deleteLater()
 
 
-def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> MainWindow:
-    """Replace the start-up window by the full window at its place; start loading the model.
+def _open_window(shell: StartupWindow, *, path: str | None, model: str | None) -> MainWindow:
+    """Build the full window before torch is imported and show it in the start-up window's place.
 
-    When the start-up window shows a described tree, the full window takes its place once the
-    live tree is there (:func:`_replace_when_loaded`), else at once.
+    It shows the start-up window's described tree, with the plan edits made on it, when the
+    start-up model is what loads; else an empty tree saying what loads.
 
     Args:
         shell: the start-up window (closed here).
@@ -321,23 +350,42 @@ def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> Main
         model: the model to load instead of the default.
 
     Returns:
-        The window.
+        The window (its model loads in :func:`_load_startup_model`).
     """
-    from workbench.core.models.sources import SOURCES
-    from workbench.core.training.cpu_threads import reserve_cores_for_workers
-    from workbench.gui import dialogs
+    from workbench.gui import torch_ready
     from workbench.gui.main_window import MainWindow
-    from workbench.gui.model_loading import LoadRequest, default_request
-    from workbench.gui.startup import trace
+    from workbench.gui.startup import loading_text, trace
 
     trace("window-modules")
-    reserve_cores_for_workers()  # on the GUI thread, before it runs any torch op
+    torch_ready.defer()  # the devices and torchvision's models fill in once torch is imported
     window = MainWindow(load_default=False)
     window.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
     window.controller.modelChanged.connect(lambda: QTimer.singleShot(0, window, lambda: _remember_tree(window)))
-    described = isinstance(shell, StartupWindow) and shell.preview is not None and (not path or Path(path).is_file())
-    if not described:
-        _show_in_place_of(shell, window)
+    if model:
+        window.source_bar.set_current({"name": model})
+    if shell.preview is not None and (not path or Path(path).is_file()):
+        _take_described(shell, window)
+        _live_tree_takes_over(window)
+    window.controller.show_waiting(loading_text(model or "resnet18"))
+    _show_in_place_of(shell, window)
+    return window
+
+
+def _load_startup_model(window: MainWindow, *, path: str | None, model: str | None) -> None:
+    """Torch is imported: fill in the devices and models, load the start-up model, open ``path``.
+
+    Args:
+        window: the full window.
+        path: plan or checkpoint to open once the model has loaded.
+        model: the model to load instead of the default.
+    """
+    from workbench.core.models.sources import SOURCES
+    from workbench.core.training.cpu_threads import reserve_cores_for_workers
+    from workbench.gui import dialogs, torch_ready
+    from workbench.gui.model_loading import LoadRequest, default_request
+
+    reserve_cores_for_workers()  # on the GUI thread, before it runs any torch op
+    torch_ready.announce()
     if model:
         window.source_bar.set_current({"name": model})  # picks cached weights, if any
         request = window.source_bar.request() if window.source_bar.current_name() == model else LoadRequest(name=model)
@@ -351,13 +399,15 @@ def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> Main
         else:
             def default_after_failure(ok: bool) -> None:  # a refused --model leaves no empty window
                 window.controller.loadFinished.disconnect(default_after_failure)
-                if not ok and window.controller.tree is None and not window.controller.busy:
+                if not ok and window.controller.loaded is None and not window.controller.busy:
                     window.controller.load(default_request())
 
             window.controller.loadFinished.connect(default_after_failure)
             window.documents.load_model_request(request)
-    if window.controller.tree is None and not window.controller.busy:  # the default, or after a refused --model
+    if window.controller.loaded is None and not window.controller.busy:  # the default, or after a refused --model
         window.controller.load(default_request())
+    if not window.controller.busy:
+        window.controller.show_waiting("")  # nothing loads (a refusal was said): the busy line goes
     if path:
         if not Path(path).is_file():
             dialogs.error(window, "Cannot open file", f"{path}: no such file; check the path")
@@ -370,7 +420,3 @@ def _open_window(shell: QWidget, *, path: str | None, model: str | None) -> Main
             window.controller.loadFinished.connect(open_after_load)
         else:
             window.documents.open_path(path)
-    if described:
-        assert isinstance(shell, StartupWindow)
-        _replace_when_loaded(shell, window)
-    return window

@@ -125,6 +125,7 @@ class Controller(QObject):
         self._task: BackgroundTask | None = None
         self._check_task: BackgroundTask | None = None
         self._busy_text = ""
+        self._waiting = False
         self.undo_stack.cleanChanged.connect(self._emit_dirty)
         self._freeze_soon = QTimer(self)
         self._freeze_soon.setSingleShot(True)
@@ -178,12 +179,31 @@ class Controller(QObject):
         from workbench.gui.model_loading import load_model  # torch: imported behind the start-up window
 
         self._busy_text = f"Loading {request.describe()}…"
+        self._waiting = False
         task = BackgroundTask(lambda: load_model(request), self)
         task.done.connect(lambda result, error, details: self._load_done(result, error, details, plan, path))
         self._task = task
         self.busyChanged.emit(True, self._busy_text)
         task.start()
         return True
+
+    def show_waiting(self, text: str) -> None:
+        """Say that a model will load before :meth:`load` can start (start-up: torch is importing).
+
+        The window shows ``text`` as it shows a load (:attr:`busyChanged`) until :meth:`load`
+        starts; :attr:`busy` stays False (nothing runs yet).
+
+        Args:
+            text: ``"Loading PyTorch and resnet18…"``; ``""`` ends the wait (as :meth:`load` does).
+        """
+        self._busy_text = text
+        self._waiting = bool(text)
+        self.busyChanged.emit(bool(text), text)
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the window says a model will load (:meth:`show_waiting`) and no load has started."""
+        return self._waiting
 
     def _load_done(
         self, result: LoadedModel | None, error: str, details: str, plan: FreezePlan | None, path: str | Path | None
@@ -204,7 +224,9 @@ class Controller(QObject):
 
         Without ``plan``, the current plan is kept when it fits the new model (same
         parameter names and shapes, or every rule still matches a module; its ``model``
-        block is updated); otherwise a new empty plan starts for the new model.
+        block is updated); otherwise a new empty plan starts for the new model. The undo
+        steps start anew, except over a described tree (:meth:`show_described`) whose model this
+        is, as described: the edits made on it stay undo steps.
 
         Args:
             loaded: the result of :func:`load_model`.
@@ -215,8 +237,11 @@ class Controller(QObject):
             self.tree.fingerprint == loaded.tree.fingerprint
             or (bool(self.plan.rules) and not self.plan.unmatched(loaded.tree))
         )
+        # the model of a described tree (show_described), as described: its edits stay undo steps
+        described = self.loaded is None and self.tree is not None and self.tree.fingerprint == loaded.tree.fingerprint
         self.model, self.tree, self.loaded = loaded.model, loaded.tree, loaded
-        self.undo_stack.clear()
+        if plan is not None or not described:
+            self.undo_stack.clear()
         if plan is not None:
             self.plan = plan
             self.path = Path(path) if path else None

@@ -17,7 +17,6 @@ from PySide6.QtCore import QSettings, QTimer
 from PySide6.QtGui import QDragEnterEvent, QDragMoveEvent, QDropEvent
 from PySide6.QtWidgets import QMenu, QStatusBar, QWidget
 
-from workbench.core import export
 from workbench.core.errors import WorkbenchError
 from workbench.core.models.sources import source_of
 from workbench.core.models.spec import ModelSpec
@@ -368,6 +367,8 @@ class DocumentActions:
     def export_script(self) -> bool:
         """Export the run the training panel sets up (its plan, data, optimizer, schedule ...) as a
         standalone plain-PyTorch script (``workbench.core.export``)."""
+        from workbench.core import export
+
         c = self.controller
         stem = c.path.stem if c.path else (c.loaded.label if c.loaded else "plan")
         path = dialogs.save_file(self._parent, "Export plan as script", str(Path(self._start_dir()) / f"{stem}.py"),

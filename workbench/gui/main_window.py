@@ -27,7 +27,6 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-import torch
 from PySide6.QtCore import QByteArray, Qt
 from PySide6.QtGui import QAction, QCloseEvent, QDragEnterEvent, QDragMoveEvent, QDropEvent, QFont, QIcon, QKeySequence
 from PySide6.QtWidgets import (
@@ -49,7 +48,7 @@ from PySide6.QtWidgets import (
 from workbench.core.formatting import fmt_count
 from workbench.core.models.sources import SOURCES
 from workbench.core.training.config import ConfigError, TrainConfig
-from workbench.gui import dialogs
+from workbench.gui import dialogs, torch_ready
 from workbench.gui import settings as app_settings
 from workbench.gui.about import show_about
 from workbench.gui.advisor import add_suggest_action, open_suggest_dialog
@@ -74,22 +73,7 @@ from workbench.gui.window_geometry import restore_geometry
 if TYPE_CHECKING:
     from workbench.gui.advisor.dialog import SuggestDialog
 
-__all__ = ["MainWindow", "device_label"]
-
-
-def device_label() -> str:
-    """The device training would use by default, for the status bar.
-
-    Returns:
-        ``"cuda:0 · NVIDIA H200"``, ``"mps"`` or ``"cpu"``.
-    """
-    if torch.cuda.is_available():
-        return f"cuda:0 · {torch.cuda.get_device_name(0)}"
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return "mps"
-    return "cpu"
-
+__all__ = ["MainWindow"]
 
 
 class MainWindow(QMainWindow):
@@ -410,6 +394,11 @@ class MainWindow(QMainWindow):
         for act, label in self._short_labels.items():
             act.setIconText(label)
 
+    def _show_device(self) -> None:
+        """The status bar's device: what training picks by default (``…`` until torch is imported)."""
+        known = torch_ready.known_devices()
+        self.device_label.setText(f"device: {known.label() if known is not None else '…'}")
+
     def _build_status_bar(self) -> None:
         sb = self.statusBar()
         self.busy_label = QLabel(self)
@@ -420,7 +409,9 @@ class MainWindow(QMainWindow):
         self.busy_label.hide()
         self.busy_bar.hide()
         self.model_label = QLabel(self)
-        self.device_label = QLabel(f"device: {device_label()}", self)
+        self.device_label = QLabel(self)
+        self._show_device()
+        torch_ready.notifier().ready.connect(self._show_device)
         self.params_label = QLabel(self)
         sb.addWidget(self.busy_label)
         sb.addWidget(self.busy_bar)

@@ -18,15 +18,16 @@ import ast
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
-
-from torch import nn
+from typing import TYPE_CHECKING, Any, Literal
 
 from workbench.core.models import zoo
 from workbench.core.models.sources import DEFAULT_SOURCE, SOURCES, is_structure_only, parse_model_spec, source_of
 from workbench.core.models.spec import ModelSpec
-from workbench.core.models.tree import ModelTree, canonical_parameters, visible_path
 from workbench.core.plan.rules import FreezePlan
+from workbench.core.plan.tree import ModelTree, visible_path
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = [
     "DEFAULT_MODEL",
@@ -216,6 +217,8 @@ def loaded_from_model(
     Returns:
         The loaded model with its tree, bytes per module and parameter shapes.
     """
+    from workbench.core.plan.tree_from_model import canonical_parameters
+
     tree = ModelTree.from_model(model)
     clean = {k: v for k, v in (spec or {}).items() if v is not None}
     clean["fingerprint"] = tree.fingerprint

@@ -48,7 +48,7 @@ from workbench.core.models.sources import (
     search_models,
     source_of,
 )
-from workbench.gui import dialogs
+from workbench.gui import dialogs, torch_ready
 from workbench.gui.background import BackgroundTask
 from workbench.gui.icons import dot_icon
 from workbench.gui.model_loading import DEFAULT_MODEL, LoadRequest
@@ -99,7 +99,7 @@ class ModelSourceBar(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self._infos = {m.name: m for m in zoo.list_models()}
+        self._infos: dict[str, zoo.ModelInfo] = {}  # torchvision's models, once listed (:meth:`_list_registry`)
         self._lists: dict[str, QStandardItemModel] = {}
         self._searched: set[str] = set()
         self._search: BackgroundTask | None = None
@@ -125,7 +125,7 @@ class ModelSourceBar(QWidget):
         self._completer.setFilterMode(Qt.MatchFlag.MatchContains)
         self._completer.setCaseSensitivity(Qt.CaseSensitivity.CaseInsensitive)
         self._completer.setCompletionMode(QCompleter.CompletionMode.PopupCompletion)
-        self._lists[DEFAULT_SOURCE] = self._registry_list()
+        self._lists[DEFAULT_SOURCE] = QStandardItemModel(self)
         self._searched.add(DEFAULT_SOURCE)
 
         self.browse_button = QToolButton(self)
@@ -177,6 +177,10 @@ class ModelSourceBar(QWidget):
         edit.textEdited.connect(self._typed_text)
         self._show_source(DEFAULT_SOURCE)
         self.set_current({"name": DEFAULT_MODEL})
+        if torch_ready.is_ready():
+            self._list_registry()
+        else:  # start-up: the start-up model alone until torchvision is imported
+            torch_ready.notifier().ready.connect(self._list_registry)
 
     # ------------------------------------------------------------------ API
     def model_names(self) -> list[str]:
@@ -233,7 +237,7 @@ class ModelSourceBar(QWidget):
             i = self.model_box.findData(name, _NAME_ROLE)
             if i >= 0:
                 self.model_box.setCurrentIndex(i)
-            if self._source != DEFAULT_SOURCE or name in self._infos:
+            if self._source != DEFAULT_SOURCE or name in self._infos or not self._infos:
                 self.model_box.setEditText(name)
         self._refresh_weights()
         w = spec.get("weights")
@@ -269,9 +273,12 @@ class ModelSourceBar(QWidget):
             self._search.wait()
 
     # ------------------------------------------------------------------ sources
-    def _registry_list(self) -> QStandardItemModel:
-        """The default source's names, known up front with their weights (``zoo.list_models``)."""
-        items = QStandardItemModel(self)
+    def _list_registry(self) -> None:
+        """List the default source's names with their weights (``zoo.list_models``: needs
+        torchvision), keeping the model shown."""
+        shown = self.model_box.currentText().strip()
+        self._infos = {m.name: m for m in zoo.list_models()}
+        items = self._lists[DEFAULT_SOURCE]
         for name, info in self._infos.items():
             cached = any(info.cached.values())
             item = QStandardItem(cached_icon(cached), name)
@@ -281,7 +288,8 @@ class ModelSourceBar(QWidget):
             item.setData(name, _NAME_ROLE)
             item.setData(cached, _CACHED_ROLE)
             items.appendRow(item)
-        return items
+        if self._source == DEFAULT_SOURCE and shown:
+            self.set_current({"name": shown})
 
     def _show_source(self, source: str) -> None:
         """Put a source's list, placeholder and weights in the bar (no search started)."""

@@ -16,7 +16,7 @@ from PySide6.QtCore import QPoint, Qt, QTimer
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QComboBox, QLineEdit, QMenu, QWidget
 
-from workbench.core.freezing import partial
+from workbench.core.plan import partial_spec
 from workbench.gui.controller import Controller
 from workbench.gui.plan import edits as plan_edits
 from workbench.gui.plan.partial_dialog import edit_partial
@@ -309,5 +309,5 @@ class PlanActions:
         if tree is None or path not in tree.nodes:
             return False
         probe = {"param": "weight", "dim": 0, "trainable": [[0, 1]]}
-        return partial.check(probe, tree.nodes[path]) is None
+        return partial_spec.check(probe, tree.nodes[path]) is None
 

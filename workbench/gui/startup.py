@@ -1,26 +1,27 @@
-"""Start-up: a window on screen before torch is imported, the heavy imports behind it.
+"""Start-up: a window on screen at once, the full window before torch, torch behind it.
 
-Importing torch, torchvision and pyqtgraph takes seconds; the window needs them all. So
-:func:`workbench.gui.app.main` first shows a :class:`StartupWindow` (Qt only, painted within
-a fraction of a second): the window's title, its model bar with the start-up model, and an
-empty tree that says what is loading. :class:`HeavyImports` imports torch and the Qt-free
-library on a thread meanwhile; then the real window replaces the start-up one at the same
-place and loads the model in the background (its tree shows the same loading state).
+Importing torch and torchvision takes seconds. So :func:`workbench.gui.app.main` first shows a
+:class:`StartupWindow` (Qt only, painted within a fraction of a second): the window's title,
+its model bar with the start-up model, and the model's tree or an empty tree that says what
+is loading. Once it is painted, the full window (whose modules import no torch) takes its
+place, and :class:`HeavyImports` imports torch and torchvision on a thread behind it; then
+the devices and the model list fill in and the model loads in the background.
 
 When the start-up model's tree was described the last time it loaded
 (:mod:`workbench.core.models.tree_cache`), the start-up window shows it at once in the window's
 own module tree, under one line saying it is from the last start
 (:mod:`workbench.gui.plan.tree_preview`): its checkboxes edit the plan with the plan engine,
-which needs no torch. The full window takes the edits over once the model has loaded.
+which needs no torch. The full window takes the tree and the edits over, and keeps them when
+the live tree replaces the described one.
 
 This module imports nothing but Qt, the standard library and the Qt-free tree description
 (no torch); the described tree's modules (numpy, the plan engine, the tree view) only when
 there is a description.
 
 ``WORKBENCH_STARTUP_TRACE=1`` prints ``startup: <event> <unix time> <CPU seconds>`` lines on stderr
-(``first-paint``, ``cached-tree`` when the first paint showed a described tree, ``imported-<module>``
-for each of :data:`HEAVY_MODULES`, ``imports-done``,
-``window-modules``, ``window``, ``tree``); ``tests/benchmarks/bench_startup.py`` reads them.
+(``first-paint``, ``cached-tree`` when the first paint showed a described tree,
+``window-modules``, ``window``, ``imported-<module>`` for each of :data:`HEAVY_MODULES`,
+``imports-done``, ``tree``); ``tests/benchmarks/bench_startup.py`` reads them.
 """
 
 from __future__ import annotations
@@ -58,14 +59,10 @@ __all__ = ["HEAVY_MODULES", "STARTUP_TRACE_ENV", "HeavyImports", "StartupWindow"
 
 #: Environment variable that makes start-up print its timestamps on stderr.
 STARTUP_TRACE_ENV = "WORKBENCH_STARTUP_TRACE"
-#: What the window needs that Qt does not: imported on :class:`HeavyImports`' thread.
+#: What the model's load needs that the window does not: imported on :class:`HeavyImports`' thread.
 HEAVY_MODULES: tuple[str, ...] = (
     "torch",
     "torchvision",
-    "workbench.core.training.cpu_threads",
-    "workbench.core.plan.rules",
-    "workbench.core.models.zoo",
-    "workbench.gui.model_loading",
 )
 
 
@@ -159,8 +156,8 @@ class StartupWindow(QMainWindow):
         settings: where the window's geometry was saved (the real window's place).
         parent: Qt parent.
         preview: the model's described tree, shown in the window's module tree, whose checkboxes
-            edit the plan until the full window takes the edits over (None: an empty tree saying
-            what loads).
+            edit the plan until the full window takes the tree and the edits over (None: an empty
+            tree saying what loads).
 
     Attributes:
         model_box / tree / loading_label / progress / notice / status_label: the widgets
@@ -248,14 +245,6 @@ class StartupWindow(QMainWindow):
         from workbench.gui import dialogs
 
         dialogs.error(self, title, message, details)
-
-    def imports_done(self) -> None:
-        """Torch and the library are imported: the lines say that the model loads now."""
-        if self.preview is not None:
-            from workbench.gui.plan.tree_preview import preview_notice
-
-            self.notice.setText(preview_notice(self.preview, torch_imported=True))
-        self.status_label.setText(f"Loading {self.model_box.currentText()}…")
 
     def closeEvent(self, event: QCloseEvent) -> None:
         if not self.edits_taken and not self._edits_let_go():

@@ -8,6 +8,7 @@ import pytest
 from PySide6.QtCore import Qt
 
 from tests.timeouts import GUI_EVENT_S, GUI_WORKER_S, ms
+from workbench.core.advisor import activations
 from workbench.core.advisor.activations import DeviceMemory
 from workbench.gui.main_window import MainWindow
 from workbench.gui.plan import activation_estimate
@@ -26,8 +27,8 @@ def _estimated(qtbot: Any, w: MainWindow) -> str:
 
 
 def _small_device(monkeypatch: pytest.MonkeyPatch, total: int, available: int) -> None:
-    monkeypatch.setattr(
-        activation_estimate, "device_memory", lambda device: DeviceMemory("cpu", total, available, "available RAM")
+    monkeypatch.setattr(  # the estimator imports it when it estimates (the window imports no torch)
+        activations, "device_memory", lambda device: DeviceMemory("cpu", total, available, "available RAM")
     )
 
 

@@ -9,6 +9,7 @@ import pytest
 from torch import nn
 
 from tests.timeouts import GUI_WORKER_S, ms
+from workbench.core.advisor import activations
 from workbench.core.advisor.activations import Pacer, profile_activations
 from workbench.gui.main_window import MainWindow
 from workbench.gui.model_loading import loaded_from_model
@@ -95,13 +96,13 @@ def test_row_notes_are_made_when_read_not_when_the_plan_changes(
     label = w.cost_panel.activation_label
     qtbot.waitUntil(lambda: not est.busy and "activations <b>" in label.text(), timeout=ms(GUI_WORKER_S))
     made: list[tuple[int, ...]] = []
-    real = activation_estimate.shape_text
+    real = activations.shape_text  # the estimator imports it when it writes a note
 
     def counting(shape: tuple[int, ...]) -> str:
         made.append(shape)
         return real(shape)
 
-    monkeypatch.setattr(activation_estimate, "shape_text", counting)
+    monkeypatch.setattr(activations, "shape_text", counting)
     notes = est.row_notes()
     assert len(notes) == 111 and made == []  # the root, 10 blocks and 100 convolutions ran
     assert notes["3.4"].startswith("Output 4×3×32×32") and len(made) == 1

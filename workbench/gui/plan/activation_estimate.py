@@ -29,37 +29,23 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 
-from workbench.core.advisor.activations import (
-    ActivationProfile,
-    DeviceMemory,
-    Pacer,
-    StepPrediction,
-    device_memory,
-    fit_verdict,
-    largest_batch,
-    module_activation_bytes,
-    predict_step,
-    profile_activations,
-    shape_text,
-    unfrozen_param_names,
-)
-from workbench.core.advisor.profile import DictBatch, batch_template, meta_copy
 from workbench.core.collector import collector_paused
 from workbench.core.errors import WorkbenchError
 from workbench.core.formatting import fmt_bytes
 from workbench.core.training.config import TrainConfig
-from workbench.core.training.data import run_seq_len
-from workbench.core.training.data_sources import data_source_of, make_dataset
 from workbench.core.training.py_code import is_py_spec
-from workbench.core.training.setup import run_image_size
 from workbench.gui.background import BackgroundTask
 from workbench.gui.controller import Controller
 from workbench.gui.training.code_confirm import is_confirmed
 from workbench.gui.training.session import run_spec
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from workbench.core.advisor.activations import ActivationProfile, DeviceMemory, Pacer, StepPrediction
+    from workbench.core.advisor.profile import DictBatch
 
 __all__ = ["ActivationEstimator", "Estimate"]
 
@@ -78,6 +64,8 @@ _DATA = "data"
 
 def _shaped_by_data(cfg: TrainConfig) -> bool:
     """Whether only the data says what a sample is: your own code (``py:``) or an ``hf-dataset:`` column of arrays."""
+    from workbench.core.training.data_sources import data_source_of
+
     source = data_source_of(cfg.data)
     return source is not None and (source.runs_code or source.key == "hf-dataset" and bool(cfg.input_column))
 
@@ -88,6 +76,9 @@ def _data_sample(key: tuple[Any, ...]) -> tuple[int, ...] | DictBatch:
     Raises:
         WorkbenchError: the data cannot be opened, or its first item is not ``(tensor or dict of tensors, target)``.
     """
+    from workbench.core.advisor.profile import DictBatch, batch_template
+    from workbench.core.training.data_sources import make_dataset
+
     _, spec, columns, origin, may_run, side = key
     if not may_run:
         raise WorkbenchError("the input shape is read from one sample of your data once Start has shown its code "
@@ -113,10 +104,16 @@ class Estimate:
         self.prediction = prediction
         self.memory = memory
         self.note = note
-        self.verdict = fit_verdict(prediction, memory) if prediction is not None and memory is not None else ""
+        self.verdict = ""
+        if prediction is not None and memory is not None:
+            from workbench.core.advisor.activations import fit_verdict
+
+            self.verdict = fit_verdict(prediction, memory)
 
     def warning(self) -> str:
         """One paragraph for the Start confirmation ("" when the step fits)."""
+        from workbench.core.advisor.activations import largest_batch
+
         p, m = self.prediction, self.memory
         if p is None or m is None or self.verdict in ("fits", "tight", ""):
             return ""
@@ -202,6 +199,9 @@ class ActivationEstimator(QObject):
 
     # ------------------------------------------------------------ keys and profiles
     def _key(self, cfg: TrainConfig) -> Key | None:
+        from workbench.core.training.data import run_seq_len
+        from workbench.core.training.setup import run_image_size
+
         c = self._c
         if c.model is None or c.tree is None or c.state is None:
             return None
@@ -228,6 +228,9 @@ class ActivationEstimator(QObject):
 
         @collector_paused()  # the copy's objects are freed before the collector sees them (see collector.py)
         def run() -> ActivationProfile:
+            from workbench.core.advisor.activations import profile_activations
+            from workbench.core.advisor.profile import meta_copy
+
             sample = _data_sample(size) if isinstance(size, tuple) and size[:1] == (_DATA,) else None
             with lock:  # the meta copy reads the module tree
                 meta = meta_copy(model, pacer)
@@ -251,6 +254,8 @@ class ActivationEstimator(QObject):
             self._cache.popitem(last=False)
 
     def _refresh(self) -> None:
+        from workbench.core.advisor.activations import Pacer
+
         cfg = self._settings()
         key = self._key(cfg) if cfg is not None else None
         if key is not None and key not in self._cache and self._task is None and not self._closed:
@@ -310,6 +315,8 @@ class ActivationEstimator(QObject):
         return hit
 
     def _trainable(self) -> set[str]:
+        from workbench.core.advisor.activations import unfrozen_param_names
+
         c = self._c
         assert c.loaded is not None and c.state is not None
         frozen = {p: e.frozen for p, e in c.state.effective.items()}
@@ -330,6 +337,8 @@ class ActivationEstimator(QObject):
             return Estimate(note="")
         if self._c.loaded is None or self._c.state is None:
             return Estimate(note="")
+        from workbench.core.advisor.activations import device_memory, predict_step
+
         act = self.profile(cfg, compute=compute)
         if act is None:
             return Estimate(note="estimating activations…")
@@ -349,6 +358,8 @@ class ActivationEstimator(QObject):
         Each text is made when it is read (a tooltip shows): on a 50,000-module model a plan
         change makes none.
         """
+        from workbench.core.advisor.activations import ActivationProfile
+
         cfg = self._settings()
         act = self.profile(cfg) if cfg is not None else None
         if not isinstance(act, ActivationProfile) or self._c.state is None or self._c.loaded is None:
@@ -365,6 +376,8 @@ class _RowNotes(Mapping[str, str]):
         self._kept: dict[str, int] | None = None
 
     def __getitem__(self, path: str) -> str:
+        from workbench.core.advisor.activations import module_activation_bytes, shape_text
+
         act = self._act
         shapes = act.shapes[path]
         if self._kept is None:

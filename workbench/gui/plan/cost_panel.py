@@ -18,7 +18,7 @@ measured peak memory.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QRectF, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QColor, QPainter, QPaintEvent, QPalette
@@ -37,11 +37,13 @@ from PySide6.QtWidgets import (
 )
 
 from workbench.core.formatting import fmt_bytes, fmt_count, fmt_percent
-from workbench.core.freezing.apply import Counts
 from workbench.core.models.memory import DTYPE_BYTES, GPU_SIZES, ParamMemory
 from workbench.core.training.metrics import fmt_memory
 from workbench.gui.controller import OPTIMIZER_LABELS, Controller
 from workbench.gui.plan.state import finding_line
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from workbench.core.freezing.apply import Counts
 
 __all__ = ["CostPanel", "MemoryBar", "fit_text"]
 

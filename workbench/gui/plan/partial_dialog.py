@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from workbench.core.freezing import partial
+from workbench.core.plan import partial_spec
 from workbench.core.plan.partial_spec import PartialSpec
 from workbench.gui import dialogs
 from workbench.gui.controller import Controller
@@ -172,7 +172,7 @@ class PartialDialog(QDialog):
         self.dim_box.clear()
         for d in (0, 1):
             if d < len(shape):
-                self.dim_box.addItem(f"{d}: {partial.dim_label(self._type, d)} (size {shape[d]})", d)
+                self.dim_box.addItem(f"{d}: {partial_spec.dim_label(self._type, d)} (size {shape[d]})", d)
         j = self.dim_box.findData(keep)
         self.dim_box.setCurrentIndex(j if j >= 0 else 0)
         self.dim_box.blockSignals(False)
@@ -187,8 +187,8 @@ class PartialDialog(QDialog):
             if shape is None or self.dim_box.currentData() is None:
                 raise ValueError("this parameter has no dimension that can be split; choose the weight")
             raw = {"param": param, "dim": self.dim_box.currentData(), "trainable": parse_ranges(self.ranges_edit.text())}
-            spec = partial.parse_spec(raw)
-            partial.trainable_fraction(spec, shape)  # raises when the ranges do not fit the tensor
+            spec = partial_spec.parse_spec(raw)
+            partial_spec.trainable_fraction(spec, shape)  # raises when the ranges do not fit the tensor
         except ValueError as e:
             self.problem.setText(str(e))
             self.preview.clear()
@@ -196,7 +196,7 @@ class PartialDialog(QDialog):
             return
         self._spec = spec
         self.problem.clear()
-        self.preview.setText(partial.describe(spec, shape, self._type))
+        self.preview.setText(partial_spec.describe(spec, shape, self._type))
         ok_button.setEnabled(True)
 
     def _remove(self) -> None:
@@ -220,7 +220,7 @@ def edit_partial(parent: QWidget | None, controller: Controller, path: str) -> b
         return False
     node = tree.nodes[path]
     probe = {"param": "weight", "dim": 0, "trainable": [[0, 1]]}
-    problem = partial.check(probe, node)
+    problem = partial_spec.check(probe, node)
     if problem:
         dialogs.error(parent, "Partial freezing not possible", f"{path or '(root)'}: {problem}")
         return False

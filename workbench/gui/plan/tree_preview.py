@@ -6,8 +6,9 @@ a :class:`~workbench.gui.controller.Controller` holding the described tree
 (:meth:`~workbench.gui.controller.Controller.show_described`), its tree model and view. The
 checkboxes and the LR × cells edit the plan with the same edits and undo steps as on a loaded
 model; above the tree one line says where the rows come from. Once the model has loaded, the
-full window takes the edits over (:meth:`~workbench.gui.controller.Controller.take_edits`), and
-the row the user picked and the rows they opened carry over (:func:`preview_state`, :func:`carry_over`).
+full window takes the tree and the edits over (:meth:`~workbench.gui.controller.Controller.take_edits`),
+and the row the user picked and the rows they opened carry over (:func:`preview_state`,
+:func:`carry_over`), to the full window and again to its live tree once the model has loaded.
 
 This module imports Qt, numpy and the Qt-free plan engine only (not torch).
 """
@@ -28,21 +29,19 @@ from workbench.gui.plan.tree_view import ModuleTreeView
 __all__ = ["DescribedTree", "carry_over", "described_tree", "preview_notice", "preview_state"]
 
 
-def preview_notice(cached: CachedTree, *, torch_imported: bool = False) -> str:
+def preview_notice(cached: CachedTree) -> str:
     """The line above the described tree: what is loading and where the rows come from.
 
     Args:
         cached: the described tree.
-        torch_imported: torch is there and the model loads (else torch is loading).
 
     Returns:
         ``Loading PyTorch… resnet18's tree is from the last start: edit the plan now; costs and
-        Start come once the model has loaded.`` (``Loading resnet18…`` once torch is imported;
-        ``as the app ships it`` for the description the app ships).
+        Start come once the model has loaded.`` (``as the app ships it`` for the description
+        the app ships).
     """
-    loading = cached.name if torch_imported else "PyTorch"
     origin = "as the app ships it" if cached.shipped else "from the last start"
-    return (f"Loading {loading}… {cached.name}'s tree is {origin}: edit the plan now; "
+    return (f"Loading PyTorch… {cached.name}'s tree is {origin}: edit the plan now; "
             "costs and Start come once the model has loaded.")
 
 

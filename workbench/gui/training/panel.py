@@ -21,7 +21,6 @@ import math
 import os
 from typing import Any
 
-import torch
 from PySide6.QtCore import QSettings, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QKeySequence, QPalette
 from PySide6.QtWidgets import (
@@ -41,7 +40,7 @@ from PySide6.QtWidgets import (
 
 from workbench.core.training.config import MAX_SEQ_LEN, ConfigError, TrainConfig
 from workbench.core.training.data_sources import DATA_SOURCES
-from workbench.gui import dialogs
+from workbench.gui import dialogs, torch_ready
 from workbench.gui.controller import OPTIMIZER_LABELS, Controller
 from workbench.gui.elided_label import ElidedLabel
 from workbench.gui.training.code_confirm import confirm_task_code
@@ -70,7 +69,6 @@ __all__ = [
     "PROGRESS_INTERVAL_MS",
     "SCHEDULES",
     "TrainingPanel",
-    "available_devices",
     "default_image_size",
     "fmt_eta",
 ]
@@ -105,26 +103,6 @@ SCHEDULES: tuple[tuple[str, str], ...] = (
     ("linear", "linear"),
     ("one-cycle", "onecycle"),
 )
-
-
-def available_devices() -> list[tuple[str, str]]:
-    """Devices training can use here: ``(label, config value)``.
-
-    Returns:
-        ``auto`` (naming what it picks), ``cpu``, then ``cuda:N`` for each GPU and ``mps``
-        when present.
-    """
-    cuda = torch.cuda.is_available()
-    mps_backend = getattr(torch.backends, "mps", None)
-    mps = mps_backend is not None and mps_backend.is_available()
-    auto = "cuda:0" if cuda else ("mps" if mps else "cpu")
-    out = [(f"auto ({auto})", "auto"), ("cpu", "cpu")]
-    if cuda:
-        for i in range(torch.cuda.device_count()):
-            out.append((f"cuda:{i} · {torch.cuda.get_device_name(i)}", f"cuda:{i}"))
-    if mps:
-        out.append(("mps", "mps"))
-    return out
 
 
 def fmt_eta(seconds: float) -> str:
@@ -248,8 +226,9 @@ class TrainingPanel(QWidget):
         self.length = QSpinBox(self)
         self.length.setRange(1, 10_000_000)
         self.device_box = QComboBox(self)
-        for label, value in available_devices():
-            self.device_box.addItem(label, value)
+        self.device_box.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToContents)  # "auto (cuda:0)" once probed
+        self._fill_devices()
+        torch_ready.notifier().ready.connect(self._devices_probed)
         self.device_box.setToolTip("Where to train (only devices present on this machine are listed)")
         self.amp_box = QComboBox(self)
         for label, value in (("off", "off"), ("bf16", "bf16"), ("fp16", "fp16")):
@@ -377,7 +356,32 @@ class TrainingPanel(QWidget):
         for f in PANEL_FIELDS:
             default = f.default_value()
             show_value(getattr(self, f.widget), get(f.setting, default, type(default)))  # a spin box clamps
+        # what the devices' probe may change once torch is imported: a saved GPU, the default input side
+        self._wanted_device = str(get("device", "auto", str))
+        self._image_size_saved = s is not None and s.contains("training/image_size")
         self.set_options(options_from_settings(get, _VAL_KINDS, self._ignored_settings))
+
+    def _fill_devices(self) -> None:
+        """List the devices (``auto`` and ``cpu`` until they are probed), keeping the one shown."""
+        current = self.device_box.currentData()
+        self.device_box.blockSignals(True)
+        self.device_box.clear()
+        for label, value in torch_ready.device_choices():
+            self.device_box.addItem(label, value)
+        self.device_box.blockSignals(False)
+        if current is not None:
+            self._select(self.device_box, str(current))
+
+    def _devices_probed(self) -> None:
+        """The devices are known: list them, show the saved device if it is one of them, and the
+        default input side of this machine when none was saved."""
+        shown = self.device_box.currentData()
+        self._fill_devices()
+        if shown == "auto" and self._wanted_device != "auto":
+            self._select(self.device_box, self._wanted_device)
+        if not self._image_size_saved:
+            self.image_size.setValue(default_image_size())
+        self.stepSetupChanged.emit()
 
     def settings_problem(self) -> str | None:
         """The saved training settings that were not restored as they were, and why (said once at start-up).
@@ -609,10 +613,13 @@ class TrainingPanel(QWidget):
         return self._text
 
     def _model_changed(self) -> None:
-        from workbench.core.training.data import text_task_of
+        model = self._c.model  # None for a described tree (start-up): no model to ask yet
+        if model is not None:
+            from workbench.core.training.data import text_task_of
 
-        model = self._c.model
-        self.set_text_model(model is not None and text_task_of(model) is not None, model)
+            self.set_text_model(text_task_of(model) is not None, model)
+        else:
+            self.set_text_model(False)
         if self.runs.state == "idle":  # the last run was the old model's (the Runs tab keeps it)
             self._progress_timer.stop()
             self._progress_pending = None

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QLineEdit, QSpinBox, QWidget
 
 from workbench.core.training.config import MAX_SEQ_LEN, ConfigError, TrainConfig
 from workbench.core.training.data_sources import DATA_SOURCES
+from workbench.gui.torch_ready import known_devices
 from workbench.gui.training.options_dialog import COLUMN_ROLES, HELD_OUT, TrainingOptions
 
 __all__ = ["OPTION_LIMITS", "PANEL_FIELDS", "PanelField", "StepSetup", "default_image_size", "image_size_applies",
@@ -83,12 +84,12 @@ class PanelField:
 
 
 def default_image_size() -> int:
-    """The default input side: 64 px without an accelerator (quick demo runs), else 0 (the model's own)."""
-    import torch
+    """The default input side: 64 px without an accelerator (quick demo runs), else 0 (the model's own).
 
-    mps_backend = getattr(torch.backends, "mps", None)
-    accel = torch.cuda.is_available() or (mps_backend is not None and mps_backend.is_available())
-    return 0 if accel else 64
+    64 as well while the devices are not known yet (start-up): the panel sets it again once they are.
+    """
+    known = known_devices()
+    return 0 if known is not None and known.accelerator else 64
 
 
 #: The panel's fields, in the order they are restored.

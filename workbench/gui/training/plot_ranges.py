@@ -29,7 +29,8 @@ def drawing_budget(device: str = "cpu", threads: int | None = None) -> float:
     (its CPU threads mostly wait for the device), 50 %.
 
     Args:
-        device: the device the run trains on (``"cpu"``, ``"cuda:0"``, ``"mps"``).
+        device: the device the run trains on (``"cpu"``, ``"cuda:0"``, ``"mps"``), or ``"idle"``
+            when no run is live.
         threads: the run's torch threads (default: the training thread's count,
             :func:`workbench.core.training.cpu_threads.worker_thread_count`).
 
@@ -38,7 +39,7 @@ def drawing_budget(device: str = "cpu", threads: int | None = None) -> float:
     """
     from workbench.core.training.cpu_threads import worker_thread_count
 
-    if device != "cpu":
+    if device != "cpu":  # a GPU run, or "idle": no run is live
         return 0.5
     spare = (os.cpu_count() or 1) - (threads or worker_thread_count())
     return 0.5 if spare >= 1 else 0.01
@@ -112,8 +113,6 @@ def coarse_range(lo: float, hi: float, current: tuple[float, float] | None) -> t
     if lo >= 0 > bottom:
         bottom = 0.0
     return bottom, top
-
-
 
 
 #: A gap between two reports counts as time not training when it is this many seconds longer

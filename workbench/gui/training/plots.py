@@ -79,6 +79,7 @@ REDRAW_HZ = 15
 #: Longest wait between two redraws of a live run, whatever the budget.
 MAX_FRAME_INTERVAL_S = 1.0
 
+
 @dataclass
 class _Overlay:
     record: RunRecord
@@ -204,7 +205,7 @@ class PlotsPanel(QWidget):
 
         self._mouse = pg.SignalProxy(self.graphics.scene().sigMouseMoved, rateLimit=30, slot=self._mouse_moved)
         self.graphics.scene().sigMouseClicked.connect(self._mouse_clicked)
-        self.budget = drawing_budget()
+        self.budget = drawing_budget("idle")  # no run yet: nothing competes with drawing (set per run)
         self.frame_s = 0.0  # CPU time of the last redraw, painting included
         self._redraw_cpu_s = 0.0
         self._painted_cpu_s = 0.0

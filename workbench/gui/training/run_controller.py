@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal, Slot
 
@@ -26,12 +26,14 @@ from workbench.core.runs.rescan import StoreScan
 from workbench.core.runs.store import RunStore
 from workbench.core.runs.text import validation_text
 from workbench.core.training.config import TrainConfig
-from workbench.core.training.module_stats import DEFAULT_EVERY, ModuleStats, ModuleStatsHistory
 from workbench.gui.controller import Controller
 from workbench.gui.training.options_dialog import TENSORBOARD_IN_RUN
 from workbench.gui.training.plot_markers import EVALUATION_HEAD
 from workbench.gui.training.session import TrainingJob, TrainingSession, run_spec
 from workbench.gui.wording import sentence
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from workbench.core.training.module_stats import ModuleStats
 
 __all__ = ["LIVE_PLAN_KINDS", "RunController"]
 
@@ -93,6 +95,8 @@ class RunController(QObject):
     errorOccurred = Signal(str, str, str)
 
     def __init__(self, controller: Controller, store: RunStore, parent: QObject | None = None) -> None:
+        from workbench.core.training.module_stats import DEFAULT_EVERY, ModuleStatsHistory
+
         super().__init__(parent)
         self.controller = controller
         self.store = store
@@ -160,7 +164,8 @@ class RunController(QObject):
             self.statusMessage.emit("A run is in progress; stop it first.")
             return False
         if c.model is None or c.tree is None or c.loaded is None:
-            self.statusMessage.emit("Load a model first.")
+            self.statusMessage.emit("The model is still loading; start once it is there." if c.busy or c.waiting
+                                    else "Load a model first.")
             return False
         if c.loaded.meta:
             self.errorOccurred.emit(

@@ -69,7 +69,6 @@ from workbench.core.runs.text import (
     val_acc_text,
     val_loss_text,
 )
-from workbench.core.training.frozen_cache import cache_line
 from workbench.core.training.metrics import fmt_memory
 from workbench.gui import dialogs
 from workbench.gui.training.plots import run_color
@@ -141,6 +140,8 @@ def _peak_item(r: RunRecord, s: RunSummary) -> _Item:
 
 def _cache_tip(frozen_cache: Any, note: Any) -> str:
     """The tooltip line of a run's frozen-prefix cache (cut, rows, memory and disk, hits)."""
+    from workbench.core.training.frozen_cache import cache_line
+
     if isinstance(frozen_cache, dict) and frozen_cache.get("cut"):
         return f"\nfrozen-prefix cache: {cache_line(frozen_cache)}"
     if isinstance(note, str) and note:

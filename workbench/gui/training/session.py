@@ -28,11 +28,9 @@ import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
 from PySide6.QtCore import QCoreApplication, QObject, QThread, Signal, Slot
-from torch import nn
 
 from workbench.core.errors import WorkbenchError
 from workbench.core.models.source_errors import ModelSourceError
@@ -41,6 +39,9 @@ from workbench.core.plan.rules import FreezePlan
 from workbench.core.training.config import TrainConfig
 from workbench.core.training.cpu_threads import use_worker_threads
 from workbench.gui.background import track_thread, untrack_thread
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from torch import nn
 
 __all__ = ["EMIT_INTERVAL_S", "MetricsBatcher", "TrainingJob", "TrainingSession", "TrainingWorker", "run_spec"]
 
@@ -232,6 +233,8 @@ class TrainingWorker(QObject):
             QThread.currentThread().quit()
 
     def _run(self) -> None:
+        import torch
+
         from workbench.core.training.engine import Trainer
         from workbench.core.training.setup import BuiltModel
 
