@@ -5,14 +5,16 @@ PySide6 and the rest are reused from the environment running the tests through a
 file that lists that environment's ``site-packages`` folders as plain paths. Plain paths are
 added to ``sys.path`` but the ``.pth`` files inside them are not run, so the project's
 editable-install finder (``__editable___freeze_workbench_*_finder``) stays inactive and
-``import workbench`` can only find the installed wheel. The test proves it, then runs the
-installed launchers: ``packaging/smoke_test.sh <venv>/bin`` (version, help, a model, the desktop
-entry from the installed resources, the window rendered offscreen).
+``import workbench`` can only find the installed wheel. The test proves it (and that the app's icon
+comes from the installed resources), then runs the installed launchers: ``packaging/smoke_test.sh
+<venv>/bin`` (version, help, a model, the desktop entry from the installed resources, the window
+with the default model rendered offscreen, whose size the test checks).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import site
 import subprocess
@@ -60,17 +62,8 @@ PROBE = textwrap.dedent(
     from PySide6.QtCore import QSettings
     QSettings.setPath(QSettings.Format.IniFormat, QSettings.Scope.UserScope, tempfile.mkdtemp())
     from workbench.gui.app import create_application
-    from workbench.gui.main_window import MainWindow
     app = create_application()
     assert max(s.width() for s in app.windowIcon().availableSizes()) == 512, "icon not from the resources"
-    window = MainWindow()
-    window.resize(1280, 800)
-    window.show()
-    app.processEvents()
-    image = window.grab().toImage()
-    assert image.width() >= 1280 and image.height() >= 800, (image.width(), image.height())
-    assert window.controller.tree is not None, "the default model did not load"
-    window.close()
     print("probe ok", where)
     """
 )
@@ -174,6 +167,9 @@ def test_installed_wheel_runs_from_a_fresh_venv(wheel, tmp_path):
     )
     assert r.returncode == 0 and "smoke test passed" in r.stdout, r.stdout + r.stderr
     assert sum(line.startswith("ok ") for line in r.stdout.splitlines()) == 6, r.stdout
+    # the window the installed desktop launcher rendered (with the default model: smoke_test.sh checks its line)
+    size = re.search(r"^ok +window\.png is a PNG of (\d+) x (\d+) pixels", r.stdout, re.M)
+    assert size and int(size[1]) >= 1280 and int(size[2]) >= 800, r.stdout
 
 
 def test_the_all_extra_names_every_other_extra():
