@@ -86,6 +86,8 @@ def test_window_shows_a_loading_state_until_the_model_is_loaded(qtbot: Any) -> N
         assert window.tree_loading.isVisible() and window.tree_loading.text() == "Loading PyTorch and resnet18…"
         assert window.busy_label.text() == "Loading PyTorch and resnet18…" and not window.source_bar.load_button.isEnabled()
         assert not window.act_open.isEnabled() and not window.act_new.isEnabled()  # Load and Open wait
+        assert not window.act_suggest.isEnabled() and window.act_suggest.statusTip() == "The model is still loading"
+        assert not window.act_export.isEnabled()  # what needs the model waits for it
         assert window.device_label.text() == "device: …"  # the devices wait for torch
         assert [window.training.panel.device_box.itemData(i) for i in range(2)] == ["auto", "cpu"]
         assert window.source_bar.current_name() == "resnet18" and window.source_bar.model_names() == []
@@ -98,6 +100,7 @@ def test_window_shows_a_loading_state_until_the_model_is_loaded(qtbot: Any) -> N
         assert window.tree_model.rowCount() == 0
         qtbot.waitUntil(lambda: c.tree is not None, timeout=ms(GUI_WORKER_S))
         assert not window.tree_loading.isVisible() and window.tree_model.rowCount() > 0
+        assert window.act_suggest.isEnabled() and window.act_export.isEnabled()
     finally:
         qtbot.waitUntil(lambda: not c.busy and not c.checking, timeout=ms(GUI_WORKER_S))
         window.close()

@@ -468,6 +468,13 @@ class MainWindow(QMainWindow):
         self.act_export_peft.setToolTip(tip)
         self.act_export_peft.setStatusTip(tip)
         self.act_export_plan.setEnabled(self.controller.tree is not None)
+        # a described tree (start-up) has no model behind it yet: what builds or measures it waits
+        c = self.controller
+        no_model = "" if c.model is not None else "The model is still loading" if c.busy or c.waiting else "Load a model first"
+        for act, tip in ((self.act_export, "Write a standalone script that applies the plan"),
+                         (self.act_suggest, "Plans that fit the device's memory, and the one that trains the most")):
+            act.setEnabled(not no_model)
+            act.setStatusTip(no_model or tip)
 
     def _model_changed(self) -> None:
         c = self.controller
@@ -530,6 +537,7 @@ class MainWindow(QMainWindow):
         self.source_bar.set_busy(busy)
         for act in (self.act_open, self.act_open_ckpt, *self.act_open_sources.values(), self.act_new):
             act.setEnabled(not busy)
+        self._update_export_actions()
 
     def _show_error(self, title: str, message: str, details: str) -> None:
         dialogs.error(self, title, message, details)

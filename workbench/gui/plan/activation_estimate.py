@@ -199,12 +199,12 @@ class ActivationEstimator(QObject):
 
     # ------------------------------------------------------------ keys and profiles
     def _key(self, cfg: TrainConfig) -> Key | None:
-        from workbench.core.training.data import run_seq_len
-        from workbench.core.training.setup import run_image_size
-
         c = self._c
         if c.model is None or c.tree is None or c.state is None:
             return None
+        from workbench.core.training.data import run_seq_len
+        from workbench.core.training.setup import run_image_size
+
         st = c.state
         bn_eval = st.bn_modules > 0 and st.bn_eval_modules == st.bn_modules
         tokens = run_seq_len(c.model, cfg.seq_len, cfg.data)  # a text model: a token batch of that length
@@ -254,11 +254,11 @@ class ActivationEstimator(QObject):
             self._cache.popitem(last=False)
 
     def _refresh(self) -> None:
-        from workbench.core.advisor.activations import Pacer
-
         cfg = self._settings()
         key = self._key(cfg) if cfg is not None else None
         if key is not None and key not in self._cache and self._task is None and not self._closed:
+            from workbench.core.advisor.activations import Pacer
+
             self._task_key = key
             pacer = Pacer(PACE_SLICE_S, on_pause=lambda: self._paused.emit(pacer), max_pause_s=PACE_MAX_PAUSE_S)
             self._pacer = pacer
@@ -358,12 +358,10 @@ class ActivationEstimator(QObject):
         Each text is made when it is read (a tooltip shows): on a 50,000-module model a plan
         change makes none.
         """
-        from workbench.core.advisor.activations import ActivationProfile
-
         cfg = self._settings()
         act = self.profile(cfg) if cfg is not None else None
-        if not isinstance(act, ActivationProfile) or self._c.state is None or self._c.loaded is None:
-            return {}
+        if act is None or isinstance(act, str) or self._c.state is None or self._c.loaded is None:
+            return {}  # no profile (yet), or the reason there is none
         return _RowNotes(act, self._trainable())
 
 
