@@ -22,6 +22,29 @@ def deferred(monkeypatch: pytest.MonkeyPatch) -> Any:
     torch_ready.announce()
 
 
+@pytest.fixture()
+def new_window() -> Any:
+    """Builds windows; closes them and puts the training settings back as they were (a closing
+    window saves its settings, which the session's other windows would read)."""
+    s = app_settings.settings()
+    before = {k: s.value(k) for k in s.allKeys() if k.startswith("training/")}
+    made: list[MainWindow] = []
+
+    def make() -> MainWindow:
+        made.append(MainWindow(load_default=False))
+        return made[-1]
+
+    yield make
+    for window in made:
+        window.close()
+        window.deleteLater()
+    for k in s.allKeys():
+        if k.startswith("training/"):
+            s.remove(k)
+    for k, v in before.items():
+        s.setValue(k, v)
+
+
 def _two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
@@ -46,45 +69,43 @@ def test_choices_wait_for_torch_then_list_every_device(deferred: pytest.MonkeyPa
 
 
 def test_a_window_built_before_torch_fills_in_its_devices_and_models(
-    qtbot: Any, deferred: pytest.MonkeyPatch
+    deferred: pytest.MonkeyPatch, new_window: Any
 ) -> None:
     s = app_settings.settings()
     s.setValue("training/device", "cuda:1")  # saved on a machine with two GPUs
     s.remove("training/image_size")  # never chosen: the machine's default
-    try:
-        window = MainWindow(load_default=False)
-        qtbot.addWidget(window)
-        panel, bar = window.training.panel, window.source_bar
-        assert window.device_label.text() == "device: …"
-        assert [panel.device_box.itemData(i) for i in range(panel.device_box.count())] == ["auto", "cpu"]
-        assert panel.device_box.currentData() == "auto" and panel.image_size.value() == 64
-        assert bar.current_name() == "resnet18" and bar.model_names() == []  # torchvision's list waits too
-        setups: list[bool] = []
-        panel.stepSetupChanged.connect(lambda: setups.append(True))
-        _two_gpus(deferred)
-        torch_ready.announce()
-        assert window.device_label.text() == "device: cuda:0 · GPU 0"
-        assert panel.device_box.currentData() == "cuda:1"  # the saved device, now that it is listed
-        assert panel.image_size.value() == 0  # with a GPU: the model's own input size
-        assert setups  # the cost panel's step estimate follows
-        assert "resnet50" in bar.model_names() and bar.current_name() == "resnet18"
-        assert bar.weights_box.count() >= 1 and bar.weights_box.itemData(0) is None  # random init, then weights
-    finally:
-        s.remove("training/device")
+    window = new_window()
+    panel, bar = window.training.panel, window.source_bar
+    assert window.device_label.text() == "device: …"
+    assert [panel.device_box.itemData(i) for i in range(panel.device_box.count())] == ["auto", "cpu"]
+    assert panel.device_box.currentData() == "auto" and panel.image_size.value() == 64
+    assert bar.current_name() == "resnet18" and bar.model_names() == []  # torchvision's list waits too
+    setups: list[bool] = []
+    panel.stepSetupChanged.connect(lambda: setups.append(True))
+    _two_gpus(deferred)
+    torch_ready.announce()
+    assert window.device_label.text() == "device: cuda:0 · GPU 0"
+    assert panel.device_box.currentData() == "cuda:1"  # the saved device, now that it is listed
+    assert panel.image_size.value() == 0  # with a GPU: the model's own input size
+    assert setups  # the cost panel's step estimate follows
+    assert "resnet50" in bar.model_names() and bar.current_name() == "resnet18"
+    assert bar.weights_box.count() >= 1 and bar.weights_box.itemData(0) is None  # random init, then weights
 
-
-def test_a_device_chosen_before_torch_is_kept(qtbot: Any, deferred: pytest.MonkeyPatch) -> None:
+def test_a_device_chosen_before_torch_is_kept(deferred: pytest.MonkeyPatch, new_window: Any) -> None:
     s = app_settings.settings()
     s.setValue("training/device", "cuda:1")
     s.setValue("training/image_size", 96)  # chosen: kept
-    try:
-        window = MainWindow(load_default=False)
-        qtbot.addWidget(window)
-        panel = window.training.panel
-        panel.device_box.setCurrentIndex(panel.device_box.findData("cpu"))  # the user picks the CPU meanwhile
-        _two_gpus(deferred)
-        torch_ready.announce()
-        assert panel.device_box.currentData() == "cpu" and panel.image_size.value() == 96
-    finally:
-        s.remove("training/device")
-        s.remove("training/image_size")
+    panel = new_window().training.panel
+    panel.device_box.setCurrentIndex(panel.device_box.findData("cpu"))  # the user picks the CPU meanwhile
+    _two_gpus(deferred)
+    torch_ready.announce()
+    assert panel.device_box.currentData() == "cpu" and panel.image_size.value() == 96
+
+
+def test_an_input_side_chosen_before_torch_is_kept(deferred: pytest.MonkeyPatch, new_window: Any) -> None:
+    app_settings.settings().remove("training/image_size")
+    panel = new_window().training.panel
+    panel.image_size.setValue(128)  # typed while torch loads
+    _two_gpus(deferred)
+    torch_ready.announce()
+    assert panel.image_size.value() == 128

@@ -358,7 +358,8 @@ class TrainingPanel(QWidget):
             show_value(getattr(self, f.widget), get(f.setting, default, type(default)))  # a spin box clamps
         # what the devices' probe may change once torch is imported: a saved GPU, the default input side
         self._wanted_device = str(get("device", "auto", str))
-        self._image_size_saved = s is not None and s.contains("training/image_size")
+        saved = s is not None and s.contains("training/image_size")
+        self._default_image_size: int | None = None if saved else self.image_size.value()
         self.set_options(options_from_settings(get, _VAL_KINDS, self._ignored_settings))
 
     def _fill_devices(self) -> None:
@@ -374,13 +375,14 @@ class TrainingPanel(QWidget):
 
     def _devices_probed(self) -> None:
         """The devices are known: list them, show the saved device if it is one of them, and the
-        default input side of this machine when none was saved."""
+        default input side of this machine when none was saved or chosen."""
         shown = self.device_box.currentData()
         self._fill_devices()
         if shown == "auto" and self._wanted_device != "auto":
             self._select(self.device_box, self._wanted_device)
-        if not self._image_size_saved:
-            self.image_size.setValue(default_image_size())
+        if self._default_image_size is not None and self.image_size.value() == self._default_image_size:
+            self.image_size.setValue(default_image_size())  # not saved, not changed since: this machine's default
+        self._default_image_size = None
         self.stepSetupChanged.emit()
 
     def settings_problem(self) -> str | None:
