@@ -254,7 +254,7 @@ def screenshot(
         for name in saved:
             setattr(dialogs, name, getattr(headless, name))
         try:
-            create_application(reserve_cores=False)  # torch is imported behind the first window
+            create_application(reserve_cores=False)  # torch is imported behind the full window
             QTimer.singleShot(0, poll)
             rc = app_main(path=path, model=model)
         finally:

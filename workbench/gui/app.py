@@ -93,7 +93,7 @@ def create_application(argv: Sequence[str] | None = None, *, reserve_cores: bool
     Args:
         argv: Qt command-line arguments (default: the program name only).
         reserve_cores: do that now (imports torch); :func:`main` passes False and does it once
-            torch has been imported behind the first window.
+            torch has been imported behind the full window.
 
     Returns:
         The application.

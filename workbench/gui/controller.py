@@ -176,7 +176,7 @@ class Controller(QObject):
         """
         if self._task is not None or self._check_task is not None:
             return False
-        from workbench.gui.model_loading import load_model  # torch: imported behind the start-up window
+        from workbench.gui.model_loading import load_model  # imports no torch (the load does, on its thread)
 
         self._busy_text = f"Loading {request.describe()}…"
         self._waiting = False
