@@ -6,8 +6,8 @@ are there for the next), bash blocks in ``bash -e -o pipefail`` with this interp
 ``bin`` folder first on PATH (the project installed; a ``torchrun`` shim runs
 ``python -m torch.distributed.run`` where torch's console scripts are not in that folder), python blocks each in a fresh interpreter
 unless a ``continue`` directive joins them. Each ``python`` and ``workbench`` program, and each ``torchrun``
-with its workers, is a fork of the suite's preloaded interpreter (``tests/preload``: the same fresh state
-without importing torch each time). HOME and the caches point into the folder, and the
+with its workers but the one of ``FRESH_TORCHRUN``, is a fork of the suite's preloaded interpreter
+(``tests/preload``: the same fresh state without importing torch each time). HOME and the caches point into the folder, and the
 Hugging Face libraries are offline, so nothing a block does reaches the user's files or the
 network. Directives (HTML comments before a fence) skip a block with a reason, make its sizes
 small, or check its output; docs/README.md describes them. Skipped blocks are counted in the
@@ -35,6 +35,10 @@ from tests.timeouts import DOC_BLOCK_S
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+#: The document part whose ``torchrun`` starts fresh interpreters, launcher and ranks: a DDP job's interpreter
+#: shutdown (which the preloaded interpreter's forks skip: they end with ``os._exit``) stays tested end to end
+#: here; every other ``torchrun`` block launches from the preloaded interpreter.
+FRESH_TORCHRUN = (ROOT / "docs" / "training.md", "torchrun")
 #: the README's test command (Quick start), which .ci/run must run
 README_TEST_COMMAND = ".venv/bin/python -m pytest -n auto"
 
@@ -59,7 +63,7 @@ def _part_id(doc: Path, part: str) -> str:
     return f"{rel}#{part}" if part else rel
 
 
-def _env(folder: Path, block: Block) -> dict[str, str]:
+def _env(folder: Path, block: Block, fresh_torchrun: bool = False) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "COV_"))}
     home = folder / ".home"
     home.mkdir(exist_ok=True)
@@ -88,8 +92,11 @@ def _env(folder: Path, block: Block) -> dict[str, str]:
         PYTHONPATH="",
     )
     env.update(block.env)
-    if preloaded() is None:
+    server = preloaded()
+    if server is None:
         return env
+    if fresh_torchrun:  # python and workbench served, torchrun and its ranks fresh interpreters
+        return server.child_env(env)
     # torchrun and the workers it starts are forks of the preloaded interpreter too, as the suite's own jobs
     # (tests/fixtures/torchrun.py): torchrun's command line, rendezvous and exit statuses stay the real ones
     python, env = launcher(env)
@@ -101,14 +108,14 @@ def _env(folder: Path, block: Block) -> dict[str, str]:
     return dict(env, PATH=str(shims) + os.pathsep + env["PATH"])
 
 
-def _run(block: Block, code: str, folder: Path) -> str:
+def _run(block: Block, code: str, folder: Path, fresh_torchrun: bool = False) -> str:
     if block.lang == "python":
         script = folder / f".docs-block-{block.line}.py"
         script.write_text(code, encoding="utf-8")
         cmd = ["python", str(script)]  # the first python on the block's PATH: the preloaded one
     else:
         cmd = ["bash", "-e", "-o", "pipefail", "-c", code]
-    env = _env(folder, block)
+    env = _env(folder, block, fresh_torchrun)
     proc = subprocess.run(
         cmd, cwd=folder, env=env, capture_output=True, text=True, timeout=DOC_BLOCK_S,
         executable=shutil.which(cmd[0], path=env["PATH"]),
@@ -140,7 +147,7 @@ def _run_doc(doc: Path, part: str, folder: Path) -> list[str]:
     for group in _groups(parts(_blocks(doc))[part]):
         code = "".join(b.setup + b.code_to_run() + b.check for b in group)
         start = time.perf_counter()
-        out = _run(group[0], code, folder)
+        out = _run(group[0], code, folder, fresh_torchrun=(doc, part) == FRESH_TORCHRUN)
         times.append(f"{group[0].where}: {time.perf_counter() - start:.1f} s")
         for b in group:
             for text in b.expect:
