@@ -49,7 +49,7 @@ class LayersPlot(QWidget):
         top.addWidget(self.note, 1)
         theme = plot_theme(is_dark(self.palette()))
         before = set(QApplication.topLevelWidgets())
-        self.plot = pg.PlotWidget(self, background=theme["background"])
+        self.plot = pg.PlotWidget(self, background=theme["background"], enableMenu=False)  # no menu built to drop
         for w in QApplication.topLevelWidgets():  # pyqtgraph's context menus: destroyed with this tab
             if isinstance(w, QMenu) and w not in before:
                 w.setParent(self, w.windowFlags())

@@ -102,7 +102,8 @@ def make_plot(spec: PlotSpec, link: pg.PlotItem | None = None) -> pg.PlotItem:
     Returns:
         The plot.
     """
-    p = pg.PlotItem(axisItems={"left": ShortTicks("left")} if spec.short_ticks else None)
+    # no menu from the start: its view box then never builds the context menu it would drop at once
+    p = pg.PlotItem(axisItems={"left": ShortTicks("left")} if spec.short_ticks else None, enableMenu=False)
     p.titleLabel.opts["justify"] = "left"  # the legend goes right of it (plot_legends)
     clip_label(p.titleLabel)
     p.setClipToView(True)
