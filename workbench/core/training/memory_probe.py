@@ -184,6 +184,13 @@ class LiveTensorBytes(TorchDispatchMode):
         self.device_type = device_type
         self._seen: set[int] = set()
 
+    def _count(self, st: Any, key: int) -> None:
+        """Count a storage (``key``: its id) as live until it is freed."""
+        nbytes = st.nbytes()
+        self._seen.add(key)
+        self.live += nbytes
+        weakref.finalize(st, self._free, key, nbytes)
+
     def _free(self, key: int, nbytes: int) -> None:
         if key in self._seen:
             self._seen.discard(key)
@@ -207,10 +214,7 @@ class LiveTensorBytes(TorchDispatchMode):
             key = id(st)
             if key in self._seen:
                 continue
-            nbytes = st.nbytes()
-            self._seen.add(key)
-            self.live += nbytes
-            weakref.finalize(st, self._free, key, nbytes)
+            self._count(st, key)
         self.peak = max(self.peak, self.live)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -230,11 +234,8 @@ class LiveTensorBytes(TorchDispatchMode):
                 inputs = {id(a.untyped_storage()) for a in tensors_in((args, kwargs))}
             if key in inputs:  # a view or an in-place result: not new memory
                 continue
-            nbytes = st.nbytes()
-            self._seen.add(key)
-            self.live += nbytes
+            self._count(st, key)
             self.peak = max(self.peak, self.live)
-            weakref.finalize(st, self._free, key, nbytes)
         return out
 
 
