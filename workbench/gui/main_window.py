@@ -339,6 +339,8 @@ class MainWindow(QMainWindow):
         e.addSeparator()
         e.addAction(p.act_remove_unmatched)
         self.act_suggest = add_suggest_action(self, e, self.suggest_dialog)
+        #: what builds or measures the model, with its own status tip (off while there is no model)
+        self._needs_model = {act: act.statusTip() for act in (self.act_export, self.act_suggest)}
         v = mb.addMenu("&View")
         v.addActions([p.act_find, p.act_expand_default, p.act_expand_all, p.act_collapse_all])
         v.addSeparator()
@@ -471,8 +473,7 @@ class MainWindow(QMainWindow):
         # a described tree (start-up) has no model behind it yet: what builds or measures it waits
         c = self.controller
         no_model = "" if c.model is not None else "The model is still loading" if c.busy or c.waiting else "Load a model first"
-        for act, tip in ((self.act_export, "Write a standalone script that applies the plan"),
-                         (self.act_suggest, "Plans that fit the device's memory, and the one that trains the most")):
+        for act, tip in self._needs_model.items():
             act.setEnabled(not no_model)
             act.setStatusTip(no_model or tip)
 

@@ -184,9 +184,16 @@ class LiveTensorBytes(TorchDispatchMode):
         self.device_type = device_type
         self._seen: set[int] = set()
 
-    def _count(self, st: Any, key: int) -> None:
-        """Count a storage (``key``: its id) as live until it is freed."""
-        nbytes = st.nbytes()
+    def _unseen(self, t: torch.Tensor) -> Any:
+        """The tensor's storage when it is on the counted device and not counted yet, else None."""
+        if self.device_type is not None and t.device.type != self.device_type:
+            return None
+        st = t.untyped_storage()
+        return None if id(st) in self._seen else st
+
+    def _count(self, st: Any) -> None:
+        """Count a storage as live until it is freed."""
+        key, nbytes = id(st), st.nbytes()
         self._seen.add(key)
         self.live += nbytes
         weakref.finalize(st, self._free, key, nbytes)
@@ -208,13 +215,9 @@ class LiveTensorBytes(TorchDispatchMode):
             tensors: tensors alive now (weights, buffers, gradients, optimizer state); shared storages once.
         """
         for t in tensors:
-            if self.device_type is not None and t.device.type != self.device_type:
-                continue
-            st = t.untyped_storage()
-            key = id(st)
-            if key in self._seen:
-                continue
-            self._count(st, key)
+            st = self._unseen(t)
+            if st is not None:
+                self._count(st)
         self.peak = max(self.peak, self.live)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
@@ -222,19 +225,14 @@ class LiveTensorBytes(TorchDispatchMode):
         out = func(*args, **kwargs)
         inputs: set[int] | None = None  # the inputs' storages, read once an output is not known already
         for t in tensors_in(out):
-            if t.device.type == "meta":
-                continue
-            if self.device_type is not None and t.device.type != self.device_type:
-                continue
-            st = t.untyped_storage()
-            key = id(st)
-            if key in self._seen:
+            st = self._unseen(t) if t.device.type != "meta" else None
+            if st is None:
                 continue
             if inputs is None:
                 inputs = {id(a.untyped_storage()) for a in tensors_in((args, kwargs))}
-            if key in inputs:  # a view or an in-place result: not new memory
+            if id(st) in inputs:  # a view or an in-place result: not new memory
                 continue
-            self._count(st, key)
+            self._count(st)
             self.peak = max(self.peak, self.live)
         return out
 
