@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import threading
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from torch.utils.data import TensorDataset
 from workbench.core.errors import WorkbenchError
 from workbench.core.plan.rules import FreezePlan, PlanError
 from workbench.core.training.config import ConfigError, TrainConfig
+from workbench.core.training.data import stop_loader_workers
 from workbench.core.training.engine import RunResult, Trainer, TrainError
 from workbench.core.training.memory_probe import optimizer_state_bytes
 from workbench.core.training.metrics import StepMetrics, load_metrics
@@ -126,6 +128,35 @@ def test_log_every_reports_windows():
     result = t.run()
     assert [m.step for m in seen] == [2, 5, 6] and [m.window for m in seen] == [3, 3, 1]
     assert result.steps == 7
+
+
+def _loader_workers() -> set[int]:
+    return {p.pid for p in multiprocessing.active_children() if p.pid is not None}
+
+
+@pytest.mark.parametrize("end", ["completed", "stopped"])
+def test_the_loader_workers_end_with_the_run(end: str):
+    """Persistent loader workers end when the run does: left to the garbage collector (the trainer sits in
+    reference cycles), torch's iterator finalizer runs after its queues' and each worker waits out a 5 s
+    join timeout before it is killed, on whichever thread collected it."""
+    before = _loader_workers()
+    t, _ = _trainer(4 if end == "completed" else 50, num_workers=1, val_fraction=0.25, val_every=2)
+    gen = t.steps()
+    next(gen)
+    assert len(_loader_workers() - before) == 1  # the training loader's; validation's start at its first pass
+    if end == "stopped":
+        gen.close()
+    else:
+        for _ in gen:
+            pass
+        assert t.result is not None and t.result.summary.get("val_loss") is not None
+    assert t.result is not None and t.result.status == end
+    assert _loader_workers() - before == set()
+    assert t.loader is not None and t.loader._iterator is None
+    if end == "completed":  # the loader is still usable after the run (a sweep evaluates with it)
+        assert t.val_loader is not None and len(next(iter(t.val_loader))) == 2
+        stop_loader_workers(t.val_loader)
+        assert _loader_workers() - before == set()
 
 
 def test_closing_the_generator_stops_the_run():

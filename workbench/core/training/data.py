@@ -47,6 +47,7 @@ __all__ = [
     "SyntheticTensorDataset",
     "SyntheticTextDataset",
     "dataset_num_classes",
+    "stop_loader_workers",
     "capped_seq_len",
     "dataset_seq_len",
     "default_transform",
@@ -703,6 +704,29 @@ def make_loader(
         generator=generator,
         **kwargs,
     )
+
+
+def stop_loader_workers(loader: DataLoader[Any] | None, iterator: object = None) -> None:
+    """End the worker processes of ``loader`` (and of ``iterator``, one of its iterators) now.
+
+    A loader with persistent workers keeps them as long as its iterator lives. Left to the
+    garbage collector (a run's trainer sits in reference cycles), the iterator is finalized
+    after its queues' own finalizers have stopped their feeder threads: each worker never gets
+    the message to stop and is killed after torch's 5 s join timeout, 10 s for two workers, on
+    whichever thread happened to collect them (the app's GUI thread, say). Lightning ends its
+    loaders' workers the same way when a loop ends. The loader stays usable: the next
+    ``iter()`` starts new workers.
+
+    Args:
+        loader: a loader, or None.
+        iterator: an iterator over it still referenced elsewhere (a run's current one), or None.
+    """
+    for it in (iterator, getattr(loader, "_iterator", None)):
+        shutdown = getattr(it, "_shutdown_workers", None)
+        if shutdown is not None:
+            shutdown()
+    if loader is not None and getattr(loader, "_iterator", None) is not None:
+        loader._iterator = None
 
 
 _KNOWN_CLASS_COUNTS = {"SVHN": 10}

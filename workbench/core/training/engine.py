@@ -56,7 +56,7 @@ from workbench.core.training.auto_freeze import PLAN_FILE as AUTO_FREEZE_PLAN
 from workbench.core.training.auto_freeze import AutoFreezer
 from workbench.core.training.batches import batch_size_of, batch_to_device
 from workbench.core.training.config import TrainConfig
-from workbench.core.training.data import dataset_num_classes, dataset_seq_len, model_positions
+from workbench.core.training.data import dataset_num_classes, dataset_seq_len, model_positions, stop_loader_workers
 from workbench.core.training.failure_text import hint, nonfinite_stop_message, nonfinite_word
 from workbench.core.training.frozen_cache import CacheRefusedError, FrozenPrefixCache, build_cache
 from workbench.core.training.loop_state import LoopState
@@ -827,6 +827,8 @@ class Trainer:
         if self._finished:
             return
         self._finished = True
+        stop_loader_workers(self.loader, st.it)  # now, not when the collector finds them (10 s)
+        stop_loader_workers(self.val_loader)
         if self.cache is not None:
             self.cache.close()  # the spill file leaves the run folder before it is committed
         # under FSDP verify and save are collectives: a rank whose loop failed or was interrupted
