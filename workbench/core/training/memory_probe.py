@@ -265,6 +265,11 @@ def training_tensors(model: torch.nn.Module | None, optimizer: torch.optim.Optim
     return out
 
 
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
 class MemoryProbe:
     """Cheap memory readings for one device (a few microseconds per :meth:`sample`).
 
@@ -295,6 +300,7 @@ class MemoryProbe:
         self._peak_rss = 0
         self._process: Any = None
         self._statm: int | None = None
+        self._closer: weakref.finalize | None = None
         self._page = 0
         #: absolute process RSS when the probe was made (CPU), the baseline of growth.
         self.baseline = 0
@@ -303,6 +309,9 @@ class MemoryProbe:
         if self.kind == "cpu":
             try:
                 self._statm = os.open("/proc/self/statm", os.O_RDONLY)
+                # closed by close(), or when the probe is collected, or at exit (finalize runs
+                # before the interpreter tears its modules down)
+                self._closer = weakref.finalize(self, _close_quietly, self._statm)
                 self._page = os.sysconf("SC_PAGE_SIZE")
                 self._read_statm()
             except (OSError, ValueError, IndexError, AttributeError):
@@ -327,14 +336,9 @@ class MemoryProbe:
 
     def close(self) -> None:
         """Release the ``/proc/self/statm`` descriptor (also done when garbage-collected)."""
-        fd = getattr(self, "_statm", None)
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-            self._statm = None
-
-    def __del__(self) -> None:
-        self.close()
+        if self._closer is not None:
+            self._closer()
+        self._statm = None
 
     @property
     def source(self) -> str:
