@@ -1,18 +1,21 @@
 """workbench.core.training.cpu_threads: the interactive thread stays serial, workers get the cores.
 
-The checks run in fresh interpreters: torch's thread counts are per thread and process-wide
-state the rest of the suite also sets (tests/conftest.py).
+The checks run in child interpreters: torch's thread counts are per thread and process-wide
+state the rest of the suite also sets (tests/conftest.py). The children are forks of the suite's
+preloaded interpreter (tests/preload), which imported torch with one OpenMP thread and never ran
+a parallel region: like a fresh interpreter, a child starts with no OpenMP team and torch's
+counts unset for its threads.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import textwrap
 
 import pytest
 
+from tests.preload import python_argv
 from tests.timeouts import SUBPROCESS_S
 from workbench.core.training.cpu_threads import use_worker_threads
 
@@ -20,7 +23,7 @@ from workbench.core.training.cpu_threads import use_worker_threads
 def run_python(code: str) -> str:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=SUBPROCESS_S, env=env
+        python_argv("-c", textwrap.dedent(code)), capture_output=True, text=True, timeout=SUBPROCESS_S, env=env
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
