@@ -141,3 +141,19 @@ def test_a_queued_trial_is_taken_under_the_write_lock(tmp_path: Path) -> None:
         other.execute("ROLLBACK")
     finally:
         other.close()
+
+
+def test_a_candidate_that_runs_out_of_time_measures_where_it_ended_and_leaves_no_loader_workers() -> None:
+    """The seconds budget ends between validations: the candidate is validated once more where it stopped,
+    with the run's validation loader, whose persistent workers that pass starts again and then ends."""
+    import multiprocessing
+
+    from workbench.core.advisor.sweep_trial import train_candidate
+
+    before = {p.pid for p in multiprocessing.active_children()}
+    cfg = TrainConfig(batch_size=16, device="cpu", seed=0, num_workers=1, val_fraction=0.25, plan=FreezePlan().to_dict())
+    outcome = train_candidate(cfg, eval_every=10_000, steps=None, seconds=1e-9, model_factory=_net, dataset=_data(),
+                              loss_fn=nn.CrossEntropyLoss())
+    assert outcome.status == "completed", outcome.message
+    assert outcome.metric is not None and outcome.curve and outcome.curve[-1][0] == outcome.steps
+    assert {p.pid for p in multiprocessing.active_children()} - before == set()

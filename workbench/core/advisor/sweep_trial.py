@@ -34,6 +34,7 @@ from workbench.core.errors import WorkbenchError, first_line
 from workbench.core.plan import FreezePlan
 from workbench.core.training import setup as build
 from workbench.core.training.config import TrainConfig
+from workbench.core.training.data import stop_loader_workers
 from workbench.core.training.data_common import DataError
 from workbench.core.training.data_sources import make_dataset
 from workbench.core.training.engine import Trainer
@@ -318,6 +319,7 @@ def train_candidate(
     if out_of_time.is_set() and trainer.val_loader is not None and trainer.model is not None:
         # the time budget ended between validations: measure where it ended
         v = evaluate(trainer.model, trainer.val_loader, trainer.loss_fn, trainer.device, metric=trainer.metric)
+        stop_loader_workers(trainer.val_loader)  # the run had ended them; this pass started them again
         outcome.metric, outcome.val_loss = metric_of(v, loss_objective), v.loss
         if outcome.metric is not None:
             outcome.curve.append((result.steps, outcome.metric))
