@@ -24,6 +24,7 @@ Text models: :func:`synthetic_for_model` (token ids within the model's vocabular
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections.abc import Callable, Sized
 from pathlib import Path
@@ -720,11 +721,14 @@ def stop_loader_workers(loader: DataLoader[Any] | None, iterator: object = None)
     Args:
         loader: a loader, or None.
         iterator: an iterator over it still referenced elsewhere (a run's current one), or None.
+
+    Never raises: it is clean-up, run when a run ends however it ended.
     """
     for it in (iterator, getattr(loader, "_iterator", None)):
         shutdown = getattr(it, "_shutdown_workers", None)
         if shutdown is not None:
-            shutdown()
+            with contextlib.suppress(Exception):  # clean-up: a worker already gone is not the run's failure
+                shutdown()
     if loader is not None and getattr(loader, "_iterator", None) is not None:
         loader._iterator = None
 
