@@ -714,7 +714,7 @@ def stop_loader_workers(loader: DataLoader[Any] | None, iterator: object = None)
     garbage collector (a run's trainer sits in reference cycles), the iterator is finalized
     after its queues' own finalizers have stopped their feeder threads: each worker never gets
     the message to stop and is killed after torch's 5 s join timeout, 10 s for two workers, on
-    whichever thread happened to collect them (the app's GUI thread, say). Lightning ends its
+    whichever thread happened to collect them (a notebook cell that runs long after the run, say). Lightning ends its
     loaders' workers the same way when a loop ends. The loader stays usable: the next
     ``iter()`` starts new workers.
 
