@@ -714,9 +714,9 @@ def stop_loader_workers(loader: DataLoader[Any] | None, iterator: object = None)
     garbage collector (a run's trainer sits in reference cycles), the iterator is finalized
     after its queues' own finalizers have stopped their feeder threads: each worker never gets
     the message to stop and is killed after torch's 5 s join timeout, 10 s for two workers, on
-    whichever thread happened to collect them (a notebook cell that runs long after the run, say). Lightning ends its
-    loaders' workers the same way when a loop ends. The loader stays usable: the next
-    ``iter()`` starts new workers.
+    whichever thread happened to collect them (a notebook cell long after the run, say).
+    Lightning ends its loaders' workers the same way when a loop ends. The loader stays usable:
+    the next ``iter()`` starts new workers.
 
     Args:
         loader: a loader, or None.
