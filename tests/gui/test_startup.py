@@ -425,6 +425,7 @@ def test_a_start_with_a_description_ends_on_the_live_tree(tmp_path: Path, resnet
     events = [line.split()[1] for line in proc.stderr.splitlines() if line.startswith("startup: ")]
     assert events[:2] == ["first-paint", "cached-tree"] and events[-1] == "tree"
     assert "model: resnet18, 11,689,512 parameters" in proc.stdout
+    assert "Unsaved changes" not in proc.stderr  # nothing was edited: closing asks nothing
     assert tree_cache.read_tree("torchvision", "resnet18", folder=tmp_path / "cache") is not None
     assert path.is_file()
 

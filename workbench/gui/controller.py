@@ -250,7 +250,8 @@ class Controller(QObject):
         elif same:
             new = self.plan.copy()
             new.model = dict(loaded.spec)
-            self._meta_dirty = self._meta_dirty or new.model != self.plan.model
+            # the described model's block as loaded (its fingerprint, its weights) is no edit of the user's
+            self._meta_dirty = self._meta_dirty or (not described and new.model != self.plan.model)
             self.plan = new
             kind = "model"
         else:
