@@ -128,6 +128,18 @@ def test_wheel_contains_every_resource(wheel):
     assert "[console_scripts]\nworkbench = workbench.cli:main" in text
 
 
+def test_building_again_over_the_last_build_warns_of_nothing(wheel):
+    """A build in a folder that holds an earlier build's ``*.egg-info`` (an editable install's checkout)
+    reads that manifest: with setuptools' ``include-package-data``, every data folder under
+    resources/ (plans, trees, icons/hicolor) was then reported as a package missing from ``packages``."""
+    src = wheel.parent.parent / "src"
+    assert list(src.glob("*.egg-info")), "the first build left no egg-info: this test checks nothing"
+    r = subprocess.run([sys.executable, "-c", "from setuptools import build_meta as b; b.build_wheel('again')"],
+                       capture_output=True, text=True, cwd=src)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Warning" not in r.stdout + r.stderr, r.stdout + r.stderr
+
+
 def test_pyproject_lists_every_package():
     """pyproject.toml lists packages explicitly (workbench.resources maps to resources/): none missing."""
     import tomllib
