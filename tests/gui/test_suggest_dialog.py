@@ -213,6 +213,37 @@ def test_cancel_stops_after_the_current_candidate(qtbot: Any, window: MainWindow
     assert d.cancel_button.isHidden() and d.measure_button.isEnabled()
 
 
+def test_a_new_budget_alone_is_chosen_again_at_once_and_keeps_the_measured_rows(qtbot: Any, window: MainWindow,
+                                                                                 monkeypatch: Any) -> None:
+    import workbench.gui.advisor.dialog as dialog_module
+
+    real, budgets = dialog_module.advise, []
+    monkeypatch.setattr(dialog_module, "advise", lambda model, budget, *a, **k: budgets.append(budget) or
+                        real(model, budget, *a, **k))
+    d = _ready(qtbot, _load_small(qtbot, window))  # the device's budget: full fine-tuning fits
+    roomy = d.advice
+    assert roomy is not None and roomy.chosen is not None and len(budgets) == 1
+    results = {i: Measured(roomy.assessed[i].memory.peak + 1_000_000, 1.0, 5.0, "peak RSS growth", (1.0, 1.0), 3)
+               for i in roomy.front}
+    _fake_measure(monkeypatch, results)
+    assert d.measure()
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_RUN_S))
+    d.budget.setText("16MB")
+    assert d.suggest() and not d.busy  # no profiling: chosen at once
+    tight = d.advice
+    assert tight is not None and len(budgets) == 1 and tight.budget_bytes == parse_size("16MB")
+    assert tight.chosen is not None and tight.chosen != roomy.chosen and "Chosen again" in d.status.text()
+    assert d.selected() is tight.assessed[tight.chosen]
+    for row, i in enumerate(tight.front):  # the measurements stay; what fits follows the new budget
+        assert _cell(d, row, COLUMNS.index("measured peak")).text() == fmt_memory(results[i].peak_bytes)
+        assert _cell(d, row, COLUMNS.index("fits")).text() == ("yes" if tight.assessed[i].memory.peak <= tight.budget_bytes
+                                                               else "no")
+    d.batch.setValue(d.batch.value() * 2)  # another input: profiled again, measured rows gone
+    assert d.suggest() and d.busy
+    qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
+    assert len(budgets) == 2 and d.advice is not None and d.measured_rows() == 0
+
+
 def test_measured_columns_read_the_measurement_not_the_prediction(qtbot: Any, window: MainWindow,
                                                                    monkeypatch: Any) -> None:
     d = _ready(qtbot, _load_small(qtbot, window), "16MB")

@@ -118,6 +118,7 @@ class Advice:
         settings: the optimizer, amp, device type and weight dtype the predictions are for.
         auto_freeze: ``train --auto-freeze`` predicted (full fine-tuning's peak, the step time
             falling as front blocks freeze), or None where the model has no blocks to freeze.
+        weight_bytes: the model's own weights and buffers, which any budget must hold.
     """
 
     budget_bytes: int
@@ -127,6 +128,7 @@ class Advice:
     input_shape: InputShape
     settings: dict[str, Any] = field(default_factory=dict)
     auto_freeze: AutoFreezeOption | None = None
+    weight_bytes: int = 0
 
     @property
     def front_assessed(self) -> list[Assessment]:
@@ -137,6 +139,29 @@ class Advice:
     def smallest_peak(self) -> int:
         """The lowest predicted peak of any candidate: the smallest memory that could work."""
         return min(a.memory.peak for a in self.assessed)
+
+    def for_budget(self, budget_bytes: int) -> Advice:
+        """The same advice for another budget, without profiling the model again.
+
+        The candidates, their predictions and any measurements do not depend on the budget; only
+        which of them fit and the choice do, and those are redone here.
+
+        Args:
+            budget_bytes: the new memory budget.
+
+        Returns:
+            A new advice; this one is not changed (the assessments are copies, their
+            :attr:`~Assessment.measured` kept).
+
+        Raises:
+            AdvisorError: the budget is below the model's own weights (as :func:`advise`).
+        """
+        _check_budget(budget_bytes, self.weight_bytes, self.smallest_peak)
+        assessed = [replace(a, fits=a.memory.peak <= budget_bytes) for a in self.assessed]
+        af = self.auto_freeze
+        return replace(self, budget_bytes=budget_bytes, assessed=assessed,
+                       chosen=choose([a.point for a in assessed], budget_bytes),
+                       auto_freeze=replace(af, fits=af.peak_bytes <= budget_bytes) if af is not None else None)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON contract: the front candidates and the index of the chosen one among them.
@@ -277,12 +302,7 @@ def advise(
                                    cached_step_ratio=cached / full_flops if cached is not None and full_flops else None,
                                    cache_row_bytes=cache_row_bytes(prof, names)))
     weights = profile.param_bytes + profile.buffer_bytes
-    if budget_bytes < weights:
-        smallest = min(a.memory.peak for a in assessed)
-        raise AdvisorError(
-            f"a budget of {fmt_bytes(budget_bytes)} is below the model's own weights ({fmt_bytes(weights)}); "
-            f"the smallest plan needs about {fmt_bytes(smallest)} ({smallest} bytes): give at least that much"
-        )
+    _check_budget(budget_bytes, weights, min(a.memory.peak for a in assessed))
     return Advice(
         budget_bytes=budget_bytes,
         assessed=assessed,
@@ -293,7 +313,17 @@ def advise(
                   "param_dtype": str(param_dtype).removeprefix("torch.") if param_dtype is not None else None},
         auto_freeze=auto_freeze_option(model, profile, budget_bytes, optimizer=optimizer, amp=amp,
                                        device_type=device_type, max_fraction=auto_freeze_max),
+        weight_bytes=weights,
     )
+
+
+def _check_budget(budget_bytes: int, weight_bytes: int, smallest_peak: int) -> None:
+    """Refuse a budget below the model's own weights, naming the smallest memory that could work."""
+    if budget_bytes < weight_bytes:
+        raise AdvisorError(
+            f"a budget of {fmt_bytes(budget_bytes)} is below the model's own weights ({fmt_bytes(weight_bytes)}); "
+            f"the smallest plan needs about {fmt_bytes(smallest_peak)} ({smallest_peak} bytes): give at least that much"
+        )
 
 
 def predict_plan(

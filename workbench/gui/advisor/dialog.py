@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,7 @@ class SuggestDialog(QDialog):
         self._running = ""  # the id of the candidate training now
         self.trainer = TrainEach(self)
         self.advice: Advice | None = None
+        self._advised_for: tuple[weakref.ref[nn.Module], tuple[Any, ...]] | None = None  # the model and inputs of advice
         model = controller.model
         self._text = model is not None and _is_text(model)
 
@@ -332,6 +334,9 @@ class SuggestDialog(QDialog):
         device_type = self._device_type()
         lock = self._c.model_lock
         data = self._data_config()
+        inputs = (shape, optimizer, amp, device_type, auto_freeze_max, data)
+        if self._rechoose(model, inputs, budget):
+            return True
         if data is not None:
             from workbench.gui.training.code_confirm import confirm_task_code
 
@@ -346,7 +351,26 @@ class SuggestDialog(QDialog):
                               auto_freeze_max=auto_freeze_max)
 
         self.status.setText("Profiling the model on the meta device …")
+        self._advised_for = (weakref.ref(model), inputs)
         self._start(work, self._advice_done)
+        return True
+
+    def _rechoose(self, model: nn.Module, inputs: tuple[Any, ...], budget: int) -> bool:
+        """Only the budget changed since the advice shown: choose again from its predictions, at once.
+
+        Profiling again would give the same candidates and predictions (seconds for a large model)
+        and drop the measured rows; :meth:`Advice.for_budget` keeps them.
+        """
+        if self.advice is None or self._advised_for is None or self._advised_for != (weakref.ref(model), inputs):
+            return False
+        try:
+            advice = self.advice.for_budget(budget)
+        except WorkbenchError as e:
+            self._advice_done(None, str(e), "")
+            return True
+        self._advice_done(advice, "", "")
+        self.status.setText(f"{self.status.text()} Chosen again from the predictions already made (nothing "
+                            "but the budget changed).")
         return True
 
     def _data_config(self) -> TrainConfig | None:
@@ -384,7 +408,7 @@ class SuggestDialog(QDialog):
     def _advice_done(self, advice: Advice | None, error: str, details: str) -> None:
         self._finish()
         if advice is None:
-            self.advice = None
+            self.advice, self._advised_for = None, None
             self._fill()
             self.status.setText(error or "The advice failed.")
             return
