@@ -238,6 +238,12 @@ def test_a_new_budget_alone_is_chosen_again_at_once_and_keeps_the_measured_rows(
         assert _cell(d, row, COLUMNS.index("measured peak")).text() == fmt_memory(results[i].peak_bytes)
         assert _cell(d, row, COLUMNS.index("fits")).text() == ("yes" if tight.assessed[i].memory.peak <= tight.budget_bytes
                                                                else "no")
+    for bad in ("nan", "-1GB", "1e30GB", "\x00"):  # refused in one line; the advice shown stays
+        d.budget.setText(bad)
+        assert not d.suggest() and d.advice is tight and "not understood" in d.status.text()
+    d.budget.setText("99999999999999999999999TB")  # absurd but a size: everything fits, still no profiling
+    assert d.suggest() and not d.busy and len(budgets) == 1
+    assert d.advice is not None and all(a.fits for a in d.advice.assessed) and d.advice.chosen == roomy.chosen
     d.batch.setValue(d.batch.value() * 2)  # another input: profiled again, measured rows gone
     assert d.suggest() and d.busy
     qtbot.waitUntil(lambda: not d.busy, timeout=ms(GUI_WORKER_S))
