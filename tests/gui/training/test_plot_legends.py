@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from PySide6.QtGui import QFont, QFontMetricsF
+
 from tests.timeouts import GUI_EVENT_S, ms
 from workbench.core.runs.record import RunRecord
 from workbench.gui.training.plot_legends import GAP_PX
+from workbench.gui.training.plot_style import fit_title
 from workbench.gui.training.plots import PlotsPanel
 
 
@@ -64,20 +68,45 @@ def test_view_legends_off_hides_every_legend_whatever_the_room(qtbot: Any, shown
     assert panel.legends["memory"].shown()
 
 
-def test_a_long_title_is_cut_with_an_ellipsis_and_whole_in_its_tooltip(qtbot: Any, shown_plots: Any) -> None:
+def test_a_long_title_is_cut_with_an_ellipsis_keeps_its_unit_and_is_whole_in_its_tooltip(
+        qtbot: Any, shown_plots: Any) -> None:
     panel = _panel(shown_plots)
     label = panel.plots["trainable"].titleLabel
     whole = "Trainable parameters (M)"
     _resize(qtbot, panel, 640)
     assert panel.columns == 3 and panel.title_text("trainable") == whole
-    qtbot.waitUntil(lambda: label.text.endswith("…"), timeout=ms(GUI_EVENT_S))  # once the layout has its widths
-    assert whole.startswith(label.text[:-1]) and label.toolTip() == whole
+    qtbot.waitUntil(lambda: "…" in label.text, timeout=ms(GUI_EVENT_S))  # once the layout has its widths
+    head, unit = label.text.split("…")
+    assert unit == " (M)" and head and whole.startswith(head)  # the unit reads the axis: it stays
+    assert label.toolTip() == whole
     assert label.item.boundingRect().width() <= label.width()  # the text fits its plot
     # the memory title's tooltip says what it measures
     assert "RSS growth" in panel.plots["memory"].titleLabel.toolTip()
-    panel.set_log("trainable", True)  # " · log" is part of the whole title
-    assert label.text.endswith("…") and label.toolTip() == whole + " · log"
+    panel.set_log("trainable", True)  # " · log" is part of the whole title, and kept with the unit
+    assert label.text.endswith("… (M) · log") and label.toolTip() == whole + " · log"
+    assert label.item.boundingRect().width() <= label.width()
     panel.set_log("trainable", False)
     _resize(qtbot, panel, 1100)
     qtbot.waitUntil(lambda: label.text == whole, timeout=ms(GUI_EVENT_S))
     assert label.toolTip() == ""
+
+
+@pytest.mark.parametrize(("text", "room", "expect"), [
+    ("Trainable parameters (M)", 10_000, "Trainable parameters (M)"),  # fits: as it is
+    ("Trainable parameters (M)", 0.75, "Trainable par… (M)"),  # the name is cut, the unit kept
+    ("Step time (ms) · log", 0.85, "Step ti… (ms) · log"),
+    ("Validation pitch_accuracy", 0.5, None),  # no unit: cut at its end
+    ("Memory (MB, CPU)", 0.3, None),  # the unit alone is too wide: cut at its end
+])
+def test_fit_title_cuts_the_name_before_the_unit(qapp: Any, text: str, room: float, expect: str | None) -> None:
+    metrics = QFontMetricsF(QFont())
+    width = room if room > 1 else metrics.horizontalAdvance(text) * room
+    shown = fit_title(text, metrics, width)
+    assert metrics.horizontalAdvance(shown) <= width
+    if expect is not None and room > 1:
+        assert shown == expect
+    elif expect is not None:
+        head, tail = expect.split("…")
+        assert shown.endswith("…" + tail) and text.startswith(shown.split("…")[0])
+    else:
+        assert shown.endswith("…") and text.startswith(shown[:-1])

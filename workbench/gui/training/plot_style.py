@@ -6,7 +6,7 @@ from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtGui import QColor, QFontMetricsF, QPalette
 from PySide6.QtWidgets import QApplication, QGraphicsItem
 
 __all__ = ["clip_label", "is_dark", "pen", "plot_theme", "run_color"]
@@ -108,3 +108,26 @@ def pen(
     return pg.mkPen(c, width=width, style=style)
 
 
+
+
+def fit_title(text: str, metrics: QFontMetricsF, width: float) -> str:
+    """A plot's title cut to ``width`` pixels, its unit kept: the words before the first `` (``
+    end with "…" (``"Trainable par… (M)"``, ``"Step ti… (ms) · log"``), since the unit is what
+    reads the axis; a title whose unit alone is too wide is cut at its end.
+
+    Args:
+        text: the whole title.
+        metrics: the title font's metrics.
+        width: the room, in pixels.
+
+    Returns:
+        ``text`` itself when it fits, else the cut title.
+    """
+    if metrics.horizontalAdvance(text) <= width:
+        return text
+    head, sep, unit = text.partition(" (")
+    tail = sep + unit
+    room = width - metrics.horizontalAdvance(tail)
+    if sep and room >= metrics.horizontalAdvance(head[:3] + "…"):
+        return metrics.elidedText(head, Qt.TextElideMode.ElideRight, room) + tail
+    return metrics.elidedText(text, Qt.TextElideMode.ElideRight, width)

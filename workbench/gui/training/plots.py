@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import QEvent, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QTimer, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetricsF
 from PySide6.QtWidgets import (
     QApplication,
@@ -64,7 +64,7 @@ from workbench.gui.training.plot_readout import (
     shown_run_curves,
 )
 from workbench.gui.training.plot_specs import PlotContext, PlotSpec, plot_of_column
-from workbench.gui.training.plot_style import clip_label, is_dark, plot_theme, run_color
+from workbench.gui.training.plot_style import clip_label, fit_title, is_dark, plot_theme, run_color
 from workbench.gui.training.plot_toolbar import PlotsToolbar
 from workbench.gui.training.series import SeriesBuffer, lr_group_name
 
@@ -467,7 +467,8 @@ class PlotsPanel(QWidget):
 
     def _show_title(self, key: str, force: bool = True) -> None:
         """The title, cut with "…" where it is wider than the plot (three columns on a 1280-px
-        screen); the whole title is then in its tooltip, above what the plot measures.
+        screen), its unit kept (:func:`fit_title`); the whole title is then in its tooltip, above
+        what the plot measures.
 
         Args:
             key: the plot.
@@ -481,7 +482,7 @@ class PlotsPanel(QWidget):
             font = QFont(self.font())
             font.setPointSizeF(9)
             margins = 2 * label.item.document().documentMargin()  # the text item's own margins
-            shown = QFontMetricsF(font).elidedText(full, Qt.TextElideMode.ElideRight, width - margins - 1)
+            shown = fit_title(full, QFontMetricsF(font), width - margins - 1)
         if force or shown != label.text:
             self.plots[key].setTitle(shown, size="9pt", color=self._theme["title"])
             self.plots[key].layout.setRowFixedHeight(0, TITLE_ROW_PX)  # pyqtgraph's 30 px: a 9-pt line needs less
