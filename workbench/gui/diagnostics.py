@@ -22,9 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QEvent, Qt
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFrame,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -40,6 +42,7 @@ from PySide6.QtWidgets import (
 from workbench.core.checks.findings import SEVERITIES, Finding
 from workbench.gui.controller import Controller
 from workbench.gui.plan.cost_panel import DEFER_FINDINGS_ABOVE
+from workbench.gui.theme import muted_color, palette_changed
 
 __all__ = ["DiagnosticsPanel", "SOURCES"]
 
@@ -118,7 +121,12 @@ class DiagnosticsPanel(QWidget):
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.details.setMinimumHeight(self.details.fontMetrics().height() * 4)
         self.details.setAlignment(Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft)
-        self.details.setStyleSheet("background: palette(base); border: 1px solid palette(mid); padding: 4px")
+        # a box of the base colour, from the palette (a theme switched later recolours it)
+        self.details.setFrameShape(QFrame.Shape.StyledPanel)
+        self.details.setAutoFillBackground(True)
+        self.details.setBackgroundRole(QPalette.ColorRole.Base)
+        self.details.setForegroundRole(QPalette.ColorRole.Text)
+        self.details.setMargin(4)
 
         top = QHBoxLayout()
         top.addWidget(self.run_button)
@@ -279,11 +287,21 @@ class DiagnosticsPanel(QWidget):
                 item.setFlags(Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable)
                 self.table.setItem(row, col, item)
         self.table.resizeRowsToContents()
-        if not self.rows:
-            self.details.setText("<span style='color:#666'>No pitfalls: the plan freezes what it says, "
-                                 "and the checks that ran found nothing to fix.</span>")
-        else:
-            self.details.setText("<span style='color:#666'>Select a finding to see why it matters.</span>")
+        self.details.setText(self._hint())
+
+    def _hint(self) -> str:
+        """What the details box says when no finding is selected, in the palette's secondary colour."""
+        text = ("No pitfalls: the plan freezes what it says, and the checks that ran found nothing to fix."
+                if not self.rows else "Select a finding to see why it matters.")
+        return f"<span style='color:{muted_color(self.palette())}'>{text}</span>"
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if palette_changed(event):
+            if self.table.selectedIndexes():  # the details' secondary text, in the new colours
+                self._show_details()
+            else:
+                self.details.setText(self._hint())
 
     def _known(self, path: str) -> bool:
         return bool(path) and self._c.tree is not None and path in self._c.tree.nodes
@@ -306,6 +324,7 @@ class DiagnosticsPanel(QWidget):
         esc = lambda t: (t or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
         self.details.setText(
             f"<b>{esc(f.path or '(model)')}</b>: {esc(f.message)}<br><b>Why:</b> {esc(f.why) or '–'}"
-            f"<br><b>Fix:</b> {esc(f.fix) or '–'}<br><span style='color:#666'>{esc(f.code)} · found by "
+            f"<br><b>Fix:</b> {esc(f.fix) or '–'}<br><span style='color:{muted_color(self.palette())}'>"
+            f"{esc(f.code)} · found by "
             f"{esc(SOURCES.get(source, source))}</span>"
         )

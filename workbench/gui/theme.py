@@ -4,19 +4,80 @@ the user made in View ▸ Theme (kept in the settings). The plots follow the pal
 The style is Fusion (:class:`FramedChecks`), with a light frame around check boxes on a dark
 base: Fusion frames them with a shade of the window colour, nearly black on a dark palette,
 so an empty box ("Structure only", "channels last", the tree's columns) is nearly invisible.
+
+Widgets that colour text themselves take the colours from the palette they are drawn with
+(:func:`tone`, :func:`muted_color`) and colour again when it changes (``changeEvent``), so a
+switch of theme leaves no light box in a dark window.
 """
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject, QSettings, Qt, Slot
+from PySide6.QtCore import QEvent, QObject, QSettings, Qt, Slot
 from PySide6.QtGui import QActionGroup, QColor, QGuiApplication, QPainter, QPalette
 from PySide6.QtWidgets import QApplication, QMenu, QProxyStyle, QStyle, QStyleFactory, QStyleOption, QWidget
 
-__all__ = ["THEMES", "FramedChecks", "add_theme_menu", "apply_theme", "dark_palette", "outline_dark_box", "saved_theme"]
+__all__ = [
+    "THEMES", "TONES", "FramedChecks", "add_theme_menu", "apply_theme", "dark_palette", "is_dark", "muted_color",
+    "outline_dark_box", "palette_changed", "saved_theme", "tone",
+]
 
 #: The choices: ``(key, menu text)``.
 THEMES: tuple[tuple[str, str], ...] = (("system", "Follow System"), ("light", "Light"), ("dark", "Dark"))
 _KEY = "view/theme"
+
+
+#: A message's colours, ``{kind: ((background, text) on a light palette, (background, text) on a dark one)}``.
+TONES: dict[str, tuple[tuple[str, str], tuple[str, str]]] = {
+    "ok": (("#e6f4ea", "#1a5e2a"), ("#1d3526", "#a8dcb5")),
+    "warn": (("#fff4e5", "#7a4a00"), ("#3a2c12", "#f2c57c")),
+    "error": (("#fdecea", "#8a1c1c"), ("#43201f", "#f4a7a3")),
+}
+
+
+def is_dark(palette: QPalette | None = None) -> bool:
+    """Whether a palette (default: the application's) is dark: its window colour is dark.
+
+    Args:
+        palette: the palette.
+
+    Returns:
+        True for a dark palette.
+    """
+    pal = palette if palette is not None else QApplication.palette()
+    return pal.color(QPalette.ColorRole.Window).lightness() < 128
+
+
+def palette_changed(event: QEvent) -> bool:
+    """Whether an event a widget's ``changeEvent`` gets is a change of its palette (its own or the
+    application's: a theme switched), after which it colours what it coloured itself again."""
+    return event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange)
+
+
+def tone(kind: str, palette: QPalette | None = None) -> tuple[str, str]:
+    """The background and text colours of a message of one kind, for a palette.
+
+    Args:
+        kind: ``"ok"``, ``"warn"`` or ``"error"`` (:data:`TONES`).
+        palette: the palette the message is drawn with (default: the application's).
+
+    Returns:
+        ``(background, text)``, colour names.
+    """
+    return TONES[kind][1 if is_dark(palette) else 0]
+
+
+def muted_color(palette: QPalette | None = None) -> str:
+    """The colour of secondary text in rich text (a hint, where a finding came from): the
+    palette's placeholder text, readable on its base in both themes.
+
+    Args:
+        palette: the palette (default: the application's).
+
+    Returns:
+        A colour name.
+    """
+    pal = palette if palette is not None else QApplication.palette()
+    return pal.color(QPalette.ColorRole.PlaceholderText).name()
 
 
 def dark_palette() -> QPalette:

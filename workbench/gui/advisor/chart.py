@@ -10,8 +10,6 @@ pyqtgraph SI factor such as ``(x1e+09)`` on top.
 
 from __future__ import annotations
 
-import math
-
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPen
@@ -20,6 +18,7 @@ from PySide6.QtWidgets import QWidget
 from workbench.core.advisor.advice import Advice
 from workbench.core.advisor.front import pareto_front
 from workbench.core.formatting import fmt_bytes, fmt_count
+from workbench.gui.training.plot_canvas import DecadeTicks
 
 __all__ = ["FrontChart"]
 
@@ -32,23 +31,6 @@ def _unit(nbytes: int) -> tuple[str, float]:
     return ("GB", 1e9) if nbytes >= 2 * 10**9 else ("MB", 1e6)
 
 
-class _DecadeAxis(pg.AxisItem):
-    """A log-scale count axis labelled at the decades (``100k``, ``1M``, ``10M``), and at 2 and 5
-    times them (``200k``, ``500k``) when the axis spans less than two decades."""
-
-    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
-        if not self.logMode:
-            return super().tickStrings(values, scale, spacing)
-        lo, hi = self.range
-        marks = (1.0,) if hi - lo >= 2 else (1.0, 2.0, 5.0)
-
-        def label(v: float) -> str:
-            mantissa = 10 ** (v - math.floor(v + 1e-9))
-            return fmt_count(int(round(10**v))) if any(abs(mantissa - m) < 1e-3 * m for m in marks) else ""
-
-        return [label(v) for v in values]
-
-
 class FrontChart(pg.PlotWidget):
     """Memory (x) against trainable parameters (y, log scale) of an advice's candidates.
 
@@ -59,7 +41,7 @@ class FrontChart(pg.PlotWidget):
     """
 
     def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent, axisItems={"left": _DecadeAxis("left")})
+        super().__init__(parent, axisItems={"left": DecadeTicks("left", lambda v: fmt_count(int(round(v))))})
         self.setBackground(None)
         self.setLogMode(x=False, y=True)
         self.showGrid(x=True, y=True, alpha=0.2)

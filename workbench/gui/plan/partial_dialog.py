@@ -28,6 +28,7 @@ from workbench.core.plan.partial_spec import PartialSpec
 from workbench.gui import dialogs
 from workbench.gui.controller import Controller
 from workbench.gui.plan import edits as plan_edits
+from workbench.gui.theme import tone
 
 __all__ = ["PartialDialog", "edit_partial", "format_ranges", "parse_ranges"]
 
@@ -103,7 +104,7 @@ class PartialDialog(QDialog):
         self.preview.setWordWrap(True)
         self.problem = QLabel(self)
         self.problem.setWordWrap(True)
-        self.problem.setStyleSheet("color: #b00020")
+        self.problem.setStyleSheet(f"color: {tone('error', self.palette())[1]}")  # the theme's error text
 
         intro = QLabel(
             "Only the ranges below train; the rest of the tensor stays frozen and gets no gradient "

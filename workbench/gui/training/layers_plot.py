@@ -3,7 +3,8 @@
 The tree's live columns show the latest measurement; this plot shows how it went, one curve
 per top-level module (children of the root) on a log scale, from the run controller's
 :class:`~workbench.core.training.module_stats.ModuleStatsHistory`. It redraws when a
-measurement arrives (at most one a batch of metrics) and only while it is shown.
+measurement arrives (at most one a batch of metrics) and only while it is shown, and follows
+the window's palette (View ▸ Theme) as the training plots do.
 """
 
 from __future__ import annotations
@@ -12,9 +13,12 @@ from typing import Any
 
 import numpy as np
 import pyqtgraph as pg
+from PySide6.QtCore import QEvent
 from PySide6.QtGui import QColor
 from PySide6.QtWidgets import QApplication, QComboBox, QHBoxLayout, QLabel, QMenu, QVBoxLayout, QWidget
 
+from workbench.gui.theme import palette_changed
+from workbench.gui.training.plot_canvas import DecadeTicks
 from workbench.gui.training.plots import is_dark, plot_theme, run_color
 from workbench.gui.training.run_controller import RunController
 
@@ -47,17 +51,20 @@ class LayersPlot(QWidget):
         top.addWidget(QLabel("Show", self))
         top.addWidget(self.quantity)
         top.addWidget(self.note, 1)
-        theme = plot_theme(is_dark(self.palette()))
         before = set(QApplication.topLevelWidgets())
-        self.plot = pg.PlotWidget(self, background=theme["background"], enableMenu=False)  # no menu built to drop
+        self.plot = pg.PlotWidget(self, enableMenu=False, axisItems={"left": DecadeTicks("left")})  # no menu to drop
         for w in QApplication.topLevelWidgets():  # pyqtgraph's context menus: destroyed with this tab
             if isinstance(w, QMenu) and w not in before:
                 w.setParent(self, w.windowFlags())
         self.plot.setLogMode(y=True)
         self.plot.showGrid(x=True, y=True, alpha=0.2)
         self.plot.setLabel("bottom", "step")
+        for side in ("left", "bottom"):  # the ticks carry the values: no "(x0.001)" after the names
+            self.plot.getAxis(side).enableAutoSIPrefix(False)
         self.plot.setMenuEnabled(False)
-        self.legend = self.plot.addLegend(offset=(-10, 10), labelTextColor=theme["text"], brush=theme["legend"])
+        self.legend = self.plot.addLegend(offset=(-10, 10))
+        self.dark = False
+        self.apply_theme()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(6, 6, 6, 6)
         layout.addLayout(top)
@@ -67,6 +74,28 @@ class LayersPlot(QWidget):
         self.quantity.currentIndexChanged.connect(lambda _i: self._changed(reset=True))
         runs.moduleStatsReceived.connect(lambda _s: self._changed())
         self._changed(reset=True)
+
+    def apply_theme(self, dark: bool | None = None) -> None:
+        """Colour the plot for a light or dark palette, as the training plots are (:func:`plot_theme`).
+
+        Args:
+            dark: dark colours; default: whether the tab's palette is dark.
+        """
+        self.dark = is_dark(self.palette()) if dark is None else dark
+        theme = plot_theme(self.dark)
+        self.plot.setBackground(theme["background"])
+        for side in ("left", "bottom"):
+            self.plot.getAxis(side).setTextPen(theme["text"])
+            self.plot.getAxis(side).setPen(theme["axis"])
+        self.legend.setBrush(theme["legend"])
+        self.legend.setLabelTextColor(theme["text"])  # the entries added later ...
+        for _sample, label in self.legend.items:  # ... and those shown now, drawn again in it
+            label.setText(label.text)
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if palette_changed(event) and is_dark(self.palette()) != self.dark:
+            self.apply_theme()
 
     def _changed(self, reset: bool = False) -> None:
         if reset:
@@ -100,7 +129,15 @@ class LayersPlot(QWidget):
             y = np.asarray(series[path], dtype=float)
             keep = np.isfinite(y) & (y > 0)  # a log axis: zero and missing values are left out
             curve.setData(np.asarray(history.steps[path], dtype=float)[keep], y[keep])
-        n = sum(len(v) for v in history.steps.values())
+        steps = [x for v in history.steps.values() for x in v]
+        axis = self.plot.getAxis("bottom")
+        if steps and max(steps) - min(steps) < 1:  # one measured step: a step either side, whole steps ticked
+            self.plot.setXRange(min(steps) - 1, max(steps) + 1, padding=0)
+            axis.setTickSpacing(1, 1)
+        else:
+            axis.setTickSpacing()  # pyqtgraph's own again
+            self.plot.enableAutoRange(axis="x")
+        n = len(steps)
         self.note.setText(
             "" if n else "Start a run: the modules' figures are measured every few steps while it trains."
         )

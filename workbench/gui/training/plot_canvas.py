@@ -1,11 +1,12 @@
 """The plots' canvas (it adds up the CPU time its paints take, for the drawing budget), the
 plot of one :class:`~workbench.gui.training.plot_specs.PlotSpec` row, its crosshair line, and
-an axis whose tick labels keep to three significant digits."""
+an axis whose tick labels keep to three significant digits, and a log axis labelled at its decades."""
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyqtgraph as pg
@@ -15,7 +16,7 @@ from PySide6.QtWidgets import QGraphicsItem, QWidget
 from workbench.gui.training.plot_specs import PlotSpec
 from workbench.gui.training.plot_style import clip_label, pen
 
-__all__ = ["ShortTicks", "TimedGraphics", "crosshair_line", "make_plot", "short_number"]
+__all__ = ["DecadeTicks", "ShortTicks", "TimedGraphics", "crosshair_line", "make_plot", "short_number"]
 
 
 def short_number(v: float, decimals: int = 1) -> str:
@@ -47,6 +48,33 @@ class ShortTicks(pg.AxisItem):
     def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
         step = math.floor(math.log10(abs(spacing * scale))) if spacing * scale else 0
         return [short_number(v * scale, _decimals(v * scale, step)) for v in values]
+
+
+class DecadeTicks(pg.AxisItem):
+    """A log-scale axis labelled at the decades (``0.001``, ``0.01``; ``100k``, ``1M``), and at 2 and
+    5 times them when it spans less than two decades: pyqtgraph labels every minor tick from 2 to 9
+    there, and on a vertical axis ``0.009``, ``0.008``, ``0.007`` overlap. Linear: pyqtgraph's labels.
+
+    Args:
+        orientation: ``"left"``, ``"bottom"``, ...
+        fmt: the label of a value (default :func:`short_number`).
+    """
+
+    def __init__(self, orientation: str, fmt: Callable[[float], str] = short_number, **kwargs: Any) -> None:
+        super().__init__(orientation, **kwargs)
+        self._fmt = fmt
+
+    def tickStrings(self, values: list[float], scale: float, spacing: float) -> list[str]:
+        if not self.logMode:
+            return super().tickStrings(values, scale, spacing)
+        lo, hi = self.range
+        marks = (1.0,) if hi - lo >= 2 else (1.0, 2.0, 5.0)
+
+        def label(v: float) -> str:
+            mantissa = 10 ** (v - math.floor(v + 1e-9))
+            return self._fmt(float(10**v)) if any(abs(mantissa - m) < 1e-3 * m for m in marks) else ""
+
+        return [label(v) for v in values]
 
 
 def _decimals(v: float, step: int) -> int:

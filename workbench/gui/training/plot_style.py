@@ -6,8 +6,10 @@ from typing import Any
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QColor, QFontMetricsF, QPalette
-from PySide6.QtWidgets import QApplication, QGraphicsItem
+from PySide6.QtGui import QColor, QFontMetricsF
+from PySide6.QtWidgets import QGraphicsItem
+
+from workbench.gui.theme import is_dark
 
 __all__ = ["clip_label", "is_dark", "pen", "plot_theme", "run_color"]
 
@@ -27,19 +29,6 @@ def run_color(index: int) -> QColor:
         The colour.
     """
     return QColor(*_PALETTE[index % len(_PALETTE)])
-
-
-def is_dark(palette: QPalette | None = None) -> bool:
-    """Whether a palette (default: the application's) is dark: its window colour is dark.
-
-    Args:
-        palette: the palette.
-
-    Returns:
-        True for a dark palette.
-    """
-    pal = palette if palette is not None else QApplication.palette()
-    return pal.color(QPalette.ColorRole.Window).lightness() < 128
 
 
 def plot_theme(dark: bool) -> dict[str, Any]:

@@ -44,6 +44,7 @@ from PySide6.QtWidgets import (
 from workbench.core.runs.record import RunRecord
 from workbench.core.runs.text import validation_text
 from workbench.gui.qt_compat import protect_none_refcount
+from workbench.gui.theme import palette_changed
 from workbench.gui.training import plot_grid, plot_specs
 from workbench.gui.training.plot_axes import PlotAxes
 from workbench.gui.training.plot_bands import PauseBands
@@ -515,8 +516,7 @@ class PlotsPanel(QWidget):
 
     def changeEvent(self, event: QEvent) -> None:
         super().changeEvent(event)
-        if (event.type() in (QEvent.Type.PaletteChange, QEvent.Type.ApplicationPaletteChange)
-                and is_dark(self.palette()) != self.dark):
+        if palette_changed(event) and is_dark(self.palette()) != self.dark:
             self.apply_theme()
 
     def _rebuild_legends(self) -> None:

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QStandardPaths, Qt, QTimer, Signal
-from PySide6.QtGui import QColor, QIcon, QPixmap
+from PySide6.QtGui import QColor, QIcon, QPalette, QPixmap
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QFormLayout,
@@ -276,7 +276,7 @@ class RunsPanel(QWidget):
         editor.addRow("Notes", self.notes_edit)
         self.note = QLabel(self)
         self.note.setWordWrap(True)
-        self.note.setStyleSheet("color: #666")
+        self.note.setForegroundRole(QPalette.ColorRole.PlaceholderText)  # secondary text, in either theme
         self.use_plan_button = QPushButton("Use Plan", self)
         self.use_plan_button.setToolTip("Make the selected run's starting plan the window's plan (undoable)")
         self.use_plan_button.clicked.connect(self._use_plan)

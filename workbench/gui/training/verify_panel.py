@@ -16,12 +16,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QEvent, Qt, Signal
 from PySide6.QtGui import QColor, QIcon
 from PySide6.QtWidgets import QHeaderView, QLabel, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from workbench.core.runs.record import RunRecord
 from workbench.gui.icons import dot_icon
+from workbench.gui.theme import palette_changed, tone
 
 __all__ = ["EMPTY_TEXT", "STATUS_COLORS", "VerifyPanel", "status_icon"]
 
@@ -90,6 +91,22 @@ class VerifyPanel(QWidget):
         self.status: dict[str, str] = {}
         #: the report passed (True), failed (False), or there is none or nothing trained (None)
         self.ok: bool | None = None
+        #: the banner's colours: ``"ok"``, ``"warn"`` or ``"error"`` (:data:`~workbench.gui.theme.TONES`), or None
+        self.banner_tone: str | None = None
+
+    def _style_banner(self) -> None:
+        """Colour the banner for its tone, in the colours of the palette it is drawn with."""
+        style = ""
+        if self.banner_tone is not None:
+            background, text = tone(self.banner_tone, self.palette())
+            style = f"background:{background}; color:{text}; border-radius:4px"
+        if style != self.banner.styleSheet():
+            self.banner.setStyleSheet(style)
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if palette_changed(event):
+            self._style_banner()  # a theme switched with a report shown
 
     def clear(self) -> None:
         """Show no report (a new model: the old model's modules are not listed)."""
@@ -118,7 +135,8 @@ class VerifyPanel(QWidget):
         if report is None:
             self.ok = None
             self.banner.setText(title or "No verification.")
-            self.banner.setStyleSheet("")
+            self.banner_tone = None
+            self._style_banner()
             return
         self.ok = bool(report.get("ok"))
         checked = report.get("checked") or {}
@@ -133,13 +151,13 @@ class VerifyPanel(QWidget):
         if report.get("trained") is False and self.ok:  # never "OK": nothing trained
             self.ok = None
             head = "⚠ Nothing trained: the run took no optimizer step (frozen tensors as planned)"
-            style = "background:#fff4e5; color:#7a4a00; border-radius:4px"
+            self.banner_tone = "warn"
         elif self.ok:
             head = "✔ Verify OK: frozen tensors bit-identical, eval-BatchNorm statistics unchanged"
             if warnings:
                 head += (f" ({len(warnings)} trainable tensor{'s' if len(warnings) != 1 else ''} "
                          "did not train as expected: see below)")
-            style = "background:#e6f4ea; color:#1a5e2a; border-radius:4px"
+            self.banner_tone = "ok"
         else:
             parts = []
             if len(errors) > len(untrained_errors):
@@ -149,9 +167,9 @@ class VerifyPanel(QWidget):
                 n = len(untrained_errors)
                 parts.append(f"{n} trainable tensor{'s' if n != 1 else ''} did not train")
             head = f"✘ Verify FAILED: {', '.join(parts)}"
-            style = "background:#fdecea; color:#8a1c1c; border-radius:4px"
+            self.banner_tone = "error"
         self.banner.setText(f"<b>{head}</b><br>{title + ': ' if title else ''}{what}.")
-        self.banner.setStyleSheet(style)
+        self._style_banner()
         details: dict[str, list[str]] = {}
         worst: dict[str, tuple[int, str]] = {}  # per module: its worst finding's rank and kind
         for v in violations:
