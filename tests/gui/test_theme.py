@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtGui import QColor, QPalette
+from PySide6.QtGui import QColor, QImage, QPalette
 from PySide6.QtWidgets import QApplication
 
 from tests.timeouts import GUI_EVENT_S, ms
+from workbench.core.advisor.sweep_report import SweepReport, SweepRow
 from workbench.core.training.module_stats import ModuleStats
 from workbench.gui import settings as app_settings
+from workbench.gui.advisor.sweep_chart import SweepChart, write_chart
 from workbench.gui.main_window import MainWindow
-from workbench.gui.theme import TONES, apply_theme, saved_theme, tone
+from workbench.gui.theme import TONES, apply_theme, dark_palette, saved_theme, tone
 from workbench.gui.training.plot_style import is_dark, plot_theme
 
 
@@ -105,6 +108,27 @@ def test_messages_boxes_and_hints_take_the_new_themes_colours(window: MainWindow
         app_settings.settings().remove("view/theme")
         app.setPalette(before)
         verify.clear()
+
+
+def test_the_sweep_chart_is_dark_in_a_dark_palette_and_its_png_light(qtbot: Any, tmp_path: Path) -> None:
+    rows = [SweepRow(id=f"c{i}", name=f"plan {i}", lr=1e-3, status="completed", metric=0.5 + i / 10, time_s=1.0 + i,
+                     peak_bytes=(10 + i) * 10**6, on_time_front=True, on_memory_front=True) for i in range(3)]
+    report = SweepReport(rows=rows, recommended=1)
+    chart = SweepChart()
+    qtbot.addWidget(chart)
+    chart.resize(600, 300)
+    chart.set_report(report)
+
+    def corner(image: QImage) -> QColor:
+        return image.pixelColor(2, 2)
+
+    chart.setPalette(dark_palette())
+    assert corner(chart.grab().toImage()).lightness() < 64
+    chart.setPalette(QApplication.style().standardPalette())
+    assert corner(chart.grab().toImage()).lightness() > 240
+    chart.setPalette(dark_palette())  # the file is a document: light whatever the window's theme
+    png = write_chart(report, tmp_path / "chart.png", size=(600, 300))
+    assert corner(QImage(str(png))).lightness() > 240
 
 
 def test_apply_theme_refuses_an_unknown_theme() -> None:

@@ -20,15 +20,23 @@ from PySide6.QtGui import QBrush, QColor, QImage, QPainter, QPen
 from PySide6.QtWidgets import QApplication, QWidget
 
 from workbench.core.advisor.sweep_report import SweepReport, SweepRow
+from workbench.gui.theme import is_dark
 
 __all__ = ["SweepChart", "paint_report", "write_chart"]
 
 _SIZE = (1200, 520)
 
 
-def _colors() -> dict[str, QColor]:
-    return {"front": QColor(31, 119, 180), "chosen": QColor(214, 39, 40), "other": QColor(120, 120, 120),
-            "pruned": QColor(170, 170, 170), "axis": QColor(60, 60, 60), "grid": QColor(225, 225, 225)}
+def _colors(dark: bool = False) -> dict[str, QColor]:
+    """The chart's colours on a light background (the PNG ``workbench sweep`` writes) or on a dark one
+    (the dialog in a dark theme)."""
+    if dark:
+        return {"background": QColor(30, 31, 34), "front": QColor(86, 156, 214), "chosen": QColor(240, 90, 90),
+                "other": QColor(150, 150, 150), "pruned": QColor(105, 105, 105), "axis": QColor(204, 204, 204),
+                "grid": QColor(58, 60, 64)}
+    return {"background": QColor(255, 255, 255), "front": QColor(31, 119, 180), "chosen": QColor(214, 39, 40),
+            "other": QColor(120, 120, 120), "pruned": QColor(170, 170, 170), "axis": QColor(60, 60, 60),
+            "grid": QColor(225, 225, 225)}
 
 
 def _nice(lo: float, hi: float, *, floor: float | None = None) -> tuple[float, float, list[float]]:
@@ -62,8 +70,7 @@ def _tick(v: float) -> str:
     return f"{v:.4g}" if abs(v) > 1e-12 else "0"
 
 
-def _panel(p: QPainter, r: QRectF, report: SweepReport, by: str, title: str) -> None:
-    c = _colors()
+def _panel(p: QPainter, r: QRectF, report: SweepReport, by: str, title: str, c: dict[str, QColor]) -> None:
     p.setBrush(QBrush())  # outlines only, whatever the last point was filled with
     plot = QRectF(r.left() + 70, r.top() + 36, r.width() - 90, r.height() - 86)
     p.setPen(QPen(c["axis"]))
@@ -131,20 +138,22 @@ def _point(painter: QPainter, at: QPointF, row: SweepRow, on_front: bool, chosen
         painter.drawText(QPointF(x, at.y() - 8), label)
 
 
-def paint_report(p: QPainter, width: int, height: int, report: SweepReport) -> None:
+def paint_report(p: QPainter, width: int, height: int, report: SweepReport, *, dark: bool = False) -> None:
     """Draw both panels and the legend into ``painter`` over ``width`` x ``height`` pixels.
 
     Args:
         p: an active ``QPainter``.
         width / height: the area, in pixels.
         report: the sweep's report.
+        dark: dark colours (a dark theme's dialog); the PNG file is light.
     """
+    c = _colors(dark)
     p.setRenderHint(QPainter.RenderHint.Antialiasing)
-    p.fillRect(QRectF(0, 0, width, height), QColor(255, 255, 255))
+    p.fillRect(QRectF(0, 0, width, height), c["background"])
     half = width / 2
-    _panel(p, QRectF(0, 0, half, height - 24), report, "time", f"{report.objective} vs training time")
-    _panel(p, QRectF(half, 0, half, height - 24), report, "memory", f"{report.objective} vs peak memory")
-    p.setPen(QPen(QColor(60, 60, 60)))
+    _panel(p, QRectF(0, 0, half, height - 24), report, "time", f"{report.objective} vs training time", c)
+    _panel(p, QRectF(half, 0, half, height - 24), report, "memory", f"{report.objective} vs peak memory", c)
+    p.setPen(QPen(c["axis"]))
     p.drawText(QRectF(10, height - 24, width - 20, 20), Qt.AlignmentFlag.AlignLeft,
                "blue: Pareto front · red ring: recommended · grey: dominated · hollow: stopped early (pruned)")
 
@@ -182,7 +191,8 @@ def write_chart(report: SweepReport, path: str | os.PathLike[str], size: tuple[i
 
 
 class SweepChart(QWidget):
-    """The chart in a widget (the Suggest dialog's *Train each*), redrawn when the report changes."""
+    """The chart in a widget (the Suggest dialog's *Train each*), redrawn when the report changes, in
+    the colours of its palette (a theme switched repaints it)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -200,6 +210,6 @@ class SweepChart(QWidget):
             return
         painter = QPainter(self)
         try:
-            paint_report(painter, self.width(), self.height(), self.report)
+            paint_report(painter, self.width(), self.height(), self.report, dark=is_dark(self.palette()))
         finally:
             painter.end()
