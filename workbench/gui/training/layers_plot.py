@@ -9,6 +9,7 @@ the window's palette (View ▸ Theme) as the training plots do.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -22,8 +23,11 @@ from workbench.gui.training.plot_canvas import DecadeTicks
 from workbench.gui.training.plots import is_dark, plot_theme, run_color
 from workbench.gui.training.run_controller import RunController
 
-__all__ = ["LayersPlot", "QUANTITIES"]
+__all__ = ["MAX_CURVES", "LayersPlot", "QUANTITIES"]
 
+#: Most curves drawn: one colour each (``run_color`` has ten). A root with more children (a flat
+#: ``nn.Sequential`` of 300 layers) shows its largest; the tree's columns show every module.
+MAX_CURVES = 10
 #: What the plot can show: (key of ModuleStatsHistory, axis label).
 QUANTITIES: tuple[tuple[str, str], ...] = (
     ("update_ratio", "Update/weight ratio ‖Δw‖/‖w‖"),
@@ -47,6 +51,7 @@ class LayersPlot(QWidget):
             self.quantity.addItem(label, key)
         self.quantity.setToolTip("What each curve shows; both are measured every few steps while training")
         self.note = QLabel(self)
+        self.note.setWordWrap(True)  # two lines in a narrow panel, never a wider window
         top = QHBoxLayout()
         top.addWidget(QLabel("Show", self))
         top.addWidget(self.quantity)
@@ -115,7 +120,7 @@ class LayersPlot(QWidget):
         history = self._runs.module_history
         key = self.quantity.currentData() or "update_ratio"
         series = getattr(history, key)
-        paths = history.paths
+        paths = self._shown(history.paths, series)
         for path in [p for p in self.curves if p not in paths]:
             self.plot.removeItem(self.curves.pop(path))
             self.legend.removeItem(path)
@@ -137,7 +142,26 @@ class LayersPlot(QWidget):
         else:
             axis.setTickSpacing()  # pyqtgraph's own again
             self.plot.enableAutoRange(axis="x")
-        n = len(steps)
-        self.note.setText(
-            "" if n else "Start a run: the modules' figures are measured every few steps while it trains."
-        )
+        if not steps:
+            self.note.setText("Start a run: the modules' figures are measured every few steps while it trains.")
+        elif len(paths) < len(history.paths):
+            self.note.setText(f"{len(paths)} of {len(history.paths)} top-level modules, the largest with values; "
+                              "the tree's columns show all.")
+        else:
+            self.note.setText("")
+
+    def _shown(self, paths: list[str], series: dict[str, list[float]]) -> list[str]:
+        """The modules drawn, in the model's order: all of them, or the :data:`MAX_CURVES` with the
+        most parameters among those with a value the log axis can draw (a module whose gradients
+        vanish measures 0), the first in the model's order among equals."""
+        if len(paths) <= MAX_CURVES:
+            return paths
+        tree = self._runs.controller.tree
+        nodes = tree.nodes if tree is not None else {}
+
+        def rank(path: str) -> tuple[bool, int]:
+            drawn = any(math.isfinite(v) and v > 0 for v in series.get(path, ()))
+            return not drawn, -(nodes[path].total_params if path in nodes else 0)
+
+        keep = set(sorted(paths, key=rank)[:MAX_CURVES])  # a stable sort: the model's order among equals
+        return [p for p in paths if p in keep]
