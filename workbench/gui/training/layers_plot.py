@@ -9,7 +9,6 @@ the window's palette (View ▸ Theme) as the training plots do.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -160,7 +159,8 @@ class LayersPlot(QWidget):
         nodes = tree.nodes if tree is not None else {}
 
         def rank(path: str) -> tuple[bool, int]:
-            drawn = any(math.isfinite(v) and v > 0 for v in series.get(path, ()))
+            values = np.asarray(series.get(path, ()), dtype=float)
+            drawn = bool(np.any(np.isfinite(values) & (values > 0)))
             return not drawn, -(nodes[path].total_params if path in nodes else 0)
 
         keep = set(sorted(paths, key=rank)[:MAX_CURVES])  # a stable sort: the model's order among equals
