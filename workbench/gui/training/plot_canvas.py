@@ -51,7 +51,7 @@ class ShortTicks(pg.AxisItem):
 
 
 class DecadeTicks(pg.AxisItem):
-    """A log-scale axis labelled at the decades (``0.001``, ``0.01``; ``100k``, ``1M``), and at 2 and
+    """A log-scale axis labelled at the decades (``1e-3``, ``0.01``; ``100k``, ``1M``), and at 2 and
     5 times them when it spans less than two decades: pyqtgraph labels every minor tick from 2 to 9
     there, and on a vertical axis ``0.009``, ``0.008``, ``0.007`` overlap. Linear: pyqtgraph's labels.
 
