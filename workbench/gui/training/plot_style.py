@@ -97,8 +97,6 @@ def pen(
     return pg.mkPen(c, width=width, style=style)
 
 
-
-
 def fit_title(text: str, metrics: QFontMetricsF, width: float) -> str:
     """A plot's title cut to ``width`` pixels, its unit kept: the words before the first `` (``
     end with "…" (``"Trainable par… (M)"``, ``"Step ti… (ms) · log"``), since the unit is what
